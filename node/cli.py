@@ -1,0 +1,79 @@
+"""The ``merklog`` command line: one click group; each command lives in ``node/commands/``.
+
+Every module in :mod:`merklog.node.commands` that defines ``register(cli)`` is
+loaded, so areas (store, engine, sync, spark, …) add commands without editing
+this file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import pkgutil
+import sys
+from pathlib import Path
+
+import click
+
+from . import commands as _commands_pkg
+
+ENV_HOME = "MERKLOG_HOME"
+
+
+def default_home() -> Path:
+    """``$MERKLOG_HOME`` if set, else ``~/.merklog``."""
+    env = os.environ.get(ENV_HOME)
+    return Path(env).expanduser() if env else Path.home() / ".merklog"
+
+
+class State:
+    """What every command receives: the resolved home directory and output settings."""
+
+    def __init__(self, home: Path, verbose: int) -> None:
+        self.home = home
+        self.verbose = verbose
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help=f"State directory (default: ${ENV_HOME}, else ~/.merklog).",
+)
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+@click.version_option(package_name="merklog")
+@click.pass_context
+def cli(ctx: click.Context, home: Path | None, verbose: int) -> None:
+    """merklog: a CRDT replica node with content-addressed storage and Datalog."""
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
+    )
+    ctx.obj = State(home.expanduser() if home else default_home(), verbose)
+
+
+def _load_commands() -> None:
+    for info in sorted(pkgutil.iter_modules(_commands_pkg.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{_commands_pkg.__name__}.{info.name}")
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(cli)
+
+
+_load_commands()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="merklog")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""CLI command modules; each defines ``register(cli: click.Group) -> None``."""

@@ -1,0 +1,46 @@
+"""Content-addressed storage: values, facts, DAG-CBOR codec, CIDs and block stores.
+
+Knows nothing of the engine, replication or the network.
+"""
+
+from .blockstore import BlockStore, MemoryBlockStore, verify
+from .codec import (
+    Fact,
+    decode,
+    decode_fact,
+    encode,
+    encode_fact,
+    encode_reference,
+    fact_block,
+    fact_block_reference,
+    fact_cid,
+    make_fact,
+)
+from .errors import BlockNotFound, CIDMismatch, InvalidBlock, InvalidValue, StoreError
+from .link import Link
+from .values import Value, check_value, format_value
+
+__all__ = [
+    "BlockNotFound",
+    "BlockStore",
+    "CIDMismatch",
+    "Fact",
+    "InvalidBlock",
+    "InvalidValue",
+    "Link",
+    "MemoryBlockStore",
+    "StoreError",
+    "Value",
+    "check_value",
+    "decode",
+    "decode_fact",
+    "encode",
+    "encode_fact",
+    "encode_reference",
+    "fact_block",
+    "fact_block_reference",
+    "fact_cid",
+    "format_value",
+    "make_fact",
+    "verify",
+]

@@ -1,0 +1,122 @@
+"""The one interface every block store implements, plus the in-memory store.
+
+Every block that leaves a store is re-hashed against the CID it was asked for;
+a mismatch raises :class:`CIDMismatch` and no data is returned. ``put`` verifies
+too, so a store never holds a block under the wrong name.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+
+from .errors import BlockNotFound, CIDMismatch
+from .link import Link
+
+
+def verify(cid: Link, data: bytes, where: str = "") -> bytes:
+    """Return ``data`` if it hashes to ``cid``; raise CIDMismatch otherwise."""
+    if not cid.verifies(data):
+        raise CIDMismatch(cid, Link.for_block(data, cid.codec), where)
+    return data
+
+
+class BlockStore(ABC):
+    """A content-addressed block store: CID → bytes, verified on the way in and out."""
+
+    @abstractmethod
+    def put_many(self, blocks: Iterable[tuple[Link, bytes]]) -> int:
+        """Store blocks atomically where the backend can (one transaction); return how many were new."""
+
+    @abstractmethod
+    def get(self, cid: Link) -> bytes:
+        """Return the verified bytes of ``cid``; BlockNotFound if absent, CIDMismatch if corrupt."""
+
+    @abstractmethod
+    def has(self, cid: Link) -> bool:
+        """True if the block is present (no verification)."""
+
+    @abstractmethod
+    def iter_cids(self) -> Iterator[Link]:
+        """Every CID held, in no particular order."""
+
+    @abstractmethod
+    def delete_many(self, cids: Iterable[Link]) -> int:
+        """Remove blocks (used by pruning); return how many were removed."""
+
+    def put(self, cid: Link, data: bytes) -> bool:
+        """Store one block; True if it was new."""
+        return self.put_many([(cid, data)]) == 1
+
+    def put_block(self, data: bytes) -> Link:
+        """Store a dag-cbor block under its computed CID and return the CID."""
+        cid = Link.for_dag_cbor(data)
+        self.put_many([(cid, data)])
+        return cid
+
+    def get_many(self, cids: Iterable[Link]) -> Iterator[tuple[Link, bytes]]:
+        """Verified blocks for ``cids`` in order; BlockNotFound on the first missing one."""
+        for cid in cids:
+            yield cid, self.get(cid)
+
+    def has_many(self, cids: Iterable[Link]) -> set[Link]:
+        """The subset of ``cids`` that is present."""
+        return {cid for cid in cids if self.has(cid)}
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.iter_cids())
+
+    def __contains__(self, cid: object) -> bool:
+        return isinstance(cid, Link) and self.has(cid)
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
+        """Release resources; the default store holds none."""
+
+    def __enter__(self) -> BlockStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class MemoryBlockStore(BlockStore):
+    """A dict-backed store for tests and throwaway replicas."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[Link, bytes] = {}
+        self._lock = threading.Lock()
+
+    def put_many(self, blocks: Iterable[tuple[Link, bytes]]) -> int:
+        checked = [(cid, verify(cid, bytes(data), "put")) for cid, data in blocks]
+        with self._lock:
+            new = 0
+            for cid, data in checked:
+                if cid not in self._blocks:
+                    self._blocks[cid] = data
+                    new += 1
+            return new
+
+    def get(self, cid: Link) -> bytes:
+        try:
+            data = self._blocks[cid]
+        except KeyError:
+            raise BlockNotFound(cid) from None
+        return verify(cid, data, "memory store")
+
+    def has(self, cid: Link) -> bool:
+        return cid in self._blocks
+
+    def iter_cids(self) -> Iterator[Link]:
+        return iter(list(self._blocks))
+
+    def delete_many(self, cids: Iterable[Link]) -> int:
+        with self._lock:
+            return sum(1 for cid in cids if self._blocks.pop(cid, None) is not None)
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def corrupt(self, cid: Link, data: bytes) -> None:
+        """Overwrite a block's bytes without verification (fault injection for tests)."""
+        self._blocks[cid] = data

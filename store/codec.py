@@ -1,0 +1,170 @@
+"""Facts ⇄ DAG-CBOR blocks ⇄ CIDs.
+
+A fact ``rel(v1, …, vn)`` is the DAG-CBOR map ``{"rel": rel, "args": [v1, …, vn]}``
+and its identity is that block's CIDv1 (dag-cbor, sha2-256).
+
+Two encoders produce the same bytes: the reference one (``dag-cbor`` +
+``multiformats``, slow but obviously right) and the fast one (``libipld`` +
+``hashlib``). ``libipld`` writes any CID-shaped ``bytes`` as a link, so facts
+holding such byte strings take the reference path; tests check byte identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import dag_cbor
+import libipld
+from multiformats import CID
+
+from .errors import InvalidBlock, InvalidValue
+from .link import Link
+from .values import Value, check_args, check_relation
+
+
+class Fact(NamedTuple):
+    """A ground tuple: relation name and argument values."""
+
+    rel: str
+    args: tuple[Value, ...]
+
+    def __str__(self) -> str:
+        from .values import format_value
+
+        return f"{self.rel}({', '.join(format_value(v) for v in self.args)})"
+
+
+def make_fact(rel: str, args: Sequence[Any]) -> Fact:
+    """Validate and build a Fact (raises InvalidValue on any bad part)."""
+    return Fact(check_relation(rel), check_args(args, f"{rel}(…)"))
+
+
+# ---------------------------------------------------------------- generic IPLD
+
+
+def to_reference_ipld(obj: Any) -> Any:
+    """Convert merklog objects (Link, tuples) to what ``dag_cbor.encode`` expects."""
+    if type(obj) is Link:
+        return CID.decode(obj.raw)
+    if isinstance(obj, dict):
+        return {k: to_reference_ipld(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_reference_ipld(v) for v in obj]
+    return obj
+
+
+def from_reference_ipld(obj: Any) -> Any:
+    """Convert ``dag_cbor.decode`` output back: CIDs become Links, lists stay lists."""
+    if isinstance(obj, CID):
+        return Link(bytes(obj))
+    if isinstance(obj, dict):
+        return {k: from_reference_ipld(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_reference_ipld(v) for v in obj]
+    return obj
+
+
+def _cid_shaped(data: bytes) -> bool:
+    try:
+        libipld.decode_cid(data)
+    except Exception:  # libipld raises ValueError/others for non-CIDs
+        return False
+    return True
+
+
+def _to_fast_ipld(obj: Any) -> Any:
+    """Convert for ``libipld.encode_dag_cbor``; raises _NeedsReference on ambiguous bytes."""
+    kind = type(obj)
+    if kind is Link:
+        return obj.raw
+    if kind is bytes:
+        if _cid_shaped(obj):
+            raise _NeedsReference
+        return obj
+    if kind is dict:
+        return {k: _to_fast_ipld(v) for k, v in obj.items()}
+    if kind is list or kind is tuple:
+        return [_to_fast_ipld(v) for v in obj]
+    return obj
+
+
+class _NeedsReference(Exception):
+    pass
+
+
+def encode_reference(obj: Any) -> bytes:
+    """Canonical DAG-CBOR of ``obj`` with the reference codec (Links become CID tags)."""
+    try:
+        return dag_cbor.encode(to_reference_ipld(obj))
+    except (dag_cbor.encoding.DAGCBOREncodingError, TypeError, ValueError) as exc:
+        raise InvalidValue(f"cannot encode as DAG-CBOR: {exc}") from exc
+
+
+def encode(obj: Any) -> bytes:
+    """Canonical DAG-CBOR of ``obj`` (fast path, byte-identical to encode_reference)."""
+    try:
+        return libipld.encode_dag_cbor(_to_fast_ipld(obj))
+    except _NeedsReference:
+        return encode_reference(obj)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidValue(f"cannot encode as DAG-CBOR: {exc}") from exc
+
+
+def decode(data: bytes) -> Any:
+    """Decode a DAG-CBOR block; CID tags become Links (reference decoder: exact types)."""
+    try:
+        return from_reference_ipld(dag_cbor.decode(bytes(data)))
+    except Exception as exc:  # dag_cbor raises many decoding error types
+        raise InvalidBlock(f"malformed DAG-CBOR: {exc}") from exc
+
+
+# ---------------------------------------------------------------- facts
+
+
+def fact_block_reference(fact: Fact) -> bytes:
+    """Encode a fact with the reference codec."""
+    return encode_reference({"rel": fact.rel, "args": list(fact.args)})
+
+
+def fact_block(fact: Fact) -> bytes:
+    """Encode a fact with the fast codec (same bytes as fact_block_reference)."""
+    args = fact.args
+    for v in args:
+        kind = type(v)
+        if kind is Link:
+            break
+        if kind is bytes and _cid_shaped(v):
+            return fact_block_reference(fact)
+    else:
+        return libipld.encode_dag_cbor({"rel": fact.rel, "args": list(args)})
+    return encode({"rel": fact.rel, "args": list(args)})
+
+
+def fact_cid(fact: Fact) -> Link:
+    """The CID identifying a fact on every peer."""
+    return Link.for_dag_cbor(fact_block(fact))
+
+
+def encode_fact(fact: Fact) -> tuple[Link, bytes]:
+    """Block bytes and CID of a fact, computed once."""
+    data = fact_block(fact)
+    return Link.for_dag_cbor(data), data
+
+
+def encode_facts(facts: Iterable[Fact]) -> list[tuple[Link, bytes]]:
+    """Encode many facts (the hot loop of ingest)."""
+    return [encode_fact(f) for f in facts]
+
+
+def decode_fact(data: bytes) -> Fact:
+    """Decode and validate a fact block."""
+    obj = decode(data)
+    if not isinstance(obj, dict) or set(obj) != {"rel", "args"}:
+        raise InvalidBlock("a fact block is a map with exactly the keys 'rel' and 'args'")
+    if not isinstance(obj["args"], list):
+        raise InvalidBlock("a fact block's 'args' must be a list")
+    try:
+        return make_fact(obj["rel"], obj["args"])
+    except InvalidValue as exc:
+        raise InvalidBlock(f"fact block holds an invalid value: {exc}") from exc

@@ -1,0 +1,34 @@
+"""Errors raised by the content-addressed store layer."""
+
+
+class StoreError(Exception):
+    """Base class of every store error."""
+
+
+class InvalidValue(StoreError, ValueError):
+    """A value outside DESIGN §1's types (int64, finite float, str, bytes, bool, link)."""
+
+
+class InvalidBlock(StoreError, ValueError):
+    """Bytes that do not decode as the expected DAG-CBOR block shape."""
+
+
+class CIDMismatch(StoreError):
+    """A block's bytes do not hash to the CID it was stored or sent under."""
+
+    def __init__(self, expected: object, actual: object, where: str = "") -> None:
+        self.expected = expected
+        self.actual = actual
+        suffix = f" ({where})" if where else ""
+        super().__init__(f"CID mismatch{suffix}: expected {expected}, block hashes to {actual}")
+
+
+class BlockNotFound(StoreError, KeyError):
+    """The store holds no block under this CID."""
+
+    def __init__(self, cid: object) -> None:
+        self.cid = cid
+        super().__init__(f"block not found: {cid}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]

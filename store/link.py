@@ -1,0 +1,148 @@
+"""``Link``: a CIDv1 value held as its raw binary form.
+
+``multiformats.CID`` is correct but slow to build and compare; facts and deltas
+hold millions of links, so merklog keeps the 36 raw bytes (version, codec,
+multihash) in a small hashable object and converts only at the edges.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from multiformats import CID
+
+from .errors import InvalidValue
+
+DAG_CBOR = 0x71
+RAW = 0x55
+SHA2_256 = 0x12
+
+_DAG_CBOR_PREFIX = bytes([0x01, DAG_CBOR, SHA2_256, 0x20])
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data):
+            raise InvalidValue("truncated varint in CID")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise InvalidValue("varint too long in CID")
+
+
+class Link:
+    """A CIDv1 (any codec, any multihash) compared and hashed by its raw bytes."""
+
+    __slots__ = ("raw", "_hash")
+
+    def __init__(self, raw: bytes) -> None:
+        raw = bytes(raw)
+        version, pos = _varint(raw, 0)
+        if version != 1:
+            raise InvalidValue(f"only CIDv1 links are supported, got version {version}")
+        _codec, pos = _varint(raw, pos)
+        _code, pos = _varint(raw, pos)
+        size, pos = _varint(raw, pos)
+        if len(raw) - pos != size:
+            raise InvalidValue("CID multihash length does not match its digest")
+        self.raw = raw
+        self._hash = hash(raw)
+
+    @classmethod
+    def _trusted(cls, raw: bytes) -> Link:
+        link = cls.__new__(cls)
+        link.raw = raw
+        link._hash = hash(raw)
+        return link
+
+    @classmethod
+    def for_dag_cbor(cls, data: bytes) -> Link:
+        """The CIDv1 (dag-cbor, sha2-256) of an encoded block."""
+        return cls._trusted(_DAG_CBOR_PREFIX + hashlib.sha256(data).digest())
+
+    @classmethod
+    def for_block(cls, data: bytes, codec: int) -> Link:
+        """The CIDv1 (given codec, sha2-256) of a block's bytes."""
+        if codec == DAG_CBOR:
+            return cls.for_dag_cbor(data)
+        prefix = bytes([0x01]) + _uvarint(codec) + bytes([SHA2_256, 0x20])
+        return cls._trusted(prefix + hashlib.sha256(data).digest())
+
+    @classmethod
+    def parse(cls, text: str) -> Link:
+        """Parse a base32 (``b…``) CIDv1 string, or any multibase a CID accepts."""
+        if not isinstance(text, str):
+            raise InvalidValue(f"expected a CID string, got {type(text).__name__}")
+        if text.startswith("b") and text.isalnum():
+            body = text[1:].upper()
+            try:
+                raw = base64.b32decode(body + "=" * (-len(body) % 8))
+            except ValueError as exc:
+                raise InvalidValue(f"not a base32 CID: {text!r}") from exc
+            return cls(raw)
+        try:
+            return cls.from_cid(CID.decode(text))
+        except Exception as exc:  # multiformats raises several error types
+            raise InvalidValue(f"not a CID: {text!r}") from exc
+
+    @classmethod
+    def from_cid(cls, cid: CID) -> Link:
+        return cls(bytes(cid))
+
+    def to_cid(self) -> CID:
+        return CID.decode(self.raw)
+
+    @property
+    def codec(self) -> int:
+        _version, pos = _varint(self.raw, 0)
+        codec, _ = _varint(self.raw, pos)
+        return codec
+
+    @property
+    def digest(self) -> bytes:
+        """The multihash digest (the hash bytes without code and length)."""
+        return self.to_cid().digest
+
+    def verifies(self, data: bytes) -> bool:
+        """True iff ``data`` hashes to this CID (sha2-256 links only; others never verify)."""
+        _version, pos = _varint(self.raw, 0)
+        _codec, pos = _varint(self.raw, pos)
+        if self.raw[pos : pos + 2] != bytes([SHA2_256, 0x20]):
+            return False
+        return self.raw[pos + 2 :] == hashlib.sha256(data).digest()
+
+    def __str__(self) -> str:
+        return "b" + base64.b32encode(self.raw).decode("ascii").lower().rstrip("=")
+
+    def __repr__(self) -> str:
+        return f"Link({self})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Link) and other.raw == self.raw
+
+    def __lt__(self, other: Link) -> bool:
+        return self.raw < other.raw
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        return (Link, (self.raw,))
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)

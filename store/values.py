@@ -1,0 +1,80 @@
+"""The value types of DESIGN §1 and their validation.
+
+-0.0 is normalised to 0.0: the two compare equal in Python and in Datalog, so
+they must share one encoding and one CID.
+
+A merklog value is one of: ``int`` (64-bit signed), ``float`` (finite f64),
+``str``, ``bytes``, ``bool`` or :class:`~merklog.store.link.Link`. Anything else
+is rejected with :class:`~merklog.store.errors.InvalidValue` naming the problem,
+so bad input never reaches the encoder or the store.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import InvalidValue
+from .link import Link
+
+Value = int | float | str | bytes | bool | Link
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+def check_value(value: object, where: str = "value") -> Value:
+    """Return ``value`` unchanged if it is a valid merklog value, else raise InvalidValue."""
+    kind = type(value)
+    if kind is bool or kind is str or kind is bytes or kind is Link:
+        return value  # type: ignore[return-value]
+    if kind is int:
+        if INT64_MIN <= value <= INT64_MAX:  # type: ignore[operator]
+            return value  # type: ignore[return-value]
+        raise InvalidValue(f"{where}: integer {value} does not fit in 64 signed bits")
+    if kind is float:
+        if math.isfinite(value):  # type: ignore[arg-type]
+            # -0.0 == 0.0 in Python (same set member) but not in CBOR: one value, one CID.
+            return value if value != 0.0 else 0.0  # type: ignore[return-value]
+        raise InvalidValue(
+            f"{where}: float {value} is not finite (NaN and infinities are not values)"
+        )
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise InvalidValue(
+        f"{where}: {kind.__name__} is not a merklog value "
+        "(expected int64, finite float, str, bytes, bool or CID link)"
+    )
+
+
+def check_relation(name: object) -> str:
+    """Relation names are non-empty strings starting with a letter: identifiers in Datalog."""
+    if not isinstance(name, str) or not name:
+        raise InvalidValue(f"relation name must be a non-empty string, got {name!r}")
+    if not (name[0].isalpha() and all(c.isalnum() or c == "_" for c in name)):
+        raise InvalidValue(f"relation name {name!r} must be an identifier (letters, digits, _)")
+    return name
+
+
+def check_args(args: object, where: str = "fact") -> tuple[Value, ...]:
+    """Validate a fact's argument list (tuple or list of values)."""
+    if not isinstance(args, tuple | list):
+        raise InvalidValue(f"{where}: arguments must be a tuple or list, got {type(args).__name__}")
+    return tuple(check_value(v, f"{where} argument {i}") for i, v in enumerate(args))
+
+
+def format_value(value: Value) -> str:
+    """Render a value in Datalog literal syntax (the inverse of the engine's constant parser)."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, bytes):
+        return 'x"' + value.hex() + '"'
+    if isinstance(value, Link):
+        return f'cid"{value}"'
+    if isinstance(value, float):
+        text = repr(value)
+        return text if ("." in text or "e" in text or "inf" in text) else text + ".0"
+    return str(value)

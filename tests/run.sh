@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs, from a clean clone, then lint and test.
+# Usage: bash tests/run.sh [pytest args...]    (MERKLOG_LONG=1 for the long/nightly mode)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# 1. Python environment (the project itself plus test extras).
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test]"
+
+# 2. System and npm parts that the real-component tests use.
+for step in tests/setup.d/*.sh; do
+    [ -e "$step" ] || continue
+    echo "== setup: $step"
+    bash "$step"
+done
+
+export SPARK_LOCAL_IP=127.0.0.1
+export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+export PYTHONHASHSEED=0
+
+# 3. Lint, then the tests.
+.venv/bin/ruff check .
+.venv/bin/python -m pytest "$@"

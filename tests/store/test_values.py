@@ -1,0 +1,101 @@
+"""Values and facts: validation, canonical encoding, reference vs fast codec."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from merklog.store import (
+    InvalidValue,
+    Link,
+    decode_fact,
+    encode_fact,
+    fact_block,
+    fact_block_reference,
+    make_fact,
+)
+
+links = st.binary(min_size=32, max_size=32).map(lambda d: Link(bytes([1, 0x71, 0x12, 0x20]) + d))
+values = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(),
+    st.binary(),
+    st.booleans(),
+    links,
+    # byte strings shaped like CIDs: the fast encoder must not turn them into links
+    st.binary(min_size=32, max_size=32).map(lambda d: bytes([1, 0x71, 0x12, 0x20]) + d),
+)
+relations = st.from_regex(r"[a-z][a-zA-Z0-9_]{0,12}", fullmatch=True)
+
+
+@settings(max_examples=3000)
+@given(relations, st.lists(values, max_size=6))
+def test_fast_codec_is_byte_identical_to_reference(rel, args):
+    fact = make_fact(rel, args)
+    assert fact_block(fact) == fact_block_reference(fact)
+    cid, data = encode_fact(fact)
+    assert cid.verifies(data)
+    assert decode_fact(data) == fact
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, -1, 2**63 - 1, -(2**63), 1.5, -2.25e-300, "", "héllo", b"", b"\x00\xff", True, False],
+)
+def test_round_trip_each_type(value):
+    fact = make_fact("r", [value])
+    back = decode_fact(fact_block(fact)).args[0]
+    assert back == value and type(back) is type(value)
+
+
+def test_link_round_trip_and_text_form():
+    cid, _ = encode_fact(make_fact("edge", [1, 2]))
+    fact = make_fact("ref", [cid])
+    back = decode_fact(fact_block(fact)).args[0]
+    assert isinstance(back, Link) and back == cid
+    assert str(cid).startswith("bafyrei")
+    assert Link.parse(str(cid)) == cid
+
+
+def test_canonical_regardless_of_construction():
+    a = make_fact("edge", [1, "x"])
+    b = make_fact("edge", (1, "x"))
+    c = make_fact("edge", [int("1"), "".join(["x"])])
+    assert fact_block(a) == fact_block(b) == fact_block(c)
+    assert encode_fact(a)[0] == encode_fact(c)[0]
+
+
+def test_negative_zero_is_zero():
+    assert encode_fact(make_fact("f", [-0.0]))[0] == encode_fact(make_fact("f", [0.0]))[0]
+
+
+def test_bool_is_not_int():
+    assert encode_fact(make_fact("f", [True]))[0] != encode_fact(make_fact("f", [1]))[0]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (math.nan, "not finite"),
+        (math.inf, "not finite"),
+        (2**63, "64 signed bits"),
+        (-(2**63) - 1, "64 signed bits"),
+        ({1, 2}, "set is not a merklog value"),
+        ({"a": 1}, "dict is not a merklog value"),
+        ([1], "list is not a merklog value"),
+        (None, "NoneType is not a merklog value"),
+    ],
+)
+def test_rejects_bad_values(bad, message):
+    with pytest.raises(InvalidValue, match=message):
+        make_fact("r", [bad])
+
+
+@pytest.mark.parametrize("rel", ["", "1abc", "a-b", 3])
+def test_rejects_bad_relation_names(rel):
+    with pytest.raises(InvalidValue):
+        make_fact(rel, [])
