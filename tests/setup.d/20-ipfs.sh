@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# npm parts of the store interop tests: js-ipfs 0.66.1 (the real daemon) and ipfs-car.
+# Idempotent: a stamp holding the lockfile's hash makes a second run a fast no-op.
+set -euo pipefail
+cd "$(dirname "$0")/../ipfs"
+
+if ! command -v npm >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm
+fi
+
+stamp=node_modules/.merklog-lock.sha256
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x node_modules/.bin/jsipfs ]; then
+    echo "ipfs test deps up to date"
+    exit 0
+fi
+npm ci --no-audit --no-fund --loglevel=error
+echo "$want" >"$stamp"
