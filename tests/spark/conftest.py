@@ -1,0 +1,24 @@
+"""One session-scoped PySpark local[2] session for every Spark test (JVM start is ~5 s)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from merklog.node.spark.session import build_session
+
+    session = build_session(
+        master="local[2]",
+        app_name="merklog-tests",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+    )
+    yield session
+    session.stop()
