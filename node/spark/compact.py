@@ -152,9 +152,12 @@ class SnapshotResult:
 
 
 def _write_parquet(df: Any, path: Path, partitions: int, sort: list[str]) -> None:
-    df.repartitionByRange(partitions, *sort).sortWithinPartitions(*sort).write.mode(
-        "overwrite"
-    ).option("compression", "zstd").parquet(str(path))
+    """Write sorted, range-partitioned files (deterministic content for the same data)."""
+    if partitions == 1:
+        df = df.coalesce(1).sortWithinPartitions(*sort)  # no sampling job for small outputs
+    else:
+        df = df.repartitionByRange(partitions, *sort).sortWithinPartitions(*sort)
+    df.write.mode("overwrite").option("compression", "zstd").parquet(str(path))
 
 
 def compact(

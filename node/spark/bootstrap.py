@@ -1,0 +1,204 @@
+"""Replica ⇄ Spark: export a replica's log, bootstrap a fresh replica from a snapshot, prune.
+
+``install_snapshot`` gives an empty replica the OR-set state a snapshot holds
+(visible facts with their supporting assert tags, the covered deltas' ids,
+clocks and parents, the grant/revoke history) without any delta block. Sync then
+only ever sends what came after the snapshot heads: a peer computes "what the
+caller lacks" from the caller's heads, and the covered ids answer "is this
+parent known?" for every later delta.
+
+It writes the replica's metadata tables inside the replica's own transaction;
+that is the one place where this module knows the replication schema
+(``repl_*``), and it belongs in ``Replica.install_snapshot`` once replication
+offers it (see docs/spark.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from merklog.replication.blocks import decode_fact_fast
+from merklog.replication.replica import Replica
+from merklog.store import Fact, Link, encode_fact
+
+from .export import export
+from .manifest import ManifestError, parse_manifest, verify_files
+from .schema import decode_args
+
+
+def replica_log_rows(replica: Replica) -> Iterator[dict[str, Any]]:
+    """One export row per op of every accepted delta (with the delta's parents)."""
+    ds = replica.dataset
+    for delta in replica.iter_deltas():
+        base = {
+            "dataset": ds,
+            "delta_cid": delta.cid,
+            "author": delta.author,
+            "clock": delta.clock,
+            "seq": delta.seq,
+            "parents": list(delta.parents),
+        }
+        if not delta.ops:
+            yield base | {"op_index": 0, "op": "none"}
+        for i, op in enumerate(delta.ops):
+            kind = op["op"]
+            row = base | {"op_index": i, "op": kind}
+            if kind in ("assert", "retract"):
+                row["fact_cid"] = op["fact"]
+                if kind == "assert" or replica.blockstore.has(op["fact"]):
+                    fact = decode_fact_fast(replica.blockstore.get(op["fact"]))
+                    row["relation"], row["args"] = fact.rel, fact.args
+                if kind == "retract":
+                    row["observed"] = list(op["observed"])
+            else:
+                row["key"] = op["key"]
+            yield row
+
+
+def export_replica(
+    replica: Replica, out_dir: str | Path, progress: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """Write ``replica``'s log and visible facts as a Parquet export directory."""
+    visible = ((replica.dataset, fact) for _cid, fact in replica.visible())
+    return export(replica_log_rows(replica), visible, out_dir, progress=progress)
+
+
+@dataclass
+class Snapshot:
+    """A verified snapshot directory (one dataset)."""
+
+    root: Path
+    manifest_cid: Link
+    manifest: dict[str, Any]
+
+    def _table(self, role: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for f in self.manifest["files"]:
+            if f["role"] == role:
+                rows.extend(pq.read_table(self.root / f["path"]).to_pylist())
+        return rows
+
+    def facts(self) -> Iterator[tuple[Link, Fact, list[Link]]]:
+        """``(fact CID, fact, support)``; each CID is recomputed from the fact and checked."""
+        for row in self._table("facts"):
+            fact = Fact(row["relation"], decode_args(row["args"]))
+            cid = Link.parse(row["fact_cid"])
+            yield cid, fact, [Link.parse(s) for s in row["support"]]
+
+    def deltas(self) -> list[dict[str, Any]]:
+        return self._table("deltas")
+
+    def acl(self) -> list[dict[str, Any]]:
+        return self._table("acl")
+
+    @property
+    def heads(self) -> list[Link]:
+        return list(self.manifest["heads"])
+
+
+def load_snapshot(root: str | Path, trusted: set[bytes] | None = None) -> Snapshot:
+    """Read and verify a snapshot directory: manifest signature, signer, every file's CID."""
+    root = Path(root)
+    data = (root / "manifest.cbor").read_bytes()
+    cid = Link.for_dag_cbor(data)
+    expected = root / "MANIFEST_CID"
+    if expected.exists() and Link.parse(expected.read_text().strip()) != cid:
+        raise ManifestError(f"manifest.cbor does not hash to the CID in {expected}")
+    manifest = parse_manifest(data, cid)
+    if trusted is not None and manifest["signer"] not in trusted:
+        raise ManifestError(f"snapshot signed by untrusted key {manifest['signer'].hex()}")
+    verify_files(manifest, root)
+    return Snapshot(root, cid, manifest)
+
+
+def install_snapshot(replica: Replica, snap: Snapshot) -> int:
+    """Bootstrap an empty replica of the same dataset from ``snap``; returns visible facts."""
+    if snap.manifest["dataset"] != replica.dataset:
+        raise ManifestError(
+            f"snapshot is of dataset {snap.manifest['dataset']}, replica is {replica.dataset}"
+        )
+    if replica.delta_count():
+        raise ManifestError("install_snapshot needs an empty replica (it has deltas already)")
+    blocks: list[tuple[Link, bytes]] = []
+    asserts: list[tuple[int, bytes, bytes]] = []
+    visible: list[tuple[int, bytes, int]] = []
+    notes: list[tuple[Link, Fact]] = []
+    ds = replica.ds
+    for cid, fact, support in snap.facts():
+        real, data = encode_fact(fact)
+        if real != cid:
+            raise ManifestError(f"snapshot fact {fact} does not hash to its CID {cid}")
+        blocks.append((cid, data))
+        asserts.extend((ds, cid.raw, s.raw) for s in support)
+        visible.append((ds, cid.raw, len(support)))
+        notes.append((cid, fact))
+    deltas = snap.deltas()
+    if len(deltas) != snap.manifest["deltas"]:
+        raise ManifestError("snapshot deltas table does not match the manifest count")
+    delta_rows = [
+        (ds, Link.parse(d["delta_cid"]).raw, bytes.fromhex(d["author"]), d["seq"], d["clock"], 0, 0)
+        for d in deltas
+    ]
+    parent_rows = [
+        (ds, Link.parse(d["delta_cid"]).raw, Link.parse(p).raw)
+        for d in deltas
+        for p in d["parents"]
+    ]
+    auth_rows = [
+        (
+            ds,
+            bytes.fromhex(a["key"]),
+            Link.parse(a["delta_cid"]).raw,
+            a["clock"],
+            int(a["op"] == "grant"),
+        )
+        for a in sorted(snap.acl(), key=lambda a: (a["clock"], a["delta_cid"], a["op_index"]))
+    ]
+    with replica._lock:
+        try:
+            with replica._tx():
+                replica.blockstore.put_many(blocks)
+                conn = replica.conn
+                conn.executemany("INSERT INTO repl_delta VALUES (?, ?, ?, ?, ?, ?, ?)", delta_rows)
+                conn.executemany("INSERT OR IGNORE INTO repl_parent VALUES (?, ?, ?)", parent_rows)
+                conn.executemany(
+                    "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)", auth_rows
+                )
+                conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?)", asserts)
+                conn.executemany("INSERT INTO repl_visible VALUES (?, ?, ?)", visible)
+                if snap.heads:
+                    conn.execute("DELETE FROM repl_head WHERE ds = ?", (ds,))
+                    conn.executemany(
+                        "INSERT INTO repl_head VALUES (?, ?)", [(ds, h.raw) for h in snap.heads]
+                    )
+                for cid, fact in notes:
+                    replica._note(cid, +1, fact)
+        except BaseException:
+            replica._changes.clear()
+            raise
+    replica._emit()
+    return len(visible)
+
+
+def prune_replica(replica: Replica, snap: Snapshot) -> int:
+    """Delete the delta blocks a snapshot covers from the replica's block store.
+
+    The OR-set state (support tags, visible counts) and the covered ids, clocks
+    and parents stay, so acceptance and future retracts behave exactly as before;
+    what goes is the ability to *serve* those delta blocks, which is safe once
+    they are causally stable (every writer has built on them: see docs/spark.md).
+    """
+    if snap.manifest["dataset"] != replica.dataset:
+        raise ManifestError("snapshot and replica are of different datasets")
+    missing = [h for h in snap.heads if not replica.has_delta(h)]
+    if missing:
+        raise ManifestError(f"replica lacks {len(missing)} snapshot head(s); sync before pruning")
+    cids = [Link.parse(d["delta_cid"]) for d in snap.deltas()]
+    present = [c for c in cids if replica.blockstore.has(c)]
+    replica.blockstore.delete_many(present)
+    return len(present)

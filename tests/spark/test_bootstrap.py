@@ -1,0 +1,148 @@
+"""Real replicas: export → compact → snapshot; a fresh peer bootstraps from it and syncs
+only what came after; pruning drops covered delta blocks and keeps the CRDT state."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from merklog.node.spark.bootstrap import (
+    export_replica,
+    install_snapshot,
+    load_snapshot,
+    prune_replica,
+)
+from merklog.node.spark.compact import compact, read_ops, snapshot_frame
+from merklog.node.spark.manifest import ManifestError
+from merklog.node.spark.schema import decode_args
+from merklog.replication.identity import Identity
+from merklog.replication.replica import Replica
+from merklog.store import Fact, MemoryBlockStore, make_fact
+
+pytestmark = pytest.mark.spark
+
+
+def sync(dst: Replica, src: Replica) -> int:
+    """One pull: ``dst`` receives every block ``src`` has that ``dst`` lacks; returns deltas."""
+    return dst.apply_blocks(src.missing_for(dst.heads(), dst.summary(None))).accepted
+
+
+def _facts(rng: random.Random, n: int) -> list[Fact]:
+    return [make_fact("edge", (rng.randrange(12), rng.randrange(12))) for _ in range(n)]
+
+
+def _edit(rng: random.Random, rep: Replica, rounds: int) -> None:
+    for _ in range(rounds):
+        rep.assert_facts(_facts(rng, rng.randint(1, 5)))
+        vis = sorted(rep.visible_facts())
+        if vis and rng.random() < 0.6:
+            rep.retract_facts(rng.sample(vis, min(len(vis), rng.randint(1, 3))))
+
+
+@pytest.fixture
+def peers(tmp_path):
+    ida, idb, idc = (Identity.from_seed(bytes([i]) * 32) for i in (1, 2, 3))
+    a = Replica.create(
+        tmp_path / "a.db", MemoryBlockStore(), ida, "shared", writers=[idb.public_key]
+    )
+    genesis = a.blockstore.get(a.dataset)
+    b = Replica.open(tmp_path / "b.db", MemoryBlockStore(), idb, a.dataset, genesis_block=genesis)
+    c = Replica.open(tmp_path / "c.db", MemoryBlockStore(), idc, a.dataset, genesis_block=genesis)
+    return a, b, c
+
+
+def test_compact_equals_replication_state(spark, tmp_path, peers):
+    a, b, _c = peers
+    rng = random.Random(3)
+    for _ in range(4):  # concurrent edits, partial syncs
+        _edit(rng, a, 6)
+        _edit(rng, b, 6)
+        sync(a, b)
+    export_replica(a, tmp_path / "ea")
+    export_replica(b, tmp_path / "eb")
+    got = snapshot_frame(read_ops(spark, [tmp_path / "ea", tmp_path / "eb"])).collect()
+    merged = {Fact(r["relation"], decode_args(r["args"])) for r in got}
+    sync(b, a)
+    assert merged == a.visible_facts() == b.visible_facts()
+
+
+def test_fresh_peer_bootstraps_from_snapshot_then_syncs_only_newer(spark, tmp_path, peers):
+    a, b, c = peers
+    rng = random.Random(5)
+    for _ in range(3):
+        _edit(rng, a, 5)
+        _edit(rng, b, 5)
+        sync(a, b)
+        sync(b, a)
+    export_replica(a, tmp_path / "ea")
+    export_replica(b, tmp_path / "eb")
+    node_key = Identity.from_seed(b"\x09" * 32)
+    [res] = compact(spark, [tmp_path / "ea", tmp_path / "eb"], tmp_path / "snap", node_key)
+    assert res.manifest["deltas"] == a.delta_count()
+    covered = a.delta_count()
+
+    # newer deltas: concurrent edits, including retracts of pre-snapshot asserts
+    before = sorted(a.visible_facts())
+    a.retract_facts(before[:2])
+    b.retract_facts(before[1:4])
+    _edit(rng, a, 3)
+    _edit(rng, b, 3)
+    newer = a.delta_count() + b.delta_count() - 2 * covered
+
+    snap = load_snapshot(res.directory, trusted={node_key.public_key})
+    with pytest.raises(ManifestError, match="untrusted"):
+        load_snapshot(res.directory, trusted={a.identity.public_key})
+    install_snapshot(c, snap)
+    assert set(c.heads()) == set(snap.heads)
+    got = sync(c, a) + sync(c, b)
+    assert got == newer  # only what came after the snapshot travelled
+    sync(a, b)
+    sync(b, a)
+    sync(c, a)
+    assert c.visible_facts() == a.visible_facts() == b.visible_facts()
+    assert c.heads() == a.heads() == b.heads()
+    # C writes on top of the snapshot; A and B accept it from C
+    c_key = c.identity.public_key
+    a.grant(c_key)
+    sync(c, a)
+    c.assert_facts([make_fact("edge", (100, 101))])
+    assert sync(a, c) == 1 and sync(b, a) >= 1
+    assert c.visible_facts() == a.visible_facts() == b.visible_facts()
+    assert make_fact("edge", (100, 101)) in b.visible_facts()
+
+
+def test_prune_keeps_state_and_rejects_unsynced(spark, tmp_path, peers):
+    a, b, _c = peers
+    rng = random.Random(8)
+    _edit(rng, a, 6)
+    _edit(rng, b, 6)
+    sync(a, b)
+    sync(b, a)
+    a.assert_facts([make_fact("edge", (50, 51))])  # both writers build on the merged state
+    b.assert_facts([make_fact("edge", (60, 61))])
+    sync(a, b)
+    export_replica(a, tmp_path / "ea")
+    [res] = compact(spark, [tmp_path / "ea"], tmp_path / "snap", a.identity, prune=True)
+    snap = load_snapshot(res.directory)
+    # the stable prefix: everything but the two newest deltas nobody has built on yet
+    assert snap.manifest["deltas"] == a.delta_count() - 2
+    visible = a.visible_facts()
+    stale = Replica.open(
+        tmp_path / "s.db",
+        MemoryBlockStore(),
+        Identity.from_seed(b"\x07" * 32),
+        a.dataset,
+        genesis_block=a.blockstore.get(a.dataset),
+    )
+    with pytest.raises(ManifestError, match="sync before pruning"):
+        prune_replica(stale, snap)
+    dropped = prune_replica(a, snap)
+    assert dropped == snap.manifest["deltas"] > 0
+    assert a.visible_facts() == visible
+    # a retract after pruning still removes the pre-snapshot asserts it observes
+    victim = sorted(visible)[0]
+    a.retract_facts([victim])
+    assert victim not in a.visible_facts()
+    sync(b, a)
+    assert b.visible_facts() == a.visible_facts()
