@@ -1,0 +1,340 @@
+"""The default block store: one SQLite file, WAL, fsync on every commit.
+
+Layout (see docs/storage.md):
+
+- ``blocks(cid BLOB PRIMARY KEY, data BLOB) WITHOUT ROWID`` — every block, keyed
+  by its binary CIDv1;
+- ``facts(rel TEXT, cid BLOB, PRIMARY KEY (rel, cid)) WITHOUT ROWID`` — the
+  relation → fact-CID index that sources and queries scan;
+- ``store_meta(key, value)`` — the schema version.
+
+Other layers (replication, node) keep their own tables in the same file and
+write them atomically with blocks through :meth:`SQLiteBlockStore.transaction`,
+which nests: only the outermost level commits (inner levels are savepoints).
+One connection serves all threads, guarded by a re-entrant lock.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from itertools import islice
+
+import libipld
+
+from .blockstore import BlockStore, verify
+from .codec import Fact, decode_fact, encode_fact
+from .errors import BlockNotFound, CIDMismatch, InvalidBlock, StoreError
+from .link import Link
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS store_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blocks (
+    cid BLOB PRIMARY KEY,
+    data BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS facts (
+    rel TEXT NOT NULL,
+    cid BLOB NOT NULL,
+    PRIMARY KEY (rel, cid)
+) WITHOUT ROWID;
+"""
+
+#: Rows fetched per page by the iterators: constant memory, lock not held between pages.
+PAGE = 10_000
+#: Parameters per ``IN (...)`` query (SQLite's default limit is far above this).
+_IN_CHUNK = 500
+
+
+class SQLiteBlockStore(BlockStore):
+    """A durable, verifying block store plus fact index in a single SQLite file."""
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        self.path = os.fspath(path)
+        self.lock = threading.RLock()
+        self._depth = 0
+        self.conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,  # autocommit; transaction() issues BEGIN/COMMIT itself
+            check_same_thread=False,
+            timeout=busy_timeout,
+        )
+        with self.lock:
+            mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal" and self.path != ":memory:":
+                raise StoreError(f"{self.path}: SQLite refused WAL journal mode ({mode})")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA cache_size=-65536")
+            self.conn.execute("PRAGMA temp_store=MEMORY")
+            with self.transaction():
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self.conn.execute(statement)
+                row = self.conn.execute(
+                    "SELECT value FROM store_meta WHERE key = 'schema_version'"
+                ).fetchone()
+                if row is None:
+                    self.conn.execute(
+                        "INSERT INTO store_meta VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{self.path}: store schema version {row[0]} is newer than this "
+                        f"merklog understands ({SCHEMA_VERSION})"
+                    )
+
+    # ------------------------------------------------------------ transactions
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Run a block atomically; nests (inner levels are savepoints, the outermost commits).
+
+        The lock is held for the whole block, so other threads wait rather than
+        see or join a half-done transaction.
+        """
+        with self.lock:
+            depth = self._depth
+            if depth == 0:
+                self.conn.execute("BEGIN IMMEDIATE")
+            else:
+                self.conn.execute(f"SAVEPOINT sp{depth}")
+            self._depth = depth + 1
+            try:
+                yield self.conn
+            except BaseException:
+                self._depth = depth
+                if depth == 0:
+                    if self.conn.in_transaction:  # SQLite may already have rolled back
+                        self.conn.execute("ROLLBACK")
+                else:
+                    self.conn.execute(f"ROLLBACK TO sp{depth}")
+                    self.conn.execute(f"RELEASE sp{depth}")
+                raise
+            self._depth = depth
+            if depth == 0:
+                self.conn.execute("COMMIT")
+            else:
+                self.conn.execute(f"RELEASE sp{depth}")
+
+    @property
+    def in_transaction(self) -> bool:
+        """True while a transaction() block is open (on any thread holding the lock)."""
+        return self._depth > 0
+
+    # ------------------------------------------------------------ blocks
+
+    def put_many(self, blocks: Iterable[tuple[Link, bytes]]) -> int:
+        rows = [(cid.raw, verify(cid, bytes(data), "put")) for cid, data in blocks]
+        if not rows:
+            return 0
+        rows.sort()
+        with self.transaction() as conn:
+            before = conn.total_changes
+            conn.executemany("INSERT OR IGNORE INTO blocks (cid, data) VALUES (?, ?)", rows)
+            return conn.total_changes - before
+
+    def get(self, cid: Link) -> bytes:
+        with self.lock:
+            row = self.conn.execute("SELECT data FROM blocks WHERE cid = ?", (cid.raw,)).fetchone()
+        if row is None:
+            raise BlockNotFound(cid)
+        return verify(cid, row[0], f"sqlite {self.path}")
+
+    def has(self, cid: Link) -> bool:
+        with self.lock:
+            row = self.conn.execute("SELECT 1 FROM blocks WHERE cid = ?", (cid.raw,)).fetchone()
+        return row is not None
+
+    def has_many(self, cids: Iterable[Link]) -> set[Link]:
+        found: set[Link] = set()
+        it = iter(cids)
+        while chunk := list(islice(it, _IN_CHUNK)):
+            by_raw = {c.raw: c for c in chunk}
+            marks = ",".join("?" * len(by_raw))
+            with self.lock:
+                rows = self.conn.execute(
+                    f"SELECT cid FROM blocks WHERE cid IN ({marks})", list(by_raw)
+                ).fetchall()
+            found.update(by_raw[r[0]] for r in rows)
+        return found
+
+    def iter_cids(self) -> Iterator[Link]:
+        for (raw,) in self._pages("SELECT cid FROM blocks WHERE cid > ? ORDER BY cid LIMIT ?"):
+            yield Link._trusted(raw)
+
+    def _pages(self, sql: str, *params: object) -> Iterator[tuple]:
+        """Keyset pagination on a query whose last parameter pair is (after cid, limit)."""
+        after = b""
+        while True:
+            with self.lock:
+                rows = self.conn.execute(sql, (*params, after, PAGE)).fetchall()
+            yield from rows
+            if len(rows) < PAGE:
+                return
+            after = rows[-1][0]
+
+    def delete_many(self, cids: Iterable[Link]) -> int:
+        removed = 0
+        with self.transaction() as conn:
+            for cid in cids:
+                row = conn.execute("SELECT data FROM blocks WHERE cid = ?", (cid.raw,)).fetchone()
+                if row is None:
+                    continue
+                conn.execute("DELETE FROM blocks WHERE cid = ?", (cid.raw,))
+                removed += 1
+                rel = _fact_relation(row[0])
+                if rel is not None:
+                    conn.execute("DELETE FROM facts WHERE rel = ? AND cid = ?", (rel, cid.raw))
+        return removed
+
+    def __len__(self) -> int:
+        with self.lock:
+            return self.conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
+
+    # ------------------------------------------------------------ facts
+
+    def put_facts(self, facts: Iterable[Fact]) -> list[Link]:
+        """Store fact blocks and their relation index rows in one transaction; return the CIDs.
+
+        Facts must be valid (built with ``make_fact`` or decoded); the CIDs are
+        computed here, so the blocks are right by construction.
+        """
+        cids: list[Link] = []
+        blocks: list[tuple[bytes, bytes]] = []
+        index: list[tuple[str, bytes]] = []
+        for fact in facts:
+            cid, data = encode_fact(fact)
+            cids.append(cid)
+            raw = cid.raw
+            blocks.append((raw, data))
+            index.append((fact.rel, raw))
+        if not blocks:
+            return cids
+        blocks.sort()
+        index.sort()
+        with self.transaction() as conn:
+            conn.executemany("INSERT OR IGNORE INTO blocks (cid, data) VALUES (?, ?)", blocks)
+            conn.executemany("INSERT OR IGNORE INTO facts (rel, cid) VALUES (?, ?)", index)
+        return cids
+
+    def fact_cids(self, rel: str) -> Iterator[Link]:
+        """CIDs of the stored facts of one relation (index only: no block is read)."""
+        sql = "SELECT cid FROM facts WHERE rel = ? AND cid > ? ORDER BY cid LIMIT ?"
+        after = b""
+        while True:
+            with self.lock:
+                rows = self.conn.execute(sql, (rel, after, PAGE)).fetchall()
+            for (raw,) in rows:
+                yield Link._trusted(raw)
+            if len(rows) < PAGE:
+                return
+            after = rows[-1][0]
+
+    def facts(self, rel: str | None = None) -> Iterator[tuple[Link, Fact]]:
+        """Stored facts (all, or of one relation), each block verified and decoded."""
+        rels = [rel] if rel is not None else self.relations()
+        sql = (
+            "SELECT f.cid, b.data FROM facts f LEFT JOIN blocks b ON b.cid = f.cid "
+            "WHERE f.rel = ? AND f.cid > ? ORDER BY f.cid LIMIT ?"
+        )
+        for name in rels:
+            after = b""
+            while True:
+                with self.lock:
+                    rows = self.conn.execute(sql, (name, after, PAGE)).fetchall()
+                for raw, data in rows:
+                    cid = Link._trusted(raw)
+                    if data is None:
+                        raise BlockNotFound(cid)
+                    verify(cid, data, f"sqlite {self.path}")
+                    fact = decode_fact(data)
+                    if fact.rel != name:
+                        raise InvalidBlock(
+                            f"fact {cid} is indexed under {name!r}, not {fact.rel!r}"
+                        )
+                    yield cid, fact
+                if len(rows) < PAGE:
+                    break
+                after = rows[-1][0]
+
+    def relations(self) -> list[str]:
+        """Names of the relations having at least one stored fact, sorted."""
+        # Skip-scan over the (rel, cid) primary key: O(relations · log n), not a full scan.
+        sql = """
+            WITH RECURSIVE r(rel) AS (
+                SELECT min(rel) FROM facts
+                UNION ALL
+                SELECT (SELECT min(rel) FROM facts WHERE rel > r.rel) FROM r
+                WHERE r.rel IS NOT NULL
+            )
+            SELECT rel FROM r WHERE rel IS NOT NULL
+        """
+        with self.lock:
+            return [row[0] for row in self.conn.execute(sql)]
+
+    def count_facts(self, rel: str | None = None) -> int:
+        """Number of indexed facts (of one relation, or of all)."""
+        with self.lock:
+            if rel is None:
+                return self.conn.execute("SELECT count(*) FROM facts").fetchone()[0]
+            return self.conn.execute("SELECT count(*) FROM facts WHERE rel = ?", (rel,)).fetchone()[
+                0
+            ]
+
+    # ------------------------------------------------------------ maintenance
+
+    def integrity_check(self) -> list[str]:
+        """Problems found (empty list = healthy): SQLite's own check, every block re-hashed,
+        every fact index row backed by a block of that relation."""
+        problems: list[str] = []
+        with self.lock:
+            rows = self.conn.execute("PRAGMA integrity_check").fetchall()
+        if [r[0] for r in rows] != ["ok"]:
+            problems.extend(f"sqlite: {r[0]}" for r in rows)
+            return problems
+        sql = "SELECT cid, data FROM blocks WHERE cid > ? ORDER BY cid LIMIT ?"
+        for raw, data in self._pages(sql):
+            try:
+                cid = Link(raw)
+                verify(cid, data, "integrity check")
+            except (CIDMismatch, ValueError) as exc:
+                problems.append(f"block {raw.hex()}: {exc}")
+        orphan_sql = (
+            "SELECT f.rel, f.cid FROM facts f LEFT JOIN blocks b ON b.cid = f.cid "
+            "WHERE b.cid IS NULL LIMIT 1000"
+        )
+        with self.lock:
+            orphans = self.conn.execute(orphan_sql).fetchall()
+        problems.extend(
+            f"fact index row {rel}/{Link._trusted(raw)} has no block" for rel, raw in orphans
+        )
+        return problems
+
+    def close(self) -> None:
+        with self.lock:
+            if self._depth:
+                raise StoreError("cannot close the store inside an open transaction")
+            self.conn.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteBlockStore({self.path!r})"
+
+
+def _fact_relation(data: bytes) -> str | None:
+    """The relation of a fact block, or None for any other block."""
+    try:
+        obj = libipld.decode_dag_cbor(data)
+    except Exception:  # not decodable: not a fact either
+        return None
+    if isinstance(obj, dict) and set(obj) == {"rel", "args"} and isinstance(obj["rel"], str):
+        return obj["rel"]
+    return None

@@ -1,0 +1,218 @@
+"""Start and stop a real, throwaway js-ipfs 0.66.1 daemon for tests (offline, loopback only).
+
+Importable (``IPFSDaemon``) by any test area, and a small CLI used by ``start.sh``::
+
+    python tests/ipfs/daemon.py start DIR   # prints the API multiaddr, leaves it running
+    python tests/ipfs/daemon.py stop DIR    # stops it by the PID recorded in DIR
+
+The npm packages come from ``tests/setup.d/20-ipfs.sh`` (``npm ci`` in this folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+JSIPFS = HERE / "node_modules" / ".bin" / "jsipfs"
+IPFS_CAR = HERE / "node_modules" / ".bin" / "ipfs-car"
+POLYFILL = HERE / "polyfill.cjs"
+
+
+class DaemonError(RuntimeError):
+    """The daemon could not be installed, initialised or started in time."""
+
+
+def free_port() -> int:
+    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def node_env(repo: Path | None = None) -> dict[str, str]:
+    """Environment for js-ipfs on Node 20: the Promise.withResolvers polyfill, the repo path."""
+    env = dict(os.environ)
+    env["NODE_OPTIONS"] = (env.get("NODE_OPTIONS", "") + f" --require {POLYFILL}").strip()
+    if repo is not None:
+        env["IPFS_PATH"] = str(repo)
+    return env
+
+
+class IPFSDaemon:
+    """One ``jsipfs daemon --offline`` with its own repo in ``root`` (a temp dir by default)."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, startup_timeout: float = 90):
+        self._own_root = root is None
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="ipfs-"))
+        self.repo = self.root / "repo"
+        self.log_path = self.root / "daemon.log"
+        self.pid_path = self.root / "daemon.pid"
+        self.startup_timeout = startup_timeout
+        self.api_port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def api_addr(self) -> str:
+        return f"/ip4/127.0.0.1/tcp/{self.api_port}/http"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}/api/v0"
+
+    def _run(self, *args: str, timeout: float = 60) -> None:
+        result = subprocess.run(
+            [str(JSIPFS), *args],
+            env=node_env(self.repo),
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise DaemonError(
+                f"jsipfs {' '.join(args)} failed ({result.returncode}): "
+                f"{result.stderr.decode(errors='replace')[-2000:]}"
+            )
+
+    def start(self) -> str:
+        """Initialise the repo, start the daemon, wait until its API answers; return its multiaddr."""
+        if not JSIPFS.exists():
+            raise DaemonError(f"{JSIPFS} missing: run tests/setup.d/20-ipfs.sh (npm ci)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.api_port = free_port()
+        config = {
+            "Addresses": {
+                "Swarm": [],
+                "Announce": [],
+                "API": f"/ip4/127.0.0.1/tcp/{self.api_port}",
+                "Gateway": f"/ip4/127.0.0.1/tcp/{free_port()}",
+                "RPC": f"/ip4/127.0.0.1/tcp/{free_port()}",
+                "Delegates": [],
+            },
+            "Bootstrap": [],
+            "Discovery": {"MDNS": {"Enabled": False}, "webRTCStar": {"Enabled": False}},
+        }
+        config_path = self.root / "init-config.json"
+        config_path.write_text(json.dumps(config))
+        self._run("init", "--profile", "test", "--emptyRepo", "--defaultConfig", str(config_path))
+        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
+        self.proc = subprocess.Popen(
+            [str(JSIPFS), "daemon", "--offline"],
+            env=node_env(self.repo),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: stop() ends node and any child
+        )
+        log.close()
+        self.pid_path.write_text(str(self.proc.pid))
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise DaemonError(f"jsipfs daemon exited ({self.proc.returncode}): {self.log()}")
+            if self._answers():
+                return self.api_addr
+            time.sleep(0.25)
+        self.stop()
+        raise DaemonError(f"jsipfs daemon not ready after {self.startup_timeout}s: {self.log()}")
+
+    def _answers(self) -> bool:
+        try:
+            req = urllib.request.Request(self.api_url + "/id", method="POST")
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop the daemon by PID (TERM, then KILL after 10 s) and remove a temp root."""
+        pid = self.proc.pid if self.proc is not None else _read_pid(self.pid_path)
+        if pid is not None:
+            stop_pid(pid)
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            self.proc = None
+        self.pid_path.unlink(missing_ok=True)
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> IPFSDaemon:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_pid(pid: int, grace: float = 10) -> None:
+    """TERM the process group led by ``pid``, KILL it if still alive after ``grace`` seconds."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        try:  # reap it if it is our child, so it does not linger as a zombie
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("start", "stop"):
+        print("usage: daemon.py start|stop DIR", file=sys.stderr)
+        return 2
+    command, root = argv
+    daemon = IPFSDaemon(root)
+    if command == "start":
+        addr = daemon.start()
+        daemon.proc = None  # leave it running; `stop DIR` ends it by its recorded PID
+        print(addr)
+        return 0
+    pid = _read_pid(daemon.pid_path)
+    if pid is None:
+        print(f"no daemon PID recorded in {root}", file=sys.stderr)
+        return 1
+    stop_pid(pid)
+    daemon.pid_path.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,91 @@
+"""The BlockStore contract, run against the memory, SQLite and real-IPFS stores."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from merklog.store import (
+    BlockNotFound,
+    CIDMismatch,
+    Link,
+    MemoryBlockStore,
+    encode,
+    encode_fact,
+    make_fact,
+)
+from merklog.store.link import RAW
+
+
+def fresh_blocks(n: int) -> list[tuple[Link, bytes]]:
+    """Blocks no other test (nor an earlier run against a shared daemon) has stored."""
+    token = os.urandom(8).hex()
+    return [encode_fact(make_fact("t", [token, i])) for i in range(n)]
+
+
+def test_put_get_round_trip(any_store):
+    blocks = fresh_blocks(5)
+    assert any_store.put_many(blocks) == 5
+    for cid, data in blocks:
+        assert any_store.get(cid) == data
+        assert any_store.has(cid) and cid in any_store
+    assert any_store.put_many(blocks) == 0, "second put of the same blocks adds nothing"
+    assert list(any_store.get_many([c for c, _ in blocks])) == blocks
+
+
+def test_put_block_names_block_by_its_cid(any_store):
+    data = encode({"kind": "test", "nonce": os.urandom(8)})
+    cid = any_store.put_block(data)
+    assert cid == Link.for_dag_cbor(data)
+    assert any_store.get(cid) == data
+
+
+def test_raw_codec_block(any_store):
+    data = os.urandom(32)
+    cid = Link.for_block(data, RAW)
+    assert any_store.put(cid, data) is True
+    assert any_store.get(cid) == data
+
+
+def test_missing_block(any_store):
+    cid, _ = fresh_blocks(1)[0]
+    assert not any_store.has(cid)
+    with pytest.raises(BlockNotFound, match=str(cid)):
+        any_store.get(cid)
+
+
+def test_put_refuses_block_under_wrong_cid(any_store):
+    (cid, _), (_, other) = fresh_blocks(2)
+    with pytest.raises(CIDMismatch):
+        any_store.put(cid, other)
+    assert not any_store.has(cid)
+
+
+def test_has_many_and_iter_cids(any_store):
+    blocks = fresh_blocks(4)
+    any_store.put_many(blocks[:3])
+    cids = [c for c, _ in blocks]
+    assert any_store.has_many(cids) == set(cids[:3])
+    held = set(any_store.iter_cids())
+    assert set(cids[:3]) <= held and cids[3] not in held
+
+
+def test_delete_many(any_store):
+    blocks = fresh_blocks(3)
+    any_store.put_many(blocks)
+    cids = [c for c, _ in blocks]
+    assert any_store.delete_many(cids[:2] + [fresh_blocks(1)[0][0]]) == 2
+    assert not any_store.has(cids[0]) and not any_store.has(cids[1])
+    assert any_store.get(cids[2]) == blocks[2][1]
+    assert cids[0] not in set(any_store.iter_cids())
+
+
+def test_memory_store_detects_tampering():
+    store = MemoryBlockStore()
+    (cid, data), (_, other) = fresh_blocks(2)
+    store.put(cid, data)
+    store.corrupt(cid, other)
+    with pytest.raises(CIDMismatch) as err:
+        store.get(cid)
+    assert err.value.expected == cid

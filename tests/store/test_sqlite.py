@@ -1,0 +1,184 @@
+"""SQLiteBlockStore: durability, corruption detection, fact index, nested transactions."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from merklog.store import BlockNotFound, CIDMismatch, StoreError, encode_fact, make_fact
+from merklog.store import sqlite as sqlite_module
+from merklog.store.sqlite import SQLiteBlockStore
+
+
+def edges(n: int, rel: str = "edge") -> list:
+    return [make_fact(rel, [i, i + 1, f"n{i}"]) for i in range(n)]
+
+
+def test_settings_are_durable(sqlite_store):
+    conn = sqlite_store.conn
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: fsync on commit
+
+
+def test_put_facts_and_index(sqlite_store):
+    facts = edges(5) + edges(3, "node")
+    cids = sqlite_store.put_facts(facts)
+    assert cids == [encode_fact(f)[0] for f in facts]
+    assert sqlite_store.relations() == ["edge", "node"]
+    assert sqlite_store.count_facts() == 8
+    assert sqlite_store.count_facts("edge") == 5
+    assert sqlite_store.count_facts("missing") == 0
+    assert set(sqlite_store.fact_cids("node")) == set(cids[5:])
+    assert dict(sqlite_store.facts("edge")) == dict(zip(cids[:5], facts[:5], strict=True))
+    assert dict(sqlite_store.facts()) == dict(zip(cids, facts, strict=True))
+    # idempotent: storing the same facts again adds neither blocks nor index rows
+    assert sqlite_store.put_facts(facts) == cids
+    assert sqlite_store.count_facts() == 8 and len(sqlite_store) == 8
+
+
+def test_iterators_page_through_large_sets(sqlite_store, monkeypatch):
+    monkeypatch.setattr(sqlite_module, "PAGE", 7)
+    facts = edges(50)
+    cids = sqlite_store.put_facts(facts)
+    assert sorted(sqlite_store.fact_cids("edge")) == sorted(cids)
+    assert len(list(sqlite_store.facts())) == 50
+    assert set(sqlite_store.iter_cids()) == set(cids)
+    assert sqlite_store.integrity_check() == []
+
+
+def test_delete_removes_index_rows(sqlite_store):
+    cids = sqlite_store.put_facts(edges(3))
+    assert sqlite_store.delete_many(cids[:1]) == 1
+    assert sqlite_store.count_facts("edge") == 2
+    assert cids[0] not in set(sqlite_store.fact_cids("edge"))
+    assert sqlite_store.integrity_check() == []
+
+
+def test_corrupt_row_is_detected_and_never_returned(sqlite_store):
+    cids = sqlite_store.put_facts(edges(3))
+    _, other = encode_fact(make_fact("edge", [99, 100, "evil"]))
+    sqlite_store.conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (other, cids[1].raw))
+    with pytest.raises(CIDMismatch) as err:
+        sqlite_store.get(cids[1])
+    assert err.value.expected == cids[1]
+    assert sqlite_store.get(cids[0])  # the others are intact
+    with pytest.raises(CIDMismatch):
+        list(sqlite_store.facts("edge"))
+    problems = sqlite_store.integrity_check()
+    assert len(problems) == 1 and "CID mismatch" in problems[0]
+
+
+def test_integrity_check_reports_index_row_without_block(sqlite_store):
+    cids = sqlite_store.put_facts(edges(2))
+    sqlite_store.conn.execute("DELETE FROM blocks WHERE cid = ?", (cids[0].raw,))
+    problems = sqlite_store.integrity_check()
+    assert problems == [f"fact index row edge/{cids[0]} has no block"]
+    with pytest.raises(BlockNotFound):
+        list(sqlite_store.facts("edge"))
+
+
+def test_nested_transactions_commit_at_outermost(sqlite_store):
+    conn = sqlite_store.conn
+    conn.execute("CREATE TABLE IF NOT EXISTS other_layer (k TEXT PRIMARY KEY)")
+    with sqlite_store.transaction():
+        sqlite_store.put_facts(edges(2))
+        conn.execute("INSERT INTO other_layer VALUES ('a')")
+        with pytest.raises(RuntimeError):
+            with sqlite_store.transaction():
+                sqlite_store.put_facts(edges(1, "inner"))
+                raise RuntimeError("inner fails")
+        assert sqlite_store.count_facts("inner") == 0, "inner level rolled back alone"
+        # not committed yet: a second connection does not see the outer writes
+        other = sqlite3.connect(sqlite_store.path)
+        assert other.execute("SELECT count(*) FROM facts").fetchone()[0] == 0
+        other.close()
+    assert sqlite_store.count_facts() == 2
+    assert conn.execute("SELECT count(*) FROM other_layer").fetchone()[0] == 1
+
+
+def test_failed_outer_transaction_rolls_back_blocks_and_other_tables(sqlite_store):
+    conn = sqlite_store.conn
+    conn.execute("CREATE TABLE IF NOT EXISTS other_layer (k TEXT PRIMARY KEY)")
+    with pytest.raises(RuntimeError):
+        with sqlite_store.transaction():
+            cids = sqlite_store.put_facts(edges(3))
+            sqlite_store.put_many([encode_fact(make_fact("x", [1]))])
+            conn.execute("INSERT INTO other_layer VALUES ('a')")
+            raise RuntimeError("crash before commit")
+    assert len(sqlite_store) == 0 and sqlite_store.count_facts() == 0
+    assert not sqlite_store.has(cids[0])
+    assert conn.execute("SELECT count(*) FROM other_layer").fetchone()[0] == 0
+    assert not sqlite_store.in_transaction
+
+
+def test_concurrent_writers_share_the_connection(sqlite_store):
+    def write(t: int) -> None:
+        for b in range(5):
+            sqlite_store.put_facts([make_fact("w", [t, b, i]) for i in range(20)])
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sqlite_store.count_facts("w") == 4 * 5 * 20
+    assert sqlite_store.integrity_check() == []
+
+
+def test_refuses_newer_schema(tmp_path):
+    path = tmp_path / "s.sqlite"
+    SQLiteBlockStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE store_meta SET value = '99' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        SQLiteBlockStore(path)
+
+
+WRITER = """
+import os, signal, sys
+from merklog.store import make_fact
+from merklog.store.sqlite import SQLiteBlockStore
+store = SQLiteBlockStore(sys.argv[1])
+with store.transaction():
+    store.put_facts([make_fact("edge", [i, i + 1]) for i in range(1000)])
+    store.conn.execute("CREATE TABLE IF NOT EXISTS marks (k TEXT)")
+    store.conn.execute("INSERT INTO marks VALUES ('committed')")
+with store.transaction():  # never committed: the process dies inside it
+    store.put_facts([make_fact("lost", [1])])
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+READER = """
+import sys
+from merklog.store.sqlite import SQLiteBlockStore
+store = SQLiteBlockStore(sys.argv[1])
+facts = dict(store.facts())
+assert store.integrity_check() == [], store.integrity_check()
+print(store.relations(), len(facts), sorted(f.args for f in facts.values())[-1])
+"""
+
+
+def test_survives_process_restart_and_kill(tmp_path):
+    path = str(tmp_path / "restart.sqlite")
+    writer = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(WRITER), path], capture_output=True, timeout=60
+    )
+    assert writer.returncode == -9, writer.stderr.decode()
+    reader = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(READER), path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert reader.returncode == 0, reader.stderr
+    assert reader.stdout.strip() == "['edge'] 1000 (999, 1000)"
+    with SQLiteBlockStore(path) as store:
+        assert store.conn.execute("SELECT k FROM marks").fetchall() == [("committed",)]
+        assert store.count_facts("lost") == 0
