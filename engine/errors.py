@@ -1,0 +1,145 @@
+"""Errors raised for bad programs: one class per kind of mistake, each with a position.
+
+Every error carries the 1-based ``line`` and ``col`` of the offending construct
+and a one-line ``hint`` saying how to fix it; ``str(err)`` is
+``"{line}:{col}: {message}\\n  hint: {hint}"`` so CLIs can print it unchanged.
+``code`` is a stable snake_case identifier (used by tools and the conformance
+adapter); the class itself is what callers should catch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .ast import NOPOS, Pos
+
+
+class EngineError(Exception):
+    """Base class of every static error in a merklog program (syntax or checks)."""
+
+    code = "engine_error"
+    default_hint = "see docs/language.md"
+
+    def __init__(
+        self,
+        message: str,
+        line: int = 0,
+        col: int = 0,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.line = line
+        self.col = col
+        self.hint = hint if hint is not None else self.default_hint
+        super().__init__(self._format())
+
+    @classmethod
+    def at(cls, pos: Pos | None, message: str, hint: str | None = None, **extra: object):
+        """Build the error at an AST position (``NOPOS`` when unknown)."""
+        pos = pos or NOPOS
+        err = cls(message, pos.line, pos.col, hint)
+        for key, value in extra.items():
+            setattr(err, key, value)
+        return err
+
+    @property
+    def pos(self) -> Pos:
+        return Pos(self.line, self.col)
+
+    def _format(self) -> str:
+        return f"{self.line}:{self.col}: {self.message}\n  hint: {self.hint}"
+
+    def __str__(self) -> str:
+        return self._format()
+
+
+class ParseError(EngineError):
+    """The text is not a well-formed program, query, fact list or value."""
+
+    code = "parse_error"
+    default_hint = "check the syntax near this position (docs/language.md)"
+
+
+class RangeRestrictionError(EngineError):
+    """A head, comparison or negated variable is not bound by a positive body predicate."""
+
+    code = "unbound_variable"
+    default_hint = "bind the variable with a positive atom, a CID selection, an aggregate or `==`"
+
+
+class UnsafeNegationError(EngineError):
+    """A variable of a negated atom is not bound by the rest of the body."""
+
+    code = "unsafe_negation"
+    default_hint = "bind the variable in a positive atom first, or replace it by `_`"
+
+
+class AggregateScopeError(EngineError):
+    """An aggregate's parameter is bound outside it, repeated, or its local variables leak."""
+
+    code = "aggregate_scope"
+    default_hint = "aggregate over a fresh variable that appears once in the aggregated atom"
+
+
+class ArityError(EngineError):
+    """One relation is used with different numbers of arguments."""
+
+    code = "arity_mismatch"
+    default_hint = "use the relation with the same number of arguments everywhere"
+
+
+class UnknownRelationError(EngineError):
+    """A query names a relation that no fact, rule or declaration defines."""
+
+    code = "unknown_relation"
+    default_hint = "check the relation's spelling; relations come from facts, rules or .decl"
+
+
+class UnstratifiableError(EngineError):
+    """Negation or aggregation through recursion; ``cycle`` lists the relations."""
+
+    code = "cyclic_negation"
+    default_hint = "break the cycle: negation and aggregation may not depend on themselves"
+
+    cycle: Sequence[str] = ()
+
+
+class NextRuleFinitenessError(EngineError):
+    """An ``@next`` rule could change the database forever for a static EDB (seed 000 §1.3.1)."""
+
+    code = "next_rule_finiteness"
+    default_hint = (
+        "repeat the head atom in the body with the same arguments, "
+        "or add a positive atom over a non-@next relation"
+    )
+
+
+class AsyncHeadError(EngineError):
+    """An ``@async`` head does not name its destination peer correctly."""
+
+    code = "async_head"
+    default_hint = "write p(@Peer, ...)@async with Peer bound in the body"
+
+
+class UnsupportedError(EngineError):
+    """A construct of another dialect merklog does not implement; ``construct`` names it."""
+
+    code = "unsupported"
+    default_hint = "rewrite the program without this construct (docs/language.md lists them)"
+
+    construct: str = ""
+
+
+__all__ = [
+    "AggregateScopeError",
+    "ArityError",
+    "AsyncHeadError",
+    "EngineError",
+    "NextRuleFinitenessError",
+    "ParseError",
+    "RangeRestrictionError",
+    "UnknownRelationError",
+    "UnstratifiableError",
+    "UnsafeNegationError",
+    "UnsupportedError",
+]

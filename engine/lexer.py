@@ -1,0 +1,207 @@
+"""Tokeniser shared by the merklog (Dialog) parser, the Soufflé frontend and the
+conformance adapter.
+
+One compiled regular expression scans the text; positions are kept as offsets
+and turned into 1-based ``line:col`` only when a token is reported (``Source``),
+so lexing 100k inline facts stays cheap.
+
+Token kinds: ``INT FLOAT STRING BYTES CID`` (values already decoded), ``NAME``
+(identifier starting with a lowercase letter), ``VAR`` (uppercase initial or
+``_x``), ``WILD`` (``_``), ``DIRECTIVE`` (``.decl`` …), ``OP`` (punctuation,
+value = its text, with ``:−`` (U+2212) normalised to ``:-``) and ``EOF``.
+
+Comments: ``// …`` and ``/* … */`` everywhere; ``% …`` too, except that a ``%``
+directly after a term (a number, variable, string or ``)``) is the modulo
+operator -- so write ``X % 2`` freely and start ``%`` comments after ``.`` or
+``,`` or on their own line.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from merklog.store import Link
+
+from .errors import ParseError
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+_TOKEN = re.compile(
+    r"""
+    (?:[ \t\r\n\f\ufeff]+|//[^\n]*|/\*(?:[^*]|\*(?!/))*\*/)*
+    (?:
+    (?P<op>\.\.\.|:-|:\u2212|:=|==|!=|<=|>=|[-+*%<>=!(),:;@{}\[\]$|&^~]|/(?![/*])|\.(?![a-z]))
+  | (?P<end>\Z)
+  | (?P<unterminated>/\*)
+  | (?P<bytes>x"[^"\n]*")
+  | (?P<cid>cid"[^"\n]*")
+  | (?P<float>\d+\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
+  | (?P<int>0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)
+  | (?P<string>"(?:[^"\\\n]|\\.)*")
+  | (?P<badstring>")
+  | (?P<directive>(?<![^\s])\.[a-z][a-z_]*)
+  | (?P<name>[a-z][A-Za-z0-9_]*)
+  | (?P<var>[A-Z][A-Za-z0-9_]*|_[A-Za-z0-9_]+)
+  | (?P<wild>_)
+  | (?P<dot>\.)
+    )
+    """,
+    re.VERBOSE,
+)
+
+_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "0": "\0",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+}
+_ESCAPE_RE = re.compile(r"\\(u\{[0-9a-fA-F]{1,6}\}|u[0-9a-fA-F]{4}|.)")
+
+# Kinds after which a ``%`` is the modulo operator, not a comment.
+_TERM_END = frozenset({"INT", "FLOAT", "STRING", "VAR", "WILD", "BYTES", "CID"})
+
+
+@dataclass(slots=True)
+class Token:
+    kind: str
+    value: object
+    offset: int
+
+
+class Source:
+    """The program text plus a line index, to turn offsets into ``(line, col)``."""
+
+    __slots__ = ("text", "_starts")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def linecol(self, offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self._starts, offset)
+        return line, offset - self._starts[line - 1] + 1
+
+    def error(self, offset: int, message: str, hint: str | None = None) -> ParseError:
+        line, col = self.linecol(offset)
+        return ParseError(message, line, col, hint)
+
+
+def _decode_string(src: Source, raw: str, offset: int) -> str:
+    body = raw[1:-1]
+    if "\\" not in body:
+        return body
+
+    def repl(m: re.Match[str]) -> str:
+        esc = m.group(1)
+        if esc.startswith("u"):
+            code = int(esc[2:-1] if esc.startswith("u{") else esc[1:], 16)
+            if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+                raise src.error(offset + 1 + m.start(), f"invalid unicode escape \\{esc}")
+            return chr(code)
+        if esc in _ESCAPES:
+            return _ESCAPES[esc]
+        raise src.error(
+            offset + 1 + m.start(),
+            f"unknown escape \\{esc} in string",
+            'use \\n \\t \\r \\0 \\\\ \\" or \\u{hex}',
+        )
+
+    return _ESCAPE_RE.sub(repl, body)
+
+
+def tokenize(text: str, src: Source | None = None) -> list[Token]:
+    """Split ``text`` into tokens (ending with an ``EOF`` token); raises ParseError."""
+    src = src or Source(text)
+    out: list[Token] = []
+    append = out.append
+    match = _TOKEN.match
+    pos = 0
+    n = len(text)
+    last = ""
+    while pos < n:
+        m = match(text, pos)
+        if m is None:
+            while text[pos] in " \t\r\n\f":
+                pos += 1
+            raise src.error(pos, f"unexpected character {text[pos]!r}")
+        kind = m.lastgroup
+        pos = m.end()
+        if kind == "op" or kind == "dot":
+            value = m.group(kind)
+            start = m.start(kind)
+            if value == "%" and last not in _TERM_END and last != ")":
+                nl = text.find("\n", start)
+                pos = n if nl < 0 else nl
+                continue
+            if value == ":\u2212":
+                value = ":-"
+            append(Token("OP", value, start))
+            last = value
+            continue
+        if kind == "end":
+            break
+        value = m.group(kind)
+        start = m.start(kind)
+        if kind == "name":
+            append(Token("NAME", value, start))
+            last = "NAME"
+            continue
+        if kind == "var":
+            append(Token("VAR", value, start))
+            last = "VAR"
+            continue
+        if kind == "int":
+            if value[:2] in ("0x", "0X"):
+                number = int(value[2:], 16)
+            elif value[:2] in ("0b", "0B"):
+                number = int(value[2:], 2)
+            else:
+                number = int(value)
+            # Range is checked by the parser, after a possible unary minus.
+            append(Token("INT", number, start))
+            last = "INT"
+            continue
+        if kind == "string":
+            append(Token("STRING", _decode_string(src, value, start), start))
+            last = "STRING"
+            continue
+        if kind == "float":
+            number = float(value)
+            if number == float("inf"):
+                raise src.error(start, f"float literal {value} is out of range")
+            append(Token("FLOAT", number, start))
+        elif kind == "wild":
+            append(Token("WILD", "_", start))
+        elif kind == "bytes":
+            try:
+                data = bytes.fromhex(value[2:-1])
+            except ValueError:
+                raise src.error(
+                    start,
+                    f"invalid bytes literal {value}",
+                    'write an even number of hex digits: x"00ff"',
+                ) from None
+            append(Token("BYTES", data, start))
+        elif kind == "cid":
+            try:
+                link = Link.parse(value[4:-1])
+            except Exception as exc:  # noqa: BLE001 - any decoding failure is a bad literal
+                raise src.error(
+                    start, f"invalid CID literal {value}: {exc}", 'write cid"bafy…" (CIDv1, base32)'
+                ) from None
+            append(Token("CID", link, start))
+        elif kind == "directive":
+            append(Token("DIRECTIVE", value, start))
+        elif kind == "badstring":
+            raise src.error(start, "unterminated string literal", 'close the string with "')
+        elif kind == "unterminated":
+            raise src.error(start, "unterminated /* comment", "close the comment with */")
+        last = kind.upper()
+    append(Token("EOF", None, n))
+    return out

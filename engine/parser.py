@@ -1,0 +1,558 @@
+"""Recursive-descent parser for merklog's Dialog syntax (seed 000, DESIGN §4).
+
+Produces the normal form of :mod:`merklog.engine.ast`: one head per rule, each
+``_`` a fresh anonymous variable, ground bodiless clauses as ``Program.facts``.
+Every syntax error is a :class:`~merklog.engine.errors.ParseError` at ``line:col``.
+
+The :class:`Parser` works on tokens from :mod:`merklog.engine.lexer`; other
+frontends reuse it by retyping tokens (the conformance adapter turns lowercase
+identifiers into variables) or by subclassing (the Soufflé frontend), so the
+core grammar itself stays strict.
+"""
+
+from __future__ import annotations
+
+from merklog.store import Fact, Value
+
+from .ast import (
+    Aggregate,
+    Atom,
+    BinOp,
+    BodyLiteral,
+    Comparison,
+    Const,
+    Neg,
+    Negated,
+    Pos,
+    Positive,
+    Program,
+    Rule,
+    Term,
+    Var,
+)
+from .errors import ParseError
+from .lexer import INT64_MAX, INT64_MIN, Source, Token, tokenize
+
+_LITERAL_KINDS = frozenset({"INT", "FLOAT", "STRING", "BYTES", "CID"})
+_CMP_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+_AGG_FUNCS = frozenset({"count", "sum", "min", "max"})
+_CLAUSE_END = frozenset({",", ".", ":-", "@"})
+
+
+class Parser:
+    """Parse a token stream in the merklog dialect; subclasses adapt other dialects."""
+
+    dialect = "merklog"
+    int_min = INT64_MIN
+    int_max = INT64_MAX
+    eq_op = "=="
+
+    def __init__(self, text: str, tokens: list[Token] | None = None) -> None:
+        self.src = Source(text)
+        self.toks = tokens if tokens is not None else tokenize(text, self.src)
+        self.i = 0
+        self._anon = 0
+
+    # ------------------------------------------------------------ token helpers
+
+    def pos(self, tok: Token) -> Pos:
+        line, col = self.src.linecol(tok.offset)
+        return Pos(line, col)
+
+    def error(self, tok: Token, message: str, hint: str | None = None) -> ParseError:
+        return self.src.error(tok.offset, message, hint)
+
+    def peek(self, k: int = 0) -> Token:
+        return self.toks[self.i + k]
+
+    def is_op(self, value: str, k: int = 0) -> bool:
+        tok = self.toks[self.i + k]
+        return tok.kind == "OP" and tok.value == value
+
+    def accept(self, value: str) -> Token | None:
+        tok = self.toks[self.i]
+        if tok.kind == "OP" and tok.value == value:
+            self.i += 1
+            return tok
+        return None
+
+    def expect(self, value: str, what: str | None = None) -> Token:
+        tok = self.toks[self.i]
+        if tok.kind == "OP" and tok.value == value:
+            self.i += 1
+            return tok
+        raise self.error(tok, f"expected {what or repr(value)}, found {describe(tok)}")
+
+    def fresh_anon(self, tok: Token) -> Var:
+        self._anon += 1
+        return Var(f"_{self._anon}", True, self.pos(tok))
+
+    # ------------------------------------------------------------ classification hooks
+
+    def is_rel_start(self, k: int = 0) -> bool:
+        """Does the token at ``k`` start an atom (a relation name followed by ``(``)?"""
+        tok = self.toks[self.i + k]
+        if tok.kind == "REL":
+            return True
+        return tok.kind == "NAME" and self.is_op("(", k + 1)
+
+    def is_var_token(self, tok: Token) -> bool:
+        return tok.kind == "VAR"
+
+    def check_int(self, tok: Token, value: int) -> int:
+        if not self.int_min <= value <= self.int_max:
+            raise self.error(
+                tok,
+                f"integer literal {value} does not fit in {self.int_bits()} signed bits",
+                f"use a value between {self.int_min} and {self.int_max}",
+            )
+        return value
+
+    def int_bits(self) -> int:
+        return 64 if self.int_max == INT64_MAX else 32
+
+    # ------------------------------------------------------------ program
+
+    def parse_program(self) -> Program:
+        rules: list[Rule] = []
+        facts: list[Fact] = []
+        while self.peek().kind != "EOF":
+            self.statement(rules, facts)
+        return Program(rules=tuple(rules), facts=tuple(facts), dialect=self.dialect)
+
+    def statement(self, rules: list[Rule], facts: list[Fact]) -> None:
+        if self.fast_fact(facts):
+            return
+        self.clause(rules, facts)
+
+    def fast_fact(self, facts: list[Fact]) -> bool:
+        """``rel(c1, …, cn).`` with literal constants: skip building AST nodes."""
+        toks = self.toks
+        i = self.i
+        tok = toks[i]
+        if not (tok.kind == "REL" or tok.kind == "NAME"):
+            return False
+        nxt = toks[i + 1]
+        if not (nxt.kind == "OP" and nxt.value == "("):
+            return False
+        j = i + 2
+        values: list[Value] = []
+        if toks[j].kind == "OP" and toks[j].value == ")":
+            j += 1
+        else:
+            while True:
+                t = toks[j]
+                kind = t.kind
+                if kind in _LITERAL_KINDS:
+                    value = t.value
+                    j += 1
+                elif kind == "NAME" and (t.value == "true" or t.value == "false"):
+                    value = t.value == "true"
+                    j += 1
+                elif kind == "OP" and t.value == "-" and toks[j + 1].kind in ("INT", "FLOAT"):
+                    value = -toks[j + 1].value  # type: ignore[operator]
+                    t = toks[j + 1]
+                    j += 2
+                else:
+                    return False
+                if type(value) is int:
+                    self.check_int(t, value)
+                values.append(value)  # type: ignore[arg-type]
+                sep = toks[j]
+                if sep.kind != "OP":
+                    return False
+                if sep.value == ",":
+                    j += 1
+                    continue
+                if sep.value == ")":
+                    j += 1
+                    break
+                return False
+        end = toks[j]
+        if not (end.kind == "OP" and end.value == "."):
+            return False
+        facts.append(Fact(tok.value, tuple(values)))  # type: ignore[arg-type]
+        self.i = j + 1
+        return True
+
+    def clause(self, rules: list[Rule], facts: list[Fact]) -> None:
+        start = self.peek()
+        heads = [self.head()]
+        while self.accept(","):
+            heads.append(self.head())
+        body: tuple[BodyLiteral, ...] = ()
+        if self.accept(":-"):
+            body = self.body()
+        self.end_clause()
+        for atom, time, hpos in heads:
+            if not body and time == "now" and all(isinstance(a, Const) for a in atom.args):
+                facts.append(Fact(atom.rel, tuple(a.value for a in atom.args)))  # type: ignore[union-attr]
+            else:
+                rules.append(Rule(atom, body, time, hpos or self.pos(start)))
+
+    def end_clause(self) -> None:
+        tok = self.peek()
+        if tok.kind == "OP" and tok.value == ".":
+            self.i += 1
+            return
+        raise self.error(
+            tok,
+            f"expected ',' or '.', found {describe(tok)}",
+            "end every fact and rule with '.'",
+        )
+
+    # ------------------------------------------------------------ heads
+
+    def head(self) -> tuple[Atom, str, Pos]:
+        tok = self.peek()
+        if not self.is_rel_start():
+            if tok.kind == "NAME":
+                # zero-arity head written without parentheses: ``ok :- …``
+                self.i += 1
+                atom = Atom(tok.value, (), False, self.pos(tok))  # type: ignore[arg-type]
+                return atom, self.head_time(atom, False), atom.pos
+            raise self.error(
+                tok, f"expected a rule head (an atom), found {describe(tok)}", head_hint(tok)
+            )
+        atom, peer_marked = self.atom(head=True)
+        time = self.head_time(atom, peer_marked)
+        return atom, time, atom.pos
+
+    def head_time(self, atom: Atom, peer_marked: bool) -> str:
+        at = self.peek()
+        time = "now"
+        if self.accept("@"):
+            word = self.peek()
+            if word.kind == "NAME" and word.value in ("next", "async"):
+                self.i += 1
+                time = word.value  # type: ignore[assignment]
+            else:
+                raise self.error(
+                    word, f"unknown head annotation @{word.value}", "use @next or @async"
+                )
+        if time == "async" and not peer_marked:
+            raise self.error(
+                at,
+                "an @async head must mark its destination peer",
+                "write the peer as the first argument with @: p(@Peer, X)@async",
+            )
+        if peer_marked and time != "async":
+            raise self.error(
+                at, "a head with an @peer argument must be @async", "append @async to the head"
+            )
+        return time
+
+    # ------------------------------------------------------------ atoms
+
+    def atom(self, head: bool = False, allow_rest: bool = True) -> tuple[Atom, bool]:
+        """``rel(args)``; returns the atom and whether its first arg was ``@``-marked."""
+        name_tok = self.peek()
+        self.i += 1
+        self.expect("(")
+        args: list[Term] = []
+        rest = False
+        peer_marked = False
+        if not self.accept(")"):
+            while True:
+                tok = self.peek()
+                if tok.kind == "OP" and tok.value == "...":
+                    if head:
+                        raise self.error(
+                            tok, "'...' is not allowed in a rule head", "list every head argument"
+                        )
+                    if not allow_rest:
+                        raise self.error(tok, "'...' is not allowed here")
+                    self.i += 1
+                    rest = True
+                    self.expect(")", "')' after '...'")
+                    break
+                if tok.kind == "OP" and tok.value == "@":
+                    if not head or args:
+                        raise self.error(
+                            tok,
+                            "'@' may only mark the first argument of an @async head",
+                            "write p(@Peer, X)@async",
+                        )
+                    self.i += 1
+                    peer_marked = True
+                    continue
+                args.append(self.term())
+                if self.accept(","):
+                    continue
+                self.expect(")", "',' or ')' in the argument list")
+                break
+        return Atom(name_tok.value, tuple(args), rest, self.pos(name_tok)), peer_marked  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ bodies
+
+    def body(self) -> tuple[BodyLiteral, ...]:
+        lits = [self.literal()]
+        while self.accept(","):
+            lits.append(self.literal())
+        return tuple(lits)
+
+    def literal(self) -> BodyLiteral:
+        tok = self.peek()
+        if tok.kind == "OP" and tok.value == "!":
+            self.i += 1
+            return self.negation(tok)
+        if (
+            tok.kind == "NAME"
+            and tok.value == "not"
+            and (self.is_rel_start(1) or self.peek(1).kind == "NAME")
+        ):
+            self.i += 1
+            return self.negation(tok)
+        if self.is_var_token(tok) and self.is_op(":=", 1):
+            return self.assignment()
+        if self.is_rel_start():
+            atom, _ = self.atom()
+            return Positive(atom, None, atom.pos)
+        if tok.kind == "NAME" and tok.value not in ("true", "false"):
+            nxt = self.peek(1)
+            if nxt.kind == "OP" and nxt.value in (",", "."):
+                self.i += 1
+                atom = Atom(tok.value, (), False, self.pos(tok))  # type: ignore[arg-type]
+                return Positive(atom, None, atom.pos)
+        return self.comparison()
+
+    def negation(self, bang: Token) -> Negated:
+        tok = self.peek()
+        if self.is_rel_start():
+            atom, _ = self.atom()
+        elif tok.kind == "NAME":
+            self.i += 1
+            atom = Atom(tok.value, (), False, self.pos(tok))  # type: ignore[arg-type]
+        else:
+            raise self.error(tok, f"expected an atom after negation, found {describe(tok)}")
+        return Negated(atom, self.pos(bang))
+
+    def assignment(self) -> BodyLiteral:
+        var_tok = self.peek()
+        var = Var(var_tok.value, False, self.pos(var_tok))  # type: ignore[arg-type]
+        self.i += 2
+        tok = self.peek()
+        if tok.kind == "NAME" and tok.value in _AGG_FUNCS and not self.is_op("(", 1):
+            return self.aggregate(var, var_tok)
+        if self.is_rel_start():
+            atom, _ = self.atom()
+            return Positive(atom, var, self.pos(var_tok))
+        raise self.error(
+            tok,
+            f"expected an atom or an aggregate after ':=', found {describe(tok)}",
+            "':=' selects a fact's CID (C := rel(...)) or aggregates (N := count : rel(...));"
+            " to compare values write X == expr",
+        )
+
+    def aggregate(self, result: Var, at: Token) -> Aggregate:
+        func_tok = self.peek()
+        func = func_tok.value
+        self.i += 1
+        arg: Term | None = None
+        if func != "count":
+            if self.is_op(":"):
+                raise self.error(
+                    self.peek(),
+                    f"{func} needs the aggregated variable",
+                    f"write N := {func} V : rel(..., V, ...)",
+                )
+            arg = self.term()
+        self.expect(":", "':' after the aggregate")
+        body = self.aggregate_body()
+        return Aggregate(result, func, arg, body, self.pos(at))  # type: ignore[arg-type]
+
+    def aggregate_body(self) -> tuple[BodyLiteral, ...]:
+        tok = self.peek()
+        if not self.is_rel_start():
+            raise self.error(
+                tok,
+                f"expected an atom after ':', found {describe(tok)}",
+                "write N := count : rel(X, _)",
+            )
+        atom, _ = self.atom()
+        return (Positive(atom, None, atom.pos),)
+
+    def comparison(self) -> Comparison:
+        start = self.peek()
+        left = self.term()
+        op_tok = self.peek()
+        op = op_tok.value if op_tok.kind == "OP" else None
+        if op == "=" and self.eq_op == "==":
+            raise self.error(op_tok, "'=' is not an operator here", "write X == Y to compare")
+        if op == "=" and self.eq_op == "=":
+            op = "=="
+        elif op == "==" and self.eq_op == "=":
+            pass
+        elif op not in _CMP_OPS:
+            raise self.error(
+                op_tok,
+                f"expected a comparison operator after {left}, found {describe(op_tok)}",
+                "body literals are atoms, !atom, C := atom, N := count : atom, or comparisons",
+            )
+        self.i += 1
+        right = self.term()
+        return Comparison(op, left, right, self.pos(start))  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ terms
+
+    def term(self) -> Term:
+        """``+ -`` over ``* / %`` over unary minus over primaries, left-associative."""
+        toks = self.toks
+        tok = toks[self.i]
+        nxt = toks[self.i + 1]
+        # Fast path: a lone constant or variable followed by a separator.
+        if nxt.kind == "OP" and (nxt.value == "," or nxt.value == ")"):
+            if tok.kind in _LITERAL_KINDS:
+                self.i += 1
+                value = tok.value
+                if type(value) is int:
+                    self.check_int(tok, value)
+                return Const(value, self.pos(tok))  # type: ignore[arg-type]
+            if self.is_var_token(tok):
+                self.i += 1
+                return Var(tok.value, False, self.pos(tok))  # type: ignore[arg-type]
+        left = self.product()
+        while True:
+            tok = toks[self.i]
+            if tok.kind == "OP" and (tok.value == "+" or tok.value == "-"):
+                self.i += 1
+                left = BinOp(tok.value, left, self.product(), left.pos)  # type: ignore[arg-type]
+            else:
+                return left
+
+    def product(self) -> Term:
+        left = self.unary()
+        toks = self.toks
+        while True:
+            tok = toks[self.i]
+            if tok.kind == "OP" and tok.value in ("*", "/", "%"):
+                self.i += 1
+                left = BinOp(tok.value, left, self.unary(), left.pos)  # type: ignore[arg-type]
+            else:
+                return left
+
+    def unary(self) -> Term:
+        tok = self.peek()
+        if tok.kind == "OP" and tok.value == "-":
+            self.i += 1
+            nxt = self.peek()
+            if nxt.kind in ("INT", "FLOAT"):
+                self.i += 1
+                value = -nxt.value  # type: ignore[operator]
+                if type(value) is int:
+                    self.check_int(nxt, value)
+                return Const(value, self.pos(tok))
+            return Neg(self.unary(), self.pos(tok))
+        return self.primary()
+
+    def primary(self) -> Term:
+        tok = self.peek()
+        kind = tok.kind
+        if kind in _LITERAL_KINDS:
+            self.i += 1
+            value = tok.value
+            if type(value) is int:
+                self.check_int(tok, value)
+            return Const(value, self.pos(tok))  # type: ignore[arg-type]
+        if self.is_var_token(tok):
+            self.i += 1
+            return Var(tok.value, False, self.pos(tok))  # type: ignore[arg-type]
+        if kind == "WILD":
+            self.i += 1
+            return self.fresh_anon(tok)
+        if kind == "NAME" and tok.value in ("true", "false"):
+            self.i += 1
+            return Const(tok.value == "true", self.pos(tok))
+        if kind == "OP" and tok.value == "(":
+            self.i += 1
+            inner = self.term()
+            self.expect(")", "')'")
+            return inner
+        return self.bad_term(tok)
+
+    def bad_term(self, tok: Token) -> Term:
+        if tok.kind == "NAME":
+            raise self.error(
+                tok,
+                f"unexpected name {tok.value!r} where a term is expected",
+                "variables start with an uppercase letter; strings are written in double quotes",
+            )
+        raise self.error(tok, f"expected a term, found {describe(tok)}")
+
+
+def describe(tok: Token) -> str:
+    if tok.kind == "EOF":
+        return "end of input"
+    if tok.kind == "OP":
+        return repr(tok.value)
+    if tok.kind in ("NAME", "VAR", "REL", "DIRECTIVE"):
+        return f"{tok.value!r}"
+    if tok.kind == "WILD":
+        return "'_'"
+    return f"{tok.kind.lower()} literal"
+
+
+def head_hint(tok: Token) -> str:
+    if tok.kind == "VAR":
+        return "relation names start with a lowercase letter"
+    return "a clause starts with an atom such as rel(X, Y)"
+
+
+# ---------------------------------------------------------------- public entry points
+
+
+def parse_program(text: str) -> Program:
+    """Parse a whole merklog program (facts and rules)."""
+    return Parser(text).parse_program()
+
+
+def parse_query(text: str) -> Atom:
+    """Parse one atom such as ``path(1, X)`` (a trailing ``.`` is allowed)."""
+    p = Parser(text)
+    if not p.is_rel_start():
+        raise p.error(
+            p.peek(),
+            f"expected a query atom such as rel(X, 1), found {describe(p.peek())}",
+            head_hint(p.peek()),
+        )
+    atom, _ = p.atom()
+    p.accept(".")
+    if p.peek().kind != "EOF":
+        raise p.error(
+            p.peek(), f"unexpected {describe(p.peek())} after the query atom", "a query is one atom"
+        )
+    return atom
+
+
+def parse_facts(text: str) -> list[Fact]:
+    """Parse ground facts ``rel(c, …).`` (for ``merklog put``); rules and variables are errors."""
+    p = Parser(text)
+    facts: list[Fact] = []
+    while p.peek().kind != "EOF":
+        if p.fast_fact(facts):
+            continue
+        start = p.peek()
+        rules: list[Rule] = []
+        before = len(facts)
+        p.clause(rules, facts)
+        if rules:
+            raise p.error(
+                start,
+                "expected a ground fact, found a rule or a non-ground atom",
+                'facts use constants only: rel(1, "a").',
+            )
+        if len(facts) == before:
+            raise p.error(start, "expected a fact")
+    return facts
+
+
+def parse_literal_value(text: str) -> Value:
+    """Parse one constant (``42``, ``-1.5``, ``"s"``, ``true``, ``x"00"``, ``cid"…"``)."""
+    p = Parser(text)
+    tok = p.peek()
+    term = p.unary()
+    if not isinstance(term, Const):
+        raise p.error(tok, f"expected a constant, found {describe(tok)}")
+    if p.peek().kind != "EOF":
+        raise p.error(p.peek(), f"unexpected {describe(p.peek())} after the constant")
+    return term.value

@@ -1,0 +1,181 @@
+"""The merklog (Dialog) parser: every construct of seed 000 and DESIGN §4, and its errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from merklog.engine.ast import (
+    Aggregate,
+    Atom,
+    BinOp,
+    Comparison,
+    Const,
+    Neg,
+    Negated,
+    Positive,
+    Var,
+)
+from merklog.engine.errors import ParseError
+from merklog.engine.parser import parse_facts, parse_literal_value, parse_program, parse_query
+from merklog.store import Link
+
+CID = Link.for_dag_cbor(b"\xa0")
+
+
+def test_facts_of_every_value_type():
+    prog = parse_program(
+        f'v(1, -2, 1.5, -2.5e3, "a\\"b\\n\\u{{e9}}", true, false, x"00ff", cid"{CID}").'
+    )
+    assert prog.rules == ()
+    assert prog.facts == (("v", (1, -2, 1.5, -2500.0, 'a"b\né', True, False, b"\x00\xff", CID)),)
+
+
+def test_int64_bounds():
+    prog = parse_program("p(-9223372036854775808). p(9223372036854775807).")
+    assert [f.args[0] for f in prog.facts] == [-(2**63), 2**63 - 1]
+    with pytest.raises(ParseError) as err:
+        parse_program("p(1).\np(9223372036854775808).")
+    assert (err.value.line, err.value.col) == (2, 3)
+    assert "64 signed bits" in err.value.message
+
+
+def test_rules_both_arrows_and_comments():
+    prog = parse_program(
+        "% a comment\n"
+        "path(X, Y) :- edge(X, Y).  // trailing\n"
+        "/* block\n comment */ path(X, Z) :\u2212 path(X, Y), edge(Y, Z).\n"
+    )
+    assert [str(r) for r in prog.rules] == [
+        "path(X, Y) :- edge(X, Y).",
+        "path(X, Z) :- path(X, Y), edge(Y, Z).",
+    ]
+    assert prog.rules[1].pos.line == 4
+
+
+def test_several_heads_expand_to_one_rule_each():
+    prog = parse_program("a(X), b(X)@next :- c(X).")
+    assert [(r.head.rel, r.time) for r in prog.rules] == [("a", "now"), ("b", "next")]
+    assert prog.rules[0].body == prog.rules[1].body
+
+
+def test_wildcards_are_distinct_anonymous_vars():
+    (rule,) = parse_program("x(X) :- point(X, _), q(_).").rules
+    w1 = rule.body[0].atom.args[1]
+    w2 = rule.body[1].atom.args[0]
+    assert w1.anonymous and w2.anonymous and w1 != w2
+    assert str(rule) == "x(X) :- point(X, _), q(_)."
+
+
+def test_negation_both_spellings():
+    (rule,) = parse_program("p(X) :- q(X), !r(X), not s(X).").rules
+    assert isinstance(rule.body[1], Negated) and rule.body[1].atom.rel == "r"
+    assert isinstance(rule.body[2], Negated) and rule.body[2].atom.rel == "s"
+
+
+def test_aggregates_and_cid_selection_and_rest():
+    (r1, r2) = parse_program(
+        "popular(X) :- profile(X), C := count : follower(X, _), C >= 1000.\n"
+        "cc(Cat, N) :- Cat := category(...), N := sum Q : product(Cat, Q, ...).\n"
+    ).rules
+    agg = r1.body[1]
+    assert isinstance(agg, Aggregate) and agg.func == "count" and agg.arg is None
+    assert agg.result == Var("C") and agg.body[0].atom.rel == "follower"
+    sel = r2.body[0]
+    assert isinstance(sel, Positive) and sel.cid == Var("Cat") and sel.atom.rest
+    assert sel.atom.args == ()
+    s = r2.body[1]
+    assert isinstance(s, Aggregate) and s.func == "sum" and s.arg == Var("Q")
+    assert s.body[0].atom.rest and len(s.body[0].atom.args) == 2
+    for func in ("min", "max"):
+        (r,) = parse_program(f"m(M) :- M := {func} V : v(V).").rules
+        assert r.body[0].func == func
+
+
+def test_arithmetic_precedence_and_parentheses():
+    (rule,) = parse_program("p(X + 2 * Y, -X, (X - 1) % 3) :- q(X, Y), X / 2 < Y - -1.").rules
+    a0, a1, a2 = rule.head.args
+    assert a0 == BinOp("+", Var("X"), BinOp("*", Const(2), Var("Y")))
+    assert a1 == Neg(Var("X"))
+    assert a2 == BinOp("%", BinOp("-", Var("X"), Const(1)), Const(3))
+    cmp = rule.body[1]
+    assert cmp == Comparison("<", BinOp("/", Var("X"), Const(2)), BinOp("-", Var("Y"), Const(-1)))
+
+
+def test_subtraction_is_left_associative():
+    (rule,) = parse_program("r(1 - 2 - 3) :- s(X).").rules
+    assert rule.head.args[0] == BinOp("-", BinOp("-", Const(1), Const(2)), Const(3))
+
+
+def test_percent_is_modulo_after_a_term_and_comment_elsewhere():
+    (rule,) = parse_program("p(X) :- q(X), % comment here\n X % 2 == 0.").rules
+    assert rule.body[1] == Comparison("==", BinOp("%", Var("X"), Const(2)), Const(0))
+
+
+def test_all_comparison_operators():
+    ops = ["==", "!=", "<", "<=", ">", ">="]
+    (rule,) = parse_program("p(X) :- q(X), " + ", ".join(f"X {o} 1" for o in ops) + ".").rules
+    assert [lit.op for lit in rule.body[1:]] == ops
+
+
+def test_next_and_async_heads():
+    r1, r2 = parse_program(
+        "checkbox(Id, S)@next :- checkbox(Id, S), !clicks(Id).\n"
+        "ping(@P, X)@async :- peer(P), want(X).\n"
+    ).rules
+    assert r1.time == "next" and r1.inductive
+    assert r2.time == "async" and r2.head == Atom("ping", (Var("P"), Var("X")))
+    assert str(r2) == "ping(@P, X)@async :- peer(P), want(X)."
+
+
+def test_zero_arity_atoms():
+    prog = parse_program("ok() :- p(1). flag. done :- ok, !flag().")
+    assert prog.facts == (("flag", ()),)
+    assert [str(r) for r in prog.rules] == ["ok() :- p(1).", "done() :- ok(), !flag()."]
+
+
+def test_query_facts_and_value_entry_points():
+    q = parse_query("path(1, X)")
+    assert q == Atom("path", (Const(1), Var("X")))
+    assert parse_query("path(_, X).").args[0].anonymous
+    assert parse_facts('edge(1, 2).\nname(1, "a").') == [("edge", (1, 2)), ("name", (1, "a"))]
+    assert parse_literal_value("-3") == -3
+    assert parse_literal_value('x"0a"') == b"\n"
+    assert parse_literal_value(f'cid"{CID}"') == CID
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "col", "fragment"),
+    [
+        ("p(X) :- q(X)", 1, 13, "expected ',' or '.'"),
+        ("p(X) :-\n  q(X), X = 1.", 2, 11, "'=' is not an operator"),
+        ("P(X).", 1, 1, "expected a rule head"),
+        ('p("abc).', 1, 3, "unterminated string"),
+        ('p("\\q").', 1, 4, "unknown escape"),
+        ('p(x"0").', 1, 3, "invalid bytes literal"),
+        ('p(cid"bafynope").', 1, 3, "invalid CID literal"),
+        ("p(X)@foo :- q(X).", 1, 6, "unknown head annotation"),
+        ("p(X)@async :- q(X).", 1, 5, "must mark its destination peer"),
+        ("p(@X, Y) :- q(X, Y).", 1, 10, "must be @async"),
+        ("p(X, ...) :- q(X).", 1, 6, "not allowed in a rule head"),
+        ("p(X) :- Y := X + 1.", 1, 14, "expected an atom or an aggregate"),
+        ("p(X) :- q(X), S := sum : r(X).", 1, 24, "needs the aggregated variable"),
+        ("p(X) :- q(x).", 1, 11, "unexpected name 'x'"),
+        ("p(1) /* open", 1, 6, "unterminated /* comment"),
+        ("p(1) # 2.", 1, 6, "unexpected character"),
+    ],
+)
+def test_syntax_errors_have_positions(text, line, col, fragment):
+    with pytest.raises(ParseError) as err:
+        parse_program(text)
+    assert (err.value.line, err.value.col) == (line, col), str(err.value)
+    assert fragment in err.value.message
+    assert str(err.value).startswith(f"{line}:{col}: ")
+    assert "\n  hint: " in str(err.value)
+
+
+def test_parse_facts_rejects_rules_and_variables():
+    with pytest.raises(ParseError) as err:
+        parse_facts("edge(1, 2).\nedge(X, 2).")
+    assert (err.value.line, err.value.col) == (2, 1)
+    with pytest.raises(ParseError):
+        parse_facts("p(X) :- q(X).")
