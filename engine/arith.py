@@ -1,0 +1,287 @@
+"""The ONE definition of arithmetic and comparison used by every evaluator.
+
+Batch, incremental and Spark evaluation must agree tuple for tuple, so they all
+call these functions (or the specialised closures of :func:`make_arith` /
+:func:`make_compare`, which avoid per-tuple dispatch on the operator).
+
+Arithmetic ``a op b`` (``op`` in ``+ - * / %``):
+
+- int op int -> int. ``/`` and ``%`` truncate toward zero (C, WebAssembly,
+  Soufflé): ``-7 / 2 == -3``, ``-7 % 2 == -1`` (the remainder has the sign of
+  the dividend).
+- division or modulo by zero (int or float) -> :class:`NoBinding`.
+- ``int_bits=64`` (merklog dialect): a result outside int64 -> :class:`NoBinding`
+  (the rule derives nothing for that binding; values never silently wrap).
+  ``int_bits=32`` (Soufflé dialect): results wrap two's complement to int32 as
+  Soufflé's ``number`` does (``2147483647 + 1 == -2147483648``).
+- any float operand -> float (IEEE f64; ``%`` is C ``fmod``); a non-finite
+  result -> :class:`NoBinding`; ``-0.0`` is normalised to ``0.0`` like stored values.
+- ``str + str`` concatenates; ``bytes + bytes`` concatenates. Every other
+  combination (bools, CIDs, strings with numbers, …) -> :class:`NoBinding`.
+
+Comparisons ``== != < <= > >=``:
+
+- same type: natural order (numbers numerically, strings by code point, bytes
+  lexicographically, ``false < true``, CIDs by their raw bytes);
+- int vs float: numerically and exactly (``1 == 1.0``);
+- bool is NOT a number: ``true == 1`` is false;
+- any other mixed pair: ``==`` is false, ``!=`` is true, and ordering comparisons
+  are false (the constraint filters the binding out).
+
+:func:`sort_key` gives the total order used where one is needed across types
+(min/max aggregates, deterministic output): bool < number < str < bytes < CID.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from merklog.store import Link, Value
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
+
+class NoBinding(ArithmeticError):
+    """The operation has no value (division by zero, overflow, bad operand types):
+    the evaluator drops this binding, the rule derives nothing for it."""
+
+
+def _wrap32(value: int) -> int:
+    return ((value + 2**31) & 0xFFFFFFFF) - 2**31
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = a // b
+    if q < 0 and q * b != a:
+        q += 1
+    return q
+
+
+def _trunc_mod(a: int, b: int) -> int:
+    return a - b * _trunc_div(a, b)
+
+
+def _float_result(value: float) -> float:
+    if value != value or value in (math.inf, -math.inf):
+        raise NoBinding
+    return value if value != 0.0 else 0.0
+
+
+def _generic(op: str, a: Value, b: Value, int_bits: int) -> Value:
+    ta = type(a)
+    tb = type(b)
+    if ta is int and tb is int:
+        if op == "+":
+            r = a + b  # type: ignore[operator]
+        elif op == "-":
+            r = a - b  # type: ignore[operator]
+        elif op == "*":
+            r = a * b  # type: ignore[operator]
+        elif op == "/":
+            if b == 0:
+                raise NoBinding
+            r = _trunc_div(a, b)  # type: ignore[arg-type]
+        elif op == "%":
+            if b == 0:
+                raise NoBinding
+            r = _trunc_mod(a, b)  # type: ignore[arg-type]
+        else:
+            raise ValueError(f"unknown arithmetic operator {op!r}")
+        if int_bits == 32:
+            return _wrap32(r)
+        if INT64_MIN <= r <= INT64_MAX:
+            return r
+        raise NoBinding
+    if (ta is int or ta is float) and (tb is int or tb is float):
+        x = float(a)  # type: ignore[arg-type]
+        y = float(b)  # type: ignore[arg-type]
+        if op == "+":
+            return _float_result(x + y)
+        if op == "-":
+            return _float_result(x - y)
+        if op == "*":
+            return _float_result(x * y)
+        if op == "/":
+            if y == 0.0:
+                raise NoBinding
+            return _float_result(x / y)
+        if op == "%":
+            if y == 0.0:
+                raise NoBinding
+            return _float_result(math.fmod(x, y))
+        raise ValueError(f"unknown arithmetic operator {op!r}")
+    if op == "+" and ta is tb and (ta is str or ta is bytes):
+        return a + b  # type: ignore[operator]
+    if op not in ("+", "-", "*", "/", "%"):
+        raise ValueError(f"unknown arithmetic operator {op!r}")
+    raise NoBinding
+
+
+def arith(op: str, a: Value, b: Value, int_bits: int = 64) -> Value:
+    """``a op b`` under merklog's semantics (module docstring); raises NoBinding."""
+    return _generic(op, a, b, int_bits)
+
+
+def negate(a: Value, int_bits: int = 64) -> Value:
+    """Unary minus: ``0 - a`` for numbers; NoBinding otherwise (or on int64 overflow)."""
+    if type(a) is int:
+        r = -a  # type: ignore[operator]
+        if int_bits == 32:
+            return _wrap32(r)
+        if r > INT64_MAX:
+            raise NoBinding
+        return r
+    if type(a) is float:
+        return _float_result(-a)  # type: ignore[operator]
+    raise NoBinding
+
+
+def make_arith(op: str, int_bits: int = 64) -> Callable[[Value, Value], Value]:
+    """A closure computing ``a op b``, with an inlined fast path for int op int."""
+    if op not in ("+", "-", "*", "/", "%"):
+        raise ValueError(f"unknown arithmetic operator {op!r}")
+    if int_bits not in (32, 64):
+        raise ValueError("int_bits must be 32 or 64")
+    lo, hi = (INT64_MIN, INT64_MAX) if int_bits == 64 else (INT32_MIN, INT32_MAX)
+    generic = _generic
+
+    if op == "+":
+
+        def f(a: Value, b: Value) -> Value:
+            if type(a) is int and type(b) is int:
+                r = a + b
+                if lo <= r <= hi:
+                    return r
+            return generic("+", a, b, int_bits)
+
+    elif op == "-":
+
+        def f(a: Value, b: Value) -> Value:
+            if type(a) is int and type(b) is int:
+                r = a - b
+                if lo <= r <= hi:
+                    return r
+            return generic("-", a, b, int_bits)
+
+    elif op == "*":
+
+        def f(a: Value, b: Value) -> Value:
+            if type(a) is int and type(b) is int:
+                r = a * b
+                if lo <= r <= hi:
+                    return r
+            return generic("*", a, b, int_bits)
+
+    else:
+
+        def f(a: Value, b: Value) -> Value:
+            return generic(op, a, b, int_bits)
+
+    return f
+
+
+# ----------------------------------------------------------------- comparisons
+
+_NUMERIC = (int, float)
+
+
+def _comparable(a: Value, b: Value) -> bool:
+    ta = type(a)
+    tb = type(b)
+    if ta is tb:
+        return True
+    return (ta is int or ta is float) and (tb is int or tb is float)
+
+
+def compare(op: str, a: Value, b: Value) -> bool:
+    """``a op b`` under merklog's semantics (module docstring)."""
+    return make_compare(op)(a, b)
+
+
+def make_compare(op: str) -> Callable[[Value, Value], bool]:
+    """A closure for one comparison operator (fast path: same Python type)."""
+    comparable = _comparable
+    if op == "==":
+
+        def f(a: Value, b: Value) -> bool:
+            return a == b and comparable(a, b)
+
+    elif op == "!=":
+
+        def f(a: Value, b: Value) -> bool:
+            return not (a == b and comparable(a, b))
+
+    elif op == "<":
+
+        def f(a: Value, b: Value) -> bool:
+            if not comparable(a, b):
+                return False
+            if type(a) is Link:
+                return a.raw < b.raw  # type: ignore[union-attr]
+            return a < b  # type: ignore[operator]
+
+    elif op == "<=":
+
+        def f(a: Value, b: Value) -> bool:
+            if not comparable(a, b):
+                return False
+            if type(a) is Link:
+                return a.raw <= b.raw  # type: ignore[union-attr]
+            return a <= b  # type: ignore[operator]
+
+    elif op == ">":
+
+        def f(a: Value, b: Value) -> bool:
+            if not comparable(a, b):
+                return False
+            if type(a) is Link:
+                return a.raw > b.raw  # type: ignore[union-attr]
+            return a > b  # type: ignore[operator]
+
+    elif op == ">=":
+
+        def f(a: Value, b: Value) -> bool:
+            if not comparable(a, b):
+                return False
+            if type(a) is Link:
+                return a.raw >= b.raw  # type: ignore[union-attr]
+            return a >= b  # type: ignore[operator]
+
+    else:
+        raise ValueError(f"unknown comparison operator {op!r}")
+    return f
+
+
+_RANK = {bool: 0, int: 1, float: 1, str: 2, bytes: 3, Link: 4}
+
+
+def sort_key(value: Value) -> tuple[int, Value | bytes]:
+    """Total order across types: bool < number < str < bytes < CID, natural within."""
+    if type(value) is Link:
+        return (4, value.raw)  # type: ignore[union-attr]
+    return (_RANK[type(value)], value)
+
+
+def values_equal(a: Value, b: Value) -> bool:
+    """Datalog equality of two values (``true`` is not ``1``; ``1 == 1.0``)."""
+    return a == b and _comparable(a, b)
+
+
+__all__ = [
+    "INT32_MAX",
+    "INT32_MIN",
+    "INT64_MAX",
+    "INT64_MIN",
+    "NoBinding",
+    "arith",
+    "compare",
+    "make_arith",
+    "make_compare",
+    "negate",
+    "sort_key",
+    "values_equal",
+]
