@@ -30,9 +30,11 @@ def default_home() -> Path:
 class State:
     """What every command receives: the resolved home directory and output settings."""
 
-    def __init__(self, home: Path, verbose: int) -> None:
+    def __init__(self, home: Path, verbose: int, overrides: dict | None = None) -> None:
         self.home = home
         self.verbose = verbose
+        #: ``--set section.key=value`` options: the highest-precedence config layer.
+        self.overrides: dict = dict(overrides or {})
 
 
 pass_state = click.make_pass_decorator(State)
@@ -46,9 +48,16 @@ pass_state = click.make_pass_decorator(State)
     help=f"State directory (default: ${ENV_HOME}, else ~/.merklog).",
 )
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Override a config option (e.g. --set node.port=8000); repeatable.",
+)
 @click.version_option(package_name="merklog")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None, verbose: int) -> None:
+def cli(ctx: click.Context, home: Path | None, verbose: int, settings: tuple[str, ...]) -> None:
     """merklog: a CRDT replica node with content-addressed storage and Datalog."""
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(
@@ -56,7 +65,13 @@ def cli(ctx: click.Context, home: Path | None, verbose: int) -> None:
         stream=sys.stderr,
         format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
     )
-    ctx.obj = State(home.expanduser() if home else default_home(), verbose)
+    from .config import ConfigError, parse_set
+
+    try:
+        overrides = parse_set(settings)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    ctx.obj = State(home.expanduser() if home else default_home(), verbose, overrides)
 
 
 def _load_commands() -> None:
@@ -76,4 +91,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run through the package module so commands share this group's State class.
+    from merklog.node.cli import main as _package_main
+
+    _package_main()

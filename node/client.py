@@ -1,0 +1,102 @@
+"""A small synchronous client of a running node's local HTTP API (used by the CLI)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+
+class NodeAPIError(RuntimeError):
+    """The node answered with an error (message taken from its JSON body)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NodeClient:
+    """Calls ``url`` with the local bearer ``token``."""
+
+    def __init__(self, url: str, token: str = "", timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def _call(
+        self, method: str, path: str, body: Any = None, raw: bytes | None = None, sink: Any = None
+    ) -> Any:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header(
+            "Content-Type", "application/vnd.ipld.car" if raw is not None else "application/json"
+        )
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                if sink is not None:
+                    while chunk := resp.read(1 << 16):
+                        sink.write(chunk)
+                    return int(resp.headers.get("X-Block-Count", "0"))
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                payload = json.loads(exc.read())
+                message = payload.get("error", "error")
+                if payload.get("detail"):
+                    message += f": {payload['detail']}"
+            except ValueError:
+                message = str(exc)
+            raise NodeAPIError(exc.code, message) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise NodeAPIError(0, f"cannot reach node at {self.url}: {exc}") from None
+
+    def write(self, asserts: str = "", retracts: str = "") -> dict[str, Any]:
+        return self._call("POST", "/v1/facts", {"assert": asserts, "retract": retracts})
+
+    def query(self, q: str) -> dict[str, Any]:
+        return self._call("POST", "/v1/query", {"q": q})
+
+    def facts(self, rel: str | None = None) -> dict[str, Any]:
+        suffix = "?" + urllib.parse.urlencode({"rel": rel}) if rel else ""
+        return self._call("GET", "/v1/facts" + suffix)
+
+    def block(self, cid: str) -> dict[str, Any]:
+        return self._call("GET", "/v1/blocks/" + urllib.parse.quote(cid))
+
+    def status(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/status")
+
+    def load_program(self, text: str, source: str = "") -> dict[str, Any]:
+        return self._call("POST", "/v1/program", {"program": text, "source": source})
+
+    def sync(self, url: str) -> dict[str, Any]:
+        return self._call("POST", "/v1/sync", {"url": url})
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/healthz")
+
+    def grant(self, key: str) -> dict[str, Any]:
+        return self._call("POST", "/v1/writers", {"key": key})
+
+    def export_car(self, path: Any) -> int:
+        """Stream the node's CAR export into ``path``; returns the block count."""
+        from pathlib import Path
+
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as out:
+            self._call("GET", "/v1/export", sink=out)
+        tmp.replace(path)
+        with open(path, "rb") as src:
+            from merklog.store.car import read_car
+
+            _roots, blocks = read_car(src)
+            return sum(1 for _ in blocks)
+
+    def import_car(self, path: Any) -> dict[str, Any]:
+        with open(path, "rb") as src:
+            return self._call("POST", "/v1/import", raw=src.read())

@@ -1,0 +1,48 @@
+"""``merklog get CID`` and ``merklog ls [REL]``: read stored facts and blocks."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from merklog.node.cli import State, pass_state
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("get")
+    @click.argument("cid")
+    @click.option("--json", "as_json", is_flag=True, help="Print the block description as JSON.")
+    @pass_state
+    def get(state: State, cid: str, as_json: bool) -> None:
+        """Print the fact (or block kind) stored under CID."""
+        from merklog.node.cliutil import guard, target
+        from merklog.store import BlockNotFound, Link, StoreError
+
+        try:
+            Link.parse(cid)
+        except (ValueError, StoreError) as exc:
+            raise click.ClickException(f"not a CID: {cid!r} ({exc})") from None
+        with target(state) as t:
+            try:
+                info = guard(lambda: t.block(cid))
+            except BlockNotFound:
+                raise click.ClickException(f"no block {cid} in this store") from None
+        if as_json:
+            click.echo(json.dumps(info))
+        else:
+            click.echo(
+                info.get("fact") or f"<{info.get('kind', 'block')} block, {info['size']} bytes>"
+            )
+
+    @cli.command("ls")
+    @click.argument("rel", required=False)
+    @pass_state
+    def ls(state: State, rel: str | None) -> None:
+        """List visible facts (of relation REL) as "CID<TAB>fact"."""
+        from merklog.node.cliutil import guard, target
+
+        with target(state) as t:
+            facts = guard(lambda: t.facts(rel))
+        for item in sorted(facts, key=lambda i: i["fact"]):
+            click.echo(f"{item['cid']}\t{item['fact']}")

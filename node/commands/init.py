@@ -1,0 +1,41 @@
+"""``merklog init``: create keys, the config file with its defaults, and the SQLite store."""
+
+from __future__ import annotations
+
+import click
+
+from merklog.node.cli import State, pass_state
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("init")
+    @click.option("--port", type=int, default=None, help="HTTP port written to the config.")
+    @click.option("--host", default=None, help="Bind address written to the config.")
+    @pass_state
+    def init(state: State, port: int | None, host: str | None) -> None:
+        """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset."""
+        from merklog.node.config import ConfigError
+        from merklog.node.node import IDENTITY_FILE, init_home
+        from merklog.node.runtime import HomeBusy, HomeLock
+
+        overrides = dict(state.overrides)
+        if port is not None:
+            overrides["node.port"] = port
+        if host is not None:
+            overrides["node.host"] = host
+        try:
+            lock = HomeLock.acquire(state.home)
+        except HomeBusy as exc:
+            raise click.ClickException(str(exc)) from None
+        try:
+            cfg, created = init_home(state.home, overrides)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+        finally:
+            lock.release()
+        verb = "initialised" if created else "already initialised"
+        click.echo(f"{verb} {state.home}")
+        click.echo(f"  config   {state.home / 'config.toml'}")
+        click.echo(f"  key      {state.home / IDENTITY_FILE}")
+        click.echo(f"  store    {cfg.path('store.path')}")
+        click.echo(f"  dataset  {cfg.get('dataset.id')}")

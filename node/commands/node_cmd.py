@@ -1,0 +1,91 @@
+"""``merklog node run``: the peer in the foreground (HTTP server + epoch loop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from merklog.node.cli import State, pass_state
+
+
+def register(cli: click.Group) -> None:
+    @cli.group("node")
+    def node() -> None:
+        """Run the peer."""
+
+    @node.command("run")
+    @click.option("--host", default=None, help="Bind address [node.host, 127.0.0.1].")
+    @click.option("--port", type=int, default=None, help="TCP port, 0 = any [node.port, 7420].")
+    @click.option("--epoch-interval", type=float, default=None, help="Seconds between idle epochs.")
+    @click.option(
+        "--program",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Datalog program evaluated every epoch [node.program].",
+    )
+    @click.option(
+        "--static-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Folder whose index.html is served at / [node.static_dir].",
+    )
+    @click.option("--tick", is_flag=True, default=None, help="Feed a tick(N) fact every epoch.")
+    @click.option("--init", "do_init", is_flag=True, help="Initialise the home first if needed.")
+    @pass_state
+    def run(
+        state: State,
+        host: str | None,
+        port: int | None,
+        epoch_interval: float | None,
+        program: Path | None,
+        static_dir: Path | None,
+        tick: bool | None,
+        do_init: bool,
+    ) -> None:
+        """Serve this node until SIGINT/SIGTERM; /healthz answers 200 once ready."""
+        import asyncio
+
+        from merklog.node.config import ConfigError
+        from merklog.node.node import Node, init_home
+        from merklog.node.runtime import HomeBusy, HomeLock
+        from merklog.node.server import serve
+        from merklog.node.target import TargetError, input_errors, load_config
+
+        overrides = dict(state.overrides)
+        for key, value in (
+            ("node.host", host),
+            ("node.port", port),
+            ("node.epoch_interval", epoch_interval),
+            ("node.program", str(program.resolve()) if program else None),
+            ("node.static_dir", str(static_dir.resolve()) if static_dir else None),
+            ("node.tick", tick),
+        ):
+            if value is not None:
+                overrides[key] = value
+        try:
+            lock = HomeLock.acquire(state.home)
+        except HomeBusy as exc:
+            raise click.ClickException(str(exc)) from None
+        try:
+            if do_init:
+                init_home(state.home)
+            cfg = load_config(state.home, overrides)
+            node = Node(cfg, lock)
+        except (ConfigError, TargetError, *input_errors()) as exc:
+            lock.release()
+            raise click.ClickException(str(exc)) from None
+
+        def announce(url: str) -> None:
+            token = cfg.get("api.token")
+            click.echo(f"merklog node {cfg.get('dataset.id')} listening on {url}", err=True)
+            if cfg.path("node.static_dir"):
+                click.echo(f"app: {url}/#token={token}", err=True)
+
+        try:
+            asyncio.run(serve(node, cfg.get("node.host"), int(cfg.get("node.port")), announce))
+        except OSError as exc:
+            raise click.ClickException(f"cannot serve: {exc}") from None
+        finally:
+            node.close()
+        click.echo("stopped", err=True)

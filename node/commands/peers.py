@@ -1,0 +1,89 @@
+"""``merklog peers add/list/remove``: the peers this node syncs with (stored in config.toml)."""
+
+from __future__ import annotations
+
+import click
+
+from merklog.node.cli import State, pass_state
+
+
+def _config(state: State):
+    from merklog.node.cliutil import fail
+    from merklog.node.target import TargetError, load_config
+
+    try:
+        return load_config(state.home, state.overrides)
+    except TargetError as exc:
+        fail(str(exc))
+
+
+def register(cli: click.Group) -> None:
+    @cli.group("peers")
+    def peers() -> None:
+        """Manage known peers."""
+
+    @peers.command("add")
+    @click.argument("name")
+    @click.argument("url")
+    @click.option(
+        "--key", default=None, help="The peer's public key (hex); asked from URL if omitted."
+    )
+    @click.option(
+        "--writer", is_flag=True, help="Also grant the peer's key write access (owner only)."
+    )
+    @pass_state
+    def add(state: State, name: str, url: str, key: str | None, writer: bool) -> None:
+        """Add (or update) peer NAME at URL (http://HOST:PORT)."""
+        from merklog.node.client import NodeAPIError, NodeClient
+        from merklog.node.cliutil import fail, guard, target
+
+        if not name.replace("-", "").replace("_", "").isalnum():
+            fail(f"peer name {name!r} must be letters, digits, - or _")
+        if not url.startswith(("http://", "https://")):
+            fail(f"peer URL must start with http:// or https://, got {url!r}")
+        cfg = _config(state)
+        if key is None:
+            try:
+                info = NodeClient(url, timeout=10).status()
+            except NodeAPIError as exc:
+                fail(f"cannot ask {url} for its key ({exc}); pass --key HEX to add it offline")
+            key = info["key"]
+            if info.get("dataset") != cfg.get("dataset.id"):
+                fail(
+                    f"peer {url} replicates dataset {info.get('dataset')}, this node "
+                    f"{cfg.get('dataset.id')}; join it with `merklog init --join {url}`"
+                )
+        try:
+            raw_key = bytes.fromhex(key)
+            if len(raw_key) != 32:
+                raise ValueError("expected 32 bytes")
+        except ValueError as exc:
+            fail(f"--key must be a 64-digit hex Ed25519 public key ({exc})")
+        if writer:
+            with target(state) as t:
+                guard(lambda: t.grant(key))
+        cfg = _config(state)
+        cfg.peers[name] = {"url": url.rstrip("/"), "key": key}
+        cfg.save()
+        click.echo(f"added peer {name} {url} key {key[:16]}…" + (" (writer)" if writer else ""))
+
+    @peers.command("list")
+    @pass_state
+    def list_(state: State) -> None:
+        """List peers as NAME URL KEY."""
+        for name, peer in sorted(_config(state).peers.items()):
+            click.echo(f"{name}\t{peer.get('url')}\t{peer.get('key', '')}")
+
+    @peers.command("remove")
+    @click.argument("name")
+    @pass_state
+    def remove(state: State, name: str) -> None:
+        """Forget peer NAME."""
+        from merklog.node.cliutil import fail
+
+        cfg = _config(state)
+        if name not in cfg.peers:
+            fail(f"unknown peer {name!r} (known: {', '.join(sorted(cfg.peers)) or 'none'})")
+        del cfg.peers[name]
+        cfg.save()
+        click.echo(f"removed peer {name}")

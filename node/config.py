@@ -1,0 +1,177 @@
+"""The node's configuration: one TOML file, documented defaults, env and flag overrides.
+
+Precedence, lowest first: built-in defaults (``DEFAULTS``) < ``HOME/config.toml`` <
+environment variables ``MERKLOG_<SECTION>_<KEY>`` (e.g. ``MERKLOG_NODE_PORT=8000``) <
+command-line flags (specific flags such as ``--port``, or the generic
+``--set section.key=value``). Values from the environment and ``--set`` are parsed
+as TOML literals when they look like one (numbers, booleans), else taken as strings.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import secrets
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+CONFIG_FILE = "config.toml"
+
+#: Every option with its default and meaning. ``merklog init`` writes these to config.toml.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "node": {
+        "host": "127.0.0.1",  # address the HTTP server binds
+        "port": 7420,  # TCP port of the HTTP server (0 = pick a free one)
+        "epoch_interval": 1.0,  # seconds between epochs when nothing is written
+        "tick": False,  # feed a tick(N) clock fact every epoch
+        "program": "",  # Datalog program file evaluated every epoch ("" = none)
+        "max_body": 16 * 1024 * 1024,  # largest accepted request body, bytes
+        "static_dir": "",  # folder served at / (an app page), "" = none
+    },
+    "store": {
+        "backend": "sqlite",  # sqlite (default) or memory
+        "path": "store.sqlite",  # SQLite file, relative to the home directory
+    },
+    "api": {
+        "token": "",  # bearer token for local write endpoints (init generates one)
+    },
+    "sync": {
+        "timeout": 30.0,  # seconds per sync request
+        "interval": 0.0,  # seconds between automatic syncs with every peer (0 = off)
+    },
+    "dataset": {
+        "id": "",  # CID of the dataset genesis this node replicates (init creates one)
+    },
+}
+
+#: Options whose value is a path relative to the home directory.
+_PATHS = {("store", "path"), ("node", "program"), ("node", "static_dir")}
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid."""
+
+
+def _parse_literal(text: str) -> Any:
+    """``"8000"`` → 8000, ``"true"`` → True, ``"1.5"`` → 1.5; anything else stays a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> None:
+    section, _, name = key.partition(".")
+    if section == "peers":
+        cfg.setdefault("peers", {})[name] = value
+        return
+    if section not in DEFAULTS or name not in DEFAULTS[section]:
+        raise ConfigError(f"{where}: unknown option {key!r}")
+    default = DEFAULTS[section][name]
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
+        value = float(value)
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
+    elif not isinstance(value, str):
+        value = str(value)
+    cfg[section][name] = value
+
+
+class Config:
+    """Resolved configuration of one home directory."""
+
+    def __init__(self, home: Path, data: dict[str, dict[str, Any]]) -> None:
+        self.home = home
+        self.data = data
+
+    # -- loading ---------------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        home: Path,
+        overrides: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Config:
+        """Defaults < config.toml < env ``MERKLOG_SECTION_KEY`` < ``overrides`` ("section.key")."""
+        cfg = copy.deepcopy(DEFAULTS)
+        cfg["peers"] = {}
+        path = home / CONFIG_FILE
+        if path.exists():
+            try:
+                data = tomllib.loads(path.read_text())
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"{path}: {exc}") from exc
+            for section, values in data.items():
+                if not isinstance(values, dict):
+                    raise ConfigError(f"{path}: [{section}] must be a table")
+                for name, value in values.items():
+                    _set(cfg, f"{section}.{name}", value, str(path))
+        env = os.environ if env is None else env
+        for section, values in DEFAULTS.items():
+            for name in values:
+                var = f"MERKLOG_{section.upper()}_{name.upper()}"
+                if var in env:
+                    _set(cfg, f"{section}.{name}", _parse_literal(env[var]), var)
+        for key, value in (overrides or {}).items():
+            if value is not None:
+                _set(cfg, key, value, "command line")
+        return cls(home, cfg)
+
+    def get(self, key: str) -> Any:
+        section, _, name = key.partition(".")
+        return self.data[section][name]
+
+    def path(self, key: str) -> Path | None:
+        """An option holding a path, resolved against the home directory ("" → None)."""
+        value = self.get(key)
+        if not value:
+            return None
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.home / p
+
+    @property
+    def peers(self) -> dict[str, Any]:
+        return self.data.setdefault("peers", {})
+
+    # -- writing ---------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the file atomically (rename), so a crash never leaves half a config."""
+        path = self.home / CONFIG_FILE
+        tmp = path.with_suffix(".toml.tmp")
+        tmp.write_text(render(self.data))
+        os.replace(tmp, path)
+
+
+def render(data: dict[str, dict[str, Any]]) -> str:
+    """The TOML text of a config, with a comment per section."""
+    head = (
+        "# merklog node configuration. Every option can also be set with an environment\n"
+        "# variable MERKLOG_<SECTION>_<KEY> or on the command line (--set section.key=value).\n"
+    )
+    return head + tomli_w.dumps({k: v for k, v in data.items() if v or k != "peers"})
+
+
+def parse_set(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``("node.port=8000",)`` → ``{"node.port": 8000}``; ConfigError if malformed."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"--set expects section.key=value, got {pair!r}")
+        out[key.strip()] = _parse_literal(value.strip())
+    return out
+
+
+def new_token() -> str:
+    """A fresh random API token."""
+    return secrets.token_urlsafe(24)

@@ -1,0 +1,520 @@
+"""The peer node: replica + Datalog program + epoch loop, embeddable without HTTP.
+
+``Node.open(home)`` (or ``async with Node.open(home) as node``) opens a home
+directory — creating keys, config, store and dataset on first use — and takes the
+home lock (see :mod:`merklog.node.runtime`). Writes are durable when ``assert_`` /
+``retract`` return: the signed delta, its fact blocks and the visible-state update
+commit in one SQLite transaction (WAL, ``synchronous=FULL``).
+
+Each epoch drains the sources — local writes and replicated facts (the replica's
+visible-state +1/−1 changes), inbox ``@async`` tuples, ``@next`` tuples carried
+from the previous epoch, and the optional ``tick`` clock — feeds them to the
+incremental engine, and hands the output deltas to the sinks: the ``@async``
+outbox, live-query subscribers and user callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from merklog.store import Fact, Link, fact_cid, make_fact
+
+from . import wiring
+from .config import Config, new_token
+from .metrics import NodeMetrics
+from .runtime import HomeLock
+from .subscriptions import Callback, Row, Subscription
+
+log = logging.getLogger(__name__)
+
+IDENTITY_FILE = "identity.pem"
+TICK_REL = "tick"
+
+FactLike = Fact | tuple | str
+
+
+@dataclass
+class WriteResult:
+    """What a write produced: the fact CIDs (in input order) and the delta that carries them."""
+
+    asserted: list[tuple[Link, Fact]] = field(default_factory=list)
+    retracted: list[tuple[Link, Fact]] = field(default_factory=list)
+    delta: Link | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "asserted": [{"cid": str(c), "fact": str(f)} for c, f in self.asserted],
+            "retracted": [{"cid": str(c), "fact": str(f)} for c, f in self.retracted],
+            "delta": str(self.delta) if self.delta else None,
+        }
+
+
+@dataclass
+class QueryResult:
+    columns: list[str]
+    rows: list[Row]
+    epoch: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "columns": self.columns,
+            "rows": [[wiring.json_value(v) for v in r] for r in self.rows],
+            "epoch": self.epoch,
+        }
+
+
+def init_home(home: Path, overrides: dict[str, Any] | None = None) -> tuple[Config, bool]:
+    """Create keys, config and dataset in ``home`` if missing; return (config, created)."""
+    home.mkdir(parents=True, exist_ok=True)
+    created = not (home / "config.toml").exists()
+    cfg = Config.load(home, overrides)
+    identity = wiring.Identity.load_or_create(home / IDENTITY_FILE)
+    if not cfg.get("api.token"):
+        cfg.data["api"]["token"] = new_token()
+    if not cfg.get("dataset.id"):
+        store = wiring.open_store(cfg)
+        try:
+            cfg.data["dataset"]["id"] = str(wiring.create_dataset(store, identity, home.name))
+        finally:
+            store.close()
+    if created or overrides:
+        cfg.save()
+    elif not (home / "config.toml").exists():
+        cfg.save()
+    else:
+        # Persist generated values (token, dataset) without clobbering hand edits.
+        cfg.save()
+    return cfg, created
+
+
+class Node:
+    """One replica of one dataset plus the program evaluated over it."""
+
+    def __init__(self, config: Config, lock: HomeLock | None = None) -> None:
+        self.config = config
+        self.home = config.home
+        self._lock = lock
+        self.metrics = NodeMetrics()
+        self.identity = wiring.Identity.load_or_create(self.home / IDENTITY_FILE)
+        self.store = wiring.open_store(config)
+        self.dataset = Link.parse(config.get("dataset.id"))
+        self._mutex = threading.RLock()
+        self._pending: list[tuple[Fact, int]] = []
+        self.replica = wiring.open_replica(
+            self.store, self.dataset, self.identity, self._on_visible_change
+        )
+        self.epoch = 0
+        self.last_sync: dict[str, Any] | None = None
+        self._edb: dict[str, set[tuple]] = {}
+        self._idb: dict[str, set[tuple]] = {}
+        self._carry: list[Fact] = []
+        self._subs: list[Subscription] = []
+        self._sinks: list[Callable[[int, list[tuple[Fact, int]]], None]] = []
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_task: asyncio.Task | None = None
+        self.engine: Any = None
+        self.url: str | None = None
+        self._write_queue: list = []
+        self._flushing = False
+        self.program_text = ""
+        # Restart: the visible set is the EDB; the first epoch re-derives everything.
+        for fact in wiring.visible_facts(self.replica):
+            self._pending.append((fact, +1))
+        program_path = config.path("node.program")
+        if program_path is not None and program_path.exists():
+            self.load_program(program_path.read_text(), source=str(program_path))
+        self.run_epoch()
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def open(cls, home: str | Path, **overrides: Any) -> Node:
+        """Open (creating if needed) the node stored in ``home``; takes the home lock."""
+        home = Path(home).expanduser()
+        lock = HomeLock.acquire(home)
+        try:
+            cfg, _ = init_home(home) if not (home / "config.toml").exists() else (None, False)
+            cfg = Config.load(home, {k.replace("__", "."): v for k, v in overrides.items()})
+            if not cfg.get("dataset.id"):
+                cfg, _ = init_home(home)
+            return cls(cfg, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    def close(self) -> None:
+        """Stop the epoch loop (if any), close the store, release the home lock."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            self._loop_task = None
+        self.store.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> Node:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Node:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+        self.close()
+
+    def start(self) -> None:
+        """Run the epoch loop as a task of the current event loop."""
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._loop_task = self._loop.create_task(self._epoch_loop())
+
+    async def stop(self) -> None:
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    async def _epoch_loop(self) -> None:
+        interval = float(self.config.get("node.epoch_interval"))
+        assert self._wake is not None
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                self.run_epoch()
+            except Exception:
+                log.exception("epoch failed")
+
+    def wake(self) -> None:
+        """Ask for an epoch as soon as possible (thread-safe)."""
+        if self._wake is None or self._loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._wake.set()
+        else:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    # ------------------------------------------------------------------ writes
+    def _on_visible_change(self, fact: Fact, weight: int) -> None:
+        with self._mutex:
+            self._pending.append((fact, weight))
+
+    def coerce_facts(self, facts: Iterable[FactLike]) -> list[Fact]:
+        """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text."""
+        out: list[Fact] = []
+        for item in facts:
+            if isinstance(item, Fact):
+                out.append(make_fact(item.rel, item.args))
+            elif isinstance(item, str):
+                out.extend(wiring.parse_facts(item))
+            else:
+                rel, args = item
+                out.append(make_fact(rel, args))
+        return out
+
+    def write(
+        self, asserts: Iterable[FactLike] = (), retracts: Iterable[FactLike] = ()
+    ) -> WriteResult:
+        """Assert and retract in one signed delta; durable on return."""
+        try:
+            add = self.coerce_facts(asserts)
+            rem = self.coerce_facts(retracts)
+        except Exception:
+            self.metrics.rejected.inc()
+            raise
+        result = WriteResult(
+            asserted=[(fact_cid(f), f) for f in add], retracted=[(fact_cid(f), f) for f in rem]
+        )
+        if add or rem:
+            result.delta = wiring.replica_write(self.replica, add, rem)
+            if result.delta is not None:
+                self.metrics.deltas.inc()
+            self.metrics.writes.inc(len(add) + len(rem))
+            self.wake()
+        return result
+
+    async def write_async(self, asserts: list[Fact], retracts: list[Fact]) -> WriteResult:
+        """``write`` for the event loop: concurrent callers share one delta and one fsync
+        (group commit) while the commit itself runs on a worker thread."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[WriteResult] = loop.create_future()
+        self._write_queue.append((asserts, retracts, fut))
+        if not self._flushing:
+            self._flushing = True
+            loop.create_task(self._flush_writes())
+        return await fut
+
+    async def _flush_writes(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._write_queue:
+                batch: list = []
+                adds: set[Fact] = set()
+                while self._write_queue:
+                    add, rem, fut = self._write_queue[0]
+                    # A retract in the same delta would not observe an assert of it: cut here.
+                    if batch and (adds.intersection(rem) or len(batch) >= 256):
+                        break
+                    self._write_queue.pop(0)
+                    batch.append((add, rem, fut))
+                    adds.update(add)
+                all_add = [f for a, _, _ in batch for f in a]
+                all_rem = [f for _, r, _ in batch for f in r]
+                try:
+                    res = await loop.run_in_executor(None, self.write, all_add, all_rem)
+                except Exception as exc:
+                    for _, _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for add, rem, fut in batch:
+                    if not fut.done():
+                        fut.set_result(
+                            WriteResult(
+                                asserted=[(fact_cid(f), f) for f in add],
+                                retracted=[(fact_cid(f), f) for f in rem],
+                                delta=res.delta,
+                            )
+                        )
+        finally:
+            self._flushing = False
+
+    def assert_(self, *facts: FactLike) -> WriteResult:
+        """Assert facts (Fact, ``(rel, args)`` or Datalog text such as ``"edge(1, 2)."``)."""
+        return self.write(asserts=facts)
+
+    def retract(self, *facts: FactLike) -> WriteResult:
+        """Retract every visible assertion of these facts (observed-remove)."""
+        return self.write(retracts=facts)
+
+    # ------------------------------------------------------------------ program
+    def load_program(self, text: str, source: str = "<program>") -> None:
+        """Parse, check and install a program; the next epoch re-derives from the current EDB."""
+        engine = wiring.compile_program(text, source)
+        with self._mutex:
+            self.engine = engine
+            self.program_text = text
+            self._idb = {}
+            self._carry = []
+            # Feed the whole current EDB to the fresh engine.
+            self._pending = [
+                (make_fact(rel, args), +1) for rel, rows in self._edb.items() for args in rows
+            ] + [(f, w) for f, w in self._pending]
+            self._edb = {}
+        self.wake()
+
+    # ------------------------------------------------------------------ epochs
+    def run_epoch(self) -> int:
+        """Evaluate one epoch now; returns the epoch number. Safe to call from any thread."""
+        t0 = time.perf_counter()
+        with self._mutex:
+            changes, self._pending = self._pending, []
+            carry, self._carry = self._carry, []
+            self.epoch += 1
+            if self.config.get("node.tick"):
+                changes.append((make_fact(TICK_REL, (self.epoch,)), +1))
+                if self.epoch > 1:
+                    changes.append((make_fact(TICK_REL, (self.epoch - 1,)), -1))
+            changes.extend(wiring.drain_inbox(self.replica))
+            touched: set[str] = set()
+            for fact, weight in changes:
+                rows = self._edb.setdefault(fact.rel, set())
+                if weight > 0:
+                    rows.add(fact.args)
+                else:
+                    rows.discard(fact.args)
+                touched.add(fact.rel)
+            out: list[tuple[Fact, int]] = []
+            if self.engine is not None:
+                out, nxt, outbox = wiring.engine_step(self.engine, changes, carry)
+                self._carry = nxt
+                for fact, weight in out:
+                    rows = self._idb.setdefault(fact.rel, set())
+                    if weight > 0:
+                        rows.add(fact.args)
+                    else:
+                        rows.discard(fact.args)
+                    touched.add(fact.rel)
+                if outbox:
+                    wiring.send_outbox(self.replica, outbox)
+            epoch = self.epoch
+            subs = [s for s in self._subs if not s.closed and s.rels & touched]
+            sinks = list(self._sinks)
+        for sub in subs:
+            sub.deliver(set(self._evaluate(sub.query)[1]))
+        if out or changes:
+            for sink in sinks:
+                try:
+                    sink(epoch, changes + out)
+                except Exception:
+                    log.exception("user sink failed")
+        with self._mutex:
+            self._subs = [s for s in self._subs if not s.closed]
+            self.metrics.subscribers.set(len(self._subs))
+            self.metrics.facts.set(sum(len(r) for r in self._edb.values()))
+            self.metrics.derived.set(sum(len(r) for r in self._idb.values()))
+        self.metrics.epochs.inc()
+        self.metrics.epoch_seconds.observe(time.perf_counter() - t0)
+        return epoch
+
+    # ------------------------------------------------------------------ queries
+    def relation(self, rel: str) -> set[tuple]:
+        """Current tuples of ``rel`` (stored or derived)."""
+        with self._mutex:
+            return set(self._edb.get(rel, ())) | set(self._idb.get(rel, ()))
+
+    def _evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
+        with self._mutex:
+            return wiring.evaluate_query(query, self.relation)
+
+    def query(self, text: str) -> QueryResult:
+        """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
+        try:
+            q = wiring.parse_query(text)
+        except Exception:
+            self.metrics.rejected.inc()
+            raise
+        columns, rows = self._evaluate(q)
+        return QueryResult(columns, sorted(rows, key=_row_key), self.epoch)
+
+    def subscribe(self, text: str, callback: Callback) -> Subscription:
+        """Call ``callback("result", rows, [])`` now, then ``("delta", added, removed)``."""
+        q = wiring.parse_query(text)
+        sub = Subscription(q, frozenset(wiring.query_relations(q)), callback)
+        with self._mutex:
+            sub.deliver(set(self._evaluate(q)[1]), initial=True)
+            self._subs.append(sub)
+            self.metrics.subscribers.set(len(self._subs))
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._mutex:
+            sub.closed = True
+            self._subs = [s for s in self._subs if s is not sub]
+
+    def add_sink(self, sink: Callable[[int, list[tuple[Fact, int]]], None]) -> None:
+        """``sink(epoch, changes)`` after every epoch that changed something."""
+        self._sinks.append(sink)
+
+    # ------------------------------------------------------------------ sync and status
+    async def sync(self, url: str, progress: Callable[[int, int], None] | None = None) -> dict:
+        """Pull from and push to the peer at ``url``; new facts reach the next epoch."""
+        stats = await wiring.sync_with(self.replica, url, self.config, progress)
+        self.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
+        self.metrics.sync_bytes.labels("out").inc(stats.get("bytes_out", 0))
+        self.metrics.deltas.inc(stats.get("deltas_in", 0))
+        self.last_sync = {"url": url, "at": time.time(), **stats}
+        self.wake()
+        if self._loop_task is None:
+            self.run_epoch()
+        return stats
+
+    def resolve_peer(self, name_or_url: str) -> str:
+        """A configured peer's URL by name, or the URL itself."""
+        peer = self.config.peers.get(name_or_url)
+        if isinstance(peer, dict):
+            return str(peer["url"])
+        if isinstance(peer, str):
+            return peer
+        return name_or_url
+
+    def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
+        """Visible stored facts (optionally of one relation) with their CIDs."""
+        return [(c, f) for c, f in self.replica.visible() if rel is None or f.rel == rel]
+
+    def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
+        """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""
+        genesis = self.dataset
+
+        def blocks() -> Iterable[tuple[Link, bytes]]:
+            yield genesis, self.store.get(genesis)
+            yield from wiring.all_blocks(self.replica)
+
+        return self.heads(), blocks()
+
+    def export_car(self, path: str | Path) -> int:
+        """Write the replica to a CAR file (atomically); returns the number of blocks."""
+        from merklog.store.car import write_car
+
+        roots, blocks = self.export_blocks()
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        count = 0
+
+        def counted() -> Iterable[tuple[Link, bytes]]:
+            nonlocal count
+            for item in blocks:
+                count += 1
+                yield item
+
+        with open(tmp, "wb") as out:
+            write_car(out, roots, counted())
+        tmp.replace(path)
+        return count
+
+    def import_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
+        """Verify and apply blocks (all or nothing); the next epoch sees the new facts."""
+        genesis = self.dataset
+        result = wiring.apply_blocks(self.replica, ((c, d) for c, d in blocks if c != genesis))
+        self.metrics.deltas.inc(result.get("accepted", 0))
+        self.wake()
+        if self._loop_task is None:
+            self.run_epoch()
+        return result
+
+    def import_car(self, path: str | Path) -> dict[str, int]:
+        from merklog.store.car import read_car
+
+        with open(path, "rb") as src:
+            _roots, blocks = read_car(src)
+            return self.import_blocks(blocks)
+
+    def grant(self, key_hex: str) -> str | None:
+        """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""
+        cid = self.replica.grant(bytes.fromhex(key_hex))
+        self.wake()
+        return str(cid) if cid else None
+
+    def heads(self) -> list[Link]:
+        return wiring.replica_heads(self.replica)
+
+    def status(self) -> dict[str, Any]:
+        with self._mutex:
+            facts = sum(len(r) for r in self._edb.values())
+            derived = sum(len(r) for r in self._idb.values())
+        return {
+            "dataset": str(self.dataset),
+            "key": self.identity.public_key.hex(),
+            "heads": sorted(str(h) for h in self.heads()),
+            "epoch": self.epoch,
+            "facts": facts,
+            "derived": derived,
+            "program": bool(self.program_text),
+            "peers": dict(self.config.peers),
+            "last_sync": self.last_sync,
+        }
+
+
+def _row_key(row: Row) -> tuple:
+    return tuple((type(v).__name__, v if not isinstance(v, Link) else str(v)) for v in row)

@@ -1,0 +1,99 @@
+"""Who owns a home directory right now: the running node or a one-shot CLI command.
+
+A running node holds an exclusive ``flock`` on ``HOME/node.lock`` for its whole
+life and writes ``HOME/node.json`` (pid and URL). A CLI command first tries to
+take the same lock without blocking:
+
+- it gets the lock → no node is running; the command opens the store directly and
+  keeps the lock until it is done, so a node cannot start underneath it;
+- the lock is taken → a node is running; the command talks to it over HTTP with
+  the local API token, so every write goes through the one process that signs
+  deltas and feeds the epoch loop (two writers signing with the same key could
+  otherwise reuse a sequence number).
+
+The kernel drops the lock when its holder dies, even on ``kill -9``, so a stale
+``node.json`` is never mistaken for a live node.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_FILE = "node.lock"
+RUN_FILE = "node.json"
+
+
+class HomeBusy(RuntimeError):
+    """Another process holds the home directory's lock."""
+
+
+@dataclass
+class HomeLock:
+    """An exclusive lock on a home directory (released by ``release`` or process death)."""
+
+    path: Path
+    fd: int
+
+    @classmethod
+    def try_acquire(cls, home: Path) -> HomeLock | None:
+        """The lock if free, else None (never blocks)."""
+        home.mkdir(parents=True, exist_ok=True)
+        path = home / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return cls(path, fd)
+
+    @classmethod
+    def acquire(cls, home: Path) -> HomeLock:
+        """The lock, or HomeBusy naming the running node."""
+        lock = cls.try_acquire(home)
+        if lock is None:
+            info = read_runfile(home)
+            where = f" (pid {info['pid']}, {info['url']})" if info else ""
+            raise HomeBusy(f"a merklog node is already running on {home}{where}")
+        return lock
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = -1
+
+
+def write_runfile(home: Path, url: str) -> None:
+    """Record the running node's pid and URL (atomic rename)."""
+    tmp = home / (RUN_FILE + ".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "url": url}))
+    os.replace(tmp, home / RUN_FILE)
+
+
+def read_runfile(home: Path) -> dict | None:
+    try:
+        return json.loads((home / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def remove_runfile(home: Path) -> None:
+    try:
+        (home / RUN_FILE).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def running_node_url(home: Path) -> str | None:
+    """The URL of the node running on ``home``, or None if none is (lock is free)."""
+    lock = HomeLock.try_acquire(home)
+    if lock is not None:
+        lock.release()
+        return None
+    info = read_runfile(home)
+    return info["url"] if info else None

@@ -1,0 +1,168 @@
+"""What a CLI command talks to: the running node (over HTTP) or the store itself.
+
+See :mod:`merklog.node.runtime` for the rule: if a node holds the home lock, the
+command goes through its HTTP API with the local token; otherwise it opens the
+home directly (taking the lock for the command's duration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from merklog.store import Link
+
+from . import wiring
+from .client import NodeAPIError, NodeClient
+from .config import CONFIG_FILE, Config
+from .node import Node
+from .runtime import HomeLock, read_runfile
+
+
+class TargetError(RuntimeError):
+    """A command failed with a message meant for the user; nothing was changed."""
+
+
+class Target(Protocol):
+    def write(self, asserts: str, retracts: str) -> dict[str, Any]: ...
+    def query(self, q: str) -> dict[str, Any]: ...
+    def facts(self, rel: str | None) -> list[dict[str, str]]: ...
+    def block(self, cid: str) -> dict[str, Any]: ...
+    def status(self) -> dict[str, Any]: ...
+    def load_program(self, text: str, source: str) -> dict[str, Any]: ...
+    def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]: ...
+    def grant(self, key: str) -> Any: ...
+    def export_car(self, path: Path) -> int: ...
+    def import_car(self, path: Path) -> dict[str, Any]: ...
+
+
+class LocalTarget:
+    """A node opened in this process (no server)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def write(self, asserts: str, retracts: str) -> dict[str, Any]:
+        add = self.node.coerce_facts([asserts]) if asserts.strip() else []
+        rem = self.node.coerce_facts([retracts]) if retracts.strip() else []
+        return self.node.write(add, rem).to_json()
+
+    def query(self, q: str) -> dict[str, Any]:
+        return self.node.query(q).to_json()
+
+    def facts(self, rel: str | None) -> list[dict[str, str]]:
+        return [{"cid": str(c), "fact": str(f)} for c, f in self.node.list_facts(rel)]
+
+    def block(self, cid: str) -> dict[str, Any]:
+        from .server import describe_block
+
+        return describe_block(self.node, Link.parse(cid))
+
+    def status(self) -> dict[str, Any]:
+        return {**self.node.status(), "running": False}
+
+    def load_program(self, text: str, source: str) -> dict[str, Any]:
+        self.node.load_program(text, source)
+        self.node.run_epoch()
+        return self.node.status()
+
+    def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+        return asyncio.run(self.node.sync(self.node.resolve_peer(url), progress))
+
+    def grant(self, key: str) -> Any:
+        return self.node.grant(key)
+
+    def export_car(self, path: Path) -> int:
+        return self.node.export_car(path)
+
+    def import_car(self, path: Path) -> dict[str, Any]:
+        return self.node.import_car(path)
+
+
+class RemoteTarget:
+    """The node running on this home, reached through its local API."""
+
+    def __init__(self, client: NodeClient, config: Config) -> None:
+        self.client = client
+        self.config = config
+
+    def _do(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except NodeAPIError as exc:
+            raise TargetError(str(exc)) from None
+
+    def write(self, asserts: str, retracts: str) -> dict[str, Any]:
+        return self._do(self.client.write, asserts, retracts)
+
+    def query(self, q: str) -> dict[str, Any]:
+        return self._do(self.client.query, q)
+
+    def facts(self, rel: str | None) -> list[dict[str, str]]:
+        return self._do(self.client.facts, rel)["facts"]
+
+    def block(self, cid: str) -> dict[str, Any]:
+        return self._do(self.client.block, cid)
+
+    def status(self) -> dict[str, Any]:
+        return {**self._do(self.client.status), "running": True, "url": self.client.url}
+
+    def load_program(self, text: str, source: str) -> dict[str, Any]:
+        return self._do(self.client.load_program, text, source)
+
+    def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+        return self._do(self.client.sync, url)
+
+    def grant(self, key: str) -> Any:
+        return self._do(self.client.grant, key)
+
+    def export_car(self, path: Path) -> int:
+        return self._do(self.client.export_car, path)
+
+    def import_car(self, path: Path) -> dict[str, Any]:
+        return self._do(self.client.import_car, path)
+
+
+def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
+    if not (home / CONFIG_FILE).exists():
+        raise TargetError(f"{home} is not a merklog home; run `merklog --home {home} init` first")
+    return Config.load(home, overrides)
+
+
+@contextmanager
+def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator[Target]:
+    """The running node if there is one, else the home opened in-process."""
+    config = load_config(home, overrides)
+    lock = HomeLock.try_acquire(home)
+    if lock is None:
+        info = read_runfile(home)
+        if not info:
+            raise TargetError(f"{home} is in use by another process that serves no HTTP API")
+        yield RemoteTarget(NodeClient(info["url"], config.get("api.token")), config)
+        return
+    try:
+        node = Node(config, lock)
+    except BaseException:
+        lock.release()
+        raise
+    try:
+        yield LocalTarget(node)
+    finally:
+        node.close()
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "your input is wrong" (reported, exit non-zero)."""
+    from merklog.store import InvalidValue, StoreError
+
+    return (
+        wiring.NodeInputError,
+        InvalidValue,
+        StoreError,
+        TargetError,
+        ValueError,
+        *wiring.replication_errors(),
+    )

@@ -1,0 +1,156 @@
+"""Fixtures for the node tests: CLI runner on a temp home, and real node subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from merklog.node.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+
+
+class Cli:
+    """Runs ``merklog --home HOME …`` in-process and returns click's Result."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str, input: str | None = None, ok: bool = True):
+        result = self.runner.invoke(cli, ["--home", str(self.home), *args], input=input)
+        if ok and result.exit_code != 0:
+            raise AssertionError(
+                f"merklog {' '.join(args)} failed ({result.exit_code}): {result.output}"
+                f"{result.exception!r}"
+            )
+        return result
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def run(home: Path) -> Cli:
+    return Cli(home)
+
+
+class NodeProc:
+    """A ``merklog node run`` subprocess on an ephemeral port."""
+
+    def __init__(self, home: Path, *extra: str, env: dict | None = None) -> None:
+        self.home = home
+        self.extra = extra
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 30.0) -> NodeProc:
+        cmd = [
+            PYTHON,
+            "-m",
+            "merklog.node.cli",
+            "--home",
+            str(self.home),
+            "node",
+            "run",
+            "--port",
+            "0",
+            *self.extra,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=self.env
+        )
+        deadline = time.monotonic() + timeout
+        assert self.proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError(f"node exited early with {self.proc.wait()}")
+            if " listening on " in line:
+                self.url = line.split(" listening on ")[1].strip()
+                break
+        else:
+            raise RuntimeError("node did not announce its URL")
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("node never became healthy")
+
+    @property
+    def token(self) -> str:
+        import tomllib
+
+        return tomllib.loads((self.home / "config.toml").read_text())["api"]["token"]
+
+    def request(self, method: str, path: str, body: object = None, token: str | None = "auto"):
+        """(status, parsed JSON body) of one request."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if token == "auto":
+            token = self.token
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+                return resp.status, (json.loads(raw) if raw[:1] in (b"{", b"[") else raw)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+        self.proc = None
+        return code
+
+
+@pytest.fixture
+def node_factory() -> Iterator:
+    procs: list[NodeProc] = []
+
+    def make(home: Path, *extra: str, **kw) -> NodeProc:
+        p = NodeProc(home, *extra, **kw)
+        procs.append(p)
+        return p
+
+    yield make
+    for p in procs:
+        p.stop(signal.SIGKILL)
+
+
+def init_home(home: Path, *args: str) -> None:
+    result = Cli(home)("init", *args)
+    assert result.exit_code == 0
+
+
+@pytest.fixture
+def _sigchld_default() -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -1,0 +1,156 @@
+"""Every CLI command on a real home directory (SQLite store), including bad input."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from merklog.store import Link, fact_cid, make_fact
+
+
+def _ls(run) -> list[str]:
+    return run("ls").output.splitlines()
+
+
+def test_init_creates_key_config_store_and_dataset(run, home: Path) -> None:
+    out = run("init").output
+    assert "initialised" in out
+    cfg = tomllib.loads((home / "config.toml").read_text())
+    assert cfg["node"]["port"] == 7420 and cfg["store"]["backend"] == "sqlite"
+    assert len(cfg["api"]["token"]) >= 20
+    Link.parse(cfg["dataset"]["id"])
+    assert (home / "identity.pem").stat().st_mode & 0o777 == 0o600
+    assert (home / "store.sqlite").exists()
+    again = run("init").output
+    assert "already initialised" in again
+    assert tomllib.loads((home / "config.toml").read_text())["dataset"] == cfg["dataset"]
+
+
+def test_put_prints_each_cid_then_get_and_ls(run) -> None:
+    run("init")
+    out = run("put", "edge(1, 2).", "edge(2, 3)", 'name("a", x"00ff", 1.5, true).').output
+    lines = [line.split("\t") for line in out.splitlines()]
+    assert [f for _, f in lines] == ["edge(1, 2)", "edge(2, 3)", 'name("a", x"00ff", 1.5, true)']
+    assert lines[0][0] == str(fact_cid(make_fact("edge", (1, 2))))
+    assert run("get", lines[0][0]).output.strip() == "edge(1, 2)"
+    assert json.loads(run("get", "--json", lines[1][0]).output)["kind"] == "fact"
+    assert len(_ls(run)) == 3
+    assert [line.split("\t")[1] for line in run("ls", "edge").output.splitlines()] == [
+        "edge(1, 2)",
+        "edge(2, 3)",
+    ]
+
+
+def test_put_reads_a_file(run, tmp_path: Path) -> None:
+    run("init")
+    f = tmp_path / "facts.dl"
+    f.write_text("edge(5, 6).\nedge(6, 7).\n")
+    assert len(run("put", "-f", str(f)).output.splitlines()) == 2
+
+
+def test_retract_removes_from_ls(run) -> None:
+    run("init")
+    run("put", "edge(1, 2).", "edge(2, 3).")
+    out = run("retract", "edge(1, 2).").output
+    assert "edge(1, 2)" in out
+    assert [line.split("\t")[1] for line in _ls(run)] == ["edge(2, 3)"]
+
+
+def test_query_table_json_csv(run) -> None:
+    run("init")
+    run("put", "edge(1, 2).", "edge(2, 3).", "edge(1, 4).")
+    table = run("query", "edge(1, X)").output
+    assert "X" in table and "(2 rows)" in table
+    data = json.loads(run("query", "--json", "edge(1, X)").output)
+    assert data == {"columns": ["X"], "rows": [[2], [4]]}
+    csv = run("query", "--csv", "edge(X, Y)").output.splitlines()
+    assert csv == ["X,Y", "1,2", "1,4", "2,3"]
+
+
+def test_bad_datalog_is_rejected_with_position_and_nothing_changes(run, home: Path) -> None:
+    run("init")
+    run("put", "edge(1, 2).")
+    before = _ls(run)
+    size = (home / "store.sqlite").stat().st_size
+    for bad in ("edge(1, X).", "edge(1, 2", "edge(1, 99999999999999999999)."):
+        result = run("put", bad, ok=False)
+        assert result.exit_code != 0
+        assert "Error:" in result.output
+    assert "1:" in run("put", "edge(1, 2", ok=False).output
+    assert _ls(run) == before
+    assert (home / "store.sqlite").stat().st_size == size or _ls(run) == before
+    assert run("query", "edge(1,", ok=False).exit_code != 0
+
+
+def test_get_bad_and_unknown_cid(run) -> None:
+    run("init")
+    assert "not a CID" in run("get", "nope", ok=False).output
+    missing = str(fact_cid(make_fact("never", (1,))))
+    result = run("get", missing, ok=False)
+    assert result.exit_code != 0 and missing in result.output
+
+
+def test_commands_on_missing_home_say_run_init(run) -> None:
+    result = run("ls", ok=False)
+    assert result.exit_code != 0 and "merklog" in result.output and "init" in result.output
+
+
+def test_peers_add_list_remove_and_unknown(run) -> None:
+    run("init")
+    key = "ab" * 32
+    run("peers", "add", "bob", "http://127.0.0.1:9", "--key", key)
+    assert run("peers", "list").output.split() == ["bob", "http://127.0.0.1:9", key]
+    assert run("peers", "remove", "nobody", ok=False).exit_code != 0
+    assert "unknown peer" in run("peers", "remove", "nobody", ok=False).output
+    run("peers", "remove", "bob")
+    assert run("peers", "list").output == ""
+
+
+def test_peers_add_unreachable_without_key_fails_cleanly(run, home: Path) -> None:
+    run("init")
+    before = (home / "config.toml").read_text()
+    result = run("peers", "add", "bob", "http://127.0.0.1:9", ok=False)
+    assert result.exit_code != 0 and "cannot ask" in result.output
+    assert run("peers", "add", "bob", "ftp://x", "--key", "00" * 32, ok=False).exit_code != 0
+    assert run("peers", "add", "bob", "http://x", "--key", "zz", ok=False).exit_code != 0
+    assert (home / "config.toml").read_text() == before
+
+
+def test_export_import_round_trip_and_corrupt_car(run, tmp_path: Path) -> None:
+    run("init")
+    run("put", "edge(1, 2).", "edge(2, 3).")
+    car = tmp_path / "out.car"
+    out = run("export", str(car)).output
+    assert "exported 4 blocks" in out  # genesis, delta, 2 facts
+    assert "duplicates 1" in run("import", str(car)).output
+    bad = tmp_path / "bad.car"
+    data = bytearray(car.read_bytes())
+    data[-3] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    before = _ls(run)
+    result = run("import", str(bad), ok=False)
+    assert result.exit_code != 0 and "Error" in result.output
+    assert _ls(run) == before
+
+
+def test_status_shows_dataset_heads_epoch(run, home: Path) -> None:
+    run("init")
+    run("put", "edge(1, 2).")
+    out = run("status").output
+    assert "not running" in out and "dataset" in out and "heads" in out
+    info = json.loads(run("status", "--json").output)
+    assert info["facts"] == 1 and len(info["heads"]) == 1
+
+
+def test_config_precedence_env_and_set(run, home: Path, monkeypatch) -> None:
+    from merklog.node.config import Config
+
+    run("init", "--port", "8001")
+    assert Config.load(home).get("node.port") == 8001
+    monkeypatch.setenv("MERKLOG_NODE_PORT", "8002")
+    assert Config.load(home).get("node.port") == 8002
+    assert Config.load(home, {"node.port": 8003}).get("node.port") == 8003
+    result = run("--set", "node.port=x", "status", ok=False)
+    assert result.exit_code != 0 and "node.port" in result.output
+    assert run("--set", "nonsense", "status", ok=False).exit_code != 0
