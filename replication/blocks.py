@@ -1,0 +1,320 @@
+"""Block formats of DESIGN §2: dataset genesis, signed deltas and their ops.
+
+Pure functions: build, sign, decode and check the *shape* of blocks. Whether a
+delta is acceptable in a replica (parents known, author authorised) is decided
+by :mod:`merklog.replication.replica`.
+
+Decoding uses libipld (fast) and then re-encodes the parsed block: a block is
+accepted only if it is the canonical DAG-CBOR of what it parsed to, which also
+rejects byte strings smuggled where a CID link belongs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import libipld
+
+from merklog.store import Fact, InvalidBlock, InvalidValue, Link, decode_fact, encode, make_fact
+from merklog.store.codec import fact_block
+
+from .errors import CycleError, InvalidDelta, InvalidSignature, MalformedBlock, TooLarge
+from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
+
+#: Upper bound on ops in one delta (writers split bigger batches into several deltas).
+MAX_OPS = 4096
+#: Upper bound on the encoded size of one delta block.
+MAX_DELTA_BYTES = 1 << 20
+#: Upper bound on the number of delta CIDs one retract may list in ``observed``.
+MAX_OBSERVED = 1024
+
+GENESIS_KEYS = {"kind", "name", "owner", "writers", "nonce"}
+DELTA_KEYS = {"kind", "dataset", "author", "seq", "clock", "parents", "ops", "sig"}
+
+
+# ---------------------------------------------------------------- ops
+
+
+@dataclass(frozen=True)
+class Assert:
+    """Make ``fact`` visible (add-wins)."""
+
+    fact: Fact
+
+
+@dataclass(frozen=True)
+class Retract:
+    """Remove the currently observed assertions of ``fact``."""
+
+    fact: Fact
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Owner only: make ``key`` a writer."""
+
+    key: bytes
+
+
+@dataclass(frozen=True)
+class Revoke:
+    """Owner only: stop ``key`` from writing (in the causal future of this delta)."""
+
+    key: bytes
+
+
+Op = Assert | Retract | Grant | Revoke
+
+
+# ---------------------------------------------------------------- genesis
+
+
+@dataclass(frozen=True)
+class Genesis:
+    """A dataset's genesis block; the dataset id is the block's CID."""
+
+    cid: Link
+    name: str
+    owner: bytes
+    writers: tuple[bytes, ...]
+    nonce: bytes
+    data: bytes
+
+
+def make_genesis(
+    owner: bytes, name: str, writers: Sequence[bytes] = (), nonce: bytes | None = None
+) -> Genesis:
+    """Build a genesis block for a new dataset owned by ``owner``."""
+    ws = sorted(set(writers))
+    obj = {
+        "kind": "dataset",
+        "name": name,
+        "owner": owner,
+        "writers": ws,
+        "nonce": os.urandom(16) if nonce is None else nonce,
+    }
+    data = encode(obj)
+    return parse_genesis(Link.for_dag_cbor(data), data)
+
+
+def parse_genesis(cid: Link, data: bytes) -> Genesis:
+    """Decode and check a genesis block (MalformedBlock on any deviation)."""
+    if not cid.verifies(data):
+        raise MalformedBlock(f"genesis block does not hash to {cid}", code="cid_mismatch")
+    obj = _decode(data, "genesis")
+    if not isinstance(obj, dict) or set(obj) != GENESIS_KEYS or obj.get("kind") != "dataset":
+        raise MalformedBlock(
+            "a genesis block is a map {kind: 'dataset', name, owner, writers, nonce}"
+        )
+    name, owner, writers, nonce = obj["name"], obj["owner"], obj["writers"], obj["nonce"]
+    if not isinstance(name, str) or not _is_key(owner) or not isinstance(nonce, bytes):
+        raise MalformedBlock("genesis: name must be text, owner a 32-byte key, nonce bytes")
+    if not isinstance(writers, list) or not all(_is_key(w) for w in writers):
+        raise MalformedBlock("genesis: writers must be a list of 32-byte keys")
+    if writers != sorted(set(writers)):
+        raise MalformedBlock("genesis: writers must be sorted and unique")
+    if encode(obj) != bytes(data):
+        raise MalformedBlock("genesis block is not canonical DAG-CBOR")
+    return Genesis(cid, name, owner, tuple(writers), nonce, bytes(data))
+
+
+# ---------------------------------------------------------------- deltas
+
+
+@dataclass
+class Delta:
+    """A decoded, shape-checked delta. ``ops`` hold Links; facts travel as separate blocks."""
+
+    cid: Link
+    dataset: Link
+    author: bytes
+    seq: int
+    clock: int
+    parents: list[Link]
+    ops: list[dict[str, Any]]
+    sig: bytes
+    data: bytes
+    asserted: list[Link] = field(default_factory=list)
+
+    def unsigned(self) -> dict[str, Any]:
+        return {
+            "kind": "delta",
+            "dataset": self.dataset,
+            "author": self.author,
+            "seq": self.seq,
+            "clock": self.clock,
+            "parents": self.parents,
+            "ops": self.ops,
+        }
+
+
+def signing_bytes(unsigned: dict[str, Any]) -> bytes:
+    """The bytes a delta signature covers: the DAG-CBOR encoding without ``sig``."""
+    return encode(unsigned)
+
+
+def build_delta(
+    identity: Identity,
+    dataset: Link,
+    seq: int,
+    clock: int,
+    parents: Sequence[Link],
+    ops: list[dict[str, Any]],
+) -> Delta:
+    """Sign and encode a delta from wire-form ops (see :func:`op_to_wire`)."""
+    if not ops:
+        raise InvalidDelta("a delta carries at least one op")
+    if len(ops) > MAX_OPS:
+        raise InvalidDelta(f"a delta carries at most {MAX_OPS} ops, got {len(ops)}")
+    unsigned = {
+        "kind": "delta",
+        "dataset": dataset,
+        "author": identity.public_key,
+        "seq": seq,
+        "clock": clock,
+        "parents": sorted(set(parents)),
+        "ops": ops,
+    }
+    sig = identity.sign(signing_bytes(unsigned))
+    data = encode({**unsigned, "sig": sig})
+    if len(data) > MAX_DELTA_BYTES:
+        raise TooLarge(f"delta of {len(data)} bytes exceeds {MAX_DELTA_BYTES}")
+    cid = Link.for_dag_cbor(data)
+    asserted = [op["fact"] for op in ops if op["op"] == "assert"]
+    return Delta(
+        cid, dataset, identity.public_key, seq, clock, unsigned["parents"], ops, sig, data, asserted
+    )
+
+
+def _decode(data: bytes, what: str) -> Any:
+    try:
+        return libipld.decode_dag_cbor(bytes(data))
+    except Exception as exc:  # libipld raises ValueError and others on malformed input
+        raise MalformedBlock(f"{what}: malformed DAG-CBOR: {exc}") from exc
+
+
+def _is_key(value: Any) -> bool:
+    return isinstance(value, bytes) and len(value) == PUBLIC_KEY_SIZE
+
+
+def _link(value: Any, where: str) -> Link:
+    if not isinstance(value, bytes):
+        raise MalformedBlock(f"{where} must be a CID link")
+    try:
+        return Link(value)
+    except (InvalidValue, ValueError) as exc:
+        raise MalformedBlock(f"{where} is not a valid CID: {exc}") from exc
+
+
+def _links(value: Any, where: str, limit: int) -> list[Link]:
+    if not isinstance(value, list):
+        raise MalformedBlock(f"{where} must be a list of CID links")
+    if len(value) > limit:
+        raise InvalidDelta(f"{where} lists {len(value)} CIDs, more than {limit}")
+    links = [_link(v, where) for v in value]
+    if links != sorted(set(links)):
+        raise MalformedBlock(f"{where} must be sorted and free of duplicates")
+    return links
+
+
+def _parse_op(raw: Any, i: int) -> dict[str, Any]:
+    where = f"op {i}"
+    if not isinstance(raw, dict):
+        raise MalformedBlock(f"{where} must be a map")
+    kind = raw.get("op")
+    if kind == "assert" and set(raw) == {"op", "fact"}:
+        return {"op": "assert", "fact": _link(raw["fact"], f"{where} fact")}
+    if kind == "retract" and set(raw) == {"op", "fact", "observed"}:
+        return {
+            "op": "retract",
+            "fact": _link(raw["fact"], f"{where} fact"),
+            "observed": _links(raw["observed"], f"{where} observed", MAX_OBSERVED),
+        }
+    if kind in ("grant", "revoke") and set(raw) == {"op", "key"}:
+        if not _is_key(raw["key"]):
+            raise MalformedBlock(f"{where} key must be a 32-byte Ed25519 public key")
+        return {"op": kind, "key": raw["key"]}
+    raise MalformedBlock(f"{where}: unknown op or wrong fields {sorted(raw)}")
+
+
+def looks_like_delta(obj: Any) -> bool:
+    return isinstance(obj, dict) and obj.get("kind") == "delta"
+
+
+def parse_delta(cid: Link, data: bytes, obj: Any | None = None) -> Delta:
+    """Decode and check a delta's shape and signature (not its place in the DAG).
+
+    Raises MalformedBlock (not canonical / wrong shape), InvalidDelta (limits),
+    CycleError (names itself), InvalidSignature.
+    """
+    if len(data) > MAX_DELTA_BYTES:
+        raise TooLarge(f"delta block of {len(data)} bytes exceeds {MAX_DELTA_BYTES}")
+    if obj is None:
+        obj = _decode(data, "delta")
+    if not isinstance(obj, dict) or set(obj) != DELTA_KEYS or obj.get("kind") != "delta":
+        raise MalformedBlock(
+            "a delta is a map with exactly the keys " + ", ".join(sorted(DELTA_KEYS))
+        )
+    dataset = _link(obj["dataset"], "delta dataset")
+    author, sig, seq, clock = obj["author"], obj["sig"], obj["seq"], obj["clock"]
+    if not _is_key(author):
+        raise MalformedBlock("delta author must be a 32-byte Ed25519 public key")
+    if not isinstance(sig, bytes) or len(sig) != SIGNATURE_SIZE:
+        raise MalformedBlock("delta sig must be a 64-byte Ed25519 signature")
+    if type(seq) is not int or seq < 1 or type(clock) is not int or clock < 1:
+        raise MalformedBlock("delta seq and clock must be positive integers")
+    parents = _links(obj["parents"], "delta parents", 4096)
+    if not parents:
+        raise MalformedBlock("a delta has at least one parent (the genesis for the first)")
+    ops_raw = obj["ops"]
+    if not isinstance(ops_raw, list) or not ops_raw:
+        raise MalformedBlock("delta ops must be a non-empty list")
+    if len(ops_raw) > MAX_OPS:
+        raise InvalidDelta(f"a delta carries at most {MAX_OPS} ops, got {len(ops_raw)}")
+    ops = [_parse_op(op, i) for i, op in enumerate(ops_raw)]
+    if cid in parents:
+        raise CycleError(f"delta {cid} names itself as a parent")
+    for op in ops:
+        if op["op"] == "retract" and cid in op["observed"]:
+            raise CycleError(f"delta {cid} observes itself")
+    delta = Delta(cid, dataset, author, seq, clock, parents, ops, sig, bytes(data))
+    delta.asserted = [op["fact"] for op in ops if op["op"] == "assert"]
+    unsigned = delta.unsigned()
+    if encode({**unsigned, "sig": sig}) != delta.data:
+        raise MalformedBlock("delta block is not canonical DAG-CBOR")
+    if not verify_signature(author, sig, signing_bytes(unsigned)):
+        raise InvalidSignature(f"signature of delta {cid} does not verify for its author")
+    return delta
+
+
+# ---------------------------------------------------------------- facts
+
+
+def decode_fact_fast(data: bytes) -> Fact:
+    """Decode a fact block: libipld first, reference decoder when links make it ambiguous."""
+    try:
+        obj = libipld.decode_dag_cbor(bytes(data))
+    except Exception as exc:
+        raise MalformedBlock(f"fact block: malformed DAG-CBOR: {exc}") from exc
+    if (
+        not isinstance(obj, dict)
+        or set(obj) != {"rel", "args"}
+        or not isinstance(obj["args"], list)
+    ):
+        raise MalformedBlock("a fact block is a map {rel, args: [...]}")
+    try:
+        fact = make_fact(obj["rel"], obj["args"])
+    except InvalidValue as exc:
+        raise MalformedBlock(f"fact block holds an invalid value: {exc}") from exc
+    if fact_block(fact) == bytes(data):
+        return fact
+    try:  # links decode as bytes in libipld; the reference decoder restores them
+        fact = decode_fact(bytes(data))
+    except (InvalidBlock, InvalidValue) as exc:
+        raise MalformedBlock(str(exc)) from exc
+    if fact_block(fact) != bytes(data):
+        raise MalformedBlock("fact block is not canonical DAG-CBOR")
+    return fact

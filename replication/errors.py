@@ -1,0 +1,126 @@
+"""Replication errors: each names a stable error code and the HTTP status it maps to.
+
+Every rejection of remote input raises one of these; the server turns it into
+``{"error": code, "detail": message}`` with ``status`` and counts it in metrics.
+"""
+
+from __future__ import annotations
+
+
+class ReplicationError(Exception):
+    """Base class: ``code`` is the machine-readable error name, ``status`` its HTTP status."""
+
+    code = "replication_error"
+    status = 400
+
+    def __init__(self, detail: str, code: str | None = None, status: int | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+
+    def to_json(self) -> dict[str, str]:
+        return {"error": self.code, "detail": self.detail}
+
+
+class MalformedBlock(ReplicationError):
+    """Bytes that are not canonical DAG-CBOR of the expected shape (also malformed CAR)."""
+
+    code = "malformed_block"
+    status = 400
+
+
+class CIDMismatchError(ReplicationError):
+    """A block whose bytes do not hash to the CID it was sent under."""
+
+    code = "cid_mismatch"
+    status = 400
+
+
+class TooLarge(ReplicationError):
+    """A body, block or delta over the configured limit."""
+
+    code = "too_large"
+    status = 413
+
+
+class InvalidSignature(ReplicationError):
+    """A delta whose Ed25519 signature does not verify against its author."""
+
+    code = "invalid_signature"
+    status = 422
+
+
+class Unauthorized(ReplicationError):
+    """A delta whose author is not a writer in its causal past (or a non-owner grant)."""
+
+    code = "unauthorized_author"
+    status = 422
+
+
+class MissingParents(ReplicationError):
+    """A delta whose parents (or asserted fact blocks) are not known."""
+
+    code = "missing_parents"
+    status = 422
+
+
+class CycleError(ReplicationError):
+    """A delta that names itself as a parent or observed delta."""
+
+    code = "cycle"
+    status = 422
+
+
+class WrongDataset(ReplicationError):
+    """A delta belonging to another dataset, or an unknown dataset."""
+
+    code = "wrong_dataset"
+    status = 422
+
+
+class InvalidDelta(ReplicationError):
+    """A delta that decodes but breaks a rule (clock, op shape, limits)."""
+
+    code = "invalid_delta"
+    status = 422
+
+
+class NeedSummary(ReplicationError):
+    """The caller's heads are unknown and its summary does not cover the divergence."""
+
+    code = "need_summary"
+    status = 409
+
+
+class AuthError(ReplicationError):
+    """A peer request that is unsigned, badly signed, stale or replayed."""
+
+    code = "unauthenticated"
+    status = 401
+
+
+class Forbidden(ReplicationError):
+    """A peer the allow-list does not permit for this dataset or action."""
+
+    code = "forbidden"
+    status = 403
+
+
+class NotFound(ReplicationError):
+    code = "not_found"
+    status = 404
+
+
+class RequestTimeout(ReplicationError):
+    code = "timeout"
+    status = 408
+
+
+class PeerError(ReplicationError):
+    """A remote peer answered a sync call with an error (client side)."""
+
+    code = "peer_error"
+    status = 502

@@ -1,0 +1,103 @@
+"""Ed25519 identities: node keys and dataset writer keys.
+
+Keys are raw 32-byte public keys on the wire and in blocks; private keys are
+saved as unencrypted PKCS#8 PEM files with mode 0600.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature as _CryptoInvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+PUBLIC_KEY_SIZE = 32
+SIGNATURE_SIZE = 64
+
+
+class Identity:
+    """An Ed25519 key pair: ``public_key`` (32 raw bytes) and ``sign(data)``."""
+
+    __slots__ = ("_private", "public_key")
+
+    def __init__(self, private: Ed25519PrivateKey) -> None:
+        self._private = private
+        self.public_key: bytes = private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+
+    @classmethod
+    def generate(cls) -> Identity:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> Identity:
+        """Deterministic identity from a 32-byte seed (tests, benchmarks)."""
+        return cls(Ed25519PrivateKey.from_private_bytes(seed))
+
+    def seed(self) -> bytes:
+        """The raw 32-byte private seed."""
+        return self._private.private_bytes(
+            serialization.Encoding.Raw,
+            serialization.PrivateFormat.Raw,
+            serialization.NoEncryption(),
+        )
+
+    def sign(self, data: bytes) -> bytes:
+        return self._private.sign(data)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the private key as PKCS#8 PEM, readable by the owner only (0600)."""
+        path = Path(path)
+        pem = self._private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, pem)
+        finally:
+            os.close(fd)
+        os.chmod(path, 0o600)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Identity:
+        """Load a key saved by :meth:`save` (PEM) or a raw 32-byte seed file."""
+        data = Path(path).read_bytes()
+        if len(data) == 32:
+            return cls.from_seed(data)
+        key = serialization.load_pem_private_key(data, password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ValueError(f"{path} does not hold an Ed25519 private key")
+        return cls(key)
+
+    @classmethod
+    def load_or_create(cls, path: str | os.PathLike[str]) -> Identity:
+        path = Path(path)
+        if path.exists():
+            return cls.load(path)
+        ident = cls.generate()
+        ident.save(path)
+        return ident
+
+    def __repr__(self) -> str:
+        return f"Identity({self.public_key.hex()[:16]}…)"
+
+
+def verify_signature(public_key: bytes, signature: bytes, data: bytes) -> bool:
+    """True iff ``signature`` is a valid Ed25519 signature of ``data`` by ``public_key``."""
+    if len(public_key) != PUBLIC_KEY_SIZE or len(signature) != SIGNATURE_SIZE:
+        return False
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, data)
+    except (_CryptoInvalidSignature, ValueError):
+        return False
+    return True

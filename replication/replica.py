@@ -1,0 +1,837 @@
+"""A replica of one dataset: the signed delta DAG, its acceptance rule and the add-wins set.
+
+State lives in SQLite (see :mod:`.schema`) plus a BlockStore for blocks. Every
+change - a local write or a remote batch - runs in one transaction covering the
+delta rows, the blocks and the visible-set update; subscribers hear about the
+net visible changes only after that transaction committed.
+
+Acceptance (DESIGN §2), decided from the delta's ancestry alone so every replica
+agrees: the block is canonical and signed by its author; it belongs to this
+dataset; all parents are accepted; ``clock`` = 1 + max parent clock; the author
+is the owner or a writer in the delta's causal past; grant/revoke ops come from
+the owner only; every asserted fact block is present and well formed.
+
+Writer status of a key in a causal past: the latest grant/revoke of that key among
+the delta's ancestors (genesis ``writers`` count as grants at clock 0), ordered by
+(Lamport clock, revoke before grant, CID). The owner is always a writer.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import libipld
+
+from merklog.store import BlockNotFound, BlockStore, Fact, Link, encode_fact, fact_cid
+
+from .blocks import (
+    MAX_OPS,
+    Assert,
+    Delta,
+    Genesis,
+    Grant,
+    Op,
+    Retract,
+    Revoke,
+    build_delta,
+    decode_fact_fast,
+    make_genesis,
+    parse_delta,
+    parse_genesis,
+)
+from .errors import (
+    CIDMismatchError,
+    InvalidDelta,
+    MalformedBlock,
+    MissingParents,
+    NeedSummary,
+    NotFound,
+    ReplicationError,
+    TooLarge,
+    Unauthorized,
+    WrongDataset,
+)
+from .identity import Identity
+from .schema import ensure_schema
+from .txn import conn_lock, connect, transaction
+
+#: Callback signature for visible-set changes: (+1 | -1, fact, fact CID).
+ChangeCallback = Callable[[int, Fact, Link], None]
+
+#: Fact blocks a batch may carry ahead of the delta that asserts them.
+MAX_PENDING_BLOCKS = 2 * MAX_OPS + 64
+MAX_PENDING_BYTES = 16 << 20
+
+
+@dataclass
+class ApplyResult:
+    """Outcome of :meth:`Replica.apply_blocks`: counts of new and already-known deltas."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    facts: int = 0
+    accepted_cids: list[Link] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, int]:
+        return {"accepted": self.accepted, "duplicates": self.duplicates, "facts": self.facts}
+
+
+@dataclass
+class Summary:
+    """Set-reconciliation summary a caller sends with its heads (see docs/sync-protocol.md).
+
+    ``window`` holds the caller's heads plus its ``k`` newest deltas (by clock);
+    ``boundary`` the parents of window deltas outside the window. ``complete``
+    means the window is the caller's entire log.
+    """
+
+    window: list[Link]
+    boundary: list[Link]
+    complete: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "window": [str(c) for c in self.window],
+            "boundary": [str(c) for c in self.boundary],
+            "complete": self.complete,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Summary:
+        if not isinstance(obj, dict):
+            raise MalformedBlock("summary must be an object {window, boundary, complete}")
+        try:
+            window = [Link.parse(c) for c in obj.get("window", [])]
+            boundary = [Link.parse(c) for c in obj.get("boundary", [])]
+        except (ValueError, TypeError) as exc:
+            raise MalformedBlock(f"summary holds a bad CID: {exc}") from exc
+        return cls(window, boundary, bool(obj.get("complete", False)))
+
+
+class LogRow(NamedTuple):
+    """One op of the delta log, the row shape of the Parquet export (stable; see docs/crdt.md).
+
+    ``op`` is assert|retract|grant|revoke. ``relation``/``args``/``fact`` are set for
+    assert and retract, ``observed`` (delta CIDs as strings) for retract, ``key``
+    (hex) for grant/revoke. CIDs are base32 strings, ``author`` is hex.
+    """
+
+    dataset: str
+    delta: str
+    author: str
+    seq: int
+    clock: int
+    index: int
+    op: str
+    relation: str | None
+    args: tuple[Any, ...] | None
+    fact: str | None
+    observed: tuple[str, ...]
+    key: str | None
+
+
+def _chunks(seq: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
+
+
+class Replica:
+    """One dataset replica on a SQLite connection and a block store."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        blockstore: BlockStore,
+        identity: Identity,
+        genesis: Genesis,
+    ) -> None:
+        self.conn = conn
+        self.blockstore = blockstore
+        self.identity = identity
+        self.genesis = genesis
+        self.dataset: Link = genesis.cid
+        self._lock = conn_lock(conn, blockstore)
+        self._subscribers: list[ChangeCallback] = []
+        self._changes: dict[Link, list[Any]] = {}
+        with self._lock, self._tx():
+            ensure_schema(conn)
+            row = conn.execute(
+                "SELECT ds FROM repl_dataset WHERE cid = ?", (genesis.cid.raw,)
+            ).fetchone()
+            if row is None:
+                cur = conn.execute(
+                    "INSERT INTO repl_dataset (cid, owner, name) VALUES (?, ?, ?)",
+                    (genesis.cid.raw, genesis.owner, genesis.name),
+                )
+                self.ds = int(cur.lastrowid)
+                self._init_genesis()
+            else:
+                self.ds = int(row[0])
+
+    # ------------------------------------------------------------ opening
+
+    @staticmethod
+    def _conn(conn_or_path: sqlite3.Connection | str | os.PathLike[str]) -> sqlite3.Connection:
+        if isinstance(conn_or_path, sqlite3.Connection):
+            return conn_or_path
+        return connect(conn_or_path)
+
+    @classmethod
+    def create(
+        cls,
+        conn_or_path: sqlite3.Connection | str | os.PathLike[str],
+        blockstore: BlockStore,
+        identity: Identity,
+        name: str,
+        writers: Sequence[bytes] = (),
+    ) -> Replica:
+        """Create a new dataset owned by ``identity`` and open its (empty) replica."""
+        genesis = make_genesis(identity.public_key, name, writers)
+        blockstore.put(genesis.cid, genesis.data)
+        return cls(cls._conn(conn_or_path), blockstore, identity, genesis)
+
+    @classmethod
+    def open(
+        cls,
+        conn_or_path: sqlite3.Connection | str | os.PathLike[str],
+        blockstore: BlockStore,
+        identity: Identity,
+        dataset: Link | Genesis,
+        genesis_block: bytes | None = None,
+    ) -> Replica:
+        """Open (or start following) a dataset by id; its genesis block must be in the
+        block store or passed as ``genesis_block`` (verified against the id)."""
+        if isinstance(dataset, Genesis):
+            genesis = dataset
+        else:
+            if genesis_block is None:
+                try:
+                    genesis_block = blockstore.get(dataset)
+                except BlockNotFound:
+                    raise NotFound(f"genesis block of dataset {dataset} is not known") from None
+            genesis = parse_genesis(dataset, genesis_block)
+        blockstore.put(genesis.cid, genesis.data)
+        return cls(cls._conn(conn_or_path), blockstore, identity, genesis)
+
+    def _init_genesis(self) -> None:
+        g = self.genesis
+        self.conn.execute(
+            "INSERT INTO repl_delta VALUES (?, ?, ?, 0, 0, 0, ?)",
+            (self.ds, g.cid.raw, g.owner, len(g.data)),
+        )
+        self.conn.execute("INSERT INTO repl_head VALUES (?, ?)", (self.ds, g.cid.raw))
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, 0, 1)",
+            [(self.ds, w, g.cid.raw) for w in g.writers],
+        )
+
+    def _tx(self) -> Any:
+        return transaction(self.conn, self.blockstore)
+
+    # ------------------------------------------------------------ reading
+
+    def heads(self) -> list[Link]:
+        """Current heads (deltas without children), sorted; ``[genesis]`` when empty."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT cid FROM repl_head WHERE ds = ?", (self.ds,)
+            ).fetchall()
+        return sorted(Link(r[0]) for r in rows)
+
+    def has_delta(self, cid: Link) -> bool:
+        with self._lock:
+            return self._clock_of(cid) is not None
+
+    def _clock_of(self, cid: Link) -> int | None:
+        row = self.conn.execute(
+            "SELECT clock FROM repl_delta WHERE ds = ? AND cid = ?", (self.ds, cid.raw)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def delta_count(self) -> int:
+        """Accepted deltas (genesis excluded)."""
+        with self._lock:
+            (n,) = self.conn.execute(
+                "SELECT count(*) FROM repl_delta WHERE ds = ? AND clock > 0", (self.ds,)
+            ).fetchone()
+        return int(n)
+
+    def is_writer(self, key: bytes) -> bool:
+        """Whether ``key`` may write on top of the current heads."""
+        with self._lock:
+            heads = self.heads()
+            clock = 1 + max(self._clock_of(h) or 0 for h in heads)
+            return self._authorized(key, heads, clock)
+
+    def visible_cids(self) -> set[Link]:
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT fact FROM repl_visible WHERE ds = ? AND live > 0", (self.ds,)
+            ).fetchall()
+        return {Link(r[0]) for r in rows}
+
+    def visible(self) -> Iterator[tuple[Link, Fact]]:
+        """Every visible fact with its CID (sorted by CID)."""
+        for cid in sorted(self.visible_cids()):
+            yield cid, decode_fact_fast(self.blockstore.get(cid))
+
+    def visible_facts(self) -> set[Fact]:
+        return {fact for _cid, fact in self.visible()}
+
+    def subscribe(self, callback: ChangeCallback) -> Callable[[], None]:
+        """Call ``callback(+1|-1, fact, cid)`` for every committed visible-set change."""
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
+    # ------------------------------------------------------------ local writes
+
+    def assert_facts(self, facts: Iterable[Fact]) -> list[Link]:
+        """Assert facts, ``MAX_OPS`` per delta; returns the new delta CIDs."""
+        return self._write_chunks([Assert(f) for f in facts])
+
+    def retract_facts(self, facts: Iterable[Fact]) -> list[Link]:
+        """Retract the currently visible assertions of these facts."""
+        return self._write_chunks([Retract(f) for f in facts])
+
+    def grant(self, key: bytes) -> Link | None:
+        return self.write([Grant(key)])
+
+    def revoke(self, key: bytes) -> Link | None:
+        return self.write([Revoke(key)])
+
+    def _write_chunks(self, ops: list[Op]) -> list[Link]:
+        out = []
+        for chunk in _chunks(ops, MAX_OPS):
+            cid = self.write(chunk)
+            if cid is not None:
+                out.append(cid)
+        return out
+
+    def write(self, ops: Sequence[Op]) -> Link | None:
+        """Sign and commit one delta of ``ops`` on top of the current heads.
+
+        Durable when it returns (the transaction committed). Retracts of facts that
+        are not visible are dropped; returns None when no op remains. A retract
+        observes only earlier deltas, not an assert in the same call.
+        """
+        if len(ops) > MAX_OPS:
+            raise InvalidDelta(f"at most {MAX_OPS} ops per delta; use assert_facts for batches")
+        with self._lock:
+            wire: list[dict[str, Any]] = []
+            blocks: dict[Link, tuple[bytes, Fact]] = {}
+            for op in ops:
+                if isinstance(op, Assert):
+                    cid, data = encode_fact(op.fact)
+                    blocks[cid] = (data, op.fact)
+                    wire.append({"op": "assert", "fact": cid})
+                elif isinstance(op, Retract):
+                    cid = fact_cid(op.fact)
+                    observed = self._live_asserts(cid)
+                    if observed:
+                        wire.append({"op": "retract", "fact": cid, "observed": observed})
+                elif isinstance(op, Grant | Revoke):
+                    if self.identity.public_key != self.genesis.owner:
+                        raise Unauthorized("only the dataset owner grants or revokes writers")
+                    kind = "grant" if isinstance(op, Grant) else "revoke"
+                    wire.append({"op": kind, "key": bytes(op.key)})
+                else:
+                    raise TypeError(f"not an op: {op!r}")
+            if not wire:
+                return None
+            heads = self.heads()
+            clock = 1 + max(self._clock_of(h) or 0 for h in heads)
+            delta = build_delta(self.identity, self.dataset, self._next_seq(), clock, heads, wire)
+            try:
+                with self._tx():
+                    self._accept(delta, blocks)
+            except BaseException:
+                self._changes.clear()
+                raise
+        self._emit()
+        return delta.cid
+
+    def _next_seq(self) -> int:
+        (seq,) = self.conn.execute(
+            "SELECT max(seq) FROM repl_delta WHERE ds = ? AND author = ?",
+            (self.ds, self.identity.public_key),
+        ).fetchone()
+        return 1 + int(seq or 0)
+
+    def _live_asserts(self, fact: Link) -> list[Link]:
+        rows = self.conn.execute(
+            "SELECT a.delta FROM repl_assert a WHERE a.ds = ? AND a.fact = ? AND NOT EXISTS"
+            " (SELECT 1 FROM repl_retract r WHERE r.ds = a.ds AND r.fact = a.fact"
+            " AND r.observed = a.delta)",
+            (self.ds, fact.raw),
+        ).fetchall()
+        return sorted(Link(r[0]) for r in rows)
+
+    # ------------------------------------------------------------ remote batches
+
+    def apply_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> ApplyResult:
+        """Validate and apply a batch of blocks (fact blocks before the delta asserting them).
+
+        All or nothing: the first invalid block (bad CID, malformed, bad signature,
+        unauthorised author, unknown parent, missing fact, …) raises its
+        ReplicationError and rolls the whole batch back; no subscriber is called.
+        Already-known deltas are counted as duplicates; fact blocks no following
+        delta asserts are dropped. Memory is bounded by one delta's blocks.
+        """
+        result = ApplyResult()
+        with self._lock:
+            try:
+                with self._tx():
+                    self._apply_stream(blocks, result)
+            except BaseException:
+                self._changes.clear()
+                raise
+        self._emit()
+        return result
+
+    def _apply_stream(self, blocks: Iterable[tuple[Link, bytes]], result: ApplyResult) -> None:
+        pending: dict[Link, bytes] = {}
+        pending_bytes = 0
+        for cid, data in blocks:
+            data = bytes(data)
+            if not cid.verifies(data):
+                raise CIDMismatchError(f"block does not hash to {cid}")
+            try:
+                obj = libipld.decode_dag_cbor(data)
+            except Exception as exc:
+                raise MalformedBlock(f"block {cid}: malformed DAG-CBOR: {exc}") from exc
+            kind = obj.get("kind") if isinstance(obj, dict) else None
+            if kind == "delta":
+                delta = parse_delta(cid, data, obj)
+                if self._clock_of(cid) is not None:
+                    result.duplicates += 1
+                else:
+                    facts: dict[Link, tuple[bytes, Fact]] = {}
+                    for fcid in delta.asserted:
+                        fdata = pending.get(fcid)
+                        if fdata is not None:
+                            facts[fcid] = (fdata, decode_fact_fast(fdata))
+                    self._accept(delta, facts)
+                    result.accepted += 1
+                    result.facts += len(delta.asserted)
+                    result.accepted_cids.append(cid)
+                pending.clear()
+                pending_bytes = 0
+            elif kind == "dataset":
+                if cid != self.dataset:
+                    raise WrongDataset(f"genesis block {cid} is not this dataset {self.dataset}")
+            elif isinstance(obj, dict) and set(obj) == {"rel", "args"}:
+                pending[cid] = data
+                pending_bytes += len(data)
+                if len(pending) > MAX_PENDING_BLOCKS or pending_bytes > MAX_PENDING_BYTES:
+                    raise TooLarge(
+                        f"more than {MAX_PENDING_BLOCKS} blocks or {MAX_PENDING_BYTES} bytes"
+                        " arrived without a delta asserting them"
+                    )
+            else:
+                raise MalformedBlock(f"block {cid} is neither a delta, a genesis nor a fact")
+
+    # ------------------------------------------------------------ acceptance
+
+    def _accept(self, delta: Delta, facts: dict[Link, tuple[bytes, Fact]]) -> None:
+        """Check the DAG rules for ``delta`` and commit its effects (inside a transaction)."""
+        conn, ds = self.conn, self.ds
+        if delta.dataset != self.dataset:
+            raise WrongDataset(f"delta {delta.cid} belongs to dataset {delta.dataset}")
+        clocks: dict[Link, int] = {}
+        for chunk in _chunks(delta.parents):
+            marks = ",".join("?" * len(chunk))
+            for raw, clock in conn.execute(
+                f"SELECT cid, clock FROM repl_delta WHERE ds = ? AND cid IN ({marks})",
+                (ds, *[p.raw for p in chunk]),
+            ):
+                clocks[Link(raw)] = int(clock)
+        missing = [p for p in delta.parents if p not in clocks]
+        if missing:
+            raise MissingParents(
+                f"delta {delta.cid} has {len(missing)} unknown parent(s), e.g. {missing[0]}"
+            )
+        if delta.clock != 1 + max(clocks.values()):
+            raise InvalidDelta(
+                f"delta {delta.cid} has clock {delta.clock}, expected {1 + max(clocks.values())}"
+            )
+        owner = self.genesis.owner
+        if not self._authorized(delta.author, delta.parents, delta.clock):
+            raise Unauthorized(
+                f"author {delta.author.hex()} is not a writer in the causal past of {delta.cid}"
+            )
+        auth_ops = [op for op in delta.ops if op["op"] in ("grant", "revoke")]
+        if auth_ops and delta.author != owner:
+            raise Unauthorized(f"delta {delta.cid}: only the owner may grant or revoke writers")
+        # Fact blocks: from the batch, else already stored.
+        new_blocks: list[tuple[Link, bytes]] = []
+        asserted = list(dict.fromkeys(delta.asserted))
+        for fcid in asserted:
+            got = facts.get(fcid)
+            if got is not None:
+                new_blocks.append((fcid, got[0]))
+            elif not self.blockstore.has(fcid):
+                raise MissingParents(
+                    f"delta {delta.cid} asserts fact {fcid} whose block is missing"
+                )
+        new_blocks.append((delta.cid, delta.data))
+        self.blockstore.put_many(new_blocks)
+        # DAG rows.
+        conn.execute(
+            "INSERT INTO repl_delta VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                ds,
+                delta.cid.raw,
+                delta.author,
+                delta.seq,
+                delta.clock,
+                len(delta.ops),
+                len(delta.data),
+            ),
+        )
+        conn.executemany(
+            "INSERT INTO repl_parent VALUES (?, ?, ?)",
+            [(ds, delta.cid.raw, p.raw) for p in delta.parents],
+        )
+        conn.executemany(
+            "DELETE FROM repl_head WHERE ds = ? AND cid = ?", [(ds, p.raw) for p in delta.parents]
+        )
+        conn.execute("INSERT INTO repl_head VALUES (?, ?)", (ds, delta.cid.raw))
+        for op in auth_ops:
+            conn.execute(
+                "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)",
+                (ds, op["key"], delta.cid.raw, delta.clock, 1 if op["op"] == "grant" else 0),
+            )
+        self._apply_asserts(delta.cid, asserted, facts)
+        for op in delta.ops:
+            if op["op"] == "retract":
+                self._apply_retract(delta.cid, op["fact"], op["observed"])
+
+    def _authorized(self, author: bytes, parents: Sequence[Link], clock: int) -> bool:
+        if author == self.genesis.owner:
+            return True
+        rows = self.conn.execute(
+            "SELECT delta, clock, is_grant FROM repl_auth WHERE ds = ? AND key = ? AND clock < ?"
+            " ORDER BY clock DESC, is_grant ASC, delta DESC",
+            (self.ds, author, clock),
+        ).fetchall()
+        if not rows:
+            return False
+        later = [r for r in rows if r[1] > 0]
+        if not later:
+            return bool(rows[0][2])
+        floor = min(r[1] for r in later)
+        ancestors = self._ancestors_from(parents, floor, {bytes(r[0]) for r in later})
+        for raw, rclock, is_grant in rows:
+            if rclock == 0 or bytes(raw) in ancestors:
+                return bool(is_grant)
+        return False
+
+    def _ancestors_from(self, start: Sequence[Link], floor: int, wanted: set[bytes]) -> set[bytes]:
+        """Which of ``wanted`` are in the closure of ``start`` (walking only clocks >= floor)."""
+        found: set[bytes] = set()
+        seen: set[bytes] = set()
+        frontier = [p.raw for p in start]
+        while frontier and len(found) < len(wanted):
+            nxt: list[bytes] = []
+            for chunk in _chunks(frontier):
+                marks = ",".join("?" * len(chunk))
+                rows = self.conn.execute(
+                    f"SELECT cid, clock FROM repl_delta WHERE ds = ? AND cid IN ({marks})",
+                    (self.ds, *chunk),
+                ).fetchall()
+                keep = [bytes(raw) for raw, c in rows if c >= floor and bytes(raw) not in seen]
+                seen.update(keep)
+                found.update(k for k in keep if k in wanted)
+                if keep:
+                    marks = ",".join("?" * len(keep))
+                    nxt.extend(
+                        bytes(r[0])
+                        for r in self.conn.execute(
+                            f"SELECT parent FROM repl_parent WHERE ds = ? AND child IN ({marks})",
+                            (self.ds, *keep),
+                        )
+                    )
+            frontier = [p for p in dict.fromkeys(nxt) if p not in seen]
+        return found
+
+    def _apply_asserts(
+        self, delta: Link, asserted: list[Link], facts: dict[Link, tuple[bytes, Fact]]
+    ) -> None:
+        if not asserted:
+            return
+        conn, ds = self.conn, self.ds
+        conn.executemany(
+            "INSERT INTO repl_assert VALUES (?, ?, ?)", [(ds, f.raw, delta.raw) for f in asserted]
+        )
+        killed = {
+            bytes(r[0])
+            for r in conn.execute(
+                "SELECT fact FROM repl_retract WHERE ds = ? AND observed = ?", (ds, delta.raw)
+            )
+        }
+        live = [f for f in asserted if f.raw not in killed]
+        before: dict[bytes, int] = {}
+        for chunk in _chunks(live):
+            marks = ",".join("?" * len(chunk))
+            for raw, n in conn.execute(
+                f"SELECT fact, live FROM repl_visible WHERE ds = ? AND fact IN ({marks})",
+                (ds, *[f.raw for f in chunk]),
+            ):
+                before[bytes(raw)] = int(n)
+        conn.executemany(
+            "INSERT INTO repl_visible VALUES (?, ?, 1)"
+            " ON CONFLICT (ds, fact) DO UPDATE SET live = live + 1",
+            [(ds, f.raw) for f in live],
+        )
+        for f in live:
+            if before.get(f.raw, 0) == 0:
+                got = facts.get(f)
+                self._note(f, +1, got[1] if got else None)
+
+    def _apply_retract(self, delta: Link, fact: Link, observed: list[Link]) -> None:
+        conn, ds = self.conn, self.ds
+        for obs in observed:
+            already = conn.execute(
+                "SELECT 1 FROM repl_retract WHERE ds = ? AND fact = ? AND observed = ? LIMIT 1",
+                (ds, fact.raw, obs.raw),
+            ).fetchone()
+            conn.execute(
+                "INSERT OR IGNORE INTO repl_retract VALUES (?, ?, ?, ?)",
+                (ds, fact.raw, obs.raw, delta.raw),
+            )
+            if already:
+                continue
+            asserted = conn.execute(
+                "SELECT 1 FROM repl_assert WHERE ds = ? AND fact = ? AND delta = ?",
+                (ds, fact.raw, obs.raw),
+            ).fetchone()
+            if not asserted:
+                continue
+            (live,) = conn.execute(
+                "UPDATE repl_visible SET live = live - 1 WHERE ds = ? AND fact = ? RETURNING live",
+                (ds, fact.raw),
+            ).fetchone()
+            if live == 0:
+                self._note(fact, -1, None)
+
+    def _note(self, cid: Link, weight: int, fact: Fact | None) -> None:
+        entry = self._changes.get(cid)
+        if entry is None:
+            self._changes[cid] = [weight, fact]
+        else:
+            entry[0] += weight
+            if fact is not None:
+                entry[1] = fact
+
+    def _emit(self) -> None:
+        changes, self._changes = self._changes, {}
+        if not self._subscribers:
+            return
+        for cid, (weight, fact) in changes.items():
+            if weight == 0:
+                continue
+            if fact is None:
+                fact = decode_fact_fast(self.blockstore.get(cid))
+            for callback in list(self._subscribers):
+                callback(weight, fact, cid)
+
+    # ------------------------------------------------------------ sync support
+
+    def summary(self, k: int | None = 32) -> Summary:
+        """Reconciliation summary: heads + ``k`` newest deltas + their outside parents.
+
+        ``k=None`` sends the whole log (always sufficient).
+        """
+        with self._lock:
+            heads = [h.raw for h in self.heads()]
+            if k is None:
+                rows = self.conn.execute(
+                    "SELECT cid FROM repl_delta WHERE ds = ?", (self.ds,)
+                ).fetchall()
+            else:
+                rows = self.conn.execute(
+                    "SELECT cid FROM repl_delta WHERE ds = ? ORDER BY clock DESC, cid LIMIT ?",
+                    (self.ds, k),
+                ).fetchall()
+            window = set(heads) | {bytes(r[0]) for r in rows}
+            boundary: set[bytes] = set()
+            if k is not None:
+                for chunk in _chunks(sorted(window)):
+                    marks = ",".join("?" * len(chunk))
+                    boundary.update(
+                        bytes(r[0])
+                        for r in self.conn.execute(
+                            f"SELECT parent FROM repl_parent WHERE ds = ? AND child IN ({marks})",
+                            (self.ds, *chunk),
+                        )
+                    )
+                boundary -= window
+            (total,) = self.conn.execute(
+                "SELECT count(*) FROM repl_delta WHERE ds = ?", (self.ds,)
+            ).fetchone()
+        return Summary(
+            sorted(Link(c) for c in window),
+            sorted(Link(c) for c in boundary),
+            complete=len(window) >= total,
+        )
+
+    def missing_deltas(
+        self, their_heads: Sequence[Link], summary: Summary | None = None
+    ) -> list[Link]:
+        """Deltas we hold that a peer with ``their_heads`` (+ ``summary``) lacks, in clock order.
+
+        Raises NeedSummary if some of their heads are unknown here and the summary
+        (if any) does not prove which of our deltas they hold.
+        """
+        with self._lock:
+            seeds = set(their_heads)
+            if summary is not None:
+                seeds |= set(summary.window) | set(summary.boundary)
+            known = self._known_subset(seeds)
+            unknown_heads = [h for h in their_heads if h.raw not in known]
+            if unknown_heads:
+                if summary is None:
+                    raise NeedSummary(
+                        f"{len(unknown_heads)} of the caller's heads are unknown here;"
+                        " send a summary"
+                    )
+                if not summary.complete:
+                    unknown_boundary = [b for b in summary.boundary if b.raw not in known]
+                    if unknown_boundary:
+                        raise NeedSummary(
+                            f"summary boundary holds {len(unknown_boundary)} unknown deltas;"
+                            " send a larger window"
+                        )
+            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS repl_seed (cid BLOB PRIMARY KEY)")
+            self.conn.execute("DELETE FROM temp.repl_seed")
+            self.conn.executemany("INSERT INTO temp.repl_seed VALUES (?)", [(k,) for k in known])
+            rows = self.conn.execute(
+                "WITH RECURSIVE have(cid) AS (SELECT cid FROM temp.repl_seed"
+                " UNION SELECT p.parent FROM repl_parent p JOIN have ON p.ds = ? AND p.child = have.cid)"
+                " SELECT d.cid FROM repl_delta d WHERE d.ds = ? AND d.clock > 0"
+                " AND d.cid NOT IN (SELECT cid FROM have) ORDER BY d.clock, d.cid",
+                (self.ds, self.ds),
+            ).fetchall()
+            self.conn.execute("DELETE FROM temp.repl_seed")
+        return [Link(r[0]) for r in rows]
+
+    def _known_subset(self, cids: Iterable[Link]) -> set[bytes]:
+        cids = list(cids)
+        known: set[bytes] = set()
+        for chunk in _chunks(cids):
+            marks = ",".join("?" * len(chunk))
+            known.update(
+                bytes(r[0])
+                for r in self.conn.execute(
+                    f"SELECT cid FROM repl_delta WHERE ds = ? AND cid IN ({marks})",
+                    (self.ds, *[c.raw for c in chunk]),
+                )
+            )
+        return known
+
+    def blocks_for(self, deltas: Iterable[Link]) -> Iterator[tuple[Link, bytes]]:
+        """For each delta (in order): its asserted fact blocks, then the delta block."""
+        for cid in deltas:
+            with self._lock:
+                facts = [
+                    Link(r[0])
+                    for r in self.conn.execute(
+                        "SELECT fact FROM repl_assert WHERE ds = ? AND delta = ?",
+                        (self.ds, cid.raw),
+                    )
+                ]
+                blocks = list(self.blockstore.get_many(facts))
+                blocks.append((cid, self.blockstore.get(cid)))
+            yield from blocks
+
+    def missing_for(
+        self, their_heads: Sequence[Link], summary: Summary | None = None
+    ) -> Iterator[tuple[Link, bytes]]:
+        """Every block a peer with ``their_heads`` lacks (raises NeedSummary eagerly)."""
+        return self.blocks_for(self.missing_deltas(their_heads, summary))
+
+    # ------------------------------------------------------------ log as relations
+
+    def iter_deltas(self) -> Iterator[Delta]:
+        """Accepted deltas in (clock, CID) order - a topological order."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT cid FROM repl_delta WHERE ds = ? AND clock > 0 ORDER BY clock, cid",
+                (self.ds,),
+            ).fetchall()
+        for (raw,) in rows:
+            cid = Link(raw)
+            yield parse_delta(cid, self.blockstore.get(cid))
+
+    def iter_log(self) -> Iterator[LogRow]:
+        """One row per op of every accepted delta, in (clock, CID, op index) order."""
+        ds = str(self.dataset)
+        for delta in self.iter_deltas():
+            for i, op in enumerate(delta.ops):
+                kind = op["op"]
+                rel = args = fcid = key = None
+                observed: tuple[str, ...] = ()
+                if kind in ("assert", "retract"):
+                    fact = (
+                        decode_fact_fast(self.blockstore.get(op["fact"]))
+                        if (kind == "assert" or self.blockstore.has(op["fact"]))
+                        else None
+                    )
+                    fcid = str(op["fact"])
+                    if fact is not None:
+                        rel, args = fact.rel, fact.args
+                    if kind == "retract":
+                        observed = tuple(str(o) for o in op["observed"])
+                else:
+                    key = op["key"].hex()
+                yield LogRow(
+                    ds,
+                    str(delta.cid),
+                    delta.author.hex(),
+                    delta.seq,
+                    delta.clock,
+                    i,
+                    kind,
+                    rel,
+                    args,
+                    fcid,
+                    observed,
+                    key,
+                )
+
+    def relations(self) -> dict[str, set[tuple[Any, ...]]]:
+        """The log as relations: delta/4 (D, author, seq, clock), parent/2 (D, P),
+        asserts/2 (D, F), retracts/3 (D, F, observed D). CIDs are Links, author bytes."""
+        ds = self.ds
+        with self._lock:
+            q = self.conn.execute
+            return {
+                "delta": {
+                    (Link(c), bytes(a), s, k)
+                    for c, a, s, k in q(
+                        "SELECT cid, author, seq, clock FROM repl_delta WHERE ds = ? AND clock > 0",
+                        (ds,),
+                    )
+                },
+                "parent": {
+                    (Link(c), Link(p))
+                    for c, p in q("SELECT child, parent FROM repl_parent WHERE ds = ?", (ds,))
+                },
+                "asserts": {
+                    (Link(d), Link(f))
+                    for f, d in q("SELECT fact, delta FROM repl_assert WHERE ds = ?", (ds,))
+                },
+                "retracts": {
+                    (Link(d), Link(f), Link(o))
+                    for f, o, d in q(
+                        "SELECT fact, observed, delta FROM repl_retract WHERE ds = ?", (ds,)
+                    )
+                },
+            }
+
+
+__all__ = ["ApplyResult", "ChangeCallback", "LogRow", "Replica", "ReplicationError", "Summary"]

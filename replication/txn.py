@@ -1,0 +1,64 @@
+"""One SQLite connection shared by replicas, outbox and (in production) the block store.
+
+``connect`` opens a file or ``:memory:`` database for replication use;
+``transaction`` gives a nestable atomic section that joins the SQLiteBlockStore's
+own transaction when the block store shares the connection, so a delta, its
+blocks and the visible-state update commit together.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# Keyed by id(conn): connections cannot be weakly referenced; a reused id merely shares a lock.
+_locks: dict[int, threading.RLock] = {}
+_locks_guard = threading.Lock()
+_names = itertools.count()
+
+
+def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open a SQLite database for replication metadata (WAL, full fsync on commit)."""
+    conn = sqlite3.connect(os.fspath(path), check_same_thread=False, isolation_level=None)
+    if os.fspath(path) != ":memory:":
+        conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def conn_lock(conn: sqlite3.Connection, blockstore: Any = None) -> threading.RLock:
+    """The re-entrant lock serialising use of ``conn`` (the block store's own if it shares it)."""
+    if blockstore is not None and getattr(blockstore, "conn", None) is conn:
+        for name in ("lock", "_lock"):
+            lock = getattr(blockstore, name, None)
+            if lock is not None and hasattr(lock, "_is_owned"):
+                return lock
+    with _locks_guard:
+        lock = _locks.get(id(conn))
+        if lock is None:
+            lock = _locks[id(conn)] = threading.RLock()
+        return lock
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection, blockstore: Any = None) -> Iterator[None]:
+    """Nestable atomic section on ``conn``: all or nothing, durable on the outermost exit."""
+    store_tx = getattr(blockstore, "transaction", None)
+    if store_tx is not None and getattr(blockstore, "conn", None) is conn:
+        with store_tx():
+            yield
+        return
+    name = f"repl_sp{next(_names)}"
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        conn.execute(f"ROLLBACK TO {name}")
+        conn.execute(f"RELEASE {name}")
+        raise
+    conn.execute(f"RELEASE {name}")
