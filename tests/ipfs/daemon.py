@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -133,6 +134,30 @@ class IPFSDaemon:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):
             return False
+
+    def call(
+        self, endpoint: str, *args: str, data: bytes | None = None, timeout: float = 30
+    ) -> bytes:
+        """POST to the daemon's HTTP API (``/api/v0/<endpoint>?arg=…``); ``data`` is sent as
+        the single multipart file (as ``dag/import`` and ``block/put`` expect)."""
+        query = urllib.parse.urlencode([("arg", a) for a in args])
+        url = f"{self.api_url}/{endpoint}" + (f"?{query}" if query else "")
+        headers = {}
+        body = None
+        if data is not None:
+            boundary = "merklog" + os.urandom(8).hex()
+            body = (
+                (
+                    f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+                    f'filename="file"\r\nContent-Type: application/octet-stream\r\n\r\n'
+                ).encode()
+                + data
+                + f"\r\n--{boundary}--\r\n".encode()
+            )
+            headers["Content-Type"] = f"multipart/form-data; boundary={boundary}"
+        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.read()
 
     def log(self) -> str:
         try:

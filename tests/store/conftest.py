@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -68,3 +69,23 @@ def any_store(request):
     if request.param == "memory":
         return MemoryBlockStore()
     return request.getfixturevalue(f"{request.param}_store")
+
+
+@pytest.fixture(scope="session")
+def ipfs_car():
+    """Run the npm ``ipfs-car`` CLI: ``ipfs_car("blocks", "--verify", path)``."""
+    tool = ipfs_daemon_module.IPFS_CAR
+    if not tool.exists():
+        pytest.fail(f"{tool} missing: run tests/setup.d/20-ipfs.sh (npm ci)")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(tool), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=ipfs_daemon_module.node_env(),
+            check=False,
+        )
+
+    return run
