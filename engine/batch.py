@@ -1,0 +1,812 @@
+"""The reference batch evaluator: stratified semi-naive fixpoint, tuple at a time.
+
+Each rule is compiled once into a chain of closures over a slot array (one slot
+per variable). Body literals are reordered per seed 000 §1.3.4: positive
+selections by boundness (most bound first, the semi-naive delta atom first),
+negations once their atom is ground, aggregates once their grouping variables
+are bound, comparisons once both sides are ground (``==`` may bind a variable).
+Every selection looks tuples up in a hash index on its bound argument positions;
+indexes are kept up to date as a relation grows, so a fixpoint never rebuilds them.
+
+Large all-integer strata are handed to the set-at-a-time columnar executor in
+:mod:`merklog.engine.columnar`; both paths give identical results (tested).
+
+Relations are ``dict[str, set[tuple]]``; the higher-level API lives in
+:mod:`merklog.engine.program`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from merklog.store import Fact, Link, fact_cid
+
+from . import ast
+from .arith import NoBinding, make_arith, make_compare, negate, sort_key
+
+Row = tuple[Any, ...]
+RelationSets = dict[str, set[Row]]
+
+
+class EvaluationError(Exception):
+    """A rule could not be scheduled or evaluated (the static checks normally prevent this)."""
+
+
+# ----------------------------------------------------------------------------- relations
+
+
+class Rel:
+    """A set of tuples with hash indexes on argument positions, maintained incrementally.
+
+    A relation produced by the columnar executor holds int64 column arrays
+    (``cols``) and materialises its tuple set only when something asks for it.
+    """
+
+    __slots__ = ("_tuples", "cols", "indexes")
+
+    def __init__(self, tuples: Iterable[Row] = (), cols: list | None = None) -> None:
+        self._tuples: set[Row] | None = None if cols is not None else set(tuples)
+        self.cols = cols
+        self.indexes: dict[tuple[int, ...], dict[Any, list[Row]]] = {}
+
+    @property
+    def tuples(self) -> set[Row]:
+        if self._tuples is None:
+            cols = self.cols or []
+            self._tuples = set(zip(*(c.tolist() for c in cols), strict=True)) if cols else set()
+        return self._tuples
+
+    def __len__(self) -> int:
+        if self._tuples is None and self.cols:
+            return len(self.cols[0])
+        return len(self.tuples)
+
+    def index(self, positions: tuple[int, ...]) -> dict[Any, list[Row]]:
+        idx = self.indexes.get(positions)
+        if idx is None:
+            idx = {}
+            _index_into(idx, positions, self.tuples)
+            self.indexes[positions] = idx
+        return idx
+
+    def add_new(self, new: set[Row]) -> None:
+        """Add tuples known not to be present yet, updating every index."""
+        self.tuples.update(new)
+        self.cols = None
+        for positions, idx in self.indexes.items():
+            _index_into(idx, positions, new)
+
+
+def _index_into(idx: dict[Any, list[Row]], positions: tuple[int, ...], rows: Iterable[Row]) -> None:
+    if len(positions) == 1:
+        p = positions[0]
+        for t in rows:
+            k = t[p]
+            bucket = idx.get(k)
+            if bucket is None:
+                idx[k] = [t]
+            else:
+                bucket.append(t)
+    else:
+        for t in rows:
+            k = tuple(t[p] for p in positions)
+            bucket = idx.get(k)
+            if bucket is None:
+                idx[k] = [t]
+            else:
+                bucket.append(t)
+
+
+EMPTY = Rel()
+
+
+def as_rel(rows: Any) -> Rel:
+    """A fresh Rel from tuples, a Rel (arrays shared, never mutated) or a 2-D int array."""
+    if isinstance(rows, Rel):
+        return Rel(cols=rows.cols) if rows.cols is not None else Rel(rows.tuples)
+    if hasattr(rows, "ndim") and getattr(rows, "ndim", 0) == 2 and rows.shape[1] > 0:
+        import numpy as np
+
+        arr = np.asarray(rows, dtype=np.int64)
+        return Rel(cols=[np.ascontiguousarray(arr[:, j]) for j in range(arr.shape[1])])
+    return Rel(tuple(r) for r in rows)
+
+
+# ----------------------------------------------------------------------------- results
+
+
+class Relations(Mapping[str, set]):
+    """Evaluation results: relation name -> set of tuples.
+
+    Relations computed by the columnar executor stay as int64 arrays until a
+    tuple set is asked for, so counting or handing columns on costs nothing.
+    """
+
+    def __init__(self, rels: Mapping[str, Rel | Iterable[Row]] | None = None) -> None:
+        self._rels: dict[str, Rel] = {}
+        for name, value in (rels or {}).items():
+            self._rels[name] = value if isinstance(value, Rel) else Rel(value)
+
+    def __getitem__(self, rel: str) -> set[Row]:
+        return self._rels[rel].tuples
+
+    def __iter__(self):
+        return iter(self._rels)
+
+    def __len__(self) -> int:
+        return len(self._rels)
+
+    def count(self, rel: str) -> int:
+        """Number of tuples of ``rel`` (0 when absent), without materialising them."""
+        r = self._rels.get(rel)
+        return 0 if r is None else len(r)
+
+    def columns(self, rel: str) -> list | None:
+        """``rel`` as int64 numpy columns when the columnar executor produced it, else None."""
+        r = self._rels.get(rel)
+        return None if r is None else r.cols
+
+    def sorted(self, rel: str) -> list[Row]:
+        """The tuples of ``rel`` in a deterministic order (empty when absent)."""
+        return sort_rows(self[rel]) if rel in self._rels else []
+
+    def facts(self) -> Iterable[Fact]:
+        """Every tuple as a :class:`~merklog.store.Fact`, relations in name order."""
+        for name in sorted(self._rels):
+            for row in self.sorted(name):
+                yield Fact(name, row)
+
+    def to_dict(self) -> dict[str, set[Row]]:
+        return {name: set(self[name]) for name in self._rels}
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}: {self.count(k)} tuples" for k in sorted(self._rels))
+        return f"Relations({inner})"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+class CidCache:
+    """CIDs of facts, computed once per (relation, tuple)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, Row], Link] = {}
+
+    def get(self, rel: str, row: Row) -> Link:
+        key = (rel, row)
+        cid = self._cache.get(key)
+        if cid is None:
+            cid = fact_cid(Fact(rel, row))
+            self._cache[key] = cid
+        return cid
+
+
+def _vars_of_literals(lits: Iterable[ast.BodyLiteral]) -> set[str]:
+    return {v.name for lit in lits for v in ast.literal_vars(lit)}
+
+
+def _term_names(term: ast.Term) -> set[str]:
+    return {v.name for v in ast.term_vars(term)}
+
+
+def grouping_vars(rule_body: tuple[ast.BodyLiteral, ...], agg: ast.Aggregate) -> set[str]:
+    """Variables of ``agg``'s body that are visible outside it (in the rest of the body)."""
+    outside: set[str] = set()
+    for lit in rule_body:
+        if lit is agg:
+            continue
+        if isinstance(lit, ast.Aggregate):
+            outside.add(lit.result.name)
+        else:
+            outside |= _vars_of_literals([lit])
+    return _vars_of_literals(agg.body) & outside
+
+
+def _ground(term: ast.Term, bound: set[str]) -> bool:
+    return _term_names(term) <= bound
+
+
+# ----------------------------------------------------------------------------- ordering
+
+
+def order_body(
+    body: tuple[ast.BodyLiteral, ...],
+    bound: set[str],
+    first: int | None = None,
+    rule_body: tuple[ast.BodyLiteral, ...] | None = None,
+) -> list[ast.BodyLiteral]:
+    """A safe evaluation order for ``body`` given already ``bound`` variables.
+
+    ``first`` (an index into ``body``) is scheduled first: the semi-naive delta atom.
+    """
+    rule_body = body if rule_body is None else rule_body
+    bound = set(bound)
+    remaining = list(range(len(body)))
+    order: list[ast.BodyLiteral] = []
+
+    def take(i: int) -> None:
+        lit = body[i]
+        remaining.remove(i)
+        order.append(lit)
+        if isinstance(lit, ast.Positive):
+            bound.update(v.name for v in ast.atom_vars(lit.atom))
+            if lit.cid is not None:
+                bound.add(lit.cid.name)
+        elif isinstance(lit, ast.Comparison):
+            bound.update(_term_names(lit.left) | _term_names(lit.right))
+        elif isinstance(lit, ast.Aggregate):
+            bound.add(lit.result.name)
+
+    if first is not None:
+        take(first)
+    while remaining:
+        best: tuple[int, int] | None = None
+        for i in remaining:
+            lit = body[i]
+            score: int | None = None
+            if isinstance(lit, ast.Comparison):
+                lg, rg = _ground(lit.left, bound), _ground(lit.right, bound)
+                if lg and rg:
+                    score = 0
+                elif lit.op == "==" and (
+                    (lg and isinstance(lit.right, ast.Var))
+                    or (rg and isinstance(lit.left, ast.Var))
+                ):
+                    score = 1
+            elif isinstance(lit, ast.Negated):
+                names = {v.name for v in ast.atom_vars(lit.atom) if not v.anonymous}
+                if names <= bound and all(
+                    isinstance(a, ast.Var) or _ground(a, bound) for a in lit.atom.args
+                ):
+                    score = 0
+            elif isinstance(lit, ast.Aggregate):
+                if grouping_vars(rule_body, lit) <= bound:
+                    score = 2
+            elif isinstance(lit, ast.Positive):
+                args = lit.atom.args
+                if all(isinstance(a, ast.Var) or _ground(a, bound) for a in args):
+                    nb = sum(1 for a in args if not isinstance(a, ast.Var) or a.name in bound)
+                    if lit.cid is not None and lit.cid.name in bound:
+                        nb += 100
+                    score = 3 if nb == len(args) and args else 10 - min(nb, 6)
+            if score is not None and (best is None or score < best[0]):
+                best = (score, i)
+        if best is None:
+            lits = ", ".join(str(body[i]) for i in remaining)
+            raise EvaluationError(f"cannot schedule {lits}: some variables are never bound")
+        take(best[1])
+    return order
+
+
+# ----------------------------------------------------------------------------- compilation
+
+Step = Callable[[list], None]
+
+
+@dataclass
+class Context:
+    """What compiled steps read at run time: the current relations and caches."""
+
+    full: dict[str, Rel] = field(default_factory=dict)
+    delta: dict[str, Rel] = field(default_factory=dict)
+    cids: CidCache = field(default_factory=CidCache)
+    agg_cache: dict[Any, dict[Any, Any]] = field(default_factory=dict)
+
+
+class RuleCompiler:
+    """Compiles a rule's body (in a chosen order) into a chain of closures over slots."""
+
+    def __init__(self, ctx: Context, int_bits: int) -> None:
+        self.ctx = ctx
+        self.int_bits = int_bits
+        self.slots: dict[str, int] = {}
+        # Inside aggregates, a rest pattern's unmatched arguments act as anonymous
+        # variables (so ``count : product(C, ...)`` counts matched tuples): their
+        # values go to a hidden slot that is part of the distinct binding.
+        self.rest_slots: dict[int, int] = {}
+        self.ops = {op: make_arith(op, int_bits) for op in ("+", "-", "*", "/", "%")}
+
+    def slot(self, name: str) -> int:
+        s = self.slots.get(name)
+        if s is None:
+            s = self.slots[name] = len(self.slots)
+        return s
+
+    # terms -------------------------------------------------------------
+    def term(self, term: ast.Term) -> Callable[[list], Any]:
+        """An evaluator for a ground term; raises NoBinding when arithmetic has no result."""
+        if isinstance(term, ast.Const):
+            value = term.value
+            return lambda env: value
+        if isinstance(term, ast.Var):
+            s = self.slot(term.name)
+            return lambda env: env[s]
+        if isinstance(term, ast.Neg):
+            inner = self.term(term.operand)
+            bits = self.int_bits
+            return lambda env: negate(inner(env), bits)
+        if isinstance(term, ast.BinOp):
+            left, right, fn = self.term(term.left), self.term(term.right), self.ops[term.op]
+            return lambda env: fn(left(env), right(env))
+        raise EvaluationError(f"unknown term {term!r}")
+
+    # literals ----------------------------------------------------------
+    def chain(
+        self,
+        lits: list[ast.BodyLiteral],
+        bound: set[str],
+        final: Step,
+        rule_body: tuple[ast.BodyLiteral, ...],
+        delta_lit: ast.BodyLiteral | None = None,
+    ) -> Step:
+        bound = set(bound)
+        boundness: list[set[str]] = []
+        for lit in lits:
+            boundness.append(set(bound))
+            if isinstance(lit, ast.Positive):
+                bound.update(v.name for v in ast.atom_vars(lit.atom))
+                if lit.cid is not None:
+                    bound.add(lit.cid.name)
+            elif isinstance(lit, ast.Comparison):
+                bound.update(_term_names(lit.left) | _term_names(lit.right))
+            elif isinstance(lit, ast.Aggregate):
+                bound.add(lit.result.name)
+        step = final
+        for lit, b in zip(reversed(lits), reversed(boundness), strict=True):
+            if isinstance(lit, ast.Positive):
+                step = self.positive(lit, b, step, use_delta=lit is delta_lit)
+            elif isinstance(lit, ast.Negated):
+                step = self.negated(lit, b, step)
+            elif isinstance(lit, ast.Comparison):
+                step = self.comparison(lit, b, step)
+            else:
+                step = self.aggregate(lit, b, step, rule_body)
+        return step
+
+    def _match_plan(self, atom: ast.Atom, bound: set[str]):
+        """Split an atom's arguments into index-key parts, bindings and repeat checks."""
+        key_pos: list[int] = []
+        key_fns: list[Callable[[list], Any]] = []
+        binds: list[tuple[int, int]] = []
+        checks: list[tuple[int, int]] = []
+        seen: dict[str, int] = {}
+        for i, arg in enumerate(atom.args):
+            if isinstance(arg, ast.Var) and arg.name not in bound:
+                if arg.name in seen:
+                    checks.append((i, seen[arg.name]))
+                else:
+                    seen[arg.name] = i
+                    binds.append((i, self.slot(arg.name)))
+            else:
+                key_pos.append(i)
+                key_fns.append(self.term(arg))
+        return tuple(key_pos), key_fns, binds, checks
+
+    def positive(self, lit: ast.Positive, bound: set[str], nxt: Step, use_delta: bool) -> Step:
+        atom = lit.atom
+        rel = atom.rel
+        ctx = self.ctx
+        key_pos, key_fns, binds, checks = self._match_plan(atom, bound)
+        cid_slot = self.slot(lit.cid.name) if lit.cid is not None else None
+        cid_bound = lit.cid is not None and lit.cid.name in bound
+        cids = ctx.cids
+        source = ctx.delta if use_delta else ctx.full
+        rest_slot = self.rest_slots.get(id(atom))
+        nargs = len(atom.args)
+        single = len(key_fns) == 1
+        kf0 = key_fns[0] if single else None
+
+        def rows(env: list) -> Iterable[Row]:
+            r = source.get(rel, EMPTY)
+            if not key_pos:
+                return r.tuples
+            try:
+                key = kf0(env) if single else tuple(f(env) for f in key_fns)
+            except NoBinding:
+                return ()
+            return r.index(key_pos).get(key, ())
+
+        if not checks and cid_slot is None and rest_slot is None:
+            if len(binds) == 1:
+                ((p0, s0),) = binds
+
+                def step(env: list) -> None:
+                    for t in rows(env):
+                        env[s0] = t[p0]
+                        nxt(env)
+
+                return step
+            if len(binds) == 2:
+                (p0, s0), (p1, s1) = binds
+
+                def step(env: list) -> None:
+                    for t in rows(env):
+                        env[s0] = t[p0]
+                        env[s1] = t[p1]
+                        nxt(env)
+
+                return step
+
+        def step(env: list) -> None:
+            for t in rows(env):
+                if checks and any(t[a] != t[b] for a, b in checks):
+                    continue
+                if cid_slot is not None:
+                    cid = cids.get(rel, t)
+                    if cid_bound:
+                        if env[cid_slot] != cid:
+                            continue
+                    else:
+                        env[cid_slot] = cid
+                for p, s in binds:
+                    env[s] = t[p]
+                if rest_slot is not None:
+                    env[rest_slot] = t[nargs:]
+                nxt(env)
+
+        return step
+
+    def negated(self, lit: ast.Negated, bound: set[str], nxt: Step) -> Step:
+        atom = lit.atom
+        rel = atom.rel
+        full = self.ctx.full
+        key_pos, key_fns, binds, checks = self._match_plan(atom, bound)
+        exact = not atom.rest and not binds
+
+        def step(env: list) -> None:
+            try:
+                key = tuple(f(env) for f in key_fns)
+            except NoBinding:
+                nxt(env)
+                return
+            r = full.get(rel, EMPTY)
+            if exact:
+                if key in r.tuples:
+                    return
+            elif not key_pos:
+                if any(not checks or all(t[a] == t[b] for a, b in checks) for t in r.tuples):
+                    return
+            else:
+                idx = r.index(key_pos)
+                bucket = idx.get(key[0] if len(key_pos) == 1 else key, ())
+                if any(not checks or all(t[a] == t[b] for a, b in checks) for t in bucket):
+                    return
+            nxt(env)
+
+        return step
+
+    def comparison(self, lit: ast.Comparison, bound: set[str], nxt: Step) -> Step:
+        lg, rg = _ground(lit.left, bound), _ground(lit.right, bound)
+        if lg and rg:
+            left, right, cmp = self.term(lit.left), self.term(lit.right), make_compare(lit.op)
+
+            def step(env: list) -> None:
+                try:
+                    ok = cmp(left(env), right(env))
+                except NoBinding:
+                    return
+                if ok:
+                    nxt(env)
+
+            return step
+        # ``Var == ground``: bind the variable.
+        var, other = (lit.left, lit.right) if rg else (lit.right, lit.left)
+        assert isinstance(var, ast.Var)
+        s, value = self.slot(var.name), self.term(other)
+
+        def bind(env: list) -> None:
+            try:
+                env[s] = value(env)
+            except NoBinding:
+                return
+            nxt(env)
+
+        return bind
+
+    def aggregate(
+        self,
+        agg: ast.Aggregate,
+        bound: set[str],
+        nxt: Step,
+        rule_body: tuple[ast.BodyLiteral, ...],
+    ) -> Step:
+        groups = sorted(grouping_vars(rule_body, agg))
+        group_slots = [self.slot(g) for g in groups]
+        local = sorted(_vars_of_literals(agg.body) - set(groups))
+        body_vars = groups + local
+        body_slots = [self.slot(v) for v in body_vars]
+        for lit in agg.body:
+            if isinstance(lit, ast.Positive) and lit.atom.rest:
+                slot = self.slot(f"\0rest{len(self.slots)}")
+                self.rest_slots[id(lit.atom)] = slot
+                body_slots.append(slot)
+        collected: list[set[Row]] = []
+
+        def collect(env: list) -> None:
+            collected[-1].add(tuple(env[s] for s in body_slots))
+
+        inner_order = order_body(agg.body, set(groups), rule_body=agg.body)
+        inner = self.chain(inner_order, set(groups), collect, agg.body)
+        arg_fn = self.term(agg.arg) if agg.arg is not None else None
+        func = agg.func
+        add = self.ops["+"]
+        res_slot = self.slot(agg.result.name)
+        res_bound = agg.result.name in bound
+        cache_key = object()
+        agg_cache = self.ctx.agg_cache
+        scratch_slots = body_slots
+
+        def compute(env: list) -> Any:
+            collected.append(set())
+            saved = [env[s] for s in scratch_slots]
+            try:
+                inner(env)
+            finally:
+                rows = collected.pop()
+                for s, v in zip(scratch_slots, saved, strict=True):
+                    env[s] = v
+            if func == "count":
+                return len(rows)
+            tmp = list(env)
+            values = []
+            for row in rows:
+                for s, v in zip(body_slots, row, strict=True):
+                    tmp[s] = v
+                try:
+                    values.append(arg_fn(tmp))  # type: ignore[misc]
+                except NoBinding:
+                    continue
+            if func == "sum":
+                total: Any = 0
+                try:
+                    for v in values:
+                        total = add(total, v)
+                except NoBinding:
+                    return _NO_RESULT
+                return total
+            if not values:
+                return _NO_RESULT
+            return min(values, key=sort_key) if func == "min" else max(values, key=sort_key)
+
+        def step(env: list) -> None:
+            cache = agg_cache.setdefault(cache_key, {})
+            gkey = tuple(env[s] for s in group_slots)
+            result = cache.get(gkey, _MISSING)
+            if result is _MISSING:
+                result = cache[gkey] = compute(env)
+            if result is _NO_RESULT:
+                return
+            if res_bound:
+                if env[res_slot] != result:
+                    return
+                nxt(env)
+            else:
+                env[res_slot] = result
+                nxt(env)
+
+        return step
+
+
+_NO_RESULT = object()
+_MISSING = object()
+
+
+# ----------------------------------------------------------------------------- rule plans
+
+
+def _positive_rels(rule: ast.Rule) -> list[int]:
+    return [i for i, lit in enumerate(rule.body) if isinstance(lit, ast.Positive)]
+
+
+class CompiledRule:
+    """One rule compiled for a stratum: a full variant and one delta variant per recursive atom."""
+
+    def __init__(self, rule: ast.Rule, recursive: set[str], ctx: Context, int_bits: int) -> None:
+        self.rule = rule
+        self.out: set[Row] = set()
+        comp = RuleCompiler(ctx, int_bits)
+        head_fns = [comp.term(a) for a in rule.head.args]
+        out = self.out
+
+        def emit(env: list) -> None:
+            try:
+                out.add(tuple(f(env) for f in head_fns))
+            except _ARITH_ERRORS:
+                return
+
+        body = rule.body
+        self.full = comp.chain(order_body(body, set()), set(), emit, body)
+        self.deltas: list[Step] = []
+        for i in _positive_rels(rule):
+            lit = body[i]
+            if lit.atom.rel in recursive:  # type: ignore[union-attr]
+                order = order_body(body, set(), first=i)
+                self.deltas.append(comp.chain(order, set(), emit, body, delta_lit=lit))
+        self.nslots = len(comp.slots)
+
+    def run(self, variant: Step) -> set[Row]:
+        self.out.clear()
+        variant([None] * max(self.nslots, 1))
+        result = set(self.out)
+        self.out.clear()
+        return result
+
+
+_ARITH_ERRORS = (NoBinding,)
+
+
+# ----------------------------------------------------------------------------- strata
+
+
+def local_strata(rules: Iterable[ast.Rule]) -> list[list[ast.Rule]]:
+    """Seed 000 §1.3.3 stratification of deductive rules (used when none is supplied).
+
+    SCCs of the head→body precedence graph in dependency order (Tarjan emits
+    SCCs callees-first). Negative edges inside an SCC are not rejected here:
+    that is the static checks' job.
+    """
+    rules = [r for r in rules if r.time == "now"]
+    graph: dict[str, set[str]] = {}
+    for r in rules:
+        deps = graph.setdefault(r.head.rel, set())
+        for lit in r.body:
+            for atom, _pol in ast.body_atoms(lit):
+                deps.add(atom.rel)
+                graph.setdefault(atom.rel, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    sccs: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        work = [(v, iter(sorted(graph[v])))]
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        while work:
+            node, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on:
+                    low[node] = min(low[node], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == node:
+                            break
+                    sccs.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    strata = []
+    for comp in sccs:
+        members = set(comp)
+        stratum = [r for r in rules if r.head.rel in members]
+        if stratum:
+            strata.append(stratum)
+    return strata
+
+
+@dataclass
+class StepResult:
+    """One epoch's outcome: every relation, the @next tuples, and the @async outbox."""
+
+    relations: Relations
+    next_tuples: RelationSets
+    outbox: list[tuple[Any, Fact]]
+
+
+class BatchEvaluator:
+    """Evaluates a program's strata over a set of base facts (one epoch)."""
+
+    def __init__(
+        self,
+        rules: Iterable[ast.Rule],
+        strata: list[list[ast.Rule]] | None = None,
+        int_bits: int = 64,
+        semi_naive: bool = True,
+        backend: str = "auto",
+    ) -> None:
+        rules = tuple(rules)
+        self.int_bits = int_bits
+        self.semi_naive = semi_naive
+        self.backend = backend
+        deductive = [r for r in rules if r.time == "now"]
+        self.temporal = [r for r in rules if r.time != "now"]
+        if strata is None:
+            strata = local_strata(deductive)
+        self.strata = [[r for r in s if r.time == "now"] for s in strata]
+        self.strata = [s for s in self.strata if s]
+        self.cids = CidCache()
+
+    # ------------------------------------------------------------------
+    def evaluate(self, base: Mapping[str, Iterable[Row]]) -> Relations:
+        """All relations (base and derived) after every deductive stratum reaches its fixpoint."""
+        ctx = Context(cids=self.cids)
+        ctx.full = {rel: as_rel(rows) for rel, rows in base.items()}
+        for stratum in self.strata:
+            self._stratum(stratum, ctx)
+        return Relations(ctx.full)
+
+    def step(self, base: Mapping[str, Iterable[Row]]) -> StepResult:
+        """One epoch: deductive strata, then the final stratum of @next and @async rules."""
+        ctx = Context(cids=self.cids)
+        ctx.full = {rel: as_rel(rows) for rel, rows in base.items()}
+        for stratum in self.strata:
+            self._stratum(stratum, ctx)
+        nxt: RelationSets = {}
+        outbox: list[tuple[Any, Fact]] = []
+        for rule in self.temporal:
+            derived = CompiledRule(rule, set(), ctx, self.int_bits)
+            rows = derived.run(derived.full)
+            if rule.time == "next":
+                nxt.setdefault(rule.head.rel, set()).update(rows)
+            else:
+                for row in sorted(rows, key=_sort_key):
+                    outbox.append((row[0] if row else None, Fact(rule.head.rel, row)))
+        return StepResult(Relations(ctx.full), nxt, outbox)
+
+    # ------------------------------------------------------------------
+    def _stratum(self, rules: list[ast.Rule], ctx: Context) -> None:
+        heads = {r.head.rel for r in rules}
+        for rel in heads:
+            ctx.full.setdefault(rel, Rel())
+        if self.backend != "tuple":
+            from .columnar import try_columnar
+
+            if try_columnar(rules, ctx, self.int_bits, self.semi_naive, self.backend):
+                return
+        ctx.agg_cache.clear()
+        compiled = [CompiledRule(r, heads, ctx, self.int_bits) for r in rules]
+        # Iteration 0: every rule over the full relations.
+        delta: dict[str, set[Row]] = {}
+        for c in compiled:
+            rel = c.rule.head.rel
+            new = c.run(c.full) - ctx.full[rel].tuples
+            if new:
+                delta.setdefault(rel, set()).update(new)
+        recursive = [c for c in compiled if c.deltas]
+        while delta:
+            for rel, new in delta.items():
+                ctx.full[rel].add_new(new)
+            if not recursive:
+                break
+            ctx.delta.clear()
+            ctx.delta.update((rel, Rel(new)) for rel, new in delta.items())
+            fresh: dict[str, set[Row]] = {}
+            for c in recursive:
+                rel = c.rule.head.rel
+                variants = c.deltas if self.semi_naive else [c.full]
+                for variant in variants:
+                    got = c.run(variant)
+                    got -= ctx.full[rel].tuples
+                    if got:
+                        fresh.setdefault(rel, set()).update(got)
+            delta = fresh
+        ctx.delta.clear()
+
+
+def _sort_key(row: Row) -> tuple:
+    return tuple(sort_key(v) for v in row)
+
+
+def sort_rows(rows: Iterable[Row]) -> list[Row]:
+    """Deterministic order for tuples of mixed value types."""
+    return sorted(rows, key=_sort_key)

@@ -1,0 +1,636 @@
+"""Set-at-a-time execution of a stratum over int64 column arrays (numpy).
+
+Used by :mod:`merklog.engine.batch` for strata whose relations are large and
+hold only integers (the shape of analytics and graph workloads). A binding set
+is a dict ``var -> int64 array`` (all the same length); a selection is a
+vectorised join that probes a sorted index of the relation (``searchsorted``
+on packed keys, built once per relation version), negation is a vectorised
+anti-join, aggregation groups packed keys with ``np.unique``/``reduceat``, and
+semi-naive deduplication keeps one packed int64 key per derived tuple.
+
+Anything outside that shape (CID selections, arithmetic, non-integer or huge
+values, nullary relations) raises :class:`Ineligible` before the stratum's
+results are committed, and the caller falls back to the tuple-at-a-time path,
+so both paths always give the same relations (the tests compare them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import ast
+
+if TYPE_CHECKING:
+    from .batch import Context
+
+#: Strata whose input relations hold fewer tuples than this run tuple at a time.
+AUTO_THRESHOLD = 20_000
+
+I64 = np.int64
+
+
+class Ineligible(Exception):
+    """The stratum is outside what the columnar executor handles."""
+
+
+# ----------------------------------------------------------------------------- relations
+
+
+def rel_columns(rel: Any) -> list[np.ndarray]:
+    """The int64 columns of a :class:`~merklog.engine.batch.Rel` (built and cached once)."""
+    if rel.cols is not None:
+        return rel.cols
+    tuples = rel.tuples
+    if not tuples:
+        raise Ineligible("empty relation of unknown arity")
+    first = next(iter(tuples))
+    arity = len(first)
+    if arity == 0:
+        raise Ineligible("nullary relation")
+    for t in tuples:
+        if len(t) != arity:
+            raise Ineligible("ragged relation")
+        for v in t:
+            if type(v) is not int:
+                raise Ineligible("non-integer value")
+    try:
+        arr = np.array(list(tuples), dtype=I64)
+    except OverflowError as exc:  # pragma: no cover - ints are int64 by construction
+        raise Ineligible("integer out of range") from exc
+    cols = [np.ascontiguousarray(arr[:, j]) for j in range(arity)]
+    rel.cols = cols
+    return cols
+
+
+class Packer:
+    """Injective packing of int64 rows into one int64 key (when the value range allows)."""
+
+    __slots__ = ("lows", "bits", "shifts")
+
+    def __init__(self, lows: list[int], highs: list[int]) -> None:
+        self.lows = lows
+        self.bits = [max(1, int(h - lo).bit_length()) for lo, h in zip(lows, highs, strict=True)]
+        total = sum(self.bits)
+        if total > 62:
+            raise Ineligible("key too wide to pack")
+        shifts, acc = [], 0
+        for b in reversed(self.bits):
+            shifts.append(acc)
+            acc += b
+        self.shifts = list(reversed(shifts))
+
+    @classmethod
+    def for_columns(cls, cols: list[np.ndarray]) -> Packer:
+        if not cols or len(cols[0]) == 0:
+            return cls([0] * len(cols), [1] * len(cols))
+        return cls([int(c.min()) for c in cols], [int(c.max()) for c in cols])
+
+    def in_range(self, cols: list[np.ndarray]) -> np.ndarray | None:
+        """Mask of rows inside the packable range (None when every row is)."""
+        mask = None
+        for c, lo, b in zip(cols, self.lows, self.bits, strict=True):
+            hi = lo + (1 << b) - 1
+            if len(c) and (int(c.min()) < lo or int(c.max()) > hi):
+                m = (c >= lo) & (c <= hi)
+                mask = m if mask is None else mask & m
+        return mask
+
+    def pack(self, cols: list[np.ndarray]) -> np.ndarray:
+        key = np.zeros(len(cols[0]) if cols else 0, dtype=I64)
+        for c, lo, s in zip(cols, self.lows, self.shifts, strict=True):
+            key |= (c - lo) << s
+        return key
+
+    def unpack(self, keys: np.ndarray) -> list[np.ndarray]:
+        out = []
+        for lo, b, s in zip(self.lows, self.bits, self.shifts, strict=True):
+            out.append(((keys >> s) & ((1 << b) - 1)) + lo)
+        return out
+
+
+#: Key domains up to this many slots get direct-addressed (CSR / bitmap) structures.
+DENSE_SLOTS = 1 << 24
+
+
+class SortedIndex:
+    """Rows of a relation grouped by packed key on some positions.
+
+    Small key domains use a CSR offsets array (probe = two array lookups); larger
+    ones a sorted key array probed with ``searchsorted``.
+    """
+
+    def __init__(self, cols: list[np.ndarray], positions: tuple[int, ...]) -> None:
+        keycols = [cols[p] for p in positions]
+        self.packer = Packer.for_columns(keycols)
+        keys = self.packer.pack(keycols)
+        span = 1 << sum(self.packer.bits)
+        self.dense = span <= max(DENSE_SLOTS, 8 * len(keys))
+        self.perm = np.argsort(keys, kind="stable")
+        if self.dense:
+            counts = np.bincount(keys, minlength=span)
+            self.offsets = np.zeros(span + 1, dtype=I64)
+            np.cumsum(counts, out=self.offsets[1:])
+        else:
+            self.keys = keys[self.perm]
+
+    def _ranges(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.dense:
+            return self.offsets[keys], self.offsets[keys + 1]
+        return np.searchsorted(self.keys, keys, "left"), np.searchsorted(self.keys, keys, "right")
+
+    def probe(self, probe_cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(probe row, relation row) index pairs of every match."""
+        n = len(probe_cols[0])
+        mask = self.packer.in_range(probe_cols)
+        rows = None
+        if mask is not None:
+            rows = np.flatnonzero(mask)
+            probe_cols = [c[mask] for c in probe_cols]
+        lo, hi = self._ranges(self.packer.pack(probe_cols))
+        counts = hi - lo
+        total = int(counts.sum())
+        if total == 0:
+            return np.empty(0, I64), np.empty(0, I64)
+        if total == len(counts) and int(counts.max()) == 1:  # every probe row matches once
+            left = np.arange(n, dtype=I64) if rows is None else rows
+            return left, self.perm[lo]
+        left = np.repeat(np.arange(n, dtype=I64) if rows is None else rows, counts)
+        ends = np.cumsum(counts)
+        starts = np.repeat(lo - ends + counts, counts)
+        right = self.perm[starts + np.arange(total, dtype=I64)]
+        return left, right
+
+    def contains(self, probe_cols: list[np.ndarray]) -> np.ndarray:
+        """Mask: does each probe row have a match?"""
+        n = len(probe_cols[0])
+        mask = self.packer.in_range(probe_cols)
+        if mask is not None:
+            found = np.zeros(n, dtype=bool)
+            sub = [c[mask] for c in probe_cols]
+            lo, hi = self._ranges(self.packer.pack(sub))
+            found[mask] = hi > lo
+            return found
+        lo, hi = self._ranges(self.packer.pack(probe_cols))
+        return hi > lo
+
+
+class ColRel:
+    """A relation being evaluated: columns plus cached sorted indexes."""
+
+    def __init__(self, cols: list[np.ndarray]) -> None:
+        self.cols = cols
+        self._indexes: dict[tuple[int, ...], SortedIndex] = {}
+
+    def __len__(self) -> int:
+        return len(self.cols[0]) if self.cols else 0
+
+    def index(self, positions: tuple[int, ...]) -> SortedIndex:
+        idx = self._indexes.get(positions)
+        if idx is None:
+            idx = self._indexes[positions] = SortedIndex(self.cols, positions)
+        return idx
+
+
+# ----------------------------------------------------------------------------- bindings
+
+
+class Bindings:
+    """A set of variable bindings: ``n`` rows, one int64 array per bound variable."""
+
+    __slots__ = ("cols", "n")
+
+    def __init__(self, cols: dict[str, np.ndarray], n: int) -> None:
+        self.cols = cols
+        self.n = n
+
+    def take(self, idx: np.ndarray) -> Bindings:
+        return Bindings({k: v[idx] for k, v in self.cols.items()}, len(idx))
+
+
+def _const(value: Any) -> int:
+    if type(value) is not int:
+        raise Ineligible("non-integer constant")
+    return value
+
+
+def _term_array(term: ast.Term, b: Bindings) -> np.ndarray:
+    if isinstance(term, ast.Var):
+        return b.cols[term.name]
+    if isinstance(term, ast.Const):
+        return np.full(b.n, _const(term.value), dtype=I64)
+    raise Ineligible("arithmetic")
+
+
+_CMP = {
+    "==": np.equal,
+    "!=": np.not_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+}
+
+
+class Executor:
+    """Runs ordered rule bodies over bindings, reading ``full``/``delta`` ColRels."""
+
+    def __init__(self, full: dict[str, ColRel], delta: dict[str, ColRel]) -> None:
+        self.full = full
+        self.delta = delta
+
+    def rel(self, name: str, use_delta: bool) -> ColRel | None:
+        return (self.delta if use_delta else self.full).get(name)
+
+    def run(
+        self,
+        lits: list[ast.BodyLiteral],
+        rule_body: tuple[ast.BodyLiteral, ...],
+        delta_lit: ast.BodyLiteral | None = None,
+    ) -> Bindings:
+        b = Bindings({}, 1)
+        for lit in lits:
+            if b.n == 0:
+                return b
+            if isinstance(lit, ast.Positive):
+                b = self.positive(b, lit, lit is delta_lit)
+            elif isinstance(lit, ast.Negated):
+                b = self.negated(b, lit)
+            elif isinstance(lit, ast.Comparison):
+                b = self.comparison(b, lit)
+            else:
+                b = self.aggregate(b, lit, rule_body)
+        return b
+
+    def positive(self, b: Bindings, lit: ast.Positive, use_delta: bool) -> Bindings:
+        if lit.cid is not None:
+            raise Ineligible("CID selection")
+        atom = lit.atom
+        rel = self.rel(atom.rel, use_delta)
+        if rel is None or len(rel) == 0:
+            return Bindings({k: v[:0] for k, v in b.cols.items()}, 0)
+        key_pos: list[int] = []
+        key_cols: list[np.ndarray] = []
+        binds: list[tuple[int, str]] = []
+        checks: list[tuple[int, int]] = []
+        seen: dict[str, int] = {}
+        for i, arg in enumerate(atom.args):
+            if isinstance(arg, ast.Var) and arg.name not in b.cols:
+                if arg.name in seen:
+                    checks.append((i, seen[arg.name]))
+                else:
+                    seen[arg.name] = i
+                    binds.append((i, arg.name))
+            else:
+                key_pos.append(i)
+                key_cols.append(_term_array(arg, b))
+        if key_pos:
+            left, right = rel.index(tuple(key_pos)).probe(key_cols)
+        else:
+            m = len(rel)
+            left = np.repeat(np.arange(b.n, dtype=I64), m)
+            right = np.tile(np.arange(m, dtype=I64), b.n)
+        if checks:
+            keep = np.ones(len(right), dtype=bool)
+            for i, j in checks:
+                keep &= rel.cols[i][right] == rel.cols[j][right]
+            left, right = left[keep], right[keep]
+        out = b.take(left) if b.cols else Bindings({}, len(left))
+        for i, name in binds:
+            out.cols[name] = rel.cols[i][right]
+        return out
+
+    def negated(self, b: Bindings, lit: ast.Negated) -> Bindings:
+        atom = lit.atom
+        rel = self.full.get(atom.rel)
+        if rel is None or len(rel) == 0:
+            return b
+        key_pos, key_cols = [], []
+        for i, arg in enumerate(atom.args):
+            if isinstance(arg, ast.Var) and arg.name not in b.cols:
+                if not arg.anonymous:
+                    raise Ineligible("unbound variable under negation")
+                continue
+            key_pos.append(i)
+            key_cols.append(_term_array(arg, b))
+        if not key_pos:
+            return Bindings({k: v[:0] for k, v in b.cols.items()}, 0)
+        found = rel.index(tuple(key_pos)).contains(key_cols)
+        return b.take(np.flatnonzero(~found))
+
+    def comparison(self, b: Bindings, lit: ast.Comparison) -> Bindings:
+        lnames = {v.name for v in ast.term_vars(lit.left)}
+        rnames = {v.name for v in ast.term_vars(lit.right)}
+        bound = set(b.cols)
+        if lnames <= bound and rnames <= bound:
+            mask = _CMP[lit.op](_term_array(lit.left, b), _term_array(lit.right, b))
+            return b.take(np.flatnonzero(mask))
+        var, other = (lit.left, lit.right) if rnames <= bound else (lit.right, lit.left)
+        assert isinstance(var, ast.Var)
+        cols = dict(b.cols)
+        cols[var.name] = _term_array(other, b)
+        return Bindings(cols, b.n)
+
+    def aggregate(
+        self, b: Bindings, agg: ast.Aggregate, rule_body: tuple[ast.BodyLiteral, ...]
+    ) -> Bindings:
+        from .batch import grouping_vars, order_body
+
+        groups = sorted(grouping_vars(rule_body, agg))
+        inner = self.run(order_body(agg.body, set(), rule_body=agg.body), agg.body)
+        body_vars = sorted({v.name for lit in agg.body for v in ast.literal_vars(lit)})
+        if inner.n:
+            cols = [inner.cols[v] for v in body_vars]
+            order = np.lexsort(cols[::-1])
+            cols = [c[order] for c in cols]
+            if len(order) > 1:
+                diff = np.zeros(len(order), dtype=bool)
+                diff[0] = True
+                for c in cols:
+                    diff[1:] |= c[1:] != c[:-1]
+                sel = np.flatnonzero(diff)
+                cols = [c[sel] for c in cols]
+            inner = Bindings(dict(zip(body_vars, cols, strict=True)), len(cols[0]))
+        if agg.arg is not None:
+            values = _term_array(agg.arg, inner) if inner.n else np.empty(0, I64)
+        func = agg.func
+        if not groups:
+            if func == "count":
+                result = inner.n
+            elif func == "sum":
+                result = _exact_sum(values)
+            elif inner.n == 0:
+                return b.take(np.empty(0, I64))
+            else:
+                result = int(values.min() if func == "min" else values.max())
+            return _bind_result(b, agg.result.name, np.full(b.n, result, dtype=I64))
+        # Group the distinct body bindings by the grouping variables.
+        gcols = [inner.cols[g] for g in groups] if inner.n else []
+        if inner.n:
+            packer = Packer.for_columns(gcols)
+            gkeys = packer.pack(gcols)
+            order = np.argsort(gkeys, kind="stable")
+            sk = gkeys[order]
+            starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+            ukeys = sk[starts]
+            if func == "count":
+                res = np.diff(np.r_[starts, len(sk)]).astype(I64)
+            else:
+                sv = values[order]
+                if func == "sum":
+                    _check_sum_range(sv)
+                    res = np.add.reduceat(sv, starts)
+                elif func == "min":
+                    res = np.minimum.reduceat(sv, starts)
+                else:
+                    res = np.maximum.reduceat(sv, starts)
+            outer = [b.cols[g] for g in groups]
+            mask = packer.in_range(outer)
+            idx = np.arange(b.n)
+            found = np.zeros(b.n, dtype=bool)
+            pos_all = np.zeros(b.n, dtype=I64)
+            if mask is not None:
+                idx = idx[mask]
+                outer = [c[mask] for c in outer]
+            okeys = packer.pack(outer)
+            pos = np.minimum(np.searchsorted(ukeys, okeys), len(ukeys) - 1)
+            found[idx] = ukeys[pos] == okeys
+            pos_all[idx] = pos
+            out = np.where(found, res[pos_all], 0)
+        else:
+            found = np.zeros(b.n, dtype=bool)
+            out = np.zeros(b.n, dtype=I64)
+        if func in ("min", "max"):
+            keep = np.flatnonzero(found)
+            return _bind_result(b.take(keep), agg.result.name, out[keep])
+        return _bind_result(b, agg.result.name, out.astype(I64))
+
+
+def _bind_result(b: Bindings, name: str, values: np.ndarray) -> Bindings:
+    if name in b.cols:
+        return b.take(np.flatnonzero(b.cols[name] == values))
+    cols = dict(b.cols)
+    cols[name] = values
+    return Bindings(cols, b.n)
+
+
+def _check_sum_range(values: np.ndarray) -> None:
+    if len(values) and max(abs(int(values.min())), abs(int(values.max()))) * len(values) >= 2**62:
+        raise Ineligible("sum may overflow")
+
+
+def _exact_sum(values: np.ndarray) -> int:
+    _check_sum_range(values)
+    return int(values.sum()) if len(values) else 0
+
+
+# ----------------------------------------------------------------------------- strata
+
+
+def _head_columns(rule: ast.Rule, b: Bindings) -> list[np.ndarray]:
+    return [_term_array(a, b) for a in rule.head.args]
+
+
+def _eligible_rules(rules: Iterable[ast.Rule]) -> None:
+    for rule in rules:
+        if not rule.head.args:
+            raise Ineligible("nullary head")
+        for arg in rule.head.args:
+            if not isinstance(arg, ast.Var | ast.Const):
+                raise Ineligible("arithmetic in head")
+        for lit in rule.body:
+            for inner in lit.body if isinstance(lit, ast.Aggregate) else (lit,):
+                if isinstance(inner, ast.Positive) and (inner.cid is not None or inner.atom.rest):
+                    raise Ineligible("CID selection or rest pattern")
+                if isinstance(inner, ast.Negated) and inner.atom.rest:
+                    raise Ineligible("rest pattern")
+                if isinstance(inner, ast.Aggregate):
+                    raise Ineligible("nested aggregate")
+
+
+def _rels_read(rules: Iterable[ast.Rule]) -> set[str]:
+    return {atom.rel for r in rules for lit in r.body for atom, _p in ast.body_atoms(lit)}
+
+
+class _Dedup:
+    """The set of tuples of a relation derived so far, as packed int64 keys.
+
+    Small key domains use a bitmap (direct addressing); larger ones a Python set.
+    """
+
+    def __init__(self, packer: Packer, existing: list[np.ndarray] | None) -> None:
+        self.packer = packer
+        span = 1 << sum(packer.bits)
+        self.bitmap = np.zeros(span, dtype=bool) if span <= DENSE_SLOTS * 4 else None
+        self.stamp = np.zeros(span, dtype=np.int32) if self.bitmap is not None else None
+        self.seen: set[int] = set()
+        if existing is not None and len(existing[0]):
+            keys = packer.pack(existing)
+            if self.bitmap is not None:
+                self.bitmap[keys] = True
+            else:
+                self.seen.update(keys.tolist())
+
+    def fresh(self, cols: list[np.ndarray]) -> list[np.ndarray] | None:
+        if self.packer.in_range(cols) is not None:
+            raise Ineligible("derived value outside the packed range")
+        keys = self.packer.pack(cols)
+        if self.bitmap is not None:
+            keys = keys[~self.bitmap[keys]]
+            if len(keys) == 0:
+                return None
+            # One representative per key: the last writer of each stamp slot wins.
+            pos = np.arange(len(keys), dtype=np.int32)
+            self.stamp[keys] = pos
+            keys = keys[self.stamp[keys] == pos]
+            self.bitmap[keys] = True
+            return self.packer.unpack(keys)
+        fresh = set(keys.tolist())
+        fresh -= self.seen
+        if not fresh:
+            return None
+        self.seen |= fresh
+        arr = np.fromiter(fresh, dtype=I64, count=len(fresh))
+        return self.packer.unpack(arr)
+
+
+def unique_rows(cols: list[np.ndarray]) -> list[np.ndarray]:
+    """Distinct rows of int64 columns (lexsort, no value-range limits)."""
+    if not cols or len(cols[0]) <= 1:
+        return cols
+    order = np.lexsort(cols[::-1])
+    cols = [c[order] for c in cols]
+    diff = np.zeros(len(order), dtype=bool)
+    diff[0] = True
+    for c in cols:
+        diff[1:] |= c[1:] != c[:-1]
+    sel = np.flatnonzero(diff)
+    return [c[sel] for c in cols]
+
+
+class _Full(dict):
+    """Full relations of a stratum; a growing head relation is concatenated only when read."""
+
+    def __init__(self, base: dict[str, ColRel], chunks: dict[str, list[list[np.ndarray]]]) -> None:
+        super().__init__(base)
+        self.chunks = chunks
+        self.dirty: set[str] = set()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self.dirty:
+            parts = self.chunks[name]
+            cols = [np.concatenate([p[j] for p in parts]) for j in range(len(parts[0]))]
+            self.chunks[name] = [cols]
+            self[name] = ColRel(cols)
+            self.dirty.discard(name)
+        return super().get(name, default)
+
+
+def _concat(parts: list[list[np.ndarray]], arity: int) -> list[np.ndarray]:
+    if len(parts) == 1:
+        return parts[0]
+    return [np.concatenate([p[j] for p in parts]) for j in range(arity)]
+
+
+def try_columnar(
+    rules: list[ast.Rule], ctx: Context, int_bits: int, semi_naive: bool, backend: str
+) -> bool:
+    """Evaluate the stratum set-at-a-time into ``ctx.full``; False when not eligible."""
+    from .batch import Rel, order_body
+
+    heads = {r.head.rel for r in rules}
+    reads = _rels_read(rules)
+    try:
+        _eligible_rules(rules)
+        if int_bits != 64 and any(
+            isinstance(lit, ast.Aggregate) and lit.func == "sum" for r in rules for lit in r.body
+        ):
+            raise Ineligible("int32 sums wrap: the tuple path implements that")
+        if backend == "auto":
+            size = sum(len(ctx.full[r]) for r in reads | heads if r in ctx.full)
+            if size < AUTO_THRESHOLD:
+                return False
+        base: dict[str, ColRel] = {}
+        lows, highs = [], []
+        for name in reads | heads:
+            rel = ctx.full.get(name)
+            if rel is None or len(rel) == 0:
+                continue
+            cols = rel_columns(rel)
+            base[name] = ColRel(cols)
+            for c in cols:
+                lows.append(int(c.min()))
+                highs.append(int(c.max()))
+        for r in rules:
+            for arg in r.head.args:
+                if isinstance(arg, ast.Const):
+                    v = _const(arg.value)
+                    lows.append(v)
+                    highs.append(v)
+        lo, hi = (min(lows), max(highs)) if lows else (0, 1)
+        arities = {r.head.rel: len(r.head.args) for r in rules}
+        for rel, arity in arities.items():
+            if rel in base and len(base[rel].cols) != arity:
+                raise Ineligible("arity mismatch")
+        chunks: dict[str, list[list[np.ndarray]]] = {
+            rel: ([base[rel].cols] if rel in base else []) for rel in heads
+        }
+        full = _Full(base, chunks)
+        delta: dict[str, ColRel] = {}
+        ex = Executor(full, delta)
+        compiled = []
+        for r in rules:
+            variants = []
+            for i, lit in enumerate(r.body):
+                if isinstance(lit, ast.Positive) and lit.atom.rel in heads:
+                    variants.append((order_body(r.body, set(), first=i), lit))
+            compiled.append((r, order_body(r.body, set()), variants))
+
+        def derive(rule: ast.Rule, order: list, delta_lit: Any, out: dict) -> None:
+            b = ex.run(order, rule.body, delta_lit)
+            if b.n:
+                out.setdefault(rule.head.rel, []).append(_head_columns(rule, b))
+
+        pending: dict[str, list[list[np.ndarray]]] = {}
+        for rule, order, _variants in compiled:
+            derive(rule, order, None, pending)
+        recursive = [c for c in compiled if c[2]]
+        if not recursive:
+            for rel, parts in pending.items():
+                chunks[rel] = [unique_rows(_concat(chunks[rel] + parts, arities[rel]))]
+        else:
+            dedup = {
+                rel: _Dedup(Packer([lo] * a, [hi] * a), base[rel].cols if rel in base else None)
+                for rel, a in arities.items()
+            }
+            while True:
+                new_delta: dict[str, ColRel] = {}
+                for rel, parts in pending.items():
+                    fresh = dedup[rel].fresh(_concat(parts, arities[rel]))
+                    if fresh is not None:
+                        new_delta[rel] = ColRel(fresh)
+                        chunks[rel].append(fresh)
+                        full.dirty.add(rel)
+                if not new_delta:
+                    break
+                delta.clear()
+                delta.update(new_delta)
+                pending = {}
+                for rule, order, variants in recursive:
+                    if semi_naive:
+                        for vorder, lit in variants:
+                            if lit.atom.rel in delta:
+                                derive(rule, vorder, lit, pending)
+                    else:
+                        derive(rule, order, None, pending)
+    except Ineligible:
+        if backend == "columnar":
+            raise
+        return False
+    for rel in heads:
+        parts = chunks[rel]
+        if parts:
+            ctx.full[rel] = Rel(cols=_concat(parts, arities[rel]))
+    return True
