@@ -154,3 +154,25 @@ def test_config_precedence_env_and_set(run, home: Path, monkeypatch) -> None:
     result = run("--set", "node.port=x", "status", ok=False)
     assert result.exit_code != 0 and "node.port" in result.output
     assert run("--set", "nonsense", "status", ok=False).exit_code != 0
+
+
+def test_load_program_derives_and_bad_program_changes_nothing(
+    run, home: Path, tmp_path: Path
+) -> None:
+    run("init")
+    run("put", "edge(1, 2).", "edge(2, 3).", "edge(3, 4).")
+    prog = tmp_path / "path.dl"
+    prog.write_text("path(X, Y) :- edge(X, Y).\npath(X, Z) :- path(X, Y), edge(Y, Z).\n")
+    assert "loaded" in run("load", str(prog)).output
+    rows = json.loads(run("query", "--json", "path(1, X)").output)["rows"]
+    assert rows == [[2], [3], [4]]
+    conj = json.loads(run("query", "--json", "path(X, Y), !edge(X, Y)").output)["rows"]
+    assert conj == [[1, 3], [1, 4], [2, 4]]
+    before = (home / "config.toml").read_text()
+    bad = tmp_path / "bad.dl"
+    bad.write_text("path(X, Y) :- edge(X, Y)\nfoo(.\n")
+    result = run("load", str(bad), ok=False)
+    assert result.exit_code != 0 and "bad.dl" in result.output and "2:" in result.output
+    assert (home / "config.toml").read_text() == before
+    # The program stays installed across restarts (recorded in the config).
+    assert json.loads(run("query", "--json", "path(2, X)").output)["rows"] == [[3], [4]]
