@@ -538,6 +538,10 @@ class Aggregate(Operator):
     current extreme is ``O(log n)`` amortised.
     """
 
+    SKIP: Any = object()
+    """Returned by ``value_fn`` when a row has no value (e.g. arithmetic without result):
+    the row still counts for ``count`` but contributes nothing to sum/min/max."""
+
     def __init__(self, func: str, value_fn: Callable[[Row], Any] | None = None) -> None:
         if func not in AGGREGATES:
             raise ValueError(f"unknown aggregate {func!r}")
@@ -560,6 +564,8 @@ class Aggregate(Operator):
         heap = g.heap
         counts = g.counts
         assert heap is not None and counts is not None
+        if not counts:
+            return None
         if f == "min":
             while counts.get(heap[0], 0) <= 0:
                 heapq.heappop(heap)
@@ -571,6 +577,7 @@ class Aggregate(Operator):
     def eval(self, ts: Timestamp, delta: IndexedZSet) -> ZSet:
         out: ZSet = {}
         func, value_fn, groups = self.func, self.value_fn, self.groups
+        skip = self.SKIP
         for key, rows in delta.items():
             g = groups.get(key)
             if g is None:
@@ -584,6 +591,8 @@ class Aggregate(Operator):
                     continue
                 assert value_fn is not None
                 v = value_fn(row)
+                if v is skip:
+                    continue
                 if func == "sum":
                     if isinstance(v, float):
                         g.ftotal += Fraction(v) * w

@@ -1,0 +1,1073 @@
+"""Incremental evaluation: compile a checked program to a dataflow circuit and run epochs.
+
+Every relation becomes a root-circuit stream of *set* deltas (weights ±1 per
+epoch). A stratum without recursion is compiled straight into the root
+circuit; a recursive stratum becomes a child circuit iterated to a fixed point
+each epoch (DBSP nested incrementalisation, seed 001 §2.8.2), so inserting *and
+deleting* facts is exact through recursion: the child's distinct operators keep
+per-iteration history and retract precisely the derivations that lost support.
+
+Rule bodies compile into left-deep pipelines: each positive atom is a filtered,
+projected stream of its relation joined (bilinear incremental join) on the
+shared variables; comparisons filter or bind; ``!atom`` is an antijoin against
+the integrated key set of the negated relation; aggregates are incremental
+grouped operators whose result relation is joined back (count/sum over an empty
+group give 0, min/max none — the semantics of :class:`merklog.engine.ast.Aggregate`).
+``C := atom`` appends the fact's CID (:func:`merklog.store.fact_cid`).
+``@next`` heads feed a root feedback node (visible next epoch); ``@async`` heads
+go to the outbox.
+
+The epoch driver (:class:`IncrementalEngine`) polls sources, applies inserts,
+deletes and one-epoch events, evaluates the circuit and hands output deltas to
+sinks. Work per epoch is proportional to the change, not the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from merklog.store import Fact, Value, fact_cid
+
+from . import ast
+from .dataflow import (
+    Aggregate,
+    Circuit,
+    DistinctTrace,
+    FeedbackNode,
+    FlatMap,
+    IndexWith,
+    Inspect,
+    Join,
+    Map,
+    Minus,
+    Node,
+    Plus,
+    Timestamp,
+)
+
+Row = tuple
+Delta = dict  # dict[Row, int]
+
+
+class CompileError(ValueError):
+    """The program cannot be compiled (unstratifiable, unsupported or ill-formed)."""
+
+
+# ----------------------------------------------------------------------------- interfaces
+
+
+@runtime_checkable
+class Source(Protocol):
+    """Ingress polled at the start of every epoch (seed 000 §1.3.5).
+
+    ``poll`` returns ``{relation: {row: weight}}``: positive weights insert
+    facts, negative weights delete them (set semantics), or ``None`` when
+    nothing changed. It must not block: buffer I/O elsewhere and hand over here.
+    """
+
+    def poll(self, epoch: int) -> Mapping[str, Mapping[Row, int]] | None: ...
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Egress called at the end of every epoch (seed 000 §1.3.6).
+
+    ``deltas`` holds, per relation whose contents changed, ``{row: +1 | -1}``;
+    ``outbox`` the ``@async`` tuples newly derived this epoch as
+    ``(destination, Fact)`` (destination = the head's first argument).
+    """
+
+    def emit(
+        self,
+        epoch: int,
+        deltas: Mapping[str, Mapping[Row, int]],
+        outbox: Sequence[tuple[Value, Fact]],
+    ) -> None: ...
+
+
+@dataclass
+class EpochResult:
+    """What one epoch produced (also handed to sinks)."""
+
+    epoch: int
+    deltas: dict[str, Delta]
+    outbox: list[tuple[Value, Fact]] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _arith(int_bits: int) -> tuple[dict[str, Callable[[Any, Any], Any]], Callable, tuple]:
+    """Arithmetic ops, the comparison function and the 'no result' errors of
+    :mod:`merklog.engine.arith` — the one definition shared with the batch evaluator."""
+    from . import arith
+
+    ops = arith.make_arith(int_bits)
+    errors: list[type[BaseException]] = [ArithmeticError]
+    for name in ("ArithError", "ArithmeticFault", "NoResult"):
+        obj = getattr(arith, name, None)
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            errors.append(obj)
+    return ops, arith.compare, tuple(errors)
+
+
+def _lambda(src: str, ns: dict[str, Any] | None = None) -> Callable:
+    """Compile a small generated lambda (projections and join combiners are hot loops)."""
+    return eval(src, dict(ns or {}))  # noqa: S307 - source built from integers only
+
+
+def _tuple_src(parts: Sequence[str]) -> str:
+    if not parts:
+        return "()"
+    return "(" + ", ".join(parts) + ",)"
+
+
+def _key_fn(idxs: Sequence[int]) -> Callable[[Row], tuple]:
+    return _lambda("lambda r: " + _tuple_src([f"r[{i}]" for i in idxs]))
+
+
+def _vars_of(lits: Iterable[ast.BodyLiteral]) -> set[str]:
+    return {v.name for lit in lits for v in ast.literal_vars(lit)}
+
+
+def grouping_vars(body: Sequence[ast.BodyLiteral], agg: ast.Aggregate) -> list[str]:
+    """Variables of ``agg``'s body also visible in the rest of the rule body (sorted)."""
+    outside: set[str] = set()
+    for lit in body:
+        if lit is agg:
+            continue
+        if isinstance(lit, ast.Aggregate):
+            outside.add(lit.result.name)
+        else:
+            outside |= _vars_of([lit])
+    return sorted(_vars_of(agg.body) & outside)
+
+
+def _term_vars(term: ast.Term) -> set[str]:
+    return {v.name for v in ast.term_vars(term)}
+
+
+def strata_of(rules: Iterable[ast.Rule]) -> list[list[str]]:
+    """Deductive relations grouped into SCCs of the precedence graph, dependencies first
+    (seed 000 §1.3.3); raises :class:`CompileError` on negation/aggregation inside an SCC."""
+    graph: dict[str, set[str]] = {}
+    negative: set[tuple[str, str]] = set()
+    for r in rules:
+        if r.time != "now":
+            continue
+        deps = graph.setdefault(r.head.rel, set())
+        for lit in r.body:
+            for atom, pol in ast.body_atoms(lit):
+                deps.add(atom.rel)
+                graph.setdefault(atom.rel, set())
+                if pol != "pos":
+                    negative.add((r.head.rel, atom.rel))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    sccs: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp: list[str] = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    sccs.append(sorted(comp))
+    for comp in sccs:
+        members = set(comp)
+        for head, dep in negative:
+            if head in members and dep in members:
+                raise CompileError(
+                    f"relation {head!r} depends on {dep!r} through negation or aggregation "
+                    "inside a recursive cycle: the program is not stratifiable"
+                )
+    return sccs
+
+
+# ----------------------------------------------------------------------------- scopes
+
+
+class _Scope:
+    """Where a rule body is being compiled: the root circuit or a recursive child."""
+
+    def __init__(self, compiler: _Compiler, circuit: Circuit, local: dict[str, Node]) -> None:
+        self.compiler = compiler
+        self.circuit = circuit
+        self.local = local  # relations defined inside this circuit (recursive feedback)
+        self._imports: dict[int, Node] = {}
+
+    def lift(self, root_node: Node) -> Node:
+        """A root-circuit stream as seen from this scope (imported once into a child)."""
+        if not self.circuit.nested:
+            return root_node
+        node = self._imports.get(id(root_node))
+        if node is None:
+            node = self.circuit.import_(root_node)
+            self._imports[id(root_node)] = node
+        return node
+
+    def rel(self, name: str) -> Node:
+        node = self.local.get(name)
+        if node is not None:
+            return node
+        return self.lift(self.compiler.rel_node(name))
+
+
+# ----------------------------------------------------------------------------- compiler
+
+
+@dataclass
+class _Plan:
+    """A compiled body: a stream of binding rows and the variable at each column."""
+
+    node: Node | None  # None = the single empty binding (unit)
+    vars: list[str]
+
+
+class _Compiler:
+    """Builds the root circuit for a program. Use through :class:`IncrementalEngine`."""
+
+    def __init__(self, engine: IncrementalEngine, rules: Sequence[ast.Rule], int_bits: int):
+        self.engine = engine
+        self.rules = rules
+        self.int_bits = int_bits
+        self._ops: dict[str, Callable] | None = None
+        self._compare: Callable | None = None
+        self._errors: tuple = (ArithmeticError,)
+        self.root = Circuit()
+        self.rel_nodes: dict[str, Node] = {}
+        self.input_nodes: dict[str, Node] = {}
+        self.derived: dict[str, DistinctTrace] = {}
+        self.next_feedback: dict[str, FeedbackNode] = {}
+        self.next_nodes: dict[str, Node] = {}
+        self.async_nodes: dict[str, Node] = {}
+        self._helpers: dict[tuple, Node] = {}
+        self._unit: Node | None = None
+
+    # -- arithmetic (lazily: programs without terms or comparisons don't need it)
+    def arith(self) -> tuple[dict[str, Callable], Callable, tuple]:
+        if self._ops is None:
+            self._ops, self._compare, self._errors = _arith(self.int_bits)
+        assert self._compare is not None
+        return self._ops, self._compare, self._errors
+
+    # -- relation streams
+    def rel_node(self, name: str) -> Node:
+        node = self.rel_nodes.get(name)
+        if node is None:
+            raise CompileError(f"relation {name!r} is used before its stratum is compiled")
+        return node
+
+    def unit(self) -> Node:
+        if self._unit is None:
+            self._unit = self.root.source(lambda ts: {(): 1} if ts.epoch == 0 else {}, label="unit")
+        return self._unit
+
+    def compile(self) -> None:
+        rules = self.rules
+        deductive = [r for r in rules if r.time == "now"]
+        temporal = [r for r in rules if r.time != "now"]
+        names: set[str] = set()
+        for r in rules:
+            if r.time != "async":
+                names.add(r.head.rel)
+            for lit in r.body:
+                for atom, _pol in ast.body_atoms(lit):
+                    names.add(atom.rel)
+        heads_now = {r.head.rel for r in deductive}
+        heads_next = {r.head.rel for r in rules if r.time == "next"}
+        self.unit()
+        for name in sorted(names):
+            self.input_nodes[name] = self.root.source(self.engine._poll_input(name), label=name)
+        for name in sorted(heads_next):
+            self.next_feedback[name] = self.root.feedback(label=f"{name}@next")
+        # Relations no deductive rule defines: input (+ @next) only.
+        for name in sorted(names - heads_now):
+            self.rel_nodes[name] = self._base(name)
+        for comp in strata_of(deductive):
+            members = [m for m in comp if m in heads_now]
+            if not members:
+                continue
+            comp_rules = [r for r in deductive if r.head.rel in comp]
+            recursive = any(
+                atom.rel in comp
+                for r in comp_rules
+                for lit in r.body
+                for atom, _pol in ast.body_atoms(lit)
+            )
+            if recursive:
+                self._recursive_stratum(members, comp_rules)
+            else:
+                self._flat_stratum(members, comp_rules)
+        for r in temporal:
+            out = self._rule(_Scope(self, self.root, {}), r)
+            target = self.next_nodes if r.time == "next" else self.async_nodes
+            prev = target.get(r.head.rel)
+            target[r.head.rel] = out if prev is None else self.root.operator(Plus(), prev, out)
+        for name, fb in self.next_feedback.items():
+            fb.connect(self.next_nodes[name])
+        self.async_out = {
+            name: self.root.operator(DistinctTrace(), node, label=f"{name}@async")
+            for name, node in self.async_nodes.items()
+        }
+
+    def _base(self, name: str) -> Node:
+        """Input (+ previous epoch's @next tuples) of a relation as a set stream."""
+        node = self.input_nodes[name]
+        fb = self.next_feedback.get(name)
+        if fb is None:
+            return node
+        total = self.root.operator(Plus(), node, fb)
+        op = DistinctTrace()
+        self.derived[name] = op
+        return self.root.operator(op, total, label=name)
+
+    def _flat_stratum(self, members: list[str], rules: list[ast.Rule]) -> None:
+        parts: dict[str, list[Node]] = {m: [self.input_nodes[m]] for m in members}
+        for m in members:
+            if m in self.next_feedback:
+                parts[m].append(self.next_feedback[m])
+        for r in rules:
+            parts[r.head.rel].append(self._rule(_Scope(self, self.root, {}), r))
+        for m in members:
+            total = self.root.operator(Plus(), *parts[m])
+            op = DistinctTrace()
+            self.derived[m] = op
+            self.rel_nodes[m] = self.root.operator(op, total, label=m)
+
+    def _recursive_stratum(self, members: list[str], rules: list[ast.Rule]) -> None:
+        # Root-level helpers (negation keys, aggregate results) first: the child
+        # may only import nodes added before it.
+        for r in rules:
+            self._prepare_helpers(r)
+        child_node = self.root.child(label="stratum " + ",".join(members))
+        child = child_node.child
+        feedback = {m: child.feedback(label=f"{m}@iter") for m in members}
+        scope = _Scope(self, child, dict(feedback))
+        parts: dict[str, list[Node]] = {m: [scope.lift(self.input_nodes[m])] for m in members}
+        for m in members:
+            if m in self.next_feedback:
+                parts[m].append(scope.lift(self.next_feedback[m]))
+        for r in rules:
+            parts[r.head.rel].append(self._rule(scope, r))
+        for m in members:
+            total = child.operator(Plus(), *parts[m])
+            distinct = child.operator(DistinctTrace(), total, label=m)
+            feedback[m].connect(distinct)
+            self.rel_nodes[m] = child_node.export(distinct, label=m)
+
+    # -- rules
+    def _prepare_helpers(self, rule: ast.Rule) -> None:
+        """Build a rule's root-level helper streams ahead of a child circuit."""
+        body = rule.body
+        for lit in body:
+            if isinstance(lit, ast.Negated):
+                self._neg_keys(lit.atom, self._neg_key_positions(lit.atom, body))
+            elif isinstance(lit, ast.Aggregate):
+                self._agg_relation(lit, grouping_vars(body, lit))
+
+    def _rule(self, scope: _Scope, rule: ast.Rule) -> Node:
+        plan = self._body(scope, rule.body)
+        return self._project(scope, plan, rule.head.args, label=str(rule))
+
+    def _project(
+        self, scope: _Scope, plan: _Plan, terms: Sequence[ast.Term], label: str = ""
+    ) -> Node:
+        idx = {v: i for i, v in enumerate(plan.vars)}
+        src = self._plan_node(scope, plan)
+        if all(isinstance(t, ast.Var | ast.Const) for t in terms):
+            ns: dict[str, Any] = {}
+            parts = []
+            for t in terms:
+                if isinstance(t, ast.Var):
+                    if t.name not in idx:
+                        raise CompileError(f"head variable {t.name} is not bound by the body")
+                    parts.append(f"r[{idx[t.name]}]")
+                else:
+                    assert isinstance(t, ast.Const)
+                    ns[f"c{len(ns)}"] = t.value
+                    parts.append(f"c{len(ns) - 1}")
+            fn = _lambda("lambda r: " + _tuple_src(parts), ns)
+            return scope.circuit.operator(Map(fn), src, label=label)
+        fns = [self._term(t, idx) for t in terms]
+        _ops, _cmp, errors = self.arith()
+
+        def head(r: Row) -> tuple:
+            try:
+                return (tuple(f(r) for f in fns),)
+            except errors:
+                return ()
+
+        return scope.circuit.operator(FlatMap(head), src, label=label)
+
+    def _plan_node(self, scope: _Scope, plan: _Plan) -> Node:
+        return plan.node if plan.node is not None else scope.lift(self.unit())
+
+    def _term(self, term: ast.Term, idx: Mapping[str, int]) -> Callable[[Row], Any]:
+        if isinstance(term, ast.Const):
+            value = term.value
+            return lambda r: value
+        if isinstance(term, ast.Var):
+            if term.name not in idx:
+                raise CompileError(f"variable {term.name} is not bound")
+            i = idx[term.name]
+            return lambda r: r[i]
+        ops, _cmp, _errors = self.arith()
+        if isinstance(term, ast.Neg):
+            inner = self._term(term.operand, idx)
+            sub = ops["-"]
+
+            def neg(r: Row) -> Any:
+                v = inner(r)
+                return -v if isinstance(v, float) else sub(0, v)
+
+            return neg
+        if isinstance(term, ast.BinOp):
+            left, right, fn = self._term(term.left, idx), self._term(term.right, idx), ops[term.op]
+            return lambda r: fn(left(r), right(r))
+        raise CompileError(f"unknown term {term!r}")
+
+    # -- bodies
+    def _body(
+        self, scope: _Scope, body: Sequence[ast.BodyLiteral], outer: Sequence[ast.BodyLiteral] = ()
+    ) -> _Plan:
+        """Compile a conjunction; literals are scheduled per seed 000 §1.3.4."""
+        rule_body = tuple(body)
+        pending = list(body)
+        plan = _Plan(None, [])
+        fresh = 0
+        # Non-variable, non-constant atom arguments become fresh variables + equality.
+        normalised: list[ast.BodyLiteral] = []
+        for lit in pending:
+            if isinstance(lit, ast.Positive) and any(
+                not isinstance(a, ast.Var | ast.Const) for a in lit.atom.args
+            ):
+                args = []
+                for a in lit.atom.args:
+                    if isinstance(a, ast.Var | ast.Const):
+                        args.append(a)
+                    else:
+                        fresh += 1
+                        v = ast.Var(f"__t{fresh}")
+                        args.append(v)
+                        normalised.append(ast.Comparison("==", v, a))
+                atom = ast.Atom(lit.atom.rel, tuple(args), lit.atom.rest)
+                normalised.insert(0, ast.Positive(atom, lit.cid))
+            else:
+                normalised.append(lit)
+        pending = normalised
+        while pending:
+            bound = set(plan.vars)
+            chosen = None
+            for lit in pending:
+                if isinstance(lit, ast.Comparison):
+                    lg, rg = _term_vars(lit.left) <= bound, _term_vars(lit.right) <= bound
+                    if (lg and rg) or (
+                        lit.op == "=="
+                        and (
+                            (rg and isinstance(lit.left, ast.Var))
+                            or (lg and isinstance(lit.right, ast.Var))
+                        )
+                    ):
+                        chosen = lit
+                        break
+                elif isinstance(lit, ast.Negated):
+                    if self._neg_ready(lit.atom, bound, rule_body):
+                        chosen = lit
+                        break
+                elif isinstance(lit, ast.Aggregate):
+                    if set(grouping_vars(rule_body, lit)) <= bound:
+                        chosen = lit
+                        break
+            if chosen is None:
+                positives = [lit for lit in pending if isinstance(lit, ast.Positive)]
+                if not positives:
+                    raise CompileError(
+                        "cannot order body: " + ", ".join(str(lit) for lit in pending)
+                    )
+                chosen = max(
+                    positives,
+                    key=lambda p: len({v.name for v in ast.literal_vars(p)} & bound),
+                )
+            pending.remove(chosen)
+            if isinstance(chosen, ast.Positive):
+                plan = self._positive(scope, plan, chosen)
+            elif isinstance(chosen, ast.Comparison):
+                plan = self._comparison(scope, plan, chosen)
+            elif isinstance(chosen, ast.Negated):
+                plan = self._negated(scope, plan, chosen, rule_body)
+            else:
+                assert isinstance(chosen, ast.Aggregate)
+                plan = self._aggregate(scope, plan, chosen, rule_body)
+        return plan
+
+    def _atom_stream(self, scope: _Scope, lit: ast.Positive) -> tuple[Node, list[str]]:
+        """The relation's rows matching the atom's pattern, projected to its variables."""
+        atom = lit.atom
+        n = len(atom.args)
+        conds = [f"len(r) {'>=' if atom.rest else '=='} {n}"]
+        ns: dict[str, Any] = {}
+        first: dict[str, int] = {}
+        for i, a in enumerate(atom.args):
+            if isinstance(a, ast.Const):
+                name = f"c{len(ns)}"
+                ns[name] = a.value
+                conds.append(f"r[{i}] == {name}")
+            else:
+                assert isinstance(a, ast.Var)
+                if a.name in first:
+                    conds.append(f"r[{i}] == r[{first[a.name]}]")
+                else:
+                    first[a.name] = i
+        vars_ = list(first)
+        parts = [f"r[{i}]" for i in first.values()]
+        if lit.cid is not None:
+            if lit.cid.name in first:
+                raise CompileError(f"{lit.cid.name} names both a CID and an argument in {lit}")
+            ns["cid"] = fact_cid
+            ns["Fact"] = Fact
+            ns["rel"] = atom.rel
+            parts.append("cid(Fact(rel, r))")
+            vars_.append(lit.cid.name)
+        src = scope.rel(atom.rel)
+        trivial = not atom.rest and len(conds) == 1 and parts == [f"r[{i}]" for i in range(n)]
+        if trivial:
+            return src, vars_
+        body = _tuple_src(parts)
+        fn = _lambda(f"lambda r: ({body},) if {' and '.join(conds)} else ()", ns)
+        return scope.circuit.operator(FlatMap(fn), src, label=str(lit)), vars_
+
+    def _positive(self, scope: _Scope, plan: _Plan, lit: ast.Positive) -> _Plan:
+        node, avars = self._atom_stream(scope, lit)
+        if plan.node is None and not plan.vars:
+            return _Plan(node, avars)
+        shared = [v for v in avars if v in plan.vars]
+        left_key = _key_fn([plan.vars.index(v) for v in shared])
+        right_key = _key_fn([avars.index(v) for v in shared])
+        extra = [i for i, v in enumerate(avars) if v not in plan.vars]
+        combine = _lambda(
+            "lambda k, a, b: a + " + _tuple_src([f"b[{i}]" for i in extra])
+            if extra
+            else "lambda k, a, b: a"
+        )
+        c = scope.circuit
+        left = c.operator(IndexWith(left_key), self._plan_node(scope, plan))
+        right = c.operator(IndexWith(right_key), node)
+        joined = c.operator(Join(combine), left, right, label=f"join {lit}")
+        return _Plan(joined, plan.vars + [avars[i] for i in extra])
+
+    def _comparison(self, scope: _Scope, plan: _Plan, lit: ast.Comparison) -> _Plan:
+        idx = {v: i for i, v in enumerate(plan.vars)}
+        bound = set(plan.vars)
+        ops, compare, errors = self.arith()
+        src = self._plan_node(scope, plan)
+        lg, rg = _term_vars(lit.left) <= bound, _term_vars(lit.right) <= bound
+        if lg and rg:
+            left, right, op = self._term(lit.left, idx), self._term(lit.right, idx), lit.op
+
+            def keep(r: Row) -> tuple:
+                try:
+                    return (r,) if compare(op, left(r), right(r)) else ()
+                except errors:
+                    return ()
+
+            return _Plan(scope.circuit.operator(FlatMap(keep), src, label=str(lit)), plan.vars)
+        var, other = (lit.left, lit.right) if rg else (lit.right, lit.left)
+        assert isinstance(var, ast.Var)
+        value = self._term(other, idx)
+
+        def bind(r: Row) -> tuple:
+            try:
+                return ((*r, value(r)),)
+            except errors:
+                return ()
+
+        node = scope.circuit.operator(FlatMap(bind), src, label=str(lit))
+        return _Plan(node, plan.vars + [var.name])
+
+    # -- negation
+    @staticmethod
+    def _neg_key_positions(atom: ast.Atom, body: Sequence[ast.BodyLiteral]) -> tuple[int, ...]:
+        """Argument positions that are ground when the negation runs: constants and
+        variables bound elsewhere in the body (the others are existential)."""
+        others = set()
+        for lit in body:
+            if isinstance(lit, ast.Negated) and lit.atom is atom:
+                continue
+            if isinstance(lit, ast.Aggregate):
+                others.add(lit.result.name)
+                continue
+            others |= _vars_of([lit])
+        return tuple(
+            i for i, a in enumerate(atom.args) if not isinstance(a, ast.Var) or a.name in others
+        )
+
+    def _neg_ready(self, atom: ast.Atom, bound: set[str], body: Sequence[ast.BodyLiteral]) -> bool:
+        pos = self._neg_key_positions(atom, body)
+        return all(_term_vars(atom.args[i]) <= bound for i in pos)
+
+    def _neg_keys(self, atom: ast.Atom, key_pos: tuple[int, ...]) -> Node:
+        """Root stream: the set of key tuples of ``atom``'s relation that match its pattern."""
+        checks = []
+        seen: dict[str, int] = {}
+        for i, a in enumerate(atom.args):
+            if i in key_pos:
+                continue
+            assert isinstance(a, ast.Var)
+            if a.name in seen:
+                checks.append((i, seen[a.name]))
+            else:
+                seen[a.name] = i
+        n = len(atom.args)
+        cache_key = ("neg", atom.rel, n, atom.rest, key_pos, tuple(checks))
+        node = self._helpers.get(cache_key)
+        if node is not None:
+            return node
+        conds = [f"len(r) {'>=' if atom.rest else '=='} {n}"]
+        conds += [f"r[{a}] == r[{b}]" for a, b in checks]
+        src = self.rel_node(atom.rel)
+        if not atom.rest and not checks and key_pos == tuple(range(n)):
+            node = src
+        else:
+            proj = _tuple_src([f"r[{i}]" for i in key_pos])
+            fn = _lambda(f"lambda r: ({proj},) if {' and '.join(conds)} else ()")
+            mapped = self.root.operator(FlatMap(fn), src)
+            node = self.root.operator(DistinctTrace(), mapped, label=f"keys !{atom}")
+        self._helpers[cache_key] = node
+        return node
+
+    def _negated(
+        self, scope: _Scope, plan: _Plan, lit: ast.Negated, body: Sequence[ast.BodyLiteral]
+    ) -> _Plan:
+        atom = lit.atom
+        key_pos = self._neg_key_positions(atom, body)
+        keys = scope.lift(self._neg_keys(atom, key_pos))
+        idx = {v: i for i, v in enumerate(plan.vars)}
+        terms = [atom.args[i] for i in key_pos]
+        if all(isinstance(t, ast.Var | ast.Const) for t in terms):
+            ns: dict[str, Any] = {}
+            parts = []
+            for t in terms:
+                if isinstance(t, ast.Var):
+                    parts.append(f"r[{idx[t.name]}]")
+                else:
+                    assert isinstance(t, ast.Const)
+                    ns[f"c{len(ns)}"] = t.value
+                    parts.append(f"c{len(ns) - 1}")
+            key_fn = _lambda("lambda r: " + _tuple_src(parts), ns)
+        else:
+            fns = [self._term(t, idx) for t in terms]
+            _ops, _cmp, errors = self.arith()
+            unmatched = object()
+
+            def key_fn(r: Row) -> Any:
+                try:
+                    return tuple(f(r) for f in fns)
+                except errors:
+                    return unmatched  # no value: nothing to negate, the binding survives
+
+        return self._antijoin(scope, plan, keys, key_fn, label=str(lit))
+
+    def _antijoin(
+        self,
+        scope: _Scope,
+        plan: _Plan,
+        keys: Node,
+        key_fn: Callable[[Row], Any],
+        label: str,
+    ) -> _Plan:
+        c = scope.circuit
+        src = self._plan_node(scope, plan)
+        left = c.operator(IndexWith(key_fn), src)
+        right = c.operator(IndexWith(lambda r: r), keys)
+        matched = c.operator(Join(lambda k, a, b: a), left, right)
+        return _Plan(c.operator(Minus(), src, matched, label=label), plan.vars)
+
+    # -- aggregation
+    def _agg_relation(self, agg: ast.Aggregate, groups: list[str]) -> Node:
+        """Root stream of ``(*group_values, result)`` for every non-empty group."""
+        cache_key = ("agg", agg, tuple(groups))
+        node = self._helpers.get(cache_key)
+        if node is not None:
+            return node
+        scope = _Scope(self, self.root, {})
+        inner = self._body(scope, agg.body)
+        missing = [g for g in groups if g not in inner.vars]
+        if missing:
+            raise CompileError(
+                f"aggregate {agg}: grouping variables {', '.join(missing)} must be bound by "
+                "the aggregate's own atoms (correlated aggregates are not supported "
+                "incrementally)"
+            )
+        src = self._plan_node(scope, inner)
+        if any(isinstance(lit, ast.Positive) and lit.atom.rest for lit in agg.body):
+            # `...` arguments are not variables: distinct the bindings explicitly.
+            src = self.root.operator(DistinctTrace(), src)
+        idx = {v: i for i, v in enumerate(inner.vars)}
+        key_fn = _key_fn([idx[g] for g in groups])
+        value_fn = None
+        if agg.arg is not None:
+            term = self._term(agg.arg, idx)
+            _ops, _cmp, errors = (
+                self.arith() if not isinstance(agg.arg, ast.Var | ast.Const) else ({}, None, ())
+            )
+            skip = Aggregate.SKIP
+
+            def value_fn(r: Row) -> Any:
+                try:
+                    return term(r)
+                except errors:
+                    return skip
+
+        indexed = self.root.operator(IndexWith(key_fn), src)
+        node = self.root.operator(Aggregate(agg.func, value_fn), indexed, label=str(agg))
+        self._helpers[cache_key] = node
+        return node
+
+    def _aggregate(
+        self, scope: _Scope, plan: _Plan, agg: ast.Aggregate, body: Sequence[ast.BodyLiteral]
+    ) -> _Plan:
+        groups = grouping_vars(body, agg)
+        result = agg.result.name
+        rel = scope.lift(self._agg_relation(agg, groups))
+        c = scope.circuit
+        src = self._plan_node(scope, plan)
+        idx = {v: i for i, v in enumerate(plan.vars)}
+        bound_result = result in idx
+        key_vars = groups + ([result] if bound_result else [])
+        left_key = _key_fn([idx[v] for v in key_vars])
+        right_key = _key_fn(list(range(len(groups))) + ([len(groups)] if bound_result else []))
+        combine = _lambda(
+            "lambda k, a, b: a" if bound_result else f"lambda k, a, b: a + (b[{len(groups)}],)"
+        )
+        left = c.operator(IndexWith(left_key), src)
+        right = c.operator(IndexWith(right_key), rel)
+        joined = c.operator(Join(combine), left, right, label=f"join {agg}")
+        out_vars = plan.vars + ([] if bound_result else [result])
+        if agg.func not in ("count", "sum"):
+            return _Plan(joined, out_vars)
+        # count/sum over no bindings give 0: bindings whose group has no row.
+        group_keys = c.operator(Map(_key_fn(list(range(len(groups))))), rel)
+        empty = self._antijoin(
+            scope, plan, group_keys, _key_fn([idx[v] for v in groups]), label=f"empty {agg}"
+        )
+        if bound_result:
+            i = idx[result]
+            zeros = c.operator(FlatMap(lambda r: (r,) if r[i] == 0 else ()), empty.node)
+        else:
+            zeros = c.operator(Map(lambda r: (*r, 0)), empty.node)
+        return _Plan(c.operator(Plus(), joined, zeros), out_vars)
+
+
+# ----------------------------------------------------------------------------- the engine
+
+
+class IncrementalEngine:
+    """Evaluates a program epoch by epoch over deltas.
+
+    >>> engine = IncrementalEngine(program)              # doctest: +SKIP
+    >>> engine.step(inserts={"edge": [(1, 2)]})          # doctest: +SKIP
+    {'edge': {(1, 2): 1}, 'path': {(1, 2): 1}}
+    """
+
+    def __init__(
+        self,
+        program: ast.Program | Iterable[ast.Rule],
+        *,
+        int_bits: int = 64,
+        sources: Iterable[Source] = (),
+        sinks: Iterable[Sink] = (),
+    ) -> None:
+        if isinstance(program, ast.Program):
+            rules = tuple(program.rules)
+            facts = tuple(program.facts)
+        else:
+            rules = tuple(program)
+            facts = ()
+        self.rules = rules
+        self.sources: list[Source] = list(sources)
+        self.sinks: list[Sink] = list(sinks)
+        self._edb: dict[str, set[Row]] = {}
+        self._events: dict[str, set[Row]] = {}
+        self._pending: dict[str, Delta] = {}
+        self._state: dict[str, dict[Row, int]] = {}
+        self._async_state: dict[str, dict[Row, int]] = {}
+        self._hooks: dict[str, list[Callable[[int, Delta], object]]] = {}
+        self._result: EpochResult | None = None
+        self.last: EpochResult | None = None
+        self.epoch = -1
+        self.compiler = _Compiler(self, rules, int_bits)
+        self.compiler.compile()
+        self.circuit = self.compiler.root
+        rel_nodes = dict(self.compiler.rel_nodes)
+        names = sorted(rel_nodes)
+        async_names = sorted(self.compiler.async_out)
+        inputs_only = {n for n in names if rel_nodes[n] is self.compiler.input_nodes.get(n)}
+        self._inputs_only = inputs_only
+        self.circuit.sink(
+            self._collect(names, async_names),
+            *[rel_nodes[n] for n in names],
+            *[self.compiler.async_out[n] for n in async_names],
+            label="epoch output",
+        )
+        self._initial = facts
+
+    # -- circuit callbacks
+    def _poll_input(self, name: str) -> Callable[[Timestamp], Delta]:
+        def poll(ts: Timestamp) -> Delta:
+            return self._pending.pop(name, {})
+
+        return poll
+
+    def _collect(self, names: list[str], async_names: list[str]) -> Callable[..., None]:
+        n = len(names)
+
+        def collect(ts: Timestamp, *values: Delta) -> None:
+            deltas: dict[str, Delta] = {}
+            for name, delta in zip(names, values[:n], strict=True):
+                if delta:
+                    deltas[name] = delta
+                    if name not in self._inputs_only:
+                        state = self._state.setdefault(name, {})
+                        for row, w in delta.items():
+                            if w > 0:
+                                state[row] = 1
+                            else:
+                                state.pop(row, None)
+            outbox: list[tuple[Value, Fact]] = []
+            for name, delta in zip(async_names, values[n:], strict=True):
+                if not delta:
+                    continue
+                state = self._async_state.setdefault(name, {})
+                for row, w in delta.items():
+                    if w > 0:
+                        state[row] = 1
+                        outbox.append((row[0] if row else None, Fact(name, row)))
+                    else:
+                        state.pop(row, None)
+            self._result = EpochResult(ts.epoch, deltas, outbox)
+
+        return collect
+
+    # -- public API
+    def add_source(self, source: Source) -> None:
+        """Register a source polled at the start of each epoch."""
+        self.sources.append(source)
+
+    def add_sink(self, sink: Sink) -> None:
+        """Register a sink called with each epoch's output at its end."""
+        self.sinks.append(sink)
+
+    def inspect(self, relation: str, callback: Callable[[int, Delta], object]) -> None:
+        """Call ``callback(epoch, delta)`` whenever ``relation`` changes (debugging aid)."""
+        self._hooks.setdefault(relation, []).append(callback)
+
+    def inspect_nodes(self, callback: Callable[[Node, Timestamp, Any], object]) -> None:
+        """Wrap every operator so ``callback(node, ts, value)`` sees each non-empty output
+        (nested circuits included): the :class:`~merklog.engine.dataflow.Inspect` hook."""
+
+        def wrap(circuit: Circuit) -> None:
+            for node in circuit.nodes:
+                op = getattr(node, "op", None)
+                if op is not None:
+                    inner_eval = op.eval
+                    spy = Inspect(lambda ts, v, node=node: callback(node, ts, v))
+
+                    def patched(ts, *inputs, _inner=inner_eval, _spy=spy):  # type: ignore[no-untyped-def]
+                        return _spy.eval(ts, _inner(ts, *inputs))
+
+                    op.eval = patched  # type: ignore[method-assign]
+                child = getattr(node, "child", None)
+                if isinstance(child, Circuit):
+                    wrap(child)
+
+        wrap(self.circuit)
+
+    def step(
+        self,
+        inserts: Mapping[str, Iterable[Row]] | None = None,
+        deletes: Mapping[str, Iterable[Row]] | None = None,
+        events: Mapping[str, Iterable[Row]] | None = None,
+    ) -> dict[str, Delta]:
+        """Run one epoch and return the change of every relation that changed.
+
+        ``inserts``/``deletes`` change the persistent base facts (set semantics;
+        deletes apply before inserts). ``events`` hold for this epoch only and are
+        withdrawn automatically at the next one (clicks, incoming messages).
+        Sources are polled first; sinks receive the result at the end.
+        """
+        epoch = self.epoch + 1
+        edb = self._edb
+        before: dict[str, dict[Row, bool]] = {}
+
+        def present(rel: str, row: Row) -> bool:
+            return row in edb.get(rel, ()) or row in self._events.get(rel, ())
+
+        def remember(rel: str, row: Row) -> None:
+            b = before.setdefault(rel, {})
+            if row not in b:
+                b[row] = present(rel, row)
+
+        if epoch == 0 and self._initial:
+            for rel, row in self._initial:
+                remember(rel, tuple(row))
+                edb.setdefault(rel, set()).add(tuple(row))
+        for source in self.sources:
+            polled = source.poll(epoch)
+            if not polled:
+                continue
+            for rel, rows in polled.items():
+                for row, w in rows.items():
+                    row = tuple(row)
+                    remember(rel, row)
+                    if w > 0:
+                        edb.setdefault(rel, set()).add(row)
+                    elif w < 0:
+                        edb.get(rel, set()).discard(row)
+        for rel, rows in (deletes or {}).items():
+            target = edb.get(rel)
+            for row in rows:
+                row = tuple(row)
+                remember(rel, row)
+                if target is not None:
+                    target.discard(row)
+        for rel, rows in (inserts or {}).items():
+            target = edb.setdefault(rel, set())
+            for row in rows:
+                row = tuple(row)
+                remember(rel, row)
+                target.add(row)
+        old_events = self._events
+        for rel, rows in old_events.items():
+            for row in rows:
+                remember(rel, row)
+        self._events = {}
+        for rel, rows in (events or {}).items():
+            for row in rows:
+                row = tuple(row)
+                remember(rel, row)
+                self._events.setdefault(rel, set()).add(row)
+        # Net input delta per relation.
+        pending: dict[str, Delta] = {}
+        for rel, rows in before.items():
+            for row, was in rows.items():
+                now = present(rel, row)
+                if now != was:
+                    pending.setdefault(rel, {})[row] = 1 if now else -1
+        extra = {rel: d for rel, d in pending.items() if rel not in self.compiler.input_nodes}
+        self._pending = {rel: d for rel, d in pending.items() if rel in self.compiler.input_nodes}
+        self.circuit.step()
+        self.epoch = epoch
+        result = self._result
+        assert result is not None and result.epoch == epoch
+        for rel, d in extra.items():
+            if d:
+                result.deltas[rel] = d
+        for rel, hooks in self._hooks.items():
+            d = result.deltas.get(rel)
+            if d:
+                for hook in hooks:
+                    hook(epoch, d)
+        for sink in self.sinks:
+            sink.emit(epoch, result.deltas, result.outbox)
+        self.last = result
+        return result.deltas
+
+    def relation(self, name: str) -> set[Row]:
+        """The current contents of a relation (base facts, events and derived tuples)."""
+        if name in self._state:
+            return set(self._state[name])
+        rows = set(self._edb.get(name, ()))
+        rows |= self._events.get(name, set())
+        return rows
+
+    def relations(self) -> dict[str, set[Row]]:
+        """Every non-empty relation's current contents."""
+        names = set(self._state) | set(self._edb) | set(self._events)
+        out = {n: self.relation(n) for n in sorted(names)}
+        return {n: rows for n, rows in out.items() if rows}
+
+    def async_relation(self, name: str) -> set[Row]:
+        """``@async`` tuples whose rule body currently holds (the outbox's live view)."""
+        return set(self._async_state.get(name, {}))
+
+    @property
+    def outbox(self) -> list[tuple[Value, Fact]]:
+        """The ``@async`` tuples newly derived in the last epoch, as ``(destination, Fact)``."""
+        return list(self.last.outbox) if self.last is not None else []
+
+
+class Outbox:
+    """A sink that queues ``@async`` tuples for delivery: ``drain()`` empties it."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[int, Value, Fact]] = []
+
+    def emit(
+        self,
+        epoch: int,
+        deltas: Mapping[str, Mapping[Row, int]],
+        outbox: Sequence[tuple[Value, Fact]],
+    ) -> None:
+        self.messages.extend((epoch, dest, fact) for dest, fact in outbox)
+
+    def drain(self) -> list[tuple[int, Value, Fact]]:
+        out, self.messages = self.messages, []
+        return out
+
+
+class QueueSource:
+    """A source fed from Python: ``put(rel, row)``/``retract(rel, row)`` between epochs."""
+
+    def __init__(self) -> None:
+        self._queued: dict[str, dict[Row, int]] = {}
+
+    def put(self, rel: str, row: Row) -> None:
+        self._queued.setdefault(rel, {})[tuple(row)] = 1
+
+    def retract(self, rel: str, row: Row) -> None:
+        self._queued.setdefault(rel, {})[tuple(row)] = -1
+
+    def poll(self, epoch: int) -> dict[str, dict[Row, int]] | None:
+        out, self._queued = self._queued, {}
+        return out or None
+
+
+__all__ = [
+    "CompileError",
+    "EpochResult",
+    "IncrementalEngine",
+    "Outbox",
+    "QueueSource",
+    "Sink",
+    "Source",
+    "grouping_vars",
+    "strata_of",
+]
