@@ -242,6 +242,9 @@ class Program:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     dialect: str = "merklog"
+    #: Source position of each entry of ``facts`` (same order) when parsed from text;
+    #: empty for programs built in code. Lets checks point at a bad fact.
+    fact_positions: tuple[Pos, ...] = field(default=(), compare=False, repr=False)
 
 
 # --------------------------------------------------------------------- helpers

@@ -52,6 +52,7 @@ class Parser:
         self.toks = tokens if tokens is not None else tokenize(text, self.src)
         self.i = 0
         self._anon = 0
+        self.fact_pos: list[Pos] = []
 
     # ------------------------------------------------------------ token helpers
 
@@ -118,7 +119,12 @@ class Parser:
         facts: list[Fact] = []
         while self.peek().kind != "EOF":
             self.statement(rules, facts)
-        return Program(rules=tuple(rules), facts=tuple(facts), dialect=self.dialect)
+        return Program(
+            rules=tuple(rules),
+            facts=tuple(facts),
+            dialect=self.dialect,
+            fact_positions=tuple(self.fact_pos),
+        )
 
     def statement(self, rules: list[Rule], facts: list[Fact]) -> None:
         if self.fast_fact(facts):
@@ -172,6 +178,7 @@ class Parser:
         if not (end.kind == "OP" and end.value == "."):
             return False
         facts.append(Fact(tok.value, tuple(values)))  # type: ignore[arg-type]
+        self.fact_pos.append(self.pos(tok))
         self.i = j + 1
         return True
 
@@ -187,6 +194,7 @@ class Parser:
         for atom, time, hpos in heads:
             if not body and time == "now" and all(isinstance(a, Const) for a in atom.args):
                 facts.append(Fact(atom.rel, tuple(a.value for a in atom.args)))  # type: ignore[union-attr]
+                self.fact_pos.append(atom.pos)
             else:
                 rules.append(Rule(atom, body, time, hpos or self.pos(start)))
 
