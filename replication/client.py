@@ -1,0 +1,258 @@
+"""aiohttp side of sync for the calling peer: pull, push, sync (both ways), clone.
+
+``sync`` is two round trips in the common case: one ``POST …/sync`` carrying our
+heads and a small summary (the server answers with a CAR of what we lack, its
+heads as roots), then, if the server lacks some of ours, one ``POST …/push``.
+When the summary does not cover how far we diverged the server answers 409
+``need_summary`` and we resend with an 8× larger window (then the full log), so
+the fallback costs O(log n) round trips, never one per DAG level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from merklog.store import BlockStore, Link
+
+from .auth import EMPTY_DIGEST, sign_headers
+from .errors import PeerError, TooLarge
+from .identity import Identity
+from .metrics import Metrics
+from .replica import ApplyResult, Replica
+from .wire import SPOOL_MEMORY, CarReader, spool_car
+
+INITIAL_WINDOW = 32
+FULL_WINDOW_AFTER = 1 << 16
+
+
+@dataclass
+class SyncStats:
+    """What one pull/push/sync cost and achieved (all byte counts are HTTP bodies)."""
+
+    round_trips: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    block_bytes_received: int = 0
+    block_bytes_sent: int = 0
+    deltas_received: int = 0
+    deltas_pushed: int = 0
+    accepted: int = 0
+
+    def __iadd__(self, other: SyncStats) -> SyncStats:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        return self
+
+
+class SyncClient:
+    """Signed requests to peers' sync endpoints on behalf of ``identity``."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        session: aiohttp.ClientSession | None = None,
+        *,
+        timeout: float = 60.0,
+        max_body: int = 256 << 20,
+        max_block: int = (1 << 20) + 4096,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.identity = identity
+        self._session = session
+        self._own_session = session is None
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.max_body = max_body
+        self.max_block = max_block
+        self.metrics = metrics if metrics is not None else Metrics()
+
+    async def __aenter__(self) -> SyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # ------------------------------------------------------------ requests
+
+    def _headers(self, method: str, path: str, digest: str = EMPTY_DIGEST) -> dict[str, str]:
+        return sign_headers(self.identity, method, path, digest)
+
+    @staticmethod
+    async def _error(resp: aiohttp.ClientResponse) -> PeerError:
+        text = await resp.text()
+        try:
+            obj = json.loads(text)
+            code, detail = obj["error"], obj.get("detail", "")
+        except (ValueError, KeyError, TypeError):
+            code, detail = "http_error", text[:300]
+        return PeerError(
+            f"{resp.url}: HTTP {resp.status} {code}: {detail}", code=code, status=resp.status
+        )
+
+    async def heads(self, url: str, dataset: Link) -> list[Link]:
+        path = f"/v1/datasets/{dataset}/heads"
+        async with self.session.get(
+            url.rstrip("/") + path, headers=self._headers("GET", path), timeout=self.timeout
+        ) as resp:
+            if resp.status != 200:
+                raise await self._error(resp)
+            obj = await resp.json()
+        return [Link.parse(h) for h in obj["heads"]]
+
+    async def genesis(self, url: str, dataset: Link) -> bytes:
+        path = f"/v1/datasets/{dataset}/genesis"
+        async with self.session.get(
+            url.rstrip("/") + path, headers=self._headers("GET", path), timeout=self.timeout
+        ) as resp:
+            if resp.status != 200:
+                raise await self._error(resp)
+            data = await resp.read()
+        if not dataset.verifies(data):
+            raise PeerError(f"{url} sent a genesis block that does not hash to {dataset}")
+        return data
+
+    async def clone(
+        self, url: str, dataset: Link, conn_or_path: Any, blockstore: BlockStore
+    ) -> tuple[Replica, SyncStats]:
+        """Start following ``dataset`` from a peer: fetch its genesis, open a replica, pull."""
+        data = await self.genesis(url, dataset)
+        replica = await asyncio.to_thread(
+            Replica.open, conn_or_path, blockstore, self.identity, dataset, data
+        )
+        stats = await self.pull(url, replica)
+        stats.round_trips += 1
+        return replica, stats
+
+    async def pull(self, url: str, replica: Replica) -> SyncStats:
+        """Fetch and apply every block the peer has and we lack; ``stats`` + peer heads."""
+        stats, _ = await self._pull(url, replica)
+        return stats
+
+    async def _pull(self, url: str, replica: Replica) -> tuple[SyncStats, list[Link]]:
+        stats = SyncStats()
+        path = f"/v1/datasets/{replica.dataset}/sync"
+        window: int | None = INITIAL_WINDOW
+        while True:
+            heads = await asyncio.to_thread(replica.heads)
+            summary = await asyncio.to_thread(replica.summary, window)
+            body = json.dumps(
+                {"heads": [str(h) for h in heads], "summary": summary.to_json()},
+                separators=(",", ":"),
+            ).encode()
+            digest = _sha256(body)
+            headers = self._headers("POST", path, digest)
+            headers["Content-Type"] = "application/json"
+            stats.round_trips += 1
+            stats.bytes_sent += len(body)
+            async with self.session.post(
+                url.rstrip("/") + path, data=body, headers=headers, timeout=self.timeout
+            ) as resp:
+                if resp.status == 409 and window is not None and not summary.complete:
+                    await resp.read()
+                    window = window * 8 if window * 8 < FULL_WINDOW_AFTER else None
+                    continue
+                if resp.status != 200:
+                    raise await self._error(resp)
+                spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+                size = 0
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    size += len(chunk)
+                    if size > self.max_body:
+                        spool.close()
+                        raise TooLarge(f"sync response exceeds {self.max_body} bytes")
+                    spool.write(chunk)
+            stats.bytes_received += size
+            spool.seek(0)
+            try:
+                reader = CarReader(spool, self.max_block)
+                roots = await asyncio.to_thread(reader.read_header)
+                counted = _Counting(reader.blocks())
+                result: ApplyResult = await asyncio.to_thread(replica.apply_blocks, counted)
+            finally:
+                spool.close()
+            stats.block_bytes_received += counted.bytes
+            stats.deltas_received += result.accepted + result.duplicates
+            stats.accepted += result.accepted
+            self.metrics["bytes_in"] += size
+            self.metrics["deltas_in"] += result.accepted
+            return stats, roots
+
+    async def push(
+        self, url: str, replica: Replica, their_heads: list[Link] | None = None
+    ) -> SyncStats:
+        """Send the peer every block it lacks (asks for its heads first if not given)."""
+        stats = SyncStats()
+        if their_heads is None:
+            their_heads = await self.heads(url, replica.dataset)
+            stats.round_trips += 1
+        known = [h for h in their_heads if await asyncio.to_thread(replica.has_delta, h)]
+        deltas = await asyncio.to_thread(replica.missing_deltas, known)
+        if not deltas:
+            return stats
+        spooled = await asyncio.to_thread(
+            lambda: spool_car(replica.heads(), replica.blocks_for(deltas))
+        )
+        path = f"/v1/datasets/{replica.dataset}/push"
+        headers = self._headers("POST", path, spooled.digest)
+        headers["Content-Type"] = "application/vnd.ipld.car"
+        stats.round_trips += 1
+        stats.bytes_sent += spooled.size
+        stats.block_bytes_sent += spooled.block_bytes
+        stats.deltas_pushed += len(deltas)
+        try:
+            async with self.session.post(
+                url.rstrip("/") + path, data=spooled.file, headers=headers, timeout=self.timeout
+            ) as resp:
+                if resp.status != 200:
+                    raise await self._error(resp)
+                raw = await resp.read()
+        finally:
+            spooled.file.close()
+        stats.bytes_received += len(raw)
+        self.metrics["bytes_out"] += spooled.size
+        self.metrics["deltas_out"] += len(deltas)
+        return stats
+
+    async def sync(self, url: str, replica: Replica) -> SyncStats:
+        """Both directions: pull what we lack, then push what the peer lacks."""
+        stats, their_heads = await self._pull(url, replica)
+        if set(their_heads) != set(await asyncio.to_thread(replica.heads)):
+            stats += await self.push(url, replica, their_heads)
+        return stats
+
+
+class _Counting:
+    """Iterator wrapper counting block payload bytes."""
+
+    def __init__(self, it: Any) -> None:
+        self.it = iter(it)
+        self.bytes = 0
+
+    def __iter__(self) -> _Counting:
+        return self
+
+    def __next__(self) -> tuple[Link, bytes]:
+        cid, data = next(self.it)
+        self.bytes += len(data)
+        return cid, data
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

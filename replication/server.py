@@ -1,0 +1,269 @@
+"""aiohttp side of sync: routes the node mounts (``sync_routes``) or a standalone app.
+
+Endpoints (all requests signed, see :mod:`.auth`; errors are 4xx JSON
+``{"error", "detail"}`` and counted in ``metrics``):
+
+- ``GET  /v1/datasets/{id}/heads``    → ``{"dataset", "heads": [cid…], "deltas": n}``
+- ``GET  /v1/datasets/{id}/genesis``  → the genesis block (dag-cbor bytes)
+- ``POST /v1/datasets/{id}/sync``     JSON ``{"heads": [cid…], "summary": {…}|null}``
+  → streamed CAR (roots = our heads) of every block the caller lacks, or 409 ``need_summary``
+- ``POST /v1/datasets/{id}/push``     CAR → ``{"accepted", "duplicates", "facts", "heads"}``
+- ``POST /v1/inbox``                  CAR of ``@async`` message blocks → ``{"accepted", "duplicates"}``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from merklog.store import Link
+from merklog.store.car import car_header, car_section
+
+from .auth import AllowList, ReplayGuard, SignedRequest, check_digest, verify_request
+from .errors import MalformedBlock, NotFound, ReplicationError, RequestTimeout, TooLarge
+from .messages import Inbox
+from .metrics import Metrics
+from .replica import Replica, Summary
+from .wire import SPOOL_MEMORY, CarReader
+
+CAR_TYPE = "application/vnd.ipld.car"
+DAG_CBOR_TYPE = "application/vnd.ipld.dag-cbor"
+
+
+@dataclass
+class Limits:
+    """Server-side limits (bytes, seconds)."""
+
+    max_push_body: int = 256 << 20
+    max_json_body: int = 4 << 20
+    max_inbox_body: int = 4 << 20
+    max_block: int = (1 << 20) + 4096
+    read_timeout: float = 60.0
+    clock_skew: float = 300.0
+    max_summary: int = 1_000_000
+
+
+ReplicaLookup = Mapping[Link, Replica] | Callable[[Link], Replica | None]
+
+
+@dataclass
+class SyncService:
+    """State behind the routes: replicas served, who may call, limits, metrics."""
+
+    replicas: ReplicaLookup
+    allow: AllowList
+    inbox: Inbox | None = None
+    limits: Limits = field(default_factory=Limits)
+    metrics: Metrics = field(default_factory=Metrics)
+    guard: ReplayGuard | None = None
+
+    def __post_init__(self) -> None:
+        if self.guard is None:
+            self.guard = ReplayGuard(self.limits.clock_skew)
+
+    def replica(self, dataset_id: str) -> Replica:
+        try:
+            dataset = Link.parse(dataset_id)
+        except ValueError:
+            raise NotFound(f"{dataset_id!r} is not a dataset id") from None
+        found = (
+            self.replicas.get(dataset)
+            if isinstance(self.replicas, Mapping)
+            else self.replicas(dataset)
+        )
+        if found is None:
+            raise NotFound(f"dataset {dataset} is not served here")
+        return found
+
+    # ------------------------------------------------------------ plumbing
+
+    def _authenticate(self, request: web.Request, dataset: Link | None) -> SignedRequest:
+        assert self.guard is not None
+        signed = verify_request(request.method, request.path_qs, request.headers, self.guard)
+        self.allow.require(signed.peer, dataset)
+        return signed
+
+    async def _read_small(self, request: web.Request, limit: int, signed: SignedRequest) -> bytes:
+        body = await self._spool(request, limit, signed)
+        try:
+            return body.read()
+        finally:
+            body.close()
+
+    async def _spool(self, request: web.Request, limit: int, signed: SignedRequest) -> Any:
+        if request.content_length is not None and request.content_length > limit:
+            raise TooLarge(f"body of {request.content_length} bytes exceeds {limit}")
+        out = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            async with asyncio.timeout(self.limits.read_timeout):
+                async for chunk in request.content.iter_chunked(1 << 16):
+                    size += len(chunk)
+                    if size > limit:
+                        raise TooLarge(f"body exceeds {limit} bytes")
+                    digest.update(chunk)
+                    out.write(chunk)
+        except TimeoutError:
+            out.close()
+            raise RequestTimeout(f"body not received within {self.limits.read_timeout} s") from None
+        except BaseException:
+            out.close()
+            raise
+        self.metrics["bytes_in"] += size
+        try:
+            check_digest(signed, digest.hexdigest())
+        except ReplicationError:
+            out.close()
+            raise
+        out.seek(0)
+        return out
+
+    @staticmethod
+    def _heads_json(replica: Replica) -> list[str]:
+        return [str(h) for h in replica.heads()]
+
+    # ------------------------------------------------------------ handlers
+
+    async def heads(self, request: web.Request) -> web.StreamResponse:
+        replica = self.replica(request.match_info["id"])
+        self._authenticate(request, replica.dataset)
+        heads = await asyncio.to_thread(self._heads_json, replica)
+        count = await asyncio.to_thread(replica.delta_count)
+        return web.json_response({"dataset": str(replica.dataset), "heads": heads, "deltas": count})
+
+    async def genesis(self, request: web.Request) -> web.StreamResponse:
+        replica = self.replica(request.match_info["id"])
+        self._authenticate(request, replica.dataset)
+        return web.Response(body=replica.genesis.data, content_type=DAG_CBOR_TYPE)
+
+    async def sync(self, request: web.Request) -> web.StreamResponse:
+        replica = self.replica(request.match_info["id"])
+        signed = self._authenticate(request, replica.dataset)
+        raw = await self._read_small(request, self.limits.max_json_body, signed)
+        try:
+            obj = json.loads(raw)
+            heads = [Link.parse(h) for h in obj["heads"]]
+            summary = obj.get("summary")
+            summary = None if summary is None else Summary.from_json(summary)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MalformedBlock(f"sync request must be JSON {{heads, summary}}: {exc}") from exc
+        if (
+            summary is not None
+            and len(summary.window) + len(summary.boundary) > self.limits.max_summary
+        ):
+            raise TooLarge("summary too large")
+        deltas = await asyncio.to_thread(replica.missing_deltas, heads, summary)
+        roots = await asyncio.to_thread(replica.heads)
+        resp = web.StreamResponse(
+            headers={"Content-Type": CAR_TYPE, "X-Merklog-Deltas": str(len(deltas))}
+        )
+        await resp.prepare(request)
+        sent = len(car_header(roots))
+        await resp.write(car_header(roots))
+        batch = 64
+        for i in range(0, len(deltas), batch):
+            blocks = await asyncio.to_thread(
+                lambda d=deltas[i : i + batch]: list(replica.blocks_for(d))
+            )
+            buf = b"".join(car_section(c, b) for c, b in blocks)
+            sent += len(buf)
+            await resp.write(buf)
+        await resp.write_eof()
+        self.metrics["bytes_out"] += sent
+        self.metrics["deltas_out"] += len(deltas)
+        self.metrics["sync_requests"] += 1
+        return resp
+
+    async def push(self, request: web.Request) -> web.StreamResponse:
+        replica = self.replica(request.match_info["id"])
+        signed = self._authenticate(request, replica.dataset)
+        body = await self._spool(request, self.limits.max_push_body, signed)
+        try:
+            reader = CarReader(body, self.limits.max_block)
+            result = await asyncio.to_thread(replica.apply_blocks, reader.blocks())
+        finally:
+            body.close()
+        self.metrics["deltas_in"] += result.accepted
+        self.metrics["push_requests"] += 1
+        heads = await asyncio.to_thread(self._heads_json, replica)
+        return web.json_response({**result.to_json(), "heads": heads})
+
+    async def inbox_post(self, request: web.Request) -> web.StreamResponse:
+        if self.inbox is None:
+            raise NotFound("this node has no @async inbox")
+        signed = self._authenticate(request, None)
+        body = await self._spool(request, self.limits.max_inbox_body, signed)
+        try:
+            reader = CarReader(body, self.limits.max_block)
+            new, dup = await asyncio.to_thread(self.inbox.receive, signed.peer, reader.blocks())
+        finally:
+            body.close()
+        self.metrics["inbox_messages"] += new
+        self.metrics["inbox_duplicates"] += dup
+        return web.json_response({"accepted": new, "duplicates": dup})
+
+    # ------------------------------------------------------------ wiring
+
+    def wrap(self, handler: Callable[[web.Request], Any]) -> Callable[[web.Request], Any]:
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            self.metrics["requests"] += 1
+            try:
+                return await handler(request)
+            except ReplicationError as exc:
+                self.metrics.reject(exc.code)
+                return web.json_response(exc.to_json(), status=exc.status)
+
+        return guarded
+
+    def routes(self) -> list[web.RouteDef]:
+        w = self.wrap
+        return [
+            web.get("/v1/datasets/{id}/heads", w(self.heads)),
+            web.get("/v1/datasets/{id}/genesis", w(self.genesis)),
+            web.post("/v1/datasets/{id}/sync", w(self.sync)),
+            web.post("/v1/datasets/{id}/push", w(self.push)),
+            web.post("/v1/inbox", w(self.inbox_post)),
+        ]
+
+
+SYNC_SERVICE: web.AppKey[SyncService] = web.AppKey("merklog_sync", SyncService)
+
+
+def sync_routes(
+    replicas: ReplicaLookup,
+    allow: AllowList,
+    *,
+    inbox: Inbox | None = None,
+    limits: Limits | None = None,
+    metrics: Metrics | None = None,
+) -> tuple[list[web.RouteDef], SyncService]:
+    """Route definitions for ``app.add_routes(...)`` plus the service (metrics, limits)."""
+    service = SyncService(replicas, allow, inbox, limits or Limits(), metrics or Metrics())
+    return service.routes(), service
+
+
+def make_sync_app(
+    replicas: ReplicaLookup,
+    allow: AllowList,
+    *,
+    inbox: Inbox | None = None,
+    limits: Limits | None = None,
+    metrics: Metrics | None = None,
+) -> web.Application:
+    """A standalone aiohttp application serving sync; ``app[SYNC_SERVICE]`` is the service."""
+    routes, service = sync_routes(replicas, allow, inbox=inbox, limits=limits, metrics=metrics)
+    app = web.Application(client_max_size=service.limits.max_json_body)
+    app.add_routes(routes)
+    app[SYNC_SERVICE] = service
+    return app
+
+
+__all__ = ["SYNC_SERVICE", "Limits", "SyncService", "make_sync_app", "sync_routes"]

@@ -1,0 +1,103 @@
+"""CAR streams on the wire: spooling with a digest, and decoding with replication errors.
+
+Both sides of sync hold at most one CAR section in memory: bodies are spooled
+to a temporary file (memory up to 1 MiB, then disk) while their sha256 is
+computed, then decoded block by block.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO
+
+from merklog.store import CIDMismatch, InvalidBlock, Link, StoreError
+from merklog.store.car import CarDecoder, car_header, car_section
+
+from .errors import CIDMismatchError, MalformedBlock, ReplicationError, TooLarge
+
+SPOOL_MEMORY = 1 << 20
+CHUNK = 1 << 16
+
+
+@dataclass
+class Spooled:
+    """A spooled body: the file (rewound), its sha256 hex, size, and block payload bytes."""
+
+    file: IO[bytes]
+    digest: str
+    size: int
+    blocks: int = 0
+    block_bytes: int = 0
+
+
+def spool_car(roots: Iterable[Link], blocks: Iterable[tuple[Link, bytes]]) -> Spooled:
+    """Write a CAR into a spooled temp file, hashing as it goes."""
+    out = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+    digest = hashlib.sha256()
+    size = count = payload = 0
+    buf = bytearray(car_header(roots))
+    for cid, data in blocks:
+        buf += car_section(cid, data)
+        count += 1
+        payload += len(data)
+        if len(buf) >= CHUNK:
+            digest.update(buf)
+            out.write(buf)
+            size += len(buf)
+            buf.clear()
+    digest.update(buf)
+    out.write(buf)
+    size += len(buf)
+    out.seek(0)
+    return Spooled(out, digest.hexdigest(), size, count, payload)
+
+
+def _translate(exc: Exception) -> ReplicationError:
+    if isinstance(exc, ReplicationError):
+        return exc
+    if isinstance(exc, CIDMismatch):
+        return CIDMismatchError(str(exc))
+    if isinstance(exc, InvalidBlock) and "exceeds" in str(exc):
+        return TooLarge(str(exc))
+    return MalformedBlock(f"malformed CAR: {exc}")
+
+
+class CarReader:
+    """Decode a CAR from a file object, raising ReplicationErrors; ``roots`` after ``open``."""
+
+    def __init__(self, source: IO[bytes], max_section: int) -> None:
+        self.source = source
+        self.decoder = CarDecoder(max_section=max_section)
+        self._pending: list[tuple[Link, bytes]] = []
+        self.roots: list[Link] = []
+
+    def read_header(self) -> list[Link]:
+        try:
+            while self.decoder.roots is None:
+                chunk = self.source.read(CHUNK)
+                if not chunk:
+                    self.decoder.close()
+                self._pending.extend(self.decoder.feed(chunk))
+        except (StoreError, ValueError) as exc:
+            raise _translate(exc) from exc
+        self.roots = list(self.decoder.roots)
+        return self.roots
+
+    def blocks(self) -> Iterator[tuple[Link, bytes]]:
+        if self.decoder.roots is None:
+            self.read_header()
+        yield from self._pending
+        self._pending = []
+        while True:
+            try:
+                chunk = self.source.read(CHUNK)
+                if not chunk:
+                    self.decoder.close()
+                    return
+                got = self.decoder.feed(chunk)
+            except (StoreError, ValueError) as exc:
+                raise _translate(exc) from exc
+            yield from got
