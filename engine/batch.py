@@ -642,66 +642,10 @@ _ARITH_ERRORS = (NoBinding,)
 
 
 def local_strata(rules: Iterable[ast.Rule]) -> list[list[ast.Rule]]:
-    """Seed 000 §1.3.3 stratification of deductive rules (used when none is supplied).
+    """Seed 000 §1.3.3 strata of the deductive rules (when the caller supplies none)."""
+    from .stratify import stratify
 
-    SCCs of the head→body precedence graph in dependency order (Tarjan emits
-    SCCs callees-first). Negative edges inside an SCC are not rejected here:
-    that is the static checks' job.
-    """
-    rules = [r for r in rules if r.time == "now"]
-    graph: dict[str, set[str]] = {}
-    for r in rules:
-        deps = graph.setdefault(r.head.rel, set())
-        for lit in r.body:
-            for atom, _pol in ast.body_atoms(lit):
-                deps.add(atom.rel)
-                graph.setdefault(atom.rel, set())
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    sccs: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        work = [(v, iter(sorted(graph[v])))]
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        while work:
-            node, it = work[-1]
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                    break
-                if w in on:
-                    low[node] = min(low[node], index[w])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    comp = []
-                    while True:
-                        w = stack.pop()
-                        on.discard(w)
-                        comp.append(w)
-                        if w == node:
-                            break
-                    sccs.append(comp)
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    strata = []
-    for comp in sccs:
-        members = set(comp)
-        stratum = [r for r in rules if r.head.rel in members]
-        if stratum:
-            strata.append(stratum)
-    return strata
+    return [list(s.rules) for s in stratify(tuple(rules)) if not s.temporal]
 
 
 @dataclass
