@@ -25,8 +25,8 @@ sinks. Work per epoch is proportional to the change, not the database.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any
 
 from merklog.store import Fact, Value, fact_cid
 
@@ -46,6 +46,8 @@ from .dataflow import (
     Plus,
     Timestamp,
 )
+from .io import Sink, Source
+from .stratify import Stratum, stratify
 
 Row = tuple
 Delta = dict  # dict[Row, int]
@@ -55,62 +57,87 @@ class CompileError(ValueError):
     """The program cannot be compiled (unstratifiable, unsupported or ill-formed)."""
 
 
-# ----------------------------------------------------------------------------- interfaces
+# ----------------------------------------------------------------------------- results
 
 
-@runtime_checkable
-class Source(Protocol):
-    """Ingress polled at the start of every epoch (seed 000 §1.3.5).
+class EpochResult:
+    """One epoch's outcome, handed to every :class:`~merklog.engine.io.Sink`.
 
-    ``poll`` returns ``{relation: {row: weight}}``: positive weights insert
-    facts, negative weights delete them (set semantics), or ``None`` when
-    nothing changed. It must not block: buffer I/O elsewhere and hand over here.
+    Duck-compatible with :class:`merklog.engine.program.EpochResult`
+    (``epoch``, ``relations``, ``outbox``, ``next_tuples``, ``inserted()``,
+    ``deleted()``) but built from deltas: ``deltas`` holds ``{row: +1 | -1}``
+    per changed relation, and ``relations`` is a *live* read-only view of the
+    engine's current state (copy what you keep — the next epoch changes it).
     """
 
-    def poll(self, epoch: int) -> Mapping[str, Mapping[Row, int]] | None: ...
+    __slots__ = ("epoch", "deltas", "outbox", "_engine")
 
-
-@runtime_checkable
-class Sink(Protocol):
-    """Egress called at the end of every epoch (seed 000 §1.3.6).
-
-    ``deltas`` holds, per relation whose contents changed, ``{row: +1 | -1}``;
-    ``outbox`` the ``@async`` tuples newly derived this epoch as
-    ``(destination, Fact)`` (destination = the head's first argument).
-    """
-
-    def emit(
+    def __init__(
         self,
         epoch: int,
-        deltas: Mapping[str, Mapping[Row, int]],
-        outbox: Sequence[tuple[Value, Fact]],
-    ) -> None: ...
+        deltas: dict[str, Delta],
+        outbox: list[tuple[Value, Fact]],
+        engine: IncrementalEngine,
+    ) -> None:
+        self.epoch = epoch
+        self.deltas = deltas
+        self.outbox = outbox
+        self._engine = engine
+
+    previous = None
+
+    @property
+    def relations(self) -> Mapping[str, set[Row]]:
+        return _RelationsView(self._engine)
+
+    @property
+    def next_tuples(self) -> dict[str, set[Row]]:
+        """Tuples the ``@next`` rules derived this epoch (they hold at the next one)."""
+        return {rel: set(rows) for rel, rows in self._engine._next_state.items() if rows}
+
+    def inserted(self) -> dict[str, set[Row]]:
+        """Tuples that appeared this epoch, per relation."""
+        out = {rel: {r for r, w in d.items() if w > 0} for rel, d in self.deltas.items()}
+        return {rel: rows for rel, rows in out.items() if rows}
+
+    def deleted(self) -> dict[str, set[Row]]:
+        """Tuples that disappeared this epoch, per relation."""
+        out = {rel: {r for r, w in d.items() if w < 0} for rel, d in self.deltas.items()}
+        return {rel: rows for rel, rows in out.items() if rows}
+
+    def __repr__(self) -> str:
+        return f"EpochResult(epoch={self.epoch}, deltas={self.deltas!r}, outbox={self.outbox!r})"
 
 
-@dataclass
-class EpochResult:
-    """What one epoch produced (also handed to sinks)."""
+class _RelationsView(Mapping):
+    """Read-only ``relation -> set of rows`` over an engine's current state."""
 
-    epoch: int
-    deltas: dict[str, Delta]
-    outbox: list[tuple[Value, Fact]] = field(default_factory=list)
+    def __init__(self, engine: IncrementalEngine) -> None:
+        self._engine = engine
+
+    def __getitem__(self, rel: str) -> set[Row]:
+        if rel not in self._engine._known():
+            raise KeyError(rel)
+        return self._engine.relation(rel)
+
+    def __iter__(self):
+        return iter(sorted(self._engine._known()))
+
+    def __len__(self) -> int:
+        return len(self._engine._known())
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
 def _arith(int_bits: int) -> tuple[dict[str, Callable[[Any, Any], Any]], Callable, tuple]:
-    """Arithmetic ops, the comparison function and the 'no result' errors of
+    """Arithmetic closures, comparison factory and 'no value' errors of
     :mod:`merklog.engine.arith` — the one definition shared with the batch evaluator."""
     from . import arith
 
-    ops = arith.make_arith(int_bits)
-    errors: list[type[BaseException]] = [ArithmeticError]
-    for name in ("ArithError", "ArithmeticFault", "NoResult"):
-        obj = getattr(arith, name, None)
-        if isinstance(obj, type) and issubclass(obj, BaseException):
-            errors.append(obj)
-    return ops, arith.compare, tuple(errors)
+    ops = {op: arith.make_arith(op, int_bits) for op in ("+", "-", "*", "/", "%")}
+    ops["neg"] = lambda a: arith.negate(a, int_bits)
+    return ops, arith.make_compare, (arith.NoBinding, ArithmeticError)
 
 
 def _lambda(src: str, ns: dict[str, Any] | None = None) -> Callable:
@@ -147,68 +174,6 @@ def grouping_vars(body: Sequence[ast.BodyLiteral], agg: ast.Aggregate) -> list[s
 
 def _term_vars(term: ast.Term) -> set[str]:
     return {v.name for v in ast.term_vars(term)}
-
-
-def strata_of(rules: Iterable[ast.Rule]) -> list[list[str]]:
-    """Deductive relations grouped into SCCs of the precedence graph, dependencies first
-    (seed 000 §1.3.3); raises :class:`CompileError` on negation/aggregation inside an SCC."""
-    graph: dict[str, set[str]] = {}
-    negative: set[tuple[str, str]] = set()
-    for r in rules:
-        if r.time != "now":
-            continue
-        deps = graph.setdefault(r.head.rel, set())
-        for lit in r.body:
-            for atom, pol in ast.body_atoms(lit):
-                deps.add(atom.rel)
-                graph.setdefault(atom.rel, set())
-                if pol != "pos":
-                    negative.add((r.head.rel, atom.rel))
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    sccs: list[list[str]] = []
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on.add(start)
-        while work:
-            v, it = work[-1]
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(graph[w]))))
-                    break
-                if w in on:
-                    low[v] = min(low[v], index[w])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    comp: list[str] = []
-                    while True:
-                        w = stack.pop()
-                        on.discard(w)
-                        comp.append(w)
-                        if w == v:
-                            break
-                    sccs.append(sorted(comp))
-    for comp in sccs:
-        members = set(comp)
-        for head, dep in negative:
-            if head in members and dep in members:
-                raise CompileError(
-                    f"relation {head!r} depends on {dep!r} through negation or aggregation "
-                    "inside a recursive cycle: the program is not stratifiable"
-                )
-    return sccs
 
 
 # ----------------------------------------------------------------------------- scopes
@@ -254,9 +219,16 @@ class _Plan:
 class _Compiler:
     """Builds the root circuit for a program. Use through :class:`IncrementalEngine`."""
 
-    def __init__(self, engine: IncrementalEngine, rules: Sequence[ast.Rule], int_bits: int):
+    def __init__(
+        self,
+        engine: IncrementalEngine,
+        rules: Sequence[ast.Rule],
+        strata: Sequence[Stratum],
+        int_bits: int,
+    ) -> None:
         self.engine = engine
         self.rules = rules
+        self.strata = strata
         self.int_bits = int_bits
         self._ops: dict[str, Callable] | None = None
         self._compare: Callable | None = None
@@ -311,18 +283,14 @@ class _Compiler:
         # Relations no deductive rule defines: input (+ @next) only.
         for name in sorted(names - heads_now):
             self.rel_nodes[name] = self._base(name)
-        for comp in strata_of(deductive):
-            members = [m for m in comp if m in heads_now]
+        for stratum in self.strata:
+            if stratum.temporal:
+                continue
+            members = sorted(m for m in stratum.relations if m in heads_now)
             if not members:
                 continue
-            comp_rules = [r for r in deductive if r.head.rel in comp]
-            recursive = any(
-                atom.rel in comp
-                for r in comp_rules
-                for lit in r.body
-                for atom, _pol in ast.body_atoms(lit)
-            )
-            if recursive:
+            comp_rules = [r for r in stratum.rules if r.time == "now"]
+            if stratum.recursive:
                 self._recursive_stratum(members, comp_rules)
             else:
                 self._flat_stratum(members, comp_rules)
@@ -331,8 +299,12 @@ class _Compiler:
             target = self.next_nodes if r.time == "next" else self.async_nodes
             prev = target.get(r.head.rel)
             target[r.head.rel] = out if prev is None else self.root.operator(Plus(), prev, out)
+        self.next_out = {
+            name: self.root.operator(DistinctTrace(), node, label=f"{name}@next")
+            for name, node in self.next_nodes.items()
+        }
         for name, fb in self.next_feedback.items():
-            fb.connect(self.next_nodes[name])
+            fb.connect(self.next_out[name])
         self.async_out = {
             name: self.root.operator(DistinctTrace(), node, label=f"{name}@async")
             for name, node in self.async_nodes.items()
@@ -442,13 +414,8 @@ class _Compiler:
         ops, _cmp, _errors = self.arith()
         if isinstance(term, ast.Neg):
             inner = self._term(term.operand, idx)
-            sub = ops["-"]
-
-            def neg(r: Row) -> Any:
-                v = inner(r)
-                return -v if isinstance(v, float) else sub(0, v)
-
-            return neg
+            negate = ops["neg"]
+            return lambda r: negate(inner(r))
         if isinstance(term, ast.BinOp):
             left, right, fn = self._term(term.left, idx), self._term(term.right, idx), ops[term.op]
             return lambda r: fn(left(r), right(r))
@@ -586,15 +553,16 @@ class _Compiler:
     def _comparison(self, scope: _Scope, plan: _Plan, lit: ast.Comparison) -> _Plan:
         idx = {v: i for i, v in enumerate(plan.vars)}
         bound = set(plan.vars)
-        ops, compare, errors = self.arith()
+        ops, make_compare, errors = self.arith()
         src = self._plan_node(scope, plan)
         lg, rg = _term_vars(lit.left) <= bound, _term_vars(lit.right) <= bound
         if lg and rg:
-            left, right, op = self._term(lit.left, idx), self._term(lit.right, idx), lit.op
+            left, right = self._term(lit.left, idx), self._term(lit.right, idx)
+            compare = make_compare(lit.op)
 
             def keep(r: Row) -> tuple:
                 try:
-                    return (r,) if compare(op, left(r), right(r)) else ()
+                    return (r,) if compare(left(r), right(r)) else ()
                 except errors:
                     return ()
 
@@ -747,7 +715,11 @@ class _Compiler:
                     return skip
 
         indexed = self.root.operator(IndexWith(key_fn), src)
-        node = self.root.operator(Aggregate(agg.func, value_fn), indexed, label=str(agg))
+        from .arith import sort_key
+
+        node = self.root.operator(
+            Aggregate(agg.func, value_fn, order_key=sort_key), indexed, label=str(agg)
+        )
         self._helpers[cache_key] = node
         return node
 
@@ -792,25 +764,37 @@ class _Compiler:
 class IncrementalEngine:
     """Evaluates a program epoch by epoch over deltas.
 
-    >>> engine = IncrementalEngine(program)              # doctest: +SKIP
-    >>> engine.step(inserts={"edge": [(1, 2)]})          # doctest: +SKIP
+    >>> engine = IncrementalEngine(Program.parse(text).checked)     # doctest: +SKIP
+    >>> engine.step(inserts={"edge": [(1, 2)]})                      # doctest: +SKIP
     {'edge': {(1, 2): 1}, 'path': {(1, 2): 1}}
+
+    ``program`` is a :class:`~merklog.engine.checks.CheckedProgram` (preferred:
+    its strata and integer width are used), an :class:`~merklog.engine.ast.Program`
+    or a sequence of rules (stratified here). The database at epoch ``t`` is
+    the program's inline facts, the persistent base facts (``inserts``/``deletes``
+    and sources), that epoch's ``events`` and the ``@next`` tuples of ``t-1``.
     """
 
     def __init__(
         self,
-        program: ast.Program | Iterable[ast.Rule],
+        program: Any,
         *,
-        int_bits: int = 64,
+        int_bits: int | None = None,
         sources: Iterable[Source] = (),
         sinks: Iterable[Sink] = (),
     ) -> None:
-        if isinstance(program, ast.Program):
-            rules = tuple(program.rules)
-            facts = tuple(program.facts)
+        strata = getattr(program, "strata", None)
+        if int_bits is None:
+            int_bits = getattr(program, "int_bits", 64)
+        ast_program = getattr(program, "program", program)
+        if isinstance(ast_program, ast.Program):
+            rules = tuple(ast_program.rules)
+            facts = tuple(ast_program.facts)
         else:
             rules = tuple(program)
             facts = ()
+        if strata is None:
+            strata = stratify(rules)
         self.rules = rules
         self.sources: list[Source] = list(sources)
         self.sinks: list[Sink] = list(sinks)
@@ -819,24 +803,22 @@ class IncrementalEngine:
         self._pending: dict[str, Delta] = {}
         self._state: dict[str, dict[Row, int]] = {}
         self._async_state: dict[str, dict[Row, int]] = {}
+        self._next_state: dict[str, dict[Row, int]] = {}
         self._hooks: dict[str, list[Callable[[int, Delta], object]]] = {}
-        self._result: EpochResult | None = None
+        self._collected: tuple[dict[str, Delta], list[tuple[Value, Fact]]] | None = None
         self.last: EpochResult | None = None
         self.epoch = -1
-        self.compiler = _Compiler(self, rules, int_bits)
+        self.compiler = _Compiler(self, rules, list(strata), int_bits)
         self.compiler.compile()
         self.circuit = self.compiler.root
         rel_nodes = dict(self.compiler.rel_nodes)
-        names = sorted(rel_nodes)
-        async_names = sorted(self.compiler.async_out)
-        inputs_only = {n for n in names if rel_nodes[n] is self.compiler.input_nodes.get(n)}
-        self._inputs_only = inputs_only
-        self.circuit.sink(
-            self._collect(names, async_names),
-            *[rel_nodes[n] for n in names],
-            *[self.compiler.async_out[n] for n in async_names],
-            label="epoch output",
-        )
+        self._inputs_only = {
+            n for n, node in rel_nodes.items() if node is self.compiler.input_nodes.get(n)
+        }
+        outputs: list[tuple[str, str, Node]] = [("rel", n, rel_nodes[n]) for n in sorted(rel_nodes)]
+        outputs += [("async", n, node) for n, node in sorted(self.compiler.async_out.items())]
+        outputs += [("next", n, node) for n, node in sorted(self.compiler.next_out.items())]
+        self.circuit.sink(self._collect(outputs), *[o[2] for o in outputs], label="epoch output")
         self._initial = facts
 
     # -- circuit callbacks
@@ -846,35 +828,40 @@ class IncrementalEngine:
 
         return poll
 
-    def _collect(self, names: list[str], async_names: list[str]) -> Callable[..., None]:
-        n = len(names)
+    def _collect(self, outputs: list[tuple[str, str, Node]]) -> Callable[..., None]:
+        kinds = [(kind, name) for kind, name, _node in outputs]
+
+        def apply(state: dict[Row, int], delta: Delta) -> None:
+            for row, w in delta.items():
+                if w > 0:
+                    state[row] = 1
+                else:
+                    state.pop(row, None)
 
         def collect(ts: Timestamp, *values: Delta) -> None:
             deltas: dict[str, Delta] = {}
-            for name, delta in zip(names, values[:n], strict=True):
-                if delta:
-                    deltas[name] = delta
-                    if name not in self._inputs_only:
-                        state = self._state.setdefault(name, {})
-                        for row, w in delta.items():
-                            if w > 0:
-                                state[row] = 1
-                            else:
-                                state.pop(row, None)
             outbox: list[tuple[Value, Fact]] = []
-            for name, delta in zip(async_names, values[n:], strict=True):
+            for (kind, name), delta in zip(kinds, values, strict=True):
                 if not delta:
                     continue
-                state = self._async_state.setdefault(name, {})
-                for row, w in delta.items():
-                    if w > 0:
-                        state[row] = 1
-                        outbox.append((row[0] if row else None, Fact(name, row)))
-                    else:
-                        state.pop(row, None)
-            self._result = EpochResult(ts.epoch, deltas, outbox)
+                if kind == "rel":
+                    deltas[name] = delta
+                    if name not in self._inputs_only:
+                        apply(self._state.setdefault(name, {}), delta)
+                elif kind == "next":
+                    apply(self._next_state.setdefault(name, {}), delta)
+                else:
+                    apply(self._async_state.setdefault(name, {}), delta)
+                    for row, w in delta.items():
+                        if w > 0:
+                            outbox.append((row[0] if row else None, Fact(name, row)))
+            self._collected = (deltas, outbox)
 
         return collect
+
+    def _known(self) -> set[str]:
+        names = set(self.compiler.rel_nodes) | set(self._edb) | set(self._events)
+        return names
 
     # -- public API
     def add_source(self, source: Source) -> None:
@@ -882,7 +869,7 @@ class IncrementalEngine:
         self.sources.append(source)
 
     def add_sink(self, sink: Sink) -> None:
-        """Register a sink called with each epoch's output at its end."""
+        """Register a sink called with each epoch's :class:`EpochResult` at its end."""
         self.sinks.append(sink)
 
     def inspect(self, relation: str, callback: Callable[[int, Delta], object]) -> None:
@@ -916,89 +903,88 @@ class IncrementalEngine:
         deletes: Mapping[str, Iterable[Row]] | None = None,
         events: Mapping[str, Iterable[Row]] | None = None,
     ) -> dict[str, Delta]:
-        """Run one epoch and return the change of every relation that changed.
+        """Run one epoch and return ``{relation: {row: +1 | -1}}`` for what changed.
 
         ``inserts``/``deletes`` change the persistent base facts (set semantics;
         deletes apply before inserts). ``events`` hold for this epoch only and are
         withdrawn automatically at the next one (clicks, incoming messages).
-        Sources are polled first; sinks receive the result at the end.
+        Sources are polled first; sinks receive the :class:`EpochResult` last.
         """
         epoch = self.epoch + 1
         edb = self._edb
+        events_now: dict[str, set[Row]] = {}
         before: dict[str, dict[Row, bool]] = {}
-
-        def present(rel: str, row: Row) -> bool:
-            return row in edb.get(rel, ()) or row in self._events.get(rel, ())
+        old_events = self._events
 
         def remember(rel: str, row: Row) -> None:
-            b = before.setdefault(rel, {})
-            if row not in b:
-                b[row] = present(rel, row)
+            seen = before.setdefault(rel, {})
+            if row not in seen:
+                seen[row] = row in edb.get(rel, ()) or row in old_events.get(rel, ())
 
-        if epoch == 0 and self._initial:
-            for rel, row in self._initial:
-                remember(rel, tuple(row))
-                edb.setdefault(rel, set()).add(tuple(row))
-        for source in self.sources:
-            polled = source.poll(epoch)
-            if not polled:
-                continue
-            for rel, rows in polled.items():
-                for row, w in rows.items():
-                    row = tuple(row)
-                    remember(rel, row)
-                    if w > 0:
-                        edb.setdefault(rel, set()).add(row)
-                    elif w < 0:
-                        edb.get(rel, set()).discard(row)
-        for rel, rows in (deletes or {}).items():
-            target = edb.get(rel)
-            for row in rows:
-                row = tuple(row)
-                remember(rel, row)
-                if target is not None:
-                    target.discard(row)
-        for rel, rows in (inserts or {}).items():
+        def apply(rel: str, rows: Iterable[Row], insert: bool) -> None:
             target = edb.setdefault(rel, set())
             for row in rows:
                 row = tuple(row)
                 remember(rel, row)
-                target.add(row)
-        old_events = self._events
+                if insert:
+                    target.add(row)
+                else:
+                    target.discard(row)
+
+        if epoch == 0:
+            for rel, row in self._initial:
+                apply(rel, [row], True)
+        for source in self.sources:
+            polled = source.poll(epoch)
+            if polled:
+                ins, dels = polled
+                for rel, row in dels:
+                    apply(rel, [row], False)
+                for rel, row in ins:
+                    apply(rel, [row], True)
+        for rel, rows in (deletes or {}).items():
+            apply(rel, rows, False)
+        for rel, rows in (inserts or {}).items():
+            apply(rel, rows, True)
         for rel, rows in old_events.items():
             for row in rows:
                 remember(rel, row)
-        self._events = {}
         for rel, rows in (events or {}).items():
+            bucket = events_now.setdefault(rel, set())
             for row in rows:
                 row = tuple(row)
                 remember(rel, row)
-                self._events.setdefault(rel, set()).add(row)
-        # Net input delta per relation.
+                bucket.add(row)
+        self._events = events_now
+        inputs = self.compiler.input_nodes
         pending: dict[str, Delta] = {}
+        extra: dict[str, Delta] = {}
         for rel, rows in before.items():
+            now_edb = edb.get(rel, ())
+            now_ev = events_now.get(rel, ())
             for row, was in rows.items():
-                now = present(rel, row)
+                now = row in now_edb or row in now_ev
                 if now != was:
-                    pending.setdefault(rel, {})[row] = 1 if now else -1
-        extra = {rel: d for rel, d in pending.items() if rel not in self.compiler.input_nodes}
-        self._pending = {rel: d for rel, d in pending.items() if rel in self.compiler.input_nodes}
+                    (pending if rel in inputs else extra).setdefault(rel, {})[row] = (
+                        1 if now else -1
+                    )
+        self._pending = pending
         self.circuit.step()
         self.epoch = epoch
-        result = self._result
-        assert result is not None and result.epoch == epoch
-        for rel, d in extra.items():
-            if d:
-                result.deltas[rel] = d
+        assert self._collected is not None
+        deltas, outbox = self._collected
+        self._collected = None
+        deltas.update(extra)
+        result = EpochResult(epoch, deltas, outbox, self)
+        self.last = result
         for rel, hooks in self._hooks.items():
-            d = result.deltas.get(rel)
+            d = deltas.get(rel)
             if d:
                 for hook in hooks:
                     hook(epoch, d)
         for sink in self.sinks:
-            sink.emit(epoch, result.deltas, result.outbox)
-        self.last = result
-        return result.deltas
+            sink.emit(result)
+        return deltas
 
     def relation(self, name: str) -> set[Row]:
         """The current contents of a relation (base facts, events and derived tuples)."""
@@ -1008,15 +994,28 @@ class IncrementalEngine:
         rows |= self._events.get(name, set())
         return rows
 
+    def __len__(self) -> int:
+        return sum(len(self.relation(n)) for n in self._known())
+
+    def count(self, name: str) -> int:
+        """Number of tuples in a relation, without copying it."""
+        if name in self._state:
+            return len(self._state[name])
+        edb = self._edb.get(name, set())
+        return len(edb) + len(self._events.get(name, set()) - edb)
+
     def relations(self) -> dict[str, set[Row]]:
         """Every non-empty relation's current contents."""
-        names = set(self._state) | set(self._edb) | set(self._events)
-        out = {n: self.relation(n) for n in sorted(names)}
+        out = {n: self.relation(n) for n in sorted(self._known())}
         return {n: rows for n, rows in out.items() if rows}
 
     def async_relation(self, name: str) -> set[Row]:
         """``@async`` tuples whose rule body currently holds (the outbox's live view)."""
         return set(self._async_state.get(name, {}))
+
+    def next_relation(self, name: str) -> set[Row]:
+        """Tuples the ``@next`` rules derived this epoch for ``name`` (true next epoch)."""
+        return set(self._next_state.get(name, {}))
 
     @property
     def outbox(self) -> list[tuple[Value, Fact]]:
@@ -1025,39 +1024,17 @@ class IncrementalEngine:
 
 
 class Outbox:
-    """A sink that queues ``@async`` tuples for delivery: ``drain()`` empties it."""
+    """A sink that queues ``@async`` tuples for delivery; ``drain()`` empties it."""
 
     def __init__(self) -> None:
         self.messages: list[tuple[int, Value, Fact]] = []
 
-    def emit(
-        self,
-        epoch: int,
-        deltas: Mapping[str, Mapping[Row, int]],
-        outbox: Sequence[tuple[Value, Fact]],
-    ) -> None:
-        self.messages.extend((epoch, dest, fact) for dest, fact in outbox)
+    def emit(self, result: Any) -> None:
+        self.messages.extend((result.epoch, dest, fact) for dest, fact in result.outbox)
 
     def drain(self) -> list[tuple[int, Value, Fact]]:
         out, self.messages = self.messages, []
         return out
-
-
-class QueueSource:
-    """A source fed from Python: ``put(rel, row)``/``retract(rel, row)`` between epochs."""
-
-    def __init__(self) -> None:
-        self._queued: dict[str, dict[Row, int]] = {}
-
-    def put(self, rel: str, row: Row) -> None:
-        self._queued.setdefault(rel, {})[tuple(row)] = 1
-
-    def retract(self, rel: str, row: Row) -> None:
-        self._queued.setdefault(rel, {})[tuple(row)] = -1
-
-    def poll(self, epoch: int) -> dict[str, dict[Row, int]] | None:
-        out, self._queued = self._queued, {}
-        return out or None
 
 
 __all__ = [
@@ -1065,9 +1042,5 @@ __all__ = [
     "EpochResult",
     "IncrementalEngine",
     "Outbox",
-    "QueueSource",
-    "Sink",
-    "Source",
     "grouping_vars",
-    "strata_of",
 ]

@@ -495,6 +495,10 @@ class DistinctTrace(Operator):
 # ------------------------------------------------------------------ aggregation
 
 
+def _identity(v: Any) -> Any:
+    return v
+
+
 class _Rev:
     """Reverses ordering so a min-heap serves max."""
 
@@ -542,13 +546,20 @@ class Aggregate(Operator):
     """Returned by ``value_fn`` when a row has no value (e.g. arithmetic without result):
     the row still counts for ``count`` but contributes nothing to sum/min/max."""
 
-    def __init__(self, func: str, value_fn: Callable[[Row], Any] | None = None) -> None:
+    def __init__(
+        self,
+        func: str,
+        value_fn: Callable[[Row], Any] | None = None,
+        order_key: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """``order_key`` orders values for min/max (e.g. a total order across types)."""
         if func not in AGGREGATES:
             raise ValueError(f"unknown aggregate {func!r}")
         if func != "count" and value_fn is None:
             raise ValueError(f"{func} needs a value function")
         self.func = func
         self.value_fn = value_fn
+        self.order_key = order_key if order_key is not None else _identity
         self.groups: dict[Hashable, _Group] = {}
 
     def _result(self, g: _Group) -> Any:
@@ -567,17 +578,18 @@ class Aggregate(Operator):
         if not counts:
             return None
         if f == "min":
-            while counts.get(heap[0], 0) <= 0:
+            while counts.get(heap[0][1], 0) <= 0:
                 heapq.heappop(heap)
-            return heap[0]
-        while counts.get(heap[0].v, 0) <= 0:
+            return heap[0][1]
+        while counts.get(heap[0].v[1], 0) <= 0:
             heapq.heappop(heap)
-        return heap[0].v
+        return heap[0].v[1]
 
     def eval(self, ts: Timestamp, delta: IndexedZSet) -> ZSet:
         out: ZSet = {}
         func, value_fn, groups = self.func, self.value_fn, self.groups
         skip = self.SKIP
+        order_key = self.order_key
         for key, rows in delta.items():
             g = groups.get(key)
             if g is None:
@@ -605,7 +617,8 @@ class Aggregate(Operator):
                 c = counts.get(v, 0) + w
                 if c > 0:
                     if v not in counts or counts[v] <= 0:
-                        heapq.heappush(g.heap, v if func == "min" else _Rev(v))
+                        entry = (order_key(v), v)
+                        heapq.heappush(g.heap, entry if func == "min" else _Rev(entry))
                     counts[v] = c
                 else:
                     counts.pop(v, None)
