@@ -1,0 +1,325 @@
+"""Hostile input: every class is a 4xx JSON error, counted in metrics, nothing applied.
+
+Rule under test (docs/sync-protocol.md): a pushed CAR is applied all-or-nothing;
+a bad block anywhere rejects the whole batch, including valid deltas before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+
+import pytest
+from aiohttp import ClientSession, web
+
+from merklog.replication.auth import AllowList, sign_headers
+from merklog.replication.blocks import Delta, build_delta, parse_delta
+from merklog.replication.errors import CycleError
+from merklog.replication.identity import Identity
+from merklog.replication.replica import Replica
+from merklog.replication.server import SYNC_SERVICE, Limits, make_sync_app
+from merklog.store import Link, encode, encode_fact, make_fact
+from merklog.store.car import car_header, car_section, iter_car
+from merklog.store.sqlite import SQLiteBlockStore
+
+
+class Node:
+    def __init__(self, tmp_path, limits: Limits) -> None:
+        self.owner = Identity.generate()
+        self.writer = Identity.generate()
+        self.peer = Identity.generate()  # allowed to sync
+        self.store = SQLiteBlockStore(tmp_path / "node.sqlite")
+        self.replica = Replica.create(
+            self.store.conn, self.store, self.owner, "hostile", [self.writer.public_key]
+        )
+        self.replica.assert_facts([make_fact("base", [i]) for i in range(3)])
+        self.allow = AllowList({self.peer.public_key: None})
+        self.app = make_sync_app({self.replica.dataset: self.replica}, self.allow, limits=limits)
+
+    def state(self) -> tuple:
+        return (
+            self.replica.heads(),
+            self.replica.visible_cids(),
+            self.replica.delta_count(),
+            len(self.store),
+        )
+
+    @property
+    def metrics(self):
+        return self.app[SYNC_SERVICE].metrics
+
+
+@pytest.fixture
+async def node(tmp_path):
+    n = Node(tmp_path, Limits(max_push_body=1 << 20, max_block=64 << 10, read_timeout=0.5))
+    runner = web.AppRunner(n.app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    n.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    async with ClientSession() as session:
+        n.session = session
+        yield n
+    await runner.cleanup()
+    n.store.close()
+
+
+def delta_for(node: Node, author: Identity, ops, parents=None, clock=None, facts=()) -> list:
+    """Blocks (facts then delta) of a delta on top of the node's heads."""
+    r = node.replica
+    parents = r.heads() if parents is None else parents
+    if clock is None:
+        clock = 1 + max((r._clock_of(p) or 0) for p in parents)
+    d = build_delta(author, r.dataset, 1, clock, parents, ops)
+    return [*[encode_fact(f) for f in facts], (d.cid, d.data)]
+
+
+def assert_fact_ops(facts):
+    return [{"op": "assert", "fact": encode_fact(f)[0]} for f in facts]
+
+
+async def post(node: Node, path: str, body: bytes, ident: Identity | None = None, headers=None):
+    ident = ident or node.peer
+    h = sign_headers(ident, "POST", path, hashlib.sha256(body).hexdigest())
+    h.update(headers or {})
+    async with node.session.post(node.url + path, data=body, headers=h) as resp:
+        return resp.status, await resp.json()
+
+
+async def push(node: Node, blocks, **kw):
+    body = b"".join(iter_car([], blocks))
+    return await post(node, f"/v1/datasets/{node.replica.dataset}/push", body, **kw)
+
+
+async def expect_rejected(node: Node, coro, status: int, code: str) -> dict:
+    before = node.state()
+    got_status, body = await coro
+    assert (got_status, body["error"]) == (status, code), body
+    assert body["detail"]
+    assert node.metrics[f"rejected.{code}"] >= 1
+    assert node.state() == before
+    return body
+
+
+FACT = make_fact("new", ["x"])
+
+
+async def test_valid_push_is_accepted(node):
+    status, body = await push(
+        node, delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT])
+    )
+    assert status == 200 and body["accepted"] == 1
+    assert encode_fact(FACT)[0] in node.replica.visible_cids()
+
+
+async def test_body_too_large(node):
+    big = [encode_fact(make_fact("big", [os.urandom(30_000).hex()])) for _ in range(20)]
+    await expect_rejected(node, push(node, big), 413, "too_large")
+
+
+async def test_block_too_large(node):
+    huge = encode_fact(make_fact("huge", ["y" * (100 << 10)]))
+    await expect_rejected(node, push(node, [huge]), 413, "too_large")
+
+
+async def test_slow_body_times_out(node):
+    path = f"/v1/datasets/{node.replica.dataset}/push"
+    body = b"".join(
+        iter_car([], delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT]))
+    )
+    h = sign_headers(node.peer, "POST", path, hashlib.sha256(body).hexdigest())
+
+    async def slow():
+        yield body[:10]
+        await asyncio.sleep(2)
+        yield body[10:]
+
+    before = node.state()
+    async with node.session.post(node.url + path, data=slow(), headers=h) as resp:
+        assert resp.status == 408
+        assert (await resp.json())["error"] == "timeout"
+    assert node.metrics["rejected.timeout"] == 1
+    assert node.state() == before
+
+
+async def test_malformed_cbor_block(node):
+    junk = b"\xff\xfe not cbor"
+    await expect_rejected(
+        node, push(node, [(Link.for_dag_cbor(junk), junk)]), 400, "malformed_block"
+    )
+
+
+async def test_truncated_car(node):
+    body = b"".join(
+        iter_car([], delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT]))
+    )
+    path = f"/v1/datasets/{node.replica.dataset}/push"
+    await expect_rejected(node, post(node, path, body[:-5]), 400, "malformed_block")
+
+
+async def test_malformed_sync_json(node):
+    path = f"/v1/datasets/{node.replica.dataset}/sync"
+    await expect_rejected(node, post(node, path, b"{not json"), 400, "malformed_block")
+
+
+async def test_cid_mismatch(node):
+    cid, data = encode_fact(FACT)
+    body = car_header([]) + car_section(cid, data + b"\x00")
+    path = f"/v1/datasets/{node.replica.dataset}/push"
+    await expect_rejected(node, post(node, path, body), 400, "cid_mismatch")
+
+
+async def test_bad_delta_signature(node):
+    (fcid, fdata), (cid, data) = delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT])
+    d = parse_delta(cid, data)
+    forged = encode({**d.unsigned(), "sig": bytes(64)})
+    await expect_rejected(
+        node,
+        push(node, [(fcid, fdata), (Link.for_dag_cbor(forged), forged)]),
+        422,
+        "invalid_signature",
+    )
+
+
+async def test_non_canonical_delta(node):
+    (cid, data) = delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT])[-1]
+    d = parse_delta(cid, data)
+    obj = {**d.unsigned(), "sig": d.sig}
+    obj["parents"] = list(reversed(d.parents)) + d.parents  # duplicates: not canonical
+    bad = encode(obj)
+    await expect_rejected(node, push(node, [(Link.for_dag_cbor(bad), bad)]), 400, "malformed_block")
+
+
+async def test_unauthorized_author(node):
+    stranger = Identity.generate()
+    blocks = delta_for(node, stranger, assert_fact_ops([FACT]), facts=[FACT])
+    await expect_rejected(node, push(node, blocks), 422, "unauthorized_author")
+
+
+async def test_non_owner_cannot_grant(node):
+    blocks = delta_for(node, node.writer, [{"op": "grant", "key": Identity.generate().public_key}])
+    await expect_rejected(node, push(node, blocks), 422, "unauthorized_author")
+
+
+async def test_unknown_parents(node):
+    ghost = Link.for_dag_cbor(b"\xa0ghost")
+    blocks = delta_for(
+        node, node.writer, assert_fact_ops([FACT]), parents=[ghost], clock=5, facts=[FACT]
+    )
+    await expect_rejected(node, push(node, blocks), 422, "missing_parents")
+
+
+async def test_missing_fact_block(node):
+    blocks = delta_for(node, node.writer, assert_fact_ops([FACT]))  # fact block not sent
+    await expect_rejected(node, push(node, blocks), 422, "missing_parents")
+
+
+async def test_wrong_clock(node):
+    blocks = delta_for(node, node.writer, assert_fact_ops([FACT]), clock=99, facts=[FACT])
+    await expect_rejected(node, push(node, blocks), 422, "invalid_delta")
+
+
+async def test_valid_then_invalid_rejects_whole_batch(node):
+    good = delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT])
+    good_delta = parse_delta(*good[-1])
+    stranger = Identity.generate()
+    d2 = build_delta(
+        stranger,
+        node.replica.dataset,
+        1,
+        good_delta.clock + 1,
+        [good_delta.cid],
+        assert_fact_ops([make_fact("evil", [1])]),
+    )
+    blocks = good + [encode_fact(make_fact("evil", [1])), (d2.cid, d2.data)]
+    await expect_rejected(node, push(node, blocks), 422, "unauthorized_author")
+    assert not node.replica.has_delta(good_delta.cid)
+
+
+def test_self_reference_is_a_cycle_error():
+    """A delta naming its own CID cannot be built (hashes), but a forged pair is refused."""
+    ident = Identity.generate()
+    fake_self = Link.for_dag_cbor(b"\xa0")
+    d: Delta = build_delta(ident, fake_self, 1, 1, [fake_self], assert_fact_ops([FACT]))
+    with pytest.raises(CycleError):
+        parse_delta(fake_self, d.data)  # as if d.data hashed to fake_self
+    obs = build_delta(
+        ident,
+        fake_self,
+        1,
+        1,
+        [Link.for_dag_cbor(b"\x80")],
+        [{"op": "retract", "fact": encode_fact(FACT)[0], "observed": [fake_self]}],
+    )
+    with pytest.raises(CycleError):
+        parse_delta(fake_self, obs.data)
+
+
+# ---------------------------------------------------------------- request authentication
+
+
+async def test_replayed_request(node):
+    path = f"/v1/datasets/{node.replica.dataset}/sync"
+    body = b'{"heads": [], "summary": null}'
+    h = sign_headers(node.peer, "POST", path, hashlib.sha256(body).hexdigest())
+    async with node.session.post(node.url + path, data=body, headers=h) as resp:
+        assert resp.status == 200
+        await resp.read()
+    async with node.session.post(node.url + path, data=body, headers=h) as resp:
+        assert resp.status == 401
+        assert (await resp.json())["error"] == "replayed_request"
+    assert node.metrics["rejected.replayed_request"] == 1
+
+
+async def test_stale_request(node):
+    path = f"/v1/datasets/{node.replica.dataset}/heads"
+    h = sign_headers(node.peer, "GET", path, now=time.time() - 3600)
+    async with node.session.get(node.url + path, headers=h) as resp:
+        assert resp.status == 401
+        assert (await resp.json())["error"] == "stale_request"
+
+
+async def test_bad_request_signature(node):
+    path = f"/v1/datasets/{node.replica.dataset}/heads"
+    h = sign_headers(node.peer, "GET", "/v1/other", now=time.time())
+    async with node.session.get(node.url + path, headers=h) as resp:
+        assert resp.status == 401
+        assert (await resp.json())["error"] == "bad_request_signature"
+
+
+async def test_unsigned_request(node):
+    async with node.session.get(f"{node.url}/v1/datasets/{node.replica.dataset}/heads") as resp:
+        assert resp.status == 401
+        assert (await resp.json())["error"] == "unauthenticated"
+
+
+async def test_digest_mismatch(node):
+    blocks = delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT])
+    body = b"".join(iter_car([], blocks))
+    path = f"/v1/datasets/{node.replica.dataset}/push"
+    h = sign_headers(node.peer, "POST", path, hashlib.sha256(b"other").hexdigest())
+    before = node.state()
+    async with node.session.post(node.url + path, data=body, headers=h) as resp:
+        assert resp.status == 401
+        assert (await resp.json())["error"] == "digest_mismatch"
+    assert node.state() == before
+
+
+async def test_peer_not_allowed(node):
+    blocks = delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT])
+    await expect_rejected(node, push(node, blocks, ident=Identity.generate()), 403, "forbidden")
+
+
+async def test_dataset_not_in_peer_scope(node):
+    scoped = Identity.generate()
+    node.allow.allow(scoped.public_key, [Link.for_dag_cbor(b"\xa0other")])
+    blocks = delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT])
+    await expect_rejected(node, push(node, blocks, ident=scoped), 403, "forbidden")
+
+
+async def test_unknown_dataset(node):
+    other = Link.for_dag_cbor(b"\xa0nope")
+    status, body = await post(node, f"/v1/datasets/{other}/sync", b'{"heads": []}')
+    assert (status, body["error"]) == (404, "not_found")
