@@ -1,0 +1,844 @@
+"""The ``analyze`` Spark job: evaluate a merklog program over merged replicas in DataFrames.
+
+Each relation is a DataFrame with one typed column per argument (``c0``, ``c1``,
+…) plus the merklog kind of every column (int, float, str, bytes, bool, link),
+so values keep their exact type. A rule becomes a plan:
+
+- positive atoms: constant and repeated-variable filters, then inner joins on the
+  shared variables (a cross join when none are shared);
+- ``X == term`` with ``X`` unbound binds a new column; other comparisons filter;
+- negation: ``left_anti`` join on the atom's bound variables;
+- aggregates: the body's *distinct* bindings, ``groupBy`` the grouping
+  variables, then a left join (count/sum over nothing give 0) or inner join (min/max);
+- ``C := atom`` (CID selection): a Python UDF computes the fact CID with
+  :func:`merklog.store.fact_cid`, which is why the package is shipped to executors.
+
+Strata run in order; a recursive stratum iterates semi-naively (each recursive
+atom in turn reads only the previous round's new tuples) and cuts the lineage
+every round with ``localCheckpoint`` so plans stay small.
+
+Arithmetic follows the engine: int64 wrap-around, truncating ``/`` and ``%``,
+division by zero derives nothing. Not supported (clear error with line:column):
+``@next``/``@async`` rules (they belong to the epoch loop, not one batch),
+columns holding several value types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from merklog.engine import ast
+from merklog.engine.errors import EngineError, UnsupportedError
+from merklog.store import Link, Value
+
+KINDS = ("int", "float", "str", "bytes", "bool", "link")
+NUMERIC = {"int", "float"}
+SPARK_TYPE = {
+    "int": "bigint",
+    "float": "double",
+    "str": "string",
+    "bytes": "binary",
+    "bool": "boolean",
+    "link": "string",
+}
+
+
+class AnalyzeError(EngineError):
+    """The program or the data cannot be evaluated by the Spark job."""
+
+    code = "analyze_error"
+    default_hint = "see docs/spark.md (analyze)"
+
+
+def kind_of(value: Value) -> str:
+    kind = type(value)
+    if kind is bool:
+        return "bool"
+    if kind is int:
+        return "int"
+    if kind is float:
+        return "float"
+    if kind is str:
+        return "str"
+    if kind is bytes:
+        return "bytes"
+    if kind is Link:
+        return "link"
+    raise AnalyzeError(f"{value!r} is not a merklog value")
+
+
+def _spark_value(value: Value) -> Any:
+    return str(value) if isinstance(value, Link) else value
+
+
+def _py_value(value: Any, kind: str) -> Value:
+    if kind == "link":
+        return Link.parse(value)
+    if kind == "bytes":
+        return bytes(value)
+    return value
+
+
+@dataclass
+class Relation:
+    """A relation's rows (``None`` when known to be empty) and its column kinds."""
+
+    df: Any
+    kinds: tuple[str, ...] | None
+
+    @property
+    def empty(self) -> bool:
+        return self.df is None
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def relations_from_rows(
+    spark: Any, rows: Mapping[str, Iterable[tuple[Value, ...]]]
+) -> dict[str, Relation]:
+    """Python tuples → typed DataFrames (tests, small inputs, program facts)."""
+    out: dict[str, Relation] = {}
+    for rel, tuples in rows.items():
+        tuples = sorted(set(tuples), key=repr)
+        if not tuples:
+            continue
+        out[rel] = _relation_from_tuples(spark, rel, tuples)
+    return out
+
+
+def _relation_from_tuples(spark: Any, rel: str, tuples: list[tuple[Value, ...]]) -> Relation:
+    arity = len(tuples[0])
+    kinds: list[set[str]] = [set() for _ in range(arity)]
+    for t in tuples:
+        if len(t) != arity:
+            raise AnalyzeError(f"relation {rel} holds tuples of arities {arity} and {len(t)}")
+        for i, v in enumerate(t):
+            kinds[i].add(kind_of(v))
+    fixed = tuple(_one_kind(rel, i, k) for i, k in enumerate(kinds))
+    schema = ", ".join(f"c{i} {SPARK_TYPE[k]}" for i, k in enumerate(fixed)) or "dummy int"
+    data = [tuple(_spark_value(v) for v in t) for t in tuples] if arity else [(0,)]
+    df = spark.createDataFrame(data, schema)
+    if not arity:
+        df = df.select().limit(1)
+    return Relation(df, fixed)
+
+
+def _one_kind(rel: str, i: int, kinds: set[str]) -> str:
+    if len(kinds) == 1:
+        return next(iter(kinds))
+    raise AnalyzeError(
+        f"column {i} of relation {rel} holds several value types ({', '.join(sorted(kinds))});"
+        " analyze needs one type per column"
+    )
+
+
+def relations_from_snapshot(snapshot: Any) -> dict[str, Relation]:
+    """Visible facts (``relation``, ``args`` list<value>) → one typed DataFrame per relation."""
+    from pyspark.sql import functions as F
+
+    shapes = (
+        snapshot.select(
+            "relation",
+            F.size("args").alias("n"),
+            F.transform("args", lambda v: v["type"]).alias("types"),
+        )
+        .distinct()
+        .collect()
+    )
+    per_rel: dict[str, list[tuple[int, list[str]]]] = {}
+    for row in shapes:
+        per_rel.setdefault(row["relation"], []).append((row["n"], list(row["types"])))
+    out: dict[str, Relation] = {}
+    for rel, variants in sorted(per_rel.items()):
+        arities = {n for n, _ in variants}
+        if len(arities) != 1:
+            raise AnalyzeError(f"relation {rel} holds facts of arities {sorted(arities)}")
+        arity = arities.pop()
+        kinds = tuple(_one_kind(rel, i, {t[i] for _, t in variants}) for i in range(arity))
+        df = snapshot.where(F.col("relation") == rel)
+        cols = [F.col("args")[i][kind].alias(f"c{i}") for i, kind in enumerate(kinds)]
+        out[rel] = Relation(df.select(*cols).distinct(), kinds)
+    return out
+
+
+# ----------------------------------------------------------------------------- terms
+
+
+class _Bindings:
+    """The DataFrame of a rule body evaluated so far, and the kind of each bound variable."""
+
+    def __init__(self, df: Any, kinds: dict[str, str]) -> None:
+        self.df = df
+        self.kinds = kinds
+
+    @property
+    def bound(self) -> set[str]:
+        return set(self.kinds)
+
+
+def _vname(var: ast.Var) -> str:
+    return "v_" + var.name
+
+
+def _arith_kind(op: str, left: str | None, right: str | None) -> str | None:
+    """Result kind of ``left op right`` (None: the operation never has a value)."""
+    if left in NUMERIC and right in NUMERIC:
+        return "int" if left == right == "int" else "float"
+    if op == "+" and left == right and left in ("str", "bytes"):
+        return left
+    return None
+
+
+def _term_kind(term: ast.Term, kinds: Mapping[str, str]) -> str | None:
+    if isinstance(term, ast.Var):
+        return kinds[term.name]
+    if isinstance(term, ast.Const):
+        return kind_of(term.value)
+    if isinstance(term, ast.Neg):
+        k = _term_kind(term.operand, kinds)
+        return k if k in NUMERIC else None
+    return _arith_kind(term.op, _term_kind(term.left, kinds), _term_kind(term.right, kinds))
+
+
+def _finite(col: Any) -> Any:
+    """NoBinding for NaN and infinities; -0.0 normalised to 0.0 (as the engine does)."""
+    from pyspark.sql import functions as F
+
+    return F.when(~F.isnan(col) & (F.abs(col) != F.lit(float("inf"))), col + F.lit(0.0))
+
+
+def _term_col(term: ast.Term, kinds: Mapping[str, str]) -> Any:
+    """A Spark column for a term, null where the engine's arithmetic has no binding
+    (overflow, division by zero, non-finite floats, mismatched types)."""
+    from pyspark.sql import functions as F
+
+    if isinstance(term, ast.Var):
+        return F.col(_vname(term))
+    if isinstance(term, ast.Const):
+        kind = kind_of(term.value)
+        return F.lit(_spark_value(term.value)).cast(SPARK_TYPE[kind])
+    kind = _term_kind(term, kinds)
+    if kind is None:
+        return F.lit(None)
+    if isinstance(term, ast.Neg):
+        inner = _term_col(term.operand, kinds)
+        return F.try_subtract(F.lit(0).cast("bigint"), inner) if kind == "int" else _finite(-inner)
+    left, right = _term_col(term.left, kinds), _term_col(term.right, kinds)
+    op = term.op
+    if kind in ("str", "bytes"):
+        return F.concat(left, right)
+    if kind == "float":
+        left, right = left.cast("double"), right.cast("double")
+        if op in ("/", "%"):
+            value = F.when(right != 0, left / right if op == "/" else left % right)
+        else:
+            value = {"+": left + right, "-": left - right, "*": left * right}[op]
+        return _finite(value)
+    if op == "+":
+        return F.try_add(left, right)
+    if op == "-":
+        return F.try_subtract(left, right)
+    if op == "*":
+        return F.try_multiply(left, right)
+    ok = (right != 0) & ~((left == F.lit(-(2**63))) & (right == -1))
+    if op == "/":  # truncating division, exact through decimal(38, 6)
+        dec = "decimal(38,0)"
+        return F.when(ok, (left.cast(dec) / right.cast(dec)).cast("bigint"))
+    return F.when(ok, left % right)  # Spark's % truncates like the engine's
+
+
+def _compare_col(lit: ast.Comparison, kinds: Mapping[str, str]) -> Any:
+    from pyspark.sql import functions as F
+
+    lk, rk = _term_kind(lit.left, kinds), _term_kind(lit.right, kinds)
+    if lk is None or rk is None:
+        return F.lit(False)
+    left, right = _term_col(lit.left, kinds), _term_col(lit.right, kinds)
+    if lk != rk and not (lk in NUMERIC and rk in NUMERIC):
+        return F.lit(lit.op == "!=")  # different types: never equal, never ordered
+    if "link" in (lk, rk) and lit.op not in ("==", "!="):
+        raise AnalyzeError.at(lit.pos, f"ordering CIDs is not supported by analyze ({lit})")
+    ops = {
+        "==": left == right,
+        "!=": left != right,
+        "<": left < right,
+        "<=": left <= right,
+        ">": left > right,
+        ">=": left >= right,
+    }
+    return ops[lit.op]
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def _ground(term: ast.Term, bound: set[str]) -> bool:
+    return all(v.name in bound for v in ast.term_vars(term))
+
+
+def _grouping(
+    rule_body: tuple[ast.BodyLiteral, ...], head: ast.Atom | None, agg: ast.Aggregate
+) -> list[str]:
+    inner = {v.name for lit in agg.body for v in ast.literal_vars(lit)}
+    outer: set[str] = set()
+    for lit in rule_body:
+        if lit is not agg:
+            outer |= {v.name for v in ast.literal_vars(lit)}
+    if head is not None:
+        outer |= {v.name for v in ast.atom_vars(head)}
+    return sorted(inner & outer)
+
+
+class RuleEvaluator:
+    """Evaluates one rule body into bindings, given the relations to read."""
+
+    def __init__(self, spark: Any, cid_udf: Any) -> None:
+        self.spark = spark
+        self.cid_udf = cid_udf
+
+    def atom_frame(
+        self,
+        atom: ast.Atom,
+        rel: Relation,
+        pos: ast.Pos,
+        cid: ast.Var | None = None,
+        keep_anonymous: bool = False,
+    ) -> _Bindings | None:
+        """The bindings one atom produces on its own (filters for constants and repeats).
+        ``keep_anonymous``: wildcards stay columns (aggregates count distinct *bindings*)."""
+        from pyspark.sql import functions as F
+
+        if rel.empty:
+            return None
+        kinds = rel.kinds or ()
+        if len(atom.args) > len(kinds) or (not atom.rest and len(atom.args) != len(kinds)):
+            raise AnalyzeError.at(
+                pos,
+                f"{atom.rel} has arity {len(kinds)} in the data but is used with {len(atom.args)}",
+            )
+        df = rel.df
+        if cid is not None:
+            df = df.withColumn("__cid", self._cid_col(atom.rel, kinds))
+        conds = []
+        select: dict[str, Any] = {}
+        var_kinds: dict[str, str] = {}
+        for i, term in enumerate(atom.args):
+            col = F.col(f"c{i}")
+            if isinstance(term, ast.Var):
+                if term.anonymous and not keep_anonymous:
+                    continue
+                if term.name in select:
+                    conds.append(select[term.name] == col)
+                else:
+                    select[term.name] = col
+                    var_kinds[term.name] = kinds[i]
+            elif isinstance(term, ast.Const):
+                ck = kind_of(term.value)
+                if ck != kinds[i] and not (ck in NUMERIC and kinds[i] in NUMERIC):
+                    return None  # a constant of another type matches nothing
+                conds.append(col == F.lit(_spark_value(term.value)))
+            else:
+                raise AnalyzeError.at(
+                    term.pos, f"arithmetic is not allowed inside a body atom ({term})"
+                )
+        for cond in conds:
+            df = df.where(cond)
+        cols = [c.alias(_vname(ast.Var(name))) for name, c in select.items()]
+        if cid is not None:
+            if cid.name in select:
+                df = df.where(F.col("__cid") == select[cid.name])
+            else:
+                cols.append(F.col("__cid").alias(_vname(cid)))
+                var_kinds[cid.name] = "link"
+        return _Bindings(df.select(*cols), var_kinds)
+
+    def _cid_col(self, rel: str, kinds: tuple[str, ...]) -> Any:
+        from pyspark.sql import functions as F
+
+        cols = [
+            F.col(f"c{i}").cast("string") if k == "link" else F.col(f"c{i}")
+            for i, k in enumerate(kinds)
+        ]
+        return self.cid_udf(
+            F.lit(rel), F.lit(",".join(kinds)), F.struct(*cols) if cols else F.lit(None)
+        )
+
+    def join(self, left: _Bindings | None, right: _Bindings | None) -> _Bindings | None:
+        if left is None or right is None:
+            return None
+        shared = sorted(set(left.kinds) & set(right.kinds))
+        for name in shared:
+            lk, rk = left.kinds[name], right.kinds[name]
+            if lk != rk and not (lk in NUMERIC and rk in NUMERIC):
+                return None  # never equal
+        on = [_vname(ast.Var(n)) for n in shared]
+        df = left.df.join(right.df, on, "inner") if on else left.df.crossJoin(right.df)
+        return _Bindings(df, {**right.kinds, **left.kinds})
+
+    def body(
+        self,
+        body: tuple[ast.BodyLiteral, ...],
+        head: ast.Atom | None,
+        lookup: Any,
+        seed: _Bindings | None = None,
+        keep_anonymous: bool = False,
+    ) -> _Bindings | None:
+        """Evaluate body literals in a safe order; ``lookup(i, atom)`` gives the relation of the
+        i-th literal (so semi-naive variants can swap in a delta)."""
+        pending = list(enumerate(body))
+        cur = seed
+        if cur is None:
+            cur = _Bindings(self.spark.range(1).select(), {})
+        while pending:
+            bound = cur.bound
+            pick = None
+            for j, (i, lit) in enumerate(pending):
+                if isinstance(lit, ast.Positive):
+                    pick = j
+                    break
+            if pick is None:
+                for j, (i, lit) in enumerate(pending):
+                    if isinstance(lit, ast.Comparison) and (
+                        (_ground(lit.left, bound) and _ground(lit.right, bound))
+                        or (lit.op == "==" and self._binds(lit, bound))
+                    ):
+                        pick = j
+                        break
+                    if isinstance(lit, ast.Negated) and all(
+                        v.name in bound for v in ast.atom_vars(lit.atom) if not v.anonymous
+                    ):
+                        pick = j
+                        break
+                    if isinstance(lit, ast.Aggregate) and set(_grouping(body, head, lit)) <= bound:
+                        pick = j
+                        break
+            if pick is None:
+                _i, lit = pending[0]
+                raise AnalyzeError.at(
+                    lit.pos, f"cannot schedule {lit}: some variable is never bound"
+                )
+            i, lit = pending.pop(pick)
+            cur = self.literal(cur, i, lit, body, head, lookup, keep_anonymous)
+            if cur is None:
+                return None
+        return cur
+
+    @staticmethod
+    def _binds(lit: ast.Comparison, bound: set[str]) -> bool:
+        for var_side, other in ((lit.left, lit.right), (lit.right, lit.left)):
+            if (
+                isinstance(var_side, ast.Var)
+                and var_side.name not in bound
+                and _ground(other, bound)
+            ):
+                return True
+        return False
+
+    def literal(
+        self,
+        cur: _Bindings,
+        i: int,
+        lit: ast.BodyLiteral,
+        body: Any,
+        head: Any,
+        lookup: Any,
+        keep_anonymous: bool = False,
+    ) -> _Bindings | None:
+        from pyspark.sql import functions as F
+
+        if isinstance(lit, ast.Positive):
+            frame = self.atom_frame(lit.atom, lookup(i, lit.atom), lit.pos, lit.cid, keep_anonymous)
+            return self.join(cur, frame)
+        if isinstance(lit, ast.Comparison):
+            bound = cur.bound
+            if lit.op == "==" and not (_ground(lit.left, bound) and _ground(lit.right, bound)):
+                var, other = (
+                    (lit.left, lit.right)
+                    if isinstance(lit.left, ast.Var) and lit.left.name not in bound
+                    else (lit.right, lit.left)
+                )
+                kind = _term_kind(other, cur.kinds)
+                if kind is None:
+                    return None
+                df = cur.df.withColumn(_vname(var), _term_col(other, cur.kinds)).where(
+                    F.col(_vname(var)).isNotNull()
+                )
+                return _Bindings(df, {**cur.kinds, var.name: kind})
+            return _Bindings(
+                cur.df.where(F.coalesce(_compare_col(lit, cur.kinds), F.lit(False))), cur.kinds
+            )
+        if isinstance(lit, ast.Negated):
+            neg = self.atom_frame(lit.atom, lookup(i, lit.atom), lit.pos)
+            if neg is None:
+                return cur
+            shared = sorted(set(neg.kinds) & set(cur.kinds))
+            for name in shared:
+                lk, rk = cur.kinds[name], neg.kinds[name]
+                if lk != rk and not (lk in NUMERIC and rk in NUMERIC):
+                    return cur
+            on = [_vname(ast.Var(n)) for n in shared]
+            if not on:  # ground negation: anything in the relation removes every row
+                return None if neg.df.limit(1).count() else cur
+            return _Bindings(cur.df.join(neg.df.select(*on).distinct(), on, "left_anti"), cur.kinds)
+        if isinstance(lit, ast.Aggregate):
+            return self.aggregate(cur, lit, body, head, lookup)
+        raise AnalyzeError.at(getattr(lit, "pos", None), f"unsupported literal {lit}")
+
+    def aggregate(
+        self, cur: _Bindings, agg: ast.Aggregate, body: Any, head: Any, lookup: Any
+    ) -> _Bindings | None:
+        from pyspark.sql import functions as F
+
+        group = _grouping(body, head, agg)
+        inner = self.body(agg.body, None, lambda _i, atom: lookup(None, atom), keep_anonymous=True)
+        res = _vname(agg.result)
+        gcols = [_vname(ast.Var(g)) for g in group]
+        if inner is None:
+            value_kind = "int" if agg.func == "count" else None
+            if agg.func in ("min", "max"):
+                return None
+            if agg.func == "sum" and agg.arg is not None:
+                try:
+                    value_kind = _term_kind(agg.arg, cur.kinds)
+                except KeyError:
+                    value_kind = "int"
+            zero = F.lit(0).cast("bigint") if value_kind == "int" else F.lit(0.0)
+            return _Bindings(
+                cur.df.withColumn(res, zero), {**cur.kinds, agg.result.name: value_kind or "int"}
+            )
+        names = sorted(inner.kinds)
+        distinct = inner.df.select(*[_vname(ast.Var(n)) for n in names]).distinct()
+        if agg.func == "count":
+            value = F.count(F.lit(1))
+            kind = "int"
+        else:
+            kind = _term_kind(agg.arg, inner.kinds)
+            if kind is None or (agg.func == "sum" and kind not in NUMERIC):
+                raise AnalyzeError.at(agg.pos, f"{agg.func} over values of type {kind}")
+            arg = _term_col(agg.arg, inner.kinds)
+            value = {"sum": F.sum, "min": F.min, "max": F.max}[agg.func](arg)
+        grouped = (
+            distinct.groupBy(*gcols).agg(value.alias(res))
+            if gcols
+            else distinct.agg(value.alias(res))
+        )
+        if agg.result.name in cur.kinds:  # result already bound: filter on equality
+            grouped = grouped.withColumnRenamed(res, res + "_agg")
+            joined = cur.df.join(grouped, gcols, "inner") if gcols else cur.df.crossJoin(grouped)
+            return _Bindings(
+                joined.where(F.col(res) == F.col(res + "_agg")).drop(res + "_agg"), cur.kinds
+            )
+        if agg.func in ("count", "sum"):
+            joined = cur.df.join(grouped, gcols, "left") if gcols else cur.df.crossJoin(grouped)
+            zero = F.lit(0).cast("bigint") if kind == "int" else F.lit(0.0)
+            joined = joined.withColumn(res, F.coalesce(F.col(res), zero))
+        else:
+            joined = cur.df.join(grouped, gcols, "inner") if gcols else cur.df.crossJoin(grouped)
+            joined = joined.where(F.col(res).isNotNull())
+        return _Bindings(joined, {**cur.kinds, agg.result.name: kind})
+
+
+# ----------------------------------------------------------------------------- program
+
+
+def _check_supported(program: ast.Program) -> None:
+    for rule in program.rules:
+        if rule.time != "now":
+            raise UnsupportedError.at(
+                rule.pos,
+                f"@{rule.time} rules are not supported by analyze ({rule.head.rel})",
+                "analyze evaluates one batch of deductive rules; @next and @async belong to the node's epoch loop",
+                construct=f"@{rule.time}",
+            )
+
+
+def strata_of(program: ast.Program) -> list[list[ast.Rule]]:
+    """The program's strata in dependency order (the engine's stratifier)."""
+    from merklog.engine.batch import local_strata
+
+    return local_strata(program.rules)
+
+
+def _cid_udf() -> Any:
+    from pyspark.sql import functions as F
+
+    def fact_cid_of(rel: str, kinds: str, row: Any) -> str:
+        from merklog.store import Fact, Link, fact_cid
+
+        values = []
+        for kind, v in zip(kinds.split(",") if kinds else [], row or (), strict=True):
+            if kind == "link":
+                v = Link.parse(v)
+            elif kind == "bytes":
+                v = bytes(v)
+            values.append(v)
+        return str(fact_cid(Fact(rel, tuple(values))))
+
+    return F.udf(fact_cid_of, "string")
+
+
+@dataclass
+class AnalyzeResult:
+    relations: dict[str, Relation]
+    iterations: dict[str, int]
+
+    def rows(self, rel: str) -> set[tuple[Value, ...]]:
+        """Collect one relation back to Python merklog values."""
+        r = self.relations.get(rel)
+        if r is None or r.empty:
+            return set()
+        kinds = r.kinds or ()
+        return {tuple(_py_value(row[i], k) for i, k in enumerate(kinds)) for row in r.df.collect()}
+
+
+def evaluate(
+    spark: Any,
+    program: ast.Program,
+    base: dict[str, Relation],
+    checkpoint: bool = True,
+    max_iterations: int = 10_000,
+) -> AnalyzeResult:
+    """Evaluate every stratum of ``program`` over ``base`` relations."""
+    from pyspark.sql import functions as F
+
+    _check_supported(program)
+    rels = dict(base)
+    if program.facts:
+        extra: dict[str, list[tuple[Value, ...]]] = {}
+        for rel, args in program.facts:
+            extra.setdefault(rel, []).append(tuple(args))
+        for rel, tuples in extra.items():
+            add = _relation_from_tuples(spark, rel, tuples)
+            rels[rel] = _union(rels.get(rel), add, rel)
+    ev = RuleEvaluator(spark, _cid_udf())
+    iterations: dict[str, int] = {}
+    cut = _cutter(spark, checkpoint)
+
+    def project(rule: ast.Rule, b: _Bindings | None) -> Relation | None:
+        if b is None:
+            return None
+        cols, kinds = [], []
+        for i, term in enumerate(rule.head.args):
+            kind = _term_kind(term, b.kinds)
+            if kind is None:
+                return None
+            kinds.append(kind)
+            cols.append(_term_col(term, b.kinds).alias(f"c{i}"))
+        df = b.df.select(*cols)
+        for i in range(len(cols)):
+            df = df.where(F.col(f"c{i}").isNotNull())
+        return Relation(df, tuple(kinds))
+
+    for stratum in strata_of(program):
+        heads = {r.head.rel for r in stratum}
+        recursive = [
+            r
+            for r in stratum
+            if any(isinstance(lit, ast.Positive) and lit.atom.rel in heads for lit in r.body)
+        ]
+        for r in stratum:
+            for lit in r.body:
+                for atom, pol in ast.body_atoms(lit):
+                    if atom.rel in heads and pol != "pos":
+                        raise AnalyzeError.at(
+                            lit.pos,
+                            f"{atom.rel} depends on itself through negation or an aggregate",
+                        )
+        full: dict[str, Relation] = {h: rels.get(h, Relation(None, None)) for h in heads}
+
+        def full_lookup(_i: Any, atom: ast.Atom) -> Relation:
+            if atom.rel in full:
+                return full[atom.rel]
+            return rels.get(atom.rel, Relation(None, None))
+
+        # round 0: every rule over the full relations
+        new: dict[str, Relation] = {}
+        for rule in stratum:
+            got = project(rule, ev.body(rule.body, rule.head, full_lookup))
+            if got is not None:
+                new[rule.head.rel] = _union(new.get(rule.head.rel), got, rule.head.rel)
+        delta = {}
+        for rel, r in new.items():
+            fresh = _minus(r.df.distinct(), full[rel])
+            full[rel] = cut(_union(full[rel], Relation(fresh, r.kinds), rel))
+            delta[rel] = cut(Relation(fresh, r.kinds))
+        rounds = 1
+        while recursive and delta and any(d.df.limit(1).count() for d in delta.values()):
+            if rounds >= max_iterations:
+                raise AnalyzeError(f"no fixpoint after {max_iterations} rounds")
+            rounds += 1
+            new = {}
+            for rule in recursive:
+                positions = [
+                    i
+                    for i, lit in enumerate(rule.body)
+                    if isinstance(lit, ast.Positive) and lit.atom.rel in heads
+                ]
+                for k in positions:
+
+                    def lookup(i: Any, atom: ast.Atom, k: int = k) -> Relation:
+                        if i == k:
+                            return delta.get(atom.rel, Relation(None, None))
+                        return full_lookup(i, atom)
+
+                    got = project(rule, ev.body(rule.body, rule.head, lookup))
+                    if got is not None:
+                        new[rule.head.rel] = _union(new.get(rule.head.rel), got, rule.head.rel)
+            delta = {}
+            for rel, r in new.items():
+                fresh = _minus(r.df.distinct(), full[rel])
+                d = cut(Relation(fresh, r.kinds))
+                delta[rel] = d
+                full[rel] = cut(_union(full[rel], d, rel))
+        for h in heads:
+            iterations[h] = rounds
+        rels.update(full)
+    return AnalyzeResult(rels, iterations)
+
+
+def _cutter(spark: Any, checkpoint: bool) -> Any:
+    connect = type(spark).__module__.startswith("pyspark.sql.connect")
+
+    def cut(rel: Relation) -> Relation:
+        if rel.df is None or not checkpoint:
+            return rel
+        df = rel.df.localCheckpoint(eager=True) if not connect else rel.df.localCheckpoint()
+        return Relation(df, rel.kinds)
+
+    return cut
+
+
+def _union(a: Relation | None, b: Relation, rel: str) -> Relation:
+    if a is None or a.empty:
+        return b
+    if b.empty:
+        return a
+    if a.kinds != b.kinds:
+        raise AnalyzeError(
+            f"rules derive {rel} with different column types {a.kinds} and {b.kinds};"
+            " analyze needs one type per column"
+        )
+    return Relation(a.df.unionByName(b.df), a.kinds)
+
+
+def _minus(df: Any, full: Relation) -> Any:
+    if full.empty:
+        return df
+    return (
+        df.join(full.df, [f"c{i}" for i in range(len(full.kinds or ()))], "left_anti")
+        if full.kinds
+        else df.exceptAll(full.df)
+    )
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def output_relations(program: ast.Program) -> list[str]:
+    """Declared outputs, else every relation a rule derives."""
+    if program.outputs:
+        return list(program.outputs)
+    return sorted({r.head.rel for r in program.rules})
+
+
+def write_outputs(
+    result: AnalyzeResult, names: list[str], out_dir: str | Path, fmt: str = "parquet"
+) -> dict[str, str]:
+    """Write each relation: Parquet keeps exact values (``args`` list<value> like the export);
+    CSV writes columns ``c0…`` in Datalog literal syntax. Returns relation → path."""
+    from pyspark.sql import functions as F
+
+    out = Path(out_dir)
+    written: dict[str, str] = {}
+    for name in names:
+        rel = result.relations.get(name)
+        path = out / name
+        if rel is None or rel.empty:
+            df = None
+        else:
+            df = rel.df
+        if fmt == "parquet":
+            from .compact import VALUE_DDL
+
+            if df is None:
+                df = result_spark(result).createDataFrame(
+                    [], f"relation string, args array<{VALUE_DDL}>"
+                )
+            else:
+                df = df.select(
+                    F.lit(name).alias("relation"),
+                    F.array(*[_value_struct(i, k) for i, k in enumerate(rel.kinds or ())]).alias(
+                        "args"
+                    ),
+                )
+            df.write.mode("overwrite").parquet(str(path))
+        elif fmt == "csv":
+            if df is None:
+                df = result_spark(result).createDataFrame([], "c0 string")
+            else:
+                df = df.select(*[_literal_text(i, k) for i, k in enumerate(rel.kinds or ())])
+            df.coalesce(1).write.mode("overwrite").option("header", "true").option(
+                "quote", "\u0000"
+            ).csv(str(path))
+        else:
+            raise ValueError(f"unknown output format {fmt!r} (parquet or csv)")
+        written[name] = str(path)
+    return written
+
+
+def result_spark(result: AnalyzeResult) -> Any:
+    for rel in result.relations.values():
+        if not rel.empty:
+            return rel.df.sparkSession
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+def _value_struct(i: int, kind: str) -> Any:
+    from pyspark.sql import functions as F
+
+    col = F.col(f"c{i}")
+    fields = []
+    for name in KINDS:
+        typ = SPARK_TYPE[name]
+        fields.append((col if name == kind else F.lit(None).cast(typ)).alias(name))
+    return F.struct(F.lit(kind).alias("type"), *fields)
+
+
+def _literal_text(i: int, kind: str) -> Any:
+    """Datalog literal syntax as Spark expressions (``format_value`` for every kind but float)."""
+    from pyspark.sql import functions as F
+
+    col = F.col(f"c{i}")
+    if kind == "int":
+        text = col.cast("string")
+    elif kind == "bool":
+        text = F.when(col, F.lit("true")).otherwise(F.lit("false"))
+    elif kind == "str":
+        esc = F.regexp_replace(
+            F.regexp_replace(F.regexp_replace(col, r"\\", r"\\\\"), '"', '\\\\"'), "\n", "\\\\n"
+        )
+        text = F.concat(F.lit('"'), esc, F.lit('"'))
+    elif kind == "bytes":
+        text = F.concat(F.lit('x"'), F.lower(F.hex(col)), F.lit('"'))
+    elif kind == "link":
+        text = F.concat(F.lit('cid"'), col, F.lit('"'))
+    else:
+        text = _float_udf()(col)
+    return text.alias(f"c{i}")
+
+
+def _float_udf() -> Any:
+    from pyspark.sql import functions as F
+
+    def fmt(v: float) -> str:
+        from merklog.store import format_value
+
+        return format_value(v)
+
+    return F.udf(fmt, "string")
