@@ -70,27 +70,30 @@ class QueryResult:
         }
 
 
-def init_home(home: Path, overrides: dict[str, Any] | None = None) -> tuple[Config, bool]:
-    """Create keys, config and dataset in ``home`` if missing; return (config, created)."""
+def init_home(
+    home: Path, overrides: dict[str, Any] | None = None, join: tuple[Link, bytes] | None = None
+) -> tuple[Config, bool]:
+    """Create keys, config and dataset in ``home`` if missing; return (config, created).
+
+    ``join=(dataset, genesis_block)`` follows an existing dataset instead of creating one.
+    """
     home.mkdir(parents=True, exist_ok=True)
     created = not (home / "config.toml").exists()
     cfg = Config.load(home, overrides)
     identity = wiring.Identity.load_or_create(home / IDENTITY_FILE)
     if not cfg.get("api.token"):
         cfg.data["api"]["token"] = new_token()
-    if not cfg.get("dataset.id"):
+    if join is not None or not cfg.get("dataset.id"):
         store = wiring.open_store(cfg)
         try:
-            cfg.data["dataset"]["id"] = str(wiring.create_dataset(store, identity, home.name))
+            if join is not None:
+                dataset = wiring.join_dataset(store, identity, *join)
+            else:
+                dataset = wiring.create_dataset(store, identity, home.name)
+            cfg.data["dataset"]["id"] = str(dataset)
         finally:
             store.close()
-    if created or overrides:
-        cfg.save()
-    elif not (home / "config.toml").exists():
-        cfg.save()
-    else:
-        # Persist generated values (token, dataset) without clobbering hand edits.
-        cfg.save()
+    cfg.save()
     return cfg, created
 
 
@@ -219,6 +222,7 @@ class Node:
     def _on_visible_change(self, fact: Fact, weight: int) -> None:
         with self._mutex:
             self._pending.append((fact, weight))
+        self.wake()  # replicated changes (sync push/pull) get an epoch promptly too
 
     def coerce_facts(self, facts: Iterable[FactLike]) -> list[Fact]:
         """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text."""

@@ -113,7 +113,11 @@ async def write_facts(request: web.Request) -> web.Response:
     except _input_errors() as exc:
         node.metrics.rejected.inc()
         return error(400, "bad input", str(exc))
-    result = await node.write_async(add, rem)
+    try:
+        result = await node.write_async(add, rem)
+    except wiring.replication_errors() as exc:  # e.g. this key is not (yet) a writer
+        node.metrics.rejected.inc()
+        return error(403, "refused", str(exc))
     return web.json_response(result.to_json())
 
 
@@ -287,6 +291,15 @@ async def import_car(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
+async def genesis(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.Response(
+        body=node.store.get(node.dataset),
+        content_type="application/vnd.ipld.dag-cbor",
+        headers={"X-Dataset": str(node.dataset)},
+    )
+
+
 async def index(request: web.Request) -> web.StreamResponse:
     static = request.app[NODE_KEY].config.path("node.static_dir")
     if static is None or not (static / "index.html").exists():
@@ -322,6 +335,7 @@ def build_app(node: Node) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/v1/status", status)
+    app.router.add_get("/v1/genesis", genesis)
     app.router.add_get("/v1/facts", list_facts)
     app.router.add_post("/v1/facts", write_facts)
     app.router.add_get("/v1/blocks/{cid}", get_block)

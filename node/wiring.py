@@ -123,11 +123,75 @@ def send_outbox(replica: Replica, outbox: list[tuple[Any, Fact]]) -> None:
 async def sync_with(
     replica: Replica, url: str, cfg: Config, progress: Callable[[int, int], None] | None
 ) -> dict[str, Any]:
-    from merklog.replication.client import sync_with_peer
+    """Pull then push with the peer at ``url`` (signed with this node's key)."""
+    import dataclasses
 
-    return await sync_with_peer(
-        replica, url, timeout=float(cfg.get("sync.timeout")), progress=progress
-    )
+    from merklog.replication.client import SyncClient
+
+    async with SyncClient(replica.identity, timeout=float(cfg.get("sync.timeout"))) as client:
+        stats, their_heads = await client._pull(url, replica)
+        if progress:
+            progress(1, 2)
+        if set(their_heads) != set(replica.heads()):
+            stats += await client.push(url, replica, their_heads)
+        if progress:
+            progress(2, 2)
+    out = dataclasses.asdict(stats)
+    out["bytes_in"] = stats.bytes_received
+    out["bytes_out"] = stats.bytes_sent
+    out["deltas_in"] = stats.accepted
+    return out
+
+
+async def fetch_genesis(url: str) -> tuple[Link, bytes]:
+    """A peer's dataset id and genesis block, from its open local API (verified)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url.rstrip("/") + "/v1/genesis") as resp:
+            if resp.status != 200:
+                raise NodeInputError(f"{url} did not give its genesis (HTTP {resp.status})")
+            data = await resp.read()
+            dataset = Link.parse(resp.headers["X-Dataset"])
+    if not dataset.verifies(data):
+        raise NodeInputError(f"{url} sent a genesis block that does not hash to {dataset}")
+    return dataset, data
+
+
+def join_dataset(store: BlockStore, identity: Identity, dataset: Link, genesis: bytes) -> Link:
+    replica = Replica.open(_conn(store), store, identity, dataset, genesis)
+    return replica.dataset
+
+
+class _ConfigAllowList:
+    """Peers allowed to sync: the keys in ``[peers]`` of config.toml, re-read when it changes
+    (so ``merklog peers add`` takes effect on a running node)."""
+
+    def __init__(self, cfg: Config) -> None:
+        from merklog.replication.auth import AllowList
+
+        self._cls = AllowList
+        self.cfg = cfg
+        self._mtime = -1.0
+        self._allow = AllowList()
+
+    def _current(self) -> Any:
+        path = self.cfg.home / "config.toml"
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return self._allow
+        if mtime != self._mtime:
+            fresh = Config.load(self.cfg.home)
+            allow = self._cls()
+            for peer in fresh.peers.values():
+                if isinstance(peer, dict) and peer.get("key"):
+                    allow.allow(peer["key"], [fresh.get("dataset.id")])
+            self._allow, self._mtime = allow, mtime
+        return self._allow
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._current(), name)
 
 
 # ---------------------------------------------------------------- language
@@ -330,11 +394,12 @@ def query_columns_of(query: tuple[ast.BodyLiteral, ...]) -> list[str]:
 
 def add_peer_routes(app: Any, node: Any) -> None:
     """Mount replication's peer endpoints (heads/sync/push/inbox) for this node's replica."""
-    try:
-        from merklog.replication.server import add_routes
-    except ImportError:  # replication's server not installed: the node serves its local API only
-        return
-    add_routes(app, node.replica)
+    from merklog.replication.server import sync_routes
+
+    routes, service = sync_routes(
+        {node.replica.dataset: node.replica}, _ConfigAllowList(node.config)
+    )
+    app.add_routes(routes)
 
 
 def replication_errors() -> tuple[type[BaseException], ...]:

@@ -11,8 +11,15 @@ def register(cli: click.Group) -> None:
     @cli.command("init")
     @click.option("--port", type=int, default=None, help="HTTP port written to the config.")
     @click.option("--host", default=None, help="Bind address written to the config.")
+    @click.option(
+        "--join",
+        "join_url",
+        default=None,
+        metavar="URL",
+        help="Follow the dataset of the node at URL instead of creating one.",
+    )
     @pass_state
-    def init(state: State, port: int | None, host: str | None) -> None:
+    def init(state: State, port: int | None, host: str | None, join_url: str | None) -> None:
         """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset."""
         from merklog.node.config import ConfigError
         from merklog.node.node import IDENTITY_FILE, init_home
@@ -23,12 +30,22 @@ def register(cli: click.Group) -> None:
             overrides["node.port"] = port
         if host is not None:
             overrides["node.host"] = host
+        join = None
+        if join_url is not None:
+            import asyncio
+
+            from merklog.node.wiring import NodeInputError, fetch_genesis
+
+            try:
+                join = asyncio.run(fetch_genesis(join_url))
+            except (NodeInputError, OSError, Exception) as exc:
+                raise click.ClickException(f"cannot join {join_url}: {exc}") from None
         try:
             lock = HomeLock.acquire(state.home)
         except HomeBusy as exc:
             raise click.ClickException(str(exc)) from None
         try:
-            cfg, created = init_home(state.home, overrides)
+            cfg, created = init_home(state.home, overrides, join)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
         finally:
@@ -39,3 +56,7 @@ def register(cli: click.Group) -> None:
         click.echo(f"  key      {state.home / IDENTITY_FILE}")
         click.echo(f"  store    {cfg.path('store.path')}")
         click.echo(f"  dataset  {cfg.get('dataset.id')}")
+        from merklog.node.wiring import Identity
+
+        key = Identity.load(state.home / IDENTITY_FILE).public_key.hex()
+        click.echo(f"  key hex  {key}")

@@ -29,7 +29,13 @@ class Cli:
         self.runner = CliRunner()
 
     def __call__(self, *args: str, input: str | None = None, ok: bool = True):
-        result = self.runner.invoke(cli, ["--home", str(self.home), *args], input=input)
+        # In a worker thread: no event loop there even when the caller runs one (playwright).
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            result = pool.submit(
+                self.runner.invoke, cli, ["--home", str(self.home), *args], input=input
+            ).result()
         if ok and result.exit_code != 0:
             raise AssertionError(
                 f"merklog {' '.join(args)} failed ({result.exit_code}): {result.output}"

@@ -69,3 +69,41 @@ def test_click_shows_live_on_the_same_page(tmp_path: Path, node_factory, browser
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "checklist-one-node.png"))
     page.close()
+
+
+def test_two_nodes_two_pages_offline_toggles_merge_after_sync(
+    tmp_path: Path, node_factory, browser
+) -> None:
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    na = start_checklist_node(a.home, node_factory)
+    b("init", "--join", na.url)
+    b("load", str(EXAMPLE / "checklist.dl"))
+    nb = node_factory(b.home, "--static-dir", str(EXAMPLE / "static"), "--epoch-interval", "0.5")
+    nb.start()
+    a("peers", "add", "b", nb.url, "--writer")
+    b("peers", "add", "a", na.url)
+    b("sync", "a")
+    pa, pb = browser.new_page(), browser.new_page()
+    pa.goto(f"{na.url}/#token={na.token}")
+    pb.goto(f"{nb.url}/#token={nb.token}")
+    for page in (pa, pb):
+        page.wait_for_selector('input[data-id="bike"]', timeout=15000)
+    # Both toggle while not syncing ("offline" from each other): different items.
+    pa.locator('input[data-id="milk"]').click()
+    pb.locator('input[data-id="bike"]').click()
+    pa.wait_for_function("document.querySelector('input[data-id=\"milk\"]').checked")
+    pb.wait_for_function("document.querySelector('input[data-id=\"bike\"]').checked")
+    assert not box_state(pb, "milk") and not box_state(pa, "bike")
+    # Sync from page B's own button; both pages update live via SSE.
+    pb.fill("#peer", na.url)
+    pb.click("#sync button")
+    for page in (pa, pb):
+        page.wait_for_function(
+            "document.querySelector('input[data-id=\"milk\"]').checked && "
+            "document.querySelector('input[data-id=\"bike\"]').checked",
+            timeout=15000,
+        )
+    assert not box_state(pa, "bread") and not box_state(pb, "bread")
+    ARTIFACTS.mkdir(exist_ok=True)
+    pa.screenshot(path=str(ARTIFACTS / "checklist-node-a.png"))
+    pb.screenshot(path=str(ARTIFACTS / "checklist-node-b.png"))
