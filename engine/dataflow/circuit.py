@@ -70,7 +70,12 @@ class OperatorNode(Node):
         return self._inputs
 
     def eval(self, ts: Timestamp) -> None:
-        self.value = self.op.eval(ts, *[n.value for n in self._inputs])
+        values = [n.value for n in self._inputs]
+        op = self.op
+        if not any(values) and op.idle():
+            self.value = {}
+            return
+        self.value = op.eval(ts, *values)
 
 
 class SourceNode(Node):
@@ -161,6 +166,7 @@ class Circuit:
         self.feedbacks: list[FeedbackNode] = []
         self.stateful: list[Operator] = []
         self.epoch = -1
+        self._checked = False
 
     @property
     def nested(self) -> bool:
@@ -171,6 +177,7 @@ class Circuit:
         for n in node.inputs():
             if n.circuit is not self:
                 raise ValueError(f"{n!r} belongs to another circuit; import it first")
+        self._checked = False
         node.local_id = len(self.nodes)
         node.circuit = self
         node.label = label
@@ -231,7 +238,9 @@ class Circuit:
         """Root circuit: evaluate one epoch; returns its number (0, 1, 2, …)."""
         if self.owner is not None:
             raise ValueError("step() runs the root circuit; children run inside it")
-        self.check()
+        if not self._checked:
+            self.check()
+            self._checked = True
         self.epoch += 1
         ts = Timestamp(self.epoch, 0)
         for node in self.nodes:

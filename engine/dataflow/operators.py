@@ -56,6 +56,13 @@ class Operator:
         """The smallest future iteration at which this operator has output queued."""
         return None
 
+    idle_when_empty = False
+
+    def idle(self) -> bool:
+        """True if evaluating on all-empty inputs would output nothing and change no
+        state, so the circuit may skip the call (epochs touch few operators)."""
+        return self.idle_when_empty
+
     def end_epoch(self) -> None:
         """Called after a child circuit reached its fixpoint for the epoch."""
         return None
@@ -68,6 +75,7 @@ class Operator:
 
 
 class Map(Operator):
+    idle_when_empty = True
     """Transform every row (§2.9.7); weights of colliding rows add up."""
 
     def __init__(self, fn: Callable[[Row], Row]) -> None:
@@ -78,6 +86,7 @@ class Map(Operator):
 
 
 class FlatMap(Operator):
+    idle_when_empty = True
     """Transform every row into zero or more rows (filter and map fused)."""
 
     def __init__(self, fn: Callable[[Row], Any]) -> None:
@@ -93,6 +102,7 @@ class FlatMap(Operator):
 
 
 class Filter(Operator):
+    idle_when_empty = True
     """Keep rows satisfying a pure predicate (§2.9.4)."""
 
     def __init__(self, pred: Callable[[Row], bool]) -> None:
@@ -103,6 +113,7 @@ class Filter(Operator):
 
 
 class IndexWith(Operator):
+    idle_when_empty = True
     """Group rows by a key function into an indexed Z-set (§2.9.5)."""
 
     def __init__(self, key_fn: Callable[[Row], Hashable]) -> None:
@@ -113,6 +124,7 @@ class IndexWith(Operator):
 
 
 class Negate(Operator):
+    idle_when_empty = True
     """Negate every weight (§2.9.8)."""
 
     def eval(self, ts: Timestamp, a: ZSet) -> ZSet:
@@ -120,6 +132,7 @@ class Negate(Operator):
 
 
 class Plus(Operator):
+    idle_when_empty = True
     """Sum of any number of Z-sets (§2.9.15)."""
 
     def eval(self, ts: Timestamp, *inputs: ZSet) -> ZSet:
@@ -135,6 +148,7 @@ class Plus(Operator):
 
 
 class Minus(Operator):
+    idle_when_empty = True
     """``a - b`` (§2.9.14)."""
 
     def eval(self, ts: Timestamp, a: ZSet, b: ZSet) -> ZSet:
@@ -144,6 +158,7 @@ class Minus(Operator):
 
 
 class Distinct(Operator):
+    idle_when_empty = True
     """Non-incremental distinct (§2.9.3): positive rows with weight 1."""
 
     def eval(self, ts: Timestamp, a: ZSet) -> ZSet:
@@ -164,6 +179,7 @@ class Inspect(Operator):
 
 
 class JoinStream(Operator):
+    idle_when_empty = True
     """Join two indexed Z-sets of the same timestamp on their keys (§2.9.12)."""
 
     def __init__(self, combine: Combine) -> None:
@@ -288,6 +304,9 @@ class JoinTrace(Operator):
     def next_pending(self) -> int | None:
         return min(self.pending) if self.pending else None
 
+    def idle(self) -> bool:
+        return not self.pending
+
 
 def _join_flat(delta: IndexedZSet, trace: Trace, combine: Combine, swap: bool, out: ZSet) -> None:
     index = trace.index
@@ -382,6 +401,9 @@ class Join(Operator):
     def next_pending(self) -> int | None:
         return min(self.pending) if self.pending else None
 
+    def idle(self) -> bool:
+        return not self.pending
+
 
 # ------------------------------------------------------------------ distinct
 
@@ -468,6 +490,9 @@ class DistinctTrace(Operator):
     def next_pending(self) -> int | None:
         return min(self.scheduled) if self.scheduled else None
 
+    def idle(self) -> bool:
+        return not self.scheduled
+
     def end_epoch(self) -> None:
         if not self.nested:
             return
@@ -532,6 +557,7 @@ AGGREGATES = ("count", "sum", "min", "max")
 
 
 class Aggregate(Operator):
+    idle_when_empty = True
     """Incremental grouped aggregate over an indexed Z-set (§2.9.1).
 
     Input: indexed deltas ``key -> {row: weight}`` (``key`` a tuple: the group).
