@@ -11,6 +11,8 @@ rejects byte strings smuggled where a CID link belongs.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -178,8 +180,19 @@ def build_delta(
         "parents": sorted(set(parents)),
         "ops": ops,
     }
-    sig = identity.sign(signing_bytes(unsigned))
-    data = encode({**unsigned, "sig": sig})
+    keys = [op["key"] for op in ops if "key" in op]
+    if _cid_shaped(identity.public_key) or any(_cid_shaped(k) for k in keys):
+        sig = identity.sign(signing_bytes(unsigned))
+        data = encode({**unsigned, "sig": sig})
+    else:
+        # Fast path: libipld writes the raw CID bytes of links as links.
+        raw = {**unsigned, "dataset": dataset.raw, "parents": [p.raw for p in unsigned["parents"]]}
+        raw["ops"] = [_raw_op(op) for op in ops]
+        sig = identity.sign(libipld.encode_dag_cbor(raw))
+        if _cid_shaped(sig):
+            data = encode({**unsigned, "sig": sig})
+        else:
+            data = libipld.encode_dag_cbor({**raw, "sig": sig})
     if len(data) > MAX_DELTA_BYTES:
         raise TooLarge(f"delta of {len(data)} bytes exceeds {MAX_DELTA_BYTES}")
     cid = Link.for_dag_cbor(data)
@@ -189,11 +202,38 @@ def build_delta(
     )
 
 
+def _raw_op(op: dict[str, Any]) -> dict[str, Any]:
+    kind = op["op"]
+    if kind == "assert":
+        return {"op": kind, "fact": op["fact"].raw}
+    if kind == "retract":
+        return {"op": kind, "fact": op["fact"].raw, "observed": [o.raw for o in op["observed"]]}
+    return op
+
+
 def _decode(data: bytes, what: str) -> Any:
     try:
         return libipld.decode_dag_cbor(bytes(data))
     except Exception as exc:  # libipld raises ValueError and others on malformed input
         raise MalformedBlock(f"{what}: malformed DAG-CBOR: {exc}") from exc
+
+
+_DAG_CBOR_PREFIX = bytes([0x01, 0x71, 0x12, 0x20])
+
+
+def fast_link(raw: bytes) -> Link:
+    """A Link from raw CID bytes; dag-cbor/sha2-256 CIDs skip the generic parser."""
+    if len(raw) == 36 and raw[:4] == _DAG_CBOR_PREFIX:
+        return Link._trusted(raw)
+    return Link(raw)
+
+
+def fast_verifies(cid: Link, data: bytes) -> bool:
+    """``cid.verifies(data)`` with a fast path for dag-cbor/sha2-256 CIDs."""
+    raw = cid.raw
+    if len(raw) == 36 and raw[:4] == _DAG_CBOR_PREFIX:
+        return raw[4:] == hashlib.sha256(data).digest()
+    return cid.verifies(data)
 
 
 def _is_key(value: Any) -> bool:
@@ -204,7 +244,7 @@ def _link(value: Any, where: str) -> Link:
     if not isinstance(value, bytes):
         raise MalformedBlock(f"{where} must be a CID link")
     try:
-        return Link(value)
+        return fast_link(value)
     except (InvalidValue, ValueError) as exc:
         raise MalformedBlock(f"{where} is not a valid CID: {exc}") from exc
 
@@ -225,7 +265,7 @@ def _parse_op(raw: Any, i: int) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise MalformedBlock(f"{where} must be a map")
     kind = raw.get("op")
-    if kind == "assert" and set(raw) == {"op", "fact"}:
+    if kind == "assert" and len(raw) == 2 and "fact" in raw:
         return {"op": "assert", "fact": _link(raw["fact"], f"{where} fact")}
     if kind == "retract" and set(raw) == {"op", "fact", "observed"}:
         return {
@@ -282,23 +322,81 @@ def parse_delta(cid: Link, data: bytes, obj: Any | None = None) -> Delta:
             raise CycleError(f"delta {cid} observes itself")
     delta = Delta(cid, dataset, author, seq, clock, parents, ops, sig, bytes(data))
     delta.asserted = [op["fact"] for op in ops if op["op"] == "assert"]
-    unsigned = delta.unsigned()
-    if encode({**unsigned, "sig": sig}) != delta.data:
+    plain_bytes = [author, sig] + [op["key"] for op in ops if "key" in op]
+    if any(_cid_shaped(b) for b in plain_bytes):
+        # libipld would write these byte strings as links: use the reference path.
+        unsigned = delta.unsigned()
+        canonical = encode({**unsigned, "sig": sig})
+        signed_part = signing_bytes(unsigned)
+    else:
+        # ``obj`` came from libipld (links as bytes): re-encoding it is the canonical form.
+        canonical = libipld.encode_dag_cbor(obj)
+        signed_part = libipld.encode_dag_cbor({k: v for k, v in obj.items() if k != "sig"})
+    if canonical != delta.data:
         raise MalformedBlock("delta block is not canonical DAG-CBOR")
-    if not verify_signature(author, sig, signing_bytes(unsigned)):
+    if not verify_signature(author, sig, signed_part):
         raise InvalidSignature(f"signature of delta {cid} does not verify for its author")
     return delta
+
+
+def _cid_shaped(data: bytes) -> bool:
+    try:
+        libipld.decode_cid(data)
+    except Exception:  # libipld raises ValueError/others for non-CIDs
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- facts
 
 
-def decode_fact_fast(data: bytes) -> Fact:
-    """Decode a fact block: libipld first, reference decoder when links make it ambiguous."""
-    try:
-        obj = libipld.decode_dag_cbor(bytes(data))
-    except Exception as exc:
-        raise MalformedBlock(f"fact block: malformed DAG-CBOR: {exc}") from exc
+_REL_OK: dict[str, bool] = {}
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _plain_args(args: list[Any]) -> bool:
+    """True if every arg is a valid value with one unambiguous libipld encoding."""
+    for v in args:
+        t = type(v)
+        if t is str or t is bool:
+            continue
+        if t is int:
+            if not _INT64[0] <= v <= _INT64[1]:
+                return False
+        elif t is float:
+            if not math.isfinite(v) or (v == 0.0 and math.copysign(1.0, v) < 0):
+                return False
+        elif t is bytes:
+            if _cid_shaped(v):
+                return False
+        else:
+            return False
+    return True
+
+
+def decode_fact_fast(data: bytes, obj: Any = None) -> Fact:
+    """Decode and validate a fact block: libipld, falling back to the reference decoder
+    for anything unusual (links, out-of-range values) so the rules stay in one place.
+    ``obj`` is the libipld decoding of ``data`` when the caller already has it."""
+    if obj is None:
+        try:
+            obj = libipld.decode_dag_cbor(bytes(data))
+        except Exception as exc:
+            raise MalformedBlock(f"fact block: malformed DAG-CBOR: {exc}") from exc
+    if type(obj) is dict and len(obj) == 2:
+        rel, args = obj.get("rel"), obj.get("args")
+        if type(rel) is str and type(args) is list and _plain_args(args):
+            ok = _REL_OK.get(rel)
+            if ok is None:
+                try:
+                    make_fact(rel, [])
+                    ok = True
+                except InvalidValue:
+                    ok = False
+                if len(_REL_OK) < 100_000:
+                    _REL_OK[rel] = ok
+            if ok and libipld.encode_dag_cbor(obj) == bytes(data):
+                return Fact(rel, tuple(args))
     if (
         not isinstance(obj, dict)
         or set(obj) != {"rel", "args"}

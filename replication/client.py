@@ -184,7 +184,7 @@ class SyncClient:
                 reader = CarReader(spool, self.max_block)
                 roots = await asyncio.to_thread(reader.read_header)
                 counted = _Counting(reader.blocks())
-                result: ApplyResult = await asyncio.to_thread(replica.apply_blocks, counted)
+                result: ApplyResult = await asyncio.to_thread(replica.apply_blocks, counted, True)
             finally:
                 spool.close()
             stats.block_bytes_received += counted.bytes

@@ -188,7 +188,7 @@ class SyncService:
         body = await self._spool(request, self.limits.max_push_body, signed)
         try:
             reader = CarReader(body, self.limits.max_block)
-            result = await asyncio.to_thread(replica.apply_blocks, reader.blocks())
+            result = await asyncio.to_thread(replica.apply_blocks, reader.blocks(), True)
         finally:
             body.close()
         self.metrics["deltas_in"] += result.accepted

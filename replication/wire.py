@@ -16,6 +16,7 @@ from typing import IO
 from merklog.store import CIDMismatch, InvalidBlock, Link, StoreError
 from merklog.store.car import CarDecoder, car_header, car_section
 
+from .blocks import fast_verifies
 from .errors import CIDMismatchError, MalformedBlock, ReplicationError, TooLarge
 
 SPOOL_MEMORY = 1 << 20
@@ -70,7 +71,8 @@ class CarReader:
 
     def __init__(self, source: IO[bytes], max_section: int) -> None:
         self.source = source
-        self.decoder = CarDecoder(max_section=max_section)
+        # Blocks are re-hashed here with the fast dag-cbor path instead of in the decoder.
+        self.decoder = CarDecoder(max_section=max_section, verify_blocks=False)
         self._pending: list[tuple[Link, bytes]] = []
         self.roots: list[Link] = []
 
@@ -89,7 +91,10 @@ class CarReader:
     def blocks(self) -> Iterator[tuple[Link, bytes]]:
         if self.decoder.roots is None:
             self.read_header()
-        yield from self._pending
+        for cid, data in self._pending:
+            if not fast_verifies(cid, data):
+                raise CIDMismatchError(f"CAR block does not hash to {cid}")
+            yield cid, data
         self._pending = []
         while True:
             try:
@@ -100,4 +105,7 @@ class CarReader:
                 got = self.decoder.feed(chunk)
             except (StoreError, ValueError) as exc:
                 raise _translate(exc) from exc
-            yield from got
+            for cid, data in got:
+                if not fast_verifies(cid, data):
+                    raise CIDMismatchError(f"CAR block does not hash to {cid}")
+                yield cid, data
