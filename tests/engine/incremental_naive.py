@@ -1,5 +1,5 @@
 """A deliberately naive from-scratch Datalog evaluator used as a second oracle for the
-incremental engine's differential tests (no arithmetic; Python comparisons).
+incremental engine's differential tests (arithmetic from merklog.engine.arith; Python comparisons).
 
 Semantics follow :mod:`merklog.engine.ast`: aggregates range over the distinct
 bindings of their body's variables, count/sum over nothing give 0, min/max
@@ -12,6 +12,7 @@ import operator
 from collections.abc import Iterator, Mapping, Sequence
 
 from merklog.engine import ast
+from merklog.engine.arith import NoBinding, arith, negate
 
 CMP = {
     "==": operator.eq,
@@ -28,8 +29,13 @@ def _vars(lit: ast.BodyLiteral) -> set[str]:
 
 
 def _val(term: ast.Term, env: Mapping[str, object]) -> object:
+    """A term's value; raises NoBinding when arithmetic has none (the binding is dropped)."""
     if isinstance(term, ast.Const):
         return term.value
+    if isinstance(term, ast.BinOp):
+        return arith(term.op, _val(term.left, env), _val(term.right, env))
+    if isinstance(term, ast.Neg):
+        return negate(_val(term.operand, env))
     assert isinstance(term, ast.Var)
     return env[term.name]
 
@@ -118,13 +124,17 @@ def _apply(lit, rest, full, db, env) -> Iterator[dict]:
         if lv and rv:
             try:
                 ok = CMP[lit.op](_val(lit.left, env), _val(lit.right, env))
-            except TypeError:
+            except (TypeError, NoBinding):
                 ok = False
             if ok:
                 yield from solve(rest, db, env, full)
         else:
             var, other = (lit.left, lit.right) if rv else (lit.right, lit.left)
-            yield from solve(rest, db, {**env, var.name: _val(other, env)}, full)
+            try:
+                value = _val(other, env)
+            except NoBinding:
+                return
+            yield from solve(rest, db, {**env, var.name: value}, full)
     elif isinstance(lit, ast.Negated):
         if not any(_match(lit.atom, row, env) is not None for row in db.get(lit.atom.rel, ())):
             yield from solve(rest, db, env, full)
@@ -164,7 +174,10 @@ def evaluate(
             changed = False
             for r in srules:
                 for env in list(solve(r.body, db, {})):
-                    row = tuple(_val(a, env) for a in r.head.args)
+                    try:
+                        row = tuple(_val(a, env) for a in r.head.args)
+                    except NoBinding:
+                        continue
                     target = db.setdefault(r.head.rel, set())
                     if row not in target:
                         target.add(row)
@@ -181,5 +194,9 @@ def next_tuples(rules: Sequence[ast.Rule], db: Mapping[str, set]) -> dict[str, s
         if r.time != "next":
             continue
         for env in solve(r.body, db, {}):
-            out.setdefault(r.head.rel, set()).add(tuple(_val(a, env) for a in r.head.args))
+            try:
+                row = tuple(_val(a, env) for a in r.head.args)
+            except NoBinding:
+                continue
+            out.setdefault(r.head.rel, set()).add(row)
     return out
