@@ -1,5 +1,8 @@
 """Content-addressed storage: values, facts, DAG-CBOR codec, CIDs and block stores.
 
+``IPFSBlockStore`` lives in ``merklog.store.ipfs`` (imported on demand: it pulls in
+ipfshttpclient).
+
 Knows nothing of the engine, replication or the network.
 """
 
@@ -18,6 +21,7 @@ from .codec import (
 )
 from .errors import BlockNotFound, CIDMismatch, InvalidBlock, InvalidValue, StoreError
 from .link import Link
+from .sqlite import SQLiteBlockStore
 from .values import Value, check_value, format_value
 
 __all__ = [
@@ -29,6 +33,7 @@ __all__ = [
     "InvalidValue",
     "Link",
     "MemoryBlockStore",
+    "SQLiteBlockStore",
     "StoreError",
     "Value",
     "check_value",
