@@ -109,8 +109,11 @@ def as_rel(rows: Any) -> Rel:
     if hasattr(rows, "ndim") and getattr(rows, "ndim", 0) == 2 and rows.shape[1] > 0:
         import numpy as np
 
+        from .columnar import distinct_columns
+
         arr = np.asarray(rows, dtype=np.int64)
-        return Rel(cols=[np.ascontiguousarray(arr[:, j]) for j in range(arr.shape[1])])
+        cols = [np.ascontiguousarray(arr[:, j]) for j in range(arr.shape[1])]
+        return Rel(cols=distinct_columns(cols))
     return Rel(tuple(r) for r in rows)
 
 
@@ -134,6 +137,9 @@ class Relations(Mapping[str, set]):
 
     def __iter__(self):
         return iter(self._rels)
+
+    def __contains__(self, rel: object) -> bool:
+        return rel in self._rels
 
     def __len__(self) -> int:
         return len(self._rels)

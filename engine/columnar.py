@@ -26,8 +26,9 @@ from . import ast
 if TYPE_CHECKING:
     from .batch import Context
 
-#: Strata whose input relations hold fewer tuples than this run tuple at a time.
-AUTO_THRESHOLD = 20_000
+#: Strata whose input relations hold fewer tuples than this run tuple at a time
+#: (unless an input is already columnar).
+AUTO_THRESHOLD = 1_000
 
 I64 = np.int64
 
@@ -122,9 +123,25 @@ class SortedIndex:
     ones a sorted key array probed with ``searchsorted``.
     """
 
-    def __init__(self, cols: list[np.ndarray], positions: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        cols: list[np.ndarray],
+        positions: tuple[int, ...],
+        trusted: tuple[int, int] | None = None,
+    ) -> None:
         keycols = [cols[p] for p in positions]
-        self.packer = Packer.for_columns(keycols)
+        # With a trusted range every probe value is known to lie inside it (the
+        # stratum has no arithmetic or aggregates): no per-probe range check.
+        self.trusted = False
+        if trusted is not None:
+            try:
+                k = len(positions)
+                self.packer = Packer([trusted[0]] * k, [trusted[1]] * k)
+                self.trusted = True
+            except Ineligible:
+                pass
+        if not self.trusted:
+            self.packer = Packer.for_columns(keycols)
         keys = self.packer.pack(keycols)
         span = 1 << sum(self.packer.bits)
         self.dense = span <= max(DENSE_SLOTS, 8 * len(keys))
@@ -141,10 +158,10 @@ class SortedIndex:
             return self.offsets[keys], self.offsets[keys + 1]
         return np.searchsorted(self.keys, keys, "left"), np.searchsorted(self.keys, keys, "right")
 
-    def probe(self, probe_cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """(probe row, relation row) index pairs of every match."""
+    def probe(self, probe_cols: list[np.ndarray]) -> tuple[np.ndarray | None, np.ndarray]:
+        """(probe row, relation row) index pairs of every match (probe rows None: all, in order)."""
         n = len(probe_cols[0])
-        mask = self.packer.in_range(probe_cols)
+        mask = None if self.trusted else self.packer.in_range(probe_cols)
         rows = None
         if mask is not None:
             rows = np.flatnonzero(mask)
@@ -155,8 +172,7 @@ class SortedIndex:
         if total == 0:
             return np.empty(0, I64), np.empty(0, I64)
         if total == len(counts) and int(counts.max()) == 1:  # every probe row matches once
-            left = np.arange(n, dtype=I64) if rows is None else rows
-            return left, self.perm[lo]
+            return (None if rows is None else rows), self.perm[lo]
         left = np.repeat(np.arange(n, dtype=I64) if rows is None else rows, counts)
         ends = np.cumsum(counts)
         starts = np.repeat(lo - ends + counts, counts)
@@ -166,7 +182,7 @@ class SortedIndex:
     def contains(self, probe_cols: list[np.ndarray]) -> np.ndarray:
         """Mask: does each probe row have a match?"""
         n = len(probe_cols[0])
-        mask = self.packer.in_range(probe_cols)
+        mask = None if self.trusted else self.packer.in_range(probe_cols)
         if mask is not None:
             found = np.zeros(n, dtype=bool)
             sub = [c[mask] for c in probe_cols]
@@ -180,8 +196,9 @@ class SortedIndex:
 class ColRel:
     """A relation being evaluated: columns plus cached sorted indexes."""
 
-    def __init__(self, cols: list[np.ndarray]) -> None:
+    def __init__(self, cols: list[np.ndarray], trusted: tuple[int, int] | None = None) -> None:
         self.cols = cols
+        self.trusted = trusted
         self._indexes: dict[tuple[int, ...], SortedIndex] = {}
 
     def __len__(self) -> int:
@@ -190,7 +207,7 @@ class ColRel:
     def index(self, positions: tuple[int, ...]) -> SortedIndex:
         idx = self._indexes.get(positions)
         if idx is None:
-            idx = self._indexes[positions] = SortedIndex(self.cols, positions)
+            idx = self._indexes[positions] = SortedIndex(self.cols, positions, self.trusted)
         return idx
 
 
@@ -286,6 +303,16 @@ class Executor:
             else:
                 key_pos.append(i)
                 key_cols.append(_term_array(arg, b))
+        if not key_pos and b.n == 1 and not b.cols:
+            # First literal of a body: the bindings are the relation's columns.
+            cols = rel.cols
+            if checks:
+                keep = np.ones(len(rel), dtype=bool)
+                for i, j in checks:
+                    keep &= cols[i] == cols[j]
+                sel = np.flatnonzero(keep)
+                return Bindings({name: cols[i][sel] for i, name in binds}, len(sel))
+            return Bindings({name: cols[i] for i, name in binds}, len(rel))
         if key_pos:
             left, right = rel.index(tuple(key_pos)).probe(key_cols)
         else:
@@ -296,8 +323,13 @@ class Executor:
             keep = np.ones(len(right), dtype=bool)
             for i, j in checks:
                 keep &= rel.cols[i][right] == rel.cols[j][right]
+            if left is None:
+                left = np.arange(b.n, dtype=I64)
             left, right = left[keep], right[keep]
-        out = b.take(left) if b.cols else Bindings({}, len(left))
+        if left is None:
+            out = Bindings(dict(b.cols), b.n)
+        else:
+            out = b.take(left) if b.cols else Bindings({}, len(left))
         for i, name in binds:
             out.cols[name] = rel.cols[i][right]
         return out
@@ -341,17 +373,8 @@ class Executor:
         groups = sorted(grouping_vars(rule_body, agg))
         inner = self.run(order_body(agg.body, set(), rule_body=agg.body), agg.body)
         body_vars = sorted({v.name for lit in agg.body for v in ast.literal_vars(lit)})
-        if inner.n:
-            cols = [inner.cols[v] for v in body_vars]
-            order = np.lexsort(cols[::-1])
-            cols = [c[order] for c in cols]
-            if len(order) > 1:
-                diff = np.zeros(len(order), dtype=bool)
-                diff[0] = True
-                for c in cols:
-                    diff[1:] |= c[1:] != c[:-1]
-                sel = np.flatnonzero(diff)
-                cols = [c[sel] for c in cols]
+        if inner.n and not _bindings_distinct(agg.body):
+            cols = unique_rows([inner.cols[v] for v in body_vars])
             inner = Bindings(dict(zip(body_vars, cols, strict=True)), len(cols[0]))
         if agg.arg is not None:
             values = _term_array(agg.arg, inner) if inner.n else np.empty(0, I64)
@@ -366,46 +389,77 @@ class Executor:
             else:
                 result = int(values.min() if func == "min" else values.max())
             return _bind_result(b, agg.result.name, np.full(b.n, result, dtype=I64))
+        if inner.n == 0:
+            if func in ("min", "max"):
+                return b.take(np.empty(0, I64))
+            return _bind_result(b, agg.result.name, np.zeros(b.n, dtype=I64))
         # Group the distinct body bindings by the grouping variables.
-        gcols = [inner.cols[g] for g in groups] if inner.n else []
-        if inner.n:
-            packer = Packer.for_columns(gcols)
-            gkeys = packer.pack(gcols)
-            order = np.argsort(gkeys, kind="stable")
-            sk = gkeys[order]
-            starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
-            ukeys = sk[starts]
+        gcols = [inner.cols[g] for g in groups]
+        packer = Packer.for_columns(gcols)
+        gkeys = packer.pack(gcols)
+        span = 1 << sum(packer.bits)
+        if span <= DENSE_SLOTS and func in ("count", "sum"):
+            # Direct addressing: one bincount per aggregate, results read by key.
+            counts = np.bincount(gkeys, minlength=span)
             if func == "count":
-                res = np.diff(np.r_[starts, len(sk)]).astype(I64)
+                res = counts.astype(I64)
             else:
-                sv = values[order]
-                if func == "sum":
-                    _check_sum_range(sv)
-                    res = np.add.reduceat(sv, starts)
-                elif func == "min":
-                    res = np.minimum.reduceat(sv, starts)
+                _check_sum_range(values)
+                big = len(values) and max(abs(int(values.min())), abs(int(values.max())))
+                if big * len(values) < 2**53:  # float64 sums of such integers are exact
+                    res = np.bincount(gkeys, weights=values, minlength=span).astype(I64)
                 else:
-                    res = np.maximum.reduceat(sv, starts)
+                    res = np.zeros(span, dtype=I64)
+                    np.add.at(res, gkeys, values)
             outer = [b.cols[g] for g in groups]
             mask = packer.in_range(outer)
-            idx = np.arange(b.n)
-            found = np.zeros(b.n, dtype=bool)
-            pos_all = np.zeros(b.n, dtype=I64)
-            if mask is not None:
-                idx = idx[mask]
-                outer = [c[mask] for c in outer]
-            okeys = packer.pack(outer)
-            pos = np.minimum(np.searchsorted(ukeys, okeys), len(ukeys) - 1)
-            found[idx] = ukeys[pos] == okeys
-            pos_all[idx] = pos
-            out = np.where(found, res[pos_all], 0)
-        else:
-            found = np.zeros(b.n, dtype=bool)
             out = np.zeros(b.n, dtype=I64)
+            if mask is None:
+                out = res[packer.pack(outer)]
+            else:
+                out[mask] = res[packer.pack([c[mask] for c in outer])]
+            return _bind_result(b, agg.result.name, out)
+        order = np.argsort(gkeys, kind="stable")
+        sk = gkeys[order]
+        starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        ukeys = sk[starts]
+        if func == "count":
+            res = np.diff(np.r_[starts, len(sk)]).astype(I64)
+        else:
+            sv = values[order]
+            if func == "sum":
+                _check_sum_range(sv)
+                res = np.add.reduceat(sv, starts)
+            elif func == "min":
+                res = np.minimum.reduceat(sv, starts)
+            else:
+                res = np.maximum.reduceat(sv, starts)
+        outer = [b.cols[g] for g in groups]
+        mask = packer.in_range(outer)
+        idx = np.arange(b.n)
+        found = np.zeros(b.n, dtype=bool)
+        pos_all = np.zeros(b.n, dtype=I64)
+        if mask is not None:
+            idx = idx[mask]
+            outer = [c[mask] for c in outer]
+        okeys = packer.pack(outer)
+        pos = np.minimum(np.searchsorted(ukeys, okeys), len(ukeys) - 1)
+        found[idx] = ukeys[pos] == okeys
+        pos_all[idx] = pos
+        out = np.where(found, res[pos_all], 0)
         if func in ("min", "max"):
             keep = np.flatnonzero(found)
             return _bind_result(b.take(keep), agg.result.name, out[keep])
         return _bind_result(b, agg.result.name, out.astype(I64))
+
+
+def _bindings_distinct(body: tuple[ast.BodyLiteral, ...]) -> bool:
+    """One atom of distinct variables: its bindings are its (already distinct) tuples."""
+    if len(body) != 1 or not isinstance(body[0], ast.Positive):
+        return False
+    args = body[0].atom.args
+    names = [a.name for a in args if isinstance(a, ast.Var)]
+    return len(names) == len(args) and len(set(names)) == len(names)
 
 
 def _bind_result(b: Bindings, name: str, values: np.ndarray) -> Bindings:
@@ -473,8 +527,8 @@ class _Dedup:
             else:
                 self.seen.update(keys.tolist())
 
-    def fresh(self, cols: list[np.ndarray]) -> list[np.ndarray] | None:
-        if self.packer.in_range(cols) is not None:
+    def fresh(self, cols: list[np.ndarray], trusted: bool = False) -> list[np.ndarray] | None:
+        if not trusted and self.packer.in_range(cols) is not None:
             raise Ineligible("derived value outside the packed range")
         keys = self.packer.pack(cols)
         if self.bitmap is not None:
@@ -496,6 +550,26 @@ class _Dedup:
         return self.packer.unpack(arr)
 
 
+def distinct_columns(cols: list[np.ndarray]) -> list[np.ndarray]:
+    """Rows of user-given columns made a set (cheap when some column is already a key)."""
+    if not cols or len(cols[0]) <= 1:
+        return cols
+    for c in cols:
+        lo, hi = int(c.min()), int(c.max())
+        if hi - lo < DENSE_SLOTS * 4 and int(np.bincount(c - lo).max()) <= 1:
+            return cols  # this column alone tells every row apart
+    try:
+        packer = Packer.for_columns(cols)
+    except Ineligible:
+        return unique_rows(cols)
+    keys = packer.pack(cols)
+    _u, first = np.unique(keys, return_index=True)
+    if len(first) == len(keys):
+        return cols
+    first.sort()
+    return [c[first] for c in cols]
+
+
 def unique_rows(cols: list[np.ndarray]) -> list[np.ndarray]:
     """Distinct rows of int64 columns (lexsort, no value-range limits)."""
     if not cols or len(cols[0]) <= 1:
@@ -513,9 +587,15 @@ def unique_rows(cols: list[np.ndarray]) -> list[np.ndarray]:
 class _Full(dict):
     """Full relations of a stratum; a growing head relation is concatenated only when read."""
 
-    def __init__(self, base: dict[str, ColRel], chunks: dict[str, list[list[np.ndarray]]]) -> None:
+    def __init__(
+        self,
+        base: dict[str, ColRel],
+        chunks: dict[str, list[list[np.ndarray]]],
+        trusted: tuple[int, int] | None,
+    ) -> None:
         super().__init__(base)
         self.chunks = chunks
+        self.trusted = trusted
         self.dirty: set[str] = set()
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -523,7 +603,7 @@ class _Full(dict):
             parts = self.chunks[name]
             cols = [np.concatenate([p[j] for p in parts]) for j in range(len(parts[0]))]
             self.chunks[name] = [cols]
-            self[name] = ColRel(cols)
+            self[name] = ColRel(cols, self.trusted)
             self.dirty.discard(name)
         return super().get(name, default)
 
@@ -549,8 +629,9 @@ def try_columnar(
         ):
             raise Ineligible("int32 sums wrap: the tuple path implements that")
         if backend == "auto":
-            size = sum(len(ctx.full[r]) for r in reads | heads if r in ctx.full)
-            if size < AUTO_THRESHOLD:
+            present = [ctx.full[r] for r in reads | heads if r in ctx.full]
+            size = sum(len(r) for r in present)
+            if size < AUTO_THRESHOLD and not any(r.cols is not None for r in present):
                 return False
         base: dict[str, ColRel] = {}
         lows, highs = [], []
@@ -559,17 +640,28 @@ def try_columnar(
             if rel is None or len(rel) == 0:
                 continue
             cols = rel_columns(rel)
-            base[name] = ColRel(cols)
+            base[name] = cols  # type: ignore[assignment]
             for c in cols:
                 lows.append(int(c.min()))
                 highs.append(int(c.max()))
+        has_aggregates = False
         for r in rules:
-            for arg in r.head.args:
-                if isinstance(arg, ast.Const):
-                    v = _const(arg.value)
-                    lows.append(v)
-                    highs.append(v)
+            consts = [a for a in r.head.args if isinstance(a, ast.Const)]
+            for lit in r.body:
+                has_aggregates |= isinstance(lit, ast.Aggregate)
+                for atom, _pol in ast.body_atoms(lit):
+                    consts.extend(a for a in atom.args if isinstance(a, ast.Const))
+                if isinstance(lit, ast.Comparison):
+                    consts.extend(t for t in (lit.left, lit.right) if isinstance(t, ast.Const))
+            for arg in consts:
+                v = _const(arg.value)
+                lows.append(v)
+                highs.append(v)
         lo, hi = (min(lows), max(highs)) if lows else (0, 1)
+        # Without aggregates (and arithmetic, already excluded) every value a binding
+        # can hold comes from a relation or a constant, so lies in [lo, hi].
+        trusted = None if has_aggregates else (lo, hi)
+        base = {name: ColRel(cols, trusted) for name, cols in base.items()}  # type: ignore[misc]
         arities = {r.head.rel: len(r.head.args) for r in rules}
         for rel, arity in arities.items():
             if rel in base and len(base[rel].cols) != arity:
@@ -577,7 +669,7 @@ def try_columnar(
         chunks: dict[str, list[list[np.ndarray]]] = {
             rel: ([base[rel].cols] if rel in base else []) for rel in heads
         }
-        full = _Full(base, chunks)
+        full = _Full(base, chunks, trusted)
         delta: dict[str, ColRel] = {}
         ex = Executor(full, delta)
         compiled = []
@@ -608,9 +700,9 @@ def try_columnar(
             while True:
                 new_delta: dict[str, ColRel] = {}
                 for rel, parts in pending.items():
-                    fresh = dedup[rel].fresh(_concat(parts, arities[rel]))
+                    fresh = dedup[rel].fresh(_concat(parts, arities[rel]), trusted is not None)
                     if fresh is not None:
-                        new_delta[rel] = ColRel(fresh)
+                        new_delta[rel] = ColRel(fresh, trusted)
                         chunks[rel].append(fresh)
                         full.dirty.add(rel)
                 if not new_delta:
