@@ -59,7 +59,7 @@ from .errors import (
 )
 from .identity import Identity
 from .schema import ensure_schema
-from .txn import conn_lock, connect, transaction
+from .txn import conn_lock, connect, gc_paused, transaction
 
 #: Callback signature for visible-set changes: (+1 | -1, fact, fact CID).
 ChangeCallback = Callable[[int, Fact, Link], None]
@@ -134,6 +134,15 @@ class LogRow(NamedTuple):
     fact: str | None
     observed: tuple[str, ...]
     key: str | None
+
+
+def _asserted_facts(delta_block: bytes) -> list[Link]:
+    """Distinct fact CIDs asserted by an (already accepted) delta block."""
+    obj = libipld.decode_dag_cbor(delta_block)
+    return [
+        fast_link(f)
+        for f in dict.fromkeys(op["fact"] for op in obj["ops"] if op.get("op") == "assert")
+    ]
 
 
 def _chunks(seq: Sequence[Any], size: int = 500) -> Iterator[Sequence[Any]]:
@@ -272,7 +281,7 @@ class Replica:
     def visible_cids(self) -> set[Link]:
         with self._lock:
             rows = self.conn.execute(
-                "SELECT fact FROM repl_visible WHERE ds = ? AND live > 0", (self.ds,)
+                "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0", (self.ds,)
             ).fetchall()
         return {Link(r[0]) for r in rows}
 
@@ -307,10 +316,11 @@ class Replica:
 
     def _write_chunks(self, ops: list[Op]) -> list[Link]:
         out = []
-        for chunk in _chunks(ops, MAX_OPS):
-            cid = self.write(chunk)
-            if cid is not None:
-                out.append(cid)
+        with gc_paused():
+            for chunk in _chunks(ops, MAX_OPS):
+                cid = self.write(chunk)
+                if cid is not None:
+                    out.append(cid)
         return out
 
     def write(self, ops: Sequence[Op]) -> Link | None:
@@ -365,9 +375,7 @@ class Replica:
 
     def _live_asserts(self, fact: Link) -> list[Link]:
         rows = self.conn.execute(
-            "SELECT a.delta FROM repl_assert a WHERE a.ds = ? AND a.fact = ? AND NOT EXISTS"
-            " (SELECT 1 FROM repl_retract r WHERE r.ds = a.ds AND r.fact = a.fact"
-            " AND r.observed = a.delta)",
+            "SELECT delta FROM repl_assert WHERE ds = ? AND fact = ? AND killed = 0",
             (self.ds, fact.raw),
         ).fetchall()
         return sorted(Link(r[0]) for r in rows)
@@ -387,7 +395,7 @@ class Replica:
         ``verified=True`` skips re-hashing blocks a verifying CAR decoder already checked.
         """
         result = ApplyResult()
-        with self._lock:
+        with gc_paused(), self._lock:
             try:
                 with self._tx():
                     self._apply_stream(blocks, result, verified)
@@ -571,58 +579,52 @@ class Replica:
         if not asserted:
             return
         conn, ds = self.conn, self.ds
-        conn.executemany(
-            "INSERT INTO repl_assert VALUES (?, ?, ?)", [(ds, f.raw, delta.raw) for f in asserted]
-        )
         killed = {
             bytes(r[0])
             for r in conn.execute(
                 "SELECT fact FROM repl_retract WHERE ds = ? AND observed = ?", (ds, delta.raw)
             )
         }
-        live = [f for f in asserted if f.raw not in killed]
-        before: dict[bytes, int] = {}
+        live = sorted((f for f in asserted if f.raw not in killed), key=lambda f: f.raw)
+        visible_before: set[bytes] = set()
         for chunk in _chunks(live):
             marks = ",".join("?" * len(chunk))
-            for raw, n in conn.execute(
-                f"SELECT fact, live FROM repl_visible WHERE ds = ? AND fact IN ({marks})",
-                (ds, *[f.raw for f in chunk]),
-            ):
-                before[bytes(raw)] = int(n)
+            visible_before.update(
+                bytes(r[0])
+                for r in conn.execute(
+                    f"SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0"
+                    f" AND fact IN ({marks})",
+                    (ds, *[f.raw for f in chunk]),
+                )
+            )
         conn.executemany(
-            "INSERT INTO repl_visible VALUES (?, ?, 1)"
-            " ON CONFLICT (ds, fact) DO UPDATE SET live = live + 1",
-            [(ds, f.raw) for f in live],
+            "INSERT INTO repl_assert VALUES (?, ?, ?, ?)",
+            sorted((ds, f.raw, delta.raw, 1 if f.raw in killed else 0) for f in asserted),
         )
         for f in live:
-            if before.get(f.raw, 0) == 0:
+            if f.raw not in visible_before:
                 got = facts.get(f)
                 self._note(f, +1, got[1] if got else None)
 
     def _apply_retract(self, delta: Link, fact: Link, observed: list[Link]) -> None:
         conn, ds = self.conn, self.ds
+        conn.executemany(
+            "INSERT OR IGNORE INTO repl_retract VALUES (?, ?, ?, ?)",
+            [(ds, fact.raw, obs.raw, delta.raw) for obs in observed],
+        )
+        killed = 0
         for obs in observed:
-            already = conn.execute(
-                "SELECT 1 FROM repl_retract WHERE ds = ? AND fact = ? AND observed = ? LIMIT 1",
+            killed += conn.execute(
+                "UPDATE repl_assert SET killed = 1 WHERE ds = ? AND fact = ? AND delta = ?"
+                " AND killed = 0",
                 (ds, fact.raw, obs.raw),
-            ).fetchone()
-            conn.execute(
-                "INSERT OR IGNORE INTO repl_retract VALUES (?, ?, ?, ?)",
-                (ds, fact.raw, obs.raw, delta.raw),
-            )
-            if already:
-                continue
-            asserted = conn.execute(
-                "SELECT 1 FROM repl_assert WHERE ds = ? AND fact = ? AND delta = ?",
-                (ds, fact.raw, obs.raw),
-            ).fetchone()
-            if not asserted:
-                continue
-            (live,) = conn.execute(
-                "UPDATE repl_visible SET live = live - 1 WHERE ds = ? AND fact = ? RETURNING live",
+            ).rowcount
+        if killed:
+            still = conn.execute(
+                "SELECT 1 FROM repl_assert WHERE ds = ? AND fact = ? AND killed = 0 LIMIT 1",
                 (ds, fact.raw),
             ).fetchone()
-            if live == 0:
+            if still is None:
                 self._note(fact, -1, None)
 
     def _note(self, cid: Link, weight: int, fact: Fact | None) -> None:
@@ -747,37 +749,33 @@ class Replica:
         )
         for cid in deltas:
             with self._lock:
-                if shared:  # SQLiteBlockStore on our connection: one join per delta
-                    blocks = self._joined_blocks(cid)
+                data = self.blockstore.get(cid)
+                facts = _asserted_facts(data)
+                if shared:  # SQLiteBlockStore on our connection: batched reads
+                    blocks = self._sqlite_blocks(facts)
                 else:
-                    facts = [
-                        Link(r[0])
-                        for r in self.conn.execute(
-                            "SELECT fact FROM repl_assert WHERE ds = ? AND delta = ?",
-                            (self.ds, cid.raw),
-                        )
-                    ]
                     blocks = list(self.blockstore.get_many(facts))
-                blocks.append((cid, self.blockstore.get(cid)))
+                blocks.append((cid, data))
             yield from blocks
 
-    def _joined_blocks(self, delta: Link) -> list[tuple[Link, bytes]]:
-        """Fact blocks of ``delta`` read straight from the SQLite store's ``blocks`` table
-        (layout documented in merklog.store.sqlite), re-hashed like any store read."""
-        rows = self.conn.execute(
-            "SELECT a.fact, b.data FROM repl_assert a LEFT JOIN blocks b ON b.cid = a.fact"
-            " WHERE a.ds = ? AND a.delta = ?",
-            (self.ds, delta.raw),
-        ).fetchall()
+    def _sqlite_blocks(self, cids: list[Link]) -> list[tuple[Link, bytes]]:
+        """Blocks read straight from the SQLite store's ``blocks`` table (layout documented
+        in merklog.store.sqlite), ``IN`` batches, re-hashed like any store read."""
         out = []
-        for raw, data in rows:
-            cid = fast_link(bytes(raw))
-            if data is None:
-                raise BlockNotFound(cid)
-            data = bytes(data)
-            if not fast_verifies(cid, data):
-                verify(cid, data, "sqlite store")
-            out.append((cid, data))
+        for chunk in _chunks(cids):
+            marks = ",".join("?" * len(chunk))
+            rows = self.conn.execute(
+                f"SELECT cid, data FROM blocks WHERE cid IN ({marks})", [c.raw for c in chunk]
+            ).fetchall()
+            if len(rows) != len(chunk):
+                found = {bytes(r[0]) for r in rows}
+                raise BlockNotFound(next(c for c in chunk if c.raw not in found))
+            for raw, data in rows:
+                cid = fast_link(bytes(raw))
+                data = bytes(data)
+                if not fast_verifies(cid, data):
+                    verify(cid, data, "sqlite store")
+                out.append((cid, data))
         return out
 
     def missing_for(

@@ -4,6 +4,8 @@ All tables are prefixed ``repl_`` and keyed by a small integer dataset id so
 one database (the node's SQLite block store connection) holds many datasets.
 The tables *are* the log relations of DESIGN §2: ``repl_delta`` = delta/4,
 ``repl_parent`` = parent/2, ``repl_assert`` = asserts/2, ``repl_retract`` = retracts/3.
+``repl_assert.killed`` caches "some retract observes this assert", so the visible
+set is ``SELECT DISTINCT fact FROM repl_assert WHERE killed = 0``.
 """
 
 from __future__ import annotations
@@ -30,18 +32,15 @@ CREATE TABLE IF NOT EXISTS repl_head (
     ds INTEGER NOT NULL, cid BLOB NOT NULL, PRIMARY KEY (ds, cid)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS repl_assert (
-    ds INTEGER NOT NULL, fact BLOB NOT NULL, delta BLOB NOT NULL, PRIMARY KEY (ds, fact, delta)
+    ds INTEGER NOT NULL, fact BLOB NOT NULL, delta BLOB NOT NULL, killed INTEGER NOT NULL,
+    PRIMARY KEY (ds, fact, delta)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS repl_assert_delta ON repl_assert (ds, delta);
 CREATE TABLE IF NOT EXISTS repl_retract (
     ds INTEGER NOT NULL, fact BLOB NOT NULL, observed BLOB NOT NULL, delta BLOB NOT NULL,
     PRIMARY KEY (ds, fact, observed, delta)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS repl_retract_delta ON repl_retract (ds, delta);
 CREATE INDEX IF NOT EXISTS repl_retract_observed ON repl_retract (ds, observed);
-CREATE TABLE IF NOT EXISTS repl_visible (
-    ds INTEGER NOT NULL, fact BLOB NOT NULL, live INTEGER NOT NULL, PRIMARY KEY (ds, fact)
-) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS repl_auth (
     ds INTEGER NOT NULL, key BLOB NOT NULL, delta BLOB NOT NULL, clock INTEGER NOT NULL,
     is_grant INTEGER NOT NULL, PRIMARY KEY (ds, key, delta)
