@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -396,12 +397,12 @@ class RuleEvaluator:
         while pending:
             bound = cur.bound
             pick = None
-            for j, (i, lit) in enumerate(pending):
+            for j, (_i, lit) in enumerate(pending):
                 if isinstance(lit, ast.Positive):
                     pick = j
                     break
             if pick is None:
-                for j, (i, lit) in enumerate(pending):
+                for j, (_i, lit) in enumerate(pending):
                     if isinstance(lit, ast.Comparison) and (
                         (_ground(lit.left, bound) and _ground(lit.right, bound))
                         or (lit.op == "==" and self._binds(lit, bound))
@@ -601,8 +602,12 @@ def evaluate(
     base: dict[str, Relation],
     checkpoint: bool = True,
     max_iterations: int = 10_000,
+    cut_every: int = 4,
 ) -> AnalyzeResult:
-    """Evaluate every stratum of ``program`` over ``base`` relations."""
+    """Evaluate every stratum of ``program`` over ``base`` relations.
+
+    ``cut_every``: the accumulated relation of a recursive stratum is
+    checkpointed every that many rounds (each round's delta always is)."""
     from pyspark.sql import functions as F
 
     _check_supported(program)
@@ -634,70 +639,96 @@ def evaluate(
         return Relation(df, tuple(kinds))
 
     for stratum in strata_of(program):
-        heads = {r.head.rel for r in stratum}
-        recursive = [
-            r
-            for r in stratum
-            if any(isinstance(lit, ast.Positive) and lit.atom.rel in heads for lit in r.body)
-        ]
+        solver = _StratumSolver(ev, stratum, rels, project, cut, cut_every)
+        rounds = solver.run(max_iterations)
+        for h in solver.heads:
+            iterations[h] = rounds
+        rels.update(solver.full)
+    return AnalyzeResult(rels, iterations)
+
+
+class _StratumSolver:
+    """Semi-naive fixpoint of one stratum (a single round when nothing is recursive)."""
+
+    def __init__(
+        self,
+        ev: RuleEvaluator,
+        stratum: list[ast.Rule],
+        rels: dict[str, Relation],
+        project: Any,
+        cut: Any,
+        cut_every: int,
+    ) -> None:
+        self.ev, self.stratum, self.rels = ev, stratum, rels
+        self.project, self.cut, self.cut_every = project, cut, max(1, cut_every)
+        self.heads = {r.head.rel for r in stratum}
         for r in stratum:
             for lit in r.body:
                 for atom, pol in ast.body_atoms(lit):
-                    if atom.rel in heads and pol != "pos":
+                    if atom.rel in self.heads and pol != "pos":
                         raise AnalyzeError.at(
                             lit.pos,
                             f"{atom.rel} depends on itself through negation or an aggregate",
                         )
-        full: dict[str, Relation] = {h: rels.get(h, Relation(None, None)) for h in heads}
+        self.recursive = [
+            (
+                r,
+                [
+                    i
+                    for i, lit in enumerate(r.body)
+                    if isinstance(lit, ast.Positive) and lit.atom.rel in self.heads
+                ],
+            )
+            for r in stratum
+        ]
+        self.recursive = [(r, ks) for r, ks in self.recursive if ks]
+        self.full: dict[str, Relation] = {h: rels.get(h, Relation(None, None)) for h in self.heads}
+        self.delta: dict[str, Relation] = {}
 
-        def full_lookup(_i: Any, atom: ast.Atom) -> Relation:
-            if atom.rel in full:
-                return full[atom.rel]
-            return rels.get(atom.rel, Relation(None, None))
+    def lookup_full(self, _i: Any, atom: ast.Atom) -> Relation:
+        if atom.rel in self.full:
+            return self.full[atom.rel]
+        return self.rels.get(atom.rel, Relation(None, None))
 
-        # round 0: every rule over the full relations
-        new: dict[str, Relation] = {}
-        for rule in stratum:
-            got = project(rule, ev.body(rule.body, rule.head, full_lookup))
-            if got is not None:
-                new[rule.head.rel] = _union(new.get(rule.head.rel), got, rule.head.rel)
-        delta = {}
+    def _derive(self, rule: ast.Rule, lookup: Any, into: dict[str, Relation]) -> None:
+        got = self.project(rule, self.ev.body(rule.body, rule.head, lookup))
+        if got is not None:
+            into[rule.head.rel] = _union(into.get(rule.head.rel), got, rule.head.rel)
+
+    def _absorb(self, new: dict[str, Relation], round_no: int) -> None:
+        self.delta = {}
         for rel, r in new.items():
-            fresh = _minus(r.df.distinct(), full[rel])
-            full[rel] = cut(_union(full[rel], Relation(fresh, r.kinds), rel))
-            delta[rel] = cut(Relation(fresh, r.kinds))
+            fresh = Relation(_minus(r.df.distinct(), self.full[rel]), r.kinds)
+            if self.recursive:
+                fresh = self.cut(fresh)
+                self.delta[rel] = fresh
+            merged = _union(self.full[rel], fresh, rel)
+            self.full[rel] = self.cut(merged) if round_no % self.cut_every == 0 else merged
+
+    def run(self, max_iterations: int) -> int:
+        new: dict[str, Relation] = {}
+        for rule in self.stratum:  # round 0: every rule over the full relations
+            self._derive(rule, self.lookup_full, new)
+        self._absorb(new, 0)
         rounds = 1
-        while recursive and delta and any(d.df.limit(1).count() for d in delta.values()):
+        while self.recursive and any(not d.df.isEmpty() for d in self.delta.values()):
             if rounds >= max_iterations:
                 raise AnalyzeError(f"no fixpoint after {max_iterations} rounds")
-            rounds += 1
             new = {}
-            for rule in recursive:
-                positions = [
-                    i
-                    for i, lit in enumerate(rule.body)
-                    if isinstance(lit, ast.Positive) and lit.atom.rel in heads
-                ]
-                for k in positions:
+            for rule, positions in self.recursive:
+                for k in positions:  # the k-th recursive atom reads last round's delta
+                    self._derive(rule, partial(self._lookup_variant, k), new)
+            self._absorb(new, rounds)
+            rounds += 1
+        for rel, r in self.full.items():
+            if not r.empty and rounds % self.cut_every != 1:
+                self.full[rel] = self.cut(r)
+        return rounds
 
-                    def lookup(i: Any, atom: ast.Atom, k: int = k) -> Relation:
-                        if i == k:
-                            return delta.get(atom.rel, Relation(None, None))
-                        return full_lookup(i, atom)
-
-                    got = project(rule, ev.body(rule.body, rule.head, lookup))
-                    if got is not None:
-                        new[rule.head.rel] = _union(new.get(rule.head.rel), got, rule.head.rel)
-            delta = {}
-            for rel, r in new.items():
-                fresh = _minus(r.df.distinct(), full[rel])
-                d = cut(Relation(fresh, r.kinds))
-                delta[rel] = d
-                full[rel] = cut(_union(full[rel], d, rel))
-        for h in heads:
-            iterations[h] = rounds
-        rels.update(full)
-    return AnalyzeResult(rels, iterations)
+    def _lookup_variant(self, k: int, i: Any, atom: ast.Atom) -> Relation:
+        if i == k:
+            return self.delta.get(atom.rel, Relation(None, None))
+        return self.lookup_full(i, atom)
 
 
 def _cutter(spark: Any, checkpoint: bool) -> Any:

@@ -26,7 +26,7 @@ from merklog.replication.blocks import decode_fact_fast
 from merklog.replication.replica import Replica
 from merklog.store import Fact, Link, encode_fact
 
-from .export import export
+from .export import GENESIS_FILE, export
 from .manifest import ManifestError, parse_manifest, verify_files
 from .schema import decode_args
 
@@ -65,7 +65,10 @@ def export_replica(
 ) -> dict[str, Any]:
     """Write ``replica``'s log and visible facts as a Parquet export directory."""
     visible = ((replica.dataset, fact) for _cid, fact in replica.visible())
-    return export(replica_log_rows(replica), visible, out_dir, progress=progress)
+    summary = export(replica_log_rows(replica), visible, out_dir, progress=progress)
+    # the genesis block travels with the export so a snapshot can let a fresh peer join
+    (Path(out_dir) / GENESIS_FILE).write_bytes(replica.genesis.data)
+    return summary
 
 
 @dataclass
@@ -99,6 +102,17 @@ class Snapshot:
     @property
     def heads(self) -> list[Link]:
         return list(self.manifest["heads"])
+
+    @property
+    def dataset(self) -> Link:
+        return self.manifest["dataset"]
+
+    def genesis_block(self) -> bytes | None:
+        """The dataset's genesis block if the snapshot carries it (verified by its CID)."""
+        for f in self.manifest["files"]:
+            if f["role"] == "genesis":
+                return (self.root / f["path"]).read_bytes()
+        return None
 
 
 def load_snapshot(root: str | Path, trusted: set[bytes] | None = None) -> Snapshot:
@@ -169,8 +183,21 @@ def install_snapshot(replica: Replica, snap: Snapshot) -> int:
                 conn.executemany(
                     "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)", auth_rows
                 )
-                conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?)", asserts)
-                conn.executemany("INSERT INTO repl_visible VALUES (?, ?, ?)", visible)
+                columns = {r[1] for r in conn.execute("PRAGMA table_info(repl_assert)")}
+                if "killed" in columns:  # live tags carry killed = 0
+                    conn.executemany(
+                        "INSERT INTO repl_assert (ds, fact, delta, killed) VALUES (?, ?, ?, 0)",
+                        asserts,
+                    )
+                else:
+                    conn.executemany(
+                        "INSERT INTO repl_assert (ds, fact, delta) VALUES (?, ?, ?)", asserts
+                    )
+                has_visible = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'repl_visible'"
+                ).fetchone()
+                if has_visible:
+                    conn.executemany("INSERT INTO repl_visible VALUES (?, ?, ?)", visible)
                 if snap.heads:
                     conn.execute("DELETE FROM repl_head WHERE ds = ?", (ds,))
                     conn.executemany(

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from merklog.replication.identity import Identity
 from merklog.store import Link
 
+from .export import GENESIS_FILE
 from .manifest import build_manifest, file_link
 
 VALUE_DDL = (
@@ -215,6 +216,18 @@ def compact(
         )
         _write_parquet(acl, ds_dir / "acl", 1, ["delta_cid", "op_index"])
         files = []
+        genesis = _find_genesis(inputs, dataset)
+        if genesis is not None:
+            (ds_dir / GENESIS_FILE).write_bytes(genesis)
+            files.append(
+                {
+                    "role": "genesis",
+                    "path": GENESIS_FILE,
+                    "cid": Link.parse(dataset),
+                    "rows": 0,
+                    "bytes": len(genesis),
+                }
+            )
         for role in ("facts", "deltas", "acl"):
             for path in sorted((ds_dir / role).glob("*.parquet")):
                 link, size = file_link(path)
@@ -244,6 +257,19 @@ def compact(
     if not _is_connect(spark):
         ops.unpersist()
     return results
+
+
+def _find_genesis(inputs: list[str | Path], dataset: str) -> bytes | None:
+    """The genesis block of ``dataset`` from any input export that carries it (verified)."""
+    want = Link.parse(dataset)
+    for item in inputs:
+        path = Path(str(item))
+        for candidate in (path / GENESIS_FILE, path.parent / GENESIS_FILE):
+            if candidate.is_file():
+                data = candidate.read_bytes()
+                if want.verifies(data):
+                    return data
+    return None
 
 
 def _is_connect(spark: Any) -> bool:

@@ -26,6 +26,8 @@ from merklog.store import Fact, Link, fact_cid
 from .schema import FACTS_SCHEMA, OPS_SCHEMA, encode_args
 
 FORMAT_VERSION = 1
+#: The dataset's genesis block (DAG-CBOR), written by replica exports.
+GENESIS_FILE = "genesis.cbor"
 Progress = Callable[[int], None]
 
 

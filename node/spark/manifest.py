@@ -6,13 +6,14 @@ A manifest is one DAG-CBOR block (encoded with :func:`merklog.store.encode`)::
      "dataset": <dataset CID link>,
      "heads": [<delta CID links>],        # the frontier the snapshot covers (sorted)
      "deltas": <int>, "max_clock": <int>, "facts": <int>, "support": <int>,
-     "files": [{"role": "facts"|"deltas"|"acl", "path": <str>, "cid": <raw CID link>,
+     "files": [{"role": "facts"|"deltas"|"acl"|"genesis", "path": <str>, "cid": <CID link>,
                 "rows": <int>, "bytes": <int>}],
      "signer": <32-byte Ed25519 key>, "sig": <64 bytes>}
 
 ``sig`` is the Ed25519 signature over the encoding of the block without ``sig``
 (the same rule as deltas). Each file is named by the CIDv1 (raw codec,
-sha2-256) of its bytes, so a peer fetching it from anywhere verifies it before use.
+sha2-256) of its bytes (the genesis block by its dag-cbor CID, i.e. the dataset id),
+so a peer fetching it from anywhere verifies it before use.
 """
 
 from __future__ import annotations
@@ -45,8 +46,12 @@ class ManifestError(InvalidBlock):
     """A manifest (or a file it names) is malformed, unsigned or does not verify."""
 
 
-def file_link(path: Path) -> tuple[Link, int]:
-    """Raw-codec CID of a file's bytes (streamed) and its size."""
+def file_link(path: Path, role: str = "") -> tuple[Link, int]:
+    """Raw-codec CID of a file's bytes (streamed) and its size; the genesis file is a
+    DAG-CBOR block and is named by its dag-cbor CID (the dataset id)."""
+    if role == "genesis":
+        data = path.read_bytes()
+        return Link.for_dag_cbor(data), len(data)
     h = hashlib.sha256()
     size = 0
     with open(path, "rb") as fh:
@@ -118,6 +123,6 @@ def verify_files(manifest: dict[str, Any], root: Path) -> None:
         path = root / f["path"]
         if not path.is_file():
             raise ManifestError(f"snapshot file {f['path']} is missing")
-        link, _size = file_link(path)
+        link, _size = file_link(path, f["role"])
         if link != f["cid"]:
             raise ManifestError(f"snapshot file {f['path']} does not hash to {f['cid']}")

@@ -74,6 +74,8 @@ def build_session(
 ) -> Any:
     """Create (or reuse) a SparkSession for ``master`` or a Spark Connect ``remote``.
 
+    A process uses one kind: pyspark refuses a Connect session next to a classic one.
+
     ``ship_code`` (default: on for anything but ``local[...]``) ships the merklog
     package to executors so Python UDFs can import it on a real cluster.
     """

@@ -1,0 +1,276 @@
+"""Spark and snapshot commands.
+
+- ``merklog parquet export DIR``: the replica's log and visible facts as Parquet;
+- ``merklog compact EXPORT... --out DIR [--prune]``: Spark job → signed snapshot;
+- ``merklog analyze PROGRAM.dl --input EXPORT... --out DIR``: program over merged replicas;
+- ``merklog import-snapshot DIR``: bootstrap this (fresh) node from a snapshot;
+- ``merklog prune DIR``: drop the delta blocks a snapshot covers.
+
+Spark commands take ``--master`` (default ``local[*]``, or ``spark://host:7077``),
+``--remote sc://host:15002`` (Spark Connect) and ``--conf key=value``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from merklog.node.cli import State, pass_state
+
+IDENTITY_FILE = "identity.pem"
+
+
+def _spark_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--conf",
+        "confs",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Extra Spark configuration (repeatable).",
+    )(fn)
+    fn = click.option(
+        "--remote",
+        default=None,
+        metavar="sc://HOST:PORT",
+        help="Spark Connect server (instead of --master).",
+    )(fn)
+    fn = click.option(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="Spark master: local[*] (default), spark://host:7077, …",
+    )(fn)
+    return fn
+
+
+def _session(master: str | None, remote: str | None, confs: tuple[str, ...]) -> Any:
+    from merklog.node.spark.session import build_session
+
+    conf = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--conf")
+        conf[key.strip()] = value.strip()
+    try:
+        return build_session(master=master, remote=remote, conf=conf)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _identity(home: Path) -> Any:
+    from merklog.replication.identity import Identity
+
+    path = home / IDENTITY_FILE
+    if not path.exists():
+        raise click.ClickException(f"no node key at {path}: run 'merklog init' first")
+    return Identity.load(path)
+
+
+def _local_node(state: State) -> Any:
+    """Open the node in this process (Parquet export and snapshots read the store directly)."""
+    from merklog.node.node import Node
+    from merklog.node.runtime import HomeBusy
+
+    try:
+        return Node.open(state.home)
+    except HomeBusy as exc:
+        raise click.ClickException(f"{exc} (stop the running node first)") from None
+
+
+def register(cli: click.Group) -> None:
+    @cli.group("parquet")
+    def parquet() -> None:
+        """Parquet interchange for Spark, DuckDB and pandas."""
+
+    @parquet.command("export")
+    @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+    @pass_state
+    def parquet_export(state: State, directory: Path) -> None:
+        """Write the log (one row per op) and the visible facts under DIRECTORY."""
+        from merklog.node.spark.bootstrap import export_replica
+
+        def progress(rows: int) -> None:
+            click.echo(f"\r{rows} ops", nl=False, err=True)
+
+        node = _local_node(state)
+        try:
+            summary = export_replica(node.replica, directory, progress=progress)
+        finally:
+            node.close()
+        click.echo("", err=True)
+        click.echo(json.dumps(summary, sort_keys=True))
+
+    @cli.command("compact")
+    @click.argument("inputs", nargs=-1, required=True)
+    @click.option(
+        "--out",
+        "out",
+        required=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Snapshot output directory (one dataset=<cid>/ folder per dataset).",
+    )
+    @click.option(
+        "--prune",
+        is_flag=True,
+        help="Cover only the causally stable prefix, so history before it may be pruned.",
+    )
+    @_spark_options
+    @pass_state
+    def compact_cmd(
+        state: State,
+        inputs: tuple[str, ...],
+        out: Path,
+        prune: bool,
+        master: str | None,
+        remote: str | None,
+        confs: tuple[str, ...],
+    ) -> None:
+        """Merge Parquet exports (duplicates allowed) into a signed snapshot per dataset."""
+        from merklog.node.spark.compact import compact
+
+        for item in inputs:
+            if "://" not in item and not Path(item).exists():
+                raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
+        identity = _identity(state.home)
+        spark = _session(master, remote, confs)
+        results = compact(spark, list(inputs), out, identity, prune=prune)
+        for res in results:
+            m = res.manifest
+            click.echo(
+                json.dumps(
+                    {
+                        "dataset": res.dataset,
+                        "manifest": str(res.manifest_cid),
+                        "directory": str(res.directory),
+                        "facts": m["facts"],
+                        "deltas": m["deltas"],
+                        "heads": [str(h) for h in m["heads"]],
+                    },
+                    sort_keys=True,
+                )
+            )
+
+    @cli.command("analyze")
+    @click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.option(
+        "--input",
+        "inputs",
+        multiple=True,
+        required=True,
+        help="Parquet export directory (repeatable; replicas are merged).",
+    )
+    @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path))
+    @click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet")
+    @_spark_options
+    @pass_state
+    def analyze_cmd(
+        state: State,
+        program: Path,
+        inputs: tuple[str, ...],
+        out: Path,
+        fmt: str,
+        master: str | None,
+        remote: str | None,
+        confs: tuple[str, ...],
+    ) -> None:
+        """Evaluate PROGRAM over the merged visible facts; write every output relation."""
+        from merklog.engine.errors import EngineError
+        from merklog.engine.parser import parse_program
+        from merklog.node.spark.analyze import (
+            evaluate,
+            output_relations,
+            relations_from_snapshot,
+            write_outputs,
+        )
+        from merklog.node.spark.compact import read_ops, snapshot_frame
+
+        text = program.read_text()
+        try:
+            parsed = parse_program(text)
+        except EngineError as exc:
+            raise click.ClickException(f"{program}:{exc}") from None
+        spark = _session(master, remote, confs)
+        try:
+            base = relations_from_snapshot(snapshot_frame(read_ops(spark, list(inputs))))
+            result = evaluate(spark, parsed, base)
+            written = write_outputs(result, output_relations(parsed), out, fmt)
+        except EngineError as exc:
+            raise click.ClickException(f"{program}:{exc}") from None
+        for rel, path in written.items():
+            click.echo(f"{rel}\t{path}")
+
+    @cli.command("import-snapshot")
+    @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+    @click.option(
+        "--trust",
+        multiple=True,
+        metavar="KEYHEX",
+        help="Accept only snapshots signed by these node keys (repeatable).",
+    )
+    @pass_state
+    def import_snapshot(state: State, directory: Path, trust: tuple[str, ...]) -> None:
+        """Bootstrap a fresh node from a snapshot; then 'merklog sync' fetches only newer deltas."""
+        from merklog.node.node import init_home
+        from merklog.node.spark.bootstrap import install_snapshot, load_snapshot
+        from merklog.node.spark.manifest import ManifestError
+
+        try:
+            trusted = {bytes.fromhex(k) for k in trust} or None
+        except ValueError:
+            raise click.BadParameter("keys are hex", param_hint="--trust") from None
+        try:
+            snap = load_snapshot(directory, trusted)
+            if not (state.home / "config.toml").exists():
+                genesis = snap.genesis_block()
+                if genesis is None:
+                    raise click.ClickException(
+                        "snapshot carries no genesis block; run 'merklog init' "
+                        "joining the dataset first"
+                    )
+                init_home(state.home, join=(snap.dataset, genesis))
+            node = _local_node(state)
+            try:
+                if node.replica.dataset != snap.dataset:
+                    raise click.ClickException(
+                        f"this node follows dataset {node.replica.dataset}, the snapshot is of "
+                        f"{snap.dataset}"
+                    )
+                n = install_snapshot(node.replica, snap)
+                node.run_epoch()
+            finally:
+                node.close()
+        except ManifestError as exc:
+            raise click.ClickException(f"snapshot rejected: {exc}") from None
+        click.echo(
+            json.dumps(
+                {
+                    "dataset": str(snap.dataset),
+                    "manifest": str(snap.manifest_cid),
+                    "facts": n,
+                    "heads": [str(h) for h in snap.heads],
+                }
+            )
+        )
+
+    @cli.command("prune")
+    @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+    @pass_state
+    def prune_cmd(state: State, directory: Path) -> None:
+        """Delete the delta blocks a (causally stable) snapshot covers from this node's store."""
+        from merklog.node.spark.bootstrap import load_snapshot, prune_replica
+        from merklog.node.spark.manifest import ManifestError
+
+        node = _local_node(state)
+        try:
+            n = prune_replica(node.replica, load_snapshot(directory))
+        except ManifestError as exc:
+            raise click.ClickException(f"cannot prune: {exc}") from None
+        finally:
+            node.close()
+        click.echo(f"pruned {n} delta blocks", file=sys.stdout)
