@@ -28,6 +28,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "port": 7420,  # TCP port of the HTTP server (0 = pick a free one)
         "epoch_interval": 1.0,  # seconds between epochs when nothing is written
         "tick": False,  # feed a tick(N) clock fact every epoch
+        "outbox_interval": 0.5,  # seconds between @async outbox delivery passes
         "program": "",  # Datalog program file evaluated every epoch ("" = none)
         "max_body": 16 * 1024 * 1024,  # largest accepted request body, bytes
         "static_dir": "",  # folder served at / (an app page), "" = none

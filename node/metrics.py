@@ -33,6 +33,12 @@ class NodeMetrics:
         self.rejected = Counter(
             "merklog_rejected_inputs", "Inputs rejected (bad syntax, values, blocks)", registry=r
         )
+        self.async_messages = Counter(
+            "merklog_async_messages",
+            "@async messages: queued (out), delivered, failed attempts, received (in)",
+            ["event"],
+            registry=r,
+        )
         self.subscribers = Gauge("merklog_subscribers", "Live-query subscribers", registry=r)
 
     def render(self) -> bytes:

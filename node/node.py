@@ -26,7 +26,7 @@ from typing import Any
 
 from merklog.store import Fact, Link, fact_cid, make_fact
 
-from . import wiring
+from . import epochstate, wiring
 from .config import Config, new_token
 from .metrics import NodeMetrics
 from .runtime import HomeLock
@@ -109,31 +109,41 @@ class Node:
         self.store = wiring.open_store(config)
         self.dataset = Link.parse(config.get("dataset.id"))
         self._mutex = threading.RLock()
+        # Held while a local delta commits, so all its visible changes reach one epoch.
+        self._intake = threading.RLock()
         self._pending: list[tuple[Fact, int]] = []
         self.replica = wiring.open_replica(
             self.store, self.dataset, self.identity, self._on_visible_change
         )
-        self.epoch = 0
         self.last_sync: dict[str, Any] | None = None
         self._edb: dict[str, set[tuple]] = {}
-        self._idb: dict[str, set[tuple]] = {}
-        self._carry: list[Fact] = []
         self._subs: list[Subscription] = []
         self._sinks: list[Callable[[int, list[tuple[Fact, int]]], None]] = []
         self._wake: asyncio.Event | None = None
+        self._outbox_wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_task: asyncio.Task | None = None
-        self.engine: Any = None
+        self._delivery_task: asyncio.Task | None = None
         self.url: str | None = None
         self._write_queue: list = []
         self._flushing = False
         self.program_text = ""
-        # Restart: the visible set is the EDB; the first epoch re-derives everything.
+        self._carry: dict[str, set[tuple]] = {}
+        self.outbox, self.inbox = wiring.open_messaging(
+            self.store, self.identity, self._resolve_destination, self._on_message
+        )
+        # Restart: the visible set is the EDB (fed whole to the first epoch), the epoch
+        # number and @next carry-over come from the last committed epoch.
+        self._state = epochstate.load(wiring.store_conn(self.store))
+        self.epoch = self._state.epoch
+        self.engine: Any = wiring.empty_program()
+        self._reload = True
         for fact in wiring.visible_facts(self.replica):
             self._pending.append((fact, +1))
         program_path = config.path("node.program")
         if program_path is not None and program_path.exists():
             self.load_program(program_path.read_text(), source=str(program_path))
+        self._carry = self._state.next if self._state.program == self.engine.digest else {}
         self.run_epoch()
 
     # ------------------------------------------------------------------ lifecycle
@@ -154,9 +164,10 @@ class Node:
 
     def close(self) -> None:
         """Stop the epoch loop (if any), close the store, release the home lock."""
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            self._loop_task = None
+        for task in (self._loop_task, self._delivery_task):
+            if task is not None:
+                task.cancel()
+        self._loop_task = self._delivery_task = None
         self.store.close()
         if self._lock is not None:
             self._lock.release()
@@ -180,16 +191,59 @@ class Node:
         """Run the epoch loop as a task of the current event loop."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._outbox_wake = asyncio.Event()
         self._loop_task = self._loop.create_task(self._epoch_loop())
+        self._delivery_task = self._loop.create_task(self._delivery_loop())
 
     async def stop(self) -> None:
-        task, self._loop_task = self._loop_task, None
-        if task is not None:
+        tasks = [t for t in (self._loop_task, self._delivery_task) if t is not None]
+        self._loop_task = self._delivery_task = None
+        for task in tasks:
             task.cancel()
+        for task in tasks:
             try:
                 await task
             except asyncio.CancelledError:
                 pass
+
+    async def _delivery_loop(self) -> None:
+        """Deliver queued ``@async`` messages (signed ``POST /v1/inbox``), retrying with
+        backoff until each destination acknowledges: at-least-once; receivers dedup."""
+        import aiohttp
+
+        interval = float(self.config.get("node.outbox_interval"))
+        timeout = float(self.config.get("sync.timeout"))
+        assert self._outbox_wake is not None
+        async with aiohttp.ClientSession() as session:
+            while True:
+                try:
+                    await asyncio.wait_for(self._outbox_wake.wait(), timeout=interval)
+                except TimeoutError:
+                    pass
+                self._outbox_wake.clear()
+                try:
+                    report = await wiring.deliver_messages(self.outbox, session, timeout)
+                except Exception:
+                    log.exception("@async delivery pass failed")
+                    continue
+                if report.delivered:
+                    self.metrics.async_messages.labels("delivered").inc(report.delivered)
+                if report.failed:
+                    self.metrics.async_messages.labels("failed").inc(report.failed)
+                    log.info("@async delivery: %s", "; ".join(report.errors[:3]))
+
+    def _resolve_destination(self, dest: Any) -> str:
+        """An ``@async`` head's first argument: a peer name from ``[peers]`` or a URL."""
+        url = self.resolve_peer(str(dest)) if isinstance(dest, str) else ""
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"@async destination {dest!r} is neither a peer name in [peers] nor a URL"
+            )
+        return url.rstrip("/")
+
+    def _on_message(self, message: Any) -> None:
+        self.metrics.async_messages.labels("received").inc()
+        self.wake()
 
     async def _epoch_loop(self) -> None:
         interval = float(self.config.get("node.epoch_interval"))
@@ -220,7 +274,7 @@ class Node:
 
     # ------------------------------------------------------------------ writes
     def _on_visible_change(self, fact: Fact, weight: int) -> None:
-        with self._mutex:
+        with self._intake:
             self._pending.append((fact, weight))
         self.wake()  # replicated changes (sync push/pull) get an epoch promptly too
 
@@ -251,7 +305,8 @@ class Node:
             asserted=[(fact_cid(f), f) for f in add], retracted=[(fact_cid(f), f) for f in rem]
         )
         if add or rem:
-            result.delta = wiring.replica_write(self.replica, add, rem)
+            with self._intake:
+                result.delta = wiring.replica_write(self.replica, add, rem)
             if result.delta is not None:
                 self.metrics.deltas.inc()
             self.metrics.writes.inc(len(add) + len(rem))
@@ -314,79 +369,128 @@ class Node:
 
     # ------------------------------------------------------------------ program
     def load_program(self, text: str, source: str = "<program>") -> None:
-        """Parse, check and install a program; the next epoch re-derives from the current EDB."""
+        """Parse, check and install a program; the next epoch re-derives from the current EDB.
+
+        Raises NodeInputError (``SOURCE:LINE:COL: …``) for a program that fails to parse or
+        any static check (range restriction, unsafe negation, stratification, …); then
+        nothing changes.
+        """
         engine = wiring.compile_program(text, source)
         with self._mutex:
             self.engine = engine
             self.program_text = text
-            self._idb = {}
-            self._carry = []
-            # Feed the whole current EDB to the fresh engine.
-            self._pending = [
-                (make_fact(rel, args), +1) for rel, rows in self._edb.items() for args in rows
-            ] + [(f, w) for f, w in self._pending]
-            self._edb = {}
+            self._carry = {}
+            self._reload = True
         self.wake()
 
     # ------------------------------------------------------------------ epochs
     def run_epoch(self) -> int:
-        """Evaluate one epoch now; returns the epoch number. Safe to call from any thread."""
+        """Evaluate one epoch now; returns the epoch number. Safe to call from any thread.
+
+        Stored facts enter the engine as net inserts/deletes (the replica's visible-set
+        +1/−1 changes since the last epoch); inbox ``@async`` messages, the ``tick`` clock
+        and restored ``@next`` tuples enter as one-epoch events. The epoch's number, its
+        ``@next`` tuples, the inbox acknowledgements and the outbox messages commit in
+        one transaction.
+        """
         t0 = time.perf_counter()
         with self._mutex:
-            changes, self._pending = self._pending, []
-            carry, self._carry = self._carry, []
-            self.epoch += 1
-            if self.config.get("node.tick"):
-                changes.append((make_fact(TICK_REL, (self.epoch,)), +1))
-                if self.epoch > 1:
-                    changes.append((make_fact(TICK_REL, (self.epoch - 1,)), -1))
-            changes.extend(wiring.drain_inbox(self.replica))
-            touched: set[str] = set()
+            with self._intake:
+                changes, self._pending = self._pending, []
+            epoch = self.epoch + 1
+            before: dict[tuple[str, tuple], bool] = {}
             for fact, weight in changes:
                 rows = self._edb.setdefault(fact.rel, set())
+                key = (fact.rel, fact.args)
+                if key not in before:
+                    before[key] = fact.args in rows
                 if weight > 0:
                     rows.add(fact.args)
                 else:
                     rows.discard(fact.args)
-                touched.add(fact.rel)
-            out: list[tuple[Fact, int]] = []
-            if self.engine is not None:
-                out, nxt, outbox = wiring.engine_step(self.engine, changes, carry)
-                self._carry = nxt
-                for fact, weight in out:
-                    rows = self._idb.setdefault(fact.rel, set())
-                    if weight > 0:
-                        rows.add(fact.args)
-                    else:
-                        rows.discard(fact.args)
-                    touched.add(fact.rel)
-                if outbox:
-                    wiring.send_outbox(self.replica, outbox)
-            epoch = self.epoch
-            subs = [s for s in self._subs if not s.closed and s.rels & touched]
+            inserts: dict[str, list[tuple]] = {}
+            deletes: dict[str, list[tuple]] = {}
+            reload, self._reload = self._reload, False
+            if reload:  # a fresh engine: the whole EDB is new to it
+                inserts = {rel: list(rows) for rel, rows in self._edb.items() if rows}
+            else:
+                for (rel, args), was in before.items():
+                    now = args in self._edb.get(rel, ())
+                    if now != was:
+                        (inserts if now else deletes).setdefault(rel, []).append(args)
+            events: dict[str, set[tuple]] = {rel: set(rows) for rel, rows in self._carry.items()}
+            self._carry = {}
+            if self.config.get("node.tick"):
+                events.setdefault(TICK_REL, set()).add((epoch,))
+            messages = wiring.pending_messages(self.inbox)
+            for _cid, fact in messages:
+                events.setdefault(fact.rel, set()).add(fact.args)
+            deltas, outbox = self.engine.step(inserts, deletes, events)
+            nxt = self.engine.next_tuples()
+            active = bool(changes or messages or outbox or reload or events)
+            if active or not epochstate.same_next(nxt, self._state.next):
+                state = epochstate.EpochState(epoch, self.engine.digest, nxt)
+                with wiring.transaction(self.store):
+                    epochstate.save(wiring.store_conn(self.store), state)
+                    if messages:
+                        wiring.ack_messages(self.inbox, [cid for cid, _ in messages])
+                    if outbox:
+                        wiring.queue_messages(self.outbox, outbox)
+                self._state = state
+            self.epoch = epoch
+            if outbox:
+                self.metrics.async_messages.labels("queued").inc(len(outbox))
+                self._wake_outbox()
+            for sub in self._subs:
+                if sub.closed:
+                    continue
+                if reload and sub.match is not None:
+                    (rel,) = sub.rels
+                    sub.start(self.engine.relation(rel), epoch, initial=False)
+                elif sub.match is not None:
+                    (rel,) = sub.rels
+                    if rel in deltas:
+                        sub.apply(deltas[rel], epoch)
+                elif reload or not sub.rels.isdisjoint(deltas):
+                    sub.deliver(set(self._evaluate(sub.query)[1]), epoch=epoch)
             sinks = list(self._sinks)
-        for sub in subs:
-            sub.deliver(set(self._evaluate(sub.query)[1]))
-        if out or changes:
+            self._subs = [s for s in self._subs if not s.closed]
+        out = [(Fact(rel, row), w) for rel, d in deltas.items() for row, w in d.items()]
+        if out:
             for sink in sinks:
                 try:
-                    sink(epoch, changes + out)
+                    sink(epoch, out)
                 except Exception:
                     log.exception("user sink failed")
-        with self._mutex:
-            self._subs = [s for s in self._subs if not s.closed]
-            self.metrics.subscribers.set(len(self._subs))
-            self.metrics.facts.set(sum(len(r) for r in self._edb.values()))
-            self.metrics.derived.set(sum(len(r) for r in self._idb.values()))
+        self.metrics.subscribers.set(len(self._subs))
+        self.metrics.facts.set(sum(len(r) for r in self._edb.values()))
+        self.metrics.derived.set(self._derived_count())
         self.metrics.epochs.inc()
         self.metrics.epoch_seconds.observe(time.perf_counter() - t0)
         return epoch
 
+    def _wake_outbox(self) -> None:
+        if self._outbox_wake is None or self._loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._outbox_wake.set()
+        else:
+            self._loop.call_soon_threadsafe(self._outbox_wake.set)
+
+    def _derived_count(self) -> int:
+        """Tuples in relations the program's rules define (rule heads)."""
+        with self._mutex:
+            return sum(self.engine.count(rel) for rel in self.engine.heads)
+
     # ------------------------------------------------------------------ queries
     def relation(self, rel: str) -> set[tuple]:
-        """Current tuples of ``rel`` (stored or derived)."""
+        """Current tuples of ``rel`` (stored, derived, or this epoch's events)."""
         with self._mutex:
-            return set(self._edb.get(rel, ())) | set(self._idb.get(rel, ()))
+            return self.engine.relation(rel)
 
     def _evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
         with self._mutex:
@@ -405,9 +509,15 @@ class Node:
     def subscribe(self, text: str, callback: Callback) -> Subscription:
         """Call ``callback("result", rows, [])`` now, then ``("delta", added, removed)``."""
         q = wiring.parse_query(text)
-        sub = Subscription(q, frozenset(wiring.query_relations(q)), callback)
+        sub = Subscription(
+            q, frozenset(wiring.query_relations(q)), callback, wiring.atom_matcher(q)
+        )
         with self._mutex:
-            sub.deliver(set(self._evaluate(q)[1]), initial=True)
+            if sub.match is not None:
+                (rel,) = sub.rels
+                sub.start(self.engine.relation(rel), self.epoch)
+            else:
+                sub.deliver(set(self._evaluate(q)[1]), initial=True, epoch=self.epoch)
             self._subs.append(sub)
             self.metrics.subscribers.set(len(self._subs))
         return sub
@@ -437,6 +547,8 @@ class Node:
     def resolve_peer(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the URL itself."""
         peer = self.config.peers.get(name_or_url)
+        if peer is None and not name_or_url.startswith(("http://", "https://")):
+            peer = Config.load(self.home).peers.get(name_or_url)  # added since start
         if isinstance(peer, dict):
             return str(peer["url"])
         if isinstance(peer, str):
@@ -506,7 +618,7 @@ class Node:
     def status(self) -> dict[str, Any]:
         with self._mutex:
             facts = sum(len(r) for r in self._edb.values())
-            derived = sum(len(r) for r in self._idb.values())
+        derived = self._derived_count()
         return {
             "dataset": str(self.dataset),
             "key": self.identity.public_key.hex(),
@@ -515,6 +627,8 @@ class Node:
             "facts": facts,
             "derived": derived,
             "program": bool(self.program_text),
+            "engine": self.engine.mode,
+            "outbox_pending": self.outbox.pending_count(),
             "peers": dict(self.config.peers),
             "last_sync": self.last_sync,
         }

@@ -169,10 +169,11 @@ async def query(request: web.Request) -> web.Response:
 async def subscribe(request: web.Request) -> web.StreamResponse:
     node = request.app[NODE_KEY]
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[str, list, list]] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[str, list, list, int]] = asyncio.Queue()
 
     def callback(event: str, added: list, removed: list) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, (event, added, removed))
+        # Called inside the epoch that produced the change: node.epoch is that epoch.
+        loop.call_soon_threadsafe(queue.put_nowait, (event, added, removed, node.epoch))
 
     try:
         text = await _query_text(request)
@@ -191,13 +192,13 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     try:
         while True:
             try:
-                event, added, removed = await asyncio.wait_for(queue.get(), timeout=15)
+                event, added, removed, epoch = await asyncio.wait_for(queue.get(), timeout=15)
             except TimeoutError:
                 await resp.write(b": keep-alive\n\n")
                 continue
             payload = {
                 "columns": columns,
-                "epoch": node.epoch,
+                "epoch": epoch,
                 "added": [[wiring.json_value(v) for v in r] for r in added],
                 "removed": [[wiring.json_value(v) for v in r] for r in removed],
             }

@@ -103,18 +103,51 @@ def replica_heads(replica: Replica) -> list[Link]:
     return replica.heads()
 
 
-def drain_inbox(replica: Replica) -> list[tuple[Fact, int]]:
-    """``@async`` tuples delivered to this node since the last epoch (none without an inbox)."""
-    inbox = getattr(replica, "node_inbox", None)
-    if inbox is None:
-        return []
-    return [(fact, +1) for fact in inbox.drain()]
+def transaction(store: BlockStore) -> Any:
+    """One atomic, durable section on the store's SQLite connection (nestable)."""
+    from merklog.replication.txn import transaction as _tx
+
+    return _tx(_conn(store), store)
 
 
-def send_outbox(replica: Replica, outbox: list[tuple[Any, Fact]]) -> None:
-    outbox_obj = getattr(replica, "node_outbox", None)
-    if outbox_obj is not None:
-        outbox_obj.enqueue(outbox)
+def store_conn(store: BlockStore) -> Any:
+    """The SQLite connection node-side tables (epoch state) live in."""
+    return _conn(store)
+
+
+def open_messaging(
+    store: BlockStore,
+    identity: Identity,
+    resolve: Callable[[Any], str],
+    on_message: Callable[[Any], None],
+) -> tuple[Any, Any]:
+    """The persisted ``@async`` outbox and the deduplicating inbox of this node."""
+    from merklog.replication.messages import Inbox, Outbox
+
+    conn = _conn(store)
+    return (
+        Outbox(conn, identity, resolve=resolve, blockstore=store),
+        Inbox(conn, on_message=on_message, blockstore=store),
+    )
+
+
+def pending_messages(inbox: Any) -> list[tuple[Link, Fact]]:
+    """Inbox messages no epoch has consumed yet, as (message CID, fact), arrival order."""
+    return [(m.cid, m.fact) for m in inbox.pending()]
+
+
+def ack_messages(inbox: Any, cids: list[Link]) -> None:
+    inbox.ack(cids)
+
+
+def queue_messages(outbox: Any, messages: list[tuple[Any, Fact]]) -> None:
+    """Queue ``(destination, fact)`` pairs durably (the outbox sink of one epoch)."""
+    outbox.put_many((dest, fact.rel, fact.args) for dest, fact in messages)
+
+
+async def deliver_messages(outbox: Any, session: Any, timeout: float) -> Any:
+    """One delivery pass over due messages (signed ``POST /v1/inbox``, batched per peer)."""
+    return await outbox.deliver(session, timeout=timeout)
 
 
 # ---------------------------------------------------------------- sync
@@ -249,10 +282,11 @@ def evaluate_query(
     """Columns (the query's named variables) and the distinct rows answering it."""
     columns = _query_columns(query)
     names = [v.name for v in columns]
-    if len(query) == 1 and isinstance(query[0], ast.Positive) and query[0].cid is None:
-        fast = _match_atom(query[0].atom, relation, names)
-        if fast is not None:
-            return names, fast
+    match = atom_matcher(query)
+    if match is not None:
+        rel = query[0].atom.rel  # type: ignore[union-attr]
+        rows = {m for m in map(match, relation(rel)) if m is not None}
+        return names, list(rows)
     from merklog.engine.batch import BatchEvaluator
 
     head = ast.Atom(QUERY_REL, tuple(columns))
@@ -260,37 +294,6 @@ def evaluate_query(
     base = {rel: relation(rel) for rel in query_relations(query)}
     result = BatchEvaluator([rule]).evaluate(base)
     return names, list(result.get(QUERY_REL, ()))
-
-
-def _match_atom(
-    atom: ast.Atom, relation: Callable[[str], set[tuple]], names: list[str]
-) -> list[tuple] | None:
-    """Direct scan for a single atom of constants and variables (None: use the evaluator)."""
-    if not all(isinstance(a, ast.Var | ast.Const) for a in atom.args):
-        return None
-    n = len(atom.args)
-    out = set()
-    for row in relation(atom.rel):
-        if len(row) < n or (len(row) != n and not atom.rest):
-            continue
-        env: dict[str, Any] = {}
-        ok = True
-        for arg, value in zip(atom.args, row, strict=False):
-            if isinstance(arg, ast.Const):
-                if not _same(arg.value, value):
-                    ok = False
-                    break
-            elif arg.anonymous:
-                continue
-            elif arg.name in env:
-                if not _same(env[arg.name], value):
-                    ok = False
-                    break
-            else:
-                env[arg.name] = value
-        if ok:
-            out.add(tuple(env[name] for name in names))
-    return list(out)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -310,70 +313,52 @@ def _same(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------- programs
 
 
-class CompiledProgram:
-    """A checked program and its evaluator. Each epoch re-evaluates over the base relations
-    (reference batch evaluator) and reports the net changes of derived relations."""
+def compile_program(text: str, source: str = "<program>") -> Any:
+    """Parse, statically check and compile ``text`` into a
+    :class:`~merklog.node.programs.ProgramRunner`; a bad program raises
+    :class:`NodeInputError` (``SOURCE:LINE:COL: message``)."""
+    from .programs import compile_program as _compile
 
-    def __init__(self, program: ast.Program) -> None:
-        from merklog.engine.batch import BatchEvaluator
-
-        self.program = program
-        self.evaluator = BatchEvaluator(program.rules)
-        self.heads = {r.head.rel for r in program.rules}
-        self.facts = [make_fact(rel, args) for rel, args in program.facts]
-        self.derived: dict[str, set[tuple]] = {}
-        self.base: dict[str, set[tuple]] = {}
-        for f in self.facts:
-            self.base.setdefault(f.rel, set()).add(f.args)
+    return _compile(text, source)
 
 
-def compile_program(text: str, source: str = "<program>") -> CompiledProgram:
-    from merklog.engine.parser import parse_program
+def empty_program() -> Any:
+    from .programs import empty_program as _empty
 
-    try:
-        program = parse_program(text)
-        try:
-            from merklog.engine.checks import check_program
-        except ImportError:
-            check_program = None
-        if check_program is not None:
-            checked = check_program(program)
-            if isinstance(checked, ast.Program):
-                program = checked
-    except Exception as exc:
-        raise NodeInputError(f"{source}: {exc}") from exc
-    return CompiledProgram(program)
+    return _empty()
 
 
-def engine_step(
-    engine: CompiledProgram, changes: list[tuple[Fact, int]], carry: list[Fact]
-) -> tuple[list[tuple[Fact, int]], list[Fact], list[tuple[Any, Fact]]]:
-    """Apply EDB changes, evaluate one epoch with the ``@next`` carry-over; return
-    (derived-relation deltas, tuples for the next epoch, ``@async`` outbox)."""
-    for fact, weight in changes:
-        rows = engine.base.setdefault(fact.rel, set())
-        if weight > 0:
-            rows.add(fact.args)
-        else:
-            rows.discard(fact.args)
-    base: dict[str, set[tuple]] = {rel: set(rows) for rel, rows in engine.base.items()}
-    for fact in carry:
-        base.setdefault(fact.rel, set()).add(fact.args)
-    result = engine.evaluator.step(base)
-    out: list[tuple[Fact, int]] = []
-    new_derived: dict[str, set[tuple]] = {}
-    for rel, rows in result.relations.items():
-        derived = rows - engine.base.get(rel, set())
-        if derived:
-            new_derived[rel] = derived
-    for rel in set(new_derived) | set(engine.derived):
-        new = new_derived.get(rel, set())
-        old = engine.derived.get(rel, set())
-        out.extend((Fact(rel, r), +1) for r in new - old)
-        out.extend((Fact(rel, r), -1) for r in old - new)
-    engine.derived = new_derived
-    nxt = [Fact(rel, r) for rel, rows in result.next_tuples.items() for r in rows]
-    return out, nxt, result.outbox
+def atom_matcher(
+    query: tuple[ast.BodyLiteral, ...],
+) -> Callable[[tuple], tuple | None] | None:
+    """For a single-atom query of constants and variables, a function mapping one tuple of
+    its relation to the answer row it yields (None if it does not match); None otherwise."""
+    if len(query) != 1 or not isinstance(query[0], ast.Positive) or query[0].cid is not None:
+        return None
+    atom = query[0].atom
+    if not all(isinstance(a, ast.Var | ast.Const) for a in atom.args):
+        return None
+    names = [v.name for v in _query_columns(query)]
+    n = len(atom.args)
+
+    def match(row: tuple) -> tuple | None:
+        if len(row) < n or (len(row) != n and not atom.rest):
+            return None
+        env: dict[str, Any] = {}
+        for arg, value in zip(atom.args, row, strict=False):
+            if isinstance(arg, ast.Const):
+                if not _same(arg.value, value):
+                    return None
+            elif arg.anonymous:
+                continue
+            elif arg.name in env:
+                if not _same(env[arg.name], value):
+                    return None
+            else:
+                env[arg.name] = value
+        return tuple(env[name] for name in names)
+
+    return match
 
 
 # ---------------------------------------------------------------- JSON
@@ -397,7 +382,7 @@ def add_peer_routes(app: Any, node: Any) -> None:
     from merklog.replication.server import sync_routes
 
     routes, service = sync_routes(
-        {node.replica.dataset: node.replica}, _ConfigAllowList(node.config)
+        {node.replica.dataset: node.replica}, _ConfigAllowList(node.config), inbox=node.inbox
     )
     app.add_routes(routes)
 

@@ -85,7 +85,8 @@ class NodeProc:
         while time.monotonic() < deadline:
             line = self.proc.stderr.readline()
             if not line:
-                raise RuntimeError(f"node exited early with {self.proc.wait()}")
+                code = self.proc.wait()
+                raise RuntimeError(f"node exited early with {code}: {self.proc.stderr.read()}")
             if " listening on " in line:
                 self.url = line.split(" listening on ")[1].strip()
                 break

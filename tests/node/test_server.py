@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -66,41 +67,101 @@ def test_openapi_document_is_valid(home: Path, node_factory) -> None:
         assert path in doc["paths"]
 
 
+def _sse(url: str, events: list, stop_after: int, done: threading.Event) -> None:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        event = None
+        for raw in r:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                events.append((event, json.loads(line[6:])))
+                if len(events) >= stop_after:
+                    done.set()
+                    return
+
+
+def _wait_for(events: list, n: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(events) < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(events) >= n, events
+
+
 def test_subscribe_streams_initial_result_then_deltas(home: Path, node_factory) -> None:
     Cli(home)("init")
     node = node_factory(home, "--epoch-interval", "5").start()
     node.request("POST", "/v1/facts", {"assert": "edge(1, 2)."})
     events: list[tuple[str, dict]] = []
-    got_three = threading.Event()
-
-    def listen() -> None:
-        with urllib.request.urlopen(node.url + "/v1/subscribe?q=edge(1,%20X)", timeout=30) as r:
-            event = None
-            for raw in r:
-                line = raw.decode().rstrip("\n")
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: "):
-                    events.append((event, json.loads(line[6:])))
-                    if len(events) >= 3:
-                        got_three.set()
-                        return
-
-    t = threading.Thread(target=listen, daemon=True)
-    t.start()
-    import time
-
-    deadline = time.monotonic() + 10
-    while not events and time.monotonic() < deadline:
-        time.sleep(0.02)
+    done = threading.Event()
+    url = node.url + "/v1/subscribe?q=edge(1,%20X)"
+    threading.Thread(target=_sse, args=(url, events, 4, done), daemon=True).start()
+    _wait_for(events, 1)
     node.request("POST", "/v1/facts", {"assert": "edge(1, 3). edge(2, 9)."})
+    _wait_for(events, 2)
     node.request("POST", "/v1/facts", {"assert": "edge(1, 4)."})
-    assert got_three.wait(15), events
+    _wait_for(events, 3)
+    node.request("POST", "/v1/facts", {"retract": "edge(1, 3)."})
+    assert done.wait(15), events
     assert events[0] == ("result", {**events[0][1], "added": [[2]], "removed": []})
     assert events[0][1]["columns"] == ["X"]
     assert events[1][0] == "delta" and events[1][1]["added"] == [[3]]
     # Each write took effect promptly although idle epochs are 5 s apart.
     assert events[2][0] == "delta" and events[2][1]["added"] == [[4]]
+    assert events[3][0] == "delta" and events[3][1] == {
+        **events[3][1],
+        "added": [],
+        "removed": [[3]],
+    }
+    epochs = [e[1]["epoch"] for e in events]
+    assert epochs == sorted(set(epochs))
+
+
+PATH = "path(X, Y) :- edge(X, Y).\npath(X, Z) :- path(X, Y), edge(Y, Z).\n"
+
+
+def test_sse_deltas_are_the_incremental_engine_deltas(home: Path, node_factory) -> None:
+    """A live query on a derived relation streams exactly what the incremental engine
+    outputs for the same inputs, retractions through recursion included."""
+    from merklog.engine.checks import check_program
+    from merklog.engine.incremental import IncrementalEngine
+    from merklog.engine.parser import parse_program
+
+    Cli(home)("init")
+    node = node_factory(home, "--epoch-interval", "5").start()
+    status, _ = node.request("POST", "/v1/program", {"program": PATH})
+    assert status == 200
+    steps = [
+        ({"edge": [(1, 2)]}, {}),
+        ({"edge": [(2, 3), (3, 4)]}, {}),
+        ({}, {"edge": [(2, 3)]}),
+        ({"edge": [(2, 3), (4, 5)]}, {"edge": [(1, 2)]}),
+        ({"edge": [(1, 2)]}, {}),
+    ]
+    engine = IncrementalEngine(check_program(parse_program(PATH)))
+    expected = []
+    for ins, dels in steps:
+        delta = engine.step(inserts=ins, deletes=dels).get("path", {})
+        added = sorted([y] for (x, y), w in delta.items() if x == 1 and w > 0)
+        removed = sorted([y] for (x, y), w in delta.items() if x == 1 and w < 0)
+        expected.append((added, removed))
+    events: list[tuple[str, dict]] = []
+    done = threading.Event()
+    url = node.url + "/v1/subscribe?q=path(1,%20X)"
+    threading.Thread(target=_sse, args=(url, events, 1 + len(steps), done), daemon=True).start()
+    _wait_for(events, 1)
+    assert events[0][0] == "result" and events[0][1]["added"] == []
+
+    def facts(rows: dict) -> str:
+        return " ".join(f"edge({a}, {b})." for a, b in rows.get("edge", []))
+
+    for i, (ins, dels) in enumerate(steps):
+        node.request("POST", "/v1/facts", {"assert": facts(ins), "retract": facts(dels)})
+        _wait_for(events, i + 2)
+    assert done.wait(15)
+    got = [(e[1]["added"], e[1]["removed"]) for e in events[1:]]
+    assert got == expected
+    assert expected[2] == ([], [[3], [4]])  # one retraction, two rows gone
 
 
 def test_sigterm_and_sigint_stop_cleanly(home: Path, node_factory) -> None:

@@ -1,0 +1,64 @@
+"""What an epoch leaves for the next one, persisted so a restart resumes it.
+
+One row in the store's SQLite file holds the last committed epoch number, the
+digest of the program that ran it, and the ``@next`` tuples it derived (true at
+the following epoch), as one DAG-CBOR value. The node writes it in the same
+transaction that acknowledges the epoch's inbox messages and queues its
+``@async`` outbox, so after ``kill -9`` the node resumes from exactly one
+committed epoch: the stored facts come back from the replica's visible set, the
+carry-over from here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from merklog.store import decode, encode
+
+SCHEMA = "CREATE TABLE IF NOT EXISTS node_epoch (id INTEGER PRIMARY KEY CHECK (id = 1), data BLOB)"
+
+
+@dataclass
+class EpochState:
+    """The last committed epoch, its program digest and its ``@next`` tuples."""
+
+    epoch: int = 0
+    program: str = ""
+    next: dict[str, set[tuple]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        rels = {rel: sorted([list(r) for r in rows], key=repr) for rel, rows in self.next.items()}
+        return encode({"epoch": self.epoch, "program": self.program, "next": rels})
+
+    @classmethod
+    def decode(cls, data: bytes) -> EpochState:
+        obj = decode(data)
+        nxt = {rel: {tuple(r) for r in rows} for rel, rows in obj["next"].items()}
+        return cls(int(obj["epoch"]), str(obj["program"]), nxt)
+
+
+def ensure(conn: sqlite3.Connection) -> None:
+    conn.execute(SCHEMA)
+
+
+def load(conn: sqlite3.Connection) -> EpochState:
+    """The persisted state, or a fresh one (epoch 0, no carry-over)."""
+    ensure(conn)
+    row = conn.execute("SELECT data FROM node_epoch WHERE id = 1").fetchone()
+    return EpochState.decode(bytes(row[0])) if row else EpochState()
+
+
+def save(conn: sqlite3.Connection, state: EpochState) -> None:
+    """Write ``state`` (call inside the epoch's transaction)."""
+    conn.execute(
+        "INSERT INTO node_epoch (id, data) VALUES (1, ?)"
+        " ON CONFLICT(id) DO UPDATE SET data = excluded.data",
+        (state.encode(),),
+    )
+
+
+def same_next(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Equal carry-over, ignoring empty relations."""
+    return {k: v for k, v in a.items() if v} == {k: v for k, v in b.items() if v}

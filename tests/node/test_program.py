@@ -1,0 +1,156 @@
+"""Programs on a node: static checks on load (CLI and HTTP), the incremental engine per
+epoch (results equal the batch evaluator's; live-query deltas are its output deltas), and
+the batch fallback for constructs the incremental compiler rejects."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+
+import pytest
+from conftest import Cli
+
+from merklog.engine.program import Program
+from merklog.node.node import Node
+from merklog.node.wiring import NodeInputError
+
+PATH = "path(X, Y) :- edge(X, Y).\npath(X, Z) :- path(X, Y), edge(Y, Z).\n"
+
+#: (program text, expected "LINE:COL" and a word of the message) per static check.
+BAD_PROGRAMS = [
+    ("ok(X) :- edge(X, _).\np(X, Y) :- edge(X, _).\n", "2:6", "not bound"),
+    ("ok(X) :- edge(X, _).\nlonely(X) :- edge(X, _), !path(Y, X).\n", "2:32", "negated"),
+    ("ok(X) :- edge(X, _).\nwin(X) :- edge(X, Y), !win(Y).\n", "2:23", "recursion"),
+]
+
+
+def _rows(run: Cli, q: str) -> list:
+    return json.loads(run("query", "--json", q).output)["rows"]
+
+
+@pytest.mark.parametrize("text,where,word", BAD_PROGRAMS)
+def test_cli_load_rejects_unchecked_program_and_changes_nothing(
+    run: Cli, home: Path, tmp_path: Path, text: str, where: str, word: str
+) -> None:
+    run("init")
+    run("put", "edge(1, 2).", "edge(2, 3).")
+    good = tmp_path / "path.dl"
+    good.write_text(PATH)
+    run("load", str(good))
+    config = (home / "config.toml").read_text()
+    bad = tmp_path / "bad.dl"
+    bad.write_text(text)
+    result = run("load", str(bad), ok=False)
+    assert result.exit_code == 1
+    assert f"bad.dl:{where}:" in result.output and word in result.output
+    assert (home / "config.toml").read_text() == config
+    assert _rows(run, "path(1, X)") == [[2], [3]]  # the old program still runs
+    assert run("query", "ok(X)", ok=False).exit_code == 0  # unknown relation: empty answer
+    assert _rows(run, "ok(X)") == []
+
+
+def test_http_program_rejects_unchecked_program_with_400(home: Path, node_factory) -> None:
+    run = Cli(home)
+    run("init")
+    node = node_factory(home).start()
+    node.request("POST", "/v1/facts", {"assert": "edge(1, 2). edge(2, 3)."})
+    status, body = node.request("POST", "/v1/program", {"program": PATH, "source": "p.dl"})
+    assert status == 200 and body["program"] and body["engine"] == "incremental"
+    for text, where, word in BAD_PROGRAMS:
+        status, body = node.request("POST", "/v1/program", {"program": text, "source": "bad.dl"})
+        assert status == 400, body
+        assert body["error"] == "bad program"
+        assert body["detail"].startswith(f"bad.dl:{where}:") and word in body["detail"]
+        _, q = node.request("GET", "/v1/query?q=path(1,%20X)")
+        assert q["rows"] == [[2], [3]]
+        _, q = node.request("GET", "/v1/query?q=ok(X)")
+        assert q["rows"] == []
+    # Through the running node the CLI reports the same message and exits 1.
+    bad = home.parent / "bad.dl"
+    bad.write_text(BAD_PROGRAMS[0][0])
+    result = run("load", str(bad), ok=False)
+    assert result.exit_code == 1 and "2:6" in result.output
+    _, metrics = node.request("GET", "/metrics")
+    assert "merklog_rejected_inputs_total 4.0" in metrics.decode()
+
+
+def test_load_program_raises_node_input_error(tmp_path: Path) -> None:
+    with Node.open(tmp_path / "h") as node:
+        for text, where, _word in BAD_PROGRAMS:
+            with pytest.raises(NodeInputError, match=f"^x.dl:{where}:"):
+                node.load_program(text, "x.dl")
+        assert node.status()["program"] is False
+
+
+MIXED = (
+    PATH
+    + "node(X) :- edge(X, _).\nnode(Y) :- edge(_, Y).\n"
+    + "unreached(X, Y) :- node(X), node(Y), !path(X, Y).\n"
+    + "fanout(X, N) :- node(X), N := count : edge(X, _).\n"
+)
+
+
+def test_epochs_run_incrementally_and_match_the_batch_evaluator(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    batch = Program.parse(MIXED)
+    with Node.open(tmp_path / "h") as node:
+        node.load_program(MIXED, "mixed.dl")
+        node.run_epoch()
+        assert node.engine.mode == "incremental"
+        stored: set[tuple[int, int]] = set()
+        for _ in range(25):
+            adds = {(rng.randrange(6), rng.randrange(6)) for _ in range(rng.randrange(4))}
+            dels = set(rng.sample(sorted(stored), min(len(stored), rng.randrange(3))))
+            node.write([("edge", e) for e in adds], [("edge", e) for e in dels - adds])
+            stored = (stored - dels) | adds
+            node.run_epoch()
+            expected = batch.evaluate({"edge": stored})
+            for rel in ("path", "node", "unreached", "fanout"):
+                assert node.relation(rel) == set(expected.get(rel, set())), rel
+
+
+def test_live_query_deltas_are_the_engine_output_deltas(tmp_path: Path) -> None:
+    with Node.open(tmp_path / "h") as node:
+        node.load_program(PATH, "path.dl")
+        node.run_epoch()
+        engine_deltas: list[tuple[int, set, set]] = []
+        live: list[tuple[int, set, set]] = []
+
+        def sink(epoch: int, changes: list) -> None:
+            plus = {f.args for f, w in changes if f.rel == "path" and w > 0}
+            minus = {f.args for f, w in changes if f.rel == "path" and w < 0}
+            if plus or minus:
+                engine_deltas.append((epoch, plus, minus))
+
+        node.add_sink(sink)
+        node.subscribe("path(X, Y)", lambda ev, a, r: live.append((node.epoch, set(a), set(r))))
+        steps = [
+            (["edge(1, 2).", "edge(2, 3)."], []),
+            (["edge(3, 4)."], []),
+            ([], ["edge(2, 3)."]),  # one retraction removes four paths at once
+            (["edge(2, 3)."], ["edge(1, 2)."]),
+        ]
+        for adds, dels in steps:
+            node.write(adds, dels)
+            node.run_epoch()
+        assert live[0][1:] == (set(), set())  # the initial (empty) answer
+        assert live[1:] == engine_deltas
+        assert engine_deltas[2][2] == {(1, 3), (1, 4), (2, 3), (2, 4)}
+        assert node.relation("path") == {(2, 3), (2, 4), (3, 4)}
+
+
+def test_batch_fallback_when_the_incremental_compiler_rejects(tmp_path: Path, caplog) -> None:
+    text = "self(C) :- C := edge(C, _).\nsrc(X) :- edge(X, _).\n"
+    with Node.open(tmp_path / "h") as node:
+        node.assert_("edge(1, 2).", "edge(5, 6).")
+        with caplog.at_level(logging.WARNING, logger="merklog.node.programs"):
+            node.load_program(text, "fallback.dl")
+        assert "falling back" in caplog.text and "fallback.dl" in caplog.text
+        node.run_epoch()
+        assert node.status()["engine"] == "batch"
+        assert node.relation("src") == {(1,), (5,)}
+        node.retract("edge(1, 2).")
+        node.run_epoch()
+        assert node.relation("src") == {(5,)}
