@@ -63,8 +63,10 @@ class SyncClient:
         max_body: int = 256 << 20,
         max_block: int = (1 << 20) + 4096,
         metrics: Metrics | None = None,
+        compress: bool = True,
     ) -> None:
         self.identity = identity
+        self.compress = compress
         self._session = session
         self._own_session = session is None
         self.timeout = aiohttp.ClientTimeout(total=timeout)
@@ -218,7 +220,11 @@ class SyncClient:
         stats.deltas_pushed += len(deltas)
         try:
             async with self.session.post(
-                url.rstrip("/") + path, data=spooled.file, headers=headers, timeout=self.timeout
+                url.rstrip("/") + path,
+                data=spooled.file,
+                headers=headers,
+                timeout=self.timeout,
+                compress="deflate" if self.compress and spooled.size > 1024 else None,
             ) as resp:
                 if resp.status != 200:
                     raise await self._error(resp)

@@ -48,6 +48,9 @@ class Limits:
     read_timeout: float = 60.0
     clock_skew: float = 300.0
     max_summary: int = 1_000_000
+    #: Compress sync responses (deflate/gzip when the caller accepts it): the CIDs in a CAR
+    #: are incompressible but fact and delta structure is not.
+    compress: bool = True
 
 
 ReplicaLookup = Mapping[Link, Replica] | Callable[[Link], Replica | None]
@@ -165,6 +168,8 @@ class SyncService:
         resp = web.StreamResponse(
             headers={"Content-Type": CAR_TYPE, "X-Merklog-Deltas": str(len(deltas))}
         )
+        if self.limits.compress and deltas:
+            resp.enable_compression()  # only if the caller sent Accept-Encoding
         await resp.prepare(request)
         sent = len(car_header(roots))
         await resp.write(car_header(roots))
