@@ -147,6 +147,10 @@ class SyncClient:
         stats, _ = await self._pull(url, replica)
         return stats
 
+    async def pull_heads(self, url: str, replica: Replica) -> tuple[SyncStats, list[Link]]:
+        """``pull`` that also returns the peer's heads as of the response (for a ``push``)."""
+        return await self._pull(url, replica)
+
     async def _pull(self, url: str, replica: Replica) -> tuple[SyncStats, list[Link]]:
         stats = SyncStats()
         path = f"/v1/datasets/{replica.dataset}/sync"

@@ -172,3 +172,20 @@ async def test_offline_peer_reconnects(peers):
     assert ra.heads() == rb.heads()
     assert ra.visible_cids() == rb.visible_cids()
     assert len(ra.visible_cids()) == 34
+
+
+async def test_long_divergence_uses_larger_summary_not_per_level_round_trips(peers):
+    a, b = await peers(2)
+    ra = a.add(Replica.create(a.conn, a.blocks, a.identity, "div", [b.identity.public_key]))
+    ra.assert_facts(facts("base", 5))
+    async with SyncClient(b.identity) as client:
+        rb, _ = await client.clone(a.url, ra.dataset, b.conn, b.blocks)
+        for i in range(100):  # 100 local deltas: more than the first 32-delta summary window
+            rb.assert_facts([make_fact("local", [i])])
+        ra.assert_facts(facts("remote", 3))
+        stats = await client.sync(a.url, rb)
+    # 409 need_summary, retry with an 8x window, then one push: 3 round trips, not 100.
+    assert stats.round_trips == 3
+    assert stats.deltas_received == 1 and stats.deltas_pushed == 100
+    assert ra.heads() == rb.heads() and ra.visible_cids() == rb.visible_cids()
+    assert a.metrics["rejected.need_summary"] == 1
