@@ -131,6 +131,7 @@ def fact_block_reference(fact: Fact) -> bytes:
 
 
 _encode_dag_cbor = libipld.encode_dag_cbor
+_decode_dag_cbor = libipld.decode_dag_cbor
 _sha256 = hashlib.sha256
 _DAG_CBOR_SHA256 = bytes([0x01, 0x71, 0x12, 0x20])  # CIDv1, dag-cbor, sha2-256, 32 bytes
 #: Argument types libipld cannot encode unambiguously on its own (see fact_block).
@@ -183,7 +184,28 @@ def encode_facts(facts: Iterable[Fact]) -> list[tuple[Link, bytes]]:
 
 
 def decode_fact(data: bytes) -> Fact:
-    """Decode and validate a fact block."""
+    """Decode and validate a fact block.
+
+    Fast path: libipld decodes, which is exact unless an argument is a byte string
+    (libipld returns links as bytes too); the result is accepted only if it
+    re-encodes to exactly ``data``. Everything else takes the reference decoder.
+    """
+    try:
+        obj = _decode_dag_cbor(data)
+    except Exception:  # malformed for libipld: let the reference decoder say why
+        obj = None
+    if type(obj) is dict and type(obj.get("args")) is list and bytes not in map(type, obj["args"]):
+        try:
+            fact = make_fact(obj["rel"], obj["args"])
+        except (InvalidValue, KeyError):
+            pass
+        else:
+            if len(obj) == 2 and fact_block(fact) == data:
+                return fact
+    return _decode_fact_reference(data)
+
+
+def _decode_fact_reference(data: bytes) -> Fact:
     obj = decode(data)
     if not isinstance(obj, dict) or set(obj) != {"rel", "args"}:
         raise InvalidBlock("a fact block is a map with exactly the keys 'rel' and 'args'")

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merklog.store import (
+    InvalidBlock,
     InvalidValue,
     Link,
     decode_fact,
@@ -39,7 +40,9 @@ def test_fast_codec_is_byte_identical_to_reference(rel, args):
     assert fact_block(fact) == fact_block_reference(fact)
     cid, data = encode_fact(fact)
     assert cid.verifies(data)
-    assert decode_fact(data) == fact
+    back = decode_fact(data)
+    assert back == fact
+    assert [type(v) for v in back.args] == [type(v) for v in fact.args]
 
 
 @pytest.mark.parametrize(
@@ -99,3 +102,27 @@ def test_rejects_bad_values(bad, message):
 def test_rejects_bad_relation_names(rel):
     with pytest.raises(InvalidValue):
         make_fact(rel, [])
+
+
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        (b"\xa1crelae", "exactly the keys"),  # {"rel": "e"}
+        (b"\xa2crelaedargs\x01", "must be a list"),  # args: 1
+        (b"\xa2crel\x01dargs\x80", "invalid value"),  # rel: 1
+        (b"\xa2crelaedargs\x81\xf6", "invalid value"),  # args: [null]
+        (b"\xa3axa\x00crelaedargs\x80", "exactly the keys"),  # an extra key
+        (b"\xa3crelaedargs\x80axa\x00", "canonical order"),  # keys out of order
+        (b"\xa2dargs\x80crelae", "canonical order"),  # a fact, but not canonical
+        (b"\xff", "malformed"),
+    ],
+)
+def test_decode_fact_rejects_bad_blocks(block, message):
+    with pytest.raises(InvalidBlock, match=message):
+        decode_fact(block)
+
+
+def test_decode_fact_fast_path_keeps_bool_and_float_types():
+    fact = make_fact("r", [True, 1, 1.0, "1"])
+    back = decode_fact(fact_block(fact))
+    assert [type(v) for v in back.args] == [bool, int, float, str]
