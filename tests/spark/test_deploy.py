@@ -1,0 +1,48 @@
+"""deploy/ cannot run here (no Docker engine): check what can be checked statically."""
+
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+
+def test_compose_file_is_consistent():
+    doc = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = doc["services"]
+    assert {"peer-a", "peer-b", "peer-c", "ipfs", "spark-master", "spark-worker"} <= set(services)
+    for name, svc in services.items():
+        for dep in svc.get("depends_on", {}):
+            assert dep in services, f"{name} depends on unknown {dep}"
+        for vol in svc.get("volumes", []):
+            source = vol.split(":", 1)[0]
+            assert source in doc["volumes"], f"{name} mounts undeclared volume {source}"
+        for port in svc.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+    build = services["peer-a"]["build"]
+    assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == DEPLOY / "Dockerfile"
+    assert "spark://spark-master:7077" in " ".join(services["spark-job"]["command"])
+
+
+def test_dockerfile_copies_existing_paths_and_runs_the_cli():
+    text = (DEPLOY / "Dockerfile").read_text()
+    for line in re.findall(r"^COPY (.+)$", text, re.M):
+        *sources, _dest = line.split()
+        for src in sources:
+            assert (ROOT / src).exists(), f"COPY source {src} missing"
+    assert 'ENTRYPOINT ["/usr/bin/tini", "--", "merklog"]' in text
+    assert re.search(r"^USER \d+:\d+$", text, re.M)
+
+
+def test_systemd_unit_sections():
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str
+    unit.read_string((DEPLOY / "merklog.service").read_text())
+    assert unit["Service"]["ExecStart"].endswith("merklog node run")
+    assert unit["Service"]["User"] == "merklog"
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
