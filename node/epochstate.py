@@ -2,7 +2,9 @@
 
 One row in the store's SQLite file holds the last committed epoch number, the
 digest of the program that ran it, and the ``@next`` tuples it derived (true at
-the following epoch), as one DAG-CBOR value. The node writes it in the same
+the following epoch) and the ``@async`` tuples already queued while their rule
+body keeps holding (so a restart, which re-derives everything, does not send
+them again), as one DAG-CBOR value. The node writes it in the same
 transaction that acknowledges the epoch's inbox messages and queues its
 ``@async`` outbox, so after ``kill -9`` the node resumes from exactly one
 committed epoch: the stored facts come back from the replica's visible set, the
@@ -13,9 +15,8 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any
 
-from merklog.store import decode, encode
+from merklog.store import Fact, decode, encode
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS node_epoch (id INTEGER PRIMARY KEY CHECK (id = 1), data BLOB)"
 
@@ -27,16 +28,20 @@ class EpochState:
     epoch: int = 0
     program: str = ""
     next: dict[str, set[tuple]] = field(default_factory=dict)
+    #: ``@async`` tuples already queued whose body still held: not re-sent after a restart.
+    sent: set[Fact] = field(default_factory=set)
 
     def encode(self) -> bytes:
         rels = {rel: sorted([list(r) for r in rows], key=repr) for rel, rows in self.next.items()}
-        return encode({"epoch": self.epoch, "program": self.program, "next": rels})
+        sent = sorted([[f.rel, list(f.args)] for f in self.sent], key=repr)
+        return encode({"epoch": self.epoch, "program": self.program, "next": rels, "sent": sent})
 
     @classmethod
     def decode(cls, data: bytes) -> EpochState:
         obj = decode(data)
         nxt = {rel: {tuple(r) for r in rows} for rel, rows in obj["next"].items()}
-        return cls(int(obj["epoch"]), str(obj["program"]), nxt)
+        sent = {Fact(rel, tuple(args)) for rel, args in obj.get("sent", [])}
+        return cls(int(obj["epoch"]), str(obj["program"]), nxt, sent)
 
 
 def ensure(conn: sqlite3.Connection) -> None:
@@ -57,8 +62,3 @@ def save(conn: sqlite3.Connection, state: EpochState) -> None:
         " ON CONFLICT(id) DO UPDATE SET data = excluded.data",
         (state.encode(),),
     )
-
-
-def same_next(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Equal carry-over, ignoring empty relations."""
-    return {k: v for k, v in a.items() if v} == {k: v for k, v in b.items() if v}

@@ -143,7 +143,9 @@ class Node:
         program_path = config.path("node.program")
         if program_path is not None and program_path.exists():
             self.load_program(program_path.read_text(), source=str(program_path))
-        self._carry = self._state.next if self._state.program == self.engine.digest else {}
+        same = self._state.program == self.engine.digest
+        self._carry = self._state.next if same else {}
+        self._sent: set[Fact] = self._state.sent if same else set()
         self.run_epoch()
 
     # ------------------------------------------------------------------ lifecycle
@@ -380,6 +382,7 @@ class Node:
             self.engine = engine
             self.program_text = text
             self._carry = {}
+            self._sent = set()
             self._reload = True
         self.wake()
 
@@ -427,16 +430,19 @@ class Node:
                 events.setdefault(fact.rel, set()).add(fact.args)
             deltas, outbox = self.engine.step(inserts, deletes, events)
             nxt = self.engine.next_tuples()
-            active = bool(changes or messages or outbox or reload or events)
-            if active or not epochstate.same_next(nxt, self._state.next):
-                state = epochstate.EpochState(epoch, self.engine.digest, nxt)
-                with wiring.transaction(self.store):
-                    epochstate.save(wiring.store_conn(self.store), state)
-                    if messages:
-                        wiring.ack_messages(self.inbox, [cid for cid, _ in messages])
-                    if outbox:
-                        wiring.queue_messages(self.outbox, outbox)
-                self._state = state
+            # Send each @async tuple once while its body keeps holding (also across restarts).
+            outbox = [(dest, fact) for dest, fact in outbox if fact not in self._sent]
+            live = self.engine.async_live()
+            # Every epoch commits atomically: its number, carry-over, inbox acks, outbox.
+            state = epochstate.EpochState(epoch, self.engine.digest, nxt, live)
+            with wiring.transaction(self.store):
+                epochstate.save(wiring.store_conn(self.store), state)
+                if messages:
+                    wiring.ack_messages(self.inbox, [cid for cid, _ in messages])
+                if outbox:
+                    wiring.queue_messages(self.outbox, outbox)
+            self._state = state
+            self._sent = live
             self.epoch = epoch
             if outbox:
                 self.metrics.async_messages.labels("queued").inc(len(outbox))

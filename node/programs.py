@@ -53,6 +53,7 @@ class _BatchFallback:
             self.base.setdefault(rel, set()).add(tuple(row))
         self.current: dict[str, set[Row]] = {}
         self.next: dict[str, set[Row]] = {}
+        self.live: set[Fact] = set()
 
     def step(
         self,
@@ -79,6 +80,7 @@ class _BatchFallback:
                 deltas[rel] = d
         self.current = {rel: rows for rel, rows in new.items() if rows}
         self.next = {rel: set(rows) for rel, rows in result.next_tuples.items() if rows}
+        self.live = {fact for _dest, fact in result.outbox}
         return deltas, list(result.outbox)
 
     def relation(self, rel: str) -> set[Row]:
@@ -90,6 +92,9 @@ class _BatchFallback:
     def next_tuples(self) -> dict[str, set[Row]]:
         return {rel: set(rows) for rel, rows in self.next.items()}
 
+    def async_live(self) -> set[Fact]:
+        return set(self.live)
+
 
 class _Incremental:
     """The incremental engine behind the runner's interface."""
@@ -98,6 +103,7 @@ class _Incremental:
         from merklog.engine.incremental import IncrementalEngine
 
         self.engine = IncrementalEngine(checked)
+        self.async_heads = sorted({r.head.rel for r in checked.program.rules if r.time == "async"})
 
     def step(
         self,
@@ -118,6 +124,11 @@ class _Incremental:
     def next_tuples(self) -> dict[str, set[Row]]:
         last = self.engine.last
         return last.next_tuples if last is not None else {}
+
+    def async_live(self) -> set[Fact]:
+        return {
+            Fact(rel, row) for rel in self.async_heads for row in self.engine.async_relation(rel)
+        }
 
 
 class ProgramRunner:
@@ -158,6 +169,10 @@ class ProgramRunner:
         """One epoch: apply base changes (deletes first) and this epoch's events; return
         ``({relation: {row: +1 | -1}}, [(destination, @async Fact), …])``."""
         return self._impl.step(inserts, deletes, events)
+
+    def async_live(self) -> set[Fact]:
+        """``@async`` tuples whose rule body holds now (each is sent once per episode)."""
+        return self._impl.async_live()
 
     def relation(self, rel: str) -> set[Row]:
         """Current tuples of ``rel``: stored, event, ``@next`` and derived alike."""

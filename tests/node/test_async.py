@@ -1,0 +1,118 @@
+"""``@async`` delivery between two real nodes on 127.0.0.1, and epoch state across restarts.
+
+A's program sends ``ping(@P, X)`` to every peer P it knows; the tuple goes to A's
+persisted outbox, is POSTed (signed) to B's ``/v1/inbox`` with retries until B
+acknowledges, and becomes input of a later epoch at B, whose ``@next`` rule keeps
+it. B starts only after A queued the first message (retries), and B is killed
+with SIGKILL and restarted: its ``@next`` state resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+from pathlib import Path
+
+from conftest import Cli
+
+SENDER = "ping(@P, X)@async :- peer(P), want(X).\n"
+FAST = {"MERKLOG_NODE_OUTBOX_INTERVAL": "0.1"}
+RECEIVER = "got(P, X) :- ping(P, X).\ngot(P, X)@next :- got(P, X).\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _until(fn, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def _rows(node, q: str) -> list:
+    status, body = node.request("GET", "/v1/query?q=" + q.replace(" ", "%20"))
+    assert status == 200, body
+    return body["rows"]
+
+
+def test_async_tuples_reach_the_peer_with_retries_and_survive_restarts(
+    tmp_path: Path, node_factory
+) -> None:
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    b("init")
+    (tmp_path / "sender.dl").write_text(SENDER)
+    (tmp_path / "receiver.dl").write_text(RECEIVER)
+    a("load", str(tmp_path / "sender.dl"))
+    b("load", str(tmp_path / "receiver.dl"))
+    port_b = _free_port()
+    key_b = json.loads(b("status", "--json").output)["key"]
+    na = node_factory(a.home, env=FAST).start()
+    a("peers", "add", "b", f"http://127.0.0.1:{port_b}", "--key", key_b)
+    key_a = json.loads(a("status", "--json").output)["key"]
+    b("peers", "add", "a", na.url, "--key", key_a)
+
+    # B is down: the message waits in A's outbox and delivery attempts fail.
+    a("put", 'peer("b").', "want(1).")
+    _, st = na.request("GET", "/v1/status")
+    assert st["outbox_pending"] == 1
+    assert _until(
+        lambda: (
+            'merklog_async_messages_total{event="failed"}'
+            in na.request("GET", "/metrics")[1].decode()
+        )
+    )
+
+    nb = node_factory(b.home, "--port", str(port_b)).start()
+    assert _until(lambda: _rows(nb, "got(P, X)")) == [["b", 1]]
+    assert _until(lambda: na.request("GET", "/v1/status")[1]["outbox_pending"] == 0)
+
+    a("put", "want(2).")
+    assert _until(lambda: len(_rows(nb, "got(P, X)")) == 2)
+    assert _rows(nb, "got(P, X)") == [["b", 1], ["b", 2]]
+    _, metrics = nb.request("GET", "/metrics")
+    assert 'merklog_async_messages_total{event="received"} 2.0' in metrics.decode()
+
+    # kill -9 B: got/2 lives only in B's @next carry-over, which must resume.
+    _, before = nb.request("GET", "/v1/status")
+    nb.stop(signal.SIGKILL)
+    nb = node_factory(b.home, "--port", str(port_b)).start()
+    assert _rows(nb, "got(P, X)") == [["b", 1], ["b", 2]]
+    _, after = nb.request("GET", "/v1/status")
+    assert after["epoch"] > before["epoch"]  # the epoch count resumes, it does not restart
+
+    # Restarting A re-derives ping/2 but does not send it again (nothing new at B).
+    na.stop()
+    na = node_factory(a.home).start()
+    a("put", "want(3).")
+    assert _until(lambda: len(_rows(nb, "got(P, X)")) == 3)
+    time.sleep(0.5)
+    _, metrics = nb.request("GET", "/metrics")
+    assert 'merklog_async_messages_total{event="received"} 1.0' in metrics.decode()
+    assert _rows(nb, "got(P, X)") == [["b", 1], ["b", 2], ["b", 3]]
+
+
+def test_unknown_async_destination_stays_queued(tmp_path: Path, node_factory) -> None:
+    a = Cli(tmp_path / "a")
+    a("init")
+    (tmp_path / "s.dl").write_text(SENDER)
+    a("load", str(tmp_path / "s.dl"))
+    na = node_factory(a.home, env=FAST).start()
+    a("put", 'peer("nobody").', "want(1).")
+    _, st = na.request("GET", "/v1/status")
+    assert st["outbox_pending"] == 1
+    assert _until(
+        lambda: (
+            'merklog_async_messages_total{event="failed"}'
+            in na.request("GET", "/metrics")[1].decode()
+        )
+    )
+    assert na.request("GET", "/v1/status")[1]["outbox_pending"] == 1
