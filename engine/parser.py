@@ -407,7 +407,7 @@ class Parser:
         """``+ -`` over ``* / %`` over unary minus over primaries, left-associative."""
         toks = self.toks
         tok = toks[self.i]
-        nxt = toks[self.i + 1]
+        nxt = toks[self.i + 1] if self.i + 1 < len(toks) else tok
         # Fast path: a lone constant or variable followed by a separator.
         if nxt.kind == "OP" and (nxt.value == "," or nxt.value == ")"):
             if tok.kind in _LITERAL_KINDS:

@@ -176,3 +176,13 @@ def test_load_program_derives_and_bad_program_changes_nothing(
     assert (home / "config.toml").read_text() == before
     # The program stays installed across restarts (recorded in the config).
     assert json.loads(run("query", "--json", "path(2, X)").output)["rows"] == [[3], [4]]
+
+
+def test_truncated_query_gives_a_positioned_parse_error(run) -> None:
+    run("init")
+    run("put", "edge(1, 2).")
+    for text, where in (("edge(1,", "1:8"), ("edge(", "1:6"), ("edge(1, 2", "1:10")):
+        result = run("query", text, ok=False)
+        assert result.exit_code == 1
+        assert f"Error: {where}:" in result.output, result.output
+        assert "index out of range" not in result.output
