@@ -28,7 +28,7 @@ from .auth import sign_headers
 from .errors import CIDMismatchError, Forbidden, MalformedBlock
 from .identity import Identity
 from .schema import ensure_schema
-from .txn import conn_lock, transaction
+from .txn import conn_lock, require_autocommit, transaction
 
 MESSAGE_KEYS = {"kind", "from", "to", "rel", "args", "nonce"}
 MAX_MESSAGE_BYTES = 64 << 10
@@ -109,6 +109,7 @@ class Outbox:
         blockstore: Any = None,
         max_backoff: float = 60.0,
     ) -> None:
+        require_autocommit(conn)
         self.conn = conn
         self.identity = identity
         self.resolve = resolve
@@ -230,6 +231,7 @@ class Inbox:
         on_message: Callable[[Message], None] | None = None,
         blockstore: Any = None,
     ) -> None:
+        require_autocommit(conn)
         self.conn = conn
         self.on_message = on_message
         self.blockstore = blockstore

@@ -59,7 +59,7 @@ from .errors import (
 )
 from .identity import Identity
 from .schema import ensure_schema
-from .txn import conn_lock, connect, gc_paused, transaction
+from .txn import conn_lock, connect, gc_paused, require_autocommit, transaction
 
 #: Callback signature for visible-set changes: (+1 | -1, fact, fact CID).
 ChangeCallback = Callable[[int, Fact, Link], None]
@@ -160,6 +160,7 @@ class Replica:
         identity: Identity,
         genesis: Genesis,
     ) -> None:
+        require_autocommit(conn)
         self.conn = conn
         self.blockstore = blockstore
         self.identity = identity

@@ -32,6 +32,17 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return conn
 
 
+def require_autocommit(conn: sqlite3.Connection) -> None:
+    """Replication manages transactions itself (SAVEPOINT/RELEASE or the store's
+    ``transaction()``); a connection in Python's legacy implicit-BEGIN mode would keep
+    writes in a transaction nobody commits."""
+    if conn.isolation_level is not None:
+        raise ValueError(
+            "replication needs a SQLite connection in autocommit mode"
+            " (sqlite3.connect(..., isolation_level=None)); use merklog.replication.connect"
+        )
+
+
 def conn_lock(conn: sqlite3.Connection, blockstore: Any = None) -> threading.RLock:
     """The re-entrant lock serialising use of ``conn`` (the block store's own if it shares it)."""
     if blockstore is not None and getattr(blockstore, "conn", None) is conn:

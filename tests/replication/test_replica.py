@@ -185,3 +185,11 @@ def test_iter_log_rows():
     assert rows[2].key == seeded_identity(7).public_key.hex()
     assert rows[0].clock == 1 and rows[1].clock == 2 and rows[1].index == 0
     assert all(r.dataset == str(a.dataset) for r in rows)
+
+
+def test_legacy_transaction_mode_connection_is_refused():
+    import sqlite3
+
+    legacy = sqlite3.connect(":memory:")  # implicit BEGIN: writes would stay uncommitted
+    with pytest.raises(ValueError, match="autocommit"):
+        Replica.create(legacy, MemoryBlockStore(), Identity.generate(), "x")
