@@ -124,6 +124,7 @@ class Node:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_task: asyncio.Task | None = None
         self._delivery_task: asyncio.Task | None = None
+        self._sync_task: asyncio.Task | None = None
         self.url: str | None = None
         self._write_queue: list = []
         self._flushing = False
@@ -166,10 +167,10 @@ class Node:
 
     def close(self) -> None:
         """Stop the epoch loop (if any), close the store, release the home lock."""
-        for task in (self._loop_task, self._delivery_task):
+        for task in (self._loop_task, self._delivery_task, self._sync_task):
             if task is not None:
                 task.cancel()
-        self._loop_task = self._delivery_task = None
+        self._loop_task = self._delivery_task = self._sync_task = None
         self.store.close()
         if self._lock is not None:
             self._lock.release()
@@ -196,10 +197,14 @@ class Node:
         self._outbox_wake = asyncio.Event()
         self._loop_task = self._loop.create_task(self._epoch_loop())
         self._delivery_task = self._loop.create_task(self._delivery_loop())
+        if float(self.config.get("sync.interval")) > 0:
+            self._sync_task = self._loop.create_task(self._sync_loop())
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._loop_task, self._delivery_task) if t is not None]
-        self._loop_task = self._delivery_task = None
+        tasks = [
+            t for t in (self._loop_task, self._delivery_task, self._sync_task) if t is not None
+        ]
+        self._loop_task = self._delivery_task = self._sync_task = None
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -233,6 +238,21 @@ class Node:
                 if report.failed:
                     self.metrics.async_messages.labels("failed").inc(report.failed)
                     log.info("@async delivery: %s", "; ".join(report.errors[:3]))
+
+    async def _sync_loop(self) -> None:
+        """Every ``sync.interval`` seconds, sync with each peer in ``[peers]`` (re-read, so
+        ``merklog peers add`` takes effect); an unreachable peer is logged and retried."""
+        interval = float(self.config.get("sync.interval"))
+        while True:
+            await asyncio.sleep(interval)
+            for name, peer in sorted(Config.load(self.home).peers.items()):
+                url = peer.get("url") if isinstance(peer, dict) else peer
+                if not isinstance(url, str) or url.rstrip("/") == (self.url or ""):
+                    continue
+                try:
+                    await self.sync(url)
+                except Exception as exc:  # offline peer: try again next round
+                    log.info("automatic sync with %s (%s) failed: %s", name, url, exc)
 
     def _resolve_destination(self, dest: Any) -> str:
         """An ``@async`` head's first argument: a peer name from ``[peers]`` or a URL."""

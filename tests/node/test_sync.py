@@ -43,3 +43,24 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     assert _facts(b) == before
     _, metrics = nb.request("GET", "/metrics")
     assert "merklog_sync_bytes_total" in metrics.decode()
+
+
+def test_sync_interval_syncs_with_every_peer_automatically(tmp_path: Path, node_factory) -> None:
+    import time
+
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url)
+    nb = node_factory(b.home, env={"MERKLOG_SYNC_INTERVAL": "0.2"}).start()
+    a("peers", "add", "b", nb.url, "--writer")
+    b("peers", "add", "a", na.url)  # picked up by the running node's next round
+    a("put", "edge(1, 2).")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and "edge(1, 2)" not in _facts(b):
+        time.sleep(0.1)
+    assert "edge(1, 2)" in _facts(b)
+    b("put", "edge(7, 8).")
+    while time.monotonic() < deadline and "edge(7, 8)" not in _facts(a):
+        time.sleep(0.1)
+    assert "edge(7, 8)" in _facts(a)  # pushed by B's loop, A never ran sync
