@@ -63,7 +63,7 @@ def sqlite_store(tmp_path):
     store.close()
 
 
-@pytest.fixture(params=["memory", "sqlite", "ipfs"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("ipfs", marks=pytest.mark.ipfs)])
 def any_store(request):
     """Each block store kind in turn, fresh (the IPFS one shares the session daemon)."""
     if request.param == "memory":
