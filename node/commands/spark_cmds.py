@@ -181,7 +181,7 @@ def register(cli: click.Group) -> None:
     ) -> None:
         """Evaluate PROGRAM over the merged visible facts; write every output relation."""
         from merklog.engine.errors import EngineError
-        from merklog.engine.parser import parse_program
+        from merklog.engine.program import parse_text
         from merklog.node.spark.analyze import (
             evaluate,
             output_relations,
@@ -192,7 +192,7 @@ def register(cli: click.Group) -> None:
 
         text = program.read_text()
         try:
-            parsed = parse_program(text)
+            parsed = parse_text(text)
         except EngineError as exc:
             raise click.ClickException(f"{program}:{exc}") from None
         spark = _session(master, remote, confs)

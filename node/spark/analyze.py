@@ -558,10 +558,39 @@ def _check_supported(program: ast.Program) -> None:
 
 
 def strata_of(program: ast.Program) -> list[list[ast.Rule]]:
-    """The program's strata in dependency order (the engine's stratifier)."""
-    from merklog.engine.batch import local_strata
+    """Run the engine's static checks (line:column errors) and return its deductive strata
+    in dependency order (seed 000 §1.3.3, :mod:`merklog.engine.stratify`)."""
+    from merklog.engine.checks import check_program
 
-    return local_strata(program.rules)
+    checked = check_program(program)
+    if checked.int_bits != 64 and any(
+        isinstance(t, ast.BinOp | ast.Neg) for rule in program.rules for t in _rule_terms(rule)
+    ):
+        raise UnsupportedError.at(
+            program.rules[0].pos,
+            "analyze implements merklog's int64 arithmetic, not Soufflé's 32-bit numbers",
+            "run Soufflé programs with arithmetic on the local engine (merklog eval)",
+            construct="souffle-arithmetic",
+        )
+    return [list(s.rules) for s in checked.strata if not s.temporal]
+
+
+def _rule_terms(rule: ast.Rule) -> list[ast.Term]:
+    terms: list[ast.Term] = list(rule.head.args)
+
+    def walk(lits: tuple[ast.BodyLiteral, ...]) -> None:
+        for lit in lits:
+            if isinstance(lit, ast.Positive | ast.Negated):
+                terms.extend(lit.atom.args)
+            elif isinstance(lit, ast.Comparison):
+                terms.extend((lit.left, lit.right))
+            elif isinstance(lit, ast.Aggregate):
+                if lit.arg is not None:
+                    terms.append(lit.arg)
+                walk(lit.body)
+
+    walk(rule.body)
+    return terms
 
 
 def _cid_udf() -> Any:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from merklog.engine.batch import BatchEvaluator
-from merklog.engine.errors import UnsupportedError
+from merklog.engine.errors import RangeRestrictionError, UnsupportedError
 from merklog.engine.parser import parse_program
+from merklog.engine.program import Program
 from merklog.node.spark.analyze import (
     AnalyzeError,
     evaluate,
@@ -79,7 +79,7 @@ def merged(spark, tmp_path_factory):
 def test_analyze_equals_local_engine(spark, merged, name):
     spark_base, base = merged
     program = parse_program(PROGRAMS[name])
-    expected = BatchEvaluator(program.rules).evaluate(base)
+    expected = Program.parse(PROGRAMS[name]).evaluate(base)
     result = evaluate(spark, program, spark_base)
     for rel in output_relations(program):
         assert result.rows(rel) == set(expected[rel]), rel
@@ -92,14 +92,15 @@ def test_edge_cases_match_engine(spark):
         "n": {(9223372036854775807,), (-9223372036854775808,), (0,), (-7,), (3,)},
         "flag": {(True,), (1,)} - {(1,)},
     }
-    program = parse_program("""
+    text = """
         inc(X, Y) :- n(X), Y == X + 1.
         neg(X, Y) :- n(X), Y == -X.
         quo(X, Q, R) :- n(X), d(D), Q == X / D, R == X % D.
         same(X) :- n(X), flag(B), X == B.
         d(2). d(0). d(-1).
-    """)
-    expected = BatchEvaluator(program.rules).evaluate(dict(base, d={(2,), (0,), (-1,)}))
+    """
+    program = parse_program(text)
+    expected = Program.parse(text).evaluate(base)
     result = evaluate(spark, program, relations_from_rows(spark, base))
     for rel in ("inc", "neg", "quo", "same"):
         assert result.rows(rel) == set(expected.get(rel, set())), rel
@@ -133,5 +134,10 @@ def test_unsupported_constructs_fail_clearly(spark):
     with pytest.raises(UnsupportedError) as err:
         evaluate(spark, program, relations_from_rows(spark, {"q": {(1,)}, "peer": {("a",)}}))
     assert err.value.line == 2 and "@async" in str(err.value)
+    with pytest.raises(RangeRestrictionError) as err:
+        evaluate(
+            spark, parse_program("p(X, Y) :- q(X)."), relations_from_rows(spark, {"q": {(1,)}})
+        )
+    assert err.value.line == 1
     with pytest.raises(AnalyzeError, match="several value types"):
         relations_from_rows(spark, {"q": {(1,), ("one",)}})
