@@ -28,7 +28,7 @@ from .metrics import Metrics
 from .replica import ApplyResult, Replica
 from .wire import SPOOL_MEMORY, CarReader, spool_car
 
-INITIAL_WINDOW = 32
+INITIAL_WINDOW = 8
 FULL_WINDOW_AFTER = 1 << 16
 
 
@@ -154,7 +154,12 @@ class SyncClient:
     async def _pull(self, url: str, replica: Replica) -> tuple[SyncStats, list[Link]]:
         stats = SyncStats()
         path = f"/v1/datasets/{replica.dataset}/sync"
-        window: int | None = INITIAL_WINDOW
+        peer = url.rstrip("/")
+        # Size the summary so it covers what the peer lacked when we last saw it.
+        unsynced = await asyncio.to_thread(replica.unsynced_count, peer)
+        window: int | None = INITIAL_WINDOW + (unsynced or 0)
+        if window >= FULL_WINDOW_AFTER:
+            window = None
         while True:
             heads = await asyncio.to_thread(replica.heads)
             summary = await asyncio.to_thread(replica.summary, window)
@@ -193,6 +198,7 @@ class SyncClient:
                 result: ApplyResult = await asyncio.to_thread(replica.apply_blocks, counted, True)
             finally:
                 spool.close()
+            await asyncio.to_thread(replica.remember_peer_heads, peer, roots)
             stats.block_bytes_received += counted.bytes
             stats.deltas_received += result.accepted + result.duplicates
             stats.accepted += result.accepted
@@ -235,6 +241,12 @@ class SyncClient:
                 raw = await resp.read()
         finally:
             spooled.file.close()
+        try:
+            after = [Link.parse(h) for h in json.loads(raw)["heads"]]
+        except (ValueError, KeyError, TypeError):
+            after = []
+        if after:
+            await asyncio.to_thread(replica.remember_peer_heads, url.rstrip("/"), after)
         stats.bytes_received += len(raw)
         self.metrics["bytes_out"] += spooled.size
         self.metrics["deltas_out"] += len(deltas)

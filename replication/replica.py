@@ -651,6 +651,32 @@ class Replica:
 
     # ------------------------------------------------------------ sync support
 
+    def remember_peer_heads(self, peer: str, heads: Sequence[Link]) -> None:
+        """Record a peer's heads as last seen (sizes the next summary for that peer)."""
+        with self._lock, self._tx():
+            self.conn.execute(
+                "INSERT OR REPLACE INTO repl_peer VALUES (?, ?, ?)",
+                (self.ds, peer, b"".join(h.raw for h in sorted(heads))),
+            )
+
+    def peer_heads(self, peer: str) -> list[Link]:
+        """The heads last recorded for ``peer`` (empty if never synced)."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT heads FROM repl_peer WHERE ds = ? AND peer = ?", (self.ds, peer)
+            ).fetchone()
+        if row is None:
+            return []
+        raw = bytes(row[0])
+        return [fast_link(raw[i : i + 36]) for i in range(0, len(raw), 36)]
+
+    def unsynced_count(self, peer: str) -> int | None:
+        """How many of our deltas the peer lacked when last seen (None if never synced)."""
+        last = [h for h in self.peer_heads(peer) if self.has_delta(h)]
+        if not last:
+            return None
+        return len(self.missing_deltas(last))
+
     def summary(self, k: int | None = 32) -> Summary:
         """Reconciliation summary: heads + ``k`` newest deltas + their outside parents.
 

@@ -180,12 +180,23 @@ async def test_long_divergence_uses_larger_summary_not_per_level_round_trips(pee
     ra.assert_facts(facts("base", 5))
     async with SyncClient(b.identity) as client:
         rb, _ = await client.clone(a.url, ra.dataset, b.conn, b.blocks)
-        for i in range(100):  # 100 local deltas: more than the first 32-delta summary window
+        for i in range(100):  # 100 local deltas: more than the first 8-delta summary window
             rb.assert_facts([make_fact("local", [i])])
         ra.assert_facts(facts("remote", 3))
+        b.conn.execute("DELETE FROM repl_peer")  # forget what a had: no summary sizing hint
         stats = await client.sync(a.url, rb)
-    # 409 need_summary, retry with an 8x window, then one push: 3 round trips, not 100.
-    assert stats.round_trips == 3
+    # 409 need_summary (8), again (64), then a 512 window fits, then one push: 4 round
+    # trips for 100 unsynced deltas - logarithmic, not one per level.
+    assert stats.round_trips == 4
     assert stats.deltas_received == 1 and stats.deltas_pushed == 100
     assert ra.heads() == rb.heads() and ra.visible_cids() == rb.visible_cids()
-    assert a.metrics["rejected.need_summary"] == 1
+    assert a.metrics["rejected.need_summary"] == 2
+    # Next time the client remembers what the peer had and sizes the summary up front.
+    for i in range(70):
+        rb.assert_facts([make_fact("again", [i])])
+    ra.assert_facts(facts("remote2", 2))
+    async with SyncClient(b.identity) as client:
+        stats = await client.sync(a.url, rb)
+    assert stats.round_trips == 2
+    assert a.metrics["rejected.need_summary"] == 2
+    assert ra.heads() == rb.heads()
