@@ -219,7 +219,11 @@ def _scope(
     for agg in aggregates:
         outside: set[str] = set()
         for lit in lits:
-            if lit is not agg:
+            if isinstance(lit, Aggregate):
+                # another aggregate's body is its own scope; only its result is visible
+                if lit is not agg:
+                    outside.add(lit.result.name)
+            else:
                 outside.update(v.name for v in literal_vars(lit))
         inner_vars = {v.name for lit in agg.body for v in literal_vars(lit)}
         _check_aggregate(agg, inner_vars, outside, bound, rule, local_of)
@@ -330,6 +334,7 @@ def _unbound(v: Var, rule: Rule, local_of: dict[str, Aggregate], where: str) -> 
             f"a wildcard _ in {where} can never be bound",
             "name a variable bound by a positive body atom instead of _",
             variable=v.name,
+            wildcard=True,
         )
     raise RangeRestrictionError.at(
         v.pos,

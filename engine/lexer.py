@@ -11,7 +11,7 @@ Token kinds: ``INT FLOAT STRING BYTES CID`` (values already decoded), ``NAME``
 value = its text, with ``:−`` (U+2212) normalised to ``:-``) and ``EOF``.
 
 Comments: ``// …`` and ``/* … */`` everywhere; ``% …`` too, except that a ``%``
-directly after a term (a number, variable, string or ``)``) is the modulo
+directly after a term (a number, identifier, string or ``)``) is the modulo
 operator -- so write ``X % 2`` freely and start ``%`` comments after ``.`` or
 ``,`` or on their own line.
 """
@@ -64,7 +64,7 @@ _ESCAPES = {
 _ESCAPE_RE = re.compile(r"\\(u\{[0-9a-fA-F]{1,6}\}|u[0-9a-fA-F]{4}|.)")
 
 # Kinds after which a ``%`` is the modulo operator, not a comment.
-_TERM_END = frozenset({"INT", "FLOAT", "STRING", "VAR", "WILD", "BYTES", "CID"})
+_TERM_END = frozenset({"INT", "FLOAT", "STRING", "VAR", "NAME", "WILD", "BYTES", "CID"})
 
 
 @dataclass(slots=True)
