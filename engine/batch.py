@@ -44,11 +44,15 @@ class Rel:
     (``cols``) and materialises its tuple set only when something asks for it.
     """
 
-    __slots__ = ("_tuples", "cols", "indexes")
+    __slots__ = ("_tuples", "cols", "indexes", "distinct")
 
-    def __init__(self, tuples: Iterable[Row] = (), cols: list | None = None) -> None:
+    def __init__(
+        self, tuples: Iterable[Row] = (), cols: list | None = None, distinct: bool = True
+    ) -> None:
         self._tuples: set[Row] | None = None if cols is not None else set(tuples)
         self.cols = cols
+        # False for columns handed in by a caller: rows may repeat until made a set.
+        self.distinct = distinct
         self.indexes: dict[tuple[int, ...], dict[Any, list[Row]]] = {}
 
     @property
@@ -60,8 +64,16 @@ class Rel:
 
     def __len__(self) -> int:
         if self._tuples is None and self.cols:
-            return len(self.cols[0])
+            return len(self.cols[0])  # an upper bound until make_distinct()
         return len(self.tuples)
+
+    def make_distinct(self) -> None:
+        """Drop repeated rows of caller-given columns (a relation is a set)."""
+        if not self.distinct and self.cols:
+            from .columnar import distinct_columns
+
+            self.cols = distinct_columns(self.cols)
+        self.distinct = True
 
     def index(self, positions: tuple[int, ...]) -> dict[Any, list[Row]]:
         idx = self.indexes.get(positions)
@@ -75,6 +87,7 @@ class Rel:
         """Add tuples known not to be present yet, updating every index."""
         self.tuples.update(new)
         self.cols = None
+        self.distinct = True
         for positions, idx in self.indexes.items():
             _index_into(idx, positions, new)
 
@@ -105,15 +118,15 @@ EMPTY = Rel()
 def as_rel(rows: Any) -> Rel:
     """A fresh Rel from tuples, a Rel (arrays shared, never mutated) or a 2-D int array."""
     if isinstance(rows, Rel):
-        return Rel(cols=rows.cols) if rows.cols is not None else Rel(rows.tuples)
+        if rows.cols is not None:
+            return Rel(cols=rows.cols, distinct=rows.distinct)
+        return Rel(rows.tuples)
     if hasattr(rows, "ndim") and getattr(rows, "ndim", 0) == 2 and rows.shape[1] > 0:
         import numpy as np
 
-        from .columnar import distinct_columns
-
         arr = np.asarray(rows, dtype=np.int64)
         cols = [np.ascontiguousarray(arr[:, j]) for j in range(arr.shape[1])]
-        return Rel(cols=distinct_columns(cols))
+        return Rel(cols=cols, distinct=False)
     return Rel(tuple(r) for r in rows)
 
 
@@ -147,12 +160,18 @@ class Relations(Mapping[str, set]):
     def count(self, rel: str) -> int:
         """Number of tuples of ``rel`` (0 when absent), without materialising them."""
         r = self._rels.get(rel)
-        return 0 if r is None else len(r)
+        if r is None:
+            return 0
+        r.make_distinct()
+        return len(r)
 
     def columns(self, rel: str) -> list | None:
         """``rel`` as int64 numpy columns when the columnar executor produced it, else None."""
         r = self._rels.get(rel)
-        return None if r is None else r.cols
+        if r is None:
+            return None
+        r.make_distinct()
+        return r.cols
 
     def sorted(self, rel: str) -> list[Row]:
         """The tuples of ``rel`` in a deterministic order (empty when absent)."""

@@ -145,13 +145,21 @@ class SortedIndex:
         keys = self.packer.pack(keycols)
         span = 1 << sum(self.packer.bits)
         self.dense = span <= max(DENSE_SLOTS, 8 * len(keys))
-        self.perm = np.argsort(keys, kind="stable")
+        self._perm: np.ndarray | None = None
+        self._unsorted = keys
         if self.dense:
             counts = np.bincount(keys, minlength=span)
             self.offsets = np.zeros(span + 1, dtype=I64)
             np.cumsum(counts, out=self.offsets[1:])
         else:
             self.keys = keys[self.perm]
+
+    @property
+    def perm(self) -> np.ndarray:
+        """Row numbers in key order (built on first use: membership tests never need it)."""
+        if self._perm is None:
+            self._perm = np.argsort(self._unsorted, kind="stable")
+        return self._perm
 
     def _ranges(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.dense:
@@ -635,20 +643,32 @@ def try_columnar(
                 return False
         base: dict[str, ColRel] = {}
         lows, highs = [], []
+        agg_reads = {
+            atom.rel
+            for r in rules
+            for lit in r.body
+            if isinstance(lit, ast.Aggregate)
+            for atom, _pol in ast.body_atoms(lit)
+        }
         for name in reads | heads:
             rel = ctx.full.get(name)
             if rel is None or len(rel) == 0:
                 continue
-            cols = rel_columns(rel)
-            base[name] = cols  # type: ignore[assignment]
-            for c in cols:
-                lows.append(int(c.min()))
-                highs.append(int(c.max()))
-        has_aggregates = False
+            if name in heads or name in agg_reads:
+                rel.make_distinct()  # counted or deduplicated against: must be a set
+            base[name] = rel_columns(rel)  # type: ignore[assignment]
+        has_aggregates = any(isinstance(lit, ast.Aggregate) for r in rules for lit in r.body)
+        recursive_any = any(
+            isinstance(lit, ast.Positive) and lit.atom.rel in heads for r in rules for lit in r.body
+        )
+        if recursive_any or not has_aggregates:  # the value range is needed
+            for cols in base.values():
+                for c in cols:  # type: ignore[union-attr]
+                    lows.append(int(c.min()))
+                    highs.append(int(c.max()))
         for r in rules:
             consts = [a for a in r.head.args if isinstance(a, ast.Const)]
             for lit in r.body:
-                has_aggregates |= isinstance(lit, ast.Aggregate)
                 for atom, _pol in ast.body_atoms(lit):
                     consts.extend(a for a in atom.args if isinstance(a, ast.Const))
                 if isinstance(lit, ast.Comparison):

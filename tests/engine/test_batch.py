@@ -233,3 +233,23 @@ def test_unschedulable_body_is_an_error() -> None:
     program = parse_program("r(X) :- X > 3.")
     with pytest.raises(EvaluationError):
         BatchEvaluator(program.rules).evaluate({})
+
+
+def test_numpy_inputs_are_sets_even_with_repeated_rows() -> None:
+    import numpy as np
+
+    from merklog.engine import Program
+
+    sales = np.array([[1, 10], [1, 10], [2, 10], [3, 20]] * 400, dtype=np.int64)
+    program = Program.parse(
+        "n(G, C) :- grp(G), C := count : sale(_, G).\ns(G, S) :- grp(G), S := sum I : sale(I, G)."
+    )
+    rels = program.evaluate({"sale": sales, "grp": np.array([[10], [20], [30]])})
+    assert rels["n"] == {(10, 2), (20, 1), (30, 0)}
+    assert rels["s"] == {(10, 3), (20, 3), (30, 0)}
+    assert rels.count("sale") == 3
+    assert rels["sale"] == {(1, 10), (2, 10), (3, 20)}
+    tuple_rels = Program.parse(
+        "n(G, C) :- grp(G), C := count : sale(_, G).", backend="tuple"
+    ).evaluate({"sale": [tuple(r) for r in sales.tolist()], "grp": [(10,), (20,), (30,)]})
+    assert tuple_rels["n"] == rels["n"]
