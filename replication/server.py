@@ -164,6 +164,14 @@ class SyncService:
         ):
             raise TooLarge("summary too large")
         deltas = await asyncio.to_thread(replica.missing_deltas, heads, summary)
+        present = await asyncio.to_thread(replica.blockstore.has_many, deltas)
+        if len(present) != len(deltas):
+            raise ReplicationError(
+                f"{len(deltas) - len(present)} of the {len(deltas)} deltas the caller lacks were"
+                " pruned here (covered by a snapshot); bootstrap from that snapshot first",
+                code="pruned",
+                status=409,
+            )
         roots = await asyncio.to_thread(replica.heads)
         resp = web.StreamResponse(
             headers={"Content-Type": CAR_TYPE, "X-Merklog-Deltas": str(len(deltas))}

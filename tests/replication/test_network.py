@@ -200,3 +200,18 @@ async def test_long_divergence_uses_larger_summary_not_per_level_round_trips(pee
     assert stats.round_trips == 2
     assert a.metrics["rejected.need_summary"] == 2
     assert ra.heads() == rb.heads()
+
+
+async def test_pruned_deltas_are_a_clean_409(peers):
+    a, b = await peers(2)
+    ra = a.add(Replica.create(a.conn, a.blocks, a.identity, "pruned", [b.identity.public_key]))
+    first = ra.assert_facts(facts("old", 3))
+    ra.assert_facts(facts("new", 3))
+    a.blocks.delete_many(first)  # as a snapshot prune would
+    async with SyncClient(b.identity) as client:
+        data = await client.genesis(a.url, ra.dataset)
+        rb = Replica.open(b.conn, b.blocks, b.identity, ra.dataset, data)
+        with pytest.raises(PeerError) as err:
+            await client.pull(a.url, rb)
+    assert err.value.code == "pruned" and err.value.status == 409
+    assert rb.delta_count() == 0
