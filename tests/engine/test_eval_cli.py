@@ -69,3 +69,43 @@ def test_facts_with_wrong_arity_fail_cleanly(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "edge" in result.output
     assert not out.exists()
+
+
+SOUFFLE = """
+.decl edge(x: symbol, y: symbol)
+.input edge
+.decl path(x: symbol, y: symbol)
+.output path
+.decl hops(x: symbol, n: number)
+.output hops
+.decl internal(x: symbol)
+path(x, y) :- edge(x, y).
+path(x, y) :- path(x, z), edge(z, y).
+internal(x) :- path(x, _).
+hops(x, n) :- internal(x), n = count : { path(x, _) }.
+"""
+
+
+def test_souffle_program_reads_inputs_and_writes_only_outputs(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", SOUFFLE)
+    # typed per .decl: "10" stays the symbol "10", not a number
+    write(tmp_path / "facts" / "edge.facts", "a\tb\nb\t10\n")
+    out = tmp_path / "out"
+    result = invoke(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["hops.csv", "path.csv"]
+    assert (out / "path.csv").read_text() == "a\t10\na\tb\nb\t10\n"
+    assert (out / "hops.csv").read_text() == "a\t2\nb\t1\n"
+
+
+def test_souffle_dialect_forced_and_unsupported_construct(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", ".decl a(x: number)\n.output a\na(1).\n")
+    out = tmp_path / "out"
+    result = invoke(str(prog), "--out", str(out), "--facts", str(tmp_path), "--dialect", "souffle")
+    assert result.exit_code == 0, result.output
+    assert (out / "a.csv").read_text() == "1\n"
+    bad = write(tmp_path / "bad.dl", ".decl a(x: number)\n.output a\na(x) :- x = @f(1).\n")
+    result = invoke(str(bad), "--out", str(tmp_path / "o2"), "--facts", str(tmp_path))
+    assert result.exit_code == 1
+    assert f"{bad}:3:" in result.output
+    assert not (tmp_path / "o2").exists()

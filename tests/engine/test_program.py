@@ -116,3 +116,11 @@ def test_sources_feed_a_persistent_edb_and_sinks_see_every_epoch() -> None:
     assert isinstance(source, Source) and isinstance(sink, Sink)
     program.run(count=3, sources=[source], sinks=[sink])
     assert seen == [{(1, 2)}, {(1, 2), (1, 3), (2, 3)}, {(2, 3)}]
+
+
+def test_souffle_dialect_is_detected_and_uses_32_bit_integers() -> None:
+    program = Program.parse(".decl n(x: number)\n.decl r(x: number)\nr(y) :- n(x), y = x + 1.\n")
+    assert program.dialect == "souffle"
+    assert program.int_bits == 32
+    assert program.evaluate({"n": [(2**31 - 1,), (5,)]})["r"] == {(-(2**31),), (6,)}
+    assert program.query("r(6)", facts={"n": [(5,)]}) == [()]
