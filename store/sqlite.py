@@ -33,6 +33,17 @@ from .link import Link
 
 SCHEMA_VERSION = 1
 
+# Per-connection (TEMP, never persisted): a view whose INSTEAD OF trigger stores a fact
+# block and its index row, so put_facts binds each fact once instead of twice.
+_INGEST = (
+    "CREATE TEMP VIEW IF NOT EXISTS fact_ingest (cid, data, rel) AS SELECT NULL, NULL, NULL",
+    """CREATE TEMP TRIGGER IF NOT EXISTS fact_ingest_insert INSTEAD OF INSERT ON fact_ingest
+    BEGIN
+        INSERT OR IGNORE INTO blocks (cid, data) VALUES (NEW.cid, NEW.data);
+        INSERT OR IGNORE INTO facts (rel, cid) VALUES (NEW.rel, NEW.cid);
+    END""",
+)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS store_meta (
     key TEXT PRIMARY KEY,
@@ -49,6 +60,8 @@ CREATE TABLE IF NOT EXISTS facts (
 ) WITHOUT ROWID;
 """
 
+#: Page size of new store files.
+PAGE_SIZE = 16384
 #: Rows fetched per page by the iterators: constant memory, lock not held between pages.
 PAGE = 10_000
 #: Parameters per ``IN (...)`` query (SQLite's default limit is far above this).
@@ -70,7 +83,18 @@ class SQLiteBlockStore(BlockStore):
             check_same_thread=False,
             timeout=busy_timeout,
         )
+        try:
+            self._open(cache_mb)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _open(self, cache_mb: int) -> None:
+        """Set the connection up and create (or check) the schema."""
         with self.lock:
+            # 16 KiB pages (new files only): ingest into the random-key B-trees costs ~20%
+            # less CPU than with 4 KiB pages (bench/ingest.py), reads are unaffected.
+            self.conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
             mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal" and self.path != ":memory:":
                 raise StoreError(f"{self.path}: SQLite refused WAL journal mode ({mode})")
@@ -78,9 +102,9 @@ class SQLiteBlockStore(BlockStore):
             # Page cache (allocated as used): bulk ingest into random-key B-trees needs it.
             self.conn.execute(f"PRAGMA cache_size={-1024 * int(cache_mb)}")
             self.conn.execute("PRAGMA temp_store=MEMORY")
-            # Checkpoint every ~40 MB of WAL rather than 4 MB: a page rewritten by several
+            # Checkpoint every ~40 MB of WAL rather than ~4 MB: a page rewritten by several
             # ingest batches is then copied back to the database once, not once per batch.
-            self.conn.execute("PRAGMA wal_autocheckpoint=10000")
+            self.conn.execute("PRAGMA wal_autocheckpoint=2500")
             with self.transaction():
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
@@ -98,6 +122,8 @@ class SQLiteBlockStore(BlockStore):
                         f"{self.path}: store schema version {row[0]} is newer than this "
                         f"merklog understands ({SCHEMA_VERSION})"
                     )
+                for statement in _INGEST:
+                    self.conn.execute(statement)
 
     # ------------------------------------------------------------ transactions
 
@@ -221,8 +247,7 @@ class SQLiteBlockStore(BlockStore):
             cids = [cid for cid, _ in encoded]
             if not cids:
                 return cids
-            # CID order turns random B-tree inserts into one in-order pass over the pages
-            # (the index rows follow the same order: within each relation it is key order).
+            # CID order turns random B-tree inserts into one in-order pass over the pages.
             rows = sorted(
                 [
                     (cid.raw, data, fact.rel)
@@ -230,11 +255,9 @@ class SQLiteBlockStore(BlockStore):
                 ],
                 key=_first,
             )
-            blocks = [(raw, data) for raw, data, _ in rows]
-            index = [(rel, raw) for raw, _, rel in rows]
         with self.transaction() as conn:
-            conn.executemany("INSERT OR IGNORE INTO blocks (cid, data) VALUES (?, ?)", blocks)
-            conn.executemany("INSERT OR IGNORE INTO facts (rel, cid) VALUES (?, ?)", index)
+            # One bound row per fact; the trigger writes block and index row inside SQLite.
+            conn.executemany("INSERT INTO temp.fact_ingest (cid, data, rel) VALUES (?, ?, ?)", rows)
         return cids
 
     def fact_cids(self, rel: str) -> Iterator[Link]:
