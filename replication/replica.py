@@ -361,10 +361,9 @@ class Replica:
             try:
                 with self._tx():
                     self._accept(delta, blocks)
-            except BaseException:
-                self._changes.clear()
-                raise
-        self._emit()
+            finally:
+                changes, self._changes = self._changes, {}
+        self._emit(changes)
         return delta.cid
 
     def _next_seq(self) -> int:
@@ -400,10 +399,10 @@ class Replica:
             try:
                 with self._tx():
                     self._apply_stream(blocks, result, verified)
-            except BaseException:
-                self._changes.clear()
-                raise
-        self._emit()
+            finally:
+                # Taken under the lock: another thread's uncommitted changes never leak here.
+                changes, self._changes = self._changes, {}
+        self._emit(changes)
         return result
 
     def _apply_stream(
@@ -637,8 +636,11 @@ class Replica:
             if fact is not None:
                 entry[1] = fact
 
-    def _emit(self) -> None:
-        changes, self._changes = self._changes, {}
+    def _emit(self, changes: dict[Link, list[Any]] | None = None) -> None:
+        """Notify subscribers of committed net changes (after the lock is released)."""
+        if changes is None:
+            with self._lock:
+                changes, self._changes = self._changes, {}
         if not self._subscribers:
             return
         for cid, (weight, fact) in changes.items():
