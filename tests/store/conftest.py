@@ -51,7 +51,8 @@ def ipfs_daemon(ipfs_daemon_handle) -> str:
 
 @pytest.fixture
 def ipfs_store(ipfs_daemon):
-    store = IPFSBlockStore(ipfs_daemon, timeout=2, probe_timeout=0.3)
+    # generous bounds: the CI machine may be loaded, and a slow answer must not read as "absent"
+    store = IPFSBlockStore(ipfs_daemon, timeout=5, probe_timeout=1.0)
     yield store
     store.close()
 
