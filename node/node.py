@@ -109,8 +109,10 @@ class Node:
         self.store = wiring.open_store(config)
         self.dataset = Link.parse(config.get("dataset.id"))
         self._mutex = threading.RLock()
-        # Held while a local delta commits, so all its visible changes reach one epoch.
-        self._intake = threading.RLock()
+        # Guards _pending. Changes made by one write or one applied batch of deltas are
+        # staged per thread and handed over together, so they reach the same epoch.
+        self._intake = threading.Lock()
+        self._staging = threading.local()
         self._pending: list[tuple[Fact, int]] = []
         self.replica = wiring.open_replica(
             self.store, self.dataset, self.identity, self._on_visible_change
@@ -296,9 +298,28 @@ class Node:
 
     # ------------------------------------------------------------------ writes
     def _on_visible_change(self, fact: Fact, weight: int) -> None:
+        staged = getattr(self._staging, "changes", None)
+        if staged is not None:
+            staged.append((fact, weight))
+            return
         with self._intake:
             self._pending.append((fact, weight))
         self.wake()  # replicated changes (sync push/pull) get an epoch promptly too
+
+    def atomically(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` (a replica write or apply) so that every visible change it makes
+        enters the same epoch."""
+        if getattr(self._staging, "changes", None) is not None:
+            return fn(*args)
+        self._staging.changes = staged = []
+        try:
+            return fn(*args)
+        finally:
+            self._staging.changes = None
+            if staged:
+                with self._intake:
+                    self._pending.extend(staged)
+                self.wake()
 
     def coerce_facts(self, facts: Iterable[FactLike]) -> list[Fact]:
         """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text."""
@@ -327,8 +348,7 @@ class Node:
             asserted=[(fact_cid(f), f) for f in add], retracted=[(fact_cid(f), f) for f in rem]
         )
         if add or rem:
-            with self._intake:
-                result.delta = wiring.replica_write(self.replica, add, rem)
+            result.delta = self.atomically(wiring.replica_write, self.replica, add, rem)
             if result.delta is not None:
                 self.metrics.deltas.inc()
             self.metrics.writes.inc(len(add) + len(rem))
@@ -560,7 +580,7 @@ class Node:
     # ------------------------------------------------------------------ sync and status
     async def sync(self, url: str, progress: Callable[[int, int], None] | None = None) -> dict:
         """Pull from and push to the peer at ``url``; new facts reach the next epoch."""
-        stats = await wiring.sync_with(self.replica, url, self.config, progress)
+        stats = await wiring.sync_with(self.served_replica, url, self.config, progress)
         self.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
         self.metrics.sync_bytes.labels("out").inc(stats.get("bytes_out", 0))
         self.metrics.deltas.inc(stats.get("deltas_in", 0))
@@ -618,7 +638,9 @@ class Node:
     def import_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
         """Verify and apply blocks (all or nothing); the next epoch sees the new facts."""
         genesis = self.dataset
-        result = wiring.apply_blocks(self.replica, ((c, d) for c, d in blocks if c != genesis))
+        result = self.atomically(
+            wiring.apply_blocks, self.replica, ((c, d) for c, d in blocks if c != genesis)
+        )
         self.metrics.deltas.inc(result.get("accepted", 0))
         self.wake()
         if self._loop_task is None:
@@ -637,6 +659,12 @@ class Node:
         cid = self.replica.grant(bytes.fromhex(key_hex))
         self.wake()
         return str(cid) if cid else None
+
+    @property
+    def served_replica(self) -> Any:
+        """The replica as handed to sync (server routes and client): applying a batch of
+        replicated deltas is one step for the epoch loop."""
+        return wiring.AtomicApply(self.replica, self.atomically)
 
     def heads(self) -> list[Link]:
         return wiring.replica_heads(self.replica)

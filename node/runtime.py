@@ -61,6 +61,21 @@ class HomeLock:
             raise HomeBusy(f"a merklog node is already running on {home}{where}")
         return lock
 
+    @classmethod
+    def acquire_for_node(cls, home: Path, timeout: float = 30.0) -> HomeLock:
+        """The lock for a node about to serve ``home``: HomeBusy if another node serves it,
+        but a one-shot CLI command holding the lock (no run file) is waited for."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            lock = cls.try_acquire(home)
+            if lock is not None:
+                return lock
+            if read_runfile(home) is not None or time.monotonic() > deadline:
+                return cls.acquire(home)  # raises HomeBusy naming the holder
+            time.sleep(0.05)
+
     def release(self) -> None:
         if self.fd >= 0:
             fcntl.flock(self.fd, fcntl.LOCK_UN)

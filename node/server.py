@@ -223,6 +223,8 @@ async def load_program(request: web.Request) -> web.Response:
     except _input_errors() as exc:
         node.metrics.rejected.inc()
         return error(400, "bad program", str(exc))
+    # Answer with the state the new program derives (its first epoch ran).
+    await asyncio.get_running_loop().run_in_executor(None, node.run_epoch)
     return web.json_response(node.status())
 
 

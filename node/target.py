@@ -19,7 +19,7 @@ from . import wiring
 from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config
 from .node import Node
-from .runtime import HomeLock, read_runfile
+from .runtime import HomeLock, read_runfile, remove_runfile
 
 
 class TargetError(RuntimeError):
@@ -138,11 +138,12 @@ def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator
     config = load_config(home, overrides)
     lock = HomeLock.try_acquire(home)
     if lock is None:
-        info = read_runfile(home)
+        info = _wait_for_runfile(home)
         if not info:
             raise TargetError(f"{home} is in use by another process that serves no HTTP API")
         yield RemoteTarget(NodeClient(info["url"], config.get("api.token")), config)
         return
+    remove_runfile(home)  # we hold the lock: a run file left by a killed node is stale
     try:
         node = Node(config, lock)
     except BaseException:
@@ -152,6 +153,19 @@ def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator
         yield LocalTarget(node)
     finally:
         node.close()
+
+
+def _wait_for_runfile(home: Path, timeout: float = 15.0) -> dict | None:
+    """The running node's pid/URL; a node that holds the lock but is still starting
+    (opening the store, first epoch) gets ``timeout`` seconds to start listening."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        info = read_runfile(home)
+        if info or time.monotonic() > deadline:
+            return info
+        time.sleep(0.05)
 
 
 def input_errors() -> tuple[type[BaseException], ...]:

@@ -196,6 +196,21 @@ def join_dataset(store: BlockStore, identity: Identity, dataset: Link, genesis: 
     return replica.dataset
 
 
+class AtomicApply:
+    """A replica whose ``apply_blocks`` runs through ``run(fn, *args)`` (the node uses it
+    to hand all visible changes of one applied batch to the same epoch)."""
+
+    def __init__(self, replica: Replica, run: Callable[..., Any]) -> None:
+        self._replica = replica
+        self._run = run
+
+    def apply_blocks(self, *args: Any, **kw: Any) -> Any:
+        return self._run(lambda: self._replica.apply_blocks(*args, **kw))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._replica, name)
+
+
 class _ConfigAllowList:
     """Peers allowed to sync: the keys in ``[peers]`` of config.toml, re-read when it changes
     (so ``merklog peers add`` takes effect on a running node)."""
@@ -382,7 +397,9 @@ def add_peer_routes(app: Any, node: Any) -> None:
     from merklog.replication.server import sync_routes
 
     routes, service = sync_routes(
-        {node.replica.dataset: node.replica}, _ConfigAllowList(node.config), inbox=node.inbox
+        {node.replica.dataset: node.served_replica},
+        _ConfigAllowList(node.config),
+        inbox=node.inbox,
     )
     app.add_routes(routes)
 

@@ -48,7 +48,7 @@ def register(cli: click.Group) -> None:
 
         from merklog.node.config import ConfigError
         from merklog.node.node import Node, init_home
-        from merklog.node.runtime import HomeBusy, HomeLock
+        from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile
         from merklog.node.server import serve
         from merklog.node.target import TargetError, input_errors, load_config
 
@@ -64,9 +64,10 @@ def register(cli: click.Group) -> None:
             if value is not None:
                 overrides[key] = value
         try:
-            lock = HomeLock.acquire(state.home)
+            lock = HomeLock.acquire_for_node(state.home)
         except HomeBusy as exc:
             raise click.ClickException(str(exc)) from None
+        remove_runfile(state.home)  # a node killed with -9 left its old URL behind
         try:
             if do_init:
                 init_home(state.home)

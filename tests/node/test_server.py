@@ -172,3 +172,33 @@ def test_sigterm_and_sigint_stop_cleanly(home: Path, node_factory) -> None:
         assert not (home / "node.json").exists()
     # The home is free again: a one-shot command opens it directly.
     assert "not running" in Cli(home)("status").output
+
+
+def test_cli_right_after_node_start_neither_races_nor_fails(home: Path, node_factory) -> None:
+    """``merklog node run &`` then a command at once: whichever takes the home lock first,
+    the command succeeds and the node comes up (it waits for a one-shot command's lock,
+    a command waits for a starting node to listen)."""
+    import subprocess
+
+    from conftest import PYTHON
+
+    run = Cli(home)
+    run("init")
+    for i in range(3):
+        node = node_factory(home)
+        starter = threading.Thread(target=node.start)
+        starter.start()
+        # (a few ms apart: sometimes the command wins the lock, sometimes the node)
+        time.sleep(0.02 * i)
+        out = subprocess.run(
+            [PYTHON, "-m", "merklog.node.cli", "--home", str(home), "put", f"n({i})."],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        starter.join(60)
+        assert node.url, "the node never came up"
+        _, q = node.request("GET", "/v1/query?q=n(X)")
+        assert q["rows"] == [[k] for k in range(i + 1)]
+        node.stop()
