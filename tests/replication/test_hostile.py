@@ -16,7 +16,8 @@ from aiohttp import ClientSession, web
 
 from merklog.replication.auth import AllowList, sign_headers
 from merklog.replication.blocks import Delta, build_delta, parse_delta
-from merklog.replication.errors import CycleError
+from merklog.replication.client import SyncClient
+from merklog.replication.errors import CycleError, Unauthorized
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
 from merklog.replication.server import SYNC_SERVICE, Limits, make_sync_app
@@ -323,3 +324,40 @@ async def test_unknown_dataset(node):
     other = Link.for_dag_cbor(b"\xa0nope")
     status, body = await post(node, f"/v1/datasets/{other}/sync", b'{"heads": []}')
     assert (status, body["error"]) == (404, "not_found")
+
+
+# ---------------------------------------------------------------- hostile server, client side
+
+
+async def test_client_rejects_a_hostile_sync_response(tmp_path):
+    """A peer answering /sync with a forged delta: the client applies nothing."""
+    owner = Identity.generate()
+    store = SQLiteBlockStore(tmp_path / "client.sqlite")
+    replica = Replica.create(store.conn, store, owner, "victim")
+    replica.assert_facts([make_fact("mine", [1])])
+    before = (replica.heads(), replica.visible_cids(), len(store))
+    forger = Identity.generate()  # not a writer
+    fact_cid, fact_data = encode_fact(make_fact("evil", [1]))
+    forged = build_delta(
+        forger, replica.dataset, 1, 2, replica.heads(), [{"op": "assert", "fact": fact_cid}]
+    )
+    body = b"".join(iter_car([forged.cid], [(fact_cid, fact_data), (forged.cid, forged.data)]))
+
+    async def sync(_request):
+        return web.Response(body=body, content_type="application/vnd.ipld.car")
+
+    app = web.Application()
+    app.router.add_post("/v1/datasets/{id}/sync", sync)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+        async with SyncClient(owner) as client:
+            with pytest.raises(Unauthorized):
+                await client.pull(url, replica)
+    finally:
+        await runner.cleanup()
+    assert (replica.heads(), replica.visible_cids(), len(store)) == before
+    store.close()
