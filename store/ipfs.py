@@ -142,17 +142,20 @@ class IPFSBlockStore(BlockStore):
                     yield link
 
     def delete_many(self, cids: Iterable[Link]) -> int:
+        """Unpin and remove blocks; ``block/rm`` answers at once, also for absent blocks."""
         removed = 0
         for cid in cids:
-            if not self.has(cid):
-                continue
             if self._pinned(cid):
                 self._call("pin/rm", self.client.pin.rm, str(cid), recursive=False)
             # ipfshttpclient 0.7 has no block.rm wrapper: call the HTTP API endpoint directly.
-            self._call(
+            answers = self._call(
                 "block/rm", self.client._client.request, "/block/rm", (str(cid),), decoder="json"
             )
-            removed += 1
+            errors = [a["Error"] for a in answers if isinstance(a, dict) and a.get("Error")]
+            if not errors:
+                removed += 1
+            elif not all("not found" in e for e in errors):
+                raise StoreError(f"IPFS block/rm {cid} failed at {self.addr}: {errors}")
         return removed
 
     def _pinned(self, cid: Link) -> list[Link]:
