@@ -12,6 +12,8 @@ core grammar itself stays strict.
 
 from __future__ import annotations
 
+import re
+
 from merklog.store import Fact, Value
 
 from .ast import (
@@ -509,9 +511,62 @@ def head_hint(tok: Token) -> str:
 # ---------------------------------------------------------------- public entry points
 
 
+_SIMPLE_VALUE = r'(?:-?\d{1,18}|"[^"\\\n]*")'
+_SIMPLE_FACT = re.compile(
+    rf"[ \t]*([a-z][A-Za-z0-9_]*)\([ \t]*"
+    rf"((?:{_SIMPLE_VALUE}[ \t]*,[ \t]*)*{_SIMPLE_VALUE})?[ \t]*\)[ \t]*\.[ \t]*"
+)
+_SIMPLE_ARG = re.compile(r'-?\d+|"[^"\\\n]*"')
+
+
+def _split_simple_facts(text: str) -> tuple[list[tuple[Pos, Fact]], str]:
+    """Fast path for bulk data: whole lines ``rel(int|"str", …).`` that start a clause
+    become facts without tokenising; they are blanked out of the text (line
+    numbers of everything else are unchanged). Programs with ``/*`` skip this."""
+    if "/*" in text:
+        return [], text
+    lines = text.split("\n")
+    facts: list[tuple[Pos, Fact]] = []
+    at_start = True
+    fullmatch = _SIMPLE_FACT.fullmatch
+    findall = _SIMPLE_ARG.findall
+    for i, line in enumerate(lines):
+        if at_start and "(" in line:
+            m = fullmatch(line)
+            if m is not None:
+                raw = m.group(2)
+                args: tuple[Value, ...] = ()
+                if raw:
+                    args = tuple(int(tok) if tok[0] != '"' else tok[1:-1] for tok in findall(raw))
+                col = len(line) - len(line.lstrip(" \t")) + 1
+                facts.append((Pos(i + 1, col), Fact(m.group(1), args)))
+                lines[i] = ""
+                continue
+        stripped = line.strip()
+        if not stripped or stripped[0] == "%" or stripped.startswith("//"):
+            continue
+        at_start = stripped.endswith(".") and not stripped.endswith("...")
+    if not facts:
+        return [], text
+    return facts, "\n".join(lines)
+
+
 def parse_program(text: str) -> Program:
     """Parse a whole merklog program (facts and rules)."""
-    return Parser(text).parse_program()
+    fast, rest = _split_simple_facts(text)
+    prog = Parser(rest).parse_program()
+    if not fast:
+        return prog
+    merged = sorted(
+        [*fast, *zip(prog.fact_positions, prog.facts, strict=True)],
+        key=lambda pf: (pf[0].line, pf[0].col),
+    )
+    return Program(
+        rules=prog.rules,
+        facts=tuple(f for _, f in merged),
+        dialect=prog.dialect,
+        fact_positions=tuple(p for p, _ in merged),
+    )
 
 
 def parse_query(text: str) -> Atom:

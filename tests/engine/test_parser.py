@@ -179,3 +179,31 @@ def test_parse_facts_rejects_rules_and_variables():
     assert (err.value.line, err.value.col) == (2, 1)
     with pytest.raises(ParseError):
         parse_facts("p(X) :- q(X).")
+
+
+def test_bulk_fact_fast_path_agrees_with_the_tokenizer():
+    from merklog.engine.parser import Parser
+
+    text = (
+        "% header\n"
+        "edge(1, 2).\n"
+        "p(X) :-\n"
+        "  q(X),\n"
+        "  edge(7, 8).\n"  # a body line that looks like a fact
+        '  name(3, "x, y").  % trailing comment\n'
+        "edge(-4, 5).\n"
+        "v(1.5).\n"
+        "big(123456789012345678901).\n"
+        "empty().\n"
+    )
+    with pytest.raises(ParseError) as err:
+        parse_program(text)
+    assert (err.value.line, err.value.col) == (9, 5)
+    text = text.replace("big(123456789012345678901).\n", "")
+    fast = parse_program(text)
+    slow = Parser(text).parse_program()
+    assert fast.facts == slow.facts
+    assert fast.fact_positions == slow.fact_positions
+    assert fast.rules == slow.rules
+    assert [f.rel for f in fast.facts] == ["edge", "name", "edge", "v", "empty"]
+    assert fast.rules[0].body[1].atom.args == (Const(7), Const(8))
