@@ -44,13 +44,19 @@ class Rel:
     (``cols``) and materialises its tuple set only when something asks for it.
     """
 
-    __slots__ = ("_tuples", "cols", "indexes", "distinct")
+    __slots__ = ("_tuples", "cols", "indexes", "distinct", "decoder")
 
     def __init__(
-        self, tuples: Iterable[Row] = (), cols: list | None = None, distinct: bool = True
+        self,
+        tuples: Iterable[Row] = (),
+        cols: list | None = None,
+        distinct: bool = True,
+        decoder: tuple[int, list] | None = None,
     ) -> None:
         self._tuples: set[Row] | None = None if cols is not None else set(tuples)
         self.cols = cols
+        # (base, values): ids <= base in ``cols`` stand for values[base - id].
+        self.decoder = decoder
         # False for columns handed in by a caller: rows may repeat until made a set.
         self.distinct = distinct
         self.indexes: dict[tuple[int, ...], dict[Any, list[Row]]] = {}
@@ -58,8 +64,9 @@ class Rel:
     @property
     def tuples(self) -> set[Row]:
         if self._tuples is None:
-            cols = self.cols or []
-            self._tuples = set(zip(*(c.tolist() for c in cols), strict=True)) if cols else set()
+            from .columnar import decode_columns
+
+            self._tuples = decode_columns(self.cols or [], self.decoder)
         return self._tuples
 
     def __len__(self) -> int:
@@ -87,6 +94,7 @@ class Rel:
         """Add tuples known not to be present yet, updating every index."""
         self.tuples.update(new)
         self.cols = None
+        self.decoder = None
         self.distinct = True
         for positions, idx in self.indexes.items():
             _index_into(idx, positions, new)
@@ -119,7 +127,7 @@ def as_rel(rows: Any) -> Rel:
     """A fresh Rel from tuples, a Rel (arrays shared, never mutated) or a 2-D int array."""
     if isinstance(rows, Rel):
         if rows.cols is not None:
-            return Rel(cols=rows.cols, distinct=rows.distinct)
+            return Rel(cols=rows.cols, distinct=rows.distinct, decoder=rows.decoder)
         return Rel(rows.tuples)
     if hasattr(rows, "ndim") and getattr(rows, "ndim", 0) == 2 and rows.shape[1] > 0:
         import numpy as np
@@ -166,9 +174,10 @@ class Relations(Mapping[str, set]):
         return len(r)
 
     def columns(self, rel: str) -> list | None:
-        """``rel`` as int64 numpy columns when the columnar executor produced it, else None."""
+        """``rel`` as int64 numpy columns when the columnar executor produced it from
+        integers only, else None."""
         r = self._rels.get(rel)
-        if r is None:
+        if r is None or r.decoder is not None:
             return None
         r.make_distinct()
         return r.cols
@@ -319,6 +328,7 @@ class Context:
     delta: dict[str, Rel] = field(default_factory=dict)
     cids: CidCache = field(default_factory=CidCache)
     agg_cache: dict[Any, dict[Any, Any]] = field(default_factory=dict)
+    encoder: Any = None  # the columnar executor's value dictionary, shared by strata
 
 
 class RuleCompiler:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from merklog.store import Link
+
 from . import ast
 
 if TYPE_CHECKING:
@@ -41,29 +43,103 @@ class Ineligible(Exception):
 
 
 def rel_columns(rel: Any) -> list[np.ndarray]:
-    """The int64 columns of a :class:`~merklog.engine.batch.Rel` (built and cached once)."""
-    if rel.cols is not None:
+    """The int64 columns of an integer-only :class:`~merklog.engine.batch.Rel` (cached)."""
+    if rel.cols is not None and rel.decoder is None:
         return rel.cols
-    tuples = rel.tuples
+    objects, _low = scan_values(rel.tuples)
+    if objects:
+        raise Ineligible("non-integer value")
+    cols = encode_rows(rel.tuples, None)
+    rel.cols = cols
+    return cols
+
+
+_ENCODABLE = (str, bytes, Link)
+
+
+def scan_values(tuples: set) -> tuple[set, int | None]:
+    """Check a tuple set is columnar-shaped: (its non-integer encodable values, least int)."""
     if not tuples:
         raise Ineligible("empty relation of unknown arity")
-    first = next(iter(tuples))
-    arity = len(first)
+    arity = len(next(iter(tuples)))
     if arity == 0:
         raise Ineligible("nullary relation")
+    objects: set = set()
+    low: int | None = None
     for t in tuples:
         if len(t) != arity:
             raise Ineligible("ragged relation")
         for v in t:
-            if type(v) is not int:
-                raise Ineligible("non-integer value")
-    try:
-        arr = np.array(list(tuples), dtype=I64)
-    except OverflowError as exc:  # pragma: no cover - ints are int64 by construction
-        raise Ineligible("integer out of range") from exc
-    cols = [np.ascontiguousarray(arr[:, j]) for j in range(arity)]
-    rel.cols = cols
-    return cols
+            kind = type(v)
+            if kind is int:
+                if low is None or v < low:
+                    low = v
+            elif kind in _ENCODABLE:
+                objects.add(v)
+            else:
+                raise Ineligible(f"{kind.__name__} value")
+    return objects, low
+
+
+def encode_rows(tuples: set, ids: dict | None) -> list[np.ndarray]:
+    """Tuples as int64 columns, non-integers replaced by their ``ids``."""
+    arity = len(next(iter(tuples)))
+    if ids:
+        get = ids.get
+        rows = [tuple(get(v, v) if type(v) is not int else v for v in t) for t in tuples]
+    else:
+        rows = list(tuples)
+    arr = np.array(rows, dtype=I64)
+    return [np.ascontiguousarray(arr[:, j]) for j in range(arity)]
+
+
+class Encoder:
+    """Dictionary encoding of a stratum's strings, bytes and CIDs as int64 ids.
+
+    Ids are allocated just below the smallest integer of the stratum, so they
+    never collide with an integer and keep the value range (hence packed keys)
+    compact. Only equality survives encoding, so strata holding such values may
+    compare with ``==``/``!=`` only and aggregate with ``count`` only.
+    """
+
+    def __init__(self, objects: set, int_lo: int) -> None:
+        self.base = int_lo - 1
+        self.values: list = []
+        self.ids: dict = {}
+        self.extend(objects)
+
+    def extend(self, objects: Iterable) -> None:
+        """Give ids to values not seen yet (existing ids never change)."""
+        new = [v for v in objects if v not in self.ids]
+        if self.base - len(self.values) - len(new) < -(2**63):
+            raise Ineligible("no room for value ids below the integers")
+        for v in new:
+            self.ids[v] = self.base - len(self.values)
+            self.values.append(v)
+
+    @property
+    def low(self) -> int:
+        return self.base - len(self.values) + 1
+
+    def const(self, value: Any) -> int:
+        if type(value) is int:
+            return value
+        got = self.ids.get(value) if type(value) in _ENCODABLE else None
+        if got is None:
+            raise Ineligible("constant outside the encoding")
+        return got
+
+    def decoder(self) -> tuple[int, list] | None:
+        return (self.base, self.values) if self.values else None
+
+
+def decode_columns(cols: list[np.ndarray], decoder: tuple[int, list] | None) -> set:
+    """Tuples of (possibly encoded) int64 columns."""
+    lists = [c.tolist() for c in cols]
+    if decoder is not None:
+        base, values = decoder
+        lists = [[values[base - x] if x <= base else x for x in col] for col in lists]
+    return set(zip(*lists, strict=True)) if lists else set()
 
 
 class Packer:
@@ -241,11 +317,11 @@ def _const(value: Any) -> int:
     return value
 
 
-def _term_array(term: ast.Term, b: Bindings) -> np.ndarray:
+def _term_array(term: ast.Term, b: Bindings, const: Any = _const) -> np.ndarray:
     if isinstance(term, ast.Var):
         return b.cols[term.name]
     if isinstance(term, ast.Const):
-        return np.full(b.n, _const(term.value), dtype=I64)
+        return np.full(b.n, const(term.value), dtype=I64)
     raise Ineligible("arithmetic")
 
 
@@ -262,9 +338,12 @@ _CMP = {
 class Executor:
     """Runs ordered rule bodies over bindings, reading ``full``/``delta`` ColRels."""
 
-    def __init__(self, full: dict[str, ColRel], delta: dict[str, ColRel]) -> None:
+    def __init__(
+        self, full: dict[str, ColRel], delta: dict[str, ColRel], const: Any = _const
+    ) -> None:
         self.full = full
         self.delta = delta
+        self.const = const
 
     def rel(self, name: str, use_delta: bool) -> ColRel | None:
         return (self.delta if use_delta else self.full).get(name)
@@ -310,7 +389,7 @@ class Executor:
                     binds.append((i, arg.name))
             else:
                 key_pos.append(i)
-                key_cols.append(_term_array(arg, b))
+                key_cols.append(_term_array(arg, b, self.const))
         if not key_pos and b.n == 1 and not b.cols:
             # First literal of a body: the bindings are the relation's columns.
             cols = rel.cols
@@ -354,7 +433,7 @@ class Executor:
                     raise Ineligible("unbound variable under negation")
                 continue
             key_pos.append(i)
-            key_cols.append(_term_array(arg, b))
+            key_cols.append(_term_array(arg, b, self.const))
         if not key_pos:
             return Bindings({k: v[:0] for k, v in b.cols.items()}, 0)
         found = rel.index(tuple(key_pos)).contains(key_cols)
@@ -365,12 +444,14 @@ class Executor:
         rnames = {v.name for v in ast.term_vars(lit.right)}
         bound = set(b.cols)
         if lnames <= bound and rnames <= bound:
-            mask = _CMP[lit.op](_term_array(lit.left, b), _term_array(lit.right, b))
+            mask = _CMP[lit.op](
+                _term_array(lit.left, b, self.const), _term_array(lit.right, b, self.const)
+            )
             return b.take(np.flatnonzero(mask))
         var, other = (lit.left, lit.right) if rnames <= bound else (lit.right, lit.left)
         assert isinstance(var, ast.Var)
         cols = dict(b.cols)
-        cols[var.name] = _term_array(other, b)
+        cols[var.name] = _term_array(other, b, self.const)
         return Bindings(cols, b.n)
 
     def aggregate(
@@ -385,7 +466,7 @@ class Executor:
             cols = unique_rows([inner.cols[v] for v in body_vars])
             inner = Bindings(dict(zip(body_vars, cols, strict=True)), len(cols[0]))
         if agg.arg is not None:
-            values = _term_array(agg.arg, inner) if inner.n else np.empty(0, I64)
+            values = _term_array(agg.arg, inner, self.const) if inner.n else np.empty(0, I64)
         func = agg.func
         if not groups:
             if func == "count":
@@ -491,8 +572,8 @@ def _exact_sum(values: np.ndarray) -> int:
 # ----------------------------------------------------------------------------- strata
 
 
-def _head_columns(rule: ast.Rule, b: Bindings) -> list[np.ndarray]:
-    return [_term_array(a, b) for a in rule.head.args]
+def _head_columns(rule: ast.Rule, b: Bindings, const: Any = _const) -> list[np.ndarray]:
+    return [_term_array(a, b, const) for a in rule.head.args]
 
 
 def _eligible_rules(rules: Iterable[ast.Rule]) -> None:
@@ -510,6 +591,18 @@ def _eligible_rules(rules: Iterable[ast.Rule]) -> None:
                     raise Ineligible("rest pattern")
                 if isinstance(inner, ast.Aggregate):
                     raise Ineligible("nested aggregate")
+
+
+def _check_equality_only(rules: Iterable[ast.Rule]) -> None:
+    """Encoded values keep equality only: no ordering comparisons, only count aggregates."""
+    for rule in rules:
+        for lit in rule.body:
+            inner = lit.body if isinstance(lit, ast.Aggregate) else ()
+            if isinstance(lit, ast.Aggregate) and lit.func != "count":
+                raise Ineligible("sum/min/max over a stratum with non-integer values")
+            for c in (lit, *inner):
+                if isinstance(c, ast.Comparison) and c.op not in ("==", "!="):
+                    raise Ineligible("ordering comparison over non-integer values")
 
 
 def _rels_read(rules: Iterable[ast.Rule]) -> set[str]:
@@ -650,13 +743,73 @@ def try_columnar(
             if isinstance(lit, ast.Aggregate)
             for atom, _pol in ast.body_atoms(lit)
         }
+        tuple_rels: dict[str, set] = {}
+        objects: set = set()
+        int_lows: list[int] = []
+        shared = ctx.encoder  # one encoding per evaluation: encoded results chain across strata
+        encoded_input = False
         for name in reads | heads:
             rel = ctx.full.get(name)
             if rel is None or len(rel) == 0:
                 continue
             if name in heads or name in agg_reads:
                 rel.make_distinct()  # counted or deduplicated against: must be a set
-            base[name] = rel_columns(rel)  # type: ignore[assignment]
+            if rel.cols is not None and rel.decoder is None:
+                base[name] = rel.cols  # type: ignore[assignment]
+                continue
+            if (
+                rel.cols is not None
+                and shared is not None
+                and rel.decoder is not None
+                and rel.decoder[1] is shared.values
+            ):
+                base[name] = rel.cols  # type: ignore[assignment]
+                encoded_input = True
+                continue
+            found, int_lo = scan_values(rel.tuples)
+            if int_lo is not None:
+                int_lows.append(int_lo)
+            if found:
+                objects |= found
+                tuple_rels[name] = rel.tuples
+            else:
+                rel.cols = encode_rows(rel.tuples, None)
+                base[name] = rel.cols  # type: ignore[assignment]
+        const_values = []
+        for r in rules:
+            consts = [a for a in r.head.args if isinstance(a, ast.Const)]
+            for lit in r.body:
+                for atom, _pol in ast.body_atoms(lit):
+                    consts.extend(a for a in atom.args if isinstance(a, ast.Const))
+                inner = lit.body if isinstance(lit, ast.Aggregate) else (lit,)
+                for c in inner:
+                    if isinstance(c, ast.Comparison):
+                        consts.extend(t for t in (c.left, c.right) if isinstance(t, ast.Const))
+            const_values.extend(a.value for a in consts)
+        for v in const_values:
+            if type(v) is int:
+                int_lows.append(v)
+            elif type(v) in _ENCODABLE:
+                objects.add(v)
+            else:
+                raise Ineligible(f"{type(v).__name__} constant")
+        const: Any = _const
+        encoder = None
+        if objects or encoded_input:
+            _check_equality_only(rules)
+            for name, cols in base.items():
+                if name not in tuple_rels and (ctx.full[name].decoder is None):
+                    int_lows.extend(int(c.min()) for c in cols)  # type: ignore[union-attr]
+            if shared is None:
+                # Counts are >= 0: ids stay below 0 as well as below every integer.
+                shared = ctx.encoder = Encoder(set(), min([0, *int_lows]))
+            elif int_lows and min(int_lows) <= shared.base:
+                raise Ineligible("integers below the value ids of an earlier stratum")
+            shared.extend(objects)
+            encoder = shared
+            const = encoder.const
+            for name, tuples in tuple_rels.items():
+                base[name] = encode_rows(tuples, encoder.ids)  # type: ignore[assignment]
         has_aggregates = any(isinstance(lit, ast.Aggregate) for r in rules for lit in r.body)
         recursive_any = any(
             isinstance(lit, ast.Positive) and lit.atom.rel in heads for r in rules for lit in r.body
@@ -666,17 +819,9 @@ def try_columnar(
                 for c in cols:  # type: ignore[union-attr]
                     lows.append(int(c.min()))
                     highs.append(int(c.max()))
-        for r in rules:
-            consts = [a for a in r.head.args if isinstance(a, ast.Const)]
-            for lit in r.body:
-                for atom, _pol in ast.body_atoms(lit):
-                    consts.extend(a for a in atom.args if isinstance(a, ast.Const))
-                if isinstance(lit, ast.Comparison):
-                    consts.extend(t for t in (lit.left, lit.right) if isinstance(t, ast.Const))
-            for arg in consts:
-                v = _const(arg.value)
-                lows.append(v)
-                highs.append(v)
+        for v in const_values:
+            lows.append(const(v))
+            highs.append(const(v))
         lo, hi = (min(lows), max(highs)) if lows else (0, 1)
         # Without aggregates (and arithmetic, already excluded) every value a binding
         # can hold comes from a relation or a constant, so lies in [lo, hi].
@@ -691,7 +836,7 @@ def try_columnar(
         }
         full = _Full(base, chunks, trusted)
         delta: dict[str, ColRel] = {}
-        ex = Executor(full, delta)
+        ex = Executor(full, delta, const)
         compiled = []
         for r in rules:
             variants = []
@@ -703,7 +848,7 @@ def try_columnar(
         def derive(rule: ast.Rule, order: list, delta_lit: Any, out: dict) -> None:
             b = ex.run(order, rule.body, delta_lit)
             if b.n:
-                out.setdefault(rule.head.rel, []).append(_head_columns(rule, b))
+                out.setdefault(rule.head.rel, []).append(_head_columns(rule, b, const))
 
         pending: dict[str, list[list[np.ndarray]]] = {}
         for rule, order, _variants in compiled:
@@ -744,5 +889,8 @@ def try_columnar(
     for rel in heads:
         parts = chunks[rel]
         if parts:
-            ctx.full[rel] = Rel(cols=_concat(parts, arities[rel]))
+            ctx.full[rel] = Rel(
+                cols=_concat(parts, arities[rel]),
+                decoder=encoder.decoder() if encoder is not None else None,
+            )
     return True
