@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import subprocess
 import sys
@@ -34,6 +35,7 @@ ipfs_daemon_module = _load_daemon_module()
 def ipfs_daemon_handle():
     """The running daemon object (repo path, API URL); fails — never skips — if it cannot start."""
     daemon = ipfs_daemon_module.IPFSDaemon()
+    atexit.register(daemon.stop)  # also if the session dies before its finalizers run
     try:
         daemon.start()
     except ipfs_daemon_module.DaemonError as exc:
