@@ -114,6 +114,11 @@ class Node:
         self._intake = threading.Lock()
         self._staging = threading.local()
         self._pending: list[tuple[Fact, int]] = []
+        # Read-your-writes: _seq counts hand-overs to _pending, _done_seq the last one an
+        # epoch has finished with; settled() waits until that covers the caller's write.
+        self._seq = 0
+        self._done_seq = 0
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         self.replica = wiring.open_replica(
             self.store, self.dataset, self.identity, self._on_visible_change
         )
@@ -270,8 +275,11 @@ class Node:
         self.wake()
 
     async def _epoch_loop(self) -> None:
+        """Run an epoch when woken (a write, a sync, a message) or every epoch_interval.
+        Epochs run on a worker thread: their commit (fsync) does not stall the HTTP server."""
         interval = float(self.config.get("node.epoch_interval"))
         assert self._wake is not None
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=interval)
@@ -279,7 +287,7 @@ class Node:
                 pass
             self._wake.clear()
             try:
-                self.run_epoch()
+                await loop.run_in_executor(None, self.run_epoch)
             except Exception:
                 log.exception("epoch failed")
 
@@ -304,6 +312,7 @@ class Node:
             return
         with self._intake:
             self._pending.append((fact, weight))
+            self._seq += 1
         self.wake()  # replicated changes (sync push/pull) get an epoch promptly too
 
     def atomically(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -319,6 +328,7 @@ class Node:
             if staged:
                 with self._intake:
                     self._pending.extend(staged)
+                    self._seq += 1
                 self.wake()
 
     def coerce_facts(self, facts: Iterable[FactLike]) -> list[Fact]:
@@ -440,6 +450,7 @@ class Node:
         with self._mutex:
             with self._intake:
                 changes, self._pending = self._pending, []
+                taken_seq = self._seq
             epoch = self.epoch + 1
             before: dict[tuple[str, tuple], bool] = {}
             for fact, weight in changes:
@@ -501,6 +512,7 @@ class Node:
                     sub.deliver(set(self._evaluate(sub.query)[1]), epoch=epoch)
             sinks = list(self._sinks)
             self._subs = [s for s in self._subs if not s.closed]
+        self._settle(taken_seq)
         out = [(Fact(rel, row), w) for rel, d in deltas.items() for row, w in d.items()]
         if out:
             for sink in sinks:
@@ -514,6 +526,29 @@ class Node:
         self.metrics.epochs.inc()
         self.metrics.epoch_seconds.observe(time.perf_counter() - t0)
         return epoch
+
+    def _settle(self, seq: int) -> None:
+        with self._intake:
+            self._done_seq = max(self._done_seq, seq)
+            ready = [w for w in self._waiters if w[0] <= self._done_seq]
+            self._waiters = [w for w in self._waiters if w[0] > self._done_seq]
+        for _seq, loop, fut in ready:
+            loop.call_soon_threadsafe(_resolve, fut)
+
+    async def settled(self, timeout: float = 10.0) -> None:
+        """Wait until an epoch has evaluated every change handed over so far (a write
+        acknowledged before this call is then visible to queries and live queries)."""
+        loop = asyncio.get_running_loop()
+        with self._intake:
+            if self._done_seq >= self._seq:
+                return
+            fut: asyncio.Future = loop.create_future()
+            self._waiters.append((self._seq, loop, fut))
+        self.wake()
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            log.warning("no epoch within %.1f s after a write", timeout)
 
     def _wake_outbox(self) -> None:
         if self._outbox_wake is None or self._loop is None:
@@ -686,6 +721,11 @@ class Node:
             "peers": dict(self.config.peers),
             "last_sync": self.last_sync,
         }
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _row_key(row: Row) -> tuple:

@@ -118,6 +118,7 @@ async def write_facts(request: web.Request) -> web.Response:
     except wiring.replication_errors() as exc:  # e.g. this key is not (yet) a writer
         node.metrics.rejected.inc()
         return error(403, "refused", str(exc))
+    await node.settled()  # read-your-writes: the answer comes after the epoch that saw it
     return web.json_response(result.to_json())
 
 
