@@ -136,6 +136,12 @@ class LogRow(NamedTuple):
     key: str | None
 
 
+def _op_order(op: tuple[int, int, bytes]) -> tuple[int, int, bytes]:
+    """Total order of grant/revoke ops: later clock wins, then revoke, then larger CID."""
+    clock, is_grant, delta = op
+    return (clock, 1 - is_grant, delta)
+
+
 def _asserted_facts(delta_block: bytes) -> list[Link]:
     """Distinct fact CIDs asserted by an (already accepted) delta block."""
     obj = libipld.decode_dag_cbor(delta_block)
@@ -526,6 +532,84 @@ class Replica:
                 self._apply_retract(delta.cid, op["fact"], op["observed"])
 
     def _authorized(self, author: bytes, parents: Sequence[Link], clock: int) -> bool:
+        """Writer status of ``author`` in the causal past of a delta with these parents."""
+        if author == self.genesis.owner:
+            return True
+        ops = self._auth_ops(author)
+        if not ops:
+            return False
+        if all(c == 0 for c, _g, _d in ops.values()):
+            return bool(next(iter(ops.values()))[1])
+        found = [self._latest_op(author, p.raw, ops) for p in parents]
+        best = max((op for op in found if op is not None), key=_op_order, default=None)
+        return best is not None and bool(best[1])
+
+    def _auth_ops(self, key: bytes) -> dict[bytes, tuple[int, int, bytes]]:
+        """Every grant/revoke of ``key``: delta -> (clock, is_grant, delta)."""
+        return {
+            bytes(d): (int(c), int(g), bytes(d))
+            for d, c, g in self.conn.execute(
+                "SELECT delta, clock, is_grant FROM repl_auth WHERE ds = ? AND key = ?",
+                (self.ds, key),
+            )
+        }
+
+    def _latest_op(
+        self, key: bytes, node: bytes, ops: dict[bytes, tuple[int, int, bytes]]
+    ) -> tuple[int, int, bytes] | None:
+        """The deciding grant/revoke of ``key`` among ``node`` and its ancestors.
+
+        L(n) = max(op of n, L(parents of n)) by (clock, revoke first, CID), memoised in
+        ``repl_auth_memo`` so each delta is visited once per key: acceptance stays
+        linear in the log instead of walking the ancestry for every delta.
+        """
+        floor = min(c for c, _g, _d in ops.values() if c > 0)
+        base = next((op for op in ops.values() if op[0] == 0), None)  # genesis writers
+        memo: dict[bytes, tuple[int, int, bytes] | None] = {}
+        stack = [node]
+        while stack:
+            n = stack[-1]
+            if n in memo:
+                stack.pop()
+                continue
+            row = self.conn.execute(
+                "SELECT clock FROM repl_delta WHERE ds = ? AND cid = ?", (self.ds, n)
+            ).fetchone()
+            if row is None or row[0] < floor:
+                memo[n] = base  # older than any later grant/revoke of this key
+                stack.pop()
+                continue
+            cached = self.conn.execute(
+                "SELECT op FROM repl_auth_memo WHERE ds = ? AND key = ? AND delta = ?",
+                (self.ds, key, n),
+            ).fetchone()
+            if cached is not None:
+                memo[n] = ops.get(bytes(cached[0])) if cached[0] else None
+                stack.pop()
+                continue
+            parents = [
+                bytes(r[0])
+                for r in self.conn.execute(
+                    "SELECT parent FROM repl_parent WHERE ds = ? AND child = ?", (self.ds, n)
+                )
+            ]
+            todo = [p for p in parents if p not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            candidates = [memo[p] for p in parents]
+            candidates.append(ops.get(n))
+            best = max((c for c in candidates if c is not None), key=_op_order, default=None)
+            memo[n] = best
+            self.conn.execute(
+                "INSERT OR REPLACE INTO repl_auth_memo VALUES (?, ?, ?, ?)",
+                (self.ds, key, n, best[2] if best else b""),
+            )
+            stack.pop()
+        return memo[node]
+
+    def _authorized_reference(self, author: bytes, parents: Sequence[Link], clock: int) -> bool:
+        """Ancestry-walking statement of the rule (tests check ``_authorized`` against it)."""
         if author == self.genesis.owner:
             return True
         rows = self.conn.execute(

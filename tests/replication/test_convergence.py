@@ -147,3 +147,11 @@ def test_replicas_converge(n, initial_writers, actions, seed):
         assert {c for c, w in events[i].items() if w} == visible
         assert all(w in (0, 1) for w in events[i].values())
     assert {f for _c, f in reps[0].visible()} <= set(FACTS)
+    # The memoised writer check agrees with the ancestry-walking statement of the rule.
+    r = reps[rng.randrange(n)]
+    for delta in r.iter_deltas():
+        args = (delta.author, delta.parents, delta.clock)
+        assert r._authorized(*args) == r._authorized_reference(*args) is True
+    for key in (x.identity.public_key for x in reps):
+        args = (key, r.heads(), 1 + max(d.clock for d in r.iter_deltas()) if r.delta_count() else 1)
+        assert r._authorized(*args) == r._authorized_reference(*args)

@@ -193,3 +193,20 @@ def test_legacy_transaction_mode_connection_is_refused():
     legacy = sqlite3.connect(":memory:")  # implicit BEGIN: writes would stay uncommitted
     with pytest.raises(ValueError, match="autocommit"):
         Replica.create(legacy, MemoryBlockStore(), Identity.generate(), "x")
+
+
+def test_granted_writer_history_is_checked_incrementally():
+    owner, w = new_replicas(2, writers=[])
+    owner.grant(w.identity.public_key)
+    pull(w, owner)
+    for i in range(200):
+        w.assert_facts([make_fact("p", [i])])
+    pull(owner, w)
+    assert len(owner.visible_cids()) == 200
+    # Each acceptance memoised one step per delta instead of walking the history.
+    (memo,) = owner.conn.execute("SELECT count(*) FROM repl_auth_memo").fetchone()
+    assert memo <= owner.delta_count() + 1
+    owner.revoke(w.identity.public_key)
+    pull(w, owner)
+    with pytest.raises(Unauthorized):
+        w.assert_facts([make_fact("p", [999])])
