@@ -178,9 +178,23 @@ def gc_paused() -> Iterator[None]:
 
 
 def encode_facts(facts: Iterable[Fact]) -> list[tuple[Link, bytes]]:
-    """Encode many facts (the hot loop of ingest)."""
+    """Encode many facts: ``[encode_fact(f) for f in facts]``, inlined (the hot loop of ingest)."""
+    out: list[tuple[Link, bytes]] = []
+    append = out.append
+    encode_map = _encode_dag_cbor
+    sha256 = _sha256
+    prefix = _DAG_CBOR_SHA256
+    trusted = Link._trusted
+    needs_care = _NEEDS_CARE
     with gc_paused():
-        return [encode_fact(f) for f in facts]
+        for fact in facts:
+            args = fact.args
+            if needs_care.isdisjoint(map(type, args)):
+                data = encode_map({"rel": fact.rel, "args": list(args)})
+            else:
+                data = fact_block(fact)
+            append((trusted(prefix + sha256(data).digest()), data))
+    return out
 
 
 def decode_fact(data: bytes) -> Fact:

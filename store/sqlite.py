@@ -27,7 +27,7 @@ from operator import itemgetter
 import libipld
 
 from .blockstore import BlockStore, verify
-from .codec import Fact, decode_fact, encode_fact, gc_paused
+from .codec import Fact, decode_fact, encode_facts, gc_paused
 from .errors import BlockNotFound, CIDMismatch, InvalidBlock, StoreError
 from .link import Link
 
@@ -243,7 +243,7 @@ class SQLiteBlockStore(BlockStore):
         """
         facts = facts if isinstance(facts, list | tuple) else list(facts)
         with gc_paused():
-            encoded = [encode_fact(fact) for fact in facts]
+            encoded = encode_facts(facts)
             cids = [cid for cid, _ in encoded]
             if not cids:
                 return cids

@@ -14,6 +14,7 @@ from merklog.store import (
     Link,
     decode_fact,
     encode_fact,
+    encode_facts,
     fact_block,
     fact_block_reference,
     make_fact,
@@ -40,6 +41,7 @@ def test_fast_codec_is_byte_identical_to_reference(rel, args):
     assert fact_block(fact) == fact_block_reference(fact)
     cid, data = encode_fact(fact)
     assert cid.verifies(data)
+    assert encode_facts([fact, fact]) == [(cid, data)] * 2
     back = decode_fact(data)
     assert back == fact
     assert [type(v) for v in back.args] == [type(v) for v in fact.args]
