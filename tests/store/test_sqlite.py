@@ -182,3 +182,19 @@ def test_survives_process_restart_and_kill(tmp_path):
     with SQLiteBlockStore(path) as store:
         assert store.conn.execute("SELECT k FROM marks").fetchall() == [("committed",)]
         assert store.count_facts("lost") == 0
+
+
+def test_get_many_batches_in_order_and_verifies(sqlite_store, monkeypatch):
+    monkeypatch.setattr(sqlite_module, "_IN_CHUNK", 3)
+    facts = edges(10)
+    cids = sqlite_store.put_facts(facts)
+    wanted = cids[::-1] + cids[:2]  # any order, repeats allowed
+    assert [c for c, _ in sqlite_store.get_many(wanted)] == wanted
+    assert all(c.verifies(d) for c, d in sqlite_store.get_many(wanted))
+    _, other = encode_fact(make_fact("edge", [0, 0, "evil"]))
+    sqlite_store.conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (other, cids[4].raw))
+    with pytest.raises(CIDMismatch):
+        list(sqlite_store.get_many(cids))
+    missing, _ = encode_fact(make_fact("nope", [1]))
+    with pytest.raises(BlockNotFound):
+        list(sqlite_store.get_many([cids[0], missing]))
