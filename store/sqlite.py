@@ -169,7 +169,7 @@ class SQLiteBlockStore(BlockStore):
         rows = [(cid.raw, verify(cid, bytes(data), "put")) for cid, data in blocks]
         if not rows:
             return 0
-        rows.sort()
+        rows.sort(key=_first)
         with self.transaction() as conn:
             before = conn.total_changes
             conn.executemany("INSERT OR IGNORE INTO blocks (cid, data) VALUES (?, ?)", rows)
