@@ -569,9 +569,17 @@ def parse_program(text: str) -> Program:
     )
 
 
-def parse_query(text: str) -> Atom:
-    """Parse one atom such as ``path(1, X)`` (a trailing ``.`` is allowed)."""
-    p = Parser(text)
+def parse_query(text: str, dialect: str = "merklog") -> Atom:
+    """Parse one atom such as ``path(1, X)`` (a trailing ``.`` is allowed).
+
+    ``dialect="souffle"`` reads lowercase identifiers as variables (``path(1, x)``).
+    """
+    if dialect == "souffle":
+        from .souffle import SouffleParser
+
+        p: Parser = SouffleParser.for_fragment(text)
+    else:
+        p = Parser(text)
     if not p.is_rel_start():
         raise p.error(
             p.peek(),

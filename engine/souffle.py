@@ -135,6 +135,12 @@ class SouffleParser(Parser):
         self.inputs: list[str] = []
         self.outputs: list[str] = []
 
+    @classmethod
+    def for_fragment(cls, text: str) -> Parser:
+        """A plain :class:`Parser` over Soufflé-typed tokens (for queries)."""
+        src = Source(text)
+        return Parser(text, _retype(tokenize(text, src)))
+
     def unsupported(self, tok: Token, construct: str, hint: str | None = None) -> UnsupportedError:
         return unsupported(self.src, tok, construct, hint)
 

@@ -213,3 +213,44 @@ def test_undeclared_relation_and_arity():
 def test_dialect_is_auto_detected():
     prog = Program.parse(".decl a(x: number)\n.output a\na(1).")
     assert prog.dialect == "souffle"
+
+
+def test_merklog_eval_cli_runs_a_souffle_program_over_fact_files(tmp_path):
+    from click.testing import CliRunner
+
+    from merklog.node.cli import cli
+
+    (tmp_path / "facts").mkdir()
+    (tmp_path / "facts" / "edge.facts").write_text("a\tb\nb\tc\n", encoding="utf-8")
+    program = tmp_path / "reach.dl"
+    program.write_text(
+        ".decl edge(x: symbol, y: symbol)\n"
+        ".input edge\n"
+        ".decl reach(x: symbol, y: symbol)\n"
+        ".output reach\n"
+        "reach(x, y) :- edge(x, y).\n"
+        "reach(x, z) :- reach(x, y), edge(y, z).\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli, ["eval", str(program), "--facts", str(tmp_path / "facts"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (out / "reach.csv").read_text(encoding="utf-8") == "a\tb\na\tc\nb\tc\n"
+
+    bad = tmp_path / "bad.dl"
+    bad.write_text(".decl a(x: number)\n.decl b(x: symbol)\nb(cat(x, x)) :- a(x).\n")
+    result = CliRunner().invoke(
+        cli, ["eval", str(bad), "--facts", str(tmp_path / "facts"), "--out", str(out)]
+    )
+    assert result.exit_code == 1
+    assert "3:3: unsupported Soufflé construct: functor cat(…)" in result.output
+
+
+def test_souffle_queries_use_lowercase_variables():
+    from merklog.engine.ast import Const, Var
+    from merklog.engine.parser import parse_query
+
+    atom = parse_query("path(1, x)", dialect="souffle")
+    assert atom.args == (Const(1), Var("x"))
