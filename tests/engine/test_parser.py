@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from merklog.engine.ast import (
     Aggregate,
@@ -17,7 +19,7 @@ from merklog.engine.ast import (
 )
 from merklog.engine.errors import ParseError
 from merklog.engine.parser import parse_facts, parse_literal_value, parse_program, parse_query
-from merklog.store import Link
+from merklog.store import Link, format_value
 
 CID = Link.for_dag_cbor(b"\xa0")
 
@@ -207,3 +209,23 @@ def test_bulk_fact_fast_path_agrees_with_the_tokenizer():
     assert fast.rules == slow.rules
     assert [f.rel for f in fast.facts] == ["edge", "name", "edge", "v", "empty"]
     assert fast.rules[0].body[1].atom.args == (Const(7), Const(8))
+
+
+VALUES = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False).map(lambda f: f if f != 0 else 0.0),
+    st.text(),
+    st.binary(max_size=16),
+    st.booleans(),
+    st.binary(min_size=1, max_size=8).map(Link.for_dag_cbor),
+)
+
+
+@given(st.lists(VALUES, max_size=5))
+def test_format_value_round_trips_through_the_parser(values):
+    text = "v(" + ", ".join(format_value(v) for v in values) + ").\n"
+    (fact,) = parse_program(text).facts
+    assert fact.args == tuple(values)
+    assert [type(a) for a in fact.args] == [type(v) for v in values]
+    for v in values:
+        assert parse_literal_value(format_value(v)) == v
