@@ -503,6 +503,8 @@ def describe(tok: Token) -> str:
 
 
 def head_hint(tok: Token) -> str:
+    if tok.kind == "DIRECTIVE":
+        return "Soufflé directives need the souffle dialect (--dialect souffle)"
     if tok.kind == "VAR":
         return "relation names start with a lowercase letter"
     return "a clause starts with an atom such as rel(X, Y)"

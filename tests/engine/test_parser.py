@@ -164,6 +164,7 @@ def test_query_facts_and_value_entry_points():
         ("p(X) :- q(x).", 1, 11, "unexpected name 'x'"),
         ("p(1) /* open", 1, 6, "unterminated /* comment"),
         ("p(1) # 2.", 1, 6, "unexpected character"),
+        ("p(1).\n.decl q(x: number)", 2, 1, "expected a rule head"),
     ],
 )
 def test_syntax_errors_have_positions(text, line, col, fragment):
