@@ -175,12 +175,12 @@ class SyncClient:
             async with self.session.post(
                 url.rstrip("/") + path, data=body, headers=headers, timeout=self.timeout
             ) as resp:
-                if resp.status == 409 and window is not None and not summary.complete:
-                    await resp.read()
-                    window = window * 8 if window * 8 < FULL_WINDOW_AFTER else None
-                    continue
                 if resp.status != 200:
-                    raise await self._error(resp)
+                    error = await self._error(resp)
+                    if error.code == "need_summary" and window is not None:
+                        window = window * 8 if window * 8 < FULL_WINDOW_AFTER else None
+                        continue
+                    raise error
                 spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
                 size = 0
                 async for chunk in resp.content.iter_chunked(1 << 16):
