@@ -8,7 +8,7 @@ import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from incremental_naive import evaluate, next_tuples
+from .incremental_naive import evaluate, next_tuples
 
 from merklog.engine import ast
 from merklog.engine.batch import BatchEvaluator

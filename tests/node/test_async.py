@@ -15,7 +15,7 @@ import socket
 import time
 from pathlib import Path
 
-from conftest import Cli
+from .conftest import Cli
 
 SENDER = "ping(@P, X)@async :- peer(P), want(X).\n"
 FAST = {"MERKLOG_NODE_OUTBOX_INTERVAL": "0.1"}

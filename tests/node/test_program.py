@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import Cli
+from .conftest import Cli
 
 from merklog.engine.program import Program
 from merklog.node.node import Node

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Cli
+from .conftest import Cli
 
 
 def _facts(run: Cli) -> list[str]:

@@ -15,7 +15,7 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from repl_support import new_replicas, plan_pull, pull
+from .repl_support import new_replicas, plan_pull, pull
 
 from merklog.replication.blocks import Assert, Grant, Retract, Revoke
 from merklog.replication.errors import MissingParents, ReplicationError, Unauthorized

@@ -6,7 +6,7 @@ import os
 import stat
 
 import pytest
-from repl_support import memory_conn, new_replicas, pull, seeded_identity
+from .repl_support import memory_conn, new_replicas, pull, seeded_identity
 
 from merklog.engine import Program
 from merklog.replication.blocks import Assert, Grant, Retract, Revoke, build_delta, parse_delta
