@@ -184,12 +184,12 @@ def test_cli_right_after_node_start_neither_races_nor_fails(home: Path, node_fac
 
     run = Cli(home)
     run("init")
-    for i in range(3):
+    for i in range(2):
         node = node_factory(home)
         starter = threading.Thread(target=node.start)
         starter.start()
         # (a few ms apart: sometimes the command wins the lock, sometimes the node)
-        time.sleep(0.02 * i)
+        time.sleep(0.05 * i)
         out = subprocess.run(
             [PYTHON, "-m", "merklog.node.cli", "--home", str(home), "put", f"n({i})."],
             capture_output=True,
