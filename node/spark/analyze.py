@@ -651,6 +651,11 @@ def evaluate(
     ev = RuleEvaluator(spark, _cid_udf())
     iterations: dict[str, int] = {}
     cut = _cutter(spark, checkpoint)
+    # materialise every input relation the rules read once, instead of re-running its
+    # lineage (Parquet scan, dedupe, OR-set) in every rule and every round
+    used = {atom.rel for r in program.rules for lit in r.body for atom, _p in ast.body_atoms(lit)}
+    for rel in used & set(rels):
+        rels[rel] = cut(rels[rel])
 
     def project(rule: ast.Rule, b: _Bindings | None) -> Relation | None:
         if b is None:
