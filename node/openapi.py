@@ -274,7 +274,13 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
                 "ProgramText": {
                     "type": "object",
                     "required": ["program"],
-                    "properties": {"program": {"type": "string"}},
+                    "properties": {
+                        "program": {"type": "string", "description": "Datalog program text"},
+                        "source": {
+                            "type": "string",
+                            "description": "Name used in errors (SOURCE:LINE:COL: message)",
+                        },
+                    },
                 },
                 "SyncRequest": {
                     "type": "object",
@@ -282,7 +288,22 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
                     "properties": {"url": {"type": "string"}},
                 },
                 "SyncResult": {"type": "object"},
-                "Status": {"type": "object"},
+                "Status": {
+                    "type": "object",
+                    "properties": {
+                        "dataset": {"type": "string"},
+                        "key": {"type": "string"},
+                        "heads": {"type": "array", "items": {"type": "string"}},
+                        "epoch": {"type": "integer"},
+                        "facts": {"type": "integer"},
+                        "derived": {"type": "integer"},
+                        "program": {"type": "boolean"},
+                        "engine": {"type": "string", "enum": ["incremental", "batch"]},
+                        "outbox_pending": {"type": "integer"},
+                        "peers": {"type": "object"},
+                        "last_sync": {"type": ["object", "null"]},
+                    },
+                },
             },
         },
     }
