@@ -29,7 +29,7 @@ def _visible_from(df) -> set[Fact]:
     return {Fact(r["relation"], decode_args(r["args"])) for r in df.collect()}
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_compact_matches_or_set_of_merged_replicas(spark, tmp_path, seed):
     sim = Simulation(peers=3, pool=50, seed=seed).run(250)
     dirs = _export_views(sim, tmp_path)
