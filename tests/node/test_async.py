@@ -1,5 +1,7 @@
 """``@async`` delivery between two real nodes on 127.0.0.1, and epoch state across restarts.
 
+The programs are examples/async-ping/{sender,receiver}.dl.
+
 A's program sends ``ping(@P, X)`` to every peer P it knows; the tuple goes to A's
 persisted outbox, is POSTed (signed) to B's ``/v1/inbox`` with retries until B
 acknowledges, and becomes input of a later epoch at B, whose ``@next`` rule keeps
@@ -17,9 +19,10 @@ from pathlib import Path
 
 from .conftest import Cli
 
-SENDER = "ping(@P, X)@async :- peer(P), want(X).\n"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "async-ping"
+SENDER = (EXAMPLE / "sender.dl").read_text()
 FAST = {"MERKLOG_NODE_OUTBOX_INTERVAL": "0.1"}
-RECEIVER = "got(P, X) :- ping(P, X).\ngot(P, X)@next :- got(P, X).\n"
+RECEIVER = (EXAMPLE / "receiver.dl").read_text()
 
 
 def _free_port() -> int:

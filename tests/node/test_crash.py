@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conftest import Cli
+from .conftest import Cli
 
 ROUNDS = 100 if os.environ.get("MERKLOG_LONG") == "1" else 20
 

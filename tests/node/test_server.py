@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from conftest import Cli
+from .conftest import Cli
 
 
 def test_node_serves_api_and_cli_goes_through_it(home: Path, node_factory) -> None:
@@ -180,7 +180,7 @@ def test_cli_right_after_node_start_neither_races_nor_fails(home: Path, node_fac
     a command waits for a starting node to listen)."""
     import subprocess
 
-    from conftest import PYTHON
+    from .conftest import PYTHON
 
     run = Cli(home)
     run("init")
