@@ -10,11 +10,12 @@ import random
 from pathlib import Path
 
 import pytest
-from .conftest import Cli
 
 from merklog.engine.program import Program
 from merklog.node.node import Node
 from merklog.node.wiring import NodeInputError
+
+from .conftest import Cli
 
 PATH = "path(X, Y) :- edge(X, Y).\npath(X, Z) :- path(X, Y), edge(Y, Z).\n"
 
