@@ -134,6 +134,7 @@ class SouffleParser(Parser):
         self.decls: dict[str, tuple[tuple[tuple[str, str], ...], Token]] = {}
         self.inputs: list[str] = []
         self.outputs: list[str] = []
+        self.io_tokens: list[tuple[str, Token]] = []
 
     @classmethod
     def for_fragment(cls, text: str) -> Parser:
@@ -183,9 +184,9 @@ class SouffleParser(Parser):
                 for atom, _ in body_atoms(lit):
                     if atom.rel not in declared:
                         self.undeclared(atom.rel, atom.pos)
-        for rel in [*self.inputs, *self.outputs]:
+        for rel, tok in self.io_tokens:
             if rel not in declared:
-                self.undeclared(rel, Pos(0, 0))
+                self.undeclared(rel, self.pos(tok))
 
     def undeclared(self, rel: str, pos: Pos) -> None:
         raise UnknownRelationError.at(
@@ -320,6 +321,7 @@ class SouffleParser(Parser):
                 self.accept(",")
         target = self.inputs if at.value == ".input" else self.outputs
         for name in names:
+            self.io_tokens.append((name.value, name))  # type: ignore[arg-type]
             if name.value not in target:
                 target.append(name.value)  # type: ignore[arg-type]
 

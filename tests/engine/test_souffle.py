@@ -201,6 +201,9 @@ def test_undeclared_relation_and_arity():
         parse_souffle(".decl a(x: number)\na(x) :- b(x).")
     assert (info.value.line, info.value.col) == (2, 9)
     assert info.value.message == "relation b is not declared"
+    with pytest.raises(UnknownRelationError) as info:
+        parse_souffle(".decl a(x: number)\n.output a, c")
+    assert (info.value.line, info.value.col) == (2, 12)
     with pytest.raises(ArityError):
         Program.parse(".decl a(x: number, y: number)\na(1).", dialect="souffle")
     with pytest.raises(ParseError) as perr:
