@@ -257,3 +257,47 @@ def test_souffle_queries_use_lowercase_variables():
 
     atom = parse_query("path(1, x)", dialect="souffle")
     assert atom.args == (Const(1), Var("x"))
+
+
+def test_union_types_and_old_style_type_directives():
+    prog = parse_souffle(
+        ".number_type Age\n.symbol_type Name\n.type A <: number\n.type B <: number\n"
+        ".type AB = A | B\n.decl p(n: Name, a: Age, x: AB)\n"
+    )
+    assert prog.declarations[0].columns == (("n", "symbol"), ("a", "number"), ("x", "number"))
+    with pytest.raises(ParseError) as info:
+        parse_souffle(".type S <: symbol\n.type N <: number\n.type U = S | N\n")
+    assert "mixes base types" in info.value.message
+
+
+def test_recursive_aggregation_is_unstratifiable_as_in_souffle():
+    from merklog.engine.errors import UnstratifiableError
+
+    with pytest.raises(UnstratifiableError) as info:
+        Program.parse(
+            ".decl edge(x: number, y: number, w: number)\n"
+            ".decl dist(x: number, d: number)\n"
+            "dist(1, 0).\n"
+            "dist(y, d) :- edge(x, y, w), dist(x, dx), d = min z : { dist(x, z0), z = z0 + w }.\n",
+            dialect="souffle",
+        )
+    assert info.value.cycle == ("dist", "dist")
+
+
+def test_rules_with_plan_and_nested_groups():
+    out = run(
+        """
+        .decl e(x: number, y: number)
+        e(1, 2). e(2, 3). e(3, 1). e(5, 6).
+        .decl t(x: number, y: number)
+        .output t
+        t(x, y) :- e(x, y).
+        t(x, z) :- t(x, y), e(y, z).
+        .plan 1:(2,1)
+        .decl odd(x: number)
+        .output odd
+        odd(x) :- t(x, _), ((x % 2 = 1, x < 5) ; x = 6).
+        """
+    )
+    assert out["odd"] == {(1,), (3,)}
+    assert len(out["t"]) == 10
