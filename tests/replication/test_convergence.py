@@ -15,11 +15,12 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from .repl_support import new_replicas, plan_pull, pull
 
 from merklog.replication.blocks import Assert, Grant, Retract, Revoke
 from merklog.replication.errors import MissingParents, ReplicationError, Unauthorized
 from merklog.store import make_fact
+
+from .repl_support import new_replicas, plan_pull, pull
 
 LONG = os.environ.get("MERKLOG_LONG") == "1"
 EXAMPLES = 1000 if LONG else 300

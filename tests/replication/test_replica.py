@@ -6,7 +6,6 @@ import os
 import stat
 
 import pytest
-from .repl_support import memory_conn, new_replicas, pull, seeded_identity
 
 from merklog.engine import Program
 from merklog.replication.blocks import Assert, Grant, Retract, Revoke, build_delta, parse_delta
@@ -15,6 +14,8 @@ from merklog.replication.identity import Identity, verify_signature
 from merklog.replication.replica import Replica
 from merklog.store import Link, MemoryBlockStore, make_fact
 from merklog.store.sqlite import SQLiteBlockStore
+
+from .repl_support import memory_conn, new_replicas, pull, seeded_identity
 
 VIEW = """
 killed(D, F) :- retracts(_, F, D).
