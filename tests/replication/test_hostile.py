@@ -361,3 +361,20 @@ async def test_client_rejects_a_hostile_sync_response(tmp_path):
         await runner.cleanup()
     assert (replica.heads(), replica.visible_cids(), len(store)) == before
     store.close()
+
+
+async def test_compressed_body_bomb_is_cut_at_the_limit(node):
+    """Limits count decompressed bytes: a tiny deflate body expanding past 1 MiB is refused."""
+    import zlib
+
+    raw = car_header([]) + b"\x00" * (4 << 20)
+    body = zlib.compress(raw, 9)
+    assert len(body) < 10_000
+    path = f"/v1/datasets/{node.replica.dataset}/push"
+    h = sign_headers(node.peer, "POST", path, hashlib.sha256(raw).hexdigest())
+    h["Content-Encoding"] = "deflate"
+    before = node.state()
+    async with node.session.post(node.url + path, data=body, headers=h) as resp:
+        assert resp.status == 413
+        assert (await resp.json())["error"] == "too_large"
+    assert node.state() == before
