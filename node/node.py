@@ -107,7 +107,11 @@ class Node:
         self.metrics = NodeMetrics()
         self.identity = wiring.Identity.load_or_create(self.home / IDENTITY_FILE)
         self.store = wiring.open_store(config)
-        self.dataset = Link.parse(config.get("dataset.id"))
+        if config.get("store.backend") == "memory":
+            # Nothing outlives the process: a memory node owns a fresh dataset each time.
+            self.dataset = wiring.create_dataset(self.store, self.identity, self.home.name)
+        else:
+            self.dataset = Link.parse(config.get("dataset.id"))
         self._mutex = threading.RLock()
         # Guards _pending. Changes made by one write or one applied batch of deltas are
         # staged per thread and handed over together, so they reach the same epoch.
@@ -420,16 +424,16 @@ class Node:
         return self.write(retracts=facts)
 
     # ------------------------------------------------------------------ program
-    def load_program(self, text: str, source: str = "<program>") -> None:
+    def load_program(self, text: str, source: str = "<program>", engine: str = "auto") -> None:
         """Parse, check and install a program; the next epoch re-derives from the current EDB.
 
         Raises NodeInputError (``SOURCE:LINE:COL: …``) for a program that fails to parse or
         any static check (range restriction, unsafe negation, stratification, …); then
         nothing changes.
         """
-        engine = wiring.compile_program(text, source)
+        runner = wiring.compile_program(text, source, engine)
         with self._mutex:
-            self.engine = engine
+            self.engine = runner
             self.program_text = text
             self._carry = {}
             self._sent = set()

@@ -139,7 +139,9 @@ class ProgramRunner:
     restored into the program that derived them.
     """
 
-    def __init__(self, checked: Any, text: str = "", source: str = "<program>") -> None:
+    def __init__(
+        self, checked: Any, text: str = "", source: str = "<program>", engine: str = "auto"
+    ) -> None:
         from merklog.engine.incremental import CompileError
 
         self.checked = checked
@@ -148,8 +150,14 @@ class ProgramRunner:
         self.digest = hashlib.sha256(text.encode()).hexdigest()
         self.heads = frozenset(r.head.rel for r in checked.program.rules)
         self.mode = "incremental"
+        if engine not in ("auto", "batch"):
+            raise ValueError(f"engine must be auto or batch, got {engine!r}")
         try:
-            self._impl: _Incremental | _BatchFallback = _Incremental(checked)
+            if engine == "batch":  # forced (benchmarks, comparisons): no warning
+                self.mode = "batch"
+                self._impl: _Incremental | _BatchFallback = _BatchFallback(checked)
+            else:
+                self._impl = _Incremental(checked)
         except CompileError as exc:
             log.warning(
                 "%s: the incremental engine rejected the program (%s); "
@@ -199,9 +207,10 @@ def check(text: str, source: str = "<program>") -> Any:
         raise ProgramError(f"{source}:{exc}") from exc
 
 
-def compile_program(text: str, source: str = "<program>") -> ProgramRunner:
-    """A runner for ``text`` after every static check passed (ProgramError otherwise)."""
-    return ProgramRunner(check(text, source), text, source)
+def compile_program(text: str, source: str = "<program>", engine: str = "auto") -> ProgramRunner:
+    """A runner for ``text`` after every static check passed (ProgramError otherwise).
+    ``engine="batch"`` forces the batch evaluator (for comparisons)."""
+    return ProgramRunner(check(text, source), text, source, engine)
 
 
 def empty_program() -> ProgramRunner:

@@ -155,3 +155,14 @@ def test_batch_fallback_when_the_incremental_compiler_rejects(tmp_path: Path, ca
         node.retract("edge(1, 2).")
         node.run_epoch()
         assert node.relation("src") == {(5,)}
+
+
+def test_memory_backend_node_is_ephemeral_and_works(tmp_path: Path) -> None:
+    with Node.open(tmp_path / "m", store__backend="memory") as node:
+        node.load_program(PATH, "path.dl")
+        node.assert_("edge(1, 2).", "edge(2, 3).")
+        node.run_epoch()
+        assert node.query("path(1, X)").rows == [(2,), (3,)]
+        first = node.dataset
+    with Node.open(tmp_path / "m", store__backend="memory") as node:
+        assert node.dataset != first and node.query("edge(X, Y)").rows == []
