@@ -19,6 +19,7 @@ RAW = 0x55
 SHA2_256 = 0x12
 
 _DAG_CBOR_PREFIX = bytes([0x01, DAG_CBOR, SHA2_256, 0x20])
+_SHA256_HEADER = bytes([SHA2_256, 0x20])
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -111,6 +112,9 @@ class Link:
 
     def verifies(self, data: bytes) -> bool:
         """True iff ``data`` hashes to this CID (sha2-256 links only; others never verify)."""
+        raw = self.raw
+        if len(raw) == 36 and raw[0] == 0x01 and raw[1] < 0x80 and raw[2:4] == _SHA256_HEADER:
+            return raw[4:] == hashlib.sha256(data).digest()  # CIDv1, one-byte codec: the hot path
         _version, pos = _varint(self.raw, 0)
         _codec, pos = _varint(self.raw, pos)
         if self.raw[pos : pos + 2] != bytes([SHA2_256, 0x20]):
