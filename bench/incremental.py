@@ -32,6 +32,7 @@ import sys
 import time
 
 import numpy as np
+import psutil
 
 from merklog.engine.incremental import IncrementalEngine
 from merklog.engine.program import Program
@@ -114,9 +115,11 @@ def measure(
 
 
 def report(title: str, db: str, load_s: float, batch_s: float, lat: dict) -> None:
+    rss = psutil.Process().memory_info().rss / 2**20
     print(f"\n## {title}  ({db})")
     print(
         f"incremental initial load: {load_s:.2f} s   full batch recompute: {batch_s * 1e3:.1f} ms"
+        f"   process RSS: {rss:.0f} MiB"
     )
     print(f"{'k':>6} {'insert ms':>11} {'delete ms':>11} {'ins speedup':>12} {'del speedup':>12}")
     for k, (ins, dele) in lat.items():

@@ -423,12 +423,13 @@ class _Compiler:
 
     # -- bodies
     def _body(
-        self, scope: _Scope, body: Sequence[ast.BodyLiteral], outer: Sequence[ast.BodyLiteral] = ()
+        self, scope: _Scope, body: Sequence[ast.BodyLiteral], start: _Plan | None = None
     ) -> _Plan:
-        """Compile a conjunction; literals are scheduled per seed 000 §1.3.4."""
+        """Compile a conjunction (from ``start``'s bindings, default: the empty binding);
+        literals are scheduled per seed 000 §1.3.4."""
         rule_body = tuple(body)
         pending = list(body)
-        plan = _Plan(None, [])
+        plan = start if start is not None else _Plan(None, [])
         fresh = 0
         # Non-variable, non-constant atom arguments become fresh variables + equality.
         normalised: list[ast.BodyLiteral] = []
@@ -679,21 +680,43 @@ class _Compiler:
         return _Plan(c.operator(Minus(), src, matched, label=label), plan.vars)
 
     # -- aggregation
-    def _agg_relation(self, agg: ast.Aggregate, groups: list[str]) -> Node:
-        """Root stream of ``(*group_values, result)`` for every non-empty group."""
+    @staticmethod
+    def _correlated(agg: ast.Aggregate, groups: list[str]) -> bool:
+        """True if some grouping variable is not bound by the aggregate's own atoms
+        (it only constrains them, e.g. ``C := count : { e(Y), Y < X }``)."""
+        own: set[str] = set()
+        for lit in agg.body:
+            if isinstance(lit, ast.Positive):
+                own |= {v.name for v in ast.atom_vars(lit.atom)}
+                if lit.cid is not None:
+                    own.add(lit.cid.name)
+        return not set(groups) <= own
+
+    def _agg_relation(
+        self, agg: ast.Aggregate, groups: list[str], seed: Node | None = None
+    ) -> Node:
+        """Root stream of ``(*group_values, result)`` for every non-empty group.
+
+        ``seed``: for a correlated aggregate, the distinct group keys of the outer
+        bindings; the sub-query then starts from them (a magic set), so it is only
+        evaluated for groups the rule asks about.
+        """
         cache_key = ("agg", agg, tuple(groups))
-        node = self._helpers.get(cache_key)
+        node = self._helpers.get(cache_key) if seed is None else None
         if node is not None:
             return node
+        if seed is None and self._correlated(agg, groups):
+            raise CompileError(
+                f"aggregate {agg}: a grouping variable is bound only outside the aggregate; "
+                "inside a recursive stratum this correlated aggregate is not supported "
+                "incrementally"
+            )
         scope = _Scope(self, self.root, {})
-        inner = self._body(scope, agg.body)
+        start = _Plan(seed, list(groups)) if seed is not None else None
+        inner = self._body(scope, agg.body, start)
         missing = [g for g in groups if g not in inner.vars]
         if missing:
-            raise CompileError(
-                f"aggregate {agg}: grouping variables {', '.join(missing)} must be bound by "
-                "the aggregate's own atoms (correlated aggregates are not supported "
-                "incrementally)"
-            )
+            raise CompileError(f"aggregate {agg}: grouping variables {missing} are never bound")
         src = self._plan_node(scope, inner)
         if any(isinstance(lit, ast.Positive) and lit.atom.rest for lit in agg.body):
             # `...` arguments are not variables: distinct the bindings explicitly.
@@ -720,7 +743,8 @@ class _Compiler:
         node = self.root.operator(
             Aggregate(agg.func, value_fn, order_key=sort_key), indexed, label=str(agg)
         )
-        self._helpers[cache_key] = node
+        if seed is None:
+            self._helpers[cache_key] = node
         return node
 
     def _aggregate(
@@ -728,10 +752,15 @@ class _Compiler:
     ) -> _Plan:
         groups = grouping_vars(body, agg)
         result = agg.result.name
-        rel = scope.lift(self._agg_relation(agg, groups))
         c = scope.circuit
         src = self._plan_node(scope, plan)
         idx = {v: i for i, v in enumerate(plan.vars)}
+        if self._correlated(agg, groups) and not c.nested:
+            keys = c.operator(Map(_key_fn([idx[g] for g in groups])), src)
+            seed = c.operator(DistinctTrace(), keys, label=f"groups of {agg}")
+            rel = self._agg_relation(agg, groups, seed)
+        else:
+            rel = scope.lift(self._agg_relation(agg, groups))
         bound_result = result in idx
         key_vars = groups + ([result] if bound_result else [])
         left_key = _key_fn([idx[v] for v in key_vars])

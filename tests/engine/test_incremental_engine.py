@@ -111,3 +111,56 @@ def test_async_heads_go_to_the_outbox_once_while_derived() -> None:
 def test_unstratifiable_programs_are_rejected() -> None:
     with pytest.raises(EngineError):
         engine_for("p(X) :- q(X), !p(X).")
+
+
+def test_correlated_aggregate_matches_batch_under_changes() -> None:
+    """``C := count : { n(Y), Y < X }``: X only constrains the aggregate (Soufflé style)."""
+    from merklog.engine import ast
+    from merklog.engine.batch import BatchEvaluator
+
+    x, y, c, s = ast.Var("X"), ast.Var("Y"), ast.Var("C"), ast.Var("S")
+    n = lambda v: ast.Positive(ast.Atom("n", (v,)))  # noqa: E731
+    rules = [
+        ast.Rule(
+            ast.Atom("rank", (x, c)),
+            (n(x), ast.Aggregate(c, "count", None, (n(y), ast.Comparison("<", y, x)))),
+        ),
+        ast.Rule(
+            ast.Atom("below", (x, s)),
+            (n(x), ast.Aggregate(s, "max", y, (n(y), ast.Comparison("<", y, x)))),
+        ),
+    ]
+    eng = IncrementalEngine(rules)
+    base: set = set()
+    for ins, dels in [({1, 5, 9}, set()), ({3}, {5}), ({5, 7}, {1}), (set(), {3, 7, 9})]:
+        base = (base - dels) | ins
+        eng.step(inserts={"n": [(v,) for v in ins]}, deletes={"n": [(v,) for v in dels]})
+        ref = BatchEvaluator(rules).evaluate({"n": {(v,) for v in base}})
+        assert eng.relation("rank") == set(ref.get("rank", set()))
+        assert eng.relation("below") == set(ref.get("below", set()))
+    assert eng.relation("rank") == {(5, 0)}
+
+
+def test_correlated_aggregate_inside_recursion_is_rejected_precisely() -> None:
+    from merklog.engine import ast
+    from merklog.engine.incremental import CompileError
+
+    x, y, z, c = ast.Var("X"), ast.Var("Y"), ast.Var("Z"), ast.Var("C")
+    rules = [
+        ast.Rule(ast.Atom("t", (x,)), (ast.Positive(ast.Atom("e", (x,))),)),
+        ast.Rule(
+            ast.Atom("t", (x,)),
+            (
+                ast.Positive(ast.Atom("t", (y,))),
+                ast.Positive(ast.Atom("f", (y, x))),
+                ast.Aggregate(
+                    c,
+                    "count",
+                    None,
+                    (ast.Positive(ast.Atom("n", (z,))), ast.Comparison("<", z, x)),
+                ),
+            ),
+        ),
+    ]
+    with pytest.raises(CompileError, match="correlated"):
+        IncrementalEngine(rules)
