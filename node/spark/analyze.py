@@ -596,7 +596,7 @@ def _rule_terms(rule: ast.Rule) -> list[ast.Term]:
 def _cid_udf() -> Any:
     from pyspark.sql import functions as F
 
-    def fact_cid_of(rel: str, kinds: str, row: Any) -> str:
+    def fact_cid_of(rel, kinds, row):  # no annotations: pyspark would read them as a pandas UDF
         from merklog.store import Fact, Link, fact_cid
 
         values = []
@@ -901,7 +901,7 @@ def _literal_text(i: int, kind: str) -> Any:
 def _float_udf() -> Any:
     from pyspark.sql import functions as F
 
-    def fmt(v: float) -> str:
+    def fmt(v):  # no annotations: pyspark would read them as a pandas UDF
         from merklog.store import format_value
 
         return format_value(v)
