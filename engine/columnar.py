@@ -135,10 +135,21 @@ class Encoder:
 
 def decode_columns(cols: list[np.ndarray], decoder: tuple[int, list] | None) -> set:
     """Tuples of (possibly encoded) int64 columns."""
-    lists = [c.tolist() for c in cols]
-    if decoder is not None:
+    if decoder is None:
+        lists = [c.tolist() for c in cols]
+    else:
         base, values = decoder
-        lists = [[values[base - x] if x <= base else x for x in col] for col in lists]
+        table = np.empty(len(values), dtype=object)
+        table[:] = values
+        lists = []
+        for c in cols:
+            mask = c <= base
+            if not mask.any():
+                lists.append(c.tolist())
+                continue
+            out = c.astype(object)
+            out[mask] = table[base - c[mask]]
+            lists.append(out.tolist())
     return set(zip(*lists, strict=True)) if lists else set()
 
 
@@ -612,7 +623,8 @@ def _rels_read(rules: Iterable[ast.Rule]) -> set[str]:
 class _Dedup:
     """The set of tuples of a relation derived so far, as packed int64 keys.
 
-    Small key domains use a bitmap (direct addressing); larger ones a Python set.
+    Small key domains use a bitmap (direct addressing); larger ones a sorted key
+    array (membership by ``searchsorted``, new keys merged in with ``np.insert``).
     """
 
     def __init__(self, packer: Packer, existing: list[np.ndarray] | None) -> None:
@@ -620,13 +632,13 @@ class _Dedup:
         span = 1 << sum(packer.bits)
         self.bitmap = np.zeros(span, dtype=bool) if span <= DENSE_SLOTS * 4 else None
         self.stamp = np.zeros(span, dtype=np.int32) if self.bitmap is not None else None
-        self.seen: set[int] = set()
+        self.seen = np.empty(0, dtype=I64)
         if existing is not None and len(existing[0]):
             keys = packer.pack(existing)
             if self.bitmap is not None:
                 self.bitmap[keys] = True
             else:
-                self.seen.update(keys.tolist())
+                self.seen = _sorted_unique(keys)
 
     def fresh(self, cols: list[np.ndarray], trusted: bool = False) -> list[np.ndarray] | None:
         if not trusted and self.packer.in_range(cols) is not None:
@@ -642,13 +654,25 @@ class _Dedup:
             keys = keys[self.stamp[keys] == pos]
             self.bitmap[keys] = True
             return self.packer.unpack(keys)
-        fresh = set(keys.tolist())
-        fresh -= self.seen
-        if not fresh:
-            return None
-        self.seen |= fresh
-        arr = np.fromiter(fresh, dtype=I64, count=len(fresh))
-        return self.packer.unpack(arr)
+        keys = _sorted_unique(keys)
+        seen = self.seen
+        if len(seen):
+            pos = np.searchsorted(seen, keys)
+            hit = seen[np.minimum(pos, len(seen) - 1)] == keys
+            keys, pos = keys[~hit], pos[~hit]
+            if len(keys) == 0:
+                return None
+            self.seen = np.insert(seen, pos, keys)
+        else:
+            self.seen = keys
+        return self.packer.unpack(keys)
+
+
+def _sorted_unique(keys: np.ndarray) -> np.ndarray:
+    keys = np.sort(keys)
+    if len(keys) > 1:
+        keys = keys[np.r_[True, keys[1:] != keys[:-1]]]
+    return keys
 
 
 def distinct_columns(cols: list[np.ndarray]) -> list[np.ndarray]:
