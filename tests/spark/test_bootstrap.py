@@ -146,3 +146,38 @@ def test_prune_keeps_state_and_rejects_unsynced(spark, tmp_path, peers):
     assert victim not in a.visible_facts()
     sync(b, a)
     assert b.visible_facts() == a.visible_facts()
+
+
+async def test_bootstrapped_peer_pulls_only_newer_deltas_over_http(spark, tmp_path, peers):
+    """The same, through the real sync protocol: an aiohttp server on 127.0.0.1 serving A."""
+    from aiohttp import web
+
+    from merklog.replication import AllowList, SyncClient, make_sync_app
+
+    a, b, c = peers
+    rng = random.Random(13)
+    _edit(rng, a, 5)
+    _edit(rng, b, 5)
+    sync(a, b)
+    export_replica(a, tmp_path / "ea")
+    [res] = compact(spark, [tmp_path / "ea"], tmp_path / "snap", a.identity)
+    covered = a.delta_count()
+    before = sorted(a.visible_facts())
+    a.retract_facts(before[:2])  # newer deltas, retracting pre-snapshot asserts
+    _edit(rng, a, 2)
+    install_snapshot(c, load_snapshot(res.directory, trusted={a.identity.public_key}))
+
+    app = make_sync_app({a.dataset: a}, AllowList({c.identity.public_key: None}))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        async with SyncClient(c.identity) as client:
+            stats = await client.sync(f"http://127.0.0.1:{port}", c)
+    finally:
+        await runner.cleanup()
+    assert stats.deltas_received == a.delta_count() - covered > 0
+    assert c.visible_facts() == a.visible_facts()
+    assert c.heads() == a.heads()
