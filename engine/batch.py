@@ -465,6 +465,10 @@ class RuleCompiler:
 
                 return step
 
+        # ``C := rel(C, …)``: C is bound by the arguments too and must equal both
+        # (never true for real hashes, but the answer must be "no match", not the argument).
+        cid_also_arg = cid_slot is not None and any(s == cid_slot for _p, s in binds)
+
         def step(env: list) -> None:
             for t in rows(env):
                 if checks and any(t[a] != t[b] for a, b in checks):
@@ -478,6 +482,8 @@ class RuleCompiler:
                         env[cid_slot] = cid
                 for p, s in binds:
                     env[s] = t[p]
+                if cid_also_arg and env[cid_slot] != cid:
+                    continue
                 if rest_slot is not None:
                     env[rest_slot] = t[nargs:]
                 nxt(env)
