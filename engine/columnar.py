@@ -623,8 +623,8 @@ def _rels_read(rules: Iterable[ast.Rule]) -> set[str]:
 class _Dedup:
     """The set of tuples of a relation derived so far, as packed int64 keys.
 
-    Small key domains use a bitmap (direct addressing); larger ones a sorted key
-    array (membership by ``searchsorted``, new keys merged in with ``np.insert``).
+    Small key domains use a bitmap (direct addressing); larger ones a few sorted
+    runs of keys (membership by ``searchsorted``; runs merge LSM-style).
     """
 
     def __init__(self, packer: Packer, existing: list[np.ndarray] | None) -> None:
@@ -632,13 +632,13 @@ class _Dedup:
         span = 1 << sum(packer.bits)
         self.bitmap = np.zeros(span, dtype=bool) if span <= DENSE_SLOTS * 4 else None
         self.stamp = np.zeros(span, dtype=np.int32) if self.bitmap is not None else None
-        self.seen = np.empty(0, dtype=I64)
+        self.runs: list[np.ndarray] = []
         if existing is not None and len(existing[0]):
             keys = packer.pack(existing)
             if self.bitmap is not None:
                 self.bitmap[keys] = True
             else:
-                self.seen = _sorted_unique(keys)
+                self._add_run(_sorted_unique(keys))
 
     def fresh(self, cols: list[np.ndarray], trusted: bool = False) -> list[np.ndarray] | None:
         if not trusted and self.packer.in_range(cols) is not None:
@@ -655,17 +655,23 @@ class _Dedup:
             self.bitmap[keys] = True
             return self.packer.unpack(keys)
         keys = _sorted_unique(keys)
-        seen = self.seen
-        if len(seen):
-            pos = np.searchsorted(seen, keys)
-            hit = seen[np.minimum(pos, len(seen) - 1)] == keys
-            keys, pos = keys[~hit], pos[~hit]
+        for run in self.runs:
+            pos = np.minimum(np.searchsorted(run, keys), len(run) - 1)
+            keys = keys[run[pos] != keys]
             if len(keys) == 0:
                 return None
-            self.seen = np.insert(seen, pos, keys)
-        else:
-            self.seen = keys
+        self._add_run(keys)
         return self.packer.unpack(keys)
+
+    def _add_run(self, keys: np.ndarray) -> None:
+        """Sorted runs of geometrically decreasing size: O(log n) runs, amortised merges."""
+        if len(keys) == 0:
+            return
+        runs = self.runs
+        runs.append(keys)
+        while len(runs) > 1 and 2 * len(runs[-1]) >= len(runs[-2]):
+            last = runs.pop()
+            runs[-1] = np.sort(np.concatenate([runs[-1], last]), kind="stable")
 
 
 def _sorted_unique(keys: np.ndarray) -> np.ndarray:
