@@ -186,8 +186,6 @@ def make_arith(op: str, int_bits: int = 64) -> Callable[[Value, Value], Value]:
 
 # ----------------------------------------------------------------- comparisons
 
-_NUMERIC = (int, float)
-
 
 def _comparable(a: Value, b: Value) -> bool:
     ta = type(a)

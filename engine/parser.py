@@ -38,7 +38,6 @@ from .lexer import INT64_MAX, INT64_MIN, Source, Token, tokenize
 _LITERAL_KINDS = frozenset({"INT", "FLOAT", "STRING", "BYTES", "CID"})
 _CMP_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _AGG_FUNCS = frozenset({"count", "sum", "min", "max"})
-_CLAUSE_END = frozenset({",", ".", ":-", "@"})
 
 
 class Parser:
