@@ -8,11 +8,12 @@ import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from .incremental_naive import evaluate, next_tuples
 
 from merklog.engine import ast
 from merklog.engine.batch import BatchEvaluator
 from merklog.engine.incremental import IncrementalEngine
+
+from .incremental_naive import evaluate, next_tuples
 
 EDB = {"a": 2, "b": 2, "c": 1}
 IDB = ["p0", "p1", "p2", "p3"]
