@@ -43,6 +43,7 @@ from .dataflow import (
     Map,
     Minus,
     Node,
+    Operator,
     Plus,
     Timestamp,
 )
@@ -174,6 +175,98 @@ def grouping_vars(body: Sequence[ast.BodyLiteral], agg: ast.Aggregate) -> list[s
 
 def _term_vars(term: ast.Term) -> set[str]:
     return {v.name for v in ast.term_vars(term)}
+
+
+# ----------------------------------------------------------------------------- operators
+
+_MISSING: Any = object()
+
+
+class AggregateJoin(Operator):
+    """Extend each binding with its group's aggregate value (root circuit only).
+
+    Inputs: the bindings' Z-set delta and the aggregate relation's delta
+    (``(*group, value)`` rows). ``δ(B ⋈ V) = B_old ⋈ δV + δB ⋈ V_new`` over a
+    ``group -> value`` table, with ``default`` for groups without rows (0 for
+    count/sum; none for min/max) — one operator instead of a join plus an
+    antijoin, and no trace of the aggregate side. ``bound`` is the binding column
+    that must equal the value when the result variable was already bound.
+    """
+
+    idle_when_empty = True
+
+    def __init__(
+        self, key_fn: Callable[[Row], tuple], ngroups: int, default: Any, bound: int | None
+    ) -> None:
+        self.key_fn = key_fn
+        self.ngroups = ngroups
+        self.default = default
+        self.bound = bound
+        self.trace: dict[tuple, dict[Row, int]] = {}
+        self.values: dict[tuple, Any] = {}
+
+    def bind(self, nested: bool) -> None:
+        if nested:
+            raise CompileError("AggregateJoin runs in the root circuit only")
+        super().bind(nested)
+
+    def _emit(self, out: Delta, row: Row, value: Any, w: int) -> None:
+        if value is _MISSING:
+            return
+        if self.bound is None:
+            key = (*row, value)
+        elif row[self.bound] == value:
+            key = row
+        else:
+            return
+        n = out.get(key, 0) + w
+        if n:
+            out[key] = n
+        else:
+            del out[key]
+
+    def eval(self, ts: Timestamp, bindings: Delta, agg: Delta) -> Delta:
+        out: Delta = {}
+        values, default, n = self.values, self.default, self.ngroups
+        if agg:
+            before: dict[tuple, Any] = {}
+            for row, w in agg.items():
+                k, v = row[:n], row[n]
+                if k not in before:
+                    before[k] = values.get(k, _MISSING)
+                if w > 0:
+                    values[k] = v
+                elif k in values and values[k] == v and type(values[k]) is type(v):
+                    del values[k]
+            for k, old in before.items():
+                new = values.get(k, _MISSING)
+                old = default if old is _MISSING else old
+                new = default if new is _MISSING else new
+                if old is new or (old == new and type(old) is type(new)):
+                    continue
+                rows = self.trace.get(k)
+                if rows:
+                    for r, w in rows.items():
+                        self._emit(out, r, old, -w)
+                        self._emit(out, r, new, w)
+        if bindings:
+            key_fn, trace = self.key_fn, self.trace
+            for r, w in bindings.items():
+                k = key_fn(r)
+                v = values.get(k, _MISSING)
+                self._emit(out, r, default if v is _MISSING else v, w)
+                group = trace.get(k)
+                if group is None:
+                    trace[k] = {r: w}
+                else:
+                    c = group.get(r, 0) + w
+                    if c:
+                        group[r] = c
+                    else:
+                        del group[r]
+                        if not group:
+                            del trace[k]
+        return out
 
 
 # ----------------------------------------------------------------------------- scopes
@@ -762,6 +855,16 @@ class _Compiler:
         else:
             rel = scope.lift(self._agg_relation(agg, groups))
         bound_result = result in idx
+        if not c.nested:
+            default = 0 if agg.func in ("count", "sum") else _MISSING
+            op = AggregateJoin(
+                _key_fn([idx[g] for g in groups]),
+                len(groups),
+                default,
+                idx[result] if bound_result else None,
+            )
+            joined = c.operator(op, src, rel, label=f"join {agg}")
+            return _Plan(joined, plan.vars + ([] if bound_result else [result]))
         key_vars = groups + ([result] if bound_result else [])
         left_key = _key_fn([idx[v] for v in key_vars])
         right_key = _key_fn(list(range(len(groups))) + ([len(groups)] if bound_result else []))
