@@ -70,8 +70,16 @@ class OperatorNode(Node):
         return self._inputs
 
     def eval(self, ts: Timestamp) -> None:
-        values = [n.value for n in self._inputs]
         op = self.op
+        inputs = self._inputs
+        if len(inputs) == 1:
+            value = inputs[0].value
+            if not value and op.idle():
+                self.value = {}
+            else:
+                self.value = op.eval(ts, value)
+            return
+        values = [n.value for n in inputs]
         if not any(values) and op.idle():
             self.value = {}
             return
