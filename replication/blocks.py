@@ -21,7 +21,7 @@ from typing import Any
 import libipld
 
 from merklog.store import Fact, InvalidBlock, InvalidValue, Link, decode_fact, encode, make_fact
-from merklog.store.codec import fact_block
+from merklog.store.codec import fact_block, is_cid_shaped
 
 from .errors import CycleError, InvalidDelta, InvalidSignature, MalformedBlock, TooLarge
 from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
@@ -181,7 +181,7 @@ def build_delta(
         "ops": ops,
     }
     keys = [op["key"] for op in ops if "key" in op]
-    if _cid_shaped(identity.public_key) or any(_cid_shaped(k) for k in keys):
+    if is_cid_shaped(identity.public_key) or any(is_cid_shaped(k) for k in keys):
         sig = identity.sign(signing_bytes(unsigned))
         data = encode({**unsigned, "sig": sig})
     else:
@@ -189,7 +189,7 @@ def build_delta(
         raw = {**unsigned, "dataset": dataset.raw, "parents": [p.raw for p in unsigned["parents"]]}
         raw["ops"] = [_raw_op(op) for op in ops]
         sig = identity.sign(libipld.encode_dag_cbor(raw))
-        if _cid_shaped(sig):
+        if is_cid_shaped(sig):
             data = encode({**unsigned, "sig": sig})
         else:
             data = libipld.encode_dag_cbor({**raw, "sig": sig})
@@ -323,7 +323,7 @@ def parse_delta(cid: Link, data: bytes, obj: Any | None = None) -> Delta:
     delta = Delta(cid, dataset, author, seq, clock, parents, ops, sig, bytes(data))
     delta.asserted = [op["fact"] for op in ops if op["op"] == "assert"]
     plain_bytes = [author, sig] + [op["key"] for op in ops if "key" in op]
-    if any(_cid_shaped(b) for b in plain_bytes):
+    if any(is_cid_shaped(b) for b in plain_bytes):
         # libipld would write these byte strings as links: use the reference path.
         unsigned = delta.unsigned()
         canonical = encode({**unsigned, "sig": sig})
@@ -337,14 +337,6 @@ def parse_delta(cid: Link, data: bytes, obj: Any | None = None) -> Delta:
     if not verify_signature(author, sig, signed_part):
         raise InvalidSignature(f"signature of delta {cid} does not verify for its author")
     return delta
-
-
-def _cid_shaped(data: bytes) -> bool:
-    try:
-        libipld.decode_cid(data)
-    except Exception:  # libipld raises ValueError/others for non-CIDs
-        return False
-    return True
 
 
 # ---------------------------------------------------------------- facts
@@ -367,7 +359,7 @@ def _plain_args(args: list[Any]) -> bool:
             if not math.isfinite(v) or (v == 0.0 and math.copysign(1.0, v) < 0):
                 return False
         elif t is bytes:
-            if _cid_shaped(v):
+            if is_cid_shaped(v):
                 return False
         else:
             return False

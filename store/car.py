@@ -15,33 +15,21 @@ from typing import BinaryIO
 from .blockstore import verify
 from .codec import decode, encode
 from .errors import InvalidBlock
-from .link import Link
+from .link import Link, uvarint
 
 #: A section larger than this is rejected before it is buffered (DoS guard).
 DEFAULT_MAX_SECTION = 4 * 1024 * 1024
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def car_header(roots: Iterable[Link]) -> bytes:
     """The varint-prefixed header of a CAR with these roots."""
     header = encode({"roots": list(roots), "version": 1})
-    return _uvarint(len(header)) + header
+    return uvarint(len(header)) + header
 
 
 def car_section(cid: Link, data: bytes) -> bytes:
     """One varint-prefixed block section."""
-    return _uvarint(len(cid.raw) + len(data)) + cid.raw + data
+    return uvarint(len(cid.raw) + len(data)) + cid.raw + data
 
 
 def iter_car(roots: Iterable[Link], blocks: Iterable[tuple[Link, bytes]]) -> Iterator[bytes]:

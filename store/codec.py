@@ -68,7 +68,8 @@ def from_reference_ipld(obj: Any) -> Any:
     return obj
 
 
-def _cid_shaped(data: bytes) -> bool:
+def is_cid_shaped(data: bytes) -> bool:
+    """True if ``data`` parses as a binary CID (libipld would encode it as a link, not bytes)."""
     try:
         libipld.decode_cid(data)
     except Exception:  # libipld raises ValueError/others for non-CIDs
@@ -82,7 +83,7 @@ def _to_fast_ipld(obj: Any) -> Any:
     if kind is Link:
         return obj.raw
     if kind is bytes:
-        if _cid_shaped(obj):
+        if is_cid_shaped(obj):
             raise _NeedsReference
         return obj
     if kind is dict:
@@ -144,7 +145,7 @@ def fact_block(fact: Fact) -> bytes:
     if _NEEDS_CARE.isdisjoint(map(type, args)):  # the common case: no bytes, no links
         return _encode_dag_cbor({"rel": fact.rel, "args": list(args)})
     for v in args:
-        if type(v) is bytes and _cid_shaped(v):
+        if type(v) is bytes and is_cid_shaped(v):
             return fact_block_reference(fact)
     return encode({"rel": fact.rel, "args": list(args)})
 

@@ -72,7 +72,7 @@ class Link:
         """The CIDv1 (given codec, sha2-256) of a block's bytes."""
         if codec == DAG_CBOR:
             return cls.for_dag_cbor(data)
-        prefix = bytes([0x01]) + _uvarint(codec) + bytes([SHA2_256, 0x20])
+        prefix = bytes([0x01]) + uvarint(codec) + bytes([SHA2_256, 0x20])
         return cls._trusted(prefix + hashlib.sha256(data).digest())
 
     @classmethod
@@ -140,7 +140,8 @@ class Link:
         return (Link, (self.raw,))
 
 
-def _uvarint(value: int) -> bytes:
+def uvarint(value: int) -> bytes:
+    """Unsigned LEB128 varint, as multiformats and CAR use it."""
     out = bytearray()
     while True:
         byte = value & 0x7F
