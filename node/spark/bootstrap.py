@@ -7,10 +7,8 @@ only ever sends what came after the snapshot heads: a peer computes "what the
 caller lacks" from the caller's heads, and the covered ids answer "is this
 parent known?" for every later delta.
 
-It writes the replica's metadata tables inside the replica's own transaction;
-that is the one place where this module knows the replication schema
-(``repl_*``), and it belongs in ``Replica.install_snapshot`` once replication
-offers it (see docs/spark.md).
+The tables themselves are written by :mod:`merklog.replication.snapshot`, so
+this module never touches the replication schema.
 """
 
 from __future__ import annotations
@@ -23,8 +21,10 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from merklog.replication.blocks import decode_fact_fast
+from merklog.replication.errors import InvalidDelta
 from merklog.replication.replica import Replica
-from merklog.store import Fact, Link, encode_fact
+from merklog.replication.snapshot import AclEntry, CoveredDelta, install_snapshot_state
+from merklog.store import Fact, Link
 
 from .export import GENESIS_FILE, export
 from .manifest import ManifestError, parse_manifest, verify_files
@@ -136,80 +136,32 @@ def install_snapshot(replica: Replica, snap: Snapshot) -> int:
         raise ManifestError(
             f"snapshot is of dataset {snap.manifest['dataset']}, replica is {replica.dataset}"
         )
-    if replica.delta_count():
-        raise ManifestError("install_snapshot needs an empty replica (it has deltas already)")
-    blocks: list[tuple[Link, bytes]] = []
-    asserts: list[tuple[int, bytes, bytes]] = []
-    visible: list[tuple[int, bytes, int]] = []
-    notes: list[tuple[Link, Fact]] = []
-    ds = replica.ds
-    for cid, fact, support in snap.facts():
-        real, data = encode_fact(fact)
-        if real != cid:
-            raise ManifestError(f"snapshot fact {fact} does not hash to its CID {cid}")
-        blocks.append((cid, data))
-        asserts.extend((ds, cid.raw, s.raw) for s in support)
-        visible.append((ds, cid.raw, len(support)))
-        notes.append((cid, fact))
     deltas = snap.deltas()
     if len(deltas) != snap.manifest["deltas"]:
         raise ManifestError("snapshot deltas table does not match the manifest count")
-    delta_rows = [
-        (ds, Link.parse(d["delta_cid"]).raw, bytes.fromhex(d["author"]), d["seq"], d["clock"], 0, 0)
-        for d in deltas
-    ]
-    parent_rows = [
-        (ds, Link.parse(d["delta_cid"]).raw, Link.parse(p).raw)
-        for d in deltas
-        for p in d["parents"]
-    ]
-    auth_rows = [
-        (
-            ds,
-            bytes.fromhex(a["key"]),
-            Link.parse(a["delta_cid"]).raw,
-            a["clock"],
-            int(a["op"] == "grant"),
+    covered = [
+        CoveredDelta(
+            cid=Link.parse(d["delta_cid"]),
+            author=bytes.fromhex(d["author"]),
+            seq=d["seq"],
+            clock=d["clock"],
+            parents=tuple(Link.parse(p) for p in d["parents"]),
         )
-        for a in sorted(snap.acl(), key=lambda a: (a["clock"], a["delta_cid"], a["op_index"]))
+        for d in deltas
     ]
-    with replica._lock:
-        try:
-            with replica._tx():
-                replica.blockstore.put_many(blocks)
-                conn = replica.conn
-                conn.executemany("INSERT INTO repl_delta VALUES (?, ?, ?, ?, ?, ?, ?)", delta_rows)
-                conn.executemany("INSERT OR IGNORE INTO repl_parent VALUES (?, ?, ?)", parent_rows)
-                conn.executemany(
-                    "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)", auth_rows
-                )
-                columns = {r[1] for r in conn.execute("PRAGMA table_info(repl_assert)")}
-                if "killed" in columns:  # live tags carry killed = 0
-                    conn.executemany(
-                        "INSERT INTO repl_assert (ds, fact, delta, killed) VALUES (?, ?, ?, 0)",
-                        asserts,
-                    )
-                else:
-                    conn.executemany(
-                        "INSERT INTO repl_assert (ds, fact, delta) VALUES (?, ?, ?)", asserts
-                    )
-                has_visible = conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'repl_visible'"
-                ).fetchone()
-                if has_visible:
-                    conn.executemany("INSERT INTO repl_visible VALUES (?, ?, ?)", visible)
-                if snap.heads:
-                    conn.execute("DELETE FROM repl_head WHERE ds = ?", (ds,))
-                    conn.executemany(
-                        "INSERT INTO repl_head VALUES (?, ?)", [(ds, h.raw) for h in snap.heads]
-                    )
-                for cid, fact in notes:
-                    replica._note(cid, +1, fact)
-        except BaseException:
-            replica._changes.clear()
-            raise
-    replica._emit()
-    return len(visible)
+    acl = [
+        AclEntry(
+            key=bytes.fromhex(a["key"]),
+            delta=Link.parse(a["delta_cid"]),
+            clock=a["clock"],
+            grant=a["op"] == "grant",
+        )
+        for a in snap.acl()
+    ]
+    try:
+        return install_snapshot_state(replica, snap.facts(), covered, acl, snap.heads)
+    except InvalidDelta as exc:
+        raise ManifestError(str(exc)) from exc
 
 
 def prune_replica(replica: Replica, snap: Snapshot) -> int:
