@@ -258,19 +258,20 @@ def parse_facts(text: str) -> list[Fact]:
 
 def parse_query(text: str) -> tuple[ast.BodyLiteral, ...]:
     """An atom (``path(1, X)``) or a conjunction (``edge(X, Y), !edge(Y, X)``)."""
+    from merklog.engine.errors import EngineError
     from merklog.engine.parser import parse_program
     from merklog.engine.parser import parse_query as _parse
 
     try:
         return (ast.Positive(_parse(text)),)
-    except Exception as exc:
-        first = exc
+    except (EngineError, ValueError) as exc:
+        first = exc  # not a single atom: try it as a rule body, but report this error
     try:
         program = parse_program(f"{QUERY_PROBE}() :- {text.strip().rstrip('.')}.")
-        if len(program.rules) == 1 and not program.facts:
-            return program.rules[0].body
-    except Exception:
-        pass
+    except (EngineError, ValueError):
+        raise NodeInputError(str(first)) from first
+    if len(program.rules) == 1 and not program.facts:
+        return program.rules[0].body
     raise NodeInputError(str(first)) from first
 
 
