@@ -19,7 +19,7 @@ character and are excluded from equality so that ASTs compare structurally.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal as TypingLiteral
 
@@ -296,3 +296,16 @@ def body_atoms(lit: BodyLiteral) -> Iterator[tuple[Atom, str]]:
         for inner in lit.body:
             for atom, _polarity in body_atoms(inner):
                 yield atom, "agg"
+
+
+def grouping_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
+    """Variables of ``agg``'s body also visible in the rest of the rule body (its groups)."""
+    outside: set[str] = set()
+    for lit in body:
+        if lit is agg:
+            continue
+        if isinstance(lit, Aggregate):
+            outside.add(lit.result.name)
+        else:
+            outside.update(v.name for v in literal_vars(lit))
+    return {v.name for inner in agg.body for v in literal_vars(inner)} & outside

@@ -226,17 +226,7 @@ def _term_names(term: ast.Term) -> set[str]:
     return {v.name for v in ast.term_vars(term)}
 
 
-def grouping_vars(rule_body: tuple[ast.BodyLiteral, ...], agg: ast.Aggregate) -> set[str]:
-    """Variables of ``agg``'s body that are visible outside it (in the rest of the body)."""
-    outside: set[str] = set()
-    for lit in rule_body:
-        if lit is agg:
-            continue
-        if isinstance(lit, ast.Aggregate):
-            outside.add(lit.result.name)
-        else:
-            outside |= _vars_of_literals([lit])
-    return _vars_of_literals(agg.body) & outside
+grouping_vars = ast.grouping_vars
 
 
 def _ground(term: ast.Term, bound: set[str]) -> bool:

@@ -162,15 +162,7 @@ def _vars_of(lits: Iterable[ast.BodyLiteral]) -> set[str]:
 
 def grouping_vars(body: Sequence[ast.BodyLiteral], agg: ast.Aggregate) -> list[str]:
     """Variables of ``agg``'s body also visible in the rest of the rule body (sorted)."""
-    outside: set[str] = set()
-    for lit in body:
-        if lit is agg:
-            continue
-        if isinstance(lit, ast.Aggregate):
-            outside.add(lit.result.name)
-        else:
-            outside |= _vars_of([lit])
-    return sorted(_vars_of(agg.body) & outside)
+    return sorted(ast.grouping_vars(body, agg))
 
 
 def _term_vars(term: ast.Term) -> set[str]:

@@ -297,16 +297,20 @@ class Node:
 
     def wake(self) -> None:
         """Ask for an epoch as soon as possible (thread-safe)."""
-        if self._wake is None or self._loop is None:
+        self._set_from_any_thread(self._wake)
+
+    def _set_from_any_thread(self, event: asyncio.Event | None) -> None:
+        """Set an event of the node's loop from that loop or from any other thread."""
+        if event is None or self._loop is None:
             return
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
-            self._wake.set()
+            event.set()
         else:
-            self._loop.call_soon_threadsafe(self._wake.set)
+            self._loop.call_soon_threadsafe(event.set)
 
     # ------------------------------------------------------------------ writes
     def _on_visible_change(self, fact: Fact, weight: int) -> None:
@@ -555,16 +559,7 @@ class Node:
             log.warning("no epoch within %.1f s after a write", timeout)
 
     def _wake_outbox(self) -> None:
-        if self._outbox_wake is None or self._loop is None:
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            self._outbox_wake.set()
-        else:
-            self._loop.call_soon_threadsafe(self._outbox_wake.set)
+        self._set_from_any_thread(self._outbox_wake)
 
     def _derived_count(self) -> int:
         """Tuples in relations the program's rules define (rule heads)."""
