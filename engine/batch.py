@@ -229,6 +229,20 @@ def _term_names(term: ast.Term) -> set[str]:
 grouping_vars = ast.grouping_vars
 
 
+def _binds(lit: ast.BodyLiteral) -> set[str]:
+    """Names bound once ``lit`` has been evaluated (negation binds nothing)."""
+    if isinstance(lit, ast.Positive):
+        names = {v.name for v in ast.atom_vars(lit.atom)}
+        if lit.cid is not None:
+            names.add(lit.cid.name)
+        return names
+    if isinstance(lit, ast.Comparison):
+        return _term_names(lit.left) | _term_names(lit.right)
+    if isinstance(lit, ast.Aggregate):
+        return {lit.result.name}
+    return set()
+
+
 def _ground(term: ast.Term, bound: set[str]) -> bool:
     return _term_names(term) <= bound
 
@@ -255,14 +269,7 @@ def order_body(
         lit = body[i]
         remaining.remove(i)
         order.append(lit)
-        if isinstance(lit, ast.Positive):
-            bound.update(v.name for v in ast.atom_vars(lit.atom))
-            if lit.cid is not None:
-                bound.add(lit.cid.name)
-        elif isinstance(lit, ast.Comparison):
-            bound.update(_term_names(lit.left) | _term_names(lit.right))
-        elif isinstance(lit, ast.Aggregate):
-            bound.add(lit.result.name)
+        bound.update(_binds(lit))
 
     if first is not None:
         take(first)
@@ -371,14 +378,7 @@ class RuleCompiler:
         boundness: list[set[str]] = []
         for lit in lits:
             boundness.append(set(bound))
-            if isinstance(lit, ast.Positive):
-                bound.update(v.name for v in ast.atom_vars(lit.atom))
-                if lit.cid is not None:
-                    bound.add(lit.cid.name)
-            elif isinstance(lit, ast.Comparison):
-                bound.update(_term_names(lit.left) | _term_names(lit.right))
-            elif isinstance(lit, ast.Aggregate):
-                bound.add(lit.result.name)
+            bound.update(_binds(lit))
         step = final
         for lit, b in zip(reversed(lits), reversed(boundness), strict=True):
             if isinstance(lit, ast.Positive):
