@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from merklog.store.errors import Error
+
 from .ast import NOPOS, Pos
 
 
-class EngineError(Exception):
+class EngineError(Error):
     """Base class of every static error in a merklog program (syntax or checks)."""
 
     code = "engine_error"

@@ -6,8 +6,10 @@ Every rejection of remote input raises one of these; the server turns it into
 
 from __future__ import annotations
 
+from merklog.store.errors import Error
 
-class ReplicationError(Exception):
+
+class ReplicationError(Error):
     """Base class: ``code`` is the machine-readable error name, ``status`` its HTTP status."""
 
     code = "replication_error"

@@ -20,7 +20,7 @@ from .codec import (
     fact_cid,
     make_fact,
 )
-from .errors import BlockNotFound, CIDMismatch, InvalidBlock, InvalidValue, StoreError
+from .errors import BlockNotFound, CIDMismatch, Error, InvalidBlock, InvalidValue, StoreError
 from .link import Link
 from .sqlite import SQLiteBlockStore
 from .values import Value, check_value, format_value
@@ -29,6 +29,7 @@ __all__ = [
     "BlockNotFound",
     "BlockStore",
     "CIDMismatch",
+    "Error",
     "Fact",
     "InvalidBlock",
     "InvalidValue",

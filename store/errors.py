@@ -1,7 +1,18 @@
-"""Errors raised by the content-addressed store layer."""
+"""Errors raised by the content-addressed store layer, and the root of every merklog error.
+
+:class:`Error` lives here because ``store`` is the lowest layer: ``engine``,
+``replication`` and ``node`` all import ``store`` already, so each package's own
+error base can derive from it without an import running the wrong way. The
+package root re-exports it as ``merklog.Error``: an app catches that one class
+to handle anything merklog raises on purpose.
+"""
 
 
-class StoreError(Exception):
+class Error(Exception):
+    """Root of every error merklog raises on purpose (``merklog.Error``)."""
+
+
+class StoreError(Error):
     """Base class of every store error."""
 
 
