@@ -231,12 +231,15 @@ class Rule:
         return f"{head}{suffix} :- {', '.join(str(b) for b in self.body)}."
 
 
-ColumnType = TypingLiteral["number", "unsigned", "float", "symbol", "any"]
+ColumnType = TypingLiteral[
+    "number", "unsigned", "float", "symbol", "any", "int", "str", "bytes", "bool", "cid"
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Declaration:
-    """A relation's declared schema (Soufflé ``.decl``); ``any`` when undeclared."""
+    """A relation's declared schema (``.decl`` in both dialects; merklog types
+    ``int float str bytes bool cid any``, Soufflé ``number unsigned float symbol``)."""
 
     rel: str
     columns: tuple[tuple[str, ColumnType], ...]

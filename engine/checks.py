@@ -66,6 +66,7 @@ from .errors import (
     UnknownRelationError,
     UnsafeNegationError,
 )
+from .schema import Schema, check_declarations
 from .stratify import Stratum, stratify
 
 
@@ -99,6 +100,11 @@ class CheckedProgram:
     @property
     def relations(self) -> frozenset[str]:
         return frozenset(self.arities)
+
+    @property
+    def schema(self) -> Schema:
+        """The relation declarations; ``schema.check_fact(rel, args)`` refuses a misfit."""
+        return Schema.of(self.program)
 
 
 # ----------------------------------------------------------------- arity
@@ -425,6 +431,7 @@ def check_next_rules(program: Program) -> None:
 def check_program(program: Program) -> CheckedProgram:
     """Run every static check; return the stratified program or raise an EngineError."""
     arities = _collect_arities(program)
+    check_declarations(program)
     for rule in program.rules:
         check_rule(rule)
     strata = stratify(program.rules)

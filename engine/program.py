@@ -20,6 +20,7 @@ apart (:class:`~merklog.engine.rows.RowSet`, sorted lists).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,9 +40,15 @@ def detect_dialect(text: str) -> str:
     """``"souffle"`` when the text uses Soufflé directives (``.decl`` …), else ``"merklog"``."""
     for line in text.splitlines():
         stripped = line.strip()
+        if stripped.startswith(".decl") and _MERKLOG_DECL.match(stripped):
+            continue  # ``.decl edge(src: int, dst: int).``: a merklog declaration
         if stripped.startswith((".decl", ".type", ".input", ".output", ".comp", ".init")):
             return "souffle"
     return "merklog"
+
+
+#: A merklog declaration line: ends with ``).`` (Soufflé's ``.decl`` has no period).
+_MERKLOG_DECL = re.compile(r"\.decl\s+[a-z]\w*\s*\([^()]*\)\s*\.\s*(?:(?://|%).*)?$")
 
 
 def parse_text(text: str, dialect: str = "auto") -> ast.Program:
@@ -138,6 +145,7 @@ class Program:
             program.rules, strata=strata, int_bits=self.checked.int_bits, backend=backend
         )
 
+        self._schema = self.checked.schema
         self._inline: dict[str, set[Row]] = {}
         for rel, args in program.facts:
             self._inline.setdefault(rel, set()).add(row_to_engine(tuple(args)))
@@ -179,6 +187,7 @@ class Program:
     def _base(self, facts: FactsInput) -> dict[str, Any]:
         base = normalise_facts(facts)
         self.check_fact_arities(base)
+        self._schema.check_facts(base)
         _merge(base, self._inline)
         return base
 
