@@ -158,6 +158,13 @@ class Parser:
                     col = str(tok.value)
                     self.i += 2
                     tok = self.peek()
+                if tok.kind == "NAME" and tok.value in ("number", "unsigned", "symbol"):
+                    raise self.error(
+                        at,
+                        f"expected a rule head (an atom), found {describe(at)} with Soufflé "
+                        f"column type {tok.value}",
+                        head_hint(at),
+                    )
                 if tok.kind != "NAME" or tok.value not in MERKLOG_TYPES:
                     raise self.error(
                         tok,

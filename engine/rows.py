@@ -45,24 +45,40 @@ def has_engine_only(rows: Iterable[Row]) -> bool:
     return not _ENGINE_ONLY.isdisjoint(map(type, chain.from_iterable(rows)))
 
 
+class EngineSet(set):
+    """A set of rows known to be in engine form (what :func:`engine_rows` returns),
+    so converting it again costs nothing. ``mixed``: may hold floats or bools."""
+
+    __slots__ = ("mixed",)
+
+    def __init__(self, rows: Iterable[Row] = (), mixed: bool = True) -> None:
+        super().__init__(rows)
+        self.mixed = mixed
+
+
 def engine_rows(rows: Iterable[Row]) -> set[Row]:
-    """A new set of ``rows`` in engine form (plain or engine rows accepted).
+    """The set of ``rows`` in engine form (plain or engine rows accepted).
 
     Rows are converted *before* they meet in a set, so ``[(1,), (1.0,), (True,)]``
-    gives three rows. Raises :class:`TypeError` naming a value that is not a
-    merklog value (e.g. ``None``).
+    gives three rows. An :class:`EngineSet` or a :class:`RowSet`'s rows are returned
+    as they are (shared: callers copy before mutating). Raises :class:`TypeError`
+    naming a value that is not a merklog value (e.g. ``None``).
     """
+    if isinstance(rows, EngineSet):
+        return rows
     if isinstance(rows, RowSet):
-        return set(rows.engine)
-    tuples = list(map(tuple, rows))
+        return rows.engine
+    tuples = rows if isinstance(rows, set | frozenset | list) else list(map(tuple, rows))
     types = set(map(type, chain.from_iterable(tuples)))
     if types <= _ENGINE_TYPES:
-        return set(tuples)
+        if not isinstance(tuples, set | frozenset) and any(type(t) is not tuple for t in tuples):
+            tuples = list(map(tuple, tuples))
+        return EngineSet(tuples, mixed=not _ENGINE_ONLY.isdisjoint(types))
     bad = types - _CONVERTIBLE
     if bad:
         name = sorted(t.__name__ for t in bad)[0]
         raise TypeError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
-    return set(map(row_to_engine, tuples))
+    return EngineSet(map(row_to_engine, map(tuple, tuples)), mixed=True)
 
 
 class RowSet(Set):
@@ -73,7 +89,7 @@ class RowSet(Set):
     def __init__(self, engine: set[Row] | frozenset[Row] = frozenset()) -> None:
         #: The rows in engine form (shared, not copied: do not mutate).
         self.engine = engine
-        self._mixed: bool | None = None
+        self._mixed: bool | None = engine.mixed if isinstance(engine, EngineSet) else None
 
     @classmethod
     def _from_iterable(cls, it: Iterable[Row]) -> RowSet:
@@ -197,4 +213,4 @@ class DeltaMap(Mapping):
         return f"DeltaMap({dict(self.items())!r})"
 
 
-__all__ = ["DeltaMap", "RowSet", "engine_rows", "has_engine_only"]
+__all__ = ["DeltaMap", "EngineSet", "RowSet", "engine_rows", "has_engine_only"]
