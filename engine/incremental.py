@@ -57,9 +57,9 @@ from .dataflow import (
     Timestamp,
 )
 from .io import Sink, Source
-from .rows import DeltaMap, RowSet
+from .rows import DeltaMap, RowSet, engine_row_list
 from .stratify import Stratum, stratify
-from .values import row_from_engine, row_to_engine, to_engine
+from .values import row_from_engine, to_engine
 
 Row = tuple
 Delta = dict  # dict[Row, int]
@@ -564,7 +564,11 @@ class _Compiler:
                         lit.op == "=="
                         and (
                             (rg and isinstance(lit.left, ast.Var) and lit.left.name not in matched)
-                            or (lg and isinstance(lit.right, ast.Var) and lit.right.name not in matched)
+                            or (
+                                lg
+                                and isinstance(lit.right, ast.Var)
+                                and lit.right.name not in matched
+                            )
                         )
                     ):
                         chosen = lit
@@ -1068,8 +1072,7 @@ class IncrementalEngine:
 
         def apply(rel: str, rows: Iterable[Row], insert: bool) -> None:
             target = edb.setdefault(rel, set())
-            for row in rows:
-                row = row_to_engine(tuple(row))
+            for row in engine_row_list(rows):
                 remember(rel, row)
                 if insert:
                     target.add(row)
@@ -1096,8 +1099,7 @@ class IncrementalEngine:
                 remember(rel, row)
         for rel, rows in (events or {}).items():
             bucket = events_now.setdefault(rel, set())
-            for row in rows:
-                row = row_to_engine(tuple(row))
+            for row in engine_row_list(rows):
                 remember(rel, row)
                 bucket.add(row)
         self._events = events_now
@@ -1113,9 +1115,7 @@ class IncrementalEngine:
                 now = row in now_edb or row in now_ev
                 if now != was:
                     # Rows of another arity than the program reads never reach the circuit.
-                    fits = want is None or (
-                        len(row) >= want[0] if want[1] else len(row) == want[0]
-                    )
+                    fits = want is None or (len(row) >= want[0] if want[1] else len(row) == want[0])
                     (pending if rel in inputs and fits else extra).setdefault(rel, {})[row] = (
                         1 if now else -1
                     )

@@ -56,6 +56,24 @@ class EngineSet(set):
         self.mixed = mixed
 
 
+def engine_row_list(rows: Iterable[Row]) -> list[Row]:
+    """``rows`` as a list of engine-form tuples, converted with one C-level type scan
+    when nothing needs converting (the common, all-int/str case)."""
+    if isinstance(rows, EngineSet):
+        return list(rows)
+    if isinstance(rows, RowSet):
+        return list(rows.engine)
+    tuples = list(map(tuple, rows))
+    types = set(map(type, chain.from_iterable(tuples)))
+    if types <= _ENGINE_TYPES:
+        return tuples
+    bad = types - _CONVERTIBLE
+    if bad:
+        name = sorted(t.__name__ for t in bad)[0]
+        raise TypeError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
+    return list(map(row_to_engine, tuples))
+
+
 def engine_rows(rows: Iterable[Row]) -> set[Row]:
     """The set of ``rows`` in engine form (plain or engine rows accepted).
 
@@ -213,4 +231,4 @@ class DeltaMap(Mapping):
         return f"DeltaMap({dict(self.items())!r})"
 
 
-__all__ = ["DeltaMap", "EngineSet", "RowSet", "engine_rows", "has_engine_only"]
+__all__ = ["DeltaMap", "EngineSet", "RowSet", "engine_row_list", "engine_rows", "has_engine_only"]
