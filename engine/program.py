@@ -146,6 +146,16 @@ class Program:
         )
 
         self._schema = self.checked.schema
+        # Relations body atoms read that no rule, inline fact or declaration defines.
+        defined = set(self.checked.idb) | {rel for rel, _a in program.facts}
+        defined |= {d.rel for d in program.declarations}
+        self._read_only = {
+            atom.rel
+            for rule in program.rules
+            for lit in rule.body
+            for atom, _pol in ast.body_atoms(lit)
+            if atom.rel not in defined
+        }
         self._inline: dict[str, set[Row]] = {}
         for rel, args in program.facts:
             self._inline.setdefault(rel, set()).add(row_to_engine(tuple(args)))
@@ -201,6 +211,8 @@ class Program:
 
         arities: dict[str, set[int]] = {}
         for rel, rows in facts.items():
+            if rel not in self._read_only:
+                continue  # defined by the program, or not read: nothing to check
             if hasattr(rows, "ndim"):
                 arities[rel] = {rows.shape[1]} if len(rows) else set()
             elif rows and all(type(r) is int for r in rows):
