@@ -26,7 +26,7 @@ from typing import Any
 
 from merklog.store import Fact, Link, fact_cid, make_fact
 
-from . import epochstate, wiring
+from . import epochstate, querycheck, wiring, writes
 from .config import Config, new_token
 from .metrics import NodeMetrics
 from .runtime import HomeLock
@@ -47,12 +47,15 @@ class WriteResult:
     asserted: list[tuple[Link, Fact]] = field(default_factory=list)
     retracted: list[tuple[Link, Fact]] = field(default_factory=list)
     delta: Link | None = None
+    #: Retracted facts that were not visible (nothing was retracted for them).
+    not_visible: list[tuple[Link, Fact]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "asserted": [{"cid": str(c), "fact": str(f)} for c, f in self.asserted],
             "retracted": [{"cid": str(c), "fact": str(f)} for c, f in self.retracted],
             "delta": str(self.delta) if self.delta else None,
+            "not_visible": [{"cid": str(c), "fact": str(f)} for c, f in self.not_visible],
         }
 
 
@@ -366,6 +369,8 @@ class Node:
             asserted=[(fact_cid(f), f) for f in add], retracted=[(fact_cid(f), f) for f in rem]
         )
         if add or rem:
+            writes.require_writer(self)
+            result.not_visible = writes.not_visible(self.replica, rem)
             result.delta = self.atomically(wiring.replica_write, self.replica, add, rem)
             if result.delta is not None:
                 self.metrics.deltas.inc()
@@ -407,13 +412,16 @@ class Node:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
+                missing = {c for c, _f in res.not_visible}
                 for add, rem, fut in batch:
                     if not fut.done():
+                        retracted = [(fact_cid(f), f) for f in rem]
                         fut.set_result(
                             WriteResult(
                                 asserted=[(fact_cid(f), f) for f in add],
-                                retracted=[(fact_cid(f), f) for f in rem],
+                                retracted=retracted,
                                 delta=res.delta,
+                                not_visible=[(c, f) for c, f in retracted if c in missing],
                             )
                         )
         finally:
@@ -580,6 +588,13 @@ class Node:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
         try:
             q = wiring.parse_query(text)
+            with self._mutex:  # an unknown relation or arity is an error, not "(0 rows)"
+                querycheck.require_known(
+                    q,
+                    querycheck.program_arities(self.engine.checked.program),
+                    self._edb,
+                    {TICK_REL: {1}} if self.config.get("node.tick") else None,
+                )
         except Exception:
             self.metrics.rejected.inc()
             raise

@@ -15,14 +15,15 @@ from typing import Any, Protocol
 
 from merklog.store import Link
 
-from . import wiring
+from . import wiring, writes
 from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config
+from .failures import ExitCode, Failure, exit_code_for_status
 from .node import Node
 from .runtime import HomeLock, read_runfile, remove_runfile
 
 
-class TargetError(RuntimeError):
+class TargetError(Failure):
     """A command failed with a message meant for the user; nothing was changed."""
 
 
@@ -48,6 +49,7 @@ class LocalTarget:
     def write(self, asserts: str, retracts: str) -> dict[str, Any]:
         add = self.node.coerce_facts([asserts]) if asserts.strip() else []
         rem = self.node.coerce_facts([retracts]) if retracts.strip() else []
+        writes.sync_before_first_write(self.node, lambda url: asyncio.run(self.node.sync(url)))
         return self.node.write(add, rem).to_json()
 
     def query(self, q: str) -> dict[str, Any]:
@@ -93,9 +95,20 @@ class RemoteTarget:
         try:
             return fn(*args)
         except NodeAPIError as exc:
-            raise TargetError(str(exc)) from None
+            raise TargetError(str(exc), exit_code_for_status(exc.status)) from None
 
     def write(self, asserts: str, retracts: str) -> dict[str, Any]:
+        try:
+            return self._do(self.client.write, asserts, retracts)
+        except TargetError as exc:
+            origin = writes.origin_url(self.config)
+            if exc.exit_code != ExitCode.NOT_A_WRITER or origin is None:
+                raise
+        # A joined home's first write: sync once with the origin (grants arrive), retry.
+        try:
+            self._do(self.client.sync, origin)
+        except TargetError:
+            pass
         return self._do(self.client.write, asserts, retracts)
 
     def query(self, q: str) -> dict[str, Any]:

@@ -79,15 +79,8 @@ def visible_facts(replica: Replica) -> Iterable[Fact]:
 
 
 def replica_write(replica: Replica, asserts: list[Fact], retracts: list[Fact]) -> Link | None:
-    """One signed delta (or several if over the per-delta op limit); the last CID."""
-    ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]
-    from merklog.replication.blocks import MAX_OPS
-
-    last = None
-    for i in range(0, len(ops), MAX_OPS):
-        cid = replica.write(ops[i : i + MAX_OPS])
-        last = cid or last
-    return last
+    """One transaction of as many signed deltas as receivers' limits need; the last CID."""
+    return replica.write([Assert(f) for f in asserts] + [Retract(f) for f in retracts])
 
 
 def all_blocks(replica: Replica) -> Iterable[tuple[Link, bytes]]:

@@ -9,12 +9,19 @@ from merklog.node.cli import State, pass_state
 
 def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) -> None:
     from merklog.node.cliutil import facts_text, guard, target
+    from merklog.node.failures import NotVisible
 
     text = facts_text(facts, file)
     with target(state) as t:
         result = guard(lambda: t.write("", text) if retract else t.write(text, ""))
+    missing = {item["cid"] for item in result.get("not_visible") or []}
     for item in result["retracted" if retract else "asserted"]:
-        click.echo(f"{item['cid']}\t{item['fact']}")
+        if item["cid"] not in missing:
+            click.echo(f"{item['cid']}\t{item['fact']}")
+    if missing:
+        shown = ", ".join(item["fact"] for item in result["not_visible"][:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
 
 
 def register(cli: click.Group) -> None:

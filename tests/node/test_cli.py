@@ -183,6 +183,6 @@ def test_truncated_query_gives_a_positioned_parse_error(run) -> None:
     run("put", "edge(1, 2).")
     for text, where in (("edge(1,", "1:8"), ("edge(", "1:6"), ("edge(1, 2", "1:10")):
         result = run("query", text, ok=False)
-        assert result.exit_code == 1
+        assert result.exit_code == 2  # bad input (docs/operations.md, exit status)
         assert f"Error: {where}:" in result.output, result.output
         assert "index out of range" not in result.output

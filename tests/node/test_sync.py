@@ -20,11 +20,16 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     a("peers", "add", "b", nb.url, "--writer")
     b("peers", "add", "a", na.url)
     a("put", "edge(1, 2).")
-    refused = b("put", "edge(7, 8).", ok=False)  # not a writer until it has the grant
-    assert refused.exit_code != 0 and "writer" in refused.output
-    assert "synced" in b("sync", "a").output
+    # B's first write: it syncs once with the node it joined from, receives the grant
+    # made there, then writes (no "not a writer in the causal past" surprise).
     b("put", "edge(7, 8).")
-    b("sync", "a")
+    assert "synced" in b("sync", "a").output
+    # C joined too but was never granted: it says so plainly, exit status 7.
+    c = Cli(tmp_path / "c")
+    c("init", "--join", na.url)
+    refused = c("put", "edge(9, 9).", ok=False)
+    assert refused.exit_code == 7 and "cannot write yet" in refused.output
+    assert "Traceback" not in refused.output
     assert _facts(a) == _facts(b) == ["edge(1, 2)", "edge(7, 8)"]
     # The running node's program state sees replicated facts too.
     import time
