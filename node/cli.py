@@ -105,7 +105,8 @@ def _load_commands() -> None:
             register(cli)
 
 
-_load_commands()
+if __name__ != "__main__":  # run as a script, the package module below loads them
+    _load_commands()
 
 
 def main() -> None:

@@ -595,10 +595,10 @@ class Node:
                     self._edb,
                     {TICK_REL: {1}} if self.config.get("node.tick") else None,
                 )
+            columns, rows = querycheck.evaluate(self._evaluate, q)
         except Exception:
             self.metrics.rejected.inc()
             raise
-        columns, rows = self._evaluate(q)
         return QueryResult(columns, sorted(rows, key=_row_key), self.epoch)
 
     def subscribe(self, text: str, callback: Callback) -> Subscription:
@@ -679,9 +679,13 @@ class Node:
                 count += 1
                 yield item
 
-        with open(tmp, "wb") as out:
-            write_car(out, roots, counted())
-        tmp.replace(path)
+        try:
+            with open(tmp, "wb") as out:
+                write_car(out, roots, counted())
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written backup
+            raise
         return count
 
     def import_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:

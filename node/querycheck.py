@@ -9,12 +9,14 @@ written with ``...`` (any further arguments) matches every arity from its own up
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from merklog.engine import ast
 
-from .failures import UnknownRelation
+from .failures import ExitCode, Failure, UnknownRelation
+
+T = TypeVar("T")
 
 
 def program_arities(program: Any) -> dict[str, set[int]]:
@@ -60,3 +62,22 @@ def require_known(
                 f"unknown relation {rel}/{n}: no visible fact has it and the program does not"
                 " mention it"
             )
+
+
+class UnanswerableQuery(Failure, ValueError):
+    """A query the evaluator cannot schedule (a variable only a comparison or a negation
+    mentions): bad input, reported instead of an internal error."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+def evaluate(run: Callable[[Any], T], query: Any) -> T:
+    """``run(query)``, with the evaluator's "cannot schedule" turned into bad input."""
+    from merklog.engine.batch import EvaluationError
+
+    try:
+        return run(query)
+    except EvaluationError as exc:
+        raise UnanswerableQuery(
+            f"cannot answer this query: {exc}; bind every variable in a positive atom"
+        ) from None

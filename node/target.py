@@ -21,6 +21,7 @@ from .config import CONFIG_FILE, Config
 from .failures import ExitCode, Failure, exit_code_for_status
 from .node import Node
 from .runtime import HomeLock, read_runfile, remove_runfile
+from .storecheck import precheck
 
 
 class TargetError(Failure):
@@ -149,6 +150,7 @@ def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
 def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator[Target]:
     """The running node if there is one, else the home opened in-process."""
     config = load_config(home, overrides)
+    precheck(config)
     lock = HomeLock.try_acquire(home)
     if lock is None:
         info = _wait_for_runfile(home)

@@ -46,11 +46,11 @@ def register(cli: click.Group) -> None:
         """Serve this node until SIGINT/SIGTERM; /healthz answers 200 once ready."""
         import asyncio
 
-        from merklog.node.config import ConfigError
         from merklog.node.node import Node, init_home
         from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile
         from merklog.node.server import serve
-        from merklog.node.target import TargetError, input_errors, load_config
+        from merklog.node.storecheck import precheck
+        from merklog.node.target import load_config
 
         overrides = dict(state.overrides)
         for key, value in (
@@ -72,10 +72,11 @@ def register(cli: click.Group) -> None:
             if do_init:
                 init_home(state.home)
             cfg = load_config(state.home, overrides)
+            precheck(cfg)
             node = Node(cfg, lock)
-        except (ConfigError, TargetError, *input_errors()) as exc:
-            lock.release()
-            raise click.ClickException(str(exc)) from None
+        except BaseException:
+            lock.release()  # the CLI's error boundary reports what went wrong
+            raise
 
         def announce(url: str) -> None:
             token = cfg.get("api.token")
