@@ -26,7 +26,7 @@ from typing import Any
 
 from merklog.store import Fact, Link, fact_cid, make_fact
 
-from . import epochstate, querycheck, wiring, writes
+from . import epochstate, programstore, querycheck, wiring, writes
 from .config import Config, new_token
 from .metrics import NodeMetrics
 from .runtime import HomeLock
@@ -155,9 +155,7 @@ class Node:
         self._reload = True
         for fact in wiring.visible_facts(self.replica):
             self._pending.append((fact, +1))
-        program_path = config.path("node.program")
-        if program_path is not None and program_path.exists():
-            self.load_program(program_path.read_text(), source=str(program_path))
+        programstore.restore(self, config.path("node.program"))
         same = self._state.program == self.engine.digest
         self._carry = self._state.next if same else {}
         self._sent: set[Fact] = self._state.sent if same else set()
@@ -436,14 +434,20 @@ class Node:
         return self.write(retracts=facts)
 
     # ------------------------------------------------------------------ program
-    def load_program(self, text: str, source: str = "<program>", engine: str = "auto") -> None:
+    def load_program(
+        self, text: str, source: str = "<program>", engine: str = "auto", persist: bool = True
+    ) -> None:
         """Parse, check and install a program; the next epoch re-derives from the current EDB.
 
         Raises NodeInputError (``SOURCE:LINE:COL: …``) for a program that fails to parse or
         any static check (range restriction, unsafe negation, stratification, …); then
-        nothing changes.
+        nothing changes. A checked program is stored in the home as a block (see
+        :mod:`.programstore`) before it replaces the running one.
         """
         runner = wiring.compile_program(text, source, engine)
+        if persist:
+            conn = wiring.store_conn(self.store)
+            programstore.save(conn, self.store, wiring.transaction(self.store), text, source)
         with self._mutex:
             self.engine = runner
             self.program_text = text

@@ -22,7 +22,7 @@ def register(cli: click.Group) -> None:
         "--program",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="Datalog program evaluated every epoch [node.program].",
+        help="Check this Datalog program and store it in the home before serving.",
     )
     @click.option(
         "--static-dir",
@@ -57,7 +57,6 @@ def register(cli: click.Group) -> None:
             ("node.host", host),
             ("node.port", port),
             ("node.epoch_interval", epoch_interval),
-            ("node.program", str(program.resolve()) if program else None),
             ("node.static_dir", str(static_dir.resolve()) if static_dir else None),
             ("node.tick", tick),
         ):
@@ -74,8 +73,16 @@ def register(cli: click.Group) -> None:
             cfg = load_config(state.home, overrides)
             precheck(cfg)
             node = Node(cfg, lock)
+            if program is not None:  # checked, stored in the home, then swapped in
+                try:
+                    node.load_program(program.read_text(), str(program))
+                except BaseException:
+                    node.close()
+                    lock = None
+                    raise
         except BaseException:
-            lock.release()  # the CLI's error boundary reports what went wrong
+            if lock is not None:  # the CLI's error boundary reports what went wrong
+                lock.release()
             raise
 
         def announce(url: str) -> None:

@@ -167,3 +167,35 @@ def test_memory_backend_node_is_ephemeral_and_works(tmp_path: Path) -> None:
         first = node.dataset
     with Node.open(tmp_path / "m", store__backend="memory") as node:
         assert node.dataset != first and node.list_facts() == []
+
+
+def test_loaded_program_is_stored_in_the_home_not_read_from_its_file(
+    run: Cli, home: Path, tmp_path: Path, node_factory
+) -> None:
+    run("init")
+    run("put", "edge(1, 2).", "edge(2, 3).")
+    source = tmp_path / "path.dl"
+    source.write_text(PATH)
+    run("load", str(source))
+    import tomllib
+
+    assert tomllib.loads((home / "config.toml").read_text())["node"]["program"] == ""
+    source.write_text("this is not Datalog")  # editing the file afterwards changes nothing
+    assert _rows(run, "path(1, X)") == [[2], [3]]
+    source.unlink()  # nor does deleting it, across restarts of a real node
+    node = node_factory(home).start()
+    _, q = node.request("GET", "/v1/query?q=path(1,%20X)")
+    assert q["rows"] == [[2], [3]]
+    node.stop()
+    # node run --program with a program failing a check: refused, the stored one stays.
+    bad = tmp_path / "bad.dl"
+    bad.write_text(BAD_PROGRAMS[0][0])
+    with pytest.raises(RuntimeError, match="exited early with 2"):
+        node_factory(home, "--program", str(bad)).start()
+    assert _rows(run, "path(1, X)") == [[2], [3]]
+    # ... and a good one replaces it, stored too.
+    source.write_text("reach(X) :- edge(1, X).\n")
+    node = node_factory(home, "--program", str(source)).start()
+    node.stop()
+    source.unlink()
+    assert _rows(run, "reach(X)") == [[2]]
