@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from merklog.store import Link
+from merklog.store import Fact, Link
 
 from . import wiring, writes
 from .client import NodeAPIError, NodeClient
@@ -30,6 +30,7 @@ class TargetError(Failure):
 
 class Target(Protocol):
     def write(self, asserts: str, retracts: str) -> dict[str, Any]: ...
+    def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]: ...
     def query(self, q: str) -> dict[str, Any]: ...
     def facts(self, rel: str | None) -> list[dict[str, str]]: ...
     def block(self, cid: str) -> dict[str, Any]: ...
@@ -50,8 +51,11 @@ class LocalTarget:
     def write(self, asserts: str, retracts: str) -> dict[str, Any]:
         add = self.node.coerce_facts([asserts]) if asserts.strip() else []
         rem = self.node.coerce_facts([retracts]) if retracts.strip() else []
+        return self.write_facts(add, rem)
+
+    def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]:
         writes.sync_before_first_write(self.node, lambda url: asyncio.run(self.node.sync(url)))
-        return self.node.write(add, rem).to_json()
+        return self.node.write(asserts, retracts).to_json()
 
     def query(self, q: str) -> dict[str, Any]:
         return self.node.query(q).to_json()
@@ -111,6 +115,11 @@ class RemoteTarget:
         except TargetError:
             pass
         return self._do(self.client.write, asserts, retracts)
+
+    def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]:
+        """Parsed facts sent as Datalog text (``str(fact)`` is the one rendering and
+        parses back to the same fact)."""
+        return self.write("".join(f"{f}.\n" for f in asserts), "".join(f"{f}.\n" for f in retracts))
 
     def query(self, q: str) -> dict[str, Any]:
         return self._do(self.client.query, q)

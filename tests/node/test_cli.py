@@ -186,3 +186,19 @@ def test_truncated_query_gives_a_positioned_parse_error(run) -> None:
         assert result.exit_code == 2  # bad input (docs/operations.md, exit status)
         assert f"Error: {where}:" in result.output, result.output
         assert "index out of range" not in result.output
+
+
+def test_large_put_file_goes_through_a_running_node_in_chunks(
+    home: Path, tmp_path: Path, node_factory
+) -> None:
+    from .conftest import Cli
+
+    run = Cli(home)
+    run("--set", "node.max_body=65536", "init")  # a small body limit, kept in config.toml
+    node_factory(home).start()
+    f = tmp_path / "many.dl"
+    f.write_text("".join(f'row({i}, "{"x" * 40}").\n' for i in range(3000)))  # ~150 KB
+    assert f.stat().st_size > 2 * 65536
+    out = run("put", "-f", str(f)).output
+    assert len(out.splitlines()) == 3000 and "Error" not in out
+    assert len(run("ls", "row").output.splitlines()) == 3000
