@@ -92,7 +92,7 @@ def initialise(
         cfg, created = init_home(
             home, overrides, (join.dataset, join.genesis) if join is not None else None
         )
-        if join is not None:
+        if join is not None and join.url:
             cfg = Config.load(home)
             entry: dict[str, str] = {"url": join.url}
             if join.key:

@@ -1,4 +1,5 @@
-"""``merklog export FILE.car`` / ``merklog import FILE.car``: CAR v1 interchange."""
+"""``merklog export FILE.car`` / ``import FILE.car`` / ``restore FILE.car``: CAR v1
+interchange, backup and restore (docs/operations.md, "Backup and restore")."""
 
 from __future__ import annotations
 
@@ -31,3 +32,21 @@ def register(cli: click.Group) -> None:
         with target(state) as t:
             stats = guard(lambda: t.import_car(file))
         click.echo(f"imported {file}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+
+    @cli.command("restore")
+    @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.option(
+        "--identity",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="The node key (identity.pem) saved with the backup; else a new key is made.",
+    )
+    @pass_state
+    def restore(state: State, file: Path, identity: Path | None) -> None:
+        """Create a new home from a backup CAR (made by `merklog export`)."""
+        from merklog.node.backup import restore as do_restore
+
+        stats = do_restore(state.home, file, identity, dict(state.overrides))
+        click.echo(
+            f"restored {state.home} from {file}: " + ", ".join(f"{k} {v}" for k, v in stats.items())
+        )
