@@ -29,7 +29,7 @@ from .errors import PeerError, PeerUnreachable, TooLarge
 from .identity import Identity
 from .limits import RECEIVE_MAX_BODY, RECEIVE_MAX_SECTION, WRITE_MAX_BATCH_BYTES
 from .metrics import Metrics
-from .replica import ApplyResult, Replica
+from .replica import ApplyResult, Replica, Summary
 from .wire import SPOOL_MEMORY, CarReader, spool_deltas
 
 #: ``progress("pull" | "push", body bytes so far, deltas so far)``.
@@ -292,6 +292,46 @@ class SyncClient:
             if self.progress is not None:
                 self.progress("push", stats.bytes_sent, stats.deltas_pushed)
         return stats
+
+    async def fetch_blocks(
+        self, url: str, replica: Replica, wanted: set[Link]
+    ) -> dict[Link, bytes]:
+        """The ``wanted`` blocks (verified) from the peer's copy of the dataset, for repairs:
+        asks for its whole log in bounded responses and keeps only those blocks. Nothing is
+        applied; the caller puts them back into its store."""
+        found: dict[Link, bytes] = {}
+        if replica.dataset in wanted:
+            found[replica.dataset] = await self.genesis(url, replica.dataset)
+        path = f"/v1/datasets/{replica.dataset}/sync"
+        received: list[Link] = []
+        while len(found) < len(wanted):
+            summary = Summary(received, [], True).to_json() if received else None
+            body = json.dumps({"heads": [str(replica.dataset)], "summary": summary}).encode()
+            headers = self._headers("POST", path, _sha256(body))
+            headers["Content-Type"] = "application/json"
+            spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            try:
+                async with self._request(
+                    "POST", url.rstrip("/") + path, data=body, headers=headers
+                ) as resp:
+                    if resp.status != 200:
+                        raise await self._error(resp)
+                    async for chunk in resp.content.iter_chunked(1 << 16):
+                        spool.write(chunk)
+                spool.seek(0)
+                reader = CarReader(spool, self.max_block)
+                roots = await asyncio.to_thread(reader.read_header)
+                got = await asyncio.to_thread(list, reader.blocks())
+            finally:
+                spool.close()
+            before = len(received)
+            for cid, data in got:  # CarReader re-hashed every block
+                received.append(cid)
+                if cid in wanted:
+                    found[cid] = data
+            if len(received) == before or set(roots) <= set(received):
+                break
+        return found
 
     async def sync(self, url: str, replica: Replica) -> SyncStats:
         """Both directions: pull what we lack, then push what the peer lacks."""
