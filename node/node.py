@@ -631,7 +631,7 @@ class Node:
         self._sinks.append(sink)
 
     # ------------------------------------------------------------------ sync and status
-    async def sync(self, url: str, progress: Callable[[int, int], None] | None = None) -> dict:
+    async def sync(self, url: str, progress: Callable[[str, int, int], None] | None = None) -> dict:
         """Pull from and push to the peer at ``url``; new facts reach the next epoch."""
         stats = await wiring.sync_with(self.served_replica, url, self.config, progress)
         self.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))

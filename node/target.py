@@ -36,7 +36,7 @@ class Target(Protocol):
     def block(self, cid: str) -> dict[str, Any]: ...
     def status(self) -> dict[str, Any]: ...
     def load_program(self, text: str, source: str) -> dict[str, Any]: ...
-    def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]: ...
+    def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]: ...
     def grant(self, key: str) -> Any: ...
     def export_car(self, path: Path) -> int: ...
     def import_car(self, path: Path) -> dict[str, Any]: ...
@@ -76,7 +76,7 @@ class LocalTarget:
         self.node.run_epoch()
         return self.node.status()
 
-    def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+    def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
         return asyncio.run(self.node.sync(self.node.resolve_peer(url), progress))
 
     def grant(self, key: str) -> Any:
@@ -136,7 +136,7 @@ class RemoteTarget:
     def load_program(self, text: str, source: str) -> dict[str, Any]:
         return self._do(self.client.load_program, text, source)
 
-    def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+    def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
         return self._do(self.client.sync, url)
 
     def grant(self, key: str) -> Any:
