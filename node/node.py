@@ -668,7 +668,7 @@ class Node:
 
         return self.heads(), blocks()
 
-    def export_car(self, path: str | Path) -> int:
+    def export_car(self, path: str | Path, progress: Callable[[int], None] | None = None) -> int:
         """Write the replica to a CAR file (atomically); returns the number of blocks."""
         from merklog.store.car import write_car
 
@@ -681,6 +681,8 @@ class Node:
             nonlocal count
             for item in blocks:
                 count += 1
+                if progress is not None and count % 1000 == 0:
+                    progress(count)
                 yield item
 
         try:
@@ -704,12 +706,20 @@ class Node:
             self.run_epoch()
         return result
 
-    def import_car(self, path: str | Path) -> dict[str, int]:
+    def import_car(
+        self, path: str | Path, progress: Callable[[int], None] | None = None
+    ) -> dict[str, int]:
         from merklog.store.car import read_car
+
+        def counted(blocks: Iterable[tuple[Link, bytes]]) -> Iterable[tuple[Link, bytes]]:
+            for i, block in enumerate(blocks, 1):
+                if progress is not None and i % 1000 == 0:
+                    progress(i)
+                yield block
 
         with open(path, "rb") as src:
             _roots, blocks = read_car(src)
-            return self.import_blocks(blocks)
+            return self.import_blocks(counted(blocks))
 
     def grant(self, key_hex: str) -> str | None:
         """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""

@@ -36,10 +36,14 @@ class Target(Protocol):
     def block(self, cid: str) -> dict[str, Any]: ...
     def status(self) -> dict[str, Any]: ...
     def load_program(self, text: str, source: str) -> dict[str, Any]: ...
-    def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]: ...
+    def sync(
+        self, url: str, progress: Callable[[str, int, int], None] | None
+    ) -> dict[str, Any]: ...
     def grant(self, key: str) -> Any: ...
-    def export_car(self, path: Path) -> int: ...
-    def import_car(self, path: Path) -> dict[str, Any]: ...
+    def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int: ...
+    def import_car(
+        self, path: Path, progress: Callable[[int], None] | None = None
+    ) -> dict[str, Any]: ...
 
 
 class LocalTarget:
@@ -82,11 +86,13 @@ class LocalTarget:
     def grant(self, key: str) -> Any:
         return self.node.grant(key)
 
-    def export_car(self, path: Path) -> int:
-        return self.node.export_car(path)
+    def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
+        return self.node.export_car(path, progress)
 
-    def import_car(self, path: Path) -> dict[str, Any]:
-        return self.node.import_car(path)
+    def import_car(
+        self, path: Path, progress: Callable[[int], None] | None = None
+    ) -> dict[str, Any]:
+        return self.node.import_car(path, progress)
 
 
 class RemoteTarget:
@@ -142,10 +148,12 @@ class RemoteTarget:
     def grant(self, key: str) -> Any:
         return self._do(self.client.grant, key)
 
-    def export_car(self, path: Path) -> int:
+    def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
         return self._do(self.client.export_car, path)
 
-    def import_car(self, path: Path) -> dict[str, Any]:
+    def import_car(
+        self, path: Path, progress: Callable[[int], None] | None = None
+    ) -> dict[str, Any]:
         return self._do(self.client.import_car, path)
 
 
