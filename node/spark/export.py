@@ -4,64 +4,276 @@ Layout of an export directory (readable by Spark, DuckDB and pyarrow alike)::
 
     DIR/ops/part-00000.parquet …            OPS_SCHEMA, one row per op
     DIR/facts/relation=<rel>/part-0.parquet  FACTS_SCHEMA minus the partition column
+                                            (each visible fact once, in log order)
     DIR/export.json                         counts, dataset ids, format version
+    DIR/genesis.cbor                        the dataset's genesis block (replica exports)
 
-Rows are written in bounded batches, so memory stays flat whatever the log size,
-and ``progress(rows_so_far)`` is called after every batch.
+A replica is exported column-wise: accepted deltas come from the store in
+batches (:mod:`merklog.replication.bulk`; signatures were checked at acceptance
+and are not checked again), each batch becomes one Arrow record batch whose
+per-delta columns are gathered with ``take`` and whose arguments are encoded once
+per distinct fact (:func:`~.schema.args_array`). CIDs stay raw bytes throughout.
+Memory stays flat whatever the log size, and ``progress(rows_so_far)`` is
+called after every batch.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from merklog.store import Fact, Link, fact_cid
+from merklog.replication.bulk import LogDelta, iter_log_batches, read_facts, visible_cids
+from merklog.replication.replica import Replica
+from merklog.store import BlockNotFound, Fact, Link, fact_cid
 
-from .schema import FACTS_SCHEMA, OPS_SCHEMA, encode_args
+from .schema import ARGS_TYPE, FACTS_SCHEMA, OPS_SCHEMA, args_array, encode_args, str_array
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: The dataset's genesis block (DAG-CBOR), written by replica exports.
 GENESIS_FILE = "genesis.cbor"
 Progress = Callable[[int], None]
+_FACT_FILE_SCHEMA = FACTS_SCHEMA.remove(FACTS_SCHEMA.get_field_index("relation"))
 
 
-def _text(value: Any) -> str | None:
-    """CIDs as base32 text, keys as hex, strings unchanged."""
+def _cid(value: Any) -> bytes | None:
+    """A CID as raw binary (Links, raw bytes, or base32 text)."""
     if value is None:
         return None
     if isinstance(value, Link):
-        return str(value)
+        return value.raw
     if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).hex()
-    return str(value)
+        return bytes(value)
+    return Link.parse(str(value)).raw
+
+
+def _key(value: Any) -> bytes | None:
+    """A public key as bytes (bytes, or hex text)."""
+    if value is None or isinstance(value, bytes):
+        return value
+    return bytes.fromhex(str(value))
 
 
 def op_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Normalise one log row (Links, bytes keys, Fact args) to the OPS_SCHEMA shape."""
+    """Normalise one generic log row (Links or text CIDs, Fact args) to the OPS_SCHEMA shape."""
     args = row.get("args")
     return {
-        "dataset": _text(row["dataset"]),
-        "delta_cid": _text(row["delta_cid"]),
-        "author": _text(row.get("author")),
+        "dataset": str(row["dataset"]),
+        "delta_cid": _cid(row["delta_cid"]),
+        "author": _key(row.get("author")),
         "clock": int(row["clock"]),
         "seq": int(row.get("seq") or 0),
-        "parents": [_text(p) for p in row.get("parents") or ()],
+        "parents": [_cid(p) for p in row.get("parents") or ()],
         "op_index": int(row.get("op_index") or 0),
         "op": row.get("op") or "none",
         "relation": row.get("relation"),
         "args": encode_args(args) if args is not None else None,
-        "fact_cid": _text(row.get("fact_cid")),
-        "observed": [_text(o) for o in row["observed"]]
-        if row.get("observed") is not None
-        else None,
-        "key": _text(row.get("key")),
+        "fact_cid": _cid(row.get("fact_cid")),
+        "observed": [_cid(o) for o in row["observed"]] if row.get("observed") is not None else None,
+        "key": _key(row.get("key")),
     }
+
+
+class OpsWriter:
+    """Appends op record batches under ``DIR/ops/``, starting a new file every ``file_rows``."""
+
+    def __init__(
+        self, out_dir: str | Path, file_rows: int = 2_000_000, progress: Progress | None = None
+    ) -> None:
+        self.dir = Path(out_dir) / "ops"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.file_rows = file_rows
+        self.progress = progress
+        self.total = self._in_file = self._part = 0
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table) -> None:
+        """Append a table of OPS_SCHEMA rows."""
+        if not table.num_rows:
+            return
+        if self._writer is None:
+            path = self.dir / f"part-{self._part:05d}.parquet"
+            self._writer = pq.ParquetWriter(path, OPS_SCHEMA, compression="zstd")
+        self._writer.write_table(table, row_group_size=1 << 20)
+        self.total += table.num_rows
+        self._in_file += table.num_rows
+        if self.progress:
+            self.progress(self.total)
+        if self._in_file >= self.file_rows:
+            self._writer.close()
+            self._writer, self._in_file, self._part = None, 0, self._part + 1
+
+    def close(self) -> int:
+        """Finish the last file; an empty log still gives one readable (empty) file."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self.total == 0:
+            pq.write_table(OPS_SCHEMA.empty_table(), self.dir / "part-00000.parquet")
+        return self.total
+
+
+_FACT_TABLE = pa.schema([("fact_cid", pa.binary()), ("relation", pa.string()), ("args", ARGS_TYPE)])
+
+
+def fact_table(facts: Mapping[bytes, Fact]) -> pa.Table:
+    """Distinct facts (CID → fact) as columns fact_cid, relation, args, in mapping order."""
+    return pa.Table.from_arrays(
+        [
+            pa.array(list(facts), pa.binary()),
+            str_array([f.rel for f in facts.values()]),
+            args_array([f.args for f in facts.values()]),
+        ],
+        schema=_FACT_TABLE,
+    )
+
+
+def ops_table(
+    dataset: str,
+    deltas: list[LogDelta],
+    facts: Mapping[bytes, Fact],
+    table: pa.Table | None = None,
+) -> pa.Table:
+    """One OPS_SCHEMA row per op of ``deltas``; ``facts`` maps fact CIDs to facts (a retract
+    of a fact the replica never received has no relation/args); ``table`` is
+    ``fact_table(facts)`` when the caller has it. Per-delta and per-fact columns are
+    gathered with Arrow ``take``, so each fact's arguments are encoded once."""
+    if table is None:
+        table = fact_table(facts)
+    ops = [op for d in deltas for op in d.ops]
+    pos = {cid: i for i, cid in enumerate(facts)}
+    f_idx = pa.array([pos.get(op.get("fact")) for op in ops], pa.int32())
+    take = pa.array([n for n, d in enumerate(deltas) for _op in d.ops], pa.int32())
+
+    def per_delta(values: list[Any], typ: pa.DataType) -> pa.Array:
+        return pa.array(values, typ).take(take)
+
+    columns = [
+        str_array([dataset]).take(pa.array([0] * len(ops), pa.int32())),
+        per_delta([d.cid for d in deltas], pa.binary()),
+        per_delta([d.author for d in deltas], pa.binary()),
+        per_delta([d.clock for d in deltas], pa.int64()),
+        per_delta([d.seq for d in deltas], pa.int64()),
+        per_delta([d.parents for d in deltas], pa.list_(pa.binary())),
+        pa.array([i for d in deltas for i in range(len(d.ops))], pa.int32()),
+        str_array([op["op"] for op in ops]),
+        table.column("relation").take(f_idx),
+        table.column("args").take(f_idx),
+        pa.array([op.get("fact") for op in ops], pa.binary()),
+        pa.array([op.get("observed") for op in ops], pa.list_(pa.binary())),
+        pa.array([op.get("key") for op in ops], pa.binary()),
+    ]
+    return pa.Table.from_arrays(columns, schema=OPS_SCHEMA)
+
+
+def facts_tables(dataset: str, facts: pa.Table) -> dict[str, pa.Table]:
+    """Facts (a :func:`fact_table`) as one FACTS_SCHEMA-minus-relation table per relation."""
+    out = {}
+    relations = facts.column("relation")
+    names = pc.unique(relations).to_pylist()
+    for rel in names:
+        part = facts if len(names) == 1 else facts.filter(pc.equal(relations, rel))
+        out[rel] = pa.Table.from_arrays(
+            [
+                str_array([dataset]).take(pa.array([0] * part.num_rows, pa.int32())),
+                part.column("fact_cid"),
+                part.column("args"),
+            ],
+            schema=_FACT_FILE_SCHEMA,
+        )
+    return out
+
+
+class FactsWriter:
+    """Writes visible facts under ``DIR/facts/relation=<rel>/part-0.parquet`` in batches."""
+
+    def __init__(self, out_dir: str | Path) -> None:
+        self.base = Path(out_dir) / "facts"
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.writers: dict[str, pq.ParquetWriter] = {}
+        self.counts: dict[str, int] = {}
+
+    def write(self, dataset: str, facts: pa.Table) -> None:
+        """Append a :func:`fact_table` of visible facts."""
+        for rel, table in facts_tables(dataset, facts).items():
+            writer = self.writers.get(rel)
+            if writer is None:
+                part = self.base / f"relation={rel}"
+                part.mkdir(parents=True, exist_ok=True)
+                writer = pq.ParquetWriter(
+                    part / "part-0.parquet", _FACT_FILE_SCHEMA, compression="zstd"
+                )
+                self.writers[rel] = writer
+            writer.write_table(table)
+            self.counts[rel] = self.counts.get(rel, 0) + table.num_rows
+
+    def close(self) -> dict[str, int]:
+        for writer in self.writers.values():
+            writer.close()
+        return dict(self.counts)
+
+
+def _summary(out: Path, n_ops: int, datasets: Iterable[str], counts: dict[str, int]) -> dict:
+    summary = {
+        "format": "merklog-parquet-export",
+        "version": FORMAT_VERSION,
+        "ops": n_ops,
+        "datasets": sorted(set(datasets)),
+        "facts": counts,
+    }
+    (out / "export.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    return summary
+
+
+def _op_batches(batches: Iterable[list[LogDelta]], ops: int = 65_536) -> Iterator[list]:
+    """Regroup delta batches so each holds about ``ops`` ops (deltas carry 1 to 4096)."""
+    out: list[LogDelta] = []
+    n = 0
+    for batch in batches:
+        for delta in batch:
+            out.append(delta)
+            n += len(delta.ops)
+            if n >= ops:
+                yield out
+                out, n = [], 0
+    if out:
+        yield out
+
+
+def export_replica(
+    replica: Replica, out_dir: str | Path, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Write ``replica``'s log and visible facts as a Parquet export directory (column-wise,
+    batched store reads, no per-op store query); returns the summary.
+
+    Every visible fact has a live assert in the log, so the visible facts are written
+    from the fact blocks the log pass reads anyway (each once, in log order)."""
+    out = Path(out_dir)
+    dataset = str(replica.dataset)
+    pending = visible_cids(replica)
+    ops = OpsWriter(out, progress=progress)
+    facts = FactsWriter(out)
+    for deltas in _op_batches(iter_log_batches(replica, batch=64)):
+        read = read_facts(replica, [op["fact"] for d in deltas for op in d.ops if "fact" in op])
+        table = fact_table(read)
+        ops.write(ops_table(dataset, deltas, read, table))
+        shown = [cid in pending for cid in read]
+        if any(shown):
+            pending.difference_update(compress(read, shown))
+            facts.write(dataset, table.filter(pa.array(shown, pa.bool_())))
+    n_ops = ops.close()
+    counts = facts.close()
+    if pending:  # the replica's visible set names a fact no accepted delta asserts
+        raise BlockNotFound(Link(next(iter(pending))))
+    # the genesis block travels with the export so a snapshot can let a fresh peer join
+    (out / GENESIS_FILE).write_bytes(replica.genesis.data)
+    return _summary(out, n_ops, [dataset] if n_ops else [], counts)
 
 
 def write_ops(
@@ -71,68 +283,16 @@ def write_ops(
     file_rows: int = 2_000_000,
     progress: Progress | None = None,
 ) -> int:
-    """Write op rows under ``out_dir/ops/``; returns the number of rows written."""
-    ops_dir = Path(out_dir) / "ops"
-    ops_dir.mkdir(parents=True, exist_ok=True)
-    total = in_file = part = 0
-    writer: pq.ParquetWriter | None = None
+    """Write generic log rows (see :func:`op_row`) under ``out_dir/ops/``; returns the count."""
+    writer = OpsWriter(out_dir, file_rows=file_rows, progress=progress)
     batch: list[dict[str, Any]] = []
-
-    def flush() -> None:
-        nonlocal writer, in_file, part, total
-        if not batch:
-            return
-        if writer is None:
-            writer = pq.ParquetWriter(
-                ops_dir / f"part-{part:05d}.parquet", OPS_SCHEMA, compression="zstd"
-            )
-        writer.write_table(pa.Table.from_pylist(batch, schema=OPS_SCHEMA))
-        total += len(batch)
-        in_file += len(batch)
-        batch.clear()
-        if progress:
-            progress(total)
-        if in_file >= file_rows:
-            writer.close()
-            writer, in_file, part = None, 0, part + 1
-
     for row in rows:
         batch.append(op_row(row))
         if len(batch) >= batch_rows:
-            flush()
-    flush()
-    if writer is not None:
-        writer.close()
-    if total == 0:  # an empty log is still a valid, readable export
-        pq.write_table(OPS_SCHEMA.empty_table(), ops_dir / "part-00000.parquet")
-    return total
-
-
-def write_facts(
-    facts: Iterable[tuple[Any, Fact]],
-    out_dir: str | Path,
-) -> dict[str, int]:
-    """Write visible facts ``(dataset, Fact)`` grouped per relation; returns counts per relation."""
-    by_rel: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for dataset, fact in facts:
-        by_rel[fact.rel].append(
-            {
-                "dataset": _text(dataset),
-                "relation": fact.rel,
-                "fact_cid": str(fact_cid(fact)),
-                "args": encode_args(fact.args),
-            }
-        )
-    base = Path(out_dir) / "facts"
-    base.mkdir(parents=True, exist_ok=True)
-    schema = FACTS_SCHEMA.remove(FACTS_SCHEMA.get_field_index("relation"))
-    for rel, rows in by_rel.items():
-        part = base / f"relation={rel}"
-        part.mkdir(parents=True, exist_ok=True)
-        rows.sort(key=lambda r: r["fact_cid"])
-        table = pa.Table.from_pylist(rows, schema=FACTS_SCHEMA).drop(["relation"])
-        pq.write_table(table.cast(schema), part / "part-0.parquet", compression="zstd")
-    return {rel: len(rows) for rel, rows in by_rel.items()}
+            writer.write(pa.Table.from_pylist(batch, schema=OPS_SCHEMA))
+            batch.clear()
+    writer.write(pa.Table.from_pylist(batch, schema=OPS_SCHEMA))
+    return writer.close()
 
 
 def export(
@@ -142,23 +302,20 @@ def export(
     progress: Progress | None = None,
     batch_rows: int = 65_536,
 ) -> dict[str, Any]:
-    """Export a replica: its log rows and its visible facts; writes and returns the summary."""
+    """Export generic log rows and ``(dataset, Fact)`` visible facts (simulations, tests)."""
     out = Path(out_dir)
     datasets: set[str] = set()
 
     def tap(rows: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
         for row in rows:
-            datasets.add(_text(row["dataset"]) or "")
+            datasets.add(str(row["dataset"]))
             yield row
 
     n_ops = write_ops(tap(log_rows), out, batch_rows=batch_rows, progress=progress)
-    counts = write_facts(visible, out)
-    summary = {
-        "format": "merklog-parquet-export",
-        "version": FORMAT_VERSION,
-        "ops": n_ops,
-        "datasets": sorted(datasets),
-        "facts": counts,
-    }
-    (out / "export.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
-    return summary
+    by_ds: dict[str, dict[bytes, Fact]] = {}
+    for dataset, fact in visible:
+        by_ds.setdefault(str(dataset), {})[fact_cid(fact).raw] = fact
+    facts = FactsWriter(out)
+    for dataset, items in sorted(by_ds.items()):
+        facts.write(dataset, fact_table(dict(sorted(items.items()))))
+    return _summary(out, n_ops, datasets, facts.close())
