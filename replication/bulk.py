@@ -17,13 +17,13 @@ read through :meth:`~merklog.store.BlockStore.get_many`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from itertools import islice
 from typing import Any, NamedTuple
 
 import libipld
 
-from merklog.store import Fact, Link, verify
+from merklog.store import Link, verify
 
 from .blocks import _DAG_CBOR_PREFIX, decode_fact_fast, fast_link
 from .replica import Replica
@@ -103,46 +103,83 @@ def iter_log_batches(replica: Replica, batch: int = DELTA_BATCH) -> Iterator[lis
 _TAG42 = b"\xd8\x2a"
 
 
-def _decode_fact(data: bytes) -> Fact:
-    """An accepted (hence valid, canonical) fact block. A block without the tag-42 byte pair
-    holds no link, so libipld's decoding is exact; otherwise (a link, or those two bytes
-    by chance inside a value) the full decoder tells links from byte strings."""
-    obj = libipld.decode_dag_cbor(data)
+def _decode_fact(cid: bytes, data: bytes) -> tuple[bytes, str, list[Any]]:
+    """``(cid, relation, args)`` of an accepted (hence valid, canonical) fact block. A block
+    without the tag-42 byte pair holds no link, so libipld's decoding is exact;
+    otherwise (a link, or those two bytes by chance inside a value) the full decoder
+    tells links from byte strings."""
+    obj = libipld.decode_dag_cbor(_checked(cid, data))
     if _TAG42 not in data:
-        return Fact(obj["rel"], tuple(obj["args"]))
-    return decode_fact_fast(data, obj)
+        return cid, obj["rel"], obj["args"]
+    fact = decode_fact_fast(data, obj)
+    return cid, fact.rel, list(fact.args)
 
 
-def read_facts(replica: Replica, cids: Iterable[bytes]) -> dict[bytes, Fact]:
-    """The facts among ``cids`` (raw binary CIDs) whose blocks the store holds, decoded;
-    absent ones (a retract may name a fact this replica never received) are left out."""
-    out: dict[bytes, Fact] = {}
-    it = iter(dict.fromkeys(cids))
-    shared = _shared_sqlite(replica)
-    while chunk := list(islice(it, _IN_CHUNK)):
-        if shared:
-            marks = ",".join("?" * len(chunk))
-            with replica._lock:
-                rows = replica.conn.execute(
-                    f"SELECT cid, data FROM blocks WHERE cid IN ({marks})", chunk
-                ).fetchall()
-        else:
-            present = replica.blockstore.has_many(Link(c) for c in chunk)
-            rows = [(c.raw, d) for c, d in replica.blockstore.get_many(sorted(present))]
-        for raw, data in rows:
-            out[bytes(raw)] = _decode_fact(_checked(raw, data))
-    return out
+def iter_visible_cids(replica: Replica, batch: int = 65_536) -> Iterator[list[bytes]]:
+    """The raw CIDs of every visible fact, sorted, in lists (an index scan, no block reads)."""
+    sql = (
+        "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0 AND fact > ?"
+        " ORDER BY fact LIMIT ?"
+    )
+    after = b""
+    while True:
+        with replica._lock:
+            cids = [r[0] for r in replica.conn.execute(sql, (replica.ds, after, batch))]
+        if cids:
+            yield cids
+        if len(cids) < batch:
+            return
+        after = cids[-1]
 
 
-def visible_cids(replica: Replica) -> set[bytes]:
-    """The raw CIDs of every visible fact (one indexed scan, no block reads)."""
+def op_count(replica: Replica) -> int:
+    """How many ops the replica's accepted deltas carry (from the delta index, no blocks)."""
     with replica._lock:
-        return {
-            bytes(r[0])
-            for r in replica.conn.execute(
-                "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0", (replica.ds,)
-            )
-        }
+        row = replica.conn.execute(
+            "SELECT coalesce(sum(nops), 0) FROM repl_delta WHERE ds = ?", (replica.ds,)
+        ).fetchone()
+    return int(row[0])
 
 
-__all__ = ["LogDelta", "iter_log_batches", "read_facts", "visible_cids"]
+#: How every fact block starts: a two-entry DAG-CBOR map whose first key is "rel".
+FACT_PREFIX = b"\xa2crel"
+
+
+def iter_fact_batches(
+    replica: Replica, batch: int = 16_384
+) -> Iterator[list[tuple[bytes, str, list[Any]]]]:
+    """Every fact block in the replica's block store (whatever dataset asserted it) as
+    ``(raw CID, relation, args)``, in CID order: one sequential scan, ~25x cheaper per
+    fact than looking facts up one by one. Callers join it to the log by fact CID."""
+    if _shared_sqlite(replica):
+        sql = (
+            "SELECT cid, data FROM blocks WHERE cid > ? AND substr(data, 1, 5) = ?"
+            " ORDER BY cid LIMIT ?"
+        )
+        after = b""
+        while True:
+            with replica._lock:
+                rows = replica.conn.execute(sql, (after, FACT_PREFIX, batch)).fetchall()
+            if rows:
+                yield [_decode_fact(c, d) for c, d in rows]
+            if len(rows) < batch:
+                return
+            after = rows[-1][0]
+    store = replica.blockstore
+    it = iter(sorted(store.iter_cids()))
+    while chunk := list(islice(it, batch)):
+        yield [
+            _decode_fact(cid.raw, data)
+            for cid, data in store.get_many(chunk)
+            if data[:5] == FACT_PREFIX
+        ]
+
+
+__all__ = [
+    "FACT_PREFIX",
+    "LogDelta",
+    "iter_fact_batches",
+    "iter_log_batches",
+    "iter_visible_cids",
+    "op_count",
+]

@@ -98,6 +98,11 @@ def test_export_equals_the_replica_log(tmp_path, kind):
     assert facts == dict(rep.visible())
     assert summary["facts"] == {"v": 6, "edge": 1}
     assert (tmp_path / "out" / "genesis.cbor").read_bytes() == rep.genesis.data
+    # partitioned (spilled) join: the same rows and facts, in another order
+    again = export_replica(rep, tmp_path / "parts", partition_ops=4)
+    assert again == summary | {"facts": again["facts"]} and again["facts"] == summary["facts"]
+    assert sorted(_exported(tmp_path / "parts"), key=repr) == sorted(want, key=repr)
+    assert not [p for p in (tmp_path / "parts").iterdir() if p.name.startswith(".export-")]
 
 
 def test_batches_cover_the_log_in_causal_order(tmp_path):
