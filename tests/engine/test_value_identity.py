@@ -170,6 +170,35 @@ def test_eval_writes_one_line_per_value_and_floats_as_floats(tmp_path: Path) -> 
     assert (out / "s.csv").read_text() == "2.0\n"  # int 1 + float 1.0: a float
 
 
+@pytest.mark.parametrize(
+    ("program", "rel", "lines"),
+    [
+        ("p(1). p(1.0). p(true).\nq(X) :- p(X).", "q", ["true", "1", "1.0"]),
+        ("p(1). p(1.0). p(true).\nc(N) :- N := count : p(_).", "c", ["3"]),
+        ("p(true).\nq(X) :- p(X), X == 1.", "q", []),
+        ("p(true).\nq(X) :- p(X), X != 1.", "q", ["true"]),
+        ("p(true). r(1).\nq(X) :- p(X), !r(X).", "q", ["true"]),
+        ('p(true, "t"). p(1, "i"). p(1.0, "f").\nq(Y) :- p(true, Y).', "q", ["t"]),
+        ("p(1). p(1.0). p(true).\nc(C) :- C := p(_).", "c", None),
+        ("p(-0.0). p(0.0).\nq(X) :- p(X).", "q", ["0.0"]),
+    ],
+)
+def test_eval_keeps_value_identity(tmp_path: Path, program: str, rel: str, lines) -> None:
+    prog = tmp_path / "p.dl"
+    prog.write_text(program + "\n")
+    (tmp_path / "facts").mkdir()
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli, ["eval", str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    got = (out / f"{rel}.csv").read_text().splitlines()
+    if lines is None:  # C := p(_): the three stored facts' CIDs
+        assert sorted(got) == sorted(str(fact_cid(make_fact("p", (v,)))) for v in (1, 1.0, True))
+    else:
+        assert got == lines
+
+
 def test_eval_reports_an_arity_that_matches_no_facts(tmp_path: Path) -> None:
     prog = tmp_path / "p.dl"
     prog.write_text("p(X) :-\n  edge(X).\n")
