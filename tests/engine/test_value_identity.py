@@ -241,6 +241,18 @@ def test_columnar_keeps_mixed_values_apart() -> None:
     assert col_rels["c"] == {(len(values),)}
 
 
+def test_array_facts_keep_their_dtype_as_value_type() -> None:
+    import numpy as np
+
+    prog = Program.parse("q(X) :- p(X, _).")
+    floats = prog.query("q(X)", facts={"p": np.array([[1.0, 2.0], [1.5, 0.0]])})
+    assert typed(floats) == {((float, 1.0),), ((float, 1.5),)}
+    ints = prog.query("q(X)", facts={"p": np.array([[1, 2], [3, 4]], dtype=np.int64)})
+    assert typed(ints) == {((int, 1),), ((int, 3),)}
+    bools = prog.query("q(X)", facts={"p": np.array([[True, False]])})
+    assert typed(bools) == {((bool, True),)}
+
+
 def test_columnar_declines_comparisons_over_encoded_floats() -> None:
     prog = Program.parse("q(X) :- p(X), r(Y), X == Y.", backend="columnar")
     with pytest.raises(Ineligible):
