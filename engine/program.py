@@ -255,7 +255,13 @@ class Program:
         atom = query if isinstance(query, ast.Atom) else _parse_query(query, self.dialect)
         check_query(self.checked, atom)
         rels = relations if relations is not None else self.evaluate(facts)
-        rows = match_atom(atom, rels.engine(atom.rel) if atom.rel in rels else set(), self.int_bits)
+        if atom.rel not in rels:
+            found: set[Row] = set()
+        elif isinstance(rels, Relations):
+            found = rels.engine(atom.rel)
+        else:  # any mapping of relation -> rows (plain or engine values)
+            found = engine_rows(rels[atom.rel])
+        rows = match_atom(atom, found, self.int_bits)
         names = [v.name for v in ast.atom_vars(atom) if not v.anonymous]
         names = list(dict.fromkeys(names))
         if bindings:

@@ -140,6 +140,12 @@ def test_program_constants_keep_their_type() -> None:
     assert typed(prog.evaluate()["r"]) == typed((v,) for v in MIXED)
 
 
+def test_query_over_given_relations_keeps_identity() -> None:
+    prog = Program.parse("q(X) :- p(X).")
+    got = prog.query("q(X)", relations={"q": [(1,), (1.0,), (True,)]})
+    assert got == [(True,), (1,), (1.0,)] and typed(got) == typed([(True,), (1,), (1.0,)])
+
+
 def test_rowset_keeps_identity_but_iterates_plain_values() -> None:
     rels = Program.parse("r(X) :- q(X).").evaluate({"q": [(1,), (1.0,), (True,)]})
     rows = rels["r"]
