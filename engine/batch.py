@@ -145,6 +145,8 @@ def as_rel(rows: Any) -> Rel:
     if hasattr(rows, "ndim") and getattr(rows, "ndim", 0) == 2 and rows.shape[1] > 0:
         import numpy as np
 
+        if rows.dtype.kind != "i":  # only real ints go to int64 columns: 1.0 stays a float
+            return Rel(engine_rows(map(tuple, rows.tolist())))
         arr = np.asarray(rows, dtype=np.int64)
         cols = [np.ascontiguousarray(arr[:, j]) for j in range(arr.shape[1])]
         return Rel(cols=cols, distinct=False)
