@@ -182,6 +182,19 @@ class Relations(Mapping[str, set]):
         r.make_distinct()
         return r.cols
 
+    def encoded_columns(self, rel: str) -> tuple[list, tuple[int, list] | None] | None:
+        """``rel`` as the columnar executor left it: ``(int64 columns, decoder)``, else None.
+
+        ``decoder`` is None when every value is an int; otherwise ``(base, values)``:
+        a column entry ``id <= base`` stands for ``values[base - id]``. Lets writers
+        format whole columns without materialising tuples.
+        """
+        r = self._rels.get(rel)
+        if r is None or r.cols is None:
+            return None
+        r.make_distinct()
+        return r.cols, r.decoder
+
     def sorted(self, rel: str) -> list[Row]:
         """The tuples of ``rel`` in a deterministic order (empty when absent)."""
         return sort_rows(self[rel]) if rel in self._rels else []

@@ -1,9 +1,10 @@
 """``merklog eval PROGRAM --facts DIR --out DIR``: batch-evaluate a program over fact files.
 
 Reads ``<rel>.facts`` (tab-separated, one tuple a line) and writes ``<rel>.csv``
-(tab-separated, sorted, no header) for every derived relation — for Soufflé
-programs, the ``.input`` and ``.output`` relations, typed per ``.decl``.
-A bad program prints ``FILE:line:col: message`` on stderr, exits 1 and writes nothing.
+(tab-separated, no header; sorted with ``--sorted``) for every derived relation —
+for Soufflé programs, the ``.input`` and ``.output`` relations, typed per ``.decl``.
+Files are read and written as columns (:mod:`merklog.engine.tsv`). A bad program
+or fact file prints ``FILE:line:col: message`` on stderr, exits 1 and writes nothing.
 """
 
 from __future__ import annotations
@@ -40,11 +41,18 @@ def register(cli: click.Group) -> None:
         show_default=True,
         help="Program syntax; auto picks souffle when the program has .decl directives.",
     )
-    def eval_(program: Path, facts_dir: Path, out_dir: Path, dialect: str) -> None:
+    @click.option(
+        "--sorted",
+        "sort",
+        is_flag=True,
+        help="Write each result file's rows sorted (ints and floats by value, then strings, "
+        "bytes, CIDs); without it the row order is unspecified.",
+    )
+    def eval_(program: Path, facts_dir: Path, out_dir: Path, dialect: str, sort: bool) -> None:
         """Evaluate PROGRAM over the fact files in --facts; write results to --out."""
-        from merklog.engine.errors import EngineError
-        from merklog.engine.io import read_facts_dir, write_csv
-        from merklog.engine.program import Program
+        from merklog.engine.errors import EngineError, FactFileError
+        from merklog.engine.program import Program, exact_arities
+        from merklog.engine.tsv import read_facts_dir, write_relation
 
         def fail(message: str) -> None:
             click.echo(message, err=True)
@@ -59,19 +67,29 @@ def register(cli: click.Group) -> None:
         if not facts_dir.is_dir():
             fail(f"facts directory {facts_dir} does not exist")
         ast = prog.ast
+        arities = exact_arities(ast)
         try:
             if prog.dialect == "souffle":
                 types = {d.rel: [t for _n, t in d.columns] for d in ast.declarations}
-                facts = read_facts_dir(facts_dir, ast.inputs, types)
+                facts = read_facts_dir(facts_dir, ast.inputs, types, arities, prog.int_bits)
                 outputs = list(ast.outputs)
             else:
-                facts = read_facts_dir(facts_dir)
+                # Only files of relations the program uses: others cannot change a result.
+                known = sorted(r for r in prog.arities if (facts_dir / f"{r}.facts").exists())
+                facts = read_facts_dir(facts_dir, known, None, arities, prog.int_bits)
                 outputs = sorted(prog.idb)
             relations = prog.evaluate(facts)
+        except FactFileError as err:
+            fail(f"{err.path}:{err}")
+            return
         except (ValueError, OSError) as err:
             fail(f"error: {err}")
             return
         out_dir.mkdir(parents=True, exist_ok=True)
-        for rel in outputs:
-            write_csv(out_dir / f"{rel}.csv", relations[rel] if rel in relations else ())
+        try:
+            for rel in outputs:
+                write_relation(out_dir / f"{rel}.csv", relations, rel, sort=sort)
+        except OSError as err:
+            fail(f"error: {err}")
+            return
         click.echo(f"wrote {len(outputs)} relations to {out_dir}", err=True)
