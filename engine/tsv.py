@@ -67,6 +67,7 @@ _SOUFFLE_INT_RE = re.compile(SOUFFLE_INT_TEXT, re.ASCII)
 _SOUFFLE_FLOAT_RE = re.compile(SOUFFLE_FLOAT_TEXT, re.ASCII)
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+I64, F64 = np.int64, np.float64
 
 
 def int_range(column_type: str, int_bits: int) -> tuple[int, int]:
@@ -127,6 +128,61 @@ def format_field(value: Any) -> str:
     return str(value)
 
 
+# ----------------------------------------------------------------------------- arrow <-> numpy
+# pyarrow imports pandas (about half a second of CPU, more than a small evaluation)
+# the first time pa.array(), pa.scalar() or .to_numpy() runs. merklog eval never needs
+# pandas, so these helpers move data through raw buffers instead.
+
+
+def _to_numpy(arr: Any, dtype: Any) -> np.ndarray:
+    """A null-free int64/float64 pyarrow (chunked) array as a numpy array (no pandas)."""
+    if hasattr(arr, "combine_chunks"):
+        arr = arr.combine_chunks()
+    if len(arr) == 0:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * 8)
+
+
+def _from_ints(values: np.ndarray) -> Any:
+    """An int64 numpy array as a pyarrow array (zero-copy, no pandas)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _from_mask(mask: np.ndarray) -> Any:
+    """A numpy bool array as a pyarrow boolean array (no pandas)."""
+    import pyarrow as pa
+
+    bits = np.packbits(mask, bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
+
+
+def _from_strs(values: Sequence[str]) -> Any:
+    """Python strings as a pyarrow string array (no pandas)."""
+    import pyarrow as pa
+
+    encoded = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        return pa.Array.from_buffers(
+            pa.large_string(),
+            len(encoded),
+            [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))],
+        )
+    return pa.Array.from_buffers(
+        pa.string(),
+        len(encoded),
+        [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))],
+    )
+
+
+def _str_scalar(text: str) -> Any:
+    return _from_strs([text])[0]
+
+
 # ----------------------------------------------------------------------------- reading
 
 
@@ -137,14 +193,6 @@ def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
             line = line[:-1]
         if line:
             yield number, line
-
-
-def _line_of_row(data: bytes, row: int) -> int:
-    """The line number of the ``row``-th (0-based) non-empty line."""
-    for i, (number, _line) in enumerate(_lines(data)):
-        if i == row:
-            return number
-    return 0
 
 
 def _error(path: Path, line: int, col: int, message: str, hint: str) -> FactFileError:
@@ -198,18 +246,34 @@ def _type_hint(kind: str) -> str:
     return f"a {kind} column takes ASCII decimal digits with an optional sign"
 
 
-def _first_width(data: bytes) -> int | None:
-    for _number, line in _lines(data):
-        return line.count(b"\t") + 1
+def _first_line(data: bytes) -> tuple[int, bytes] | None:
+    """(line number, text) of the first non-empty line, without splitting the whole file."""
+    pos, number = 0, 1
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            end = len(data)
+        line = data[pos:end]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if line:
+            return number, line
+        pos, number = end + 1, number + 1
     return None
 
 
-def _arrow_strings(data: bytes, width: int) -> Any:
-    """Every field of the file as pyarrow string columns (None when pyarrow refuses it)."""
+#: Bytes that pyarrow's int64 parser accepts around or inside digits (white space
+#: trimming, ``0x`` prefixes) but the merklog grammar does not: a file holding
+#: none of them can use pyarrow's typed int64 reader and still be exact.
+_LOOSE_INT_BYTES = (b" ", b"x", b"X", b"+", b"\v", b"\f")
+
+
+def _arrow_read(data: bytes, types: list[Any]) -> Any:
+    """The file as a pyarrow table of the given column types (None when pyarrow refuses it)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    names = [f"c{j}" for j in range(width)]
+    names = [f"c{j}" for j in range(len(types))]
     try:
         return pacsv.read_csv(
             pa.py_buffer(data),
@@ -225,7 +289,7 @@ def _arrow_strings(data: bytes, width: int) -> Any:
                 ignore_empty_lines=True,
             ),
             convert_options=pacsv.ConvertOptions(
-                column_types={n: pa.string() for n in names},
+                column_types=dict(zip(names, types, strict=True)),
                 strings_can_be_null=False,
                 quoted_strings_can_be_null=False,
                 null_values=[],
@@ -233,7 +297,27 @@ def _arrow_strings(data: bytes, width: int) -> Any:
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None  # ragged lines, bad UTF-8 ...: the reference reader reports where
+        return None  # ragged lines, bad UTF-8, a non-int in an int column ...
+
+
+def _arrow_columns(data: bytes, first: bytes, kinds: list[str]) -> list[Any] | None:
+    """Columns of the file: int64 where the first line suggests ints and that is exact,
+    pyarrow strings elsewhere (None when pyarrow cannot take the file)."""
+    import pyarrow as pa
+
+    guess = [
+        kind in ("any", "number") and _INT_RE.match(text) is not None
+        for kind, text in zip(kinds, first.decode("utf-8", "replace").split("\t"), strict=True)
+    ]
+    if any(guess) and not any(b in data for b in _LOOSE_INT_BYTES):
+        table = _arrow_read(data, [pa.int64() if g else pa.string() for g in guess])
+        if table is not None:
+            return [
+                _to_numpy(table.column(j), I64) if g else table.column(j)
+                for j, g in enumerate(guess)
+            ]
+    table = _arrow_read(data, [pa.string()] * len(kinds))
+    return None if table is None else [table.column(j) for j in range(len(kinds))]
 
 
 def _all(mask: Any) -> bool:
@@ -259,7 +343,7 @@ def _column(col: Any, kind: str, int_bits: int) -> np.ndarray | list | None:
         if not _all(pc.match_substring_regex(col, SOUFFLE_INT_TEXT)):
             return None
         try:
-            ints = pc.cast(pc.replace_substring_regex(col, _LEAD, ""), pa.int64()).to_numpy()
+            ints = _to_numpy(pc.cast(pc.replace_substring_regex(col, _LEAD, ""), pa.int64()), I64)
         except pa.ArrowInvalid:
             return None  # outside int64: the reference reader says where
         lo, hi = int_range(kind, int_bits)
@@ -269,14 +353,14 @@ def _column(col: Any, kind: str, int_bits: int) -> np.ndarray | list | None:
     if kind == "float":
         if not _all(pc.match_substring_regex(col, SOUFFLE_FLOAT_TEXT)):
             return None
-        floats = pc.cast(pc.replace_substring_regex(col, _LEAD, ""), pa.float64()).to_numpy()
+        floats = _to_numpy(pc.cast(pc.replace_substring_regex(col, _LEAD, ""), pa.float64()), F64)
         if not np.isfinite(floats).all():
             return None
         return floats + 0.0
     is_int = pc.match_substring_regex(col, INT_TEXT)
     if _all(is_int):
         try:
-            return pc.cast(col, pa.int64()).to_numpy()
+            return _to_numpy(pc.cast(col, pa.int64()), I64)
         except pa.ArrowInvalid:
             pass  # some field is outside int64: a string, decided field by field below
     elif not _any(is_int):
@@ -284,7 +368,7 @@ def _column(col: Any, kind: str, int_bits: int) -> np.ndarray | list | None:
         if not _any(is_float):
             return col.to_pylist()  # no numbers at all: every field is a string
         if _all(is_float):
-            floats = pc.cast(col, pa.float64()).to_numpy()
+            floats = _to_numpy(pc.cast(col, pa.float64()), F64)
             if np.isfinite(floats).all():
                 return floats + 0.0
     return [parse_field(text) for text in col.to_pylist()]
@@ -308,27 +392,33 @@ def read_relation(
     if column_types is not None:
         arity = len(column_types)
     if arity == 0:
-        return [()] if any(True for _ in _lines(data)) else []
-    width = _first_width(data)
-    if width is None:
+        return [()] if data.translate(None, b"\r\n") else []
+    first = _first_line(data)
+    if first is None:
         return []
+    width = first[1].count(b"\t") + 1
     if arity is not None and width != arity:
-        line = next(iter(_lines(data)))[0]
         raise _error(
             path,
-            line,
+            first[0],
             1,
             f"{width} fields, but the program uses {path.stem} with {arity} arguments",
             "every line of a fact file has one field per argument, separated by tabs",
         )
     kinds = list(column_types) if column_types is not None else ["any"] * width
     # A lone CR would end a line for pyarrow but is part of a field for us (and Soufflé).
-    table = None if data.count(b"\r") != data.count(b"\r\n") else _arrow_strings(data, width)
-    if table is None:
+    columns = None
+    if data.count(b"\r") == data.count(b"\r\n"):
+        columns = _arrow_columns(data, first[1], kinds)
+    if columns is None:
         return _read_rows(path, data, width, column_types, int_bits)
     cols: list[np.ndarray | list] = []
-    for j, kind in enumerate(kinds):
-        got = _column(table.column(j), kind, int_bits)
+    for col, kind in zip(columns, kinds, strict=True):
+        got = col if isinstance(col, np.ndarray) else _column(col, kind, int_bits)
+        if kind in ("number", "unsigned") and isinstance(got, np.ndarray) and len(got):
+            lo, hi = int_range(kind, int_bits)
+            if int(got.min()) < lo or int(got.max()) > hi:
+                got = None
         if got is None:  # a typed field that does not fit: find it, say where
             return _read_rows(path, data, width, column_types, int_bits)
         cols.append(got)
@@ -385,8 +475,8 @@ def _string_column(values: Sequence[Any]) -> Any:
     import pyarrow as pa
 
     if all(type(v) is int for v in values):
-        return pa.array(np.array(values, dtype=np.int64)).cast(pa.string())
-    return pa.array([format_field(v) for v in values], type=pa.string())
+        return _from_ints(np.array(values, dtype=np.int64)).cast(pa.string())
+    return _from_strs([format_field(v) for v in values])
 
 
 def _decoded_strings(col: np.ndarray, decoder: tuple[int, list]) -> Any:
@@ -396,12 +486,12 @@ def _decoded_strings(col: np.ndarray, decoder: tuple[int, list]) -> Any:
 
     base, values = decoder
     mask = col <= base
-    ints = pa.array(col).cast(pa.string())
+    ints = _from_ints(col).cast(pa.string())
     if not mask.any():
         return ints
-    table = pa.array([format_field(v) for v in values], type=pa.string())
+    table = _from_strs([format_field(v) for v in values])
     idx = np.where(mask, base - col, 0)
-    return pc.if_else(pa.array(mask), table.take(pa.array(idx)), ints)
+    return pc.if_else(_from_mask(mask), table.take(_from_ints(idx)), ints)
 
 
 #: Rows formatted and written per batch (bounds the memory the text needs).
@@ -413,8 +503,10 @@ def _write_strings(fh: Any, arrays: list[Any]) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    lines = arrays[0] if len(arrays) == 1 else pc.binary_join_element_wise(*arrays, "\t")
-    lines = pc.binary_join_element_wise(lines, pa.scalar(""), "\n")
+    lines = arrays[0]
+    if len(arrays) > 1:
+        lines = pc.binary_join_element_wise(*arrays, _str_scalar("\t"))
+    lines = pc.binary_join_element_wise(lines, _str_scalar(""), _str_scalar("\n"))
     chunks = lines.chunks if isinstance(lines, pa.ChunkedArray) else [lines]
     for chunk in chunks:
         if len(chunk) == 0:
@@ -430,7 +522,9 @@ def _write_ints(fh: Any, cols: list[np.ndarray]) -> None:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    table = pa.table({f"c{j}": c for j, c in enumerate(cols)})
+    table = pa.Table.from_arrays(
+        [_from_ints(c) for c in cols], names=[f"c{j}" for j in range(len(cols))]
+    )
     pacsv.write_csv(
         table,
         fh,
