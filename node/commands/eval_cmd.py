@@ -48,7 +48,22 @@ def register(cli: click.Group) -> None:
         help="Write each result file's rows sorted (ints and floats by value, then strings, "
         "bytes, CIDs); without it the row order is unspecified.",
     )
-    def eval_(program: Path, facts_dir: Path, out_dir: Path, dialect: str, sort: bool) -> None:
+    @click.option(
+        "--output",
+        "only",
+        multiple=True,
+        metavar="REL",
+        help="Write only this relation (repeatable; default: every derived relation, "
+        "for Soufflé programs the .output ones).",
+    )
+    def eval_(
+        program: Path,
+        facts_dir: Path,
+        out_dir: Path,
+        dialect: str,
+        sort: bool,
+        only: tuple[str, ...],
+    ) -> None:
         """Evaluate PROGRAM over the fact files in --facts; write results to --out."""
         from merklog.engine.errors import EngineError, FactFileError
         from merklog.engine.program import Program, exact_arities
@@ -66,6 +81,9 @@ def register(cli: click.Group) -> None:
             return
         if not facts_dir.is_dir():
             fail(f"facts directory {facts_dir} does not exist")
+        unknown = [rel for rel in only if rel not in prog.arities]
+        if unknown:
+            fail(f"error: --output {unknown[0]}: the program has no relation {unknown[0]}")
         ast = prog.ast
         arities = exact_arities(ast)
         try:
@@ -78,6 +96,8 @@ def register(cli: click.Group) -> None:
                 known = sorted(r for r in prog.arities if (facts_dir / f"{r}.facts").exists())
                 facts = read_facts_dir(facts_dir, known, None, arities, prog.int_bits)
                 outputs = sorted(prog.idb)
+            if only:
+                outputs = list(dict.fromkeys(only))
             relations = prog.evaluate(facts)
         except FactFileError as err:
             fail(f"{err.path}:{err}")

@@ -312,3 +312,27 @@ def test_fact_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
     assert run.returncode == 1
     assert run.stderr.startswith(f"{tmp_path / 'facts' / 'p.facts'}:2:4: not UTF-8 text")
     assert "Traceback" not in run.stderr
+
+
+def test_output_option_writes_only_the_named_relations(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", TC + "lone(X) :- edge(X, _), !path(_, X).\n")
+    write(tmp_path / "facts" / "edge.facts", "1\t2\n2\t3\n")
+    out = tmp_path / "o"
+    run = run_eval(
+        str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out), "--output", "lone"
+    )
+    assert run.returncode == 0, run.stderr
+    assert [p.name for p in out.iterdir()] == ["lone.csv"]
+    assert lines(out / "lone.csv") == ["1"]
+    run = run_eval(
+        str(prog),
+        "--facts",
+        str(tmp_path / "facts"),
+        "--out",
+        str(tmp_path / "o2"),
+        "--output",
+        "nope",
+    )
+    assert run.returncode == 1
+    assert run.stderr.strip() == "error: --output nope: the program has no relation nope"
+    assert not (tmp_path / "o2").exists()
