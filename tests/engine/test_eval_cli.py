@@ -247,18 +247,25 @@ SOUFFLE_NULLARY = """
 .output ok
 .decl none()
 .output none
+.decl flag()
+.input flag
+.decl both()
+.output both
 ok() :- a(_).
 none() :- a(2).
+both() :- flag(), a(1).
 """
 
 
 def test_souffle_nullary_output_matches_souffle(tmp_path: Path) -> None:
     prog = write(tmp_path / "p.dl", SOUFFLE_NULLARY)
     write(tmp_path / "facts" / "a.facts", "1\n")
+    write(tmp_path / "facts" / "flag.facts", "()\n")
     run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "o" / "ok.csv").read_text() == "()\n"
     assert (tmp_path / "o" / "none.csv").read_text() == ""
+    assert (tmp_path / "o" / "both.csv").read_text() == "()\n"
 
 
 SOUFFLE_TYPED = """
