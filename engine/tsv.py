@@ -559,7 +559,8 @@ def write_relation(path: Path, relations: Any, rel: str, sort: bool = False) -> 
                     part = [c[start : start + WRITE_BATCH] for c in cols]
                     _write_strings(fh, [_decoded_strings(c, decoder) for c in part])
                 return n
-        rows: Any = relations[rel] if rel in relations else ()
+        # Engine-form rows: 1, 1.0 and true are distinct members (plain values collapse).
+        rows: Any = relations.engine(rel) if rel in relations else ()
         if not rows:
             return 0
         rows = sort_rows(rows) if sort else list(rows)

@@ -65,8 +65,9 @@ def register(cli: click.Group) -> None:
         only: tuple[str, ...],
     ) -> None:
         """Evaluate PROGRAM over the fact files in --facts; write results to --out."""
+        from merklog.engine.ast import body_atoms
         from merklog.engine.errors import EngineError, FactFileError
-        from merklog.engine.program import Program, exact_arities
+        from merklog.engine.program import Program
         from merklog.engine.tsv import read_facts_dir, write_relation
 
         def fail(message: str) -> None:
@@ -85,22 +86,34 @@ def register(cli: click.Group) -> None:
         if unknown:
             fail(f"error: --output {unknown[0]}: the program has no relation {unknown[0]}")
         ast = prog.ast
-        arities = exact_arities(ast)
         try:
             if prog.dialect == "souffle":
                 types = {d.rel: [t for _n, t in d.columns] for d in ast.declarations}
-                facts = read_facts_dir(facts_dir, ast.inputs, types, arities, prog.int_bits)
+                facts = read_facts_dir(facts_dir, ast.inputs, types, None, prog.int_bits)
                 outputs = list(ast.outputs)
             else:
                 # Only files of relations the program uses: others cannot change a result.
                 known = sorted(r for r in prog.arities if (facts_dir / f"{r}.facts").exists())
-                facts = read_facts_dir(facts_dir, known, None, arities, prog.int_bits)
+                # A file's first line gives its arity; the program then checks it (a
+                # mismatch is reported at the atom). Nullary relations hold on any line.
+                rest = {
+                    atom.rel
+                    for rule in ast.rules
+                    for lit in rule.body
+                    for atom, _pol in body_atoms(lit)
+                    if atom.rest
+                }
+                nullary = {r: 0 for r in known if prog.arities[r] == 0 and r not in rest}
+                facts = read_facts_dir(facts_dir, known, None, nullary, prog.int_bits)
                 outputs = sorted(prog.idb)
             if only:
                 outputs = list(dict.fromkeys(only))
             relations = prog.evaluate(facts)
         except FactFileError as err:
             fail(f"{err.path}:{err}")
+            return
+        except EngineError as err:  # edge.facts has 2 columns but the program reads edge/1, …
+            fail(f"{program}:{err}" if err.line else f"error: {err}")
             return
         except (ValueError, OSError) as err:
             fail(f"error: {err}")

@@ -165,6 +165,7 @@ FIELDS = [
     "+5",
     "0x10",
     "1.0",
+    "1",
     "-0.0",
     "2.5e3",
     "1e400",  # not a finite float: a string
@@ -193,9 +194,31 @@ def test_field_types_follow_the_ascii_int64_grammar(tmp_path: Path) -> None:
         "9223372036854775807",
         "-9223372036854775808",
         "1.0",
+        "1",
         "0.0",
         "2500.0",
     }
+
+
+def test_one_and_one_point_zero_stay_two_rows_and_floats_read_back(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", "q(X, Y) :- p(X, Y).\nd(X * 2) :- p(X, _).\n")
+    write(tmp_path / "facts" / "p.facts", "1\ta\n1.0\ta\n2.5\tb\n1e16\tc\n")
+    run = run_eval(
+        str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"), "--sorted"
+    )
+    assert run.returncode == 0, run.stderr
+    q = lines(tmp_path / "o" / "q.csv")
+    assert sorted(q) == sorted(["1\ta", "1.0\ta", "2.5\tb", "1e+16\tc"])
+    assert set(lines(tmp_path / "o" / "d.csv")) == {"2", "2.0", "5.0", "2e+16"}
+    # the written file, read again, gives the same values back (no 1.0 -> 1 collapse)
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "p.facts").write_text((tmp_path / "o" / "q.csv").read_text())
+    run = run_eval(
+        str(prog), "--facts", str(tmp_path / "again"), "--out", str(tmp_path / "o2"), "--sorted"
+    )
+    assert run.returncode == 0, run.stderr
+    assert lines(tmp_path / "o2" / "q.csv") == q
+    assert set(lines(tmp_path / "o2" / "d.csv")) == {"2", "2.0", "5.0", "2e+16"}
 
 
 def test_large_relations_take_the_columnar_path_with_the_same_types(tmp_path: Path) -> None:
