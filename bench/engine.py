@@ -448,6 +448,8 @@ NODE_QUERY = "stats(G, C, S)"
 
 
 def node_path(scale: float, repeat: int, timeout: float, tmp: Path) -> None:
+    # ``repeat`` fresh processes each for load, query and eval (the node path is slow:
+    # --node-repeat defaults to 1)
     """``merklog load`` + first ``merklog query`` over a home holding the aggregate facts,
     beside ``merklog eval`` on the same facts as TSV files."""
     from merklog.node.node import Node
@@ -528,6 +530,7 @@ def main() -> int:
     )
     parser.add_argument("--skip-in-memory", action="store_true", help="whole-process table only")
     parser.add_argument("--node", action="store_true", help="also time the node path")
+    parser.add_argument("--node-repeat", type=int, default=1, help="fresh-process runs per step")
     parser.add_argument("--child", nargs=3, metavar=("ENGINE", "WORKLOAD", "DATA"))
     args = parser.parse_args()
     if args.child:
@@ -595,7 +598,7 @@ def main() -> int:
                 )
         if args.node:
             print()
-            node_path(args.scale, args.repeat, args.timeout, tmp)
+            node_path(args.scale, args.node_repeat, args.timeout, tmp)
     if not ok:
         print("RESULTS DISAGREE", file=sys.stderr)
         return 1
