@@ -203,6 +203,19 @@ class Relations(Mapping[str, RowSet]):
         r.make_distinct()
         return r.cols
 
+    def encoded_columns(self, rel: str) -> tuple[list, tuple[int, list] | None] | None:
+        """``rel`` as the columnar executor left it: ``(int64 columns, decoder)``, else None.
+
+        ``decoder`` is None when every value is an int; otherwise ``(base, values)``:
+        a column entry ``id <= base`` stands for ``values[base - id]``. Lets writers
+        format whole columns without materialising tuples.
+        """
+        r = self._rels.get(rel)
+        if r is None or r.cols is None:
+            return None
+        r.make_distinct()
+        return r.cols, r.decoder
+
     def sorted(self, rel: str) -> list[Row]:
         """The tuples of ``rel`` as plain values in a deterministic order (empty when absent)."""
         if rel not in self._rels:
