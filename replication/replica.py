@@ -358,7 +358,7 @@ class Replica:
                         delta = build_delta(
                             self.identity, self.dataset, self._next_seq(), clock, heads, wire
                         )
-                        blocks = {c: b for p in group for c, b in p.blocks.items()}
+                        blocks = {p.block[0]: p.block[1:] for p in group if p.block}
                         self._accept(delta, blocks)
                         out.append(delta.cid)
             finally:
