@@ -28,7 +28,10 @@ from merklog.store import Fact, Link, fact_cid, make_fact
 
 from . import epochstate, wiring
 from .config import Config, new_token
+from .errors import NodeInputError, PeerUnreachable
+from .files import open_private, private_dir
 from .metrics import NodeMetrics
+from .peersync import PeerSync
 from .runtime import HomeLock
 from .subscriptions import Callback, Row, Subscription
 
@@ -77,12 +80,13 @@ def init_home(
 
     ``join=(dataset, genesis_block)`` follows an existing dataset instead of creating one.
     """
-    home.mkdir(parents=True, exist_ok=True)
+    private_dir(home)
     created = not (home / "config.toml").exists()
     cfg = Config.load(home, overrides)
     identity = wiring.Identity.load_or_create(home / IDENTITY_FILE)
-    if not cfg.get("api.token"):
-        cfg.data["api"]["token"] = new_token()
+    for key in ("token", "read_token"):
+        if not cfg.get(f"api.{key}"):
+            cfg.data["api"][key] = new_token()
     if join is not None or not cfg.get("dataset.id"):
         store = wiring.open_store(cfg)
         try:
@@ -100,16 +104,21 @@ def init_home(
 class Node:
     """One replica of one dataset plus the program evaluated over it."""
 
-    def __init__(self, config: Config, lock: HomeLock | None = None) -> None:
+    def __init__(self, config: Config, lock: HomeLock | None = None, identity: Any = None) -> None:
         self.config = config
         self.home = config.home
         self._lock = lock
         self.metrics = NodeMetrics()
-        self.identity = wiring.Identity.load_or_create(self.home / IDENTITY_FILE)
+        if identity is None:
+            if self.home is None:
+                raise NodeInputError("a node without a home needs an identity")
+            identity = wiring.Identity.load_or_create(self.home / IDENTITY_FILE)
+        self.identity = identity
         self.store = wiring.open_store(config)
         if config.get("store.backend") == "memory":
             # Nothing outlives the process: a memory node owns a fresh dataset each time.
-            self.dataset = wiring.create_dataset(self.store, self.identity, self.home.name)
+            name = self.home.name if self.home is not None else "memory"
+            self.dataset = wiring.create_dataset(self.store, self.identity, name)
         else:
             self.dataset = Link.parse(config.get("dataset.id"))
         self._mutex = threading.RLock()
@@ -127,6 +136,8 @@ class Node:
             self.store, self.dataset, self.identity, self._on_visible_change
         )
         self.last_sync: dict[str, Any] | None = None
+        #: Sync history per peer URL (configured peers and URLs synced ad hoc).
+        self.peer_sync: dict[str, PeerSync] = {}
         self._edb: dict[str, set[tuple]] = {}
         self._subs: list[Subscription] = []
         self._sinks: list[Callable[[int, list[tuple[Fact, int]]], None]] = []
@@ -175,6 +186,12 @@ class Node:
         except BaseException:
             lock.release()
             raise
+
+    @classmethod
+    def memory(cls, overrides: dict[str, Any] | None = None) -> Node:
+        """A node that lives in memory only: fresh key, fresh dataset, no file touched."""
+        cfg = Config.load(None, {**(overrides or {}), "store.backend": "memory"})
+        return cls(cfg, None, wiring.Identity.generate())
 
     def close(self) -> None:
         """Stop the epoch loop (if any), close the store, release the home lock."""
@@ -256,14 +273,26 @@ class Node:
         interval = float(self.config.get("sync.interval"))
         while True:
             await asyncio.sleep(interval)
-            for name, peer in sorted(Config.load(self.home).peers.items()):
-                url = peer.get("url") if isinstance(peer, dict) else peer
-                if not isinstance(url, str) or url.rstrip("/") == (self.url or ""):
+            for _name, url in sorted(self.peer_urls().items()):
+                if url == (self.url or ""):
                     continue
                 try:
                     await self.sync(url)
-                except Exception as exc:  # offline peer: try again next round
-                    log.info("automatic sync with %s (%s) failed: %s", name, url, exc)
+                except PeerUnreachable:  # logged and counted by sync(); retried next round
+                    pass
+                except Exception:  # a bug, not an offline peer: say so, keep the loop alive
+                    log.exception("automatic sync with %s failed", url)
+
+    def peer_urls(self) -> dict[str, str]:
+        """``{name: url}`` of the peers in ``[peers]``, re-read from config.toml so peers
+        added while the node runs (``merklog peers add``) count."""
+        peers = Config.load(self.home).peers if self.home is not None else self.config.peers
+        out: dict[str, str] = {}
+        for name, peer in peers.items():
+            url = peer.get("url") if isinstance(peer, dict) else peer
+            if isinstance(url, str) and url:
+                out[name] = url.rstrip("/")
+        return out
 
     def _resolve_destination(self, dest: Any) -> str:
         """An ``@async`` head's first argument: a peer name from ``[peers]`` or a URL."""
@@ -419,13 +448,20 @@ class Node:
         finally:
             self._flushing = False
 
-    def assert_(self, *facts: FactLike) -> WriteResult:
-        """Assert facts (Fact, ``(rel, args)`` or Datalog text such as ``"edge(1, 2)."``)."""
-        return self.write(asserts=facts)
+    def assert_(self, *fact: Any) -> WriteResult:
+        """Assert one typed fact: ``node.assert_("edge", 1, 2)`` is ``edge(1, 2)``.
 
-    def retract(self, *facts: FactLike) -> WriteResult:
-        """Retract every visible assertion of these facts (observed-remove)."""
-        return self.write(retracts=facts)
+        Values keep their type: ``1``, ``1.0``, ``True``, ``"1"`` and ``b"\\x01"`` are
+        five different values (``Link`` for CIDs). Durable on return. The older forms —
+        Fact objects, ``(rel, args)`` pairs or Datalog text such as ``"edge(1, 2)."`` —
+        are still accepted; for many facts in one delta use :meth:`write`.
+        """
+        return self.write(asserts=_typed_or_many(fact))
+
+    def retract(self, *fact: Any) -> WriteResult:
+        """Retract one typed fact (``node.retract("edge", 1, 2)``): every visible
+        assertion of it (observed-remove). Older forms as in :meth:`assert_`."""
+        return self.write(retracts=_typed_or_many(fact))
 
     # ------------------------------------------------------------------ program
     def load_program(self, text: str, source: str = "<program>", engine: str = "auto") -> None:
@@ -578,11 +614,7 @@ class Node:
 
     def query(self, text: str) -> QueryResult:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
-        try:
-            q = wiring.parse_query(text)
-        except Exception:
-            self.metrics.rejected.inc()
-            raise
+        q = wiring.parse_query(text)
         columns, rows = self._evaluate(q)
         return QueryResult(columns, sorted(rows, key=_row_key), self.epoch)
 
@@ -613,8 +645,28 @@ class Node:
 
     # ------------------------------------------------------------------ sync and status
     async def sync(self, url: str, progress: Callable[[int, int], None] | None = None) -> dict:
-        """Pull from and push to the peer at ``url``; new facts reach the next epoch."""
-        stats = await wiring.sync_with(self.served_replica, url, self.config, progress)
+        """Pull from and push to the peer at ``url``; new facts reach the next epoch.
+
+        A peer that cannot be reached or refuses raises :class:`PeerUnreachable` (logged
+        at WARNING when it starts failing, counted in ``merklog_sync_failures_total``)
+        and changes nothing here.
+        """
+        url = url.rstrip("/")
+        state = self.peer_sync.setdefault(url, PeerSync(url))
+        state.attempt()
+        try:
+            stats = await wiring.sync_with(self.served_replica, url, self.config, progress)
+        except (asyncio.CancelledError, NodeInputError):
+            raise
+        except Exception as exc:
+            message = _describe(exc)
+            self.metrics.sync_failures.labels(url).inc()
+            if state.failed(message):
+                log.warning("sync with %s failed: %s", url, message)
+            raise PeerUnreachable(f"sync with {url} failed: {message}") from exc
+        if state.failures:
+            log.info("sync with %s works again", url)
+        state.succeeded()
         self.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
         self.metrics.sync_bytes.labels("out").inc(stats.get("bytes_out", 0))
         self.metrics.deltas.inc(stats.get("deltas_in", 0))
@@ -627,7 +679,11 @@ class Node:
     def resolve_peer(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the URL itself."""
         peer = self.config.peers.get(name_or_url)
-        if peer is None and not name_or_url.startswith(("http://", "https://")):
+        if (
+            peer is None
+            and self.home is not None
+            and not name_or_url.startswith(("http://", "https://"))
+        ):
             peer = Config.load(self.home).peers.get(name_or_url)  # added since start
         if isinstance(peer, dict):
             return str(peer["url"])
@@ -638,6 +694,28 @@ class Node:
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
         """Visible stored facts (optionally of one relation) with their CIDs."""
         return [(c, f) for c, f in self.replica.visible() if rel is None or f.rel == rel]
+
+    def page_facts(
+        self, rel: str | None = None, after: Link | None = None, limit: int = 1000
+    ) -> tuple[list[tuple[Link, Fact]], Link | None]:
+        """One page of visible facts in CID order, starting after CID ``after``; returns
+        (page, cursor for the next page or None when this was the last)."""
+        from merklog.store import decode_fact
+
+        cids = sorted(self.replica.visible_cids())
+        if after is not None:
+            import bisect
+
+            cids = cids[bisect.bisect_right(cids, after) :]
+        page: list[tuple[Link, Fact]] = []
+        for i, cid in enumerate(cids):
+            fact = decode_fact(self.store.get(cid))
+            if rel is not None and fact.rel != rel:
+                continue
+            page.append((cid, fact))
+            if len(page) == limit:
+                return page, (cid if i + 1 < len(cids) else None)
+        return page, None
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
         """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""
@@ -664,7 +742,7 @@ class Node:
                 count += 1
                 yield item
 
-        with open(tmp, "wb") as out:
+        with open_private(tmp) as out:
             write_car(out, roots, counted())
         tmp.replace(path)
         return count
@@ -690,7 +768,15 @@ class Node:
 
     def grant(self, key_hex: str) -> str | None:
         """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""
-        cid = self.replica.grant(bytes.fromhex(key_hex))
+        cid = self.replica.grant(_public_key(key_hex))
+        self.wake()
+        return str(cid) if cid else None
+
+    def revoke(self, key_hex: str) -> str | None:
+        """Stop the Ed25519 public key ``key_hex`` from writing (owner only). Deltas it
+        signed before (in the causal past of the revoke) stay; later ones are refused by
+        every replica that has seen the revoke."""
+        cid = self.replica.revoke(_public_key(key_hex))
         self.wake()
         return str(cid) if cid else None
 
@@ -717,9 +803,49 @@ class Node:
             "program": bool(self.program_text),
             "engine": self.engine.mode,
             "outbox_pending": self.outbox.pending_count(),
-            "peers": dict(self.config.peers),
+            "peers": self.peer_status(),
             "last_sync": self.last_sync,
         }
+
+    def peer_status(self) -> list[dict[str, Any]]:
+        """Sync state of every configured peer (added at run time too) and of every URL
+        synced ad hoc: last attempt, last success, last error, deltas behind."""
+        names = {url: name for name, url in self.peer_urls().items()}
+        out = []
+        for url in sorted(set(names) | set(self.peer_sync)):
+            state = self.peer_sync.get(url) or PeerSync(url)
+            try:
+                behind = self.replica.unsynced_count(url)
+            except Exception:  # a status read must never fail on one peer's record
+                behind = None
+            out.append(state.to_json(names.get(url), behind))
+        return out
+
+
+def _public_key(key_hex: str) -> bytes:
+    try:
+        key = bytes.fromhex(key_hex)
+    except (ValueError, TypeError):
+        key = b""
+    if len(key) != 32:
+        raise NodeInputError(f"{key_hex!r} is not a 64-digit hex Ed25519 public key")
+    return key
+
+
+def _typed_or_many(items: tuple[Any, ...]) -> list[FactLike]:
+    """``("edge", 1, 2)`` (a relation name then values) → one fact; anything else is the
+    older list form (Fact objects, ``(rel, args)`` pairs, Datalog text)."""
+    if items and isinstance(items[0], str) and items[0].isidentifier():
+        return [(items[0], items[1:])]
+    return list(items)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line naming what went wrong with a peer (no traceback, no repr noise)."""
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, TimeoutError):
+        text = "timed out"
+    return text.splitlines()[0]
 
 
 def _resolve(fut: asyncio.Future) -> None:

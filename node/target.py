@@ -18,11 +18,12 @@ from merklog.store import Link
 from . import wiring
 from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config
+from .errors import NodeError
 from .node import Node
 from .runtime import HomeLock, read_runfile, remove_runfile
 
 
-class TargetError(RuntimeError):
+class TargetError(NodeError, RuntimeError):
     """A command failed with a message meant for the user; nothing was changed."""
 
 
@@ -35,6 +36,7 @@ class Target(Protocol):
     def load_program(self, text: str, source: str) -> dict[str, Any]: ...
     def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]: ...
     def grant(self, key: str) -> Any: ...
+    def revoke(self, key: str) -> Any: ...
     def export_car(self, path: Path) -> int: ...
     def import_car(self, path: Path) -> dict[str, Any]: ...
 
@@ -57,7 +59,7 @@ class LocalTarget:
         return [{"cid": str(c), "fact": str(f)} for c, f in self.node.list_facts(rel)]
 
     def block(self, cid: str) -> dict[str, Any]:
-        from .server import describe_block
+        from .handlers import describe_block
 
         return describe_block(self.node, Link.parse(cid))
 
@@ -74,6 +76,9 @@ class LocalTarget:
 
     def grant(self, key: str) -> Any:
         return self.node.grant(key)
+
+    def revoke(self, key: str) -> Any:
+        return self.node.revoke(key)
 
     def export_car(self, path: Path) -> int:
         return self.node.export_car(path)
@@ -118,6 +123,9 @@ class RemoteTarget:
 
     def grant(self, key: str) -> Any:
         return self._do(self.client.grant, key)
+
+    def revoke(self, key: str) -> Any:
+        return self._do(self.client.revoke, key)
 
     def export_car(self, path: Path) -> int:
         return self._do(self.client.export_car, path)

@@ -18,8 +18,16 @@ def register(cli: click.Group) -> None:
         metavar="URL",
         help="Follow the dataset of the node at URL instead of creating one.",
     )
+    @click.option(
+        "--token",
+        default=None,
+        envvar="MERKLOG_PEER_TOKEN",
+        help="With --join: the peer's read token (its api.read_token) [$MERKLOG_PEER_TOKEN].",
+    )
     @pass_state
-    def init(state: State, port: int | None, host: str | None, join_url: str | None) -> None:
+    def init(
+        state: State, port: int | None, host: str | None, join_url: str | None, token: str | None
+    ) -> None:
         """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset."""
         from merklog.node.config import ConfigError
         from merklog.node.node import IDENTITY_FILE, init_home
@@ -37,7 +45,7 @@ def register(cli: click.Group) -> None:
             from merklog.node.wiring import NodeInputError, fetch_genesis
 
             try:
-                join = asyncio.run(fetch_genesis(join_url))
+                join = asyncio.run(fetch_genesis(join_url, token or ""))
             except (NodeInputError, OSError, Exception) as exc:
                 raise click.ClickException(f"cannot join {join_url}: {exc}") from None
         try:

@@ -103,9 +103,17 @@ class NodeProc:
 
     @property
     def token(self) -> str:
+        """The write token (api.token), which also grants reads."""
         import tomllib
 
         return tomllib.loads((self.home / "config.toml").read_text())["api"]["token"]
+
+    @property
+    def read_token(self) -> str:
+        """The read-only token (api.read_token)."""
+        import tomllib
+
+        return tomllib.loads((self.home / "config.toml").read_text())["api"]["read_token"]
 
     def request(self, method: str, path: str, body: object = None, token: str | None = "auto"):
         """(status, parsed JSON body) of one request."""
@@ -121,7 +129,8 @@ class NodeProc:
                 raw = resp.read()
                 return resp.status, (json.loads(raw) if raw[:1] in (b"{", b"[") else raw)
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+            raw = exc.read()
+            return exc.code, json.loads(raw)  # every error answer is a JSON body
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc is None:

@@ -15,10 +15,10 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
     a("init")
     na = node_factory(a.home).start()
-    b("init", "--join", na.url)
+    b("init", "--join", na.url, "--token", na.read_token)
     nb = node_factory(b.home).start()
-    a("peers", "add", "b", nb.url, "--writer")
-    b("peers", "add", "a", na.url)
+    a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)
+    b("peers", "add", "a", na.url, "--token", na.read_token)
     a("put", "edge(1, 2).")
     refused = b("put", "edge(7, 8).", ok=False)  # not a writer until it has the grant
     assert refused.exit_code != 0 and "writer" in refused.output
@@ -51,10 +51,12 @@ def test_sync_interval_syncs_with_every_peer_automatically(tmp_path: Path, node_
     a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
     a("init")
     na = node_factory(a.home).start()
-    b("init", "--join", na.url)
+    b("init", "--join", na.url, "--token", na.read_token)
     nb = node_factory(b.home, env={"MERKLOG_SYNC_INTERVAL": "0.2"}).start()
-    a("peers", "add", "b", nb.url, "--writer")
-    b("peers", "add", "a", na.url)  # picked up by the running node's next round
+    a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)
+    b(
+        "peers", "add", "a", na.url, "--token", na.read_token
+    )  # picked up by the running node's next round
     a("put", "edge(1, 2).")
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and "edge(1, 2)" not in _facts(b):
