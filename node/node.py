@@ -147,6 +147,8 @@ class Node:
         self._loop_task: asyncio.Task | None = None
         self._delivery_task: asyncio.Task | None = None
         self._sync_task: asyncio.Task | None = None
+        self._stopping = False
+        self._epoch_future: asyncio.Future | None = None
         self.url: str | None = None
         self._write_queue: list = []
         self._flushing = False
@@ -221,6 +223,7 @@ class Node:
     def start(self) -> None:
         """Run the epoch loop as a task of the current event loop."""
         self._loop = asyncio.get_running_loop()
+        self._stopping = False
         self._wake = asyncio.Event()
         self._outbox_wake = asyncio.Event()
         self._loop_task = self._loop.create_task(self._epoch_loop())
@@ -228,18 +231,31 @@ class Node:
         if float(self.config.get("sync.interval")) > 0:
             self._sync_task = self._loop.create_task(self._sync_loop())
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 2.0) -> None:
+        """Stop the background tasks; returns within about ``timeout`` seconds.
+
+        The tasks see ``_stopping`` at their next wake-up (an epoch in progress
+        finishes and commits first) and are cancelled as well: a cancellation that
+        races with a wake-up can be lost inside ``asyncio.wait_for`` on Python 3.11,
+        and the flag makes the loop end anyway.
+        """
         tasks = [
             t for t in (self._loop_task, self._delivery_task, self._sync_task) if t is not None
         ]
         self._loop_task = self._delivery_task = self._sync_task = None
+        self._stopping = True
+        for event in (self._wake, self._outbox_wake):
+            if event is not None:
+                event.set()
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                log.warning("background task %s did not stop within %.1f s", task, timeout)
+        epoch = self._epoch_future
+        if epoch is not None and not epoch.done():  # let the epoch's commit finish
+            await asyncio.wait([epoch], timeout=timeout)
 
     async def _delivery_loop(self) -> None:
         """Deliver queued ``@async`` messages (signed ``POST /v1/inbox``), retrying with
@@ -251,10 +267,9 @@ class Node:
         assert self._outbox_wake is not None
         async with aiohttp.ClientSession() as session:
             while True:
-                try:
-                    await asyncio.wait_for(self._outbox_wake.wait(), timeout=interval)
-                except TimeoutError:
-                    pass
+                await _wait_event(self._outbox_wake, interval)
+                if self._stopping:
+                    return
                 self._outbox_wake.clear()
                 try:
                     report = await wiring.deliver_messages(self.outbox, session, timeout)
@@ -271,9 +286,11 @@ class Node:
         """Every ``sync.interval`` seconds, sync with each peer in ``[peers]`` (re-read, so
         ``merklog peers add`` takes effect); an unreachable peer is logged and retried."""
         interval = float(self.config.get("sync.interval"))
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval)
             for _name, url in sorted(self.peer_urls().items()):
+                if self._stopping:
+                    return
                 if url == (self.url or ""):
                     continue
                 try:
@@ -314,13 +331,15 @@ class Node:
         assert self._wake is not None
         loop = asyncio.get_running_loop()
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=interval)
-            except TimeoutError:
-                pass
+            await _wait_event(self._wake, interval)
+            if self._stopping:
+                return
             self._wake.clear()
+            self._epoch_future = loop.run_in_executor(None, self.run_epoch)
             try:
-                await loop.run_in_executor(None, self.run_epoch)
+                await asyncio.shield(self._epoch_future)
+            except asyncio.CancelledError:
+                raise
             except Exception:
                 log.exception("epoch failed")
 
@@ -456,12 +475,19 @@ class Node:
         Fact objects, ``(rel, args)`` pairs or Datalog text such as ``"edge(1, 2)."`` —
         are still accepted; for many facts in one delta use :meth:`write`.
         """
-        return self.write(asserts=_typed_or_many(fact))
+        return self._settle_sync(self.write(asserts=_typed_or_many(fact)))
 
     def retract(self, *fact: Any) -> WriteResult:
         """Retract one typed fact (``node.retract("edge", 1, 2)``): every visible
         assertion of it (observed-remove). Older forms as in :meth:`assert_`."""
-        return self.write(retracts=_typed_or_many(fact))
+        return self._settle_sync(self.write(retracts=_typed_or_many(fact)))
+
+    def _settle_sync(self, result: WriteResult) -> WriteResult:
+        """Without a running epoch loop (plain ``with``), evaluate the write at once so the
+        next query sees it; with one, ``await node.settled()`` does that."""
+        if self._loop_task is None:
+            self.run_epoch()
+        return result
 
     # ------------------------------------------------------------------ program
     def load_program(self, text: str, source: str = "<program>", engine: str = "auto") -> None:
@@ -820,6 +846,16 @@ class Node:
                 behind = None
             out.append(state.to_json(names.get(url), behind))
         return out
+
+
+async def _wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait until ``event`` is set or ``timeout`` passes (``asyncio.timeout`` keeps a
+    cancellation that arrives together with the event, unlike 3.11's ``wait_for``)."""
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        pass
 
 
 def _public_key(key_hex: str) -> bytes:

@@ -5,8 +5,8 @@ or the write token (``api.token``) for reads, the write token for writes — unl
 ``api.anonymous_reads`` is true (reads only). Health, ``/openapi.json`` and the
 app page are public. Peer sync routes (``/v1/datasets/...``, ``/v1/inbox``) are
 replication's: each request is signed by the calling node's Ed25519 key and
-checked against ``[peers]``, so they are mounted as a sub-app that the token
-check leaves alone.
+checked against ``[peers]``: the dataset sync routes are mounted as a sub-app and
+the token check leaves every peer route alone.
 """
 
 from __future__ import annotations
@@ -61,12 +61,14 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/import", h.import_car, "write"),
 )
 
-#: Prefix of the peer sync sub-app (its routes: /datasets/{id}/..., /inbox).
-PEER_PREFIX = "/v1"
+#: Prefix of the peer sync sub-app (replication's /v1/datasets/{id}/... routes).
+SYNC_PREFIX = "/v1/datasets"
 
 
-def peer_app(node: Node) -> web.Application:
-    """replication's signed sync routes for this node's replica, as a sub-app."""
+def peer_routes(node: Node) -> tuple[web.Application, list[web.RouteDef]]:
+    """replication's signed peer routes for this node's replica: the dataset sync routes
+    as a sub-app mounted at ``SYNC_PREFIX``, and the rest (``/v1/inbox``) as plain routes.
+    """
     from merklog.replication.server import sync_routes
 
     routes, _service = sync_routes(
@@ -74,11 +76,15 @@ def peer_app(node: Node) -> web.Application:
         config_allow_list(node.config),
         inbox=node.inbox,
     )
-    app = web.Application()
+    sync = web.Application()
+    others: list[web.RouteDef] = []
     for route in routes:
-        assert isinstance(route, web.RouteDef) and route.path.startswith(PEER_PREFIX + "/")
-        app.router.add_route(route.method, route.path[len(PEER_PREFIX) :], route.handler)
-    return app
+        assert isinstance(route, web.RouteDef)
+        if route.path.startswith(SYNC_PREFIX + "/"):
+            sync.router.add_route(route.method, route.path[len(SYNC_PREFIX) :], route.handler)
+        else:
+            others.append(route)
+    return sync, others
 
 
 def build_app(node: Node) -> web.Application:
@@ -99,7 +105,11 @@ def build_app(node: Node) -> web.Application:
     static = node.config.path("node.static_dir")
     if static is not None and static.is_dir():
         app.router.add_static("/static/", static)
-    app.add_subapp(PEER_PREFIX, peer_app(node))
+    sync, others = peer_routes(node)
+    for route in others:
+        app.router.add_route(route.method, route.path, route.handler)
+        access[(route.method, route.path)] = "peer"
+    app.add_subapp(SYNC_PREFIX, sync)
     app[middleware.ACCESS_KEY] = access
 
     async def on_startup(app: web.Application) -> None:
@@ -124,7 +134,7 @@ def router_routes(app: web.Application) -> set[tuple[str, str]]:
         if isinstance(resource, web.StaticResource):
             continue
         if isinstance(resource, web.PrefixedSubAppResource):
-            out |= {(m, resource.canonical + p) for m, p in router_routes(resource._app)}
+            out |= router_routes(resource._app)  # its resources carry the prefix already
             continue
         for route in resource:
             if route.method != "HEAD":

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -63,6 +64,9 @@ class NodeProc:
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.url = ""
+        #: Everything the node wrote to stderr (read by a thread so the pipe never fills).
+        self.stderr_lines: list[str] = []
+        self._reader: threading.Thread | None = None
 
     def start(self, timeout: float = 30.0) -> NodeProc:
         cmd = [
@@ -87,11 +91,17 @@ class NodeProc:
             if not line:
                 code = self.proc.wait()
                 raise RuntimeError(f"node exited early with {code}: {self.proc.stderr.read()}")
+            self.stderr_lines.append(line)
             if " listening on " in line:
                 self.url = line.split(" listening on ")[1].strip()
                 break
         else:
             raise RuntimeError("node did not announce its URL")
+        stream = self.proc.stderr
+        self._reader = threading.Thread(
+            target=lambda: self.stderr_lines.extend(iter(stream.readline, "")), daemon=True
+        )
+        self._reader.start()
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=2) as resp:
@@ -142,10 +152,17 @@ class NodeProc:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code = self.proc.wait()
+        if self._reader is not None:
+            self._reader.join(10)
+            self._reader = None
         if self.proc.stderr:
             self.proc.stderr.close()
         self.proc = None
         return code
+
+    @property
+    def stderr_text(self) -> str:
+        return "".join(self.stderr_lines)
 
 
 @pytest.fixture
