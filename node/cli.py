@@ -24,6 +24,8 @@ class State:
     def __init__(self, home: Path, verbose: int, overrides: dict | None = None) -> None:
         self.home = home
         self.verbose = verbose
+        #: ``text`` or ``json`` (``--log-format``): also the form of the node's announcements.
+        self.log_format = "text"
         #: ``--set section.key=value`` options: the highest-precedence config layer.
         self.overrides: dict = dict(overrides or {})
 
@@ -71,6 +73,7 @@ def cli(
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     ctx.obj = State(home.expanduser() if home else default_home(), verbose, overrides)
+    ctx.obj.log_format = log_format
 
 
 def _load_commands() -> None:

@@ -31,6 +31,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+def announce(message: str, fmt: str = "text") -> None:
+    """A line the operator always sees (listening URL, stopped), whatever the log level:
+    plain text, or in JSON mode a JSON line like every log record."""
+    if fmt == "json":
+        record = logging.LogRecord("merklog.node", logging.INFO, "", 0, message, None, None)
+        line = JsonFormatter().format(record)
+    else:
+        line = message
+    print(line, file=sys.stderr, flush=True)
+
+
 def setup_logging(verbose: int, fmt: str = "text") -> None:
     """Log to stderr at WARNING (``-v`` INFO, ``-vv`` DEBUG) as text or JSON lines."""
     handler = logging.StreamHandler(sys.stderr)

@@ -48,7 +48,9 @@ def _peer_table(peers: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("name", "url", "last attempt", "last success", "behind", "last error")
+    table = Table(show_edge=False)
+    for header in ("name", "url", "last attempt", "last success", "behind", "last error"):
+        table.add_column(header, no_wrap=header != "last error")
     for p in peers:
         behind = p.get("deltas_behind")
         table.add_row(
@@ -59,4 +61,7 @@ def _peer_table(peers: list[dict]) -> None:
             "?" if behind is None else str(behind),
             p.get("last_error") or "-",
         )
-    Console(soft_wrap=True).print(table)
+    import sys
+
+    # Not a terminal (a pipe, a log): wide enough that rows never wrap.
+    Console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,9 +59,12 @@ def run(home: Path) -> Cli:
 class NodeProc:
     """A ``merklog node run`` subprocess on an ephemeral port."""
 
-    def __init__(self, home: Path, *extra: str, env: dict | None = None) -> None:
+    def __init__(
+        self, home: Path, *extra: str, env: dict | None = None, options: tuple[str, ...] = ()
+    ) -> None:
         self.home = home
         self.extra = extra
+        self.options = options  # before the command, e.g. ("-v", "--log-format", "json")
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.url = ""
@@ -75,6 +79,7 @@ class NodeProc:
             "merklog.node.cli",
             "--home",
             str(self.home),
+            *self.options,
             "node",
             "run",
             "--port",
@@ -92,8 +97,9 @@ class NodeProc:
                 code = self.proc.wait()
                 raise RuntimeError(f"node exited early with {code}: {self.proc.stderr.read()}")
             self.stderr_lines.append(line)
-            if " listening on " in line:
-                self.url = line.split(" listening on ")[1].strip()
+            found = re.search(r" listening on (http://[0-9.]+:[0-9]+)", line)
+            if found:
+                self.url = found.group(1)
                 break
         else:
             raise RuntimeError("node did not announce its URL")
