@@ -45,6 +45,18 @@ def test_home_files_are_owner_only(home: Path, node_factory, loose_umask) -> Non
     assert _mode(home / "backup.car") == 0o600
 
 
+def test_token_command_prints_the_tokens(home: Path) -> None:
+    import tomllib
+
+    run = Cli(home)
+    run("init")
+    api = tomllib.loads((home / "config.toml").read_text())["api"]
+    assert api["token"] != api["read_token"] and len(api["read_token"]) >= 20
+    assert run("token").output.strip() == api["read_token"]
+    assert run("token", "--write").output.strip() == api["token"]
+    assert api["anonymous_reads"] is False
+
+
 def test_an_older_world_readable_home_is_tightened(home: Path, loose_umask) -> None:
     run = Cli(home)
     run("init")
