@@ -34,6 +34,7 @@ from .metrics import NodeMetrics
 from .peersync import PeerSync
 from .runtime import HomeLock
 from .subscriptions import Callback, Row, Subscription
+from .tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
@@ -141,14 +142,7 @@ class Node:
         self._edb: dict[str, set[tuple]] = {}
         self._subs: list[Subscription] = []
         self._sinks: list[Callable[[int, list[tuple[Fact, int]]], None]] = []
-        self._wake: asyncio.Event | None = None
-        self._outbox_wake: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_task: asyncio.Task | None = None
-        self._delivery_task: asyncio.Task | None = None
-        self._sync_task: asyncio.Task | None = None
-        self._stopping = False
-        self._epoch_future: asyncio.Future | None = None
+        self.tasks = BackgroundTasks(self)
         self.url: str | None = None
         self._write_queue: list = []
         self._flushing = False
@@ -196,11 +190,8 @@ class Node:
         return cls(cfg, None, wiring.Identity.generate())
 
     def close(self) -> None:
-        """Stop the epoch loop (if any), close the store, release the home lock."""
-        for task in (self._loop_task, self._delivery_task, self._sync_task):
-            if task is not None:
-                task.cancel()
-        self._loop_task = self._delivery_task = self._sync_task = None
+        """Stop the background tasks (if any), close the store, release the home lock."""
+        self.tasks.cancel()
         self.store.close()
         if self._lock is not None:
             self._lock.release()
@@ -221,84 +212,12 @@ class Node:
         self.close()
 
     def start(self) -> None:
-        """Run the epoch loop as a task of the current event loop."""
-        self._loop = asyncio.get_running_loop()
-        self._stopping = False
-        self._wake = asyncio.Event()
-        self._outbox_wake = asyncio.Event()
-        self._loop_task = self._loop.create_task(self._epoch_loop())
-        self._delivery_task = self._loop.create_task(self._delivery_loop())
-        if float(self.config.get("sync.interval")) > 0:
-            self._sync_task = self._loop.create_task(self._sync_loop())
+        """Run the epoch loop, ``@async`` delivery and automatic sync in this event loop."""
+        self.tasks.start()
 
     async def stop(self, timeout: float = 2.0) -> None:
-        """Stop the background tasks; returns within about ``timeout`` seconds.
-
-        The tasks see ``_stopping`` at their next wake-up (an epoch in progress
-        finishes and commits first) and are cancelled as well: a cancellation that
-        races with a wake-up can be lost inside ``asyncio.wait_for`` on Python 3.11,
-        and the flag makes the loop end anyway.
-        """
-        tasks = [
-            t for t in (self._loop_task, self._delivery_task, self._sync_task) if t is not None
-        ]
-        self._loop_task = self._delivery_task = self._sync_task = None
-        self._stopping = True
-        for event in (self._wake, self._outbox_wake):
-            if event is not None:
-                event.set()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            _done, pending = await asyncio.wait(tasks, timeout=timeout)
-            for task in pending:
-                log.warning("background task %s did not stop within %.1f s", task, timeout)
-        epoch = self._epoch_future
-        if epoch is not None and not epoch.done():  # let the epoch's commit finish
-            await asyncio.wait([epoch], timeout=timeout)
-
-    async def _delivery_loop(self) -> None:
-        """Deliver queued ``@async`` messages (signed ``POST /v1/inbox``), retrying with
-        backoff until each destination acknowledges: at-least-once; receivers dedup."""
-        import aiohttp
-
-        interval = float(self.config.get("node.outbox_interval"))
-        timeout = float(self.config.get("sync.timeout"))
-        assert self._outbox_wake is not None
-        async with aiohttp.ClientSession() as session:
-            while True:
-                await _wait_event(self._outbox_wake, interval)
-                if self._stopping:
-                    return
-                self._outbox_wake.clear()
-                try:
-                    report = await wiring.deliver_messages(self.outbox, session, timeout)
-                except Exception:
-                    log.exception("@async delivery pass failed")
-                    continue
-                if report.delivered:
-                    self.metrics.async_messages.labels("delivered").inc(report.delivered)
-                if report.failed:
-                    self.metrics.async_messages.labels("failed").inc(report.failed)
-                    log.info("@async delivery: %s", "; ".join(report.errors[:3]))
-
-    async def _sync_loop(self) -> None:
-        """Every ``sync.interval`` seconds, sync with each peer in ``[peers]`` (re-read, so
-        ``merklog peers add`` takes effect); an unreachable peer is logged and retried."""
-        interval = float(self.config.get("sync.interval"))
-        while not self._stopping:
-            await asyncio.sleep(interval)
-            for _name, url in sorted(self.peer_urls().items()):
-                if self._stopping:
-                    return
-                if url == (self.url or ""):
-                    continue
-                try:
-                    await self.sync(url)
-                except PeerUnreachable:  # logged and counted by sync(); retried next round
-                    pass
-                except Exception:  # a bug, not an offline peer: say so, keep the loop alive
-                    log.exception("automatic sync with %s failed", url)
+        """Stop the background tasks within about ``timeout`` seconds (see :mod:`.tasks`)."""
+        await self.tasks.stop(timeout)
 
     def peer_urls(self) -> dict[str, str]:
         """``{name: url}`` of the peers in ``[peers]``, re-read from config.toml so peers
@@ -324,41 +243,9 @@ class Node:
         self.metrics.async_messages.labels("received").inc()
         self.wake()
 
-    async def _epoch_loop(self) -> None:
-        """Run an epoch when woken (a write, a sync, a message) or every epoch_interval.
-        Epochs run on a worker thread: their commit (fsync) does not stall the HTTP server."""
-        interval = float(self.config.get("node.epoch_interval"))
-        assert self._wake is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            await _wait_event(self._wake, interval)
-            if self._stopping:
-                return
-            self._wake.clear()
-            self._epoch_future = loop.run_in_executor(None, self.run_epoch)
-            try:
-                await asyncio.shield(self._epoch_future)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("epoch failed")
-
     def wake(self) -> None:
         """Ask for an epoch as soon as possible (thread-safe)."""
-        self._set_from_any_thread(self._wake)
-
-    def _set_from_any_thread(self, event: asyncio.Event | None) -> None:
-        """Set an event of the node's loop from that loop or from any other thread."""
-        if event is None or self._loop is None:
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            event.set()
-        else:
-            self._loop.call_soon_threadsafe(event.set)
+        self.tasks.wake_epoch()
 
     # ------------------------------------------------------------------ writes
     def _on_visible_change(self, fact: Fact, weight: int) -> None:
@@ -485,7 +372,7 @@ class Node:
     def _settle_sync(self, result: WriteResult) -> WriteResult:
         """Without a running epoch loop (plain ``with``), evaluate the write at once so the
         next query sees it; with one, ``await node.settled()`` does that."""
-        if self._loop_task is None:
+        if not self.tasks.running:
             self.run_epoch()
         return result
 
@@ -567,7 +454,7 @@ class Node:
             self.epoch = epoch
             if outbox:
                 self.metrics.async_messages.labels("queued").inc(len(outbox))
-                self._wake_outbox()
+                self.tasks.wake_outbox()
             for sub in self._subs:
                 if sub.closed:
                     continue
@@ -619,9 +506,6 @@ class Node:
             await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             log.warning("no epoch within %.1f s after a write", timeout)
-
-    def _wake_outbox(self) -> None:
-        self._set_from_any_thread(self._outbox_wake)
 
     def _derived_count(self) -> int:
         """Tuples in relations the program's rules define (rule heads)."""
@@ -698,7 +582,7 @@ class Node:
         self.metrics.deltas.inc(stats.get("deltas_in", 0))
         self.last_sync = {"url": url, "at": time.time(), **stats}
         self.wake()
-        if self._loop_task is None:
+        if not self.tasks.running:
             self.run_epoch()
         return stats
 
@@ -781,7 +665,7 @@ class Node:
         )
         self.metrics.deltas.inc(result.get("accepted", 0))
         self.wake()
-        if self._loop_task is None:
+        if not self.tasks.running:
             self.run_epoch()
         return result
 
@@ -846,16 +730,6 @@ class Node:
                 behind = None
             out.append(state.to_json(names.get(url), behind))
         return out
-
-
-async def _wait_event(event: asyncio.Event, timeout: float) -> None:
-    """Wait until ``event`` is set or ``timeout`` passes (``asyncio.timeout`` keeps a
-    cancellation that arrives together with the event, unlike 3.11's ``wait_for``)."""
-    try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        pass
 
 
 def _public_key(key_hex: str) -> bytes:
