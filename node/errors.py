@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from merklog.store.errors import Error
 
-__all__ = ["Error", "NodeError", "NodeInputError", "PeerUnreachable", "Unauthorized"]
+__all__ = ["Error", "NodeError", "NodeInputError", "Unauthorized"]
 
 
 class NodeError(Error):
@@ -21,7 +21,3 @@ class NodeInputError(NodeError, ValueError):
 
 class Unauthorized(NodeError):
     """A request lacks the token its route needs (HTTP 401)."""
-
-
-class PeerUnreachable(NodeError):
-    """A peer could not be reached or answered with an error (HTTP 502 when relayed)."""

@@ -284,7 +284,10 @@ async def sync_now(request: web.Request) -> web.Response:
     url = node.resolve_peer(url.strip())
     if not url.startswith(("http://", "https://")):
         raise NodeInputError(f"{body['url']!r} is neither a peer in [peers] nor an http(s) URL")
-    return web.json_response(await node.sync(url))
+    try:
+        return web.json_response(await node.sync(url))
+    except wiring.replication_errors() as exc:  # unreachable, refused: the peer's problem
+        raise ApiError(502, "peer unreachable", str(exc)) from None
 
 
 async def grant(request: web.Request) -> web.Response:

@@ -20,7 +20,7 @@ from merklog.replication.errors import ReplicationError
 from merklog.store import BlockNotFound, InvalidValue, StoreError
 
 from .config import Config
-from .errors import NodeInputError, PeerUnreachable, Unauthorized
+from .errors import NodeInputError, Unauthorized
 from .metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
@@ -125,8 +125,6 @@ def _map(exc: BaseException) -> tuple[int, str, str] | None:
         return exc.status, exc.error, exc.detail
     if isinstance(exc, Unauthorized):
         return 401, "unauthorized", str(exc)
-    if isinstance(exc, PeerUnreachable):
-        return 502, "peer unreachable", str(exc)
     if isinstance(exc, BlockNotFound):
         return 404, "not found", str(exc)
     if isinstance(exc, ReplicationError):

@@ -13,8 +13,9 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
+from merklog.store.errors import Error as MerklogError
+
 from .config import Config
-from .errors import PeerUnreachable
 from .metrics import NodeMetrics
 
 log = logging.getLogger("merklog.node.node")
@@ -180,7 +181,7 @@ class BackgroundTasks:
                     continue
                 try:
                     await node.sync(url)
-                except PeerUnreachable:  # logged and counted by sync(); retried next round
+                except MerklogError:  # logged and counted by sync(); retried next round
                     pass
                 except Exception:  # a bug, not an offline peer: say so, keep the loop alive
                     log.exception("automatic sync with %s failed", url)
