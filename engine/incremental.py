@@ -36,6 +36,7 @@ from .dataflow import (
     Circuit,
     DistinctTrace,
     FeedbackNode,
+    Filter,
     FlatMap,
     IndexWith,
     Inspect,
@@ -172,6 +173,7 @@ def _term_vars(term: ast.Term) -> set[str]:
 # ----------------------------------------------------------------------------- operators
 
 _MISSING: Any = object()
+_NO_VALUE: Any = Aggregate.NO_VALUE  # a non-empty group whose sum has no value
 
 
 class AggregateJoin(Operator):
@@ -203,7 +205,7 @@ class AggregateJoin(Operator):
         super().bind(nested)
 
     def _emit(self, out: Delta, row: Row, value: Any, w: int) -> None:
-        if value is _MISSING:
+        if value is _MISSING or value is _NO_VALUE:
             return
         if self.bound is None:
             key = (*row, value)
@@ -272,6 +274,9 @@ class _Scope:
         self.circuit = circuit
         self.local = local  # relations defined inside this circuit (recursive feedback)
         self._imports: dict[int, Node] = {}
+        # Inside an aggregate, a rest pattern's unmatched arguments are part of the
+        # binding (as batch does): ``count : p(...)`` counts p's tuples, not 1.
+        self.keep_rest = False
 
     def lift(self, root_node: Node) -> Node:
         """A root-circuit stream as seen from this scope (imported once into a child)."""
@@ -601,6 +606,9 @@ class _Compiler:
                     first[a.name] = i
         vars_ = list(first)
         parts = [f"r[{i}]" for i in first.values()]
+        if atom.rest and scope.keep_rest:
+            parts.append(f"r[{n}:]")
+            vars_.append(f"\0rest{id(atom)}")
         if lit.cid is not None:
             if lit.cid.name in first:
                 raise CompileError(f"{lit.cid.name} names both a CID and an argument in {lit}")
@@ -797,15 +805,13 @@ class _Compiler:
                 "incrementally"
             )
         scope = _Scope(self, self.root, {})
+        scope.keep_rest = True
         start = _Plan(seed, list(groups)) if seed is not None else None
         inner = self._body(scope, agg.body, start)
         missing = [g for g in groups if g not in inner.vars]
         if missing:
             raise CompileError(f"aggregate {agg}: grouping variables {missing} are never bound")
         src = self._plan_node(scope, inner)
-        if any(isinstance(lit, ast.Positive) and lit.atom.rest for lit in agg.body):
-            # `...` arguments are not variables: distinct the bindings explicitly.
-            src = self.root.operator(DistinctTrace(), src)
         idx = {v: i for i, v in enumerate(inner.vars)}
         key_fn = _key_fn([idx[g] for g in groups])
         value_fn = None
@@ -826,7 +832,9 @@ class _Compiler:
         from .arith import sort_key
 
         node = self.root.operator(
-            Aggregate(agg.func, value_fn, order_key=sort_key), indexed, label=str(agg)
+            Aggregate(agg.func, value_fn, order_key=sort_key, int_bits=self.int_bits),
+            indexed,
+            label=str(agg),
         )
         if seed is None:
             self._helpers[cache_key] = node
@@ -864,7 +872,11 @@ class _Compiler:
             "lambda k, a, b: a" if bound_result else f"lambda k, a, b: a + (b[{len(groups)}],)"
         )
         left = c.operator(IndexWith(left_key), src)
-        right = c.operator(IndexWith(right_key), rel)
+        valued = rel
+        if agg.func == "sum":
+            n = len(groups)
+            valued = c.operator(Filter(lambda r: r[n] is not _NO_VALUE), rel)
+        right = c.operator(IndexWith(right_key), valued)
         joined = c.operator(Join(combine), left, right, label=f"join {agg}")
         out_vars = plan.vars + ([] if bound_result else [result])
         if agg.func not in ("count", "sum"):

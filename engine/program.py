@@ -23,6 +23,7 @@ from merklog.store import Fact, Value
 from . import ast
 from .batch import BatchEvaluator, Relations, Row, as_rel, sort_rows
 from .io import Sink, Source
+from .values import row_to_engine
 
 FactsInput = Mapping[str, Iterable[Row]] | Iterable[Fact] | None
 
@@ -245,6 +246,7 @@ class Program:
         }
         previous: Relations | None = None
         results: list[EpochResult] = []
+        live: set[tuple[str, tuple]] = set()  # @async tuples whose body held last epoch
         for t in range(n):
             for source in sources:
                 inserts, deletes = source.poll(t)
@@ -257,10 +259,15 @@ class Program:
             _merge(base, carried)
             self._check_arities(base)
             step = self._evaluator.step(base)
+            keys = [(fact.rel, row_to_engine(fact.args)) for _dest, fact in step.outbox]
+            # An @async tuple is sent once, at the epoch it becomes derived (as the
+            # incremental engine does: docs/language.md, "@async delivery").
+            outbox = [m for m, k in zip(step.outbox, keys, strict=True) if k not in live]
+            live = set(keys)
             result = EpochResult(
                 epoch=t,
                 relations=self._complete(step.relations),
-                outbox=step.outbox,
+                outbox=outbox,
                 next_tuples=step.next_tuples,
                 previous=previous,
             )
