@@ -43,9 +43,7 @@ def assert_all(text: str, facts: dict, rel: str, expected: set, dialect: str = "
 
 
 def test_count_over_a_rest_pattern_counts_tuples() -> None:
-    assert_all(
-        "c(N) :- N := count : p(...).", {"p": [(1, 5), (1, 6), (2, 6)]}, "c", {(3,)}
-    )
+    assert_all("c(N) :- N := count : p(...).", {"p": [(1, 5), (1, 6), (2, 6)]}, "c", {(3,)})
 
 
 def test_sum_over_a_rest_pattern_sums_each_tuple() -> None:
