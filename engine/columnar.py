@@ -474,8 +474,11 @@ class Executor:
         inner = self.run(order_body(agg.body, set(), rule_body=agg.body), agg.body)
         body_vars = sorted({v.name for lit in agg.body for v in ast.literal_vars(lit)})
         if inner.n and not _bindings_distinct(agg.body):
-            cols = unique_rows([inner.cols[v] for v in body_vars])
-            inner = Bindings(dict(zip(body_vars, cols, strict=True)), len(cols[0]))
+            if body_vars:
+                cols = unique_rows([inner.cols[v] for v in body_vars])
+                inner = Bindings(dict(zip(body_vars, cols, strict=True)), len(cols[0]))
+            else:  # a ground body (``count : e1(7)``) that holds: one empty binding
+                inner = Bindings({}, 1)
         if agg.arg is not None:
             values = _term_array(agg.arg, inner, self.const) if inner.n else np.empty(0, I64)
         func = agg.func

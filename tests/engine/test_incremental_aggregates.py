@@ -154,3 +154,11 @@ def test_async_is_sent_once_by_batch_run_and_incremental_alike() -> None:
     sent = [("p1", Fact("ping", ("p1", 1)))]
     assert batch == [sent, [], [], sent]
     assert incremental == batch
+
+
+def test_count_over_a_ground_atom_with_many_outer_rows() -> None:
+    """``R := count : e1(7)`` has no body variables (columnar raised IndexError)."""
+    facts = {"e2": [(i,) for i in range(1200)], "e1": [(7,), (8,)]}
+    assert_all(
+        "q(X, R) :- e2(X), R := count : e1(7).", facts, "q", {(i, 1) for i in range(1200)}
+    )
