@@ -35,6 +35,7 @@ Comparisons ``== != < <= > >=``:
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterable
 
 from merklog.store import Link, Value
@@ -315,6 +316,16 @@ class ExactSum:
             self.nfloat += weight
         else:
             self.nother += weight
+
+    def add_many(self, values: list, weights: list[int], skip: object = None) -> None:
+        """Add ``values[i]`` ``weights[i]`` times each, ignoring values that are ``skip``
+        (one C-level sum when every value is an int: bulk loads)."""
+        if all(type(v) is int for v in values):
+            self.itotal += sum(map(operator.mul, values, weights))
+            return
+        for v, w in zip(values, weights, strict=True):
+            if v is not skip:
+                self.add(v, w)
 
     def result(self, int_bits: int = 64) -> Value:
         """The sum (module docstring); raises :class:`NoBinding` when it has no value."""

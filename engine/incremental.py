@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from merklog.store import Fact, Value, fact_cid
@@ -170,6 +171,27 @@ def _term_vars(term: ast.Term) -> set[str]:
     return {v.name for v in ast.term_vars(term)}
 
 
+def _as_set(rows: Iterable[Row]) -> set[Row]:
+    """A new set of the rows as tuples (C-level when they are tuples already)."""
+    if not isinstance(rows, list | tuple | set | frozenset):
+        rows = list(rows)
+    try:
+        out = set(rows)
+    except TypeError:  # unhashable rows (lists)
+        return {tuple(r) for r in rows}
+    if all(type(r) is tuple for r in out):
+        return out
+    return {tuple(r) for r in out}
+
+
+def _group(facts: Iterable[tuple[str, Row]]) -> dict[str, set[Row]]:
+    """``(relation, row)`` pairs grouped per relation."""
+    out: dict[str, set[Row]] = {}
+    for rel, row in facts:
+        out.setdefault(rel, set()).add(tuple(row))
+    return out
+
+
 # ----------------------------------------------------------------------------- operators
 
 _MISSING: Any = object()
@@ -204,23 +226,31 @@ class AggregateJoin(Operator):
             raise CompileError("AggregateJoin runs in the root circuit only")
         super().bind(nested)
 
-    def _emit(self, out: Delta, row: Row, value: Any, w: int) -> None:
-        if value is _MISSING or value is _NO_VALUE:
-            return
-        if self.bound is None:
-            key = (*row, value)
-        elif row[self.bound] == value:
-            key = row
-        else:
-            return
-        n = out.get(key, 0) + w
-        if n:
-            out[key] = n
-        else:
-            del out[key]
+    def _consolidate(self, emits: list[tuple[Row, Any, int]]) -> Delta:
+        """The output Z-set of ``(binding, value, weight)`` triples (one loop, no call
+        per triple: this is the hot loop of aggregate epochs)."""
+        out: Delta = {}
+        get = out.get
+        bound = self.bound
+        for row, value, w in emits:
+            if value is _MISSING or value is _NO_VALUE:
+                continue
+            if bound is None:
+                key = (*row, value)
+            elif row[bound] == value:
+                key = row
+            else:
+                continue
+            n = get(key, 0) + w
+            if n:
+                out[key] = n
+            else:
+                del out[key]
+        return out
 
     def eval(self, ts: Timestamp, bindings: Delta, agg: Delta) -> Delta:
-        out: Delta = {}
+        emits: list[tuple[Row, Any, int]] = []
+        emit = emits.append
         values, default, n = self.values, self.default, self.ngroups
         if agg:
             before: dict[tuple, Any] = {}
@@ -232,23 +262,24 @@ class AggregateJoin(Operator):
                     values[k] = v
                 elif k in values and values[k] == v and type(values[k]) is type(v):
                     del values[k]
+            trace = self.trace
             for k, old in before.items():
                 new = values.get(k, _MISSING)
                 old = default if old is _MISSING else old
                 new = default if new is _MISSING else new
                 if old is new or (old == new and type(old) is type(new)):
                     continue
-                rows = self.trace.get(k)
+                rows = trace.get(k)
                 if rows:
                     for r, w in rows.items():
-                        self._emit(out, r, old, -w)
-                        self._emit(out, r, new, w)
+                        emit((r, old, -w))
+                        emit((r, new, w))
         if bindings:
             key_fn, trace = self.key_fn, self.trace
             for r, w in bindings.items():
                 k = key_fn(r)
                 v = values.get(k, _MISSING)
-                self._emit(out, r, default if v is _MISSING else v, w)
+                emit((r, default if v is _MISSING else v, w))
                 group = trace.get(k)
                 if group is None:
                     trace[k] = {r: w}
@@ -260,7 +291,7 @@ class AggregateJoin(Operator):
                         del group[r]
                         if not group:
                             del trace[k]
-        return out
+        return self._consolidate(emits) if emits else {}
 
 
 # ----------------------------------------------------------------------------- scopes
@@ -815,7 +846,9 @@ class _Compiler:
         idx = {v: i for i, v in enumerate(inner.vars)}
         key_fn = _key_fn([idx[g] for g in groups])
         value_fn = None
-        if agg.arg is not None:
+        if isinstance(agg.arg, ast.Var) and agg.arg.name in idx:
+            value_fn = itemgetter(idx[agg.arg.name])  # no arithmetic: nothing to skip
+        elif agg.arg is not None:
             term = self._term(agg.arg, idx)
             _ops, _cmp, errors = (
                 self.arith() if not isinstance(agg.arg, ast.Var | ast.Const) else ({}, None, ())
@@ -1048,62 +1081,59 @@ class IncrementalEngine:
         """
         epoch = self.epoch + 1
         edb = self._edb
-        events_now: dict[str, set[Row]] = {}
-        before: dict[str, dict[Row, bool]] = {}
         old_events = self._events
-
-        def remember(rel: str, row: Row) -> None:
-            seen = before.setdefault(rel, {})
-            if row not in seen:
-                seen[row] = row in edb.get(rel, ()) or row in old_events.get(rel, ())
-
-        def apply(rel: str, rows: Iterable[Row], insert: bool) -> None:
-            target = edb.setdefault(rel, set())
-            for row in rows:
-                row = tuple(row)
-                remember(rel, row)
-                if insert:
-                    target.add(row)
-                else:
-                    target.discard(row)
-
+        # Every change as whole-relation set operations (C loops, not per-row Python):
+        # the rows a relation's changes touch, whether each was present before, the
+        # changes applied in order (deletes before inserts), and the difference.
+        ops: list[tuple[str, set[Row], bool]] = []
         if epoch == 0:
-            for rel, row in self._initial:
-                apply(rel, [row], True)
+            for rel, rows in _group([(rel, row) for rel, row in self._initial]).items():
+                ops.append((rel, rows, True))
         for source in self.sources:
             polled = source.poll(epoch)
             if polled:
                 ins, dels = polled
-                for rel, row in dels:
-                    apply(rel, [row], False)
-                for rel, row in ins:
-                    apply(rel, [row], True)
+                ops += [(rel, rows, False) for rel, rows in _group(dels).items()]
+                ops += [(rel, rows, True) for rel, rows in _group(ins).items()]
         for rel, rows in (deletes or {}).items():
-            apply(rel, rows, False)
+            ops.append((rel, _as_set(rows), False))
         for rel, rows in (inserts or {}).items():
-            apply(rel, rows, True)
-        for rel, rows in old_events.items():
-            for row in rows:
-                remember(rel, row)
-        for rel, rows in (events or {}).items():
-            bucket = events_now.setdefault(rel, set())
-            for row in rows:
-                row = tuple(row)
-                remember(rel, row)
-                bucket.add(row)
+            ops.append((rel, _as_set(rows), True))
+        events_now = {rel: _as_set(rows) for rel, rows in (events or {}).items()}
+        touched: dict[str, set[Row]] = {}
+        for rel, rows, _insert in ops:
+            t = touched.get(rel)
+            touched[rel] = set(rows) if t is None else t | rows
+        for source in (old_events, events_now):
+            for rel, rows in source.items():
+                t = touched.get(rel)
+                touched[rel] = set(rows) if t is None else t | rows
+        before: dict[str, set[Row]] = {}
+        for rel, rows in touched.items():
+            was = rows & edb[rel] if rel in edb else set()
+            if rel in old_events:
+                was |= rows & old_events[rel]
+            before[rel] = was
+        for rel, rows, insert in ops:
+            target = edb.setdefault(rel, set())
+            if insert:
+                target |= rows
+            else:
+                target -= rows
         self._events = events_now
         inputs = self.compiler.input_nodes
         pending: dict[str, Delta] = {}
         extra: dict[str, Delta] = {}
-        for rel, rows in before.items():
-            now_edb = edb.get(rel, ())
-            now_ev = events_now.get(rel, ())
-            for row, was in rows.items():
-                now = row in now_edb or row in now_ev
-                if now != was:
-                    (pending if rel in inputs else extra).setdefault(rel, {})[row] = (
-                        1 if now else -1
-                    )
+        for rel, rows in touched.items():
+            now = rows & edb[rel] if rel in edb else set()
+            if rel in events_now:
+                now |= rows & events_now[rel]
+            was = before[rel]
+            if now == was:
+                continue
+            delta = dict.fromkeys(now - was, 1)
+            delta.update(dict.fromkeys(was - now, -1))
+            (pending if rel in inputs else extra)[rel] = delta
         self._pending = pending
         self.circuit.step()
         self.epoch = epoch

@@ -643,16 +643,18 @@ class Aggregate(Operator):
                 elif func == "sum":
                     g.total = ExactSum()
             old = self._result(g)
-            for row, w in rows.items():
+            if func == "count":
+                g.n += sum(rows.values())
+            elif func == "sum":
+                weights = list(rows.values())
+                g.n += sum(weights)
+                values = list(map(value_fn, rows))  # type: ignore[arg-type]
+                g.total.add_many(values, weights, skip)  # type: ignore[union-attr]
+            for row, w in rows.items() if func in ("min", "max") else ():
                 g.n += w
-                if func == "count":
-                    continue
                 assert value_fn is not None
                 v = value_fn(row)
                 if v is skip:
-                    continue
-                if func == "sum":
-                    g.total.add(v, w)  # type: ignore[union-attr]
                     continue
                 counts = g.counts
                 assert counts is not None and g.heap is not None
