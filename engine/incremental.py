@@ -17,9 +17,15 @@ group give 0, min/max none — the semantics of :class:`merklog.engine.ast.Aggre
 ``@next`` heads feed a root feedback node (visible next epoch); ``@async`` heads
 go to the outbox.
 
-The epoch driver (:class:`IncrementalEngine`) polls sources, applies inserts,
-deletes and one-epoch events, evaluates the circuit and hands output deltas to
-sinks. Work per epoch is proportional to the change, not the database.
+:func:`compile_program` returns a :class:`CompiledProgram`: the root circuit with
+an :class:`InputHandle` per relation and an :class:`OutputHandle` per derived,
+``@async`` and ``@next`` relation, and no reference to whoever drives it (the
+input/output handle pattern of DBSP's ``RootCircuit::build`` in Feldera's
+``crates/dbsp``). The epoch driver (:class:`IncrementalEngine`) polls sources,
+applies inserts, deletes and one-epoch events to the base facts as set
+operations, pushes the resulting deltas into the input handles, steps the
+circuit, reads the output handles and hands the epoch to sinks. Work per epoch
+is proportional to the change, not the database.
 """
 
 from __future__ import annotations
@@ -329,6 +335,100 @@ class _Scope:
 # ----------------------------------------------------------------------------- compiler
 
 
+class InputHandle:
+    """Where the epoch driver pushes one input relation's delta (DBSP's input handle:
+    Feldera's ``RootCircuit::build`` returns such handles next to the circuit)."""
+
+    __slots__ = ("name", "_pending")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._pending: Delta = {}
+
+    def push(self, delta: Delta) -> None:
+        """Queue ``delta`` (``{row: ±1}``) for the next :meth:`CompiledProgram.step`."""
+        if self._pending:
+            for row, w in delta.items():
+                n = self._pending.get(row, 0) + w
+                if n:
+                    self._pending[row] = n
+                else:
+                    del self._pending[row]
+        else:
+            self._pending = dict(delta)
+
+    def poll(self, ts: Timestamp) -> Delta:
+        """The circuit's source callback: hand over the queued delta once."""
+        delta, self._pending = self._pending, {}
+        return delta
+
+
+class OutputHandle:
+    """One output stream's delta of the last step (DBSP's output handle)."""
+
+    __slots__ = ("name", "delta")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.delta: Delta = {}
+
+
+@dataclass
+class CompiledProgram:
+    """A program compiled to a root circuit, with its input and output handles.
+
+    The circuit knows nothing of the engine that drives it: the driver pushes
+    deltas into ``inputs``, calls :meth:`step`, and reads the deltas of the
+    derived relations (``relations``), of the ``@async`` heads (``async_outputs``)
+    and of the ``@next`` heads (``next_outputs``). ``inputs_only`` names the
+    relations no deductive rule defines (their stream is their input).
+    """
+
+    circuit: Circuit
+    inputs: dict[str, InputHandle]
+    relations: dict[str, OutputHandle]
+    async_outputs: dict[str, OutputHandle]
+    next_outputs: dict[str, OutputHandle]
+    inputs_only: frozenset[str]
+
+    def step(self) -> None:
+        """Evaluate one epoch: consume the pushed inputs, refresh every output handle."""
+        for outputs in (self.relations, self.async_outputs, self.next_outputs):
+            for handle in outputs.values():
+                handle.delta = {}
+        self.circuit.step()
+
+
+def compile_program(
+    rules: Sequence[ast.Rule], strata: Sequence[Stratum], int_bits: int = 64
+) -> CompiledProgram:
+    """Compile stratified ``rules`` to a :class:`CompiledProgram` (circuit + handles)."""
+    compiler = _Compiler(rules, strata, int_bits)
+    compiler.compile()
+    root = compiler.root
+    rel_nodes = dict(compiler.rel_nodes)
+    inputs_only = frozenset(
+        n for n, node in rel_nodes.items() if node is compiler.input_nodes.get(n)
+    )
+    relations = {n: OutputHandle(n) for n in sorted(rel_nodes)}
+    async_outputs = {n: OutputHandle(n) for n in sorted(compiler.async_out)}
+    next_outputs = {n: OutputHandle(n) for n in sorted(compiler.next_out)}
+    handles = list(relations.values()) + list(async_outputs.values())
+    handles += list(next_outputs.values())
+    nodes = [rel_nodes[n] for n in relations]
+    nodes += [compiler.async_out[n] for n in async_outputs]
+    nodes += [compiler.next_out[n] for n in next_outputs]
+
+    def receive(ts: Timestamp, *deltas: Delta) -> None:
+        for handle, delta in zip(handles, deltas, strict=True):
+            handle.delta = delta
+
+    root.sink(receive, *nodes, label="outputs")
+    return CompiledProgram(
+        root, compiler.inputs, relations, async_outputs, next_outputs, inputs_only
+    )
+
+
 @dataclass
 class _Plan:
     """A compiled body: a stream of binding rows and the variable at each column."""
@@ -338,16 +438,14 @@ class _Plan:
 
 
 class _Compiler:
-    """Builds the root circuit for a program. Use through :class:`IncrementalEngine`."""
+    """Builds the root circuit for a program. Use through :func:`compile_program`."""
 
     def __init__(
         self,
-        engine: IncrementalEngine,
         rules: Sequence[ast.Rule],
         strata: Sequence[Stratum],
         int_bits: int,
     ) -> None:
-        self.engine = engine
         self.rules = rules
         self.strata = strata
         self.int_bits = int_bits
@@ -357,6 +455,7 @@ class _Compiler:
         self.root = Circuit()
         self.rel_nodes: dict[str, Node] = {}
         self.input_nodes: dict[str, Node] = {}
+        self.inputs: dict[str, InputHandle] = {}
         self.derived: dict[str, DistinctTrace] = {}
         self.next_feedback: dict[str, FeedbackNode] = {}
         self.next_nodes: dict[str, Node] = {}
@@ -398,7 +497,8 @@ class _Compiler:
         heads_next = {r.head.rel for r in rules if r.time == "next"}
         self.unit()
         for name in sorted(names):
-            self.input_nodes[name] = self.root.source(self.engine._poll_input(name), label=name)
+            handle = self.inputs[name] = InputHandle(name)
+            self.input_nodes[name] = self.root.source(handle.poll, label=name)
         for name in sorted(heads_next):
             self.next_feedback[name] = self.root.feedback(label=f"{name}@next")
         # Relations no deductive rule defines: input (+ @next) only.
@@ -969,36 +1069,18 @@ class IncrementalEngine:
         self.sinks: list[Sink] = list(sinks)
         self._edb: dict[str, set[Row]] = {}
         self._events: dict[str, set[Row]] = {}
-        self._pending: dict[str, Delta] = {}
         self._state: dict[str, dict[Row, int]] = {}
         self._async_state: dict[str, dict[Row, int]] = {}
         self._next_state: dict[str, dict[Row, int]] = {}
         self._hooks: dict[str, list[Callable[[int, Delta], object]]] = {}
-        self._collected: tuple[dict[str, Delta], list[tuple[Value, Fact]]] | None = None
         self.last: EpochResult | None = None
         self.epoch = -1
-        self.compiler = _Compiler(self, rules, list(strata), int_bits)
-        self.compiler.compile()
-        self.circuit = self.compiler.root
-        rel_nodes = dict(self.compiler.rel_nodes)
-        self._inputs_only = {
-            n for n, node in rel_nodes.items() if node is self.compiler.input_nodes.get(n)
-        }
-        outputs: list[tuple[str, str, Node]] = [("rel", n, rel_nodes[n]) for n in sorted(rel_nodes)]
-        outputs += [("async", n, node) for n, node in sorted(self.compiler.async_out.items())]
-        outputs += [("next", n, node) for n, node in sorted(self.compiler.next_out.items())]
-        self.circuit.sink(self._collect(outputs), *[o[2] for o in outputs], label="epoch output")
+        self.compiled = compile_program(rules, list(strata), int_bits)
+        self.circuit = self.compiled.circuit
         self._initial = facts
 
-    # -- circuit callbacks
-    def _poll_input(self, name: str) -> Callable[[Timestamp], Delta]:
-        def poll(ts: Timestamp) -> Delta:
-            return self._pending.pop(name, {})
-
-        return poll
-
-    def _collect(self, outputs: list[tuple[str, str, Node]]) -> Callable[..., None]:
-        kinds = [(kind, name) for kind, name, _node in outputs]
+    def _collect(self) -> tuple[dict[str, Delta], list[tuple[Value, Fact]]]:
+        """Read the output handles after a step into the engine's state."""
 
         def apply(state: dict[Row, int], delta: Delta) -> None:
             for row, w in delta.items():
@@ -1007,29 +1089,29 @@ class IncrementalEngine:
                 else:
                     state.pop(row, None)
 
-        def collect(ts: Timestamp, *values: Delta) -> None:
-            deltas: dict[str, Delta] = {}
-            outbox: list[tuple[Value, Fact]] = []
-            for (kind, name), delta in zip(kinds, values, strict=True):
-                if not delta:
-                    continue
-                if kind == "rel":
-                    deltas[name] = delta
-                    if name not in self._inputs_only:
-                        apply(self._state.setdefault(name, {}), delta)
-                elif kind == "next":
-                    apply(self._next_state.setdefault(name, {}), delta)
-                else:
-                    apply(self._async_state.setdefault(name, {}), delta)
-                    for row, w in delta.items():
-                        if w > 0:
-                            outbox.append((row[0] if row else None, Fact(name, row)))
-            self._collected = (deltas, outbox)
-
-        return collect
+        compiled = self.compiled
+        deltas: dict[str, Delta] = {}
+        outbox: list[tuple[Value, Fact]] = []
+        for name, handle in compiled.relations.items():
+            delta = handle.delta
+            if delta:
+                deltas[name] = delta
+                if name not in compiled.inputs_only:
+                    apply(self._state.setdefault(name, {}), delta)
+        for name, handle in compiled.async_outputs.items():
+            delta = handle.delta
+            if delta:
+                apply(self._async_state.setdefault(name, {}), delta)
+                for row, w in delta.items():
+                    if w > 0:
+                        outbox.append((row[0] if row else None, Fact(name, row)))
+        for name, handle in compiled.next_outputs.items():
+            if handle.delta:
+                apply(self._next_state.setdefault(name, {}), handle.delta)
+        return deltas, outbox
 
     def _known(self) -> set[str]:
-        names = set(self.compiler.rel_nodes) | set(self._edb) | set(self._events)
+        names = set(self.compiled.relations) | set(self._edb) | set(self._events)
         return names
 
     # -- public API
@@ -1121,7 +1203,7 @@ class IncrementalEngine:
             else:
                 target -= rows
         self._events = events_now
-        inputs = self.compiler.input_nodes
+        inputs = self.compiled.inputs
         pending: dict[str, Delta] = {}
         extra: dict[str, Delta] = {}
         for rel, rows in touched.items():
@@ -1134,12 +1216,11 @@ class IncrementalEngine:
             delta = dict.fromkeys(now - was, 1)
             delta.update(dict.fromkeys(was - now, -1))
             (pending if rel in inputs else extra)[rel] = delta
-        self._pending = pending
-        self.circuit.step()
+        for rel, delta in pending.items():
+            inputs[rel].push(delta)
+        self.compiled.step()
         self.epoch = epoch
-        assert self._collected is not None
-        deltas, outbox = self._collected
-        self._collected = None
+        deltas, outbox = self._collect()
         deltas.update(extra)
         result = EpochResult(epoch, deltas, outbox, self)
         self.last = result
@@ -1205,8 +1286,12 @@ class Outbox:
 
 __all__ = [
     "CompileError",
+    "CompiledProgram",
     "EpochResult",
     "IncrementalEngine",
+    "InputHandle",
     "Outbox",
+    "OutputHandle",
+    "compile_program",
     "grouping_vars",
 ]
