@@ -551,10 +551,11 @@ class _NoValue:
 
 
 class _Group:
-    __slots__ = ("n", "total", "counts", "heap")
+    __slots__ = ("n", "total", "counts", "heap", "value")
 
     def __init__(self) -> None:
         self.n = 0
+        self.value: Any = None  # the result last emitted (None: no row)
         self.total: ExactSum | None = None
         self.counts: dict[Any, int] | None = None
         self.heap: list[Any] | None = None
@@ -642,7 +643,7 @@ class Aggregate(Operator):
                     g.counts, g.heap = {}, []
                 elif func == "sum":
                     g.total = ExactSum()
-            old = self._result(g)
+            old = g.value
             if func == "count":
                 g.n += sum(rows.values())
             elif func == "sum":
@@ -666,7 +667,7 @@ class Aggregate(Operator):
                     counts[v] = c
                 else:
                     counts.pop(v, None)
-            new = self._result(g)
+            new = g.value = self._result(g)
             if g.n <= 0:
                 del groups[key]
             if old != new or type(old) is not type(new):
