@@ -15,7 +15,7 @@ from merklog.engine.io import format_field, parse_field
 from merklog.engine.program import Program
 from merklog.node.cli import cli
 
-from .clingo_fuzz import EDB, Case, canon_rows, solve, tsv_safe
+from .clingo_fuzz import EDB, Case, Rows, canon_rows, solve, tsv_safe
 
 
 def _rel(rels: Any, rel: str) -> set[tuple]:
@@ -42,7 +42,7 @@ def _workdir() -> Path:
     return _WORKDIR[-1]
 
 
-def _eval_cli(case: Case, facts: dict[str, set]) -> dict[str, set[tuple]]:
+def _eval_cli(case: Case, facts: dict[str, Rows]) -> dict[str, list[tuple]]:
     """``merklog eval`` from fact files to CSV files, in process (the real command)."""
     root = _workdir()
     (root / "facts").mkdir()
@@ -53,10 +53,10 @@ def _eval_cli(case: Case, facts: dict[str, set]) -> dict[str, set[tuple]]:
     args = ["eval", str(root / "prog.dl"), "--facts", str(root / "facts")]
     res = CliRunner().invoke(cli, [*args, "--out", str(root / "out")])
     assert res.exit_code == 0, res.output
-    out: dict[str, set[tuple]] = {}
+    out: dict[str, list[tuple]] = {}
     for path in (root / "out").glob("*.csv"):
         rows = path.read_text(encoding="utf-8").splitlines()
-        out[path.stem] = {tuple(parse_field(f) for f in line.split("\t")) for line in rows}
+        out[path.stem] = [tuple(parse_field(f) for f in line.split("\t")) for line in rows]
     return out
 
 
@@ -80,7 +80,7 @@ def _check(case: Case, stats: dict[str, int]) -> str | None:
         return None
     columnar = Program(batch.ast, backend="columnar")
     engine = IncrementalEngine(batch.checked)
-    facts: dict[str, set] = {rel: set() for rel in EDB}
+    facts: dict[str, Rows] = {rel: Rows() for rel in EDB}
     for epoch, (ins, dels) in enumerate(case.epochs):
         for rel, rows in dels.items():
             facts[rel] -= rows
@@ -88,9 +88,9 @@ def _check(case: Case, stats: dict[str, int]) -> str | None:
             facts[rel] |= rows
         model = solve(case, facts)
         want = {rel: canon_rows(rows) for rel, rows in model.items()}
-        got_batch = batch.evaluate({r: set(rows) for r, rows in facts.items()})
+        got_batch = batch.evaluate({r: list(rows) for r, rows in facts.items()})
         try:
-            got_col = columnar.evaluate({r: set(rows) for r, rows in facts.items()})
+            got_col = columnar.evaluate({r: list(rows) for r, rows in facts.items()})
             if epoch == 0:
                 stats["columnar"] += 1
         except Ineligible:
@@ -115,7 +115,7 @@ def _check(case: Case, stats: dict[str, int]) -> str | None:
             stats["eval"] += 1
             got_eval = _eval_cli(case, facts)
             for rel in case.derived():
-                rows = canon_rows(got_eval.get(rel, set()))
+                rows = canon_rows(got_eval.get(rel, []))
                 if rows != want[rel]:
                     return _diff("merklog eval", epoch, rel, want[rel], rows)
     return None
@@ -136,7 +136,7 @@ def _variants(case: Case):
         for part, side in ((ins, 0), (dels, 1)):
             for rel, rows in part.items():
                 for row in rows:
-                    smaller = {r: set(v) for r, v in part.items()}
+                    smaller = {r: v.copy() for r, v in part.items()}
                     smaller[rel].discard(row)
                     ep = list(case.epochs)
                     ep[e] = (smaller, dels) if side == 0 else (ins, smaller)

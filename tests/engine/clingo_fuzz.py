@@ -69,6 +69,48 @@ def canon_rows(rows: Any) -> set[tuple]:
     return {tuple(canon(v) for v in row) for row in rows}
 
 
+class Rows:
+    """A set of rows keyed by :func:`canon` (a Python set would hold only one of
+    ``(1,)``, ``(1.0,)`` and ``(True,)``)."""
+
+    def __init__(self, rows: Any = ()) -> None:
+        self._rows: dict[tuple, tuple] = {}
+        for row in rows:
+            self.add(row)
+
+    def add(self, row: tuple) -> None:
+        self._rows[tuple(canon(v) for v in row)] = row
+
+    def discard(self, row: tuple) -> None:
+        self._rows.pop(tuple(canon(v) for v in row), None)
+
+    def __ior__(self, other: Rows) -> Rows:
+        self._rows.update(other._rows)
+        return self
+
+    def __isub__(self, other: Rows) -> Rows:
+        for key in other._rows:
+            self._rows.pop(key, None)
+        return self
+
+    def __iter__(self):
+        return iter(list(self._rows.values()))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __bool__(self) -> bool:
+        return bool(self._rows)
+
+    def copy(self) -> Rows:
+        out = Rows()
+        out._rows = dict(self._rows)
+        return out
+
+    def __repr__(self) -> str:
+        return "Rows(" + repr(list(self._rows.values())) + ")"
+
+
 def merklog_const(value: Any) -> str:
     """merklog source text of a constant."""
     if isinstance(value, bool):
@@ -116,13 +158,13 @@ class Case:
     kinds: dict[str, list[str]]
     rules: list[str]  # merklog source, one rule a line
     clingo_rules: list[str]
-    epochs: list[tuple[dict[str, set], dict[str, set]]] = field(default_factory=list)
+    epochs: list[tuple[dict[str, Rows], dict[str, Rows]]] = field(default_factory=list)
 
     @property
     def merklog(self) -> str:
         return "\n".join(self.rules) + "\n"
 
-    def clingo(self, facts: dict[str, set]) -> str:
+    def clingo(self, facts: dict[str, Rows]) -> str:
         lines = list(self.clingo_rules)
         for rel, rows in facts.items():
             kinds = self.kinds[rel]
@@ -140,19 +182,22 @@ class Case:
         return f"kinds={self.kinds}\n{self.merklog}{ep}"
 
 
-def solve(case: Case, facts: dict[str, set]) -> dict[str, set[tuple]]:
-    """clingo's stable model, decoded: ``relation -> set of merklog tuples``."""
+def solve(case: Case, facts: dict[str, Rows]) -> dict[str, list[tuple]]:
+    """clingo's stable model, decoded: ``relation -> list of merklog tuples`` (a list:
+    a Python set would merge ``(1,)`` and ``(1.0,)``; compare with :func:`canon_rows`)."""
     ctl = clingo.Control(["--warn=none"])
     ctl.add("base", [], case.clingo(facts))
     ctl.ground([("base", [])])
-    models: list[dict[str, set[tuple]]] = []
+    models: list[dict[str, list[tuple]]] = []
     with ctl.solve(yield_=True) as handle:
         for model in handle:
-            out: dict[str, set[tuple]] = {rel: set() for rel in case.kinds}
+            out: dict[str, list[tuple]] = {rel: [] for rel in case.kinds}
             for sym in model.symbols(shown=True):
                 rel = sym.name[2:]
                 kinds = case.kinds[rel]
-                out[rel].add(tuple(decode(a, k) for a, k in zip(sym.arguments, kinds, strict=True)))
+                out[rel].append(
+                    tuple(decode(a, k) for a, k in zip(sym.arguments, kinds, strict=True))
+                )
             models.append(out)
     assert len(models) == 1, f"a stratified program has one stable model, got {len(models)}"
     return models[0]
@@ -312,20 +357,20 @@ class Generator:
                 mrules.append(got[0])
                 crules.append(got[1])
         case = Case(dict(self.kinds), mrules, crules)
-        facts = {rel: set() for rel in EDB}
+        facts = {rel: Rows() for rel in EDB}
         for rel in EDB:
             for _ in range(rnd.randint(0, 7)):
                 facts[rel].add(self.row(rel))
-        case.epochs.append(({r: set(rows) for r, rows in facts.items()}, {}))
+        case.epochs.append(({r: rows.copy() for r, rows in facts.items()}, {}))
         for _ in range(rnd.randint(1, 3)):
-            ins: dict[str, set] = {}
-            dels: dict[str, set] = {}
+            ins: dict[str, Rows] = {}
+            dels: dict[str, Rows] = {}
             for rel in EDB:
                 for row in facts[rel]:
                     if rnd.random() < 0.3:
-                        dels.setdefault(rel, set()).add(row)
+                        dels.setdefault(rel, Rows()).add(row)
                 for _ in range(rnd.randint(0, 2)):
-                    ins.setdefault(rel, set()).add(self.row(rel))
+                    ins.setdefault(rel, Rows()).add(self.row(rel))
             for rel, rows in dels.items():
                 facts[rel] -= rows
             for rel, rows in ins.items():

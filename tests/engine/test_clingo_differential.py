@@ -25,7 +25,7 @@ from .clingo_check import check_case, shrink
 from .clingo_fuzz import Generator
 
 CASES = 20_000 if os.environ.get("MERKLOG_LONG") == "1" else 1_000
-MIXED = False  # 1, 1.0, true, "1" and -0.0 together: on once typed values are in main
+MIXED = True  # 1, 1.0, true, "1" and -0.0 together
 
 
 def test_random_programs_match_clingo() -> None:
