@@ -33,7 +33,7 @@ from typing import Any
 from merklog.store import Fact, Link, fact_cid
 
 from . import ast
-from .arith import NoBinding, make_arith, make_compare, negate, sort_key
+from .arith import NoBinding, make_arith, make_compare, negate, sort_key, sum_values
 from .rows import RowSet, engine_rows
 from .values import row_from_engine, to_engine
 
@@ -602,7 +602,7 @@ class RuleCompiler:
         inner = self.chain(inner_order, set(groups), collect, agg.body)
         arg_fn = self.term(agg.arg) if agg.arg is not None else None
         func = agg.func
-        add = self.ops["+"]
+        bits = self.int_bits
         res_slot = self.slot(agg.result.name)
         res_bound = agg.result.name in bound
         cache_key = object()
@@ -630,13 +630,10 @@ class RuleCompiler:
                 except NoBinding:
                     continue
             if func == "sum":
-                total: Any = 0
                 try:
-                    for v in values:
-                        total = add(total, v)
+                    return sum_values(values, bits)
                 except NoBinding:
                     return _NO_RESULT
-                return total
             if not values:
                 return _NO_RESULT
             return min(values, key=sort_key) if func == "min" else max(values, key=sort_key)
