@@ -25,7 +25,18 @@ INT64_MAX = 2**63 - 1
 def check_value(value: object, where: str = "value") -> Value:
     """Return ``value`` unchanged if it is a valid merklog value, else raise InvalidValue."""
     kind = type(value)
-    if kind is bool or kind is str or kind is bytes or kind is Link:
+    if kind is bool or kind is bytes or kind is Link:
+        return value  # type: ignore[return-value]
+    if kind is str:
+        if not value.isascii():  # type: ignore[union-attr]
+            try:
+                value.encode("utf-8")  # type: ignore[union-attr]
+            except UnicodeEncodeError as exc:
+                # DAG-CBOR text is UTF-8: a lone surrogate has no encoding, so no CID.
+                raise InvalidValue(
+                    f"{where}: string holds {value[exc.start]!r} at {exc.start}, "  # type: ignore[index]
+                    "a lone surrogate (strings must be valid Unicode)"
+                ) from None
         return value  # type: ignore[return-value]
     if kind is int:
         if INT64_MIN <= value <= INT64_MAX:  # type: ignore[operator]

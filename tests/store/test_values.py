@@ -93,6 +93,7 @@ def test_bool_is_not_int():
         ({"a": 1}, "dict is not a merklog value"),
         ([1], "list is not a merklog value"),
         (None, "NoneType is not a merklog value"),
+        ("ok\ud800", "lone surrogate"),
     ],
 )
 def test_rejects_bad_values(bad, message):
