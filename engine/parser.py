@@ -596,6 +596,24 @@ def parse_query(text: str, dialect: str = "merklog") -> Atom:
     return atom
 
 
+def parse_query_body(text: str) -> tuple[BodyLiteral, ...]:
+    """Parse a query: one atom (``path(1, X)``) or a conjunction of body literals
+    (``edge(X, Y), !edge(Y, X), X < 3``); a trailing ``.`` is allowed. Positions
+    are those of ``text`` itself, so errors point at what the user typed."""
+    p = Parser(text)
+    if p.peek().kind == "EOF":
+        raise p.error(p.peek(), "empty query", "write an atom such as rel(X, 1)")
+    body = p.body()
+    p.accept(".")
+    if p.peek().kind != "EOF":
+        raise p.error(
+            p.peek(),
+            f"unexpected {describe(p.peek())} after the query",
+            "separate the literals of a query with ','",
+        )
+    return body
+
+
 def parse_facts(text: str) -> list[Fact]:
     """Parse ground facts ``rel(c, …).`` (for ``merklog put``); rules and variables are errors."""
     p = Parser(text)
