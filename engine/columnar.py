@@ -24,6 +24,7 @@ import numpy as np
 from merklog.store import Link
 
 from . import ast, planner
+from .errors import EngineError
 
 #: Strata whose input relations hold fewer tuples than this run tuple at a time
 #: (unless an input is already columnar).
@@ -32,8 +33,12 @@ AUTO_THRESHOLD = 1_000
 I64 = np.int64
 
 
-class Ineligible(Exception):
-    """The stratum is outside what the columnar executor handles."""
+class Ineligible(EngineError):
+    """The stratum is outside what the columnar executor handles (the batch evaluator
+    falls back to tuple at a time; raised to the caller only when columnar is forced)."""
+
+    code = "columnar_ineligible"
+    default_hint = "use backend auto or tuple"
 
 
 # ----------------------------------------------------------------------------- relations

@@ -48,6 +48,7 @@ from .dataflow import (
     Plus,
     Timestamp,
 )
+from .errors import EngineError
 from .io import Sink, Source
 from .stratify import Stratum, stratify
 
@@ -55,8 +56,12 @@ Row = tuple
 Delta = dict  # dict[Row, int]
 
 
-class CompileError(ValueError):
-    """The program cannot be compiled (unstratifiable, unsupported or ill-formed)."""
+class CompileError(EngineError, ValueError):
+    """The program cannot be compiled incrementally (a construct the circuits lack);
+    callers fall back to the batch evaluator."""
+
+    code = "incremental_unsupported"
+    default_hint = "the batch evaluator runs this program (merklog eval, or engine = batch)"
 
 
 # ----------------------------------------------------------------------------- results

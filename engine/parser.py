@@ -570,17 +570,14 @@ def parse_program(text: str) -> Program:
     )
 
 
-def parse_query(text: str, dialect: str = "merklog") -> Atom:
+def parse_query(text: str, parser: Parser | None = None) -> Atom:
     """Parse one atom such as ``path(1, X)`` (a trailing ``.`` is allowed).
 
-    ``dialect="souffle"`` reads lowercase identifiers as variables (``path(1, x)``).
+    ``parser``: a parser of another dialect over ``text``; the Soufflé frontend passes
+    its own (:func:`merklog.engine.souffle.parse_souffle_query`), so this module never
+    imports the frontends built on it.
     """
-    if dialect == "souffle":
-        from .souffle import SouffleParser
-
-        p: Parser = SouffleParser.for_fragment(text)
-    else:
-        p = Parser(text)
+    p = parser if parser is not None else Parser(text)
     if not p.is_rel_start():
         raise p.error(
             p.peek(),

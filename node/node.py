@@ -26,7 +26,7 @@ from typing import Any
 
 from merklog.store import Fact, Link, fact_cid, make_fact
 
-from . import epochstate, wiring
+from . import epochstate, programs, wiring
 from .config import Config, new_token
 from .metrics import NodeMetrics
 from .runtime import HomeLock
@@ -148,7 +148,7 @@ class Node:
         # number and @next carry-over come from the last committed epoch.
         self._state = epochstate.load(wiring.store_conn(self.store))
         self.epoch = self._state.epoch
-        self.engine: Any = wiring.empty_program()
+        self.engine: Any = programs.empty_program()
         self._reload = True
         for fact in wiring.visible_facts(self.replica):
             self._pending.append((fact, +1))
@@ -435,7 +435,7 @@ class Node:
         any static check (range restriction, unsafe negation, stratification, …); then
         nothing changes.
         """
-        runner = wiring.compile_program(text, source, engine)
+        runner = programs.compile_program(text, source, engine)
         with self._mutex:
             self.engine = runner
             self.program_text = text

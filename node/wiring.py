@@ -313,21 +313,6 @@ def _same(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------- programs
 
 
-def compile_program(text: str, source: str = "<program>", engine: str = "auto") -> Any:
-    """Parse, statically check and compile ``text`` into a
-    :class:`~merklog.node.programs.ProgramRunner`; a bad program raises
-    :class:`NodeInputError` (``SOURCE:LINE:COL: message``)."""
-    from .programs import compile_program as _compile
-
-    return _compile(text, source, engine)
-
-
-def empty_program() -> Any:
-    from .programs import empty_program as _empty
-
-    return _empty()
-
-
 def atom_matcher(
     query: tuple[ast.BodyLiteral, ...],
 ) -> Callable[[tuple], tuple | None] | None:
