@@ -154,7 +154,7 @@ class Plan:
 # ----------------------------------------------------------------------------- helpers
 
 
-def grouping_vars(body: Iterable[ast.BodyLiteral], agg: ast.Aggregate) -> tuple[str, ...]:
+def _groups(body: Iterable[ast.BodyLiteral], agg: ast.Aggregate) -> tuple[str, ...]:
     """The grouping variables of ``agg`` in ``body`` (sorted): :func:`merklog.engine.ast.grouping_vars`."""
     return tuple(sorted(ast.grouping_vars(body, agg)))
 
@@ -361,7 +361,7 @@ def _schedule(
         steps.append(Negate(lit, before))
     else:
         assert isinstance(lit, ast.Aggregate)
-        groups = grouping_vars(body, lit)
+        groups = _groups(body, lit)
         inner_keep = set(groups) | (_names(lit.arg) if lit.arg is not None else set())
         inner = plan_body(
             lit.body,
@@ -418,7 +418,6 @@ __all__ = [
     "Plan",
     "Scan",
     "Step",
-    "grouping_vars",
     "plan_body",
     "plan_query",
     "plan_rule",
