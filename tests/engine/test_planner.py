@@ -201,6 +201,14 @@ def test_unschedulable_queries_are_static_errors(query: str, error: type, where:
     assert err.value.hint
 
 
+def test_program_query_with_an_unbound_expression_is_a_static_error() -> None:
+    program = Program.parse("p(1). p(2).")
+    with pytest.raises(RangeRestrictionError) as err:
+        program.query("p(X + 1)")
+    assert (err.value.line, err.value.col) == (1, 3)
+    assert program.query("p(1 + 1)") == [()]
+
+
 def test_the_planner_reports_the_unbound_variable_with_its_position() -> None:
     body = parse_query_body("edge(X, Y),\n  Z > 1")
     with pytest.raises(UnschedulableError) as err:
