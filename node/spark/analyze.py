@@ -2,10 +2,14 @@
 
 Each relation is a DataFrame with one typed column per argument (``c0``, ``c1``,
 …) plus the merklog kind of every column (int, float, str, bytes, bool, link),
-so values keep their exact type. A rule becomes a plan:
+so values keep their exact type. A rule is evaluated in the order of the engine's
+plan (:mod:`merklog.engine.planner`, with expression arguments as fresh columns
+plus equalities), each step becoming DataFrame operations:
 
 - positive atoms: constant and repeated-variable filters, then inner joins on the
-  shared variables (a cross join when none are shared);
+  shared variables;
+- atoms sharing no variable with the rest of the rule: existence checks, their
+  matching rows limited to one and crossed in as a guard (never a cross product);
 - ``X == term`` with ``X`` unbound binds a new column; other comparisons filter;
 - negation: ``left_anti`` join on the atom's bound variables;
 - aggregates: the body's *distinct* bindings, ``groupBy`` the grouping
