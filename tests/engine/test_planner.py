@@ -242,3 +242,19 @@ def _binds(step):
     if isinstance(step, Aggregate):
         return [step.lit.result]
     return []
+
+
+def test_an_existence_check_on_the_recursive_relation_itself() -> None:
+    # p(_) is a guard on p: one seed makes every s-tuple a p-tuple; without a seed the
+    # least fixpoint is empty again (incrementally too: the support is retracted).
+    text = "p(X) :- seed(X).\np(X) :- s(X), p(_).\n"
+    facts = {"seed": {(1,)}, "s": {(i,) for i in range(5)}}
+    want = {(i,) for i in range(5)}
+    assert _batch(text, facts, backend="tuple")["p"] == want
+    assert _batch(text, facts)["p"] == want
+    engine = _incremental(text, facts)
+    assert engine.relation("p") == want
+    engine.step(deletes={"seed": {(1,)}})
+    assert engine.relation("p") == set()
+    engine.step(inserts={"seed": {(9,)}})
+    assert engine.relation("p") == want | {(9,)}
