@@ -24,7 +24,9 @@ steps before it (``Step.bound``):
   checks the first column (Soufflé's "binding through arithmetic").
 - :class:`Filter` — a comparison whose both sides are bound.
 - :class:`Assign` — ``V == term`` (either side) with ``V`` unbound and ``term``
-  bound: binds ``V``.
+  bound: binds ``V`` — unless an atom of the body binds ``V``: then the atom does,
+  and the equality filters after it (``1 == 1.0`` holds, but a lookup of ``p(1)``
+  would not find ``p(1.0)``).
 - :class:`Negate` — ``!atom`` once its named variables and expressions are bound
   (``_`` is a wildcard).
 - :class:`Aggregate` — once its grouping variables are bound; its body has its
@@ -249,10 +251,11 @@ def plan_body(
         raise ValueError(f"the delta literal {body[delta]} is not a positive atom")
     if delta is not None and any(j == delta for j, _ in pending):
         take(delta, body[delta], as_delta=True)
+    matched = ast.atom_bound_vars(body)
     while pending:
         best: tuple[int, int, ast.BodyLiteral] | None = None
         for i, lit in pending:
-            score = _score(lit, bound_now, body)
+            score = _score(lit, bound_now, body, matched)
             if score is not None and (best is None or score < best[0]):
                 best = (score, i, lit)
         if best is None:
@@ -283,14 +286,21 @@ def _is_existence(
     return not any(mine & _lit_names(other) for j, other in enumerate(body) if j != i)
 
 
-def _score(lit: ast.BodyLiteral, bound: set[str], body: tuple[ast.BodyLiteral, ...]) -> int | None:
-    """Cost class of evaluating ``lit`` now (lower first); None when it cannot run yet."""
+def _score(
+    lit: ast.BodyLiteral, bound: set[str], body: tuple[ast.BodyLiteral, ...], matched: set[str]
+) -> int | None:
+    """Cost class of evaluating ``lit`` now (lower first); None when it cannot run yet.
+
+    ``matched``: variables an atom of the body binds. ``X == term`` never binds those,
+    it filters after the atom: binding ``X`` to ``1`` first and then looking ``p(X)``
+    up would miss ``p(1.0)``, which ``X == 1`` accepts (:func:`ast.atom_bound_vars`)."""
     if isinstance(lit, ast.Comparison):
         lg, rg = _names(lit.left) <= bound, _names(lit.right) <= bound
         if lg and rg:
             return 0
         if lit.op == "==" and (
-            (lg and isinstance(lit.right, ast.Var)) or (rg and isinstance(lit.left, ast.Var))
+            (lg and isinstance(lit.right, ast.Var) and lit.right.name not in matched)
+            or (rg and isinstance(lit.left, ast.Var) and lit.left.name not in matched)
         ):
             return 1
         return None

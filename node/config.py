@@ -21,6 +21,9 @@ import tomli_w
 
 CONFIG_FILE = "config.toml"
 
+#: Name of the peer entry ``init --join URL`` records for URL (``[peers] origin``).
+ORIGIN = "origin"
+
 #: Every option with its default and meaning. ``merklog init`` writes these to config.toml.
 DEFAULTS: dict[str, dict[str, Any]] = {
     "node": {

@@ -18,45 +18,67 @@ def register(cli: click.Group) -> None:
         metavar="URL",
         help="Follow the dataset of the node at URL instead of creating one.",
     )
+    @click.option(
+        "--force",
+        is_flag=True,
+        help="With --join on an initialised home: switch it to the joined dataset.",
+    )
     @pass_state
-    def init(state: State, port: int | None, host: str | None, join_url: str | None) -> None:
-        """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset."""
-        from merklog.node.config import ConfigError
-        from merklog.node.node import IDENTITY_FILE, init_home
-        from merklog.node.runtime import HomeBusy, HomeLock
+    def init(
+        state: State, port: int | None, host: str | None, join_url: str | None, force: bool
+    ) -> None:
+        """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset.
+
+        Nothing is left half-created: if any step fails, what this command created is
+        removed again. `--join URL` on a home that already follows a dataset refuses
+        unless `--force` is given (the home's facts would no longer be visible).
+        """
+        from merklog.node.config import Config
+        from merklog.node.homeinit import fetch_join, initialise
+        from merklog.node.node import IDENTITY_FILE
+        from merklog.node.runtime import HomeLock
 
         overrides = dict(state.overrides)
         if port is not None:
             overrides["node.port"] = port
         if host is not None:
             overrides["node.host"] = host
-        join = None
-        if join_url is not None:
-            import asyncio
-
-            from merklog.node.wiring import NodeInputError, fetch_genesis
-
-            try:
-                join = asyncio.run(fetch_genesis(join_url))
-            except (NodeInputError, OSError, Exception) as exc:
-                raise click.ClickException(f"cannot join {join_url}: {exc}") from None
+        Config.load(state.home, overrides)  # bad options fail before anything is created
+        current = (
+            Config.load(state.home).get("dataset.id")
+            if (state.home / "config.toml").exists()
+            else ""
+        )
+        join = fetch_join(join_url) if join_url is not None else None
+        if join is not None and current and str(join.dataset) != current:
+            if not force:
+                raise click.ClickException(
+                    f"{state.home} already follows dataset {current}; --join {join_url} would"
+                    f" switch it to dataset {join.dataset} and its current facts would no"
+                    " longer be visible. Add --force to do that, or use a new --home."
+                )
+            click.echo(
+                f"switching {state.home} from dataset {current} to {join.dataset}: the blocks"
+                " of the old dataset stay in the store but are no longer visible",
+                err=True,
+            )
+        existed = state.home.exists()
+        lock = HomeLock.acquire(state.home)
         try:
-            lock = HomeLock.acquire(state.home)
-        except HomeBusy as exc:
-            raise click.ClickException(str(exc)) from None
-        try:
-            cfg, created = init_home(state.home, overrides, join)
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from None
+            cfg, created = initialise(state.home, overrides, join, existed)
         finally:
             lock.release()
         verb = "initialised" if created else "already initialised"
+        if join is not None and str(join.dataset) != current and not created:
+            verb = "joined"
         click.echo(f"{verb} {state.home}")
         click.echo(f"  config   {state.home / 'config.toml'}")
         click.echo(f"  key      {state.home / IDENTITY_FILE}")
         click.echo(f"  store    {cfg.path('store.path')}")
         click.echo(f"  dataset  {cfg.get('dataset.id')}")
-        from merklog.node.wiring import Identity
+        if join is not None:
+            click.echo(f"  origin   {join.url} (synced once before the first write)")
+        from merklog.replication.identity import Identity
 
         key = Identity.load(state.home / IDENTITY_FILE).public_key.hex()
         click.echo(f"  key hex  {key}")

@@ -8,7 +8,7 @@ def test_unschedulable_queries_print_a_positioned_error_not_a_traceback(run) -> 
     run("put", "edge(1, 2).", "edge(2, 3).")
     for text, where in (("!edge(X, Y)", "1:7"), ("edge(X, Y), Z > 1", "1:13")):
         result = run("query", text, ok=False)
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 2, result.output  # bad input (docs/operations.md)
         assert f"Error: {where}:" in result.output, result.output
         assert "Traceback" not in result.output and "cannot schedule" not in result.output
     # The store is intact and a well-formed conjunctive query still answers.
@@ -32,7 +32,7 @@ def test_unschedulable_query_over_http_is_a_400_with_the_position(home, node_fac
     assert status == 400 and body["detail"].startswith("1:10: ")
     # Through the running node, the CLI prints the same positioned error.
     result = run("query", "keep(X), Y < X", ok=False)
-    assert result.exit_code == 1 and "1:10: variable Y" in result.output
+    assert result.exit_code == 2 and "1:10: variable Y" in result.output
     assert "Traceback" not in result.output
     status, body = node.request("GET", "/v1/query?q=" + quote("keep(X), X > 1"))
     assert status == 200 and body["rows"] == [[2]]
