@@ -277,10 +277,12 @@ def _is_existence(
     if not all(isinstance(a, ast.Var | ast.Const) for a in lit.atom.args):
         return False
     mine = _lit_names(lit)
+    if not local_exists:
+        # Aggregate bodies count every binding, and a rest pattern's unnamed
+        # arguments are part of it (``count : p(...)`` counts p's tuples).
+        return not mine and not lit.atom.rest
     if not mine:
         return True
-    if not local_exists:
-        return False
     if mine & keep:
         return False
     return not any(mine & _lit_names(other) for j, other in enumerate(body) if j != i)
