@@ -1,10 +1,10 @@
 """The reference batch evaluator: stratified semi-naive fixpoint, tuple at a time.
 
 Each rule is compiled once into a chain of closures over a slot array (one slot
-per variable). Body literals are reordered per seed 000 §1.3.4: positive
-selections by boundness (most bound first, the semi-naive delta atom first),
-negations once their atom is ground, aggregates once their grouping variables
-are bound, comparisons once both sides are ground (``==`` may bind a variable).
+per variable), one closure per step of the rule's plan (:mod:`merklog.engine.planner`,
+the one planner every backend uses: existence checks first, the semi-naive delta
+atom next, then selections by boundness, filters, negations and aggregates as soon
+as their variables are bound).
 Every selection looks tuples up in a hash index on its bound argument positions;
 indexes are kept up to date as a relation grows, so a fixpoint never rebuilds them.
 
@@ -32,17 +32,14 @@ from typing import Any
 
 from merklog.store import Fact, Link, fact_cid
 
-from . import ast
+from . import ast, planner
 from .arith import NoBinding, make_arith, make_compare, negate, sort_key, sum_values
+from .columnar import decode_columns, distinct_columns, try_columnar
 from .rows import RowSet, engine_rows
 from .values import row_from_engine, to_engine
 
 Row = tuple[Any, ...]
 RelationSets = dict[str, set[Row]]
-
-
-class EvaluationError(Exception):
-    """A rule could not be scheduled or evaluated (the static checks normally prevent this)."""
 
 
 # ----------------------------------------------------------------------------- relations
@@ -75,8 +72,6 @@ class Rel:
     @property
     def tuples(self) -> set[Row]:
         if self._tuples is None:
-            from .columnar import decode_columns
-
             self._tuples = decode_columns(self.cols or [], self.decoder)
         return self._tuples
 
@@ -88,8 +83,6 @@ class Rel:
     def make_distinct(self) -> None:
         """Drop repeated rows of caller-given columns (a relation is a set)."""
         if not self.distinct and self.cols:
-            from .columnar import distinct_columns
-
             self.cols = distinct_columns(self.cols)
         self.distinct = True
 
@@ -264,91 +257,8 @@ def _term_names(term: ast.Term) -> set[str]:
     return {v.name for v in ast.term_vars(term)}
 
 
-grouping_vars = ast.grouping_vars
-
-
-def _binds(lit: ast.BodyLiteral) -> set[str]:
-    """Names bound once ``lit`` has been evaluated (negation binds nothing)."""
-    if isinstance(lit, ast.Positive):
-        names = {v.name for v in ast.atom_vars(lit.atom)}
-        if lit.cid is not None:
-            names.add(lit.cid.name)
-        return names
-    if isinstance(lit, ast.Comparison):
-        return _term_names(lit.left) | _term_names(lit.right)
-    if isinstance(lit, ast.Aggregate):
-        return {lit.result.name}
-    return set()
-
-
 def _ground(term: ast.Term, bound: set[str]) -> bool:
     return _term_names(term) <= bound
-
-
-# ----------------------------------------------------------------------------- ordering
-
-
-def order_body(
-    body: tuple[ast.BodyLiteral, ...],
-    bound: set[str],
-    first: int | None = None,
-    rule_body: tuple[ast.BodyLiteral, ...] | None = None,
-) -> list[ast.BodyLiteral]:
-    """A safe evaluation order for ``body`` given already ``bound`` variables.
-
-    ``first`` (an index into ``body``) is scheduled first: the semi-naive delta atom.
-    """
-    rule_body = body if rule_body is None else rule_body
-    bound = set(bound)
-    matched = ast.atom_bound_vars(body)
-    remaining = list(range(len(body)))
-    order: list[ast.BodyLiteral] = []
-
-    def take(i: int) -> None:
-        lit = body[i]
-        remaining.remove(i)
-        order.append(lit)
-        bound.update(_binds(lit))
-
-    if first is not None:
-        take(first)
-    while remaining:
-        best: tuple[int, int] | None = None
-        for i in remaining:
-            lit = body[i]
-            score: int | None = None
-            if isinstance(lit, ast.Comparison):
-                lg, rg = _ground(lit.left, bound), _ground(lit.right, bound)
-                if lg and rg:
-                    score = 0
-                elif lit.op == "==" and (
-                    (lg and isinstance(lit.right, ast.Var) and lit.right.name not in matched)
-                    or (rg and isinstance(lit.left, ast.Var) and lit.left.name not in matched)
-                ):
-                    score = 1
-            elif isinstance(lit, ast.Negated):
-                names = {v.name for v in ast.atom_vars(lit.atom) if not v.anonymous}
-                if names <= bound and all(
-                    isinstance(a, ast.Var) or _ground(a, bound) for a in lit.atom.args
-                ):
-                    score = 0
-            elif isinstance(lit, ast.Aggregate):
-                if grouping_vars(rule_body, lit) <= bound:
-                    score = 2
-            elif isinstance(lit, ast.Positive):
-                args = lit.atom.args
-                if all(isinstance(a, ast.Var) or _ground(a, bound) for a in args):
-                    nb = sum(1 for a in args if not isinstance(a, ast.Var) or a.name in bound)
-                    if lit.cid is not None and lit.cid.name in bound:
-                        nb += 100
-                    score = 3 if nb == len(args) and args else 10 - min(nb, 6)
-            if score is not None and (best is None or score < best[0]):
-                best = (score, i)
-        if best is None:
-            lits = ", ".join(str(body[i]) for i in remaining)
-            raise EvaluationError(f"cannot schedule {lits}: some variables are never bound")
-        take(best[1])
-    return order
 
 
 # ----------------------------------------------------------------------------- compilation
@@ -402,32 +312,24 @@ class RuleCompiler:
         if isinstance(term, ast.BinOp):
             left, right, fn = self.term(term.left), self.term(term.right), self.ops[term.op]
             return lambda env: fn(left(env), right(env))
-        raise EvaluationError(f"unknown term {term!r}")
+        raise TypeError(f"unknown term {term!r}")
 
     # literals ----------------------------------------------------------
-    def chain(
-        self,
-        lits: list[ast.BodyLiteral],
-        bound: set[str],
-        final: Step,
-        rule_body: tuple[ast.BodyLiteral, ...],
-        delta_lit: ast.BodyLiteral | None = None,
-    ) -> Step:
-        bound = set(bound)
-        boundness: list[set[str]] = []
-        for lit in lits:
-            boundness.append(set(bound))
-            bound.update(_binds(lit))
+    def chain(self, plan: planner.Plan, final: Step) -> Step:
+        """The closures of ``plan``'s steps, ending in ``final``."""
         step = final
-        for lit, b in zip(reversed(lits), reversed(boundness), strict=True):
-            if isinstance(lit, ast.Positive):
-                step = self.positive(lit, b, step, use_delta=lit is delta_lit)
-            elif isinstance(lit, ast.Negated):
-                step = self.negated(lit, b, step)
-            elif isinstance(lit, ast.Comparison):
-                step = self.comparison(lit, b, step)
+        for ps in reversed(plan.steps):
+            b = set(ps.bound)
+            if isinstance(ps, planner.Scan):
+                step = self.positive(ps.lit, b, step, use_delta=ps.delta)
+            elif isinstance(ps, planner.Exists):
+                step = self.exists(ps, step)
+            elif isinstance(ps, planner.Negate):
+                step = self.negated(ps.lit, b, step)
+            elif isinstance(ps, planner.Filter | planner.Assign):
+                step = self.comparison(ps.lit, b, step)
             else:
-                step = self.aggregate(lit, b, step, rule_body)
+                step = self.aggregate(ps, b, step)
         return step
 
     def _match_plan(self, atom: ast.Atom, bound: set[str]):
@@ -519,6 +421,30 @@ class RuleCompiler:
 
         return step
 
+    def exists(self, ps: planner.Exists, nxt: Step) -> Step:
+        """A guard: continue iff the atom has a matching tuple (looked up, never joined)."""
+        atom = ps.atom
+        rel = atom.rel
+        source = self.ctx.delta if ps.delta else self.ctx.full
+        key_pos, key_fns, _binds, checks = self._match_plan(atom, set())
+        key = tuple(f([]) for f in key_fns)
+        single = len(key_pos) == 1
+
+        def step(env: list) -> None:
+            r = source.get(rel, EMPTY)
+            if key_pos:
+                rows = r.index(key_pos).get(key[0] if single else key, ())
+            else:
+                rows = r.tuples
+            if not checks:
+                if rows:
+                    nxt(env)
+                return
+            if any(all(t[a] == t[b] for a, b in checks) for t in rows):
+                nxt(env)
+
+        return step
+
     def negated(self, lit: ast.Negated, bound: set[str], nxt: Step) -> Step:
         atom = lit.atom
         rel = atom.rel
@@ -576,30 +502,24 @@ class RuleCompiler:
 
         return bind
 
-    def aggregate(
-        self,
-        agg: ast.Aggregate,
-        bound: set[str],
-        nxt: Step,
-        rule_body: tuple[ast.BodyLiteral, ...],
-    ) -> Step:
-        groups = sorted(grouping_vars(rule_body, agg))
+    def aggregate(self, ps: planner.Aggregate, bound: set[str], nxt: Step) -> Step:
+        agg = ps.lit
+        groups = list(ps.groups)
         group_slots = [self.slot(g) for g in groups]
         local = sorted(_vars_of_literals(agg.body) - set(groups))
         body_vars = groups + local
         body_slots = [self.slot(v) for v in body_vars]
-        for lit in agg.body:
-            if isinstance(lit, ast.Positive) and lit.atom.rest:
+        for inner_step in ps.inner.steps:
+            if isinstance(inner_step, planner.Scan) and inner_step.atom.rest:
                 slot = self.slot(f"\0rest{len(self.slots)}")
-                self.rest_slots[id(lit.atom)] = slot
+                self.rest_slots[id(inner_step.atom)] = slot
                 body_slots.append(slot)
         collected: list[set[Row]] = []
 
         def collect(env: list) -> None:
             collected[-1].add(tuple(env[s] for s in body_slots))
 
-        inner_order = order_body(agg.body, set(groups), rule_body=agg.body)
-        inner = self.chain(inner_order, set(groups), collect, agg.body)
+        inner = self.chain(ps.inner, collect)
         arg_fn = self.term(agg.arg) if agg.arg is not None else None
         func = agg.func
         bits = self.int_bits
@@ -685,13 +605,12 @@ class CompiledRule:
                 return
 
         body = rule.body
-        self.full = comp.chain(order_body(body, set()), set(), emit, body)
+        self.full = comp.chain(planner.plan_rule(rule), emit)
         self.deltas: list[Step] = []
         for i in _positive_rels(rule):
             lit = body[i]
             if lit.atom.rel in recursive:  # type: ignore[union-attr]
-                order = order_body(body, set(), first=i)
-                self.deltas.append(comp.chain(order, set(), emit, body, delta_lit=lit))
+                self.deltas.append(comp.chain(planner.plan_rule(rule, delta=i), emit))
         self.nslots = len(comp.slots)
 
     def run(self, variant: Step) -> set[Row]:
@@ -807,9 +726,10 @@ class BatchEvaluator:
         for rel in heads:
             ctx.full.setdefault(rel, Rel())
         if self.backend != "tuple":
-            from .columnar import try_columnar
-
-            if try_columnar(rules, ctx, self.int_bits, self.semi_naive, self.backend):
+            done = try_columnar(rules, ctx, self.int_bits, self.semi_naive, self.backend)
+            if done is not None:
+                for rel, (cols, decoder) in done.items():
+                    ctx.full[rel] = Rel(cols=cols, decoder=decoder)
                 return
         ctx.agg_cache.clear()
         compiled = [CompiledRule(r, heads, ctx, self.int_bits) for r in rules]

@@ -66,6 +66,7 @@ from .errors import (
     UnknownRelationError,
     UnsafeNegationError,
 )
+from .planner import Plan, plan_query, plan_rule
 from .schema import Schema, check_declarations
 from .stratify import Stratum, stratify
 
@@ -377,6 +378,9 @@ def check_rule(rule: Rule) -> None:
     v = _first_unbound(head.args, bound)
     if v is not None:
         _unbound(v, rule, local_of, f"the head {head}")
+    # The planner's verdict: a body no evaluation order can run is a static error
+    # here (UnschedulableError, line:col), never an evaluator's internal error.
+    plan_rule(rule)
 
 
 # ----------------------------------------------------------------- @next finiteness
@@ -491,11 +495,42 @@ def check_query(program: CheckedProgram | Program, atom: Atom) -> None:
         )
 
 
+def query_columns(body: tuple[BodyLiteral, ...]) -> list[Var]:
+    """A conjunctive query's answer columns: its named variables in order of first
+    appearance (of an aggregate, only the result: its body is a scope of its own)."""
+    seen: dict[str, Var] = {}
+    for lit in body:
+        names = [lit.result] if isinstance(lit, Aggregate) else list(literal_vars(lit))
+        for v in names:
+            if not v.anonymous and v.name not in seen:
+                seen[v.name] = v
+    return list(seen.values())
+
+
+def check_query_body(
+    body: tuple[BodyLiteral, ...], program: CheckedProgram | Program | None = None
+) -> Plan:
+    """Check a conjunctive query (``edge(X, Y), !edge(Y, X)``) as the body of a rule
+    whose head is :func:`query_columns`, and return its plan. Raises the same
+    line:col errors as a rule would (unbound variables, unsafe negation, aggregate
+    scope, unschedulable body); with ``program``, also unknown relations and arities."""
+    if program is not None:
+        for lit in body:
+            for atom, _pol in body_atoms(lit):
+                check_query(program, atom)
+    pos = body[0].pos if body else NOPOS
+    head = Atom("query", tuple(query_columns(body)), False, pos)
+    check_rule(Rule(head, body, "now", pos))
+    return plan_query(body)
+
+
 __all__ = [
     "CheckedProgram",
     "check_fact_arities",
     "check_next_rules",
     "check_program",
     "check_query",
+    "check_query_body",
     "check_rule",
+    "query_columns",
 ]

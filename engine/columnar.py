@@ -26,17 +26,15 @@ always give the same relations (the tests compare them).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from merklog.store import Link
 
-from . import ast
+from . import ast, planner
+from .errors import EngineError
 from .values import Bool, Float, to_engine
-
-if TYPE_CHECKING:
-    from .batch import Context
 
 #: Strata whose input relations hold fewer tuples than this run tuple at a time
 #: (unless an input is already columnar).
@@ -45,15 +43,20 @@ AUTO_THRESHOLD = 1_000
 I64 = np.int64
 
 
-class Ineligible(Exception):
-    """The stratum is outside what the columnar executor handles."""
+class Ineligible(EngineError):
+    """The stratum is outside what the columnar executor handles (the batch evaluator
+    falls back to tuple at a time; raised to the caller only when columnar is forced)."""
+
+    code = "columnar_ineligible"
+    default_hint = "use backend auto or tuple"
 
 
 # ----------------------------------------------------------------------------- relations
 
 
 def rel_columns(rel: Any) -> list[np.ndarray]:
-    """The int64 columns of an integer-only :class:`~merklog.engine.batch.Rel` (cached)."""
+    """The int64 columns of an integer-only relation (a :class:`~merklog.engine.batch.Rel`,
+    duck-typed: ``cols``, ``decoder``, ``tuples``), cached on it."""
     if rel.cols is not None and rel.decoder is None:
         return rel.cols
     objects, _low = scan_values(rel.tuples)
@@ -380,25 +383,41 @@ class Executor:
     def rel(self, name: str, use_delta: bool) -> ColRel | None:
         return (self.delta if use_delta else self.full).get(name)
 
-    def run(
-        self,
-        lits: list[ast.BodyLiteral],
-        rule_body: tuple[ast.BodyLiteral, ...],
-        delta_lit: ast.BodyLiteral | None = None,
-    ) -> Bindings:
+    def run(self, plan: planner.Plan) -> Bindings:
+        """The bindings of ``plan`` (:mod:`merklog.engine.planner`), step by step."""
         b = Bindings({}, 1)
-        for lit in lits:
+        for ps in plan.steps:
             if b.n == 0:
                 return b
-            if isinstance(lit, ast.Positive):
-                b = self.positive(b, lit, lit is delta_lit)
-            elif isinstance(lit, ast.Negated):
-                b = self.negated(b, lit)
-            elif isinstance(lit, ast.Comparison):
-                b = self.comparison(b, lit)
+            if isinstance(ps, planner.Scan):
+                b = self.positive(b, ps.lit, ps.delta)
+            elif isinstance(ps, planner.Exists):
+                b = self.exists(b, ps)
+            elif isinstance(ps, planner.Negate):
+                b = self.negated(b, ps.lit)
+            elif isinstance(ps, planner.Filter | planner.Assign):
+                b = self.comparison(b, ps.lit)
             else:
-                b = self.aggregate(b, lit, rule_body)
+                b = self.aggregate(b, ps)
         return b
+
+    def exists(self, b: Bindings, ps: planner.Exists) -> Bindings:
+        """A guard: ``b`` unchanged when the atom has a matching row, else no bindings."""
+        rel = self.rel(ps.atom.rel, ps.delta)
+        found = False
+        if rel is not None and len(rel):
+            keep = np.ones(len(rel), dtype=bool)
+            first: dict[str, int] = {}
+            for i, arg in enumerate(ps.atom.args):
+                if isinstance(arg, ast.Const):
+                    keep &= rel.cols[i] == self.const(arg.value)
+                elif isinstance(arg, ast.Var):
+                    if arg.name in first:
+                        keep &= rel.cols[i] == rel.cols[first[arg.name]]
+                    else:
+                        first[arg.name] = i
+            found = bool(keep.any())
+        return b if found else b.take(np.empty(0, I64))
 
     def positive(self, b: Bindings, lit: ast.Positive, use_delta: bool) -> Bindings:
         if lit.cid is not None:
@@ -486,13 +505,12 @@ class Executor:
         cols[var.name] = _term_array(other, b, self.const)
         return Bindings(cols, b.n)
 
-    def aggregate(
-        self, b: Bindings, agg: ast.Aggregate, rule_body: tuple[ast.BodyLiteral, ...]
-    ) -> Bindings:
-        from .batch import grouping_vars, order_body
-
-        groups = sorted(grouping_vars(rule_body, agg))
-        inner = self.run(order_body(agg.body, set(), rule_body=agg.body), agg.body)
+    def aggregate(self, b: Bindings, ps: planner.Aggregate) -> Bindings:
+        agg = ps.lit
+        groups = list(ps.groups)
+        if ps.inner_free is None:
+            raise Ineligible("correlated aggregate (its groups are only constrained inside it)")
+        inner = self.run(ps.inner_free)
         body_vars = sorted({v.name for lit in agg.body for v in ast.literal_vars(lit)})
         if inner.n and not body_vars:
             inner = Bindings({}, 1)  # a ground body: one distinct (empty) binding when it holds
@@ -771,11 +789,10 @@ def _concat(parts: list[list[np.ndarray]], arity: int) -> list[np.ndarray]:
 
 
 def try_columnar(
-    rules: list[ast.Rule], ctx: Context, int_bits: int, semi_naive: bool, backend: str
-) -> bool:
-    """Evaluate the stratum set-at-a-time into ``ctx.full``; False when not eligible."""
-    from .batch import Rel, order_body
-
+    rules: list[ast.Rule], ctx: Any, int_bits: int, semi_naive: bool, backend: str
+) -> dict[str, tuple[list[np.ndarray], tuple[int, list] | None]] | None:
+    """Evaluate the stratum set-at-a-time over ``ctx.full`` (a batch ``Context``);
+    returns each head relation's ``(columns, decoder)``, or None when not eligible."""
     heads = {r.head.rel for r in rules}
     reads = _rels_read(rules)
     try:
@@ -788,7 +805,7 @@ def try_columnar(
             present = [ctx.full[r] for r in reads | heads if r in ctx.full]
             size = sum(len(r) for r in present)
             if size < AUTO_THRESHOLD and not any(r.cols is not None for r in present):
-                return False
+                return None
         base: dict[str, ColRel] = {}
         lows, highs = [], []
         agg_reads = {
@@ -898,11 +915,11 @@ def try_columnar(
             variants = []
             for i, lit in enumerate(r.body):
                 if isinstance(lit, ast.Positive) and lit.atom.rel in heads:
-                    variants.append((order_body(r.body, set(), first=i), lit))
-            compiled.append((r, order_body(r.body, set()), variants))
+                    variants.append((planner.plan_rule(r, delta=i), lit))
+            compiled.append((r, planner.plan_rule(r), variants))
 
-        def derive(rule: ast.Rule, order: list, delta_lit: Any, out: dict) -> None:
-            b = ex.run(order, rule.body, delta_lit)
+        def derive(rule: ast.Rule, plan: planner.Plan, delta_lit: Any, out: dict) -> None:
+            b = ex.run(plan)
             if b.n:
                 out.setdefault(rule.head.rel, []).append(_head_columns(rule, b, const))
 
@@ -941,12 +958,6 @@ def try_columnar(
     except Ineligible:
         if backend == "columnar":
             raise
-        return False
-    for rel in heads:
-        parts = chunks[rel]
-        if parts:
-            ctx.full[rel] = Rel(
-                cols=_concat(parts, arities[rel]),
-                decoder=encoder.decoder() if encoder is not None else None,
-            )
-    return True
+        return None
+    decoder = encoder.decoder() if encoder is not None else None
+    return {rel: (_concat(chunks[rel], arities[rel]), decoder) for rel in heads if chunks[rel]}

@@ -86,6 +86,15 @@ class AggregateScopeError(EngineError):
     default_hint = "aggregate over a fresh variable that appears once in the aggregated atom"
 
 
+class UnschedulableError(EngineError):
+    """No evaluation order binds every variable before it is needed (the planner's verdict)."""
+
+    code = "unschedulable"
+    default_hint = "bind every variable with a positive atom, an aggregate or `==` before using it"
+
+    literal: str = ""
+
+
 class ArityError(EngineError):
     """One relation is used with different numbers of arguments."""
 
@@ -168,5 +177,6 @@ __all__ = [
     "UnknownRelationError",
     "UnstratifiableError",
     "UnsafeNegationError",
+    "UnschedulableError",
     "UnsupportedError",
 ]

@@ -7,7 +7,8 @@ each epoch (DBSP nested incrementalisation, seed 001 §2.8.2), so inserting *and
 deleting* facts is exact through recursion: the child's distinct operators keep
 per-iteration history and retract precisely the derivations that lost support.
 
-Rule bodies compile into left-deep pipelines: each positive atom is a filtered,
+Rule bodies compile into left-deep pipelines in the order of their plan
+(:mod:`merklog.engine.planner`, the one planner of every backend): each positive atom is a filtered,
 projected stream of its relation joined (bilinear incremental join) on the
 shared variables; comparisons filter or bind; ``!atom`` is an antijoin against
 the integrated key set of the negated relation; aggregates are incremental
@@ -46,7 +47,7 @@ from typing import Any
 
 from merklog.store import Fact, Value, fact_cid
 
-from . import ast
+from . import ast, planner
 from .dataflow import (
     Aggregate,
     Circuit,
@@ -64,6 +65,7 @@ from .dataflow import (
     Plus,
     Timestamp,
 )
+from .errors import EngineError
 from .io import Sink, Source
 from .rows import DeltaMap, EngineSet, RowSet, engine_rows
 from .stratify import Stratum, stratify
@@ -73,8 +75,12 @@ Row = tuple
 Delta = dict  # dict[Row, int]
 
 
-class CompileError(ValueError):
-    """The program cannot be compiled (unstratifiable, unsupported or ill-formed)."""
+class CompileError(EngineError, ValueError):
+    """The program cannot be compiled incrementally (a construct the circuits lack);
+    callers fall back to the batch evaluator."""
+
+    code = "incremental_unsupported"
+    default_hint = "the batch evaluator runs this program (merklog eval, or engine = batch)"
 
 
 # ----------------------------------------------------------------------------- results
@@ -178,15 +184,6 @@ def _tuple_src(parts: Sequence[str]) -> str:
 
 def _key_fn(idxs: Sequence[int]) -> Callable[[Row], tuple]:
     return _lambda("lambda r: " + _tuple_src([f"r[{i}]" for i in idxs]))
-
-
-def _vars_of(lits: Iterable[ast.BodyLiteral]) -> set[str]:
-    return {v.name for lit in lits for v in ast.literal_vars(lit)}
-
-
-def grouping_vars(body: Sequence[ast.BodyLiteral], agg: ast.Aggregate) -> list[str]:
-    """Variables of ``agg``'s body also visible in the rest of the rule body (sorted)."""
-    return sorted(ast.grouping_vars(body, agg))
 
 
 def _term_vars(term: ast.Term) -> set[str]:
@@ -589,15 +586,14 @@ class _Compiler:
     # -- rules
     def _prepare_helpers(self, rule: ast.Rule) -> None:
         """Build a rule's root-level helper streams ahead of a child circuit."""
-        body = rule.body
-        for lit in body:
-            if isinstance(lit, ast.Negated):
-                self._neg_keys(lit.atom, self._neg_key_positions(lit.atom, body))
-            elif isinstance(lit, ast.Aggregate):
-                self._agg_relation(lit, grouping_vars(body, lit))
+        for step in planner.plan_rule(rule, expr_keys=False):
+            if isinstance(step, planner.Negate):
+                self._neg_keys(step.lit.atom, self._neg_key_positions(step.lit.atom))
+            elif isinstance(step, planner.Aggregate):
+                self._agg_relation(step)
 
     def _rule(self, scope: _Scope, rule: ast.Rule) -> Node:
-        plan = self._body(scope, rule.body)
+        plan = self._body(scope, planner.plan_rule(rule, expr_keys=False))
         return self._project(scope, plan, rule.head.args, label=str(rule))
 
     def _project(
@@ -653,85 +649,39 @@ class _Compiler:
         raise CompileError(f"unknown term {term!r}")
 
     # -- bodies
-    def _body(
-        self, scope: _Scope, body: Sequence[ast.BodyLiteral], start: _Plan | None = None
-    ) -> _Plan:
-        """Compile a conjunction (from ``start``'s bindings, default: the empty binding);
-        literals are scheduled per seed 000 §1.3.4."""
-        rule_body = tuple(body)
-        pending = list(body)
+    def _body(self, scope: _Scope, body: planner.Plan, start: _Plan | None = None) -> _Plan:
+        """Compile a planned conjunction (from ``start``'s bindings, default: the empty
+        binding). Expression arguments were planned as fresh variables + equalities
+        (``expr_keys=False``), so atoms here hold variables and constants only."""
         plan = start if start is not None else _Plan(None, [])
-        fresh = 0
-        # Non-variable, non-constant atom arguments become fresh variables + equality.
-        normalised: list[ast.BodyLiteral] = []
-        for lit in pending:
-            if isinstance(lit, ast.Positive) and any(
-                not isinstance(a, ast.Var | ast.Const) for a in lit.atom.args
-            ):
-                args = []
-                for a in lit.atom.args:
-                    if isinstance(a, ast.Var | ast.Const):
-                        args.append(a)
-                    else:
-                        fresh += 1
-                        v = ast.Var(f"__t{fresh}")
-                        args.append(v)
-                        normalised.append(ast.Comparison("==", v, a))
-                atom = ast.Atom(lit.atom.rel, tuple(args), lit.atom.rest)
-                normalised.insert(0, ast.Positive(atom, lit.cid))
+        for step in body.steps:
+            if isinstance(step, planner.Scan):
+                plan = self._positive(scope, plan, step.lit)
+            elif isinstance(step, planner.Exists):
+                plan = self._exists(scope, plan, step)
+            elif isinstance(step, planner.Filter | planner.Assign):
+                plan = self._comparison(scope, plan, step.lit)
+            elif isinstance(step, planner.Negate):
+                plan = self._negated(scope, plan, step.lit)
             else:
-                normalised.append(lit)
-        pending = normalised
-        # ``X == term`` filters a variable an atom binds (batch.atom_bound_vars).
-        matched = ast.atom_bound_vars(rule_body)
-        while pending:
-            bound = set(plan.vars)
-            chosen = None
-            for lit in pending:
-                if isinstance(lit, ast.Comparison):
-                    lg, rg = _term_vars(lit.left) <= bound, _term_vars(lit.right) <= bound
-                    if (lg and rg) or (
-                        lit.op == "=="
-                        and (
-                            (rg and isinstance(lit.left, ast.Var) and lit.left.name not in matched)
-                            or (
-                                lg
-                                and isinstance(lit.right, ast.Var)
-                                and lit.right.name not in matched
-                            )
-                        )
-                    ):
-                        chosen = lit
-                        break
-                elif isinstance(lit, ast.Negated):
-                    if self._neg_ready(lit.atom, bound, rule_body):
-                        chosen = lit
-                        break
-                elif isinstance(lit, ast.Aggregate):
-                    if set(grouping_vars(rule_body, lit)) <= bound:
-                        chosen = lit
-                        break
-            if chosen is None:
-                positives = [lit for lit in pending if isinstance(lit, ast.Positive)]
-                if not positives:
-                    raise CompileError(
-                        "cannot order body: " + ", ".join(str(lit) for lit in pending)
-                    )
-                chosen = max(
-                    positives,
-                    key=lambda p: len({v.name for v in ast.literal_vars(p)} & bound),
-                )
-            pending.remove(chosen)
-            if isinstance(chosen, ast.Positive):
-                plan = self._positive(scope, plan, chosen)
-            elif isinstance(chosen, ast.Comparison):
-                plan = self._comparison(scope, plan, chosen)
-            elif isinstance(chosen, ast.Negated):
-                plan = self._negated(scope, plan, chosen, rule_body)
-            else:
-                assert isinstance(chosen, ast.Aggregate)
-                plan = self._aggregate(scope, plan, chosen, rule_body)
+                assert isinstance(step, planner.Aggregate)
+                plan = self._aggregate(scope, plan, step)
         return plan
+
+    def _exists(self, scope: _Scope, plan: _Plan, step: planner.Exists) -> _Plan:
+        """A guard: the bindings pass while the atom has a matching tuple. The atom's
+        rows collapse to one empty row (a set of at most ``{()}``), joined on no key:
+        never a cross product with the atom's rows."""
+        c = scope.circuit
+        node, _vars = self._atom_stream(scope, ast.Positive(step.atom))
+        unit = c.operator(Map(lambda r: ()), node)
+        guard = c.operator(DistinctTrace(), unit, label=f"exists {step.atom}")
+        if plan.node is None and not plan.vars:
+            return _Plan(guard, [])
+        left = c.operator(IndexWith(lambda r: ()), self._plan_node(scope, plan))
+        right = c.operator(IndexWith(lambda r: ()), guard)
+        joined = c.operator(Join(lambda k, a, b: a), left, right, label=f"exists {step.atom}")
+        return _Plan(joined, plan.vars)
 
     def _atom_stream(self, scope: _Scope, lit: ast.Positive) -> tuple[Node, list[str]]:
         """The relation's rows matching the atom's pattern, projected to its variables."""
@@ -824,24 +774,12 @@ class _Compiler:
 
     # -- negation
     @staticmethod
-    def _neg_key_positions(atom: ast.Atom, body: Sequence[ast.BodyLiteral]) -> tuple[int, ...]:
-        """Argument positions that are ground when the negation runs: constants and
-        variables bound elsewhere in the body (the others are existential)."""
-        others = set()
-        for lit in body:
-            if isinstance(lit, ast.Negated) and lit.atom is atom:
-                continue
-            if isinstance(lit, ast.Aggregate):
-                others.add(lit.result.name)
-                continue
-            others |= _vars_of([lit])
+    def _neg_key_positions(atom: ast.Atom) -> tuple[int, ...]:
+        """Argument positions that are ground when the negation runs (the planner
+        schedules it once every named variable is bound): all but the ``_`` wildcards."""
         return tuple(
-            i for i, a in enumerate(atom.args) if not isinstance(a, ast.Var) or a.name in others
+            i for i, a in enumerate(atom.args) if not (isinstance(a, ast.Var) and a.anonymous)
         )
-
-    def _neg_ready(self, atom: ast.Atom, bound: set[str], body: Sequence[ast.BodyLiteral]) -> bool:
-        pos = self._neg_key_positions(atom, body)
-        return all(_term_vars(atom.args[i]) <= bound for i in pos)
 
     def _neg_keys(self, atom: ast.Atom, key_pos: tuple[int, ...]) -> Node:
         """Root stream: the set of key tuples of ``atom``'s relation that match its pattern."""
@@ -873,11 +811,9 @@ class _Compiler:
         self._helpers[cache_key] = node
         return node
 
-    def _negated(
-        self, scope: _Scope, plan: _Plan, lit: ast.Negated, body: Sequence[ast.BodyLiteral]
-    ) -> _Plan:
+    def _negated(self, scope: _Scope, plan: _Plan, lit: ast.Negated) -> _Plan:
         atom = lit.atom
-        key_pos = self._neg_key_positions(atom, body)
+        key_pos = self._neg_key_positions(atom)
         keys = scope.lift(self._neg_keys(atom, key_pos))
         idx = {v: i for i, v in enumerate(plan.vars)}
         terms = [atom.args[i] for i in key_pos]
@@ -933,15 +869,14 @@ class _Compiler:
                     own.add(lit.cid.name)
         return not set(groups) <= own
 
-    def _agg_relation(
-        self, agg: ast.Aggregate, groups: list[str], seed: Node | None = None
-    ) -> Node:
+    def _agg_relation(self, step: planner.Aggregate, seed: Node | None = None) -> Node:
         """Root stream of ``(*group_values, result)`` for every non-empty group.
 
         ``seed``: for a correlated aggregate, the distinct group keys of the outer
         bindings; the sub-query then starts from them (a magic set), so it is only
         evaluated for groups the rule asks about.
         """
+        agg, groups = step.lit, list(step.groups)
         cache_key = ("agg", agg, tuple(groups))
         node = self._helpers.get(cache_key) if seed is None else None
         if node is not None:
@@ -954,8 +889,12 @@ class _Compiler:
             )
         scope = _Scope(self, self.root, {})
         scope.keep_rest = True
-        start = _Plan(seed, list(groups)) if seed is not None else None
-        inner = self._body(scope, agg.body, start)
+        if seed is not None:
+            inner = self._body(scope, step.inner, _Plan(seed, list(groups)))
+        elif step.inner_free is not None:
+            inner = self._body(scope, step.inner_free)
+        else:
+            raise CompileError(f"aggregate {agg}: its grouping variables are never bound")
         missing = [g for g in groups if g not in inner.vars]
         if missing:
             raise CompileError(f"aggregate {agg}: grouping variables {missing} are never bound")
@@ -990,10 +929,8 @@ class _Compiler:
             self._helpers[cache_key] = node
         return node
 
-    def _aggregate(
-        self, scope: _Scope, plan: _Plan, agg: ast.Aggregate, body: Sequence[ast.BodyLiteral]
-    ) -> _Plan:
-        groups = grouping_vars(body, agg)
+    def _aggregate(self, scope: _Scope, plan: _Plan, step: planner.Aggregate) -> _Plan:
+        agg, groups = step.lit, list(step.groups)
         result = agg.result.name
         c = scope.circuit
         src = self._plan_node(scope, plan)
@@ -1001,9 +938,9 @@ class _Compiler:
         if self._correlated(agg, groups) and not c.nested:
             keys = c.operator(Map(_key_fn([idx[g] for g in groups])), src)
             seed = c.operator(DistinctTrace(), keys, label=f"groups of {agg}")
-            rel = self._agg_relation(agg, groups, seed)
+            rel = self._agg_relation(step, seed)
         else:
-            rel = scope.lift(self._agg_relation(agg, groups))
+            rel = scope.lift(self._agg_relation(step))
         bound_result = result in idx
         if not c.nested:
             default = 0 if agg.func in ("count", "sum") else _MISSING
@@ -1323,5 +1260,4 @@ __all__ = [
     "Outbox",
     "OutputHandle",
     "compile_program",
-    "grouping_vars",
 ]

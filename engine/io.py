@@ -11,15 +11,29 @@ Fact files (``<rel>.facts`` in, ``<rel>.csv`` out) live in :mod:`merklog.engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from merklog.store import Fact
 
-if TYPE_CHECKING:
-    from .program import EpochResult
-
 Row = tuple[Any, ...]
+
+
+class EpochResult(Protocol):
+    """What a sink receives at the end of an epoch: the batch program's
+    :class:`merklog.engine.program.EpochResult` or the incremental engine's
+    :class:`merklog.engine.incremental.EpochResult` (described here, not imported,
+    so this module depends on neither)."""
+
+    epoch: int
+    outbox: list
+
+    @property
+    def relations(self) -> Mapping[str, set[Row]]: ...
+
+    def inserted(self) -> dict[str, set[Row]]: ...
+
+    def deleted(self) -> dict[str, set[Row]]: ...
 
 
 @runtime_checkable

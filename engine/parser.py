@@ -624,17 +624,14 @@ def parse_program(text: str) -> Program:
     )
 
 
-def parse_query(text: str, dialect: str = "merklog") -> Atom:
+def parse_query(text: str, parser: Parser | None = None) -> Atom:
     """Parse one atom such as ``path(1, X)`` (a trailing ``.`` is allowed).
 
-    ``dialect="souffle"`` reads lowercase identifiers as variables (``path(1, x)``).
+    ``parser``: a parser of another dialect over ``text``; the Soufflé frontend passes
+    its own (:func:`merklog.engine.souffle.parse_souffle_query`), so this module never
+    imports the frontends built on it.
     """
-    if dialect == "souffle":
-        from .souffle import SouffleParser
-
-        p: Parser = SouffleParser.for_fragment(text)
-    else:
-        p = Parser(text)
+    p = parser if parser is not None else Parser(text)
     if not p.is_rel_start():
         raise p.error(
             p.peek(),
@@ -648,6 +645,24 @@ def parse_query(text: str, dialect: str = "merklog") -> Atom:
             p.peek(), f"unexpected {describe(p.peek())} after the query atom", "a query is one atom"
         )
     return atom
+
+
+def parse_query_body(text: str) -> tuple[BodyLiteral, ...]:
+    """Parse a query: one atom (``path(1, X)``) or a conjunction of body literals
+    (``edge(X, Y), !edge(Y, X), X < 3``); a trailing ``.`` is allowed. Positions
+    are those of ``text`` itself, so errors point at what the user typed."""
+    p = Parser(text)
+    if p.peek().kind == "EOF":
+        raise p.error(p.peek(), "empty query", "write an atom such as rel(X, 1)")
+    body = p.body()
+    p.accept(".")
+    if p.peek().kind != "EOF":
+        raise p.error(
+            p.peek(),
+            f"unexpected {describe(p.peek())} after the query",
+            "separate the literals of a query with ','",
+        )
+    return body
 
 
 def parse_facts(text: str) -> list[Fact]:

@@ -250,10 +250,11 @@ class Program:
         returns ``[()]`` when it holds and ``[]`` otherwise. Pass ``relations`` to
         query an earlier result instead of evaluating ``facts``.
         """
-        from .checks import check_query
+        from .checks import check_query, check_query_body
 
         atom = query if isinstance(query, ast.Atom) else _parse_query(query, self.dialect)
         check_query(self.checked, atom)
+        check_query_body((ast.Positive(atom, None, atom.pos),))  # p(X + 1): X never bound
         rels = relations if relations is not None else self.evaluate(facts)
         if atom.rel not in rels:
             found: set[Row] = set()

@@ -52,7 +52,7 @@ from .ast import (
 )
 from .errors import ParseError, UnknownRelationError, UnsupportedError
 from .lexer import Source, Token, tokenize
-from .parser import Parser, describe
+from .parser import Parser, describe, parse_query
 from .souffle_scope import resolve_aggregate_scopes
 
 INT32_MIN = -(2**31)
@@ -517,4 +517,9 @@ def parse_souffle(text: str) -> Program:
         raise ParseError("program is nested too deeply", 1, 1) from None
 
 
-__all__ = ["SouffleParser", "parse_souffle"]
+def parse_souffle_query(text: str) -> Atom:
+    """One query atom in Soufflé syntax (lowercase identifiers are variables: ``path(1, x)``)."""
+    return parse_query(text, SouffleParser.for_fragment(text))
+
+
+__all__ = ["SouffleParser", "parse_souffle", "parse_souffle_query"]

@@ -32,6 +32,9 @@ def default_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".merklog"
 
 
+#: Name of the peer entry ``init --join URL`` records for URL (``[peers] origin``).
+ORIGIN = "origin"
+
 #: Every option with its default and meaning. ``merklog init`` writes these to config.toml.
 DEFAULTS: dict[str, dict[str, Any]] = {
     "node": {

@@ -19,11 +19,8 @@ from typing import Any
 
 from merklog.store import Link
 
-from .config import Config
+from .config import ORIGIN, Config
 from .failures import ExitCode, Failure
-
-#: Name of the peer entry ``init --join URL`` records for URL.
-ORIGIN = "origin"
 
 
 @dataclass(frozen=True)

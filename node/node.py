@@ -28,7 +28,7 @@ from merklog.replication.errors import PeerUnreachable
 from merklog.store import Error as MerklogError
 from merklog.store import Fact, Link, fact_cid, make_fact
 
-from . import epochstate, programstore, querycheck, wiring, writes
+from . import epochstate, programs, programstore, querycheck, wiring, writes
 from .config import Config, new_token
 from .errors import NodeInputError
 from .files import open_private, private_dir
@@ -160,7 +160,7 @@ class Node:
         # number and @next carry-over come from the last committed epoch.
         self._state = epochstate.load(wiring.store_conn(self.store))
         self.epoch = self._state.epoch
-        self.engine: Any = wiring.empty_program()
+        self.engine: Any = programs.empty_program()
         self._reload = True
         for fact in wiring.visible_facts(self.replica):
             self._pending.append((fact, +1))
@@ -395,7 +395,7 @@ class Node:
         nothing changes. A checked program is stored in the home as a block (see
         :mod:`.programstore`) before it replaces the running one.
         """
-        runner = wiring.compile_program(text, source, engine)
+        runner = programs.compile_program(text, source, engine)
         if persist:
             conn = wiring.store_conn(self.store)
             programstore.save(conn, self.store, wiring.transaction(self.store), text, source)

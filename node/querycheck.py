@@ -72,12 +72,13 @@ class UnanswerableQuery(Failure, ValueError):
 
 
 def evaluate(run: Callable[[Any], T], query: Any) -> T:
-    """``run(query)``, with the evaluator's "cannot schedule" turned into bad input."""
-    from merklog.engine.batch import EvaluationError
+    """``run(query)``, with the planner's "unschedulable" turned into bad input (queries
+    are checked when parsed, :func:`merklog.node.wiring.parse_query`; this is the net)."""
+    from merklog.engine.errors import UnschedulableError
 
     try:
         return run(query)
-    except EvaluationError as exc:
+    except UnschedulableError as exc:
         raise UnanswerableQuery(
             f"cannot answer this query: {exc}; bind every variable in a positive atom"
         ) from None

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from merklog.engine import ast
+from merklog.engine.checks import query_columns as _query_columns
 from merklog.replication.blocks import Assert, Retract
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
@@ -23,7 +24,6 @@ from .jsonvalues import value_to_json
 __all__ = ["Identity", "NodeInputError"]
 
 QUERY_REL = "__query"
-QUERY_PROBE = "merklogQueryProbe"
 
 
 # ---------------------------------------------------------------- store and replica
@@ -264,39 +264,23 @@ def parse_facts(text: str) -> list[Fact]:
 
 
 def parse_query(text: str) -> tuple[ast.BodyLiteral, ...]:
-    """An atom (``path(1, X)``) or a conjunction (``edge(X, Y), !edge(Y, X)``)."""
+    """An atom (``path(1, X)``) or a conjunction (``edge(X, Y), !edge(Y, X)``), checked:
+    a query no evaluation order can answer (``!edge(X, Y)``, ``edge(X, Y), Z > 1``)
+    is refused here with the engine's line:col error, like a syntax error."""
+    from merklog.engine.checks import check_query_body
     from merklog.engine.errors import EngineError
-    from merklog.engine.parser import parse_program
-    from merklog.engine.parser import parse_query as _parse
+    from merklog.engine.parser import parse_query_body
 
     try:
-        return (ast.Positive(_parse(text)),)
-    except (EngineError, ValueError) as exc:
-        first = exc  # not a single atom: try it as a rule body, but report this error
-    try:
-        program = parse_program(f"{QUERY_PROBE}() :- {text.strip().rstrip('.')}.")
-    except (EngineError, ValueError):
-        raise NodeInputError(str(first)) from first
-    if len(program.rules) == 1 and not program.facts:
-        return program.rules[0].body
-    raise NodeInputError(str(first)) from first
+        body = parse_query_body(text)
+        check_query_body(body)
+    except EngineError as exc:
+        raise NodeInputError(str(exc)) from exc
+    return body
 
 
 def query_relations(query: tuple[ast.BodyLiteral, ...]) -> set[str]:
     return {atom.rel for lit in query for atom, _ in ast.body_atoms(lit)}
-
-
-def _query_columns(query: tuple[ast.BodyLiteral, ...]) -> list[ast.Var]:
-    seen: dict[str, ast.Var] = {}
-    for lit in query:
-        if isinstance(lit, ast.Aggregate):
-            names = [lit.result]
-        else:
-            names = list(ast.literal_vars(lit))
-        for v in names:
-            if not v.anonymous and v.name not in seen:
-                seen[v.name] = v
-    return list(seen.values())
 
 
 def evaluate_query(
@@ -334,21 +318,6 @@ def _same(a: Any, b: Any) -> bool:
 
 
 # ---------------------------------------------------------------- programs
-
-
-def compile_program(text: str, source: str = "<program>", engine: str = "auto") -> Any:
-    """Parse, statically check and compile ``text`` into a
-    :class:`~merklog.node.programs.ProgramRunner`; a bad program raises
-    :class:`NodeInputError` (``SOURCE:LINE:COL: message``)."""
-    from .programs import compile_program as _compile
-
-    return _compile(text, source, engine)
-
-
-def empty_program() -> Any:
-    from .programs import empty_program as _empty
-
-    return _empty()
 
 
 def atom_matcher(

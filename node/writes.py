@@ -17,8 +17,8 @@ from typing import Any
 
 from merklog.store import Fact, Link, fact_cid
 
+from .config import ORIGIN
 from .failures import NotAWriter
-from .homeinit import ORIGIN
 
 log = logging.getLogger(__name__)
 

@@ -2,10 +2,14 @@
 
 Each relation is a DataFrame with one typed column per argument (``c0``, ``c1``,
 …) plus the merklog kind of every column (int, float, str, bytes, bool, link),
-so values keep their exact type. A rule becomes a plan:
+so values keep their exact type. A rule is evaluated in the order of the engine's
+plan (:mod:`merklog.engine.planner`, with expression arguments as fresh columns
+plus equalities), each step becoming DataFrame operations:
 
 - positive atoms: constant and repeated-variable filters, then inner joins on the
-  shared variables (a cross join when none are shared);
+  shared variables;
+- atoms sharing no variable with the rest of the rule: existence checks, their
+  matching rows limited to one and crossed in as a guard (never a cross product);
 - ``X == term`` with ``X`` unbound binds a new column; other comparisons filter;
 - negation: ``left_anti`` join on the atom's bound variables;
 - aggregates: the body's *distinct* bindings, ``groupBy`` the grouping
@@ -27,11 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from merklog.engine import ast
+from merklog.engine import ast, planner
 from merklog.engine.errors import EngineError, UnsupportedError
 from merklog.store import Link, Value
 
@@ -281,19 +284,6 @@ def _ground(term: ast.Term, bound: set[str]) -> bool:
     return all(v.name in bound for v in ast.term_vars(term))
 
 
-def _grouping(
-    rule_body: tuple[ast.BodyLiteral, ...], head: ast.Atom | None, agg: ast.Aggregate
-) -> list[str]:
-    inner = {v.name for lit in agg.body for v in ast.literal_vars(lit)}
-    outer: set[str] = set()
-    for lit in rule_body:
-        if lit is not agg:
-            outer |= {v.name for v in ast.literal_vars(lit)}
-    if head is not None:
-        outer |= {v.name for v in ast.atom_vars(head)}
-    return sorted(inner & outer)
-
-
 class RuleEvaluator:
     """Evaluates one rule body into bindings, given the relations to read."""
 
@@ -382,77 +372,44 @@ class RuleEvaluator:
 
     def body(
         self,
-        body: tuple[ast.BodyLiteral, ...],
-        head: ast.Atom | None,
+        plan: planner.Plan,
         lookup: Any,
         seed: _Bindings | None = None,
         keep_anonymous: bool = False,
     ) -> _Bindings | None:
-        """Evaluate body literals in a safe order; ``lookup(i, atom)`` gives the relation of the
-        i-th literal (so semi-naive variants can swap in a delta)."""
-        pending = list(enumerate(body))
+        """Evaluate a body in the order of its plan (:mod:`merklog.engine.planner`, the
+        engine's one planner); ``lookup(atom, delta)`` gives the relation an atom reads
+        (``delta``: the semi-naive variant's delta atom)."""
         cur = seed
         if cur is None:
             cur = _Bindings(self.spark.range(1).select(), {})
-        while pending:
-            bound = cur.bound
-            pick = None
-            for j, (_i, lit) in enumerate(pending):
-                if isinstance(lit, ast.Positive):
-                    pick = j
-                    break
-            if pick is None:
-                for j, (_i, lit) in enumerate(pending):
-                    if isinstance(lit, ast.Comparison) and (
-                        (_ground(lit.left, bound) and _ground(lit.right, bound))
-                        or (lit.op == "==" and self._binds(lit, bound))
-                    ):
-                        pick = j
-                        break
-                    if isinstance(lit, ast.Negated) and all(
-                        v.name in bound for v in ast.atom_vars(lit.atom) if not v.anonymous
-                    ):
-                        pick = j
-                        break
-                    if isinstance(lit, ast.Aggregate) and set(_grouping(body, head, lit)) <= bound:
-                        pick = j
-                        break
-            if pick is None:
-                _i, lit = pending[0]
-                raise AnalyzeError.at(
-                    lit.pos, f"cannot schedule {lit}: some variable is never bound"
-                )
-            i, lit = pending.pop(pick)
-            cur = self.literal(cur, i, lit, body, head, lookup, keep_anonymous)
+        for step in plan.steps:
+            cur = self.literal(cur, step, lookup, keep_anonymous)
             if cur is None:
                 return None
         return cur
 
-    @staticmethod
-    def _binds(lit: ast.Comparison, bound: set[str]) -> bool:
-        for var_side, other in ((lit.left, lit.right), (lit.right, lit.left)):
-            if (
-                isinstance(var_side, ast.Var)
-                and var_side.name not in bound
-                and _ground(other, bound)
-            ):
-                return True
-        return False
-
     def literal(
         self,
         cur: _Bindings,
-        i: int,
-        lit: ast.BodyLiteral,
-        body: Any,
-        head: Any,
+        step: planner.Step,
         lookup: Any,
         keep_anonymous: bool = False,
     ) -> _Bindings | None:
         from pyspark.sql import functions as F
 
-        if isinstance(lit, ast.Positive):
-            frame = self.atom_frame(lit.atom, lookup(i, lit.atom), lit.pos, lit.cid, keep_anonymous)
+        lit = step.lit
+        if isinstance(step, planner.Exists):
+            # A guard: at most one empty row, crossed with the bindings (never a product
+            # with the atom's rows).
+            frame = self.atom_frame(step.atom, lookup(step.atom, step.delta), lit.pos)
+            if frame is None:
+                return None
+            return _Bindings(cur.df.crossJoin(frame.df.limit(1).select()), cur.kinds)
+        if isinstance(step, planner.Scan):
+            frame = self.atom_frame(
+                step.atom, lookup(step.atom, step.delta), lit.pos, step.lit.cid, keep_anonymous
+            )
             return self.join(cur, frame)
         if isinstance(lit, ast.Comparison):
             bound = cur.bound
@@ -473,7 +430,7 @@ class RuleEvaluator:
                 cur.df.where(F.coalesce(_compare_col(lit, cur.kinds), F.lit(False))), cur.kinds
             )
         if isinstance(lit, ast.Negated):
-            neg = self.atom_frame(lit.atom, lookup(i, lit.atom), lit.pos)
+            neg = self.atom_frame(lit.atom, lookup(lit.atom, False), lit.pos)
             if neg is None:
                 return cur
             shared = sorted(set(neg.kinds) & set(cur.kinds))
@@ -485,17 +442,26 @@ class RuleEvaluator:
             if not on:  # ground negation: anything in the relation removes every row
                 return None if neg.df.limit(1).count() else cur
             return _Bindings(cur.df.join(neg.df.select(*on).distinct(), on, "left_anti"), cur.kinds)
-        if isinstance(lit, ast.Aggregate):
-            return self.aggregate(cur, lit, body, head, lookup)
+        if isinstance(step, planner.Aggregate):
+            return self.aggregate(cur, step, lookup)
         raise AnalyzeError.at(getattr(lit, "pos", None), f"unsupported literal {lit}")
 
     def aggregate(
-        self, cur: _Bindings, agg: ast.Aggregate, body: Any, head: Any, lookup: Any
+        self, cur: _Bindings, step: planner.Aggregate, lookup: Any
     ) -> _Bindings | None:
         from pyspark.sql import functions as F
 
-        group = _grouping(body, head, agg)
-        inner = self.body(agg.body, None, lambda _i, atom: lookup(None, atom), keep_anonymous=True)
+        agg, group = step.lit, list(step.groups)
+        if step.inner_free is None:
+            raise AnalyzeError.at(
+                agg.pos,
+                f"the aggregate {agg} only constrains its grouping variables "
+                "(a correlated aggregate), which analyze does not evaluate",
+                "bind the grouping variables with an atom inside the aggregate",
+            )
+        inner = self.body(
+            step.inner_free, lambda atom, _delta: lookup(atom, False), keep_anonymous=True
+        )
         res = _vname(agg.result)
         gcols = [_vname(ast.Var(g)) for g in group]
         if inner is None:
@@ -719,13 +685,16 @@ class _StratumSolver:
         self.full: dict[str, Relation] = {h: rels.get(h, Relation(None, None)) for h in self.heads}
         self.delta: dict[str, Relation] = {}
 
-    def lookup_full(self, _i: Any, atom: ast.Atom) -> Relation:
+    def lookup_full(self, atom: ast.Atom, _delta: bool = False) -> Relation:
         if atom.rel in self.full:
             return self.full[atom.rel]
         return self.rels.get(atom.rel, Relation(None, None))
 
-    def _derive(self, rule: ast.Rule, lookup: Any, into: dict[str, Relation]) -> None:
-        got = self.project(rule, self.ev.body(rule.body, rule.head, lookup))
+    def _derive(
+        self, rule: ast.Rule, delta: int | None, lookup: Any, into: dict[str, Relation]
+    ) -> None:
+        plan = planner.plan_rule(rule, delta, expr_keys=False)
+        got = self.project(rule, self.ev.body(plan, lookup))
         if got is not None:
             into[rule.head.rel] = _union(into.get(rule.head.rel), got, rule.head.rel)
 
@@ -742,7 +711,7 @@ class _StratumSolver:
     def run(self, max_iterations: int) -> int:
         new: dict[str, Relation] = {}
         for rule in self.stratum:  # round 0: every rule over the full relations
-            self._derive(rule, self.lookup_full, new)
+            self._derive(rule, None, self.lookup_full, new)
         self._absorb(new, 0)
         rounds = 1
         while self.recursive and any(not d.df.isEmpty() for d in self.delta.values()):
@@ -751,7 +720,7 @@ class _StratumSolver:
             new = {}
             for rule, positions in self.recursive:
                 for k in positions:  # the k-th recursive atom reads last round's delta
-                    self._derive(rule, partial(self._lookup_variant, k), new)
+                    self._derive(rule, k, self._lookup_variant, new)
             self._absorb(new, rounds)
             rounds += 1
         for rel, r in self.full.items():
@@ -759,10 +728,10 @@ class _StratumSolver:
                 self.full[rel] = self.cut(r)
         return rounds
 
-    def _lookup_variant(self, k: int, i: Any, atom: ast.Atom) -> Relation:
-        if i == k:
+    def _lookup_variant(self, atom: ast.Atom, delta: bool) -> Relation:
+        if delta:
             return self.delta.get(atom.rel, Relation(None, None))
-        return self.lookup_full(i, atom)
+        return self.lookup_full(atom)
 
 
 def _cutter(spark: Any, checkpoint: bool) -> Any:

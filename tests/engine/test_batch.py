@@ -276,12 +276,14 @@ def test_step_collects_next_tuples_and_async_outbox() -> None:
     ]
 
 
-def test_unschedulable_body_is_an_error() -> None:
-    from merklog.engine.batch import EvaluationError
+def test_unschedulable_body_is_a_positioned_engine_error() -> None:
+    from merklog.engine.errors import EngineError, UnschedulableError
 
     program = parse_program("r(X) :- X > 3.")
-    with pytest.raises(EvaluationError):
+    with pytest.raises(UnschedulableError) as err:
         BatchEvaluator(program.rules).evaluate({})
+    assert isinstance(err.value, EngineError)
+    assert (err.value.line, err.value.col) == (1, 9)
 
 
 def test_numpy_inputs_are_sets_even_with_repeated_rows() -> None:

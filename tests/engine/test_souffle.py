@@ -254,9 +254,9 @@ def test_merklog_eval_cli_runs_a_souffle_program_over_fact_files(tmp_path):
 
 def test_souffle_queries_use_lowercase_variables():
     from merklog.engine.ast import Const, Var
-    from merklog.engine.parser import parse_query
+    from merklog.engine.souffle import parse_souffle_query
 
-    atom = parse_query("path(1, x)", dialect="souffle")
+    atom = parse_souffle_query("path(1, x)")
     assert atom.args == (Const(1), Var("x"))
 
 

@@ -62,7 +62,7 @@ def ready(tmp_path: Path) -> Path:
 def test_bad_input_exits_2(ready: Path, tmp_path: Path) -> None:
     assert_fails(merklog(ready, "put", "edge(1,"), ExitCode.BAD_INPUT, "1:")
     assert_fails(merklog(ready, "query", "edge(1,"), ExitCode.BAD_INPUT, "1:")
-    assert_fails(merklog(ready, "query", "X > 1"), ExitCode.BAD_INPUT, "cannot answer")
+    assert_fails(merklog(ready, "query", "X > 1"), ExitCode.BAD_INPUT, "1:1:", "X > 1")
     assert_fails(merklog(ready, "--set", "nonsense", "status"), ExitCode.BAD_INPUT)
     bad = tmp_path / "bad.dl"
     bad.write_text("p(X) :- q(Y).\n")
