@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from merklog.store import Fact, Link, Value
+from merklog.store.codec import gc_paused
 
 from .rows import RowSet, engine_rows
 from .values import from_engine
@@ -170,6 +171,7 @@ def write_csv(path: Path, rows: Iterable[Row]) -> None:
     used, so ``1`` and ``1.0`` stay two lines) or any iterable of rows."""
     from .batch import sort_rows
 
-    engine = rows.engine if isinstance(rows, RowSet) else engine_rows(rows)
-    lines = ["\t".join(format_field(v) for v in row) for row in sort_rows(engine)]
+    with gc_paused():  # sorting allocates a key per row; rows of floats are GC-tracked
+        engine = rows.engine if isinstance(rows, RowSet) else engine_rows(rows)
+        lines = ["\t".join(format_field(v) for v in row) for row in sort_rows(engine)]
     Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
