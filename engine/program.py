@@ -296,6 +296,7 @@ class Program:
         }
         previous: Relations | None = None
         results: list[EpochResult] = []
+        live: set[tuple[str, tuple]] = set()  # @async tuples whose body held last epoch
         for t in range(n):
             for source in sources:
                 inserts, deletes = source.poll(t)
@@ -309,10 +310,15 @@ class Program:
             self.check_fact_arities(base)
             _merge(base, self._inline)
             step = self._evaluator.step(base)
+            keys = [(fact.rel, row_to_engine(fact.args)) for _dest, fact in step.outbox]
+            # An @async tuple is sent once, at the epoch it becomes derived (as the
+            # incremental engine does: docs/language.md, "@async delivery").
+            outbox = [m for m, k in zip(step.outbox, keys, strict=True) if k not in live]
+            live = set(keys)
             result = EpochResult(
                 epoch=t,
                 relations=self._complete(step.relations),
-                outbox=step.outbox,
+                outbox=outbox,
                 next_tuples=step.next_tuples,
                 previous=previous,
             )
