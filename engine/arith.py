@@ -255,11 +255,14 @@ def make_compare(op: str) -> Callable[[Value, Value], bool]:
         ">": operator.gt,
         ">=": operator.ge,
     }[op]
+    # Same-type pairs whose Python operators already are merklog's (Float's are
+    # float's, exact): no conversion needed.
+    direct = frozenset((int, str, Float, bytes))
     if op == "!=":
 
         def f(a: Value, b: Value) -> bool:
             ta = type(a)
-            if ta is type(b) and (ta is int or ta is str):
+            if ta is type(b) and ta in direct:
                 return a != b
             return not comparable(a, b) or plain(a) != plain(b)
 
@@ -267,7 +270,7 @@ def make_compare(op: str) -> Callable[[Value, Value], bool]:
 
         def f(a: Value, b: Value) -> bool:
             ta = type(a)
-            if ta is type(b) and (ta is int or ta is str):
+            if ta is type(b) and ta in direct:
                 return fn(a, b)
             return comparable(a, b) and fn(plain(a), plain(b))
 

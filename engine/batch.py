@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from merklog.store import Fact, Link, fact_cid
+from merklog.store.codec import gc_paused
 
 from . import ast, planner
 from .arith import NoBinding, make_arith, make_compare, negate, sort_key, sum_values
@@ -695,14 +696,21 @@ class BatchEvaluator:
         """All relations (base and derived) after every deductive stratum reaches its fixpoint.
 
         ``base`` rows may hold plain or engine values; a TypeError names a value
-        that is not a merklog value."""
-        ctx, aside = self._load(base)
-        for stratum in self.strata:
-            self._stratum(stratum, ctx)
-        return self._result(ctx, aside)
+        that is not a merklog value. The cyclic GC is paused meanwhile: rows holding
+        floats stay GC-tracked (``Float`` is a Python subclass), and collections
+        re-traversing millions of them cost as much as the evaluation."""
+        with gc_paused():
+            ctx, aside = self._load(base)
+            for stratum in self.strata:
+                self._stratum(stratum, ctx)
+            return self._result(ctx, aside)
 
     def step(self, base: Mapping[str, Iterable[Row]]) -> StepResult:
         """One epoch: deductive strata, then the final stratum of @next and @async rules."""
+        with gc_paused():
+            return self._step(base)
+
+    def _step(self, base: Mapping[str, Iterable[Row]]) -> StepResult:
         ctx, aside = self._load(base)
         for stratum in self.strata:
             self._stratum(stratum, ctx)

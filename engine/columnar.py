@@ -72,8 +72,11 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
 
-def scan_values(tuples: set) -> tuple[set, int | None]:
-    """Check a tuple set is columnar-shaped: (its non-integer encodable values, least int)."""
+def scan_values(tuples: set, encodable: tuple = _ENCODABLE) -> tuple[set, int | None]:
+    """Check a tuple set is columnar-shaped: (its non-integer encodable values, least int).
+
+    ``encodable`` narrows what may be encoded, so a stratum that could not use a
+    float (say) gives up at the first one instead of scanning the whole relation."""
     if not tuples:
         raise Ineligible("empty relation of unknown arity")
     arity = len(next(iter(tuples)))
@@ -92,7 +95,7 @@ def scan_values(tuples: set) -> tuple[set, int | None]:
                     low = v
                 if high is None or v > high:
                     high = v
-            elif kind in _ENCODABLE:
+            elif kind in encodable:
                 objects.add(v)
             else:
                 raise Ineligible(f"{kind.__name__} value")
@@ -659,6 +662,25 @@ def _check_equality_only(rules: Iterable[ast.Rule], floats: bool) -> None:
                     raise Ineligible("comparison over encoded values")
 
 
+def _encodable_for(rules: Iterable[ast.Rule]) -> tuple:
+    """The value types the stratum could still evaluate once encoded (see
+    :func:`_check_equality_only`): none with sum/min/max or ordering comparisons,
+    no floats with any comparison."""
+    comparisons = False
+    for rule in rules:
+        for lit in rule.body:
+            if isinstance(lit, ast.Aggregate) and lit.func != "count":
+                return ()
+            for c in (lit, *(lit.body if isinstance(lit, ast.Aggregate) else ())):
+                if isinstance(c, ast.Comparison):
+                    if c.op not in ("==", "!="):
+                        return ()
+                    comparisons = True
+    if comparisons:
+        return tuple(t for t in _ENCODABLE if t is not Float)
+    return _ENCODABLE
+
+
 def _rels_read(rules: Iterable[ast.Rule]) -> set[str]:
     return {atom.rel for r in rules for lit in r.body for atom, _p in ast.body_atoms(lit)}
 
@@ -817,6 +839,7 @@ def try_columnar(
         }
         tuple_rels: dict[str, set] = {}
         objects: set = set()
+        encodable = _encodable_for(rules)
         int_lows: list[int] = []
         shared = ctx.encoder  # one encoding per evaluation: encoded results chain across strata
         encoded_input = False
@@ -838,7 +861,7 @@ def try_columnar(
                 base[name] = rel.cols  # type: ignore[assignment]
                 encoded_input = True
                 continue
-            found, int_lo = scan_values(rel.tuples)
+            found, int_lo = scan_values(rel.tuples, encodable)
             if int_lo is not None:
                 int_lows.append(int_lo)
             if found:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from merklog.store import Fact, Value
+from merklog.store.codec import gc_paused
 
 from . import ast
 from .batch import BatchEvaluator, Relations, Row, as_rel, sort_rows
@@ -233,7 +234,8 @@ class Program:
 
     def evaluate(self, facts: FactsInput = None) -> Relations:
         """Every relation (given and derived) after all deductive strata reach their fixpoint."""
-        return self._complete(self._evaluator.evaluate(self._base(facts)))
+        with gc_paused():  # converting and evaluating allocate no cycles (see BatchEvaluator)
+            return self._complete(self._evaluator.evaluate(self._base(facts)))
 
     def query(
         self,
