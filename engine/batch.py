@@ -145,6 +145,8 @@ def as_rel(rows: Any) -> Rel:
     if hasattr(rows, "ndim") and getattr(rows, "ndim", 0) == 2 and rows.shape[1] > 0:
         import numpy as np
 
+        if rows.dtype.kind != "i":  # only real ints go to int64 columns: 1.0 stays a float
+            return Rel(engine_rows(map(tuple, rows.tolist())))
         arr = np.asarray(rows, dtype=np.int64)
         cols = [np.ascontiguousarray(arr[:, j]) for j in range(arr.shape[1])]
         return Rel(cols=cols, distinct=False)
@@ -200,6 +202,19 @@ class Relations(Mapping[str, RowSet]):
             return None
         r.make_distinct()
         return r.cols
+
+    def encoded_columns(self, rel: str) -> tuple[list, tuple[int, list] | None] | None:
+        """``rel`` as the columnar executor left it: ``(int64 columns, decoder)``, else None.
+
+        ``decoder`` is None when every value is an int; otherwise ``(base, values)``:
+        a column entry ``id <= base`` stands for ``values[base - id]``. Lets writers
+        format whole columns without materialising tuples.
+        """
+        r = self._rels.get(rel)
+        if r is None or r.cols is None:
+            return None
+        r.make_distinct()
+        return r.cols, r.decoder
 
     def sorted(self, rel: str) -> list[Row]:
         """The tuples of ``rel`` as plain values in a deterministic order (empty when absent)."""
