@@ -320,7 +320,8 @@ class ExactSum:
     - at least one float: the exact rational sum of every value (ints
       included), rounded once to the nearest double (``1e16, 1.0, -1e16`` sum
       to ``1.0``, whatever the order); a non-finite result gives no value;
-    - any value that is not a number (a string, bytes, a bool, a CID): no value.
+    - any value that is not a number (a string, bytes, a bool, a CID) or is a
+      non-finite float: no value.
 
     Values may be added and retracted (``weight`` ±n), so the incremental
     engine keeps one accumulator per group in O(1) space; floats are held as
@@ -339,7 +340,7 @@ class ExactSum:
         """Add ``value`` ``weight`` times (a negative weight retracts it)."""
         if type(value) is int:
             self.itotal += value * weight
-        elif isinstance(value, float):
+        elif isinstance(value, float) and math.isfinite(value):
             m, e = math.frexp(value)
             scaled = int(m * 9007199254740992.0)  # m * 2**53, exact
             shift = e - 53 + _FSCALE

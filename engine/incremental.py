@@ -1178,8 +1178,9 @@ class IncrementalEngine:
             if want is not None:
                 # Rows of another arity than the program reads never reach the circuit.
                 n, rest = want
-                bad = [r for r in delta if (len(r) < n if rest else len(r) != n)]
-                if bad:
+                lengths = set(map(len, delta))  # one C-level pass; usually {n}
+                if any(m < n if rest else m != n for m in lengths):
+                    bad = [r for r in delta if (len(r) < n if rest else len(r) != n)]
                     extra[rel] = {r: delta.pop(r) for r in bad}
             inputs[rel].push(delta)
         self.compiled.step()

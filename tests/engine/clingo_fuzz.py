@@ -425,14 +425,13 @@ class Generator:
 
 
 def tsv_safe(value: Any) -> bool:
-    """Values a fact file / CSV round-trips without a declaration: ints, strings that
-    do not read as numbers, floats with a fraction."""
+    """Values a fact file / CSV round-trips without a declaration (engine/tsv.py):
+    ints, floats (written with a ``.``), strings that do not read as numbers; not
+    bools (``true`` reads back as a string)."""
     if isinstance(value, bool):
         return False
-    if isinstance(value, int):
+    if isinstance(value, int | float):
         return True
-    if isinstance(value, float):
-        return not value.is_integer()
     try:
         float(value)
     except ValueError:
