@@ -172,6 +172,12 @@ def main() -> None:
     )
     ap.add_argument("--ops", type=int, nargs="*", default=[1_000_000, 5_000_000])
     ap.add_argument("--no-session", action="store_true", help="skip the in-session Spark job")
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="keep the built homes here and reuse them on the next run (building is not timed)",
+    )
     args = ap.parse_args()
 
     spark = None
@@ -181,10 +187,12 @@ def main() -> None:
         spark = build_session(master="local[2]")
     rows = []
     for n in args.ops:
+        keep = args.workdir / str(n) if args.workdir else None
         tmp = Path(tempfile.mkdtemp(prefix="merklog-bench-compact-"))
         try:
-            home = tmp / "home"
-            build_home(home, n)
+            home = keep / "home" if keep else tmp / "home"
+            if not (home / "config.toml").exists():
+                build_home(home, n)
             export = tmp / "export"
             t_export = timed([*MERKLOG, "--home", str(home), "parquet", "export", str(export)])
             snap = tmp / "snap"

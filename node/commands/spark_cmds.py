@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,36 @@ def _local_node(state: State) -> Any:
         raise click.ClickException(f"{exc} (stop the running node first)") from None
 
 
+@contextmanager
+def _local_replica(state: State) -> Iterator[Any]:
+    """The home's replica alone, under the home lock: export needs the log, not a node,
+    so the node's start-up (loading every visible fact into the engine) is skipped."""
+    from merklog.node import wiring
+    from merklog.node.config import Config
+    from merklog.node.runtime import HomeBusy, HomeLock
+    from merklog.node.storecheck import precheck
+    from merklog.replication.replica import Replica
+    from merklog.store import Link
+
+    cfg = Config.load(state.home, state.overrides)
+    if not cfg.get("dataset.id"):
+        raise click.ClickException(f"no dataset in {state.home}: run 'merklog init' first")
+    precheck(cfg)
+    try:
+        lock = HomeLock.acquire(state.home)
+    except HomeBusy as exc:
+        raise click.ClickException(f"{exc} (stop the running node first)") from None
+    try:
+        store = wiring.open_store(cfg)
+        try:
+            dataset = Link.parse(cfg.get("dataset.id"))
+            yield Replica.open(wiring.store_conn(store), store, _identity(state.home), dataset)
+        finally:
+            store.close()
+    finally:
+        lock.release()
+
+
 def register(cli: click.Group) -> None:
     @cli.group("parquet")
     def parquet() -> None:
@@ -115,18 +146,17 @@ def register(cli: click.Group) -> None:
         from merklog.node.spark.bootstrap import export_replica
         from merklog.replication.bulk import op_count
 
-        node = _local_node(state)
         columns = (TextColumn("export"), MofNCompleteColumn(), TextColumn("ops"))
-        try:
-            with Progress(
+        with (
+            _local_replica(state) as replica,
+            Progress(
                 *columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True
-            ) as bar:
-                task = bar.add_task("export", total=op_count(node.replica))
-                summary = export_replica(
-                    node.replica, directory, progress=lambda n: bar.update(task, completed=n)
-                )
-        finally:
-            node.close()
+            ) as bar,
+        ):
+            task = bar.add_task("export", total=op_count(replica))
+            summary = export_replica(
+                replica, directory, progress=lambda n: bar.update(task, completed=n)
+            )
         click.echo(json.dumps(summary, sort_keys=True))
 
     @cli.command("compact")
