@@ -237,7 +237,8 @@ def test_merklog_eval_cli_runs_a_souffle_program_over_fact_files(tmp_path):
     )
     out = tmp_path / "out"
     result = CliRunner().invoke(
-        cli, ["eval", str(program), "--facts", str(tmp_path / "facts"), "--out", str(out)]
+        cli,
+        ["eval", str(program), "--facts", str(tmp_path / "facts"), "--out", str(out), "--sorted"],
     )
     assert result.exit_code == 0, result.output
     assert (out / "reach.csv").read_text(encoding="utf-8") == "a\tb\na\tc\nb\tc\n"
