@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from merklog.engine.columnar import Ineligible
 from merklog.engine.errors import EngineError
 from merklog.engine.incremental import IncrementalEngine
-from merklog.engine.io import format_field, parse_field
+from merklog.engine.tsv import format_field, parse_field
 from merklog.engine.program import Program
 from merklog.node.cli import cli
 
