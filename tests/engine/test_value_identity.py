@@ -168,7 +168,8 @@ def test_eval_writes_one_line_per_value_and_floats_as_floats(tmp_path: Path) -> 
     (tmp_path / "facts" / "h.facts").write_text("1.0\n1\n")
     out = tmp_path / "out"
     result = CliRunner().invoke(
-        cli, ["eval", str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out)]
+        cli,
+        ["eval", str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out), "--sorted"],
     )
     assert result.exit_code == 0, result.output
     assert (out / "q.csv").read_text().splitlines() == ["true", "1", "1.0", "2.5", "01"]
