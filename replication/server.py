@@ -29,7 +29,12 @@ from merklog.store.car import car_header, car_section
 
 from .auth import AllowList, ReplayGuard, SignedRequest, check_digest, verify_request
 from .errors import MalformedBlock, NotFound, ReplicationError, RequestTimeout, TooLarge
-from .limits import RECEIVE_MAX_BODY, RECEIVE_MAX_SECTION, WRITE_MAX_BATCH_BYTES
+from .limits import (
+    RECEIVE_MAX_BODY,
+    RECEIVE_MAX_INBOX_BODY,
+    RECEIVE_MAX_SECTION,
+    WRITE_MAX_BATCH_BYTES,
+)
 from .messages import Inbox
 from .metrics import Metrics
 from .replica import Replica, Summary
@@ -45,7 +50,7 @@ class Limits:
 
     max_push_body: int = RECEIVE_MAX_BODY
     max_json_body: int = 4 << 20
-    max_inbox_body: int = 4 << 20
+    max_inbox_body: int = RECEIVE_MAX_INBOX_BODY
     max_block: int = RECEIVE_MAX_SECTION
     #: CAR bytes of whole deltas per sync response (the caller asks again for the rest).
     max_response: int = WRITE_MAX_BATCH_BYTES
