@@ -56,7 +56,8 @@ def require_known(
             if arities:
                 have = ", ".join(f"{rel}/{k}" for k in sorted(arities))
                 raise UnknownRelation(
-                    f"relation {rel} has no arity {n} here (known: {have}); check the query"
+                    f"unknown relation {rel}/{n}: {rel} exists here as {have} only;"
+                    " check the query"
                 )
             raise UnknownRelation(
                 f"unknown relation {rel}/{n}: no visible fact has it and the program does not"

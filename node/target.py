@@ -18,7 +18,7 @@ from merklog.store import Fact, Link
 from . import wiring, writes
 from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config
-from .failures import ExitCode, Failure, exit_code_for_status
+from .failures import ExitCode, Failure, UnknownRelation, exit_code_for_status
 from .node import Node
 from .runtime import HomeLock, read_runfile, remove_runfile
 from .storecheck import precheck
@@ -132,7 +132,12 @@ class RemoteTarget:
         return self.write("".join(f"{f}.\n" for f in asserts), "".join(f"{f}.\n" for f in retracts))
 
     def query(self, q: str) -> dict[str, Any]:
-        return self._do(self.client.query, q)
+        try:
+            return self._do(self.client.query, q)
+        except TargetError as exc:  # the node answers 400; the CLI's status is "not found"
+            if "unknown relation" in str(exc):
+                raise UnknownRelation(str(exc)) from None
+            raise
 
     def facts(self, rel: str | None) -> list[dict[str, str]]:
         return self._do(self.client.facts, rel)["facts"]

@@ -65,6 +65,21 @@ WRITE_MAX_BATCH_BYTES = 64 << 20
 #: Body a receiver accepts in one push / sync response.
 RECEIVE_MAX_BODY = 256 << 20
 
+#: CIDs in one sync request's summary (heads, window, boundary) a receiver accepts; a
+#: client's full-log summary names every delta, so this bounds the log size for which
+#: the worst case (divergence beyond the 32k-delta window) still reconciles.
+RECEIVE_MAX_SUMMARY = 1_000_000
+#: Bytes of a sync request a receiver accepts: room for a full summary of that size
+#: (a CID in JSON is ~62 bytes).
+RECEIVE_MAX_SYNC_REQUEST = 80 << 20
+
+#: An ``@async`` message block (writer and receiver); a larger one is never queued.
+MAX_MESSAGE_BYTES = 64 << 10
+#: Message bytes a writer puts in one ``POST /v1/inbox`` (then it starts another).
+WRITE_MAX_INBOX_BATCH_BYTES = 2 << 20
+#: Inbox body a receiver accepts.
+RECEIVE_MAX_INBOX_BODY = 4 << 20
+
 #: Every (writer limit, receiver limit) pair the rule above promises.
 PAIRS: dict[str, tuple[int, int]] = {
     "delta bytes": (WRITE_MAX_DELTA_BYTES, MAX_DELTA_BYTES),
@@ -73,6 +88,11 @@ PAIRS: dict[str, tuple[int, int]] = {
     "observed": (WRITE_MAX_OBSERVED, RECEIVE_MAX_OBSERVED),
     "pending bytes": (WRITE_MAX_DELTA_FACT_BYTES, RECEIVE_MAX_PENDING_BYTES),
     "pending blocks": (MAX_OPS, RECEIVE_MAX_PENDING_BLOCKS),
+    "sync request": (RECEIVE_MAX_SUMMARY * 64 + 4096, RECEIVE_MAX_SYNC_REQUEST),
+    "inbox body": (
+        WRITE_MAX_INBOX_BATCH_BYTES + MAX_MESSAGE_BYTES + 256 * 64,
+        RECEIVE_MAX_INBOX_BODY,
+    ),
     "batch bytes": (
         WRITE_MAX_BATCH_BYTES + MAX_DELTA_BYTES + WRITE_MAX_DELTA_FACT_BYTES + 2 * MAX_OPS * 64,
         RECEIVE_MAX_BODY,

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,14 +26,15 @@ from merklog.store import Fact, InvalidValue, Link, Value, decode, encode, make_
 from merklog.store.car import iter_car
 
 from .auth import sign_headers
-from .errors import CIDMismatchError, Forbidden, MalformedBlock
+from .errors import CIDMismatchError, Forbidden, MalformedBlock, TooLarge
 from .identity import Identity
+from .limits import MAX_MESSAGE_BYTES, WRITE_MAX_INBOX_BATCH_BYTES
 from .schema import ensure_schema
 from .txn import conn_lock, require_autocommit, transaction
 
 MESSAGE_KEYS = {"kind", "from", "to", "rel", "args", "nonce"}
-MAX_MESSAGE_BYTES = 64 << 10
 MAX_BATCH = 256
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,16 +122,32 @@ class Outbox:
             ensure_schema(conn)
 
     def put(self, dest: Value, rel: str, args: Sequence[Value]) -> Link:
-        """Queue one tuple for ``dest`` (durable on return); returns the message CID."""
-        return self.put_many([(dest, rel, args)])[0]
+        """Queue one tuple for ``dest`` (durable on return); returns the message CID.
+        A message over ``MAX_MESSAGE_BYTES`` raises TooLarge (no receiver takes it)."""
+        cids = self.put_many([(dest, rel, args)])
+        if not cids:
+            raise TooLarge(f"an @async {rel} message over {MAX_MESSAGE_BYTES} bytes is not sent")
+        return cids[0]
 
     def put_many(self, tuples: Iterable[tuple[Value, str, Sequence[Value]]]) -> list[Link]:
-        """Queue many tuples in one transaction (the sink of one epoch)."""
+        """Queue many tuples in one transaction (the sink of one epoch). A message over
+        ``MAX_MESSAGE_BYTES`` is logged and dropped: every receiver would refuse it, and
+        queued it would be retried forever."""
         rows = []
         for dest, rel, args in tuples:
             cid, data = encode_message(
                 self.identity.public_key, dest, make_fact(rel, args), os.urandom(12)
             )
+            if len(data) > MAX_MESSAGE_BYTES:
+                log.error(
+                    "@async %s/%d message to %s is %d bytes, over the %d-byte limit: not sent",
+                    rel,
+                    len(args),
+                    dest,
+                    len(data),
+                    MAX_MESSAGE_BYTES,
+                )
+                continue
             rows.append((cid.raw, str(dest), data))
         with self._lock, transaction(self.conn, self.blockstore):
             self.conn.executemany(
@@ -169,8 +187,7 @@ class Outbox:
                 continue
             by_url.setdefault(url, []).append(row)
         for url, rows in by_url.items():
-            for i in range(0, len(rows), MAX_BATCH):
-                batch = rows[i : i + MAX_BATCH]
+            for batch in _batches(rows):
                 error = await self._post(session, url, batch, timeout)
                 if error is None:
                     with self._lock, transaction(self.conn, self.blockstore):
@@ -285,3 +302,19 @@ class Inbox:
         msgs = self.pending(limit)
         self.ack(m.cid for m in msgs)
         return msgs
+
+
+def _batches(rows: list) -> Iterator[list]:
+    """Consecutive batches of outbox rows within ``MAX_BATCH`` messages and
+    ``WRITE_MAX_INBOX_BATCH_BYTES`` of message bytes (receivers' inbox body limit)."""
+    batch: list = []
+    size = 0
+    for row in rows:
+        n = len(row[3])
+        if batch and (len(batch) >= MAX_BATCH or size + n > WRITE_MAX_INBOX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += n
+    if batch:
+        yield batch

@@ -29,7 +29,14 @@ from merklog.store.car import car_header, car_section
 
 from .auth import AllowList, ReplayGuard, SignedRequest, check_digest, verify_request
 from .errors import MalformedBlock, NotFound, ReplicationError, RequestTimeout, TooLarge
-from .limits import RECEIVE_MAX_BODY, RECEIVE_MAX_SECTION, WRITE_MAX_BATCH_BYTES
+from .limits import (
+    RECEIVE_MAX_BODY,
+    RECEIVE_MAX_INBOX_BODY,
+    RECEIVE_MAX_SECTION,
+    RECEIVE_MAX_SUMMARY,
+    RECEIVE_MAX_SYNC_REQUEST,
+    WRITE_MAX_BATCH_BYTES,
+)
 from .messages import Inbox
 from .metrics import Metrics
 from .replica import Replica, Summary
@@ -45,13 +52,15 @@ class Limits:
 
     max_push_body: int = RECEIVE_MAX_BODY
     max_json_body: int = 4 << 20
-    max_inbox_body: int = 4 << 20
+    max_inbox_body: int = RECEIVE_MAX_INBOX_BODY
     max_block: int = RECEIVE_MAX_SECTION
     #: CAR bytes of whole deltas per sync response (the caller asks again for the rest).
     max_response: int = WRITE_MAX_BATCH_BYTES
     read_timeout: float = 60.0
     clock_skew: float = 300.0
-    max_summary: int = 1_000_000
+    max_summary: int = RECEIVE_MAX_SUMMARY
+    #: A sync request: heads plus a summary of up to ``max_summary`` CIDs.
+    max_sync_request: int = RECEIVE_MAX_SYNC_REQUEST
     #: Deflate sync responses when the caller accepts it: the CIDs in a CAR are
     #: incompressible but fact and delta structure is not.
     compress: bool = True
@@ -154,7 +163,7 @@ class SyncService:
     async def sync(self, request: web.Request) -> web.StreamResponse:
         replica = self.replica(request.match_info["id"])
         signed = self._authenticate(request, replica.dataset)
-        raw = await self._read_small(request, self.limits.max_json_body, signed)
+        raw = await self._read_small(request, self.limits.max_sync_request, signed)
         try:
             obj = json.loads(raw)
             heads = [Link.parse(h) for h in obj["heads"]]

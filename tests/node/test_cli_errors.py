@@ -187,3 +187,11 @@ def test_full_disk_exits_6_and_loses_nothing(ready: Path, tmp_path: Path, monkey
         result = run("export", str(car), ok=False)
     assert result.exit_code == ExitCode.DISK_FULL and "no space left" in result.output
     assert not car.exists() and not (tmp_path / "backup.car.tmp").exists()
+
+
+def test_unknown_relation_through_a_running_node_exits_3(ready: Path, node_factory) -> None:
+    node_factory(ready).start()
+    assert_fails(merklog(ready, "query", "nope(X)"), ExitCode.NOT_FOUND, "unknown relation nope/1")
+    assert_fails(merklog(ready, "query", "edge(X)"), ExitCode.NOT_FOUND, "edge/2")
+    line = assert_fails(merklog(ready, "retract", "edge(5, 5)."), ExitCode.NOT_FOUND)
+    assert "not visible" in line

@@ -274,3 +274,42 @@ def test_sync_with_a_peer_that_is_down_says_so(tmp_path) -> None:
         asyncio.run(go())
     assert f"127.0.0.1:{port}" in str(info.value) and info.value.code == "peer_unreachable"
     a.close()
+
+
+def test_async_messages_stay_within_the_inbox_limits(tmp_path) -> None:
+    from aiohttp import ClientSession
+
+    from merklog.replication.messages import Inbox, Outbox
+
+    a_store = SQLiteBlockStore(tmp_path / "a.sqlite")
+    b_store = SQLiteBlockStore(tmp_path / "b.sqlite")
+    outbox = Outbox(a_store.conn, OWNER, blockstore=a_store)
+    got = []
+    inbox = Inbox(b_store.conn, got.append, blockstore=b_store)
+    allow = AllowList()
+    allow.allow(OWNER.public_key)
+
+    async def go() -> None:
+        runner = web.AppRunner(make_sync_app({}, allow, inbox=inbox))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        try:
+            # Over the per-message limit: refused at put, never queued.
+            with pytest.raises(TooLarge):
+                outbox.put(url, "big", ["x" * limits.MAX_MESSAGE_BYTES])
+            # 200 messages just under it (~12 MiB, over the 4 MiB inbox body): they go in
+            # several requests within the receiver's body limit, all accepted.
+            near = "y" * (limits.MAX_MESSAGE_BYTES - 300)
+            outbox.put_many((url, "near", [i, near]) for i in range(200))
+            async with ClientSession() as session:
+                report = await outbox.deliver(session)
+            assert report.delivered == 200 and report.failed == 0, report.errors
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
+    assert sorted(m.fact.args[0] for m in got) == list(range(200))
+    a_store.close()
+    b_store.close()

@@ -1,0 +1,346 @@
+"""Acceptance of deltas (DESIGN §2), decided from a delta's ancestry alone so every
+replica agrees: the block is canonical and signed by its author; it belongs to this
+dataset; all parents are accepted; ``clock`` = 1 + max parent clock; the author is the
+owner or a writer in the delta's causal past; grant/revoke ops come from the owner
+only; every asserted fact block is present and well formed.
+
+Writer status of a key in a causal past: the latest grant/revoke of that key among
+the delta's ancestors (genesis ``writers`` count as grants at clock 0), ordered by
+(Lamport clock, revoke before grant, CID). The owner is always a writer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import libipld
+
+from merklog.store import BlockStore, Fact, Link
+
+from .blocks import (
+    Delta,
+    Genesis,
+    decode_fact_fast,
+    fast_verifies,
+    parse_delta,
+)
+from .errors import (
+    CIDMismatchError,
+    InvalidDelta,
+    MalformedBlock,
+    MissingParents,
+    TooLarge,
+    Unauthorized,
+    WrongDataset,
+)
+from .identity import Identity
+from .limits import RECEIVE_MAX_PENDING_BLOCKS, RECEIVE_MAX_PENDING_BYTES
+from .sqlutil import chunks as _chunks
+from .txn import gc_paused
+
+#: Fact blocks a batch may carry ahead of the delta that asserts them (see .limits).
+MAX_PENDING_BLOCKS = RECEIVE_MAX_PENDING_BLOCKS
+MAX_PENDING_BYTES = RECEIVE_MAX_PENDING_BYTES
+
+
+@dataclass
+class ApplyResult:
+    """Outcome of :meth:`Replica.apply_blocks`: counts of new and already-known deltas."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    facts: int = 0
+    accepted_cids: list[Link] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, int]:
+        return {"accepted": self.accepted, "duplicates": self.duplicates, "facts": self.facts}
+
+
+def _op_order(op: tuple[int, int, bytes]) -> tuple[int, int, bytes]:
+    """Total order of grant/revoke ops: later clock wins, then revoke, then larger CID."""
+    clock, is_grant, delta = op
+    return (clock, 1 - is_grant, delta)
+
+
+class Acceptance:
+    """Validating and applying remote batches and local deltas (all or nothing)."""
+
+    conn: sqlite3.Connection
+    blockstore: BlockStore
+    identity: Identity
+    genesis: Genesis
+    dataset: Link
+    ds: int
+    _lock: Any
+    _subscribers: list[Any]
+    _changes: dict[Link, list[Any]]
+
+    def apply_blocks(
+        self, blocks: Iterable[tuple[Link, bytes]], verified: bool = False
+    ) -> ApplyResult:
+        """Validate and apply a batch of blocks (fact blocks before the delta asserting them).
+
+        All or nothing: the first invalid block (bad CID, malformed, bad signature,
+        unauthorised author, unknown parent, missing fact, …) raises its
+        ReplicationError and rolls the whole batch back; no subscriber is called.
+        Already-known deltas are counted as duplicates; fact blocks no following
+        delta asserts are dropped. Memory is bounded by one delta's blocks.
+        ``verified=True`` skips re-hashing blocks a verifying CAR decoder already checked.
+        """
+        result = ApplyResult()
+        with gc_paused(), self._lock:
+            try:
+                with self._tx():
+                    self._apply_stream(blocks, result, verified)
+            finally:
+                # Taken under the lock: another thread's uncommitted changes never leak here.
+                changes, self._changes = self._changes, {}
+        self._emit(changes)
+        return result
+
+    def _apply_stream(
+        self, blocks: Iterable[tuple[Link, bytes]], result: ApplyResult, verified: bool
+    ) -> None:
+        pending: dict[Link, tuple[bytes, Any]] = {}
+        pending_bytes = 0
+        for cid, data in blocks:
+            data = bytes(data)
+            if not verified and not fast_verifies(cid, data):
+                raise CIDMismatchError(f"block does not hash to {cid}")
+            try:
+                obj = libipld.decode_dag_cbor(data)
+            except Exception as exc:
+                raise MalformedBlock(f"block {cid}: malformed DAG-CBOR: {exc}") from exc
+            kind = obj.get("kind") if isinstance(obj, dict) else None
+            if kind == "delta":
+                delta = parse_delta(cid, data, obj)
+                if self._clock_of(cid) is not None:
+                    result.duplicates += 1
+                else:
+                    facts: dict[Link, tuple[bytes, Fact]] = {}
+                    for fcid in delta.asserted:
+                        got = pending.get(fcid)
+                        if got is not None:
+                            facts[fcid] = (got[0], decode_fact_fast(got[0], got[1]))
+                    self._accept(delta, facts)
+                    result.accepted += 1
+                    result.facts += len(delta.asserted)
+                    result.accepted_cids.append(cid)
+                pending.clear()
+                pending_bytes = 0
+            elif kind == "dataset":
+                if cid != self.dataset:
+                    raise WrongDataset(f"genesis block {cid} is not this dataset {self.dataset}")
+            elif isinstance(obj, dict) and len(obj) == 2 and "rel" in obj and "args" in obj:
+                pending[cid] = (data, obj)
+                pending_bytes += len(data)
+                if len(pending) > MAX_PENDING_BLOCKS or pending_bytes > MAX_PENDING_BYTES:
+                    raise TooLarge(
+                        f"more than {MAX_PENDING_BLOCKS} blocks or {MAX_PENDING_BYTES} bytes"
+                        " arrived without a delta asserting them"
+                    )
+            else:
+                raise MalformedBlock(f"block {cid} is neither a delta, a genesis nor a fact")
+
+    def _accept(self, delta: Delta, facts: dict[Link, tuple[bytes, Fact]]) -> None:
+        """Check the DAG rules for ``delta`` and commit its effects (inside a transaction)."""
+        conn, ds = self.conn, self.ds
+        if delta.dataset != self.dataset:
+            raise WrongDataset(f"delta {delta.cid} belongs to dataset {delta.dataset}")
+        clocks: dict[Link, int] = {}
+        for chunk in _chunks(delta.parents):
+            marks = ",".join("?" * len(chunk))
+            for raw, clock in conn.execute(
+                f"SELECT cid, clock FROM repl_delta WHERE ds = ? AND cid IN ({marks})",
+                (ds, *[p.raw for p in chunk]),
+            ):
+                clocks[Link(raw)] = int(clock)
+        missing = [p for p in delta.parents if p not in clocks]
+        if missing:
+            raise MissingParents(
+                f"delta {delta.cid} has {len(missing)} unknown parent(s), e.g. {missing[0]}"
+            )
+        if delta.clock != 1 + max(clocks.values()):
+            raise InvalidDelta(
+                f"delta {delta.cid} has clock {delta.clock}, expected {1 + max(clocks.values())}"
+            )
+        owner = self.genesis.owner
+        if not self._authorized(delta.author, delta.parents, delta.clock):
+            raise Unauthorized(
+                f"author {delta.author.hex()} is not a writer in the causal past of {delta.cid}"
+            )
+        auth_ops = [op for op in delta.ops if op["op"] in ("grant", "revoke")]
+        if auth_ops and delta.author != owner:
+            raise Unauthorized(f"delta {delta.cid}: only the owner may grant or revoke writers")
+        # Fact blocks: from the batch, else already stored.
+        new_blocks: list[tuple[Link, bytes]] = []
+        asserted = list(dict.fromkeys(delta.asserted))
+        for fcid in asserted:
+            got = facts.get(fcid)
+            if got is not None:
+                new_blocks.append((fcid, got[0]))
+            elif not self.blockstore.has(fcid):
+                raise MissingParents(
+                    f"delta {delta.cid} asserts fact {fcid} whose block is missing"
+                )
+        new_blocks.append((delta.cid, delta.data))
+        self.blockstore.put_many(new_blocks)
+        # DAG rows.
+        conn.execute(
+            "INSERT INTO repl_delta VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                ds,
+                delta.cid.raw,
+                delta.author,
+                delta.seq,
+                delta.clock,
+                len(delta.ops),
+                len(delta.data),
+            ),
+        )
+        conn.executemany(
+            "INSERT INTO repl_parent VALUES (?, ?, ?)",
+            [(ds, delta.cid.raw, p.raw) for p in delta.parents],
+        )
+        conn.executemany(
+            "DELETE FROM repl_head WHERE ds = ? AND cid = ?", [(ds, p.raw) for p in delta.parents]
+        )
+        conn.execute("INSERT INTO repl_head VALUES (?, ?)", (ds, delta.cid.raw))
+        for op in auth_ops:
+            conn.execute(
+                "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)",
+                (ds, op["key"], delta.cid.raw, delta.clock, 1 if op["op"] == "grant" else 0),
+            )
+        self._apply_asserts(delta.cid, asserted, facts)
+        for op in delta.ops:
+            if op["op"] == "retract":
+                self._apply_retract(delta.cid, op["fact"], op["observed"])
+
+    def _authorized(self, author: bytes, parents: Sequence[Link], clock: int) -> bool:
+        """Writer status of ``author`` in the causal past of a delta with these parents."""
+        if author == self.genesis.owner:
+            return True
+        ops = self._auth_ops(author)
+        if not ops:
+            return False
+        if all(c == 0 for c, _g, _d in ops.values()):
+            return bool(next(iter(ops.values()))[1])
+        found = [self._latest_op(author, p.raw, ops) for p in parents]
+        best = max((op for op in found if op is not None), key=_op_order, default=None)
+        return best is not None and bool(best[1])
+
+    def _auth_ops(self, key: bytes) -> dict[bytes, tuple[int, int, bytes]]:
+        """Every grant/revoke of ``key``: delta -> (clock, is_grant, delta)."""
+        return {
+            bytes(d): (int(c), int(g), bytes(d))
+            for d, c, g in self.conn.execute(
+                "SELECT delta, clock, is_grant FROM repl_auth WHERE ds = ? AND key = ?",
+                (self.ds, key),
+            )
+        }
+
+    def _latest_op(
+        self, key: bytes, node: bytes, ops: dict[bytes, tuple[int, int, bytes]]
+    ) -> tuple[int, int, bytes] | None:
+        """The deciding grant/revoke of ``key`` among ``node`` and its ancestors.
+
+        L(n) = max(op of n, L(parents of n)) by (clock, revoke first, CID), memoised in
+        ``repl_auth_memo`` so each delta is visited once per key: acceptance stays
+        linear in the log instead of walking the ancestry for every delta.
+        """
+        floor = min(c for c, _g, _d in ops.values() if c > 0)
+        base = next((op for op in ops.values() if op[0] == 0), None)  # genesis writers
+        memo: dict[bytes, tuple[int, int, bytes] | None] = {}
+        stack = [node]
+        while stack:
+            n = stack[-1]
+            if n in memo:
+                stack.pop()
+                continue
+            row = self.conn.execute(
+                "SELECT clock FROM repl_delta WHERE ds = ? AND cid = ?", (self.ds, n)
+            ).fetchone()
+            if row is None or row[0] < floor:
+                memo[n] = base  # older than any later grant/revoke of this key
+                stack.pop()
+                continue
+            cached = self.conn.execute(
+                "SELECT op FROM repl_auth_memo WHERE ds = ? AND key = ? AND delta = ?",
+                (self.ds, key, n),
+            ).fetchone()
+            if cached is not None:
+                memo[n] = ops.get(bytes(cached[0])) if cached[0] else None
+                stack.pop()
+                continue
+            parents = [
+                bytes(r[0])
+                for r in self.conn.execute(
+                    "SELECT parent FROM repl_parent WHERE ds = ? AND child = ?", (self.ds, n)
+                )
+            ]
+            todo = [p for p in parents if p not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            candidates = [memo[p] for p in parents]
+            candidates.append(ops.get(n))
+            best = max((c for c in candidates if c is not None), key=_op_order, default=None)
+            memo[n] = best
+            self.conn.execute(
+                "INSERT OR REPLACE INTO repl_auth_memo VALUES (?, ?, ?, ?)",
+                (self.ds, key, n, best[2] if best else b""),
+            )
+            stack.pop()
+        return memo[node]
+
+    def _authorized_reference(self, author: bytes, parents: Sequence[Link], clock: int) -> bool:
+        """Ancestry-walking statement of the rule (tests check ``_authorized`` against it)."""
+        if author == self.genesis.owner:
+            return True
+        rows = self.conn.execute(
+            "SELECT delta, clock, is_grant FROM repl_auth WHERE ds = ? AND key = ? AND clock < ?"
+            " ORDER BY clock DESC, is_grant ASC, delta DESC",
+            (self.ds, author, clock),
+        ).fetchall()
+        if not rows:
+            return False
+        later = [r for r in rows if r[1] > 0]
+        if not later:
+            return bool(rows[0][2])
+        floor = min(r[1] for r in later)
+        ancestors = self._ancestors_from(parents, floor, {bytes(r[0]) for r in later})
+        for raw, rclock, is_grant in rows:
+            if rclock == 0 or bytes(raw) in ancestors:
+                return bool(is_grant)
+        return False
+
+    def _ancestors_from(self, start: Sequence[Link], floor: int, wanted: set[bytes]) -> set[bytes]:
+        """Which of ``wanted`` are in the closure of ``start`` (walking only clocks >= floor)."""
+        found: set[bytes] = set()
+        seen: set[bytes] = set()
+        frontier = [p.raw for p in start]
+        while frontier and len(found) < len(wanted):
+            nxt: list[bytes] = []
+            for chunk in _chunks(frontier):
+                marks = ",".join("?" * len(chunk))
+                rows = self.conn.execute(
+                    f"SELECT cid, clock FROM repl_delta WHERE ds = ? AND cid IN ({marks})",
+                    (self.ds, *chunk),
+                ).fetchall()
+                keep = [bytes(raw) for raw, c in rows if c >= floor and bytes(raw) not in seen]
+                seen.update(keep)
+                found.update(k for k in keep if k in wanted)
+                if keep:
+                    marks = ",".join("?" * len(keep))
+                    nxt.extend(
+                        bytes(r[0])
+                        for r in self.conn.execute(
+                            f"SELECT parent FROM repl_parent WHERE ds = ? AND child IN ({marks})",
+                            (self.ds, *keep),
+                        )
+                    )
+            frontier = [p for p in dict.fromkeys(nxt) if p not in seen]
+        return found

@@ -1,0 +1,162 @@
+"""The add-wins observed-remove set (OR-set) over the replica's tables (docs/crdt.md).
+
+A fact is visible while some assert of it is not observed by any retract:
+``repl_assert.killed`` caches "a retract observes this assert", so the visible set
+is ``SELECT DISTINCT fact FROM repl_assert WHERE killed = 0``. Applying an accepted
+delta updates that cache and records the net visible changes of the transaction;
+subscribers hear them only after it committed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from merklog.store import BlockStore, Fact, Link
+
+from .blocks import (
+    Genesis,
+    decode_fact_fast,
+    fast_link,
+)
+from .identity import Identity
+from .sqlutil import chunks as _chunks
+
+#: Callback signature for visible-set changes: (+1 | -1, fact, fact CID).
+ChangeCallback = Callable[[int, Fact, Link], None]
+
+
+class ORSet:
+    """The visible set of a replica: reads, subscriptions and the updates of accepted deltas."""
+
+    conn: sqlite3.Connection
+    blockstore: BlockStore
+    identity: Identity
+    genesis: Genesis
+    dataset: Link
+    ds: int
+    _lock: Any
+    _subscribers: list[Any]
+    _changes: dict[Link, list[Any]]
+
+    def visible_cids(self) -> set[Link]:
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0", (self.ds,)
+            ).fetchall()
+        return {Link(r[0]) for r in rows}
+
+    def visible_among(self, cids: Iterable[Link]) -> set[Link]:
+        """Which of these fact CIDs are visible now."""
+        with self._lock:
+            return set(self._live_asserts_many(cids))
+
+    def visible(self) -> Iterator[tuple[Link, Fact]]:
+        """Every visible fact with its CID (sorted by CID)."""
+        for cid in sorted(self.visible_cids()):
+            yield cid, decode_fact_fast(self.blockstore.get(cid))
+
+    def visible_facts(self) -> set[Fact]:
+        return {fact for _cid, fact in self.visible()}
+
+    def subscribe(self, callback: ChangeCallback) -> Callable[[], None]:
+        """Call ``callback(+1|-1, fact, cid)`` for every committed visible-set change."""
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
+    def _live_asserts(self, fact: Link) -> list[Link]:
+        return self._live_asserts_many([fact]).get(fact, [])
+
+    def _live_asserts_many(self, facts: Iterable[Link]) -> dict[Link, list[Link]]:
+        """For each of ``facts`` that is visible: its live asserting deltas, sorted."""
+        out: dict[Link, list[Link]] = {}
+        for chunk in _chunks(list(dict.fromkeys(facts))):
+            marks = ",".join("?" * len(chunk))
+            for fact, delta in self.conn.execute(
+                f"SELECT fact, delta FROM repl_assert WHERE ds = ? AND killed = 0"
+                f" AND fact IN ({marks})",
+                (self.ds, *[f.raw for f in chunk]),
+            ):
+                out.setdefault(fast_link(bytes(fact)), []).append(fast_link(bytes(delta)))
+        for observed in out.values():
+            observed.sort()
+        return out
+
+    def _apply_asserts(
+        self, delta: Link, asserted: list[Link], facts: dict[Link, tuple[bytes, Fact]]
+    ) -> None:
+        if not asserted:
+            return
+        conn, ds = self.conn, self.ds
+        killed = {
+            bytes(r[0])
+            for r in conn.execute(
+                "SELECT fact FROM repl_retract WHERE ds = ? AND observed = ?", (ds, delta.raw)
+            )
+        }
+        live = sorted((f for f in asserted if f.raw not in killed), key=lambda f: f.raw)
+        visible_before: set[bytes] = set()
+        for chunk in _chunks(live):
+            marks = ",".join("?" * len(chunk))
+            visible_before.update(
+                bytes(r[0])
+                for r in conn.execute(
+                    f"SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0"
+                    f" AND fact IN ({marks})",
+                    (ds, *[f.raw for f in chunk]),
+                )
+            )
+        conn.executemany(
+            "INSERT INTO repl_assert VALUES (?, ?, ?, ?)",
+            sorted((ds, f.raw, delta.raw, 1 if f.raw in killed else 0) for f in asserted),
+        )
+        for f in live:
+            if f.raw not in visible_before:
+                got = facts.get(f)
+                self._note(f, +1, got[1] if got else None)
+
+    def _apply_retract(self, delta: Link, fact: Link, observed: list[Link]) -> None:
+        conn, ds = self.conn, self.ds
+        conn.executemany(
+            "INSERT OR IGNORE INTO repl_retract VALUES (?, ?, ?, ?)",
+            [(ds, fact.raw, obs.raw, delta.raw) for obs in observed],
+        )
+        killed = 0
+        for obs in observed:
+            killed += conn.execute(
+                "UPDATE repl_assert SET killed = 1 WHERE ds = ? AND fact = ? AND delta = ?"
+                " AND killed = 0",
+                (ds, fact.raw, obs.raw),
+            ).rowcount
+        if killed:
+            still = conn.execute(
+                "SELECT 1 FROM repl_assert WHERE ds = ? AND fact = ? AND killed = 0 LIMIT 1",
+                (ds, fact.raw),
+            ).fetchone()
+            if still is None:
+                self._note(fact, -1, None)
+
+    def _note(self, cid: Link, weight: int, fact: Fact | None) -> None:
+        entry = self._changes.get(cid)
+        if entry is None:
+            self._changes[cid] = [weight, fact]
+        else:
+            entry[0] += weight
+            if fact is not None:
+                entry[1] = fact
+
+    def _emit(self, changes: dict[Link, list[Any]] | None = None) -> None:
+        """Notify subscribers of committed net changes (after the lock is released)."""
+        if changes is None:
+            with self._lock:
+                changes, self._changes = self._changes, {}
+        if not self._subscribers:
+            return
+        for cid, (weight, fact) in changes.items():
+            if weight == 0:
+                continue
+            if fact is None:
+                fact = decode_fact_fast(self.blockstore.get(cid))
+            for callback in list(self._subscribers):
+                callback(weight, fact, cid)

@@ -1,0 +1,240 @@
+"""Reconciliation: which deltas a peer lacks, from its heads and a summary of its log
+(docs/sync-protocol.md), and the blocks that carry them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import libipld
+
+from merklog.store import BlockNotFound, BlockStore, Link, verify
+
+from .blocks import (
+    Genesis,
+    fast_link,
+    fast_verifies,
+)
+from .errors import (
+    MalformedBlock,
+    NeedSummary,
+)
+from .identity import Identity
+from .sqlutil import chunks as _chunks
+
+
+@dataclass
+class Summary:
+    """Set-reconciliation summary a caller sends with its heads (see docs/sync-protocol.md).
+
+    ``window`` holds the caller's heads plus its ``k`` newest deltas (by clock);
+    ``boundary`` the parents of window deltas outside the window. ``complete``
+    means the window is the caller's entire log.
+    """
+
+    window: list[Link]
+    boundary: list[Link]
+    complete: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "window": [str(c) for c in self.window],
+            "boundary": [str(c) for c in self.boundary],
+            "complete": self.complete,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Summary:
+        if not isinstance(obj, dict):
+            raise MalformedBlock("summary must be an object {window, boundary, complete}")
+        try:
+            window = [Link.parse(c) for c in obj.get("window", [])]
+            boundary = [Link.parse(c) for c in obj.get("boundary", [])]
+        except (ValueError, TypeError) as exc:
+            raise MalformedBlock(f"summary holds a bad CID: {exc}") from exc
+        return cls(window, boundary, bool(obj.get("complete", False)))
+
+
+def _asserted_facts(delta_block: bytes) -> list[Link]:
+    """Distinct fact CIDs asserted by an (already accepted) delta block."""
+    obj = libipld.decode_dag_cbor(delta_block)
+    return [
+        fast_link(f)
+        for f in dict.fromkeys(op["fact"] for op in obj["ops"] if op.get("op") == "assert")
+    ]
+
+
+class Reconciliation:
+    """What a peer lacks and the blocks to send it; peers' last known heads."""
+
+    conn: sqlite3.Connection
+    blockstore: BlockStore
+    identity: Identity
+    genesis: Genesis
+    dataset: Link
+    ds: int
+    _lock: Any
+    _subscribers: list[Any]
+    _changes: dict[Link, list[Any]]
+
+    def remember_peer_heads(self, peer: str, heads: Sequence[Link]) -> None:
+        """Record a peer's heads as last seen (sizes the next summary for that peer)."""
+        with self._lock, self._tx():
+            self.conn.execute(
+                "INSERT OR REPLACE INTO repl_peer VALUES (?, ?, ?)",
+                (self.ds, peer, b"".join(h.raw for h in sorted(heads))),
+            )
+
+    def peer_heads(self, peer: str) -> list[Link]:
+        """The heads last recorded for ``peer`` (empty if never synced)."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT heads FROM repl_peer WHERE ds = ? AND peer = ?", (self.ds, peer)
+            ).fetchone()
+        if row is None:
+            return []
+        raw = bytes(row[0])
+        return [fast_link(raw[i : i + 36]) for i in range(0, len(raw), 36)]
+
+    def unsynced_count(self, peer: str) -> int | None:
+        """How many of our deltas the peer lacked when last seen (None if never synced)."""
+        last = [h for h in self.peer_heads(peer) if self.has_delta(h)]
+        if not last:
+            return None
+        return len(self.missing_deltas(last))
+
+    def summary(self, k: int | None = 32) -> Summary:
+        """Reconciliation summary: heads + ``k`` newest deltas + their outside parents.
+
+        ``k=None`` sends the whole log (always sufficient).
+        """
+        with self._lock:
+            heads = [h.raw for h in self.heads()]
+            if k is None:
+                rows = self.conn.execute(
+                    "SELECT cid FROM repl_delta WHERE ds = ?", (self.ds,)
+                ).fetchall()
+            else:
+                rows = self.conn.execute(
+                    "SELECT cid FROM repl_delta WHERE ds = ? ORDER BY clock DESC, cid LIMIT ?",
+                    (self.ds, k),
+                ).fetchall()
+            window = set(heads) | {bytes(r[0]) for r in rows}
+            boundary: set[bytes] = set()
+            if k is not None:
+                for chunk in _chunks(sorted(window)):
+                    marks = ",".join("?" * len(chunk))
+                    boundary.update(
+                        bytes(r[0])
+                        for r in self.conn.execute(
+                            f"SELECT parent FROM repl_parent WHERE ds = ? AND child IN ({marks})",
+                            (self.ds, *chunk),
+                        )
+                    )
+                boundary -= window
+            (total,) = self.conn.execute(
+                "SELECT count(*) FROM repl_delta WHERE ds = ?", (self.ds,)
+            ).fetchone()
+        return Summary(
+            sorted(Link(c) for c in window),
+            sorted(Link(c) for c in boundary),
+            complete=len(window) >= total,
+        )
+
+    def missing_deltas(
+        self, their_heads: Sequence[Link], summary: Summary | None = None
+    ) -> list[Link]:
+        """Deltas we hold that a peer with ``their_heads`` (+ ``summary``) lacks, in clock order.
+
+        Raises NeedSummary if some of their heads are unknown here and the summary
+        (if any) does not prove which of our deltas they hold.
+        """
+        with self._lock:
+            seeds = set(their_heads)
+            if summary is not None:
+                seeds |= set(summary.window) | set(summary.boundary)
+            known = self._known_subset(seeds)
+            unknown_heads = [h for h in their_heads if h.raw not in known]
+            if unknown_heads:
+                if summary is None:
+                    raise NeedSummary(
+                        f"{len(unknown_heads)} of the caller's heads are unknown here;"
+                        " send a summary"
+                    )
+                if not summary.complete:
+                    unknown_boundary = [b for b in summary.boundary if b.raw not in known]
+                    if unknown_boundary:
+                        raise NeedSummary(
+                            f"summary boundary holds {len(unknown_boundary)} unknown deltas;"
+                            " send a larger window"
+                        )
+            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS repl_seed (cid BLOB PRIMARY KEY)")
+            self.conn.execute("DELETE FROM temp.repl_seed")
+            self.conn.executemany("INSERT INTO temp.repl_seed VALUES (?)", [(k,) for k in known])
+            rows = self.conn.execute(
+                "WITH RECURSIVE have(cid) AS (SELECT cid FROM temp.repl_seed"
+                " UNION SELECT p.parent FROM repl_parent p JOIN have ON p.ds = ? AND p.child = have.cid)"
+                " SELECT d.cid FROM repl_delta d WHERE d.ds = ? AND d.clock > 0"
+                " AND d.cid NOT IN (SELECT cid FROM have) ORDER BY d.clock, d.cid",
+                (self.ds, self.ds),
+            ).fetchall()
+            self.conn.execute("DELETE FROM temp.repl_seed")
+        return [Link(r[0]) for r in rows]
+
+    def _known_subset(self, cids: Iterable[Link]) -> set[bytes]:
+        cids = list(cids)
+        known: set[bytes] = set()
+        for chunk in _chunks(cids):
+            marks = ",".join("?" * len(chunk))
+            known.update(
+                bytes(r[0])
+                for r in self.conn.execute(
+                    f"SELECT cid FROM repl_delta WHERE ds = ? AND cid IN ({marks})",
+                    (self.ds, *[c.raw for c in chunk]),
+                )
+            )
+        return known
+
+    def blocks_for(self, deltas: Iterable[Link]) -> Iterator[tuple[Link, bytes]]:
+        """For each delta (in order): its asserted fact blocks, then the delta block."""
+        offer = self.blockstore.shared_sqlite()
+        shared = offer is not None and offer.conn is self.conn
+        for cid in deltas:
+            with self._lock:
+                data = self.blockstore.get(cid)
+                facts = _asserted_facts(data)
+                if shared:  # SQLiteBlockStore on our connection: batched reads
+                    blocks = self._sqlite_blocks(facts)
+                else:
+                    blocks = list(self.blockstore.get_many(facts))
+                blocks.append((cid, data))
+            yield from blocks
+
+    def _sqlite_blocks(self, cids: list[Link]) -> list[tuple[Link, bytes]]:
+        """Blocks read straight from the shared SQLite store's blocks table
+        (:class:`merklog.store.SharedSQLite`), ``IN`` batches, re-hashed like any read."""
+        out = []
+        for chunk in _chunks(cids):
+            marks = ",".join("?" * len(chunk))
+            rows = self.conn.execute(
+                f"SELECT cid, data FROM blocks WHERE cid IN ({marks})", [c.raw for c in chunk]
+            ).fetchall()
+            if len(rows) != len(chunk):
+                found = {bytes(r[0]) for r in rows}
+                raise BlockNotFound(next(c for c in chunk if c.raw not in found))
+            for raw, data in rows:
+                cid = fast_link(bytes(raw))
+                data = bytes(data)
+                if not fast_verifies(cid, data):
+                    verify(cid, data, "sqlite store")
+                out.append((cid, data))
+        return out
+
+    def missing_for(
+        self, their_heads: Sequence[Link], summary: Summary | None = None
+    ) -> Iterator[tuple[Link, bytes]]:
+        """Every block a peer with ``their_heads`` lacks (raises NeedSummary eagerly)."""
+        return self.blocks_for(self.missing_deltas(their_heads, summary))
