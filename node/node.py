@@ -33,9 +33,10 @@ from merklog.store import Fact, Link, fact_cid, make_fact
 
 from . import dataset as dataset_mod
 from . import epochstate, programs, programstore, queries, querycheck, storage, writes
-from .config import Config, new_token
+from .config import Config
 from .errors import NodeInputError
-from .files import open_private, private_dir
+from .files import open_private
+from .homeinit import IDENTITY_FILE, init_home
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
 from .peersync import PeerSync, sync_with
@@ -45,7 +46,6 @@ from .tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
-IDENTITY_FILE = "identity.pem"
 TICK_REL = "tick"
 
 FactLike = Fact | tuple | str
@@ -82,34 +82,6 @@ class QueryResult:
             "rows": [[value_to_json(v) for v in r] for r in self.rows],
             "epoch": self.epoch,
         }
-
-
-def init_home(
-    home: Path, overrides: dict[str, Any] | None = None, join: tuple[Link, bytes] | None = None
-) -> tuple[Config, bool]:
-    """Create keys, config and dataset in ``home`` if missing; return (config, created).
-
-    ``join=(dataset, genesis_block)`` follows an existing dataset instead of creating one.
-    """
-    private_dir(home)
-    created = not (home / "config.toml").exists()
-    cfg = Config.load(home, overrides)
-    identity = Identity.load_or_create(home / IDENTITY_FILE)
-    for key in ("token", "read_token"):
-        if not cfg.get(f"api.{key}"):
-            cfg.data["api"][key] = new_token()
-    if join is not None or not cfg.get("dataset.id"):
-        store = storage.open_store(cfg)
-        try:
-            if join is not None:
-                dataset = dataset_mod.join_dataset(store, identity, *join)
-            else:
-                dataset = dataset_mod.create_dataset(store, identity, home.name)
-            cfg.data["dataset"]["id"] = str(dataset)
-        finally:
-            store.close()
-    cfg.save()
-    return cfg, created
 
 
 class Node:
