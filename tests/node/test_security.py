@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import stat
+import time
 import urllib.request
 from pathlib import Path
 
@@ -241,6 +242,22 @@ def test_client_dying_mid_sync_is_not_a_server_error(tmp_path: Path, node_factor
             sock.setsockopt(
                 socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
             )
+    # Die mid-push: the server is still reading the body when the connection resets.
+    push = f"/v1/datasets/{dataset}/push"
+    car = b"x" * 2_000_000
+    headers = sign_headers(peer, "POST", push, hashlib.sha256(car).hexdigest())
+    with socket.create_connection((host, int(port))) as sock:
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        sock.sendall(
+            (
+                f"POST {push} HTTP/1.1\r\nHost: {host}\r\n"
+                f"Content-Type: application/vnd.ipld.car\r\n"
+                f"Content-Length: {len(car)}\r\n{head}\r\n"
+            ).encode()
+            + car[:100_000]
+        )
+        time.sleep(0.5)  # let the server start reading the body (not a timing assertion)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     assert na.request("GET", "/healthz")[0] == 200
     na.stop()
     assert na.proc is None
