@@ -9,6 +9,7 @@ outbox/inbox, the epoch state and the stored program all use, so one
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from merklog.store import BlockStore, MemoryBlockStore
@@ -37,14 +38,22 @@ def open_store(cfg: Config) -> BlockStore:
     return SQLiteBlockStore(path)
 
 
+#: The SQLite connection made for each store that offers none (memory, IPFS): the
+#: replica, the ``@async`` outbox/inbox and the epoch state share it.
+_OWN: weakref.WeakKeyDictionary[BlockStore, Any] = weakref.WeakKeyDictionary()
+
+
 def _conn(store: BlockStore) -> Any:
-    """The SQLite connection that belongs to ``store`` (made once for a memory store)."""
-    conn = getattr(store, "conn", None)
+    """The store's shared SQLite connection (``shared_sqlite()``), or one in-memory SQLite
+    database made once for a store that offers none."""
+    offer = store.shared_sqlite()
+    if offer is not None:
+        return offer.conn
+    conn = _OWN.get(store)
     if conn is None:
         from merklog.replication.txn import connect
 
-        conn = connect(":memory:")
-        store.conn = conn  # type: ignore[attr-defined]
+        conn = _OWN[store] = connect(":memory:")
     return conn
 
 
