@@ -13,9 +13,10 @@ from typing import Any
 
 from aiohttp import web
 
+from merklog.replication.errors import ReplicationError
 from merklog.store import Link, StoreError, decode, decode_fact
 
-from . import wiring
+from . import queries
 from .errors import NodeInputError
 from .jsonvalues import fact_from_json, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
@@ -146,7 +147,7 @@ async def query(request: web.Request) -> web.Response:
     text = await _query_text(request)
     try:
         result = node.query(text)
-    except NodeInputError as exc:
+    except (NodeInputError, ValueError) as exc:  # syntax, unknown relation or arity
         raise ApiError(400, "bad query", str(exc)) from None
     return web.json_response(result.to_json())
 
@@ -166,7 +167,7 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     text = await _query_text(request)
     try:
         sub = node.subscribe(text, callback)
-    except NodeInputError as exc:
+    except (NodeInputError, ValueError) as exc:
         raise ApiError(400, "bad query", str(exc)) from None
     try:
         resp = web.StreamResponse(
@@ -177,7 +178,7 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
             }
         )
         await resp.prepare(request)
-        columns = wiring.query_columns_of(sub.query)
+        columns = queries.query_columns_of(sub.query)
         closed = asyncio.ensure_future(closing.wait())
         try:
             while not closing.is_set():
@@ -254,7 +255,7 @@ async def write_facts(request: web.Request) -> web.Response:
     rem = _facts_field(node, body, "retract")
     try:
         result = await node.write_async(add, rem)
-    except wiring.replication_errors() as exc:  # e.g. this key is not (yet) a writer
+    except ReplicationError as exc:  # e.g. this key is not (yet) a writer
         raise ApiError(403, "refused", str(exc)) from None
     await node.settled()  # read-your-writes: the answer comes after the epoch that saw it
     return web.json_response(result.to_json())
@@ -286,7 +287,7 @@ async def sync_now(request: web.Request) -> web.Response:
         raise NodeInputError(f"{body['url']!r} is neither a peer in [peers] nor an http(s) URL")
     try:
         return web.json_response(await node.sync(url))
-    except wiring.replication_errors() as exc:  # unreachable, refused: the peer's problem
+    except ReplicationError as exc:  # unreachable, refused: the peer's problem
         raise ApiError(502, "peer unreachable", str(exc)) from None
 
 
@@ -298,7 +299,7 @@ async def grant(request: web.Request) -> web.Response:
         raise NodeInputError('"key" must be a 64-digit hex Ed25519 public key')
     try:
         delta = node.grant(key)
-    except wiring.replication_errors() as exc:
+    except ReplicationError as exc:
         raise ApiError(403, "refused", str(exc)) from None
     return web.json_response({"delta": delta})
 
@@ -307,7 +308,7 @@ async def revoke(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     try:
         delta = node.revoke(request.match_info["key"])
-    except wiring.replication_errors() as exc:
+    except ReplicationError as exc:
         raise ApiError(403, "refused", str(exc)) from None
     return web.json_response({"delta": delta})
 
@@ -321,6 +322,6 @@ async def import_car(request: web.Request) -> web.Response:
         blocks = list(decoder.feed(await request.read()))
         decoder.close()
         result = node.import_blocks(blocks)
-    except (StoreError, *wiring.replication_errors()) as exc:
+    except (StoreError, ReplicationError) as exc:
         raise ApiError(400, "rejected", str(exc)) from None
     return web.json_response(result)

@@ -1,6 +1,7 @@
-"""Creating a home all or nothing, and joining a dataset from a peer.
+"""The home directory: creating it (keys, tokens, config, dataset), all or nothing, and
+joining a dataset from a peer.
 
-``initialise`` wraps :func:`merklog.node.node.init_home`: whatever it created is
+``init_home`` creates what is missing in a home. ``initialise`` wraps it: whatever it created is
 removed again if any step fails (an unknown ``store.backend``, a full disk, a
 peer that vanished), so a failed ``merklog init`` never leaves a half-made home
 that later commands call "not a merklog home". ``fetch_join`` asks a peer for
@@ -17,10 +18,45 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from merklog.replication.identity import Identity
 from merklog.store import Link
 
-from .config import ORIGIN, Config
+from . import dataset as dataset_mod
+from . import storage
+from .config import ORIGIN, Config, new_token
 from .failures import ExitCode, Failure
+from .files import private_dir
+
+#: The node's Ed25519 key in its home (PKCS#8 PEM, 0600).
+IDENTITY_FILE = "identity.pem"
+
+
+def init_home(
+    home: Path, overrides: dict[str, Any] | None = None, join: tuple[Link, bytes] | None = None
+) -> tuple[Config, bool]:
+    """Create keys, config and dataset in ``home`` if missing; return (config, created).
+
+    ``join=(dataset, genesis_block)`` follows an existing dataset instead of creating one.
+    """
+    private_dir(home)
+    created = not (home / "config.toml").exists()
+    cfg = Config.load(home, overrides)
+    identity = Identity.load_or_create(home / IDENTITY_FILE)
+    for key in ("token", "read_token"):
+        if not cfg.get(f"api.{key}"):
+            cfg.data["api"][key] = new_token()
+    if join is not None or not cfg.get("dataset.id"):
+        store = storage.open_store(cfg)
+        try:
+            if join is not None:
+                dataset = dataset_mod.join_dataset(store, identity, *join)
+            else:
+                dataset = dataset_mod.create_dataset(store, identity, home.name)
+            cfg.data["dataset"]["id"] = str(dataset)
+        finally:
+            store.close()
+    cfg.save()
+    return cfg, created
 
 
 @dataclass(frozen=True)
@@ -90,8 +126,6 @@ def initialise(
     home: Path, overrides: dict[str, Any], join: Join | None, existed: bool
 ) -> tuple[Config, bool]:
     """``init_home`` all or nothing; records the joined peer as ``[peers] origin``."""
-    from .node import init_home
-
     before = {p.name for p in home.iterdir()} if existed else set()
     try:
         cfg, created = init_home(

@@ -17,13 +17,25 @@ from typing import Any
 from aiohttp import ClientConnectionError, ClientPayloadError, web
 
 from merklog.replication.errors import ReplicationError
-from merklog.store import BlockNotFound, InvalidValue, StoreError
+from merklog.store import BlockNotFound, Error, InvalidValue, StoreError
 
 from .config import Config
 from .errors import NodeInputError, Unauthorized
+from .failures import ExitCode, Failure
 from .metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
+
+#: HTTP status and error name for each exit status of :mod:`merklog.node.failures`.
+_FAILURE_STATUS: dict[int, tuple[int, str]] = {
+    ExitCode.BAD_INPUT: (400, "bad input"),
+    ExitCode.NOT_FOUND: (404, "not found"),
+    ExitCode.PEER_UNREACHABLE: (502, "peer unreachable"),
+    ExitCode.STORE_DAMAGED: (500, "store damaged"),
+    ExitCode.DISK_FULL: (507, "disk full"),
+    ExitCode.NOT_A_WRITER: (403, "refused"),
+    ExitCode.FAILED: (409, "failed"),
+}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: ``(method, route template) -> access`` where access is public | read | write | peer.
@@ -129,7 +141,12 @@ def _map(exc: BaseException) -> tuple[int, str, str] | None:
         return 404, "not found", str(exc)
     if isinstance(exc, ReplicationError):
         return exc.status, exc.code, exc.detail
-    if isinstance(exc, NodeInputError | InvalidValue):
+    if isinstance(exc, Failure):  # the CLI's classification, as an HTTP status
+        status, error = _FAILURE_STATUS.get(exc.exit_code, (500, "failed"))
+        return status, error, str(exc)
+    if isinstance(exc, NodeInputError | InvalidValue) or (
+        isinstance(exc, Error) and isinstance(exc, ValueError)
+    ):
         return 400, "bad input", str(exc)
     if isinstance(exc, StoreError):
         return 500, "store error", str(exc)

@@ -24,23 +24,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from merklog.replication.blocks import Assert, Retract
 from merklog.replication.errors import PeerUnreachable
+from merklog.replication.identity import Identity
+from merklog.replication.messages import Inbox, Outbox
 from merklog.store import Error as MerklogError
 from merklog.store import Fact, Link, fact_cid, make_fact
 
-from . import epochstate, programs, programstore, querycheck, wiring, writes
-from .config import Config, new_token
+from . import dataset as dataset_mod
+from . import epochstate, programs, programstore, queries, querycheck, storage, writes
+from .config import Config
 from .errors import NodeInputError
-from .files import open_private, private_dir
+from .files import open_private
+from .homeinit import IDENTITY_FILE, init_home
+from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
-from .peersync import PeerSync
+from .peersync import PeerSync, sync_with
 from .runtime import HomeLock
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
-IDENTITY_FILE = "identity.pem"
 TICK_REL = "tick"
 
 FactLike = Fact | tuple | str
@@ -74,37 +79,9 @@ class QueryResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "columns": self.columns,
-            "rows": [[wiring.json_value(v) for v in r] for r in self.rows],
+            "rows": [[value_to_json(v) for v in r] for r in self.rows],
             "epoch": self.epoch,
         }
-
-
-def init_home(
-    home: Path, overrides: dict[str, Any] | None = None, join: tuple[Link, bytes] | None = None
-) -> tuple[Config, bool]:
-    """Create keys, config and dataset in ``home`` if missing; return (config, created).
-
-    ``join=(dataset, genesis_block)`` follows an existing dataset instead of creating one.
-    """
-    private_dir(home)
-    created = not (home / "config.toml").exists()
-    cfg = Config.load(home, overrides)
-    identity = wiring.Identity.load_or_create(home / IDENTITY_FILE)
-    for key in ("token", "read_token"):
-        if not cfg.get(f"api.{key}"):
-            cfg.data["api"][key] = new_token()
-    if join is not None or not cfg.get("dataset.id"):
-        store = wiring.open_store(cfg)
-        try:
-            if join is not None:
-                dataset = wiring.join_dataset(store, identity, *join)
-            else:
-                dataset = wiring.create_dataset(store, identity, home.name)
-            cfg.data["dataset"]["id"] = str(dataset)
-        finally:
-            store.close()
-    cfg.save()
-    return cfg, created
 
 
 class Node:
@@ -118,13 +95,13 @@ class Node:
         if identity is None:
             if self.home is None:
                 raise NodeInputError("a node without a home needs an identity")
-            identity = wiring.Identity.load_or_create(self.home / IDENTITY_FILE)
+            identity = Identity.load_or_create(self.home / IDENTITY_FILE)
         self.identity = identity
-        self.store = wiring.open_store(config)
+        self.store = storage.open_store(config)
         if config.get("store.backend") == "memory":
             # Nothing outlives the process: a memory node owns a fresh dataset each time.
             name = self.home.name if self.home is not None else "memory"
-            self.dataset = wiring.create_dataset(self.store, self.identity, name)
+            self.dataset = dataset_mod.create_dataset(self.store, self.identity, name)
         else:
             self.dataset = Link.parse(config.get("dataset.id"))
         self._mutex = threading.RLock()
@@ -138,7 +115,7 @@ class Node:
         self._seq = 0
         self._done_seq = 0
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
-        self.replica = wiring.open_replica(
+        self.replica = dataset_mod.open_replica(
             self.store, self.dataset, self.identity, self._on_visible_change
         )
         self.last_sync: dict[str, Any] | None = None
@@ -153,16 +130,18 @@ class Node:
         self._flushing = False
         self.program_text = ""
         self._carry: dict[str, set[tuple]] = {}
-        self.outbox, self.inbox = wiring.open_messaging(
-            self.store, self.identity, self._resolve_destination, self._on_message
+        conn = storage.store_conn(self.store)
+        self.outbox = Outbox(
+            conn, self.identity, resolve=self._resolve_destination, blockstore=self.store
         )
+        self.inbox = Inbox(conn, on_message=self._on_message, blockstore=self.store)
         # Restart: the visible set is the EDB (fed whole to the first epoch), the epoch
         # number and @next carry-over come from the last committed epoch.
-        self._state = epochstate.load(wiring.store_conn(self.store))
+        self._state = epochstate.load(storage.store_conn(self.store))
         self.epoch = self._state.epoch
         self.engine: Any = programs.empty_program()
         self._reload = True
-        for fact in wiring.visible_facts(self.replica):
+        for _cid, fact in self.replica.visible():
             self._pending.append((fact, +1))
         programstore.restore(self, config.path("node.program"))
         same = self._state.program == self.engine.digest
@@ -190,7 +169,7 @@ class Node:
     def memory(cls, overrides: dict[str, Any] | None = None) -> Node:
         """A node that lives in memory only: fresh key, fresh dataset, no file touched."""
         cfg = Config.load(None, {**(overrides or {}), "store.backend": "memory"})
-        return cls(cfg, None, wiring.Identity.generate())
+        return cls(cfg, None, Identity.generate())
 
     def close(self) -> None:
         """Stop the background tasks (if any), close the store, release the home lock."""
@@ -284,7 +263,7 @@ class Node:
             if isinstance(item, Fact):
                 out.append(make_fact(item.rel, item.args))
             elif isinstance(item, str):
-                out.extend(wiring.parse_facts(item))
+                out.extend(queries.parse_facts(item))
             else:
                 rel, args = item
                 out.append(make_fact(rel, args))
@@ -306,12 +285,16 @@ class Node:
         if add or rem:
             writes.require_writer(self)
             result.not_visible = writes.not_visible(self.replica, rem)
-            result.delta = self.atomically(wiring.replica_write, self.replica, add, rem)
+            result.delta = self.atomically(self._replica_write, add, rem)
             if result.delta is not None:
                 self.metrics.deltas.inc()
             self.metrics.writes.inc(len(add) + len(rem))
             self.wake()
         return result
+
+    def _replica_write(self, asserts: list[Fact], retracts: list[Fact]) -> Link | None:
+        """One transaction of as many signed deltas as receivers' limits need; the last CID."""
+        return self.replica.write([Assert(f) for f in asserts] + [Retract(f) for f in retracts])
 
     async def write_async(self, asserts: list[Fact], retracts: list[Fact]) -> WriteResult:
         """``write`` for the event loop: concurrent callers share one delta and one fsync
@@ -397,8 +380,8 @@ class Node:
         """
         runner = programs.compile_program(text, source, engine)
         if persist:
-            conn = wiring.store_conn(self.store)
-            programstore.save(conn, self.store, wiring.transaction(self.store), text, source)
+            conn = storage.store_conn(self.store)
+            programstore.save(conn, self.store, storage.transaction(self.store), text, source)
         with self._mutex:
             self.engine = runner
             self.program_text = text
@@ -447,7 +430,7 @@ class Node:
             self._carry = {}
             if self.config.get("node.tick"):
                 events.setdefault(TICK_REL, set()).add((epoch,))
-            messages = wiring.pending_messages(self.inbox)
+            messages = [(m.cid, m.fact) for m in self.inbox.pending()]
             for _cid, fact in messages:
                 events.setdefault(fact.rel, set()).add(fact.args)
             deltas, outbox = self.engine.step(inserts, deletes, events)
@@ -457,12 +440,12 @@ class Node:
             live = self.engine.async_live()
             # Every epoch commits atomically: its number, carry-over, inbox acks, outbox.
             state = epochstate.EpochState(epoch, self.engine.digest, nxt, live)
-            with wiring.transaction(self.store):
-                epochstate.save(wiring.store_conn(self.store), state)
+            with storage.transaction(self.store):
+                epochstate.save(storage.store_conn(self.store), state)
                 if messages:
-                    wiring.ack_messages(self.inbox, [cid for cid, _ in messages])
+                    self.inbox.ack([cid for cid, _ in messages])
                 if outbox:
-                    wiring.queue_messages(self.outbox, outbox)
+                    self.outbox.put_many((dest, f.rel, f.args) for dest, f in outbox)
             self._state = state
             self._sent = live
             self.epoch = epoch
@@ -534,11 +517,11 @@ class Node:
 
     def _evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
         with self._mutex:
-            return wiring.evaluate_query(query, self.relation)
+            return queries.evaluate_query(query, self.relation)
 
     def query(self, text: str) -> QueryResult:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
-        q = wiring.parse_query(text)
+        q = queries.parse_query(text)
         with self._mutex:  # an unknown relation or arity is an error, not "(0 rows)"
             querycheck.require_known(
                 q,
@@ -551,9 +534,9 @@ class Node:
 
     def subscribe(self, text: str, callback: Callback) -> Subscription:
         """Call ``callback("result", rows, [])`` now, then ``("delta", added, removed)``."""
-        q = wiring.parse_query(text)
+        q = queries.parse_query(text)
         sub = Subscription(
-            q, frozenset(wiring.query_relations(q)), callback, wiring.atom_matcher(q)
+            q, frozenset(queries.query_relations(q)), callback, queries.atom_matcher(q)
         )
         with self._mutex:
             if sub.match is not None:
@@ -586,7 +569,7 @@ class Node:
         state = self.peer_sync.setdefault(url, PeerSync(url))
         state.attempt()
         try:
-            stats = await wiring.sync_with(self.served_replica, url, self.config, progress)
+            stats = await sync_with(self.served_replica, url, self.config, progress)
         except (asyncio.CancelledError, NodeInputError):
             raise
         except Exception as exc:
@@ -656,7 +639,7 @@ class Node:
 
         def blocks() -> Iterable[tuple[Link, bytes]]:
             yield genesis, self.store.get(genesis)
-            yield from wiring.all_blocks(self.replica)
+            yield from self.replica.missing_for([self.replica.dataset])
 
         return self.heads(), blocks()
 
@@ -689,9 +672,10 @@ class Node:
     def import_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
         """Verify and apply blocks (all or nothing); the next epoch sees the new facts."""
         genesis = self.dataset
-        result = self.atomically(
-            wiring.apply_blocks, self.replica, ((c, d) for c, d in blocks if c != genesis)
+        applied = self.atomically(
+            self.replica.apply_blocks, ((c, d) for c, d in blocks if c != genesis)
         )
+        result = applied.to_json()
         self.metrics.deltas.inc(result.get("accepted", 0))
         self.wake()
         if not self.tasks.running:
@@ -731,10 +715,10 @@ class Node:
     def served_replica(self) -> Any:
         """The replica as handed to sync (server routes and client): applying a batch of
         replicated deltas is one step for the epoch loop."""
-        return wiring.AtomicApply(self.replica, self.atomically)
+        return dataset_mod.AtomicApply(self.replica, self.atomically)
 
     def heads(self) -> list[Link]:
-        return wiring.replica_heads(self.replica)
+        return self.replica.heads()
 
     def status(self) -> dict[str, Any]:
         with self._mutex:

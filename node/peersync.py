@@ -1,4 +1,5 @@
-"""Per-peer sync state of a running node: what ``status`` shows for each peer.
+"""Syncing with peers: one sync run, who may sync with us, and the per-peer sync state
+of a running node (what ``status`` shows for each peer).
 
 Kept in memory by the node (a restart starts with no attempts); ``deltas_behind``
 comes from the replica: how many of our deltas the peer lacked when last seen,
@@ -7,9 +8,16 @@ plus everything written since.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from merklog.replication.auth import AllowList
+from merklog.replication.client import SyncClient
+
+from .config import Config
 
 
 @dataclass
@@ -39,3 +47,59 @@ class PeerSync:
 
     def to_json(self, name: str | None, deltas_behind: int | None) -> dict[str, Any]:
         return {"name": name, **asdict(self), "deltas_behind": deltas_behind}
+
+
+async def sync_with(
+    replica: Any, url: str, cfg: Config, progress: Callable[[str, int, int], None] | None
+) -> dict[str, Any]:
+    """Pull then push with the peer at ``url`` (signed with this node's key);
+    ``progress(direction, body bytes, deltas)`` after each request."""
+    async with SyncClient(
+        replica.identity, timeout=float(cfg.get("sync.timeout")), progress=progress
+    ) as client:
+        stats = await client.sync(url, replica)
+    out = dataclasses.asdict(stats)
+    out["bytes_in"] = stats.bytes_received
+    out["bytes_out"] = stats.bytes_sent
+    out["deltas_in"] = stats.accepted
+    return out
+
+
+def config_allow_list(cfg: Config) -> Any:
+    """The peers allowed to sync: keys in ``[peers]``, re-read when config.toml changes."""
+    return _ConfigAllowList(cfg)
+
+
+class _ConfigAllowList:
+    """Peers allowed to sync: the keys in ``[peers]`` of config.toml, re-read when it changes
+    (so ``merklog peers add`` takes effect on a running node)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self._cls = AllowList
+        self.cfg = cfg
+        self._mtime = -1.0
+        self._allow = AllowList()
+
+    def _current(self) -> Any:
+        if self.cfg.home is None:  # a memory node: its peers are the configured ones
+            allow = self._cls()
+            for peer in self.cfg.peers.values():
+                if isinstance(peer, dict) and peer.get("key"):
+                    allow.allow(peer["key"], [self.cfg.get("dataset.id")])
+            return allow
+        path = self.cfg.home / "config.toml"
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return self._allow
+        if mtime != self._mtime:
+            fresh = Config.load(self.cfg.home)
+            allow = self._cls()
+            for peer in fresh.peers.values():
+                if isinstance(peer, dict) and peer.get("key"):
+                    allow.allow(peer["key"], [fresh.get("dataset.id")])
+            self._allow, self._mtime = allow, mtime
+        return self._allow
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._current(), name)

@@ -4,7 +4,7 @@
 check of :func:`merklog.engine.checks.check_program` (range restriction, safe
 negation, aggregate scoping, arity, stratification, ``@next`` finiteness) and
 builds a :class:`ProgramRunner`. A bad program raises
-:class:`~merklog.node.wiring.NodeInputError` whose text starts
+:class:`~merklog.node.errors.NodeInputError` whose text starts
 ``SOURCE:LINE:COL:`` — before anything in the node changes.
 
 The runner drives :class:`merklog.engine.incremental.IncrementalEngine`: each
@@ -26,7 +26,7 @@ from typing import Any
 from merklog.engine import ast
 from merklog.store import Fact
 
-from .wiring import NodeInputError
+from .errors import NodeInputError
 
 log = logging.getLogger(__name__)
 

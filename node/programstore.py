@@ -21,6 +21,8 @@ from typing import Any
 
 from merklog.store import BlockNotFound, Link, decode, encode
 
+from .storage import store_conn
+
 log = logging.getLogger(__name__)
 
 SCHEMA = (
@@ -67,10 +69,8 @@ def save(conn: Any, store: Any, transaction: Any, text: str, source: str) -> Lin
 
 def restore(node: Any, legacy_path: Path | None) -> None:
     """Load the home's stored program into ``node``; else migrate a legacy file path."""
-    from . import wiring
-
     try:
-        found = stored(wiring.store_conn(node.store), node.store)
+        found = stored(store_conn(node.store), node.store)
     except BlockNotFound:
         log.error("the stored program's block is missing; running without a program")
         found = None

@@ -74,7 +74,7 @@ class UnanswerableQuery(Failure, ValueError):
 
 def evaluate(run: Callable[[Any], T], query: Any) -> T:
     """``run(query)``, with the planner's "unschedulable" turned into bad input (queries
-    are checked when parsed, :func:`merklog.node.wiring.parse_query`; this is the net)."""
+    are checked when parsed, :func:`merklog.node.queries.parse_query`; this is the net)."""
     from merklog.engine.errors import UnschedulableError
 
     try:

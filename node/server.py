@@ -23,8 +23,8 @@ from aiohttp import web
 from . import handlers as h
 from . import middleware
 from .node import Node
+from .peersync import config_allow_list
 from .runtime import remove_runfile, write_runfile
-from .wiring import config_allow_list
 
 NODE_KEY = h.NODE_KEY
 READY_KEY = h.READY_KEY

@@ -13,11 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from merklog.replication.errors import ReplicationError
 from merklog.store import Fact, Link
 
-from . import wiring, writes
+from . import writes
 from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config
+from .errors import NodeInputError
 from .failures import ExitCode, Failure, UnknownRelation, exit_code_for_status
 from .node import Node
 from .runtime import HomeLock, read_runfile, remove_runfile
@@ -217,10 +219,10 @@ def input_errors() -> tuple[type[BaseException], ...]:
     from merklog.store import InvalidValue, StoreError
 
     return (
-        wiring.NodeInputError,
+        NodeInputError,
         InvalidValue,
         StoreError,
         TargetError,
         ValueError,
-        *wiring.replication_errors(),
+        ReplicationError,
     )

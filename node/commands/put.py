@@ -39,8 +39,8 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
 
     from merklog.node.cliutil import facts_text, target
     from merklog.node.failures import NotVisible
+    from merklog.node.queries import parse_facts
     from merklog.node.target import load_config
-    from merklog.node.wiring import parse_facts
 
     parsed = parse_facts(facts_text(facts, file))
     # Through a running node each chunk is one request: stay well under its body limit.

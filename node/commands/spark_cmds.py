@@ -104,7 +104,7 @@ def _local_node(state: State) -> Any:
 def _local_replica(state: State) -> Iterator[Any]:
     """The home's replica alone, under the home lock: export needs the log, not a node,
     so the node's start-up (loading every visible fact into the engine) is skipped."""
-    from merklog.node import wiring
+    from merklog.node import storage
     from merklog.node.config import Config
     from merklog.node.runtime import HomeBusy, HomeLock
     from merklog.node.storecheck import precheck
@@ -120,10 +120,10 @@ def _local_replica(state: State) -> Iterator[Any]:
     except HomeBusy as exc:
         raise click.ClickException(f"{exc} (stop the running node first)") from None
     try:
-        store = wiring.open_store(cfg)
+        store = storage.open_store(cfg)
         try:
             dataset = Link.parse(cfg.get("dataset.id"))
-            yield Replica.open(wiring.store_conn(store), store, _identity(state.home), dataset)
+            yield Replica.open(storage.store_conn(store), store, _identity(state.home), dataset)
         finally:
             store.close()
     finally:

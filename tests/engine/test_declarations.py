@@ -8,8 +8,8 @@ from merklog.engine import Program
 from merklog.engine.errors import ArityError, DeclarationError, ParseError
 from merklog.engine.program import detect_dialect
 from merklog.engine.schema import Schema, value_fits
+from merklog.node.errors import NodeInputError
 from merklog.node.programs import compile_program
-from merklog.node.wiring import NodeInputError
 from merklog.store import Link, fact_cid, make_fact
 
 DECL = ".decl edge(src: int, dst: int).\n.decl label(node: any, text: str).\n"

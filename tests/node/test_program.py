@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from merklog.engine.program import Program
+from merklog.node.errors import NodeInputError
 from merklog.node.node import Node
-from merklog.node.wiring import NodeInputError
 
 from .conftest import Cli
 

@@ -92,4 +92,6 @@ def test_join_on_an_initialised_home_refuses_without_force(tmp_path: Path, node_
     switched = b("init", "--join", na.url, "--token", na.read_token, "--force")
     assert "switching" in switched.output and dataset(b.home) == dataset(a.home)
     assert _facts(b) == []  # the other dataset's facts are no longer visible
-    assert b("init", "--join", na.url, "--token", na.read_token).exit_code == 0  # same dataset again: nothing to do
+    assert (
+        b("init", "--join", na.url, "--token", na.read_token).exit_code == 0
+    )  # same dataset again: nothing to do

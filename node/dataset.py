@@ -1,0 +1,50 @@
+"""The node's replica of its dataset: create, join or open it, and apply batches of
+replicated deltas as one step for the epoch loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from merklog.replication.identity import Identity
+from merklog.replication.replica import Replica
+from merklog.store import BlockStore, Fact, Link
+
+from .storage import store_conn
+
+
+def create_dataset(store: BlockStore, identity: Identity, name: str) -> Link:
+    """A new dataset owned by ``identity``; returns its genesis CID."""
+    replica = Replica.create(store_conn(store), store, identity, name or "merklog")
+    return replica.dataset
+
+
+def open_replica(
+    store: BlockStore,
+    dataset: Link,
+    identity: Identity,
+    on_change: Callable[[Fact, int], None],
+) -> Replica:
+    replica = Replica.open(store_conn(store), store, identity, dataset)
+    replica.subscribe(lambda weight, fact, _cid: on_change(fact, weight))
+    return replica
+
+
+def join_dataset(store: BlockStore, identity: Identity, dataset: Link, genesis: bytes) -> Link:
+    replica = Replica.open(store_conn(store), store, identity, dataset, genesis)
+    return replica.dataset
+
+
+class AtomicApply:
+    """A replica whose ``apply_blocks`` runs through ``run(fn, *args)`` (the node uses it
+    to hand all visible changes of one applied batch to the same epoch)."""
+
+    def __init__(self, replica: Replica, run: Callable[..., Any]) -> None:
+        self._replica = replica
+        self._run = run
+
+    def apply_blocks(self, *args: Any, **kw: Any) -> Any:
+        return self._run(lambda: self._replica.apply_blocks(*args, **kw))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._replica, name)

@@ -1,0 +1,118 @@
+"""Queries on a node: facts and queries in Datalog syntax, their columns, and their
+answers over the current relations (single-atom queries by matching, others through
+the batch evaluator)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from merklog.engine import ast
+from merklog.engine.checks import query_columns as _query_columns
+from merklog.store import Fact, make_fact
+
+from .errors import NodeInputError
+
+QUERY_REL = "__query"
+
+
+def parse_facts(text: str) -> list[Fact]:
+    """Ground facts in Datalog syntax (``edge(1, 2). edge(2, 3).``)."""
+    from merklog.engine.parser import parse_facts as _parse
+
+    try:
+        parsed = _parse(text)
+    except Exception as exc:  # parser errors carry line:column
+        raise NodeInputError(str(exc)) from exc
+    return [f if isinstance(f, Fact) else make_fact(f[0], f[1]) for f in parsed]
+
+
+def parse_query(text: str) -> tuple[ast.BodyLiteral, ...]:
+    """An atom (``path(1, X)``) or a conjunction (``edge(X, Y), !edge(Y, X)``), checked:
+    a query no evaluation order can answer (``!edge(X, Y)``, ``edge(X, Y), Z > 1``)
+    is refused here with the engine's line:col error, like a syntax error."""
+    from merklog.engine.checks import check_query_body
+    from merklog.engine.errors import EngineError
+    from merklog.engine.parser import parse_query_body
+
+    try:
+        body = parse_query_body(text)
+        check_query_body(body)
+    except EngineError as exc:
+        raise NodeInputError(str(exc)) from exc
+    return body
+
+
+def query_relations(query: tuple[ast.BodyLiteral, ...]) -> set[str]:
+    return {atom.rel for lit in query for atom, _ in ast.body_atoms(lit)}
+
+
+def evaluate_query(
+    query: tuple[ast.BodyLiteral, ...], relation: Callable[[str], set[tuple]]
+) -> tuple[list[str], list[tuple]]:
+    """Columns (the query's named variables) and the distinct rows answering it."""
+    columns = _query_columns(query)
+    names = [v.name for v in columns]
+    match = atom_matcher(query)
+    if match is not None:
+        rel = query[0].atom.rel  # type: ignore[union-attr]
+        rows = {m for m in map(match, relation(rel)) if m is not None}
+        return names, list(rows)
+    from merklog.engine.batch import BatchEvaluator
+
+    head = ast.Atom(QUERY_REL, tuple(columns))
+    rule = ast.Rule(head, query)
+    base = {rel: relation(rel) for rel in query_relations(query)}
+    result = BatchEvaluator([rule]).evaluate(base)
+    return names, list(result.get(QUERY_REL, ()))
+
+
+def _same(a: Any, b: Any) -> bool:
+    return (
+        type(a) is type(b)
+        and a == b
+        or (
+            isinstance(a, int | float)
+            and isinstance(b, int | float)
+            and not isinstance(a, bool)
+            and not isinstance(b, bool)
+            and a == b
+        )
+    )
+
+
+def atom_matcher(
+    query: tuple[ast.BodyLiteral, ...],
+) -> Callable[[tuple], tuple | None] | None:
+    """For a single-atom query of constants and variables, a function mapping one tuple of
+    its relation to the answer row it yields (None if it does not match); None otherwise."""
+    if len(query) != 1 or not isinstance(query[0], ast.Positive) or query[0].cid is not None:
+        return None
+    atom = query[0].atom
+    if not all(isinstance(a, ast.Var | ast.Const) for a in atom.args):
+        return None
+    names = [v.name for v in _query_columns(query)]
+    n = len(atom.args)
+
+    def match(row: tuple) -> tuple | None:
+        if len(row) < n or (len(row) != n and not atom.rest):
+            return None
+        env: dict[str, Any] = {}
+        for arg, value in zip(atom.args, row, strict=False):
+            if isinstance(arg, ast.Const):
+                if not _same(arg.value, value):
+                    return None
+            elif arg.anonymous:
+                continue
+            elif arg.name in env:
+                if not _same(env[arg.name], value):
+                    return None
+            else:
+                env[arg.name] = value
+        return tuple(env[name] for name in names)
+
+    return match
+
+
+def query_columns_of(query: tuple[ast.BodyLiteral, ...]) -> list[str]:
+    return [v.name for v in _query_columns(query)]
