@@ -34,8 +34,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "static_dir": "",  # folder served at / (an app page), "" = none
     },
     "store": {
-        "backend": "sqlite",  # sqlite (default) or memory
+        "backend": "sqlite",  # sqlite (default), ipfs (blocks on an IPFS daemon) or memory
         "path": "store.sqlite",  # SQLite file, relative to the home directory
+        "ipfs_api": "/ip4/127.0.0.1/tcp/5001/http",  # IPFS daemon RPC API (ipfs backend)
+        "ipfs_timeout": 30.0,  # seconds any one request to the IPFS daemon may take
     },
     "api": {
         "token": "",  # bearer token for local write endpoints (init generates one)

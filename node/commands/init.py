@@ -18,18 +18,56 @@ def register(cli: click.Group) -> None:
         metavar="URL",
         help="Follow the dataset of the node at URL instead of creating one.",
     )
+    @click.option(
+        "--store",
+        "backend",
+        type=click.Choice(["sqlite", "ipfs", "memory"]),
+        default=None,
+        help="Where blocks live (store.backend): a SQLite file, or an IPFS daemon.",
+    )
+    @click.option(
+        "--ipfs-api",
+        default=None,
+        metavar="URL_OR_MULTIADDR",
+        help="RPC API of the IPFS daemon (store.ipfs_api), e.g. http://127.0.0.1:5001.",
+    )
     @pass_state
-    def init(state: State, port: int | None, host: str | None, join_url: str | None) -> None:
+    def init(
+        state: State,
+        port: int | None,
+        host: str | None,
+        join_url: str | None,
+        backend: str | None,
+        ipfs_api: str | None,
+    ) -> None:
         """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset."""
-        from merklog.node.config import ConfigError
+        from merklog.node.config import Config, ConfigError
         from merklog.node.node import IDENTITY_FILE, init_home
         from merklog.node.runtime import HomeBusy, HomeLock
+        from merklog.node.target import input_errors
+        from merklog.node.wiring import check_store
 
         overrides = dict(state.overrides)
         if port is not None:
             overrides["node.port"] = port
         if host is not None:
             overrides["node.host"] = host
+        if backend is not None:
+            overrides["store.backend"] = backend
+        if ipfs_api is not None:
+            overrides["store.ipfs_api"] = ipfs_api
+            overrides.setdefault("store.backend", "ipfs")
+        try:  # an unusable store (IPFS daemon down) fails before anything is created
+            if backend is not None and (state.home / "config.toml").exists():
+                current = Config.load(state.home).get("store.backend")
+                if current != backend:
+                    raise click.ClickException(
+                        f"{state.home} already keeps its blocks in {current}; to move it to "
+                        f"{backend}, init a new home and import a CAR export of this one"
+                    )
+            check_store(Config.load(state.home, overrides))
+        except (ConfigError, *input_errors()) as exc:
+            raise click.ClickException(str(exc)) from None
         join = None
         if join_url is not None:
             import asyncio
