@@ -45,6 +45,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "sync": {
         "timeout": 30.0,  # seconds per sync request
         "interval": 0.0,  # seconds between automatic syncs with every peer (0 = off)
+        "ipfs_interval": 2.0,  # ipfs backend: seconds between head announcements on pubsub (0 = off)
     },
     "dataset": {
         "id": "",  # CID of the dataset genesis this node replicates (init creates one)

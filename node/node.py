@@ -178,7 +178,12 @@ class Node:
 
     def close(self) -> None:
         """Stop the epoch loop (if any), close the store, release the home lock."""
-        for task in (self._loop_task, self._delivery_task, self._sync_task):
+        for task in (
+            self._loop_task,
+            self._delivery_task,
+            self._sync_task,
+            getattr(self, "_ipfs_task", None),
+        ):
             if task is not None:
                 task.cancel()
         self._loop_task = self._delivery_task = self._sync_task = None
@@ -210,10 +215,16 @@ class Node:
         self._delivery_task = self._loop.create_task(self._delivery_loop())
         if float(self.config.get("sync.interval")) > 0:
             self._sync_task = self._loop.create_task(self._sync_loop())
+        from . import ipfs_sync
+
+        self._ipfs_task = ipfs_sync.start(self)  # heads over pubsub when the store is on IPFS
 
     async def stop(self) -> None:
+        ipfs_task, self._ipfs_task = getattr(self, "_ipfs_task", None), None
         tasks = [
-            t for t in (self._loop_task, self._delivery_task, self._sync_task) if t is not None
+            t
+            for t in (self._loop_task, self._delivery_task, self._sync_task, ipfs_task)
+            if t is not None
         ]
         self._loop_task = self._delivery_task = self._sync_task = None
         for task in tasks:
