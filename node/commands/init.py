@@ -16,7 +16,8 @@ def register(cli: click.Group) -> None:
         "join_url",
         default=None,
         metavar="URL",
-        help="Follow the dataset of the node at URL instead of creating one.",
+        help="Follow the dataset of the node at URL instead of creating one; on an IPFS "
+        "store, URL may be the dataset id (its genesis is fetched through the daemon).",
     )
     @click.option(
         "--store",
@@ -69,7 +70,14 @@ def register(cli: click.Group) -> None:
         except (ConfigError, *input_errors()) as exc:
             raise click.ClickException(str(exc)) from None
         join = None
-        if join_url is not None:
+        if join_url is not None and not join_url.startswith(("http://", "https://")):
+            from merklog.node.wiring import genesis_from_ipfs
+
+            try:
+                join = genesis_from_ipfs(Config.load(state.home, overrides), join_url)
+            except input_errors() as exc:
+                raise click.ClickException(f"cannot join {join_url}: {exc}") from None
+        elif join_url is not None:
             import asyncio
 
             from merklog.node.wiring import NodeInputError, fetch_genesis
