@@ -2,20 +2,24 @@
 
     python bench/ingest.py            # 1M facts
     python bench/ingest.py --n 100000 # scaled down
-    python bench/ingest.py --put-n 20000 --ipfs-api /ip4/127.0.0.1/tcp/5001/http
-
-The user's path, whole processes on the same facts (``--put-n``, 0 = skip): ``merklog
-put -f`` into a SQLite home and into an IPFS home (blocks on a js-ipfs daemon on
-loopback: the one at ``--ipfs-api``, else a private one from tests/ipfs), beside the
-daemon's floor: one raw ``dag/import`` of the same blocks, no merklog, no pins.
+    python bench/ingest.py --n 100000 --user-n 20000 --ipfs-api /ip4/127.0.0.1/tcp/5001/http
 
 Measures in one run, on the same generated facts:
 - reference encode+CID (dag-cbor + multiformats; on a sample, it is slow),
 - fast encode+CID (libipld + hashlib, what the stores use),
 - raw sha2-256 of the same block bytes (the upper limit of any encode+CID),
 - durable ingest into SQLiteBlockStore (WAL, synchronous=FULL) in batch transactions,
+- the user paths, each a whole process: ``merklog put -f FILE`` on a stopped home, the
+  same command while ``merklog node run`` serves that home (chunks of Datalog text over
+  its HTTP API), and ``POST /v1/facts`` with JSON fact bodies if the node offers them,
+- ``merklog put -f FILE`` on a stopped home whose blocks live on a js-ipfs daemon on
+  loopback (``--ipfs-api``, else a private daemon from tests/ipfs; ``--no-ipfs`` skips
+  it), beside that daemon's own floor: one raw ``dag/import`` of as many fact blocks of
+  the same shape, no merklog, no pins (goal for the IPFS home: ≥ 5,000 facts/s),
+- peers on the same facts: DuckDB loading the same rows into a table file, and the
+  Python floor (reading the file and splitting lines, nothing else),
 and prints each rate with its ratio to the others. Goals: ≥200k facts/s encode+CID,
-≥100k facts/s durable ingest.
+≥100k facts/s durable ingest and on both user paths.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import argparse
 import gc
 import hashlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,14 +63,21 @@ def rate(count: int, seconds: float) -> float:
 class Timer:
     """Wall-clock and process-CPU seconds of a block (the machine may be shared: both matter)."""
 
+    @staticmethod
+    def _cpu() -> float:
+        """CPU seconds of this process and of its finished children (user paths run as
+        subprocesses; the node's own CPU is not counted until it exits)."""
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
     def __enter__(self) -> Timer:
         self.wall = time.perf_counter()
-        self.cpu = time.process_time()
+        self.cpu = self._cpu()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.wall
-        self.cpu = time.process_time() - self.cpu
+        self.cpu = self._cpu() - self.cpu
 
 
 def bench_reference(facts: list) -> Timer:
@@ -101,50 +111,110 @@ def bench_sqlite(facts: list, batch: int, directory: str) -> tuple[Timer, int]:
     return t, stored
 
 
-class ChildTimer:
-    """Wall-clock and child-process CPU seconds of a block that runs a subprocess."""
-
-    def __enter__(self) -> ChildTimer:
-        self.wall = time.perf_counter()
-        t = os.times()
-        self.cpu = t.children_user + t.children_system
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall = time.perf_counter() - self.wall
-        t = os.times()
-        self.cpu = t.children_user + t.children_system - self.cpu
+MERKLOG = [sys.executable, "-m", "merklog.node.cli"]
 
 
-def merklog(home: Path, *args: str) -> str:
-    """Run the ``merklog`` CLI as a user would (a new process); its stdout."""
-    cmd = [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"merklog {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout
+def write_datalog(facts: list, path: Path) -> None:
+    with open(path, "w") as out:
+        for fact in facts:
+            out.write(f"{fact}.\n")
 
 
-def bench_put(facts: list, tmp: Path, name: str, *init: str) -> ChildTimer:
-    """``merklog put -f`` of ``facts`` into a fresh home (``merklog init *init``)."""
+def bench_put_file(home: Path, path: Path) -> Timer:
+    """``merklog put -f FILE``: the whole process, as a user runs it."""
+    import subprocess
+
+    with Timer() as t:
+        subprocess.run(
+            [*MERKLOG, "--home", str(home), "put", "-f", str(path)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    return t
+
+
+def start_node(home: Path) -> tuple[object, str]:
+    import subprocess
+
+    proc = subprocess.Popen(
+        [*MERKLOG, "--home", str(home), "node", "run", "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if " listening on " in line:
+            return proc, line.split(" listening on ")[1].strip()
+    raise RuntimeError("node did not start")
+
+
+def bench_json_api(url: str, token: str, facts: list, chunk: int = 20_000) -> Timer | None:
+    """``POST /v1/facts`` with JSON fact bodies (``{"rel", "args"}``), if the node has them."""
     import json
+    import urllib.error
+    import urllib.request
 
-    home = tmp / name
-    merklog(home, "init", *init)
-    src = tmp / f"{name}.dl"
-    src.write_text("".join(f"{f}.\n" for f in facts))
-    with ChildTimer() as t:
-        merklog(home, "put", "-f", str(src))
-    stored = json.loads(merklog(home, "status", "--json"))["facts"]
-    if stored != len(set(facts)):
-        raise SystemExit(f"{name}: {stored} facts visible, expected {len(set(facts))}")
+    def post(body: dict) -> int:
+        """How many facts the node says it asserted (-1 on an HTTP error)."""
+        req = urllib.request.Request(
+            url + "/v1/facts", data=json.dumps(body).encode(), method="POST"
+        )
+        req.add_header("Content-Type", "application/json")
+        req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=600) as resp:
+                return len(json.loads(resp.read()).get("asserted") or [])
+        except urllib.error.HTTPError:
+            return -1
+
+    def plain(v: object) -> object:
+        return v if not isinstance(v, bytes | Link) else None
+
+    if any(plain(v) is None for f in facts[:100] for v in f.args):
+        return None
+    probe = {"facts": [{"rel": "probe", "args": [1]}]}
+    if post(probe) != 1:  # this node has no JSON fact form (yet)
+        return None
+    with Timer() as t:
+        for i in range(0, len(facts), chunk):
+            part = facts[i : i + chunk]
+            body = {"facts": [{"rel": f.rel, "args": list(f.args)} for f in part]}
+            if post(body) != len(part):
+                raise RuntimeError("JSON write failed")
+    return t
+
+
+def bench_duckdb(path: Path, directory: str) -> Timer | None:
+    """DuckDB loading the same facts (one row per line: relation, arguments text) into a
+    table file: a durable columnar insert of the same input, for scale."""
+    try:
+        import duckdb
+    except ImportError:
+        return None
+    with Timer() as t:
+        con = duckdb.connect(os.path.join(directory, "peer.duckdb"))
+        con.execute(
+            "CREATE TABLE facts AS SELECT split_part(line, '(', 1) AS rel, line AS fact"
+            f" FROM read_csv('{path}', columns={{'line': 'VARCHAR'}}, header=false,"
+            " delim=E'\\x01', quote='', escape='')"
+        )
+        con.execute("CHECKPOINT")
+        con.close()
+    return t
+
+
+def bench_floor(path: Path) -> Timer:
+    """The Python floor: read the file and split it into lines, nothing more."""
+    with Timer() as t:
+        with open(path) as f:
+            sum(1 for _ in f)
     return t
 
 
 def bench_dag_import_floor(n: int, api: str) -> Timer:
     """The daemon alone: one ``dag/import`` (no pins) of ``n`` fact blocks shaped like the
-    benchmark's (``generate`` from offset 10**7, so the daemon has none of them yet and
-    the IPFS home's own blocks stay new to it too)."""
+    benchmark's but with other values (so the daemon has none of them yet)."""
     from merklog.store.ipfs import IPFSBlockStore
 
     blocks = encode_facts(generate(n, start=10**7))
@@ -157,23 +227,61 @@ def bench_dag_import_floor(n: int, api: str) -> Timer:
     return t
 
 
-def put_paths(facts: list, api_arg: str | None, with_ipfs: bool, directory: str | None) -> list:
-    """Rows (name, count, timer) for the whole-process ``put -f`` comparison."""
-    rows = []
-    with tempfile.TemporaryDirectory(dir=directory, prefix="merklog-put-") as tmpdir:
-        tmp = Path(tmpdir)
-        rows.append(
-            ("merklog put -f, SQLite home (process)", len(facts), bench_put(facts, tmp, "sqlite"))
-        )
-        if with_ipfs:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
-            from _ipfs import ipfs_api
+def ipfs_paths(facts: list, path: Path, directory: str, api_arg: str | None) -> list:
+    """``merklog put -f FILE`` into a stopped IPFS home, and the daemon's floor."""
+    import subprocess
 
-            with ipfs_api(api_arg) as api:
-                floor = bench_dag_import_floor(len(facts), api)
-                home = bench_put(facts, tmp, "ipfs", "--store", "ipfs", "--ipfs-api", api)
-            rows.append(("merklog put -f, IPFS home (process)", len(facts), home))
-            rows.append(("floor: raw dag/import, as many blocks, no pins", len(facts), floor))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _ipfs import ipfs_api
+
+    with ipfs_api(api_arg) as api:
+        floor = bench_dag_import_floor(len(facts), api)
+        home = Path(directory) / "ipfs"
+        subprocess.run(
+            [*MERKLOG, "--home", str(home), "init", "--store", "ipfs", "--ipfs-api", api],
+            check=True,
+            capture_output=True,
+        )
+        put = bench_put_file(home, path)
+    return [
+        ("merklog put -f FILE, stopped IPFS home", len(facts), put),
+        ("js-ipfs floor: raw dag/import, no pins", len(facts), floor),
+    ]
+
+
+def user_paths(
+    facts: list, directory: str, ipfs: bool = False, ipfs_api: str | None = None
+) -> list[tuple[str, int, Timer]]:
+    """Rates of the paths users take, each a whole process, plus peers on the same file."""
+    import subprocess
+    import tomllib
+
+    rows: list[tuple[str, int, Timer]] = []
+    path = Path(directory) / "facts.dl"
+    write_datalog(facts, path)
+    rows.append(("Python floor: read + split lines", len(facts), bench_floor(path)))
+    peer = bench_duckdb(path, directory)
+    if peer is not None:
+        rows.append(("DuckDB: load the same lines into a table file", len(facts), peer))
+    stopped = Path(directory) / "stopped"
+    subprocess.run([*MERKLOG, "--home", str(stopped), "init"], check=True, capture_output=True)
+    rows.append(("merklog put -f FILE, stopped home", len(facts), bench_put_file(stopped, path)))
+    if ipfs:
+        rows.extend(ipfs_paths(facts, path, directory, ipfs_api))
+    running = Path(directory) / "running"
+    subprocess.run([*MERKLOG, "--home", str(running), "init"], check=True, capture_output=True)
+    proc, url = start_node(running)
+    try:
+        rows.append(
+            ("merklog put -f FILE, running node (HTTP)", len(facts), bench_put_file(running, path))
+        )
+        token = tomllib.loads((running / "config.toml").read_text())["api"]["token"]
+        json_path = bench_json_api(url, token, facts)
+        if json_path is not None:
+            rows.append(("POST /v1/facts JSON bodies, running node", len(facts), json_path))
+    finally:
+        proc.terminate()  # type: ignore[attr-defined]
+        proc.wait()  # type: ignore[attr-defined]
     return rows
 
 
@@ -191,10 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", default=None, help="directory for the SQLite file (default tmp)")
     parser.add_argument(
-        "--put-n", type=int, default=20_000, help="facts for the merklog put -f runs (0 = skip)"
+        "--user-n", type=int, default=None, help="facts for the user paths (default --n)"
     )
-    parser.add_argument("--ipfs-api", default=None, help="IPFS daemon API (default: start one)")
+    parser.add_argument("--no-user", action="store_true", help="skip the whole-process paths")
     parser.add_argument("--no-ipfs", action="store_true", help="skip the IPFS home")
+    parser.add_argument("--ipfs-api", default=None, help="IPFS daemon API (default: start one)")
     args = parser.parse_args(argv)
 
     print(f"generating {args.n:,} facts …", flush=True)
@@ -213,19 +322,22 @@ def main(argv: list[str] | None = None) -> int:
     del blocks
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="merklog-bench-") as tmp:
         durable, stored = bench_sqlite(facts, args.batch, tmp)
+    user: list[tuple[str, int, Timer]] = []
+    if not args.no_user:
+        with tempfile.TemporaryDirectory(dir=args.dir, prefix="merklog-bench-") as tmp:
+            user = user_paths(
+                facts[: args.user_n or len(facts)], tmp, not args.no_ipfs, args.ipfs_api
+            )
     if stored != len(set(facts)):
         print(f"error: stored {stored} facts, expected {len(set(facts))}", file=sys.stderr)
         return 1
-    put_rows = []
-    if args.put_n:
-        print(f"merklog put -f of {args.put_n:,} facts (whole processes) …", flush=True)
-        put_rows = put_paths(facts[: args.put_n], args.ipfs_api, not args.no_ipfs, args.dir)
 
     rows = [
         (f"encode+CID reference (dag-cbor, {len(sample):,} facts)", len(sample), reference),
         ("encode+CID fast (libipld + hashlib)", len(facts), fast),
         ("raw sha2-256 of the same bytes (limit)", len(facts), sha),
         (f"durable SQLite ingest, batches of {args.batch:,}", len(facts), durable),
+        *user,
     ]
     fast_rate = rate(len(facts), fast.wall)
     sha_rate = rate(len(facts), sha.wall)
@@ -238,31 +350,32 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<50} {wall:>13,.0f} {rate(count, t.cpu):>12,.0f} "
             f"{wall / fast_rate:>7.2f} {wall / sha_rate:>9.3f}"
         )
-    if put_rows:
-        print()
-        sqlite_put = rate(put_rows[0][1], put_rows[0][2].wall)
-        print(
-            f"{'user path (CPU = the merklog process)':<50} {'facts/s wall':>13} {'facts/s CPU':>12} {'÷ SQLite':>9}"
-        )
-        for name, count, t in put_rows:
-            wall = rate(count, t.wall)
-            print(
-                f"{name:<50} {wall:>13,.0f} {rate(count, t.cpu):>12,.0f} {wall / sqlite_put:>9.3f}"
-            )
-        if len(put_rows) == 3:
-            ipfs_put = rate(put_rows[1][1], put_rows[1][2].wall)
-            floor = rate(put_rows[2][1], put_rows[2][2].wall)
-            print(
-                f"IPFS home / daemon floor: {ipfs_put / floor:.2f} (goal: IPFS home >= 5,000 facts/s:"
-                f" {'met' if ipfs_put >= 5000 else 'NOT met'})"
-            )
     durable_rate = rate(len(facts), durable.wall)
     print()
     print(f"fast / reference encode+CID: {fast_rate / rate(len(sample), reference.wall):.1f}x")
     print(f"durable ingest / fast encode+CID: {durable_rate / fast_rate:.2f}")
+    for name, count, t in user:
+        print(f"{name} / durable store ingest: {rate(count, t.wall) / durable_rate:.3f}")
+    by_name = {name: rate(count, t.wall) for name, count, t in user}
+    if "merklog put -f FILE, stopped IPFS home" in by_name:
+        ipfs_rate = by_name["merklog put -f FILE, stopped IPFS home"]
+        print(
+            f"IPFS home / SQLite home: {ipfs_rate / by_name['merklog put -f FILE, stopped home']:.3f};"
+            f" IPFS home / js-ipfs floor: {ipfs_rate / by_name['js-ipfs floor: raw dag/import, no pins']:.2f}"
+        )
     goals = [
         ("encode+CID >= 200k/s", fast_rate >= 200_000),
         ("durable ingest >= 100k/s", durable_rate >= 100_000),
+        *(
+            (f"{name} >= 100k/s", rate(count, t.wall) >= 100_000)
+            for name, count, t in user
+            if name.startswith(("merklog", "POST")) and "IPFS" not in name
+        ),
+        *(
+            (f"{name} >= 5k/s", rate(count, t.wall) >= 5_000)
+            for name, count, t in user
+            if "IPFS home" in name
+        ),
     ]
     print(
         "goals (wall clock): " + ", ".join(f"{g}: {'met' if ok else 'NOT met'}" for g, ok in goals)

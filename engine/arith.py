@@ -14,8 +14,9 @@ Arithmetic ``a op b`` (``op`` in ``+ - * / %``):
   (the rule derives nothing for that binding; values never silently wrap).
   ``int_bits=32`` (Soufflé dialect): results wrap two's complement to int32 as
   Soufflé's ``number`` does (``2147483647 + 1 == -2147483648``).
-- any float operand -> float (IEEE f64; ``%`` is C ``fmod``); a non-finite
-  result -> :class:`NoBinding`; ``-0.0`` is normalised to ``0.0`` like stored values.
+- any float operand -> float (IEEE f64; ``%`` is C ``fmod``) returned as an engine
+  :class:`~merklog.engine.values.Float`; a non-finite result -> :class:`NoBinding`;
+  ``-0.0`` is normalised to ``0.0`` like stored values.
 - ``str + str`` concatenates; ``bytes + bytes`` concatenates. Every other
   combination (bools, CIDs, strings with numbers, …) -> :class:`NoBinding`.
 
@@ -23,13 +24,18 @@ Comparisons ``== != < <= > >=``:
 
 - same type: natural order (numbers numerically, strings by code point, bytes
   lexicographically, ``false < true``, CIDs by their raw bytes);
-- int vs float: numerically and exactly (``1 == 1.0``);
-- bool is NOT a number: ``true == 1`` is false;
+- int vs float: numerically and exactly (``1 == 1.0``, ``2**53 + 1 > 2.0**53``);
+- bool is NOT a number: ``true == 1`` is false, and a bool is not ordered against numbers;
 - any other mixed pair: ``==`` is false, ``!=`` is true, and ordering comparisons
   are false (the constraint filters the binding out).
 
 :func:`sort_key` gives the total order used where one is needed across types
-(min/max aggregates, deterministic output): bool < number < str < bytes < CID.
+(min/max aggregates, deterministic output): bool < number < str < bytes < CID,
+with an int before an equal float (``1`` before ``1.0``).
+
+Every function accepts values in engine form (:mod:`merklog.engine.values`:
+``Float``, ``Bool``) as well as plain merklog values, and returns engine values,
+so results keep their identity (``1.0 + 1`` is the float ``2.0``, never ``2``).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ import math
 from collections.abc import Callable
 
 from merklog.store import Link, Value
+
+from .values import Bool, Float
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -65,10 +73,15 @@ def _trunc_mod(a: int, b: int) -> int:
     return a - b * _trunc_div(a, b)
 
 
-def _float_result(value: float) -> float:
+def _float_result(value: float) -> Float:
     if value != value or value in (math.inf, -math.inf):
         raise NoBinding
-    return value if value != 0.0 else 0.0
+    return Float(value)  # Float() normalises -0.0
+
+
+#: Python types holding a number, plain or in engine form (``bool`` is not one).
+_NUMBER = frozenset((int, float, Float))
+_FLOATS = frozenset((float, Float))
 
 
 def _generic(op: str, a: Value, b: Value, int_bits: int) -> Value:
@@ -96,7 +109,7 @@ def _generic(op: str, a: Value, b: Value, int_bits: int) -> Value:
         if INT64_MIN <= r <= INT64_MAX:
             return r
         raise NoBinding
-    if (ta is int or ta is float) and (tb is int or tb is float):
+    if ta in _NUMBER and tb in _NUMBER:
         x = float(a)  # type: ignore[arg-type]
         y = float(b)  # type: ignore[arg-type]
         if op == "+":
@@ -135,8 +148,8 @@ def negate(a: Value, int_bits: int = 64) -> Value:
         if r > INT64_MAX:
             raise NoBinding
         return r
-    if type(a) is float:
-        return _float_result(-a)  # type: ignore[operator]
+    if type(a) in _FLOATS:
+        return _float_result(-float(a))  # type: ignore[arg-type]
     raise NoBinding
 
 
@@ -186,13 +199,38 @@ def make_arith(op: str, int_bits: int = 64) -> Callable[[Value, Value], Value]:
 
 # ----------------------------------------------------------------- comparisons
 
+#: The comparison class of each Python type a value may have (plain or engine form).
+_CLASS = {
+    int: "number",
+    float: "number",
+    Float: "number",
+    bool: "bool",
+    Bool: "bool",
+    str: "str",
+    bytes: "bytes",
+    Link: "cid",
+}
+
 
 def _comparable(a: Value, b: Value) -> bool:
     ta = type(a)
     tb = type(b)
     if ta is tb:
         return True
-    return (ta is int or ta is float) and (tb is int or tb is float)
+    return ta in _NUMBER and tb in _NUMBER or _CLASS.get(ta, ta) == _CLASS.get(tb, tb)
+
+
+def _plain(value: Value) -> Value:
+    """A value whose Python comparison operators follow merklog's within its class:
+    ``Float`` -> ``float`` (exact against ints), ``Bool`` -> ``bool``, ``Link`` -> raw bytes."""
+    kind = type(value)
+    if kind is Float:
+        return float(value)  # type: ignore[arg-type]
+    if kind is Bool:
+        return bool(value)
+    if kind is Link:
+        return value.raw  # type: ignore[union-attr]
+    return value
 
 
 def compare(op: str, a: Value, b: Value) -> bool:
@@ -201,72 +239,62 @@ def compare(op: str, a: Value, b: Value) -> bool:
 
 
 def make_compare(op: str) -> Callable[[Value, Value], bool]:
-    """A closure for one comparison operator (fast path: same Python type)."""
+    """A closure for one comparison operator (fast path: two ints, or two strings)."""
+    if op not in ("==", "!=", "<", "<=", ">", ">="):
+        raise ValueError(f"unknown comparison operator {op!r}")
     comparable = _comparable
-    if op == "==":
+    plain = _plain
+    import operator
+
+    fn = {
+        "==": operator.eq,
+        "!=": operator.ne,
+        "<": operator.lt,
+        "<=": operator.le,
+        ">": operator.gt,
+        ">=": operator.ge,
+    }[op]
+    if op == "!=":
 
         def f(a: Value, b: Value) -> bool:
-            return a == b and comparable(a, b)
-
-    elif op == "!=":
-
-        def f(a: Value, b: Value) -> bool:
-            return not (a == b and comparable(a, b))
-
-    elif op == "<":
-
-        def f(a: Value, b: Value) -> bool:
-            if not comparable(a, b):
-                return False
-            if type(a) is Link:
-                return a.raw < b.raw  # type: ignore[union-attr]
-            return a < b  # type: ignore[operator]
-
-    elif op == "<=":
-
-        def f(a: Value, b: Value) -> bool:
-            if not comparable(a, b):
-                return False
-            if type(a) is Link:
-                return a.raw <= b.raw  # type: ignore[union-attr]
-            return a <= b  # type: ignore[operator]
-
-    elif op == ">":
-
-        def f(a: Value, b: Value) -> bool:
-            if not comparable(a, b):
-                return False
-            if type(a) is Link:
-                return a.raw > b.raw  # type: ignore[union-attr]
-            return a > b  # type: ignore[operator]
-
-    elif op == ">=":
-
-        def f(a: Value, b: Value) -> bool:
-            if not comparable(a, b):
-                return False
-            if type(a) is Link:
-                return a.raw >= b.raw  # type: ignore[union-attr]
-            return a >= b  # type: ignore[operator]
+            ta = type(a)
+            if ta is type(b) and (ta is int or ta is str):
+                return a != b
+            return not comparable(a, b) or plain(a) != plain(b)
 
     else:
-        raise ValueError(f"unknown comparison operator {op!r}")
+
+        def f(a: Value, b: Value) -> bool:
+            ta = type(a)
+            if ta is type(b) and (ta is int or ta is str):
+                return fn(a, b)
+            return comparable(a, b) and fn(plain(a), plain(b))
+
     return f
 
 
-_RANK = {bool: 0, int: 1, float: 1, str: 2, bytes: 3, Link: 4}
+_RANK = {bool: 0, Bool: 0, int: 1, float: 1, Float: 1, str: 2, bytes: 3, Link: 4}
 
 
-def sort_key(value: Value) -> tuple[int, Value | bytes]:
-    """Total order across types: bool < number < str < bytes < CID, natural within."""
-    if type(value) is Link:
+def sort_key(value: Value) -> tuple:
+    """Total order across types: bool < number < str < bytes < CID, natural within
+    (an int sorts just before an equal float, so ``1`` and ``1.0`` never tie)."""
+    kind = type(value)
+    if kind is int:
+        return (1, value, 0)
+    if kind is Float or kind is float:
+        return (1, float(value), 1)  # type: ignore[arg-type]
+    if kind is Link:
         return (4, value.raw)  # type: ignore[union-attr]
-    return (_RANK[type(value)], value)
+    if kind is Bool:
+        return (0, bool(value))
+    return (_RANK[kind], value)
 
 
 def values_equal(a: Value, b: Value) -> bool:
-    """Datalog equality of two values (``true`` is not ``1``; ``1 == 1.0``)."""
-    return a == b and _comparable(a, b)
+    """Datalog comparison ``a == b`` (``true`` is not ``1``; ``1 == 1.0``). Value
+    *identity* (joins, constants in atoms, sets) is engine-form ``==`` instead."""
+    return _comparable(a, b) and _plain(a) == _plain(b)
 
 
 __all__ = [

@@ -25,6 +25,8 @@ from typing import Literal as TypingLiteral
 
 from merklog.store import Value, format_value
 
+from .values import from_engine, to_engine
+
 
 @dataclass(frozen=True, slots=True)
 class Pos:
@@ -56,13 +58,26 @@ class Var:
 
 @dataclass(frozen=True, slots=True)
 class Const:
-    """A constant: one merklog value (int64, float, str, bytes, bool, Link)."""
+    """A constant: one merklog value (int64, float, str, bytes, bool, Link).
+
+    ``value`` is the plain value as written; evaluators use its engine form
+    (:func:`merklog.engine.values.to_engine`). Equality and hashing follow value
+    identity, so ``Const(1)``, ``Const(1.0)`` and ``Const(True)`` are three
+    constants (Python's ``1 == 1.0 == True`` would merge rules and caches)."""
 
     value: Value
     pos: Pos = field(default=NOPOS, compare=False, hash=False, repr=False)
 
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Const:
+            return NotImplemented
+        return to_engine(self.value) == to_engine(other.value)
+
+    def __hash__(self) -> int:
+        return hash(to_engine(self.value))
+
     def __str__(self) -> str:
-        return format_value(self.value)
+        return format_value(from_engine(self.value))
 
 
 ArithOp = TypingLiteral["+", "-", "*", "/", "%"]
@@ -216,12 +231,15 @@ class Rule:
         return f"{head}{suffix} :- {', '.join(str(b) for b in self.body)}."
 
 
-ColumnType = TypingLiteral["number", "unsigned", "float", "symbol", "any"]
+ColumnType = TypingLiteral[
+    "number", "unsigned", "float", "symbol", "any", "int", "str", "bytes", "bool", "cid"
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Declaration:
-    """A relation's declared schema (Soufflé ``.decl``); ``any`` when undeclared."""
+    """A relation's declared schema (``.decl`` in both dialects; merklog types
+    ``int float str bytes bool cid any``, Soufflé ``number unsigned float symbol``)."""
 
     rel: str
     columns: tuple[tuple[str, ColumnType], ...]
@@ -309,3 +327,39 @@ def grouping_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
         else:
             outside.update(v.name for v in literal_vars(lit))
     return {v.name for inner in agg.body for v in literal_vars(inner)} & outside
+
+
+def atom_bound_vars(body: Iterable[BodyLiteral]) -> set[str]:
+    """Variables a positive atom of ``body`` binds (plain arguments and CID variables).
+
+    ``X == term`` binds such a variable never, it filters: binding ``X`` to ``1``
+    first and then looking ``p(X)`` up would miss ``p(1.0)``, which ``X == 1``
+    accepts (int vs float compares numerically), so the answer would depend on
+    the order the body is evaluated in."""
+    out: set[str] = set()
+    for lit in body:
+        if isinstance(lit, Positive):
+            out.update(a.name for a in lit.atom.args if isinstance(a, Var))
+            if lit.cid is not None:
+                out.add(lit.cid.name)
+    return out
+
+
+def read_arities(rules: Iterable[Rule]) -> dict[str, tuple[int, bool]]:
+    """How the rules read each relation: ``(arity, False)`` when some head or atom
+    fixes it, else ``(least arity, True)`` for relations read only through rest
+    patterns ``r(X, ...)``. Rows of other lengths are never matched."""
+    exact: dict[str, int] = {}
+    least: dict[str, int] = {}
+    for rule in rules:
+        exact.setdefault(rule.head.rel, len(rule.head.args))
+        for lit in rule.body:
+            for atom, _pol in body_atoms(lit):
+                if atom.rest:
+                    least[atom.rel] = max(least.get(atom.rel, 0), len(atom.args))
+                else:
+                    exact.setdefault(atom.rel, len(atom.args))
+    out = {rel: (n, False) for rel, n in exact.items()}
+    for rel, n in least.items():
+        out.setdefault(rel, (n, True))
+    return out

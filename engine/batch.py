@@ -11,6 +11,15 @@ indexes are kept up to date as a relation grows, so a fixpoint never rebuilds th
 Large all-integer strata are handed to the set-at-a-time columnar executor in
 :mod:`merklog.engine.columnar`; both paths give identical results (tested).
 
+Values: inside the evaluator every value is in engine form
+(:mod:`merklog.engine.values`), so joins, constants in atoms, negation, sets and
+aggregates keep ``1``, ``1.0`` and ``true`` apart. Rows are converted on the way
+in (:func:`as_rel`, constants when a rule is compiled) and back on the way out
+(:class:`Relations` hands out :class:`~merklog.engine.rows.RowSet` views,
+outboxes and CIDs use plain values). A relation's rows whose length differs from
+the arity the rules read it with are never matched (relations are name/arity);
+they are set aside on the way in and handed back unchanged in the result.
+
 Relations are ``dict[str, set[tuple]]``; the higher-level API lives in
 :mod:`merklog.engine.program`.
 """
@@ -25,6 +34,8 @@ from merklog.store import Fact, Link, fact_cid
 
 from . import ast
 from .arith import NoBinding, make_arith, make_compare, negate, sort_key
+from .rows import RowSet, engine_rows
+from .values import row_from_engine, to_engine
 
 Row = tuple[Any, ...]
 RelationSets = dict[str, set[Row]]
@@ -124,7 +135,9 @@ EMPTY = Rel()
 
 
 def as_rel(rows: Any) -> Rel:
-    """A fresh Rel from tuples, a Rel (arrays shared, never mutated) or a 2-D int array."""
+    """A fresh Rel from tuples (plain or engine values: converted to engine form
+    before they meet in a set), a :class:`RowSet`, a Rel (arrays shared, never
+    mutated) or a 2-D int array. Raises TypeError for a non-merklog value."""
     if isinstance(rows, Rel):
         if rows.cols is not None:
             return Rel(cols=rows.cols, distinct=rows.distinct, decoder=rows.decoder)
@@ -135,15 +148,17 @@ def as_rel(rows: Any) -> Rel:
         arr = np.asarray(rows, dtype=np.int64)
         cols = [np.ascontiguousarray(arr[:, j]) for j in range(arr.shape[1])]
         return Rel(cols=cols, distinct=False)
-    return Rel(tuple(r) for r in rows)
+    return Rel(engine_rows(rows))
 
 
 # ----------------------------------------------------------------------------- results
 
 
-class Relations(Mapping[str, set]):
-    """Evaluation results: relation name -> set of tuples.
+class Relations(Mapping[str, RowSet]):
+    """Evaluation results: relation name -> :class:`~merklog.engine.rows.RowSet`.
 
+    A RowSet iterates plain merklog values but keeps engine identity (``(1,)``
+    and ``(1.0,)`` are two rows); :meth:`engine` gives the engine-form set.
     Relations computed by the columnar executor stay as int64 arrays until a
     tuple set is asked for, so counting or handing columns on costs nothing.
     """
@@ -151,9 +166,13 @@ class Relations(Mapping[str, set]):
     def __init__(self, rels: Mapping[str, Rel | Iterable[Row]] | None = None) -> None:
         self._rels: dict[str, Rel] = {}
         for name, value in (rels or {}).items():
-            self._rels[name] = value if isinstance(value, Rel) else Rel(value)
+            self._rels[name] = value if isinstance(value, Rel) else as_rel(value)
 
-    def __getitem__(self, rel: str) -> set[Row]:
+    def __getitem__(self, rel: str) -> RowSet:
+        return RowSet(self._rels[rel].tuples)
+
+    def engine(self, rel: str) -> set[Row]:
+        """The tuples of ``rel`` in engine form (shared: do not mutate)."""
         return self._rels[rel].tuples
 
     def __iter__(self):
@@ -183,8 +202,10 @@ class Relations(Mapping[str, set]):
         return r.cols
 
     def sorted(self, rel: str) -> list[Row]:
-        """The tuples of ``rel`` in a deterministic order (empty when absent)."""
-        return sort_rows(self[rel]) if rel in self._rels else []
+        """The tuples of ``rel`` as plain values in a deterministic order (empty when absent)."""
+        if rel not in self._rels:
+            return []
+        return [row_from_engine(r) for r in sort_rows(self._rels[rel].tuples)]
 
     def facts(self) -> Iterable[Fact]:
         """Every tuple as a :class:`~merklog.store.Fact`, relations in name order."""
@@ -192,8 +213,9 @@ class Relations(Mapping[str, set]):
             for row in self.sorted(name):
                 yield Fact(name, row)
 
-    def to_dict(self) -> dict[str, set[Row]]:
-        return {name: set(self[name]) for name in self._rels}
+    def to_dict(self) -> dict[str, RowSet]:
+        """``relation -> RowSet`` (copies: later evaluations do not change them)."""
+        return {name: RowSet(set(self._rels[name].tuples)) for name in self._rels}
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}: {self.count(k)} tuples" for k in sorted(self._rels))
@@ -204,7 +226,8 @@ class Relations(Mapping[str, set]):
 
 
 class CidCache:
-    """CIDs of facts, computed once per (relation, tuple)."""
+    """CIDs of facts, computed once per (relation, engine tuple) from the plain
+    values, so ``C := p(X)`` binds exactly the CID the store gives ``p(X)``."""
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, Row], Link] = {}
@@ -213,7 +236,7 @@ class CidCache:
         key = (rel, row)
         cid = self._cache.get(key)
         if cid is None:
-            cid = fact_cid(Fact(rel, row))
+            cid = fact_cid(Fact(rel, row_from_engine(row)))
             self._cache[key] = cid
         return cid
 
@@ -262,6 +285,7 @@ def order_body(
     """
     rule_body = body if rule_body is None else rule_body
     bound = set(bound)
+    matched = ast.atom_bound_vars(body)
     remaining = list(range(len(body)))
     order: list[ast.BodyLiteral] = []
 
@@ -283,8 +307,8 @@ def order_body(
                 if lg and rg:
                     score = 0
                 elif lit.op == "==" and (
-                    (lg and isinstance(lit.right, ast.Var))
-                    or (rg and isinstance(lit.left, ast.Var))
+                    (lg and isinstance(lit.right, ast.Var) and lit.right.name not in matched)
+                    or (rg and isinstance(lit.left, ast.Var) and lit.left.name not in matched)
                 ):
                     score = 1
             elif isinstance(lit, ast.Negated):
@@ -351,7 +375,7 @@ class RuleCompiler:
     def term(self, term: ast.Term) -> Callable[[list], Any]:
         """An evaluator for a ground term; raises NoBinding when arithmetic has no result."""
         if isinstance(term, ast.Const):
-            value = term.value
+            value = to_engine(term.value)
             return lambda env: value
         if isinstance(term, ast.Var):
             s = self.slot(term.name)
@@ -681,10 +705,11 @@ def local_strata(rules: Iterable[ast.Rule]) -> list[list[ast.Rule]]:
 
 @dataclass
 class StepResult:
-    """One epoch's outcome: every relation, the @next tuples, and the @async outbox."""
+    """One epoch's outcome: every relation, the @next tuples, and the @async outbox
+    (``(destination, Fact)`` pairs in plain values)."""
 
     relations: Relations
-    next_tuples: RelationSets
+    next_tuples: dict[str, RowSet]
     outbox: list[tuple[Any, Fact]]
 
 
@@ -710,33 +735,59 @@ class BatchEvaluator:
         self.strata = [[r for r in s if r.time == "now"] for s in strata]
         self.strata = [s for s in self.strata if s]
         self.cids = CidCache()
+        self.arities = ast.read_arities(rules)
 
     # ------------------------------------------------------------------
-    def evaluate(self, base: Mapping[str, Iterable[Row]]) -> Relations:
-        """All relations (base and derived) after every deductive stratum reaches its fixpoint."""
+    def _load(self, base: Mapping[str, Iterable[Row]]) -> tuple[Context, RelationSets]:
+        """The context over ``base`` in engine form, and the rows set aside because
+        their length is not the arity the rules read the relation with."""
         ctx = Context(cids=self.cids)
-        ctx.full = {rel: as_rel(rows) for rel, rows in base.items()}
+        aside: RelationSets = {}
+        for rel, rows in base.items():
+            r = as_rel(rows)
+            want = self.arities.get(rel)
+            if want is not None:
+                r, other = _split_arity(r, *want)
+                if other:
+                    aside[rel] = other
+            ctx.full[rel] = r
+        return ctx, aside
+
+    @staticmethod
+    def _result(ctx: Context, aside: RelationSets) -> Relations:
+        for rel, rows in aside.items():
+            r = ctx.full.get(rel)
+            ctx.full[rel] = Rel(rows | r.tuples) if r is not None else Rel(rows)
+        return Relations(ctx.full)
+
+    def evaluate(self, base: Mapping[str, Iterable[Row]]) -> Relations:
+        """All relations (base and derived) after every deductive stratum reaches its fixpoint.
+
+        ``base`` rows may hold plain or engine values; a TypeError names a value
+        that is not a merklog value."""
+        ctx, aside = self._load(base)
         for stratum in self.strata:
             self._stratum(stratum, ctx)
-        return Relations(ctx.full)
+        return self._result(ctx, aside)
 
     def step(self, base: Mapping[str, Iterable[Row]]) -> StepResult:
         """One epoch: deductive strata, then the final stratum of @next and @async rules."""
-        ctx = Context(cids=self.cids)
-        ctx.full = {rel: as_rel(rows) for rel, rows in base.items()}
+        ctx, aside = self._load(base)
         for stratum in self.strata:
             self._stratum(stratum, ctx)
-        nxt: RelationSets = {}
+        nxt: dict[str, RowSet] = {}
         outbox: list[tuple[Any, Fact]] = []
         for rule in self.temporal:
             derived = CompiledRule(rule, set(), ctx, self.int_bits)
             rows = derived.run(derived.full)
             if rule.time == "next":
-                nxt.setdefault(rule.head.rel, set()).update(rows)
+                prev = nxt.get(rule.head.rel)
+                nxt[rule.head.rel] = RowSet(rows if prev is None else prev.engine | rows)
             else:
                 for row in sorted(rows, key=_sort_key):
-                    outbox.append((row[0] if row else None, Fact(rule.head.rel, row)))
-        return StepResult(Relations(ctx.full), nxt, outbox)
+                    plain = row_from_engine(row)
+                    outbox.append((plain[0] if plain else None, Fact(rule.head.rel, plain)))
+        return StepResult(self._result(ctx, aside), nxt, outbox)
 
     # ------------------------------------------------------------------
     def _stratum(self, rules: list[ast.Rule], ctx: Context) -> None:
@@ -776,6 +827,23 @@ class BatchEvaluator:
                         fresh.setdefault(rel, set()).update(got)
             delta = fresh
         ctx.delta.clear()
+
+
+def _split_arity(r: Rel, n: int, at_least: bool) -> tuple[Rel, set[Row]]:
+    """``r`` restricted to rows the rules can match (length ``n``, or ``>= n`` for
+    rest patterns), and the other rows."""
+    if r.cols is not None:
+        ok = len(r.cols) >= n if at_least else len(r.cols) == n
+        return (r, set()) if ok else (Rel(), set(r.tuples))
+    tuples = r.tuples
+    lengths = set(map(len, tuples))
+    if all(k >= n if at_least else k == n for k in lengths):
+        return r, set()
+    if at_least:
+        keep = {t for t in tuples if len(t) >= n}
+    else:
+        keep = {t for t in tuples if len(t) == n}
+    return Rel(keep), tuples - keep
 
 
 def _sort_key(row: Row) -> tuple:

@@ -66,6 +66,7 @@ from .errors import (
     UnknownRelationError,
     UnsafeNegationError,
 )
+from .schema import Schema, check_declarations
 from .stratify import Stratum, stratify
 
 
@@ -100,6 +101,11 @@ class CheckedProgram:
     def relations(self) -> frozenset[str]:
         return frozenset(self.arities)
 
+    @property
+    def schema(self) -> Schema:
+        """The relation declarations; ``schema.check_fact(rel, args)`` refuses a misfit."""
+        return Schema.of(self.program)
+
 
 # ----------------------------------------------------------------- arity
 
@@ -133,10 +139,15 @@ class _Arities:
                 )
             self.arity[rel] = (n, pos)
         elif known[0] != n:
-            where = f" (at {known[1]})" if known[1] != NOPOS else ""
+            where = f" at {known[1]}" if known[1] != NOPOS else " elsewhere"
+            here = f" at {pos}" if pos != NOPOS else " here"
             raise ArityError.at(
                 pos,
-                f"relation {rel} used with {n} arguments here but with {known[0]} before{where}",
+                f"{rel} has arity {known[0]}{where} and {n}{here}",
+                f"a relation is its name and arity: use {rel} with {known[0]} arguments "
+                "everywhere, or give the other one another name",
+                relation=rel,
+                arities=(known[0], n),
             )
 
     def atom(self, atom: Atom) -> None:
@@ -420,6 +431,7 @@ def check_next_rules(program: Program) -> None:
 def check_program(program: Program) -> CheckedProgram:
     """Run every static check; return the stratified program or raise an EngineError."""
     arities = _collect_arities(program)
+    check_declarations(program)
     for rule in program.rules:
         check_rule(rule)
     strata = stratify(program.rules)
@@ -427,6 +439,36 @@ def check_program(program: Program) -> CheckedProgram:
     idb = frozenset(r.head.rel for r in program.rules)
     edb = frozenset(arities) - idb
     return CheckedProgram(program, tuple(strata), arities, edb, idb)
+
+
+def check_fact_arities(checked: CheckedProgram, fact_arities: Mapping[str, Iterable[int]]) -> None:
+    """Raise :class:`ArityError` when a body atom reads a relation with an arity that
+    matches neither the program (a head, an inline fact, a declaration) nor any of the
+    given facts of that name, e.g. ``p(X) :- edge(X).`` over stored ``edge/2`` facts:
+    "edge has arity 2 in the facts and 1 at 1:9". ``fact_arities`` maps a relation
+    to the arities its facts have (from a store, fact files or a call's facts);
+    relations without facts are not checked (their facts may come later)."""
+    program = checked.program
+    defined = set(checked.idb) | {rel for rel, _args in program.facts}
+    defined |= {d.rel for d in program.declarations}
+    for rule in program.rules:
+        for lit in rule.body:
+            for atom, _pol in body_atoms(lit):
+                rel = atom.rel
+                if rel in defined or rel not in fact_arities:
+                    continue
+                have = set(fact_arities[rel])
+                n = len(atom.args)
+                if not have or any(k >= n if atom.rest else k == n for k in have):
+                    continue
+                shown = " or ".join(str(k) for k in sorted(have))
+                raise ArityError.at(
+                    atom.pos,
+                    f"{rel} has arity {shown} in the facts and {n} here",
+                    f"a relation is its name and arity: read {rel} with {shown} arguments",
+                    relation=rel,
+                    arities=(min(have), n),
+                )
 
 
 def check_query(program: CheckedProgram | Program, atom: Atom) -> None:
@@ -449,4 +491,11 @@ def check_query(program: CheckedProgram | Program, atom: Atom) -> None:
         )
 
 
-__all__ = ["CheckedProgram", "check_next_rules", "check_program", "check_query", "check_rule"]
+__all__ = [
+    "CheckedProgram",
+    "check_fact_arities",
+    "check_next_rules",
+    "check_program",
+    "check_query",
+    "check_rule",
+]

@@ -8,10 +8,19 @@ on packed keys, built once per relation version), negation is a vectorised
 anti-join, aggregation groups packed keys with ``np.unique``/``reduceat``, and
 semi-naive deduplication keeps one packed int64 key per derived tuple.
 
-Anything outside that shape (CID selections, arithmetic, non-integer or huge
-values, nullary relations) raises :class:`Ineligible` before the stratum's
-results are committed, and the caller falls back to the tuple-at-a-time path,
-so both paths always give the same relations (the tests compare them).
+Values are in engine form (:mod:`merklog.engine.values`). Only real ints
+(``type(v) is int``, inside int64) are stored as themselves in int64 columns;
+strings, bytes, CIDs, floats and bools are dictionary-encoded as ids keyed by
+their engine value (so ``1``, ``1.0`` and ``true`` get three different codes
+and joins keep them apart). Encoded values keep identity only: a stratum holding
+them may use ``==``/``!=`` and ``count`` only, and none of its comparisons at
+all once floats are encoded (``1 == 1.0`` holds numerically, but their codes
+differ).
+
+Anything outside that shape (CID selections, arithmetic, out-of-range values,
+nullary relations) raises :class:`Ineligible` before the stratum's results are
+committed, and the caller falls back to the tuple-at-a-time path, so both paths
+always give the same relations (the tests compare them).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import numpy as np
 from merklog.store import Link
 
 from . import ast
+from .values import Bool, Float, to_engine
 
 if TYPE_CHECKING:
     from .batch import Context
@@ -54,7 +64,9 @@ def rel_columns(rel: Any) -> list[np.ndarray]:
     return cols
 
 
-_ENCODABLE = (str, bytes, Link)
+_ENCODABLE = (str, bytes, Link, Float, Bool)
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 
 
 def scan_values(tuples: set) -> tuple[set, int | None]:
@@ -66,6 +78,7 @@ def scan_values(tuples: set) -> tuple[set, int | None]:
         raise Ineligible("nullary relation")
     objects: set = set()
     low: int | None = None
+    high: int | None = None
     for t in tuples:
         if len(t) != arity:
             raise Ineligible("ragged relation")
@@ -74,10 +87,14 @@ def scan_values(tuples: set) -> tuple[set, int | None]:
             if kind is int:
                 if low is None or v < low:
                     low = v
+                if high is None or v > high:
+                    high = v
             elif kind in _ENCODABLE:
                 objects.add(v)
             else:
                 raise Ineligible(f"{kind.__name__} value")
+    if low is not None and (low < _INT64_MIN or high > _INT64_MAX):  # type: ignore[operator]
+        raise Ineligible("integer outside int64")
     return objects, low
 
 
@@ -106,11 +123,15 @@ class Encoder:
         self.base = int_lo - 1
         self.values: list = []
         self.ids: dict = {}
+        #: Some encoded value is a float: comparisons would compare codes, not numbers.
+        self.has_float = False
         self.extend(objects)
 
     def extend(self, objects: Iterable) -> None:
         """Give ids to values not seen yet (existing ids never change)."""
         new = [v for v in objects if v not in self.ids]
+        if any(type(v) is Float for v in new):
+            self.has_float = True
         if self.base - len(self.values) - len(new) < -(2**63):
             raise Ineligible("no room for value ids below the integers")
         for v in new:
@@ -332,7 +353,7 @@ def _term_array(term: ast.Term, b: Bindings, const: Any = _const) -> np.ndarray:
     if isinstance(term, ast.Var):
         return b.cols[term.name]
     if isinstance(term, ast.Const):
-        return np.full(b.n, const(term.value), dtype=I64)
+        return np.full(b.n, const(to_engine(term.value)), dtype=I64)
     raise Ineligible("arithmetic")
 
 
@@ -473,7 +494,9 @@ class Executor:
         groups = sorted(grouping_vars(rule_body, agg))
         inner = self.run(order_body(agg.body, set(), rule_body=agg.body), agg.body)
         body_vars = sorted({v.name for lit in agg.body for v in ast.literal_vars(lit)})
-        if inner.n and not _bindings_distinct(agg.body):
+        if inner.n and not body_vars:
+            inner = Bindings({}, 1)  # a ground body: one distinct (empty) binding when it holds
+        elif inner.n and not _bindings_distinct(agg.body):
             cols = unique_rows([inner.cols[v] for v in body_vars])
             inner = Bindings(dict(zip(body_vars, cols, strict=True)), len(cols[0]))
         if agg.arg is not None:
@@ -604,16 +627,18 @@ def _eligible_rules(rules: Iterable[ast.Rule]) -> None:
                     raise Ineligible("nested aggregate")
 
 
-def _check_equality_only(rules: Iterable[ast.Rule]) -> None:
-    """Encoded values keep equality only: no ordering comparisons, only count aggregates."""
+def _check_equality_only(rules: Iterable[ast.Rule], floats: bool) -> None:
+    """Encoded values keep identity only: no ordering comparisons, only count
+    aggregates; with floats encoded, no comparisons at all (``1 == 1.0`` is
+    numeric, their codes differ)."""
     for rule in rules:
         for lit in rule.body:
             inner = lit.body if isinstance(lit, ast.Aggregate) else ()
             if isinstance(lit, ast.Aggregate) and lit.func != "count":
                 raise Ineligible("sum/min/max over a stratum with non-integer values")
             for c in (lit, *inner):
-                if isinstance(c, ast.Comparison) and c.op not in ("==", "!="):
-                    raise Ineligible("ordering comparison over non-integer values")
+                if isinstance(c, ast.Comparison) and (floats or c.op not in ("==", "!=")):
+                    raise Ineligible("comparison over encoded values")
 
 
 def _rels_read(rules: Iterable[ast.Rule]) -> set[str]:
@@ -815,7 +840,7 @@ def try_columnar(
                 for c in inner:
                     if isinstance(c, ast.Comparison):
                         consts.extend(t for t in (c.left, c.right) if isinstance(t, ast.Const))
-            const_values.extend(a.value for a in consts)
+            const_values.extend(to_engine(a.value) for a in consts)
         for v in const_values:
             if type(v) is int:
                 int_lows.append(v)
@@ -826,7 +851,8 @@ def try_columnar(
         const: Any = _const
         encoder = None
         if objects or encoded_input:
-            _check_equality_only(rules)
+            floats = any(type(v) is Float for v in objects)
+            _check_equality_only(rules, floats or (shared is not None and shared.has_float))
             for name, cols in base.items():
                 if name not in tuple_rels and (ctx.full[name].decoder is None):
                     int_lows.extend(int(c.min()) for c in cols)  # type: ignore[union-attr]

@@ -2,7 +2,8 @@
 
 Every error carries the 1-based ``line`` and ``col`` of the offending construct
 and a one-line ``hint`` saying how to fix it; ``str(err)`` is
-``"{line}:{col}: {message}\\n  hint: {hint}"`` so CLIs can print it unchanged.
+``"{line}:{col}: {message}\\n  hint: {hint}"`` so CLIs can print it unchanged
+(without the ``line:col:`` prefix when there is no source position, line 0).
 ``code`` is a stable snake_case identifier (used by tools and the conformance
 adapter); the class itself is what callers should catch.
 """
@@ -49,6 +50,8 @@ class EngineError(Error):
         return Pos(self.line, self.col)
 
     def _format(self) -> str:
+        if self.line == 0:  # no source position (e.g. a fact given at run time)
+            return f"{self.message}\n  hint: {self.hint}"
         return f"{self.line}:{self.col}: {self.message}\n  hint: {self.hint}"
 
     def __str__(self) -> str:
@@ -88,6 +91,13 @@ class ArityError(EngineError):
 
     code = "arity_mismatch"
     default_hint = "use the relation with the same number of arguments everywhere"
+
+
+class DeclarationError(EngineError):
+    """A relation is declared twice, or a fact does not fit its relation's declaration."""
+
+    code = "declaration"
+    default_hint = "make the fact fit the declaration (docs/language.md, declarations)"
 
 
 class UnknownRelationError(EngineError):
@@ -136,6 +146,7 @@ __all__ = [
     "AggregateScopeError",
     "ArityError",
     "AsyncHeadError",
+    "DeclarationError",
     "EngineError",
     "NextRuleFinitenessError",
     "ParseError",

@@ -20,6 +20,15 @@ go to the outbox.
 The epoch driver (:class:`IncrementalEngine`) polls sources, applies inserts,
 deletes and one-epoch events, evaluates the circuit and hands output deltas to
 sinks. Work per epoch is proportional to the change, not the database.
+
+Values: Z-set keys are rows in engine form (:mod:`merklog.engine.values`), so
+deleting ``p(1)`` never retracts ``p(1.0)`` or ``p(true)``. Rows are converted
+on the way in (``step``, sources, inline facts, constants when compiling) and
+leave as plain values in identity-keeping views (:class:`~merklog.engine.rows.DeltaMap`,
+:class:`~merklog.engine.rows.RowSet`); ``C := atom`` hashes the plain values, so
+the CID is the stored fact's. Input rows whose length is not the arity the
+program reads the relation with are kept (``relation()`` shows them) but never
+enter the circuit: relations are name/arity.
 """
 
 from __future__ import annotations
@@ -48,7 +57,9 @@ from .dataflow import (
     Timestamp,
 )
 from .io import Sink, Source
+from .rows import DeltaMap, RowSet, engine_row_list
 from .stratify import Stratum, stratify
+from .values import row_from_engine, to_engine
 
 Row = tuple
 Delta = dict  # dict[Row, int]
@@ -71,7 +82,7 @@ class EpochResult:
     engine's current state (copy what you keep — the next epoch changes it).
     """
 
-    __slots__ = ("epoch", "deltas", "outbox", "_engine")
+    __slots__ = ("epoch", "_deltas", "outbox", "_engine")
 
     def __init__(
         self,
@@ -81,30 +92,35 @@ class EpochResult:
         engine: IncrementalEngine,
     ) -> None:
         self.epoch = epoch
-        self.deltas = deltas
+        self._deltas = deltas  # keyed by engine-form rows
         self.outbox = outbox
         self._engine = engine
 
     previous = None
 
     @property
+    def deltas(self) -> dict[str, DeltaMap]:
+        """``relation -> {row: +1 | -1}`` (plain rows out, engine identity kept)."""
+        return {rel: DeltaMap(d) for rel, d in self._deltas.items()}
+
+    @property
     def relations(self) -> Mapping[str, set[Row]]:
         return _RelationsView(self._engine)
 
     @property
-    def next_tuples(self) -> dict[str, set[Row]]:
+    def next_tuples(self) -> dict[str, RowSet]:
         """Tuples the ``@next`` rules derived this epoch (they hold at the next one)."""
-        return {rel: set(rows) for rel, rows in self._engine._next_state.items() if rows}
+        return {rel: RowSet(set(rows)) for rel, rows in self._engine._next_state.items() if rows}
 
-    def inserted(self) -> dict[str, set[Row]]:
+    def inserted(self) -> dict[str, RowSet]:
         """Tuples that appeared this epoch, per relation."""
-        out = {rel: {r for r, w in d.items() if w > 0} for rel, d in self.deltas.items()}
-        return {rel: rows for rel, rows in out.items() if rows}
+        out = {rel: {r for r, w in d.items() if w > 0} for rel, d in self._deltas.items()}
+        return {rel: RowSet(rows) for rel, rows in out.items() if rows}
 
-    def deleted(self) -> dict[str, set[Row]]:
+    def deleted(self) -> dict[str, RowSet]:
         """Tuples that disappeared this epoch, per relation."""
-        out = {rel: {r for r, w in d.items() if w < 0} for rel, d in self.deltas.items()}
-        return {rel: rows for rel, rows in out.items() if rows}
+        out = {rel: {r for r, w in d.items() if w < 0} for rel, d in self._deltas.items()}
+        return {rel: RowSet(rows) for rel, rows in out.items() if rows}
 
     def __repr__(self) -> str:
         return f"EpochResult(epoch={self.epoch}, deltas={self.deltas!r}, outbox={self.outbox!r})"
@@ -116,7 +132,7 @@ class _RelationsView(Mapping):
     def __init__(self, engine: IncrementalEngine) -> None:
         self._engine = engine
 
-    def __getitem__(self, rel: str) -> set[Row]:
+    def __getitem__(self, rel: str) -> RowSet:
         if rel not in self._engine._known():
             raise KeyError(rel)
         return self._engine.relation(rel)
@@ -469,7 +485,7 @@ class _Compiler:
                     parts.append(f"r[{idx[t.name]}]")
                 else:
                     assert isinstance(t, ast.Const)
-                    ns[f"c{len(ns)}"] = t.value
+                    ns[f"c{len(ns)}"] = to_engine(t.value)
                     parts.append(f"c{len(ns) - 1}")
             fn = _lambda("lambda r: " + _tuple_src(parts), ns)
             return scope.circuit.operator(Map(fn), src, label=label)
@@ -489,7 +505,7 @@ class _Compiler:
 
     def _term(self, term: ast.Term, idx: Mapping[str, int]) -> Callable[[Row], Any]:
         if isinstance(term, ast.Const):
-            value = term.value
+            value = to_engine(term.value)
             return lambda r: value
         if isinstance(term, ast.Var):
             if term.name not in idx:
@@ -536,6 +552,8 @@ class _Compiler:
             else:
                 normalised.append(lit)
         pending = normalised
+        # ``X == term`` filters a variable an atom binds (batch.atom_bound_vars).
+        matched = ast.atom_bound_vars(rule_body)
         while pending:
             bound = set(plan.vars)
             chosen = None
@@ -545,8 +563,12 @@ class _Compiler:
                     if (lg and rg) or (
                         lit.op == "=="
                         and (
-                            (rg and isinstance(lit.left, ast.Var))
-                            or (lg and isinstance(lit.right, ast.Var))
+                            (rg and isinstance(lit.left, ast.Var) and lit.left.name not in matched)
+                            or (
+                                lg
+                                and isinstance(lit.right, ast.Var)
+                                and lit.right.name not in matched
+                            )
                         )
                     ):
                         chosen = lit
@@ -591,7 +613,7 @@ class _Compiler:
         for i, a in enumerate(atom.args):
             if isinstance(a, ast.Const):
                 name = f"c{len(ns)}"
-                ns[name] = a.value
+                ns[name] = to_engine(a.value)
                 conds.append(f"r[{i}] == {name}")
             else:
                 assert isinstance(a, ast.Var)
@@ -607,7 +629,8 @@ class _Compiler:
             ns["cid"] = fact_cid
             ns["Fact"] = Fact
             ns["rel"] = atom.rel
-            parts.append("cid(Fact(rel, r))")
+            ns["plain"] = row_from_engine  # the CID of the stored fact: plain values
+            parts.append("cid(Fact(rel, plain(r)))")
             vars_.append(lit.cid.name)
         src = scope.rel(atom.rel)
         trivial = not atom.rest and len(conds) == 1 and parts == [f"r[{i}]" for i in range(n)]
@@ -733,7 +756,7 @@ class _Compiler:
                     parts.append(f"r[{idx[t.name]}]")
                 else:
                     assert isinstance(t, ast.Const)
-                    ns[f"c{len(ns)}"] = t.value
+                    ns[f"c{len(ns)}"] = to_engine(t.value)
                     parts.append(f"c{len(ns) - 1}")
             key_fn = _lambda("lambda r: " + _tuple_src(parts), ns)
         else:
@@ -944,6 +967,7 @@ class IncrementalEngine:
         outputs += [("next", n, node) for n, node in sorted(self.compiler.next_out.items())]
         self.circuit.sink(self._collect(outputs), *[o[2] for o in outputs], label="epoch output")
         self._initial = facts
+        self._arity = ast.read_arities(rules)
 
     # -- circuit callbacks
     def _poll_input(self, name: str) -> Callable[[Timestamp], Delta]:
@@ -978,7 +1002,8 @@ class IncrementalEngine:
                     apply(self._async_state.setdefault(name, {}), delta)
                     for row, w in delta.items():
                         if w > 0:
-                            outbox.append((row[0] if row else None, Fact(name, row)))
+                            plain = row_from_engine(row)
+                            outbox.append((plain[0] if plain else None, Fact(name, plain)))
             self._collected = (deltas, outbox)
 
         return collect
@@ -1026,7 +1051,7 @@ class IncrementalEngine:
         inserts: Mapping[str, Iterable[Row]] | None = None,
         deletes: Mapping[str, Iterable[Row]] | None = None,
         events: Mapping[str, Iterable[Row]] | None = None,
-    ) -> dict[str, Delta]:
+    ) -> dict[str, DeltaMap]:
         """Run one epoch and return ``{relation: {row: +1 | -1}}`` for what changed.
 
         ``inserts``/``deletes`` change the persistent base facts (set semantics;
@@ -1047,8 +1072,7 @@ class IncrementalEngine:
 
         def apply(rel: str, rows: Iterable[Row], insert: bool) -> None:
             target = edb.setdefault(rel, set())
-            for row in rows:
-                row = tuple(row)
+            for row in engine_row_list(rows):
                 remember(rel, row)
                 if insert:
                     target.add(row)
@@ -1075,21 +1099,24 @@ class IncrementalEngine:
                 remember(rel, row)
         for rel, rows in (events or {}).items():
             bucket = events_now.setdefault(rel, set())
-            for row in rows:
-                row = tuple(row)
+            for row in engine_row_list(rows):
                 remember(rel, row)
                 bucket.add(row)
         self._events = events_now
         inputs = self.compiler.input_nodes
         pending: dict[str, Delta] = {}
         extra: dict[str, Delta] = {}
+        arities = self._arity
         for rel, rows in before.items():
             now_edb = edb.get(rel, ())
             now_ev = events_now.get(rel, ())
+            want = arities.get(rel)
             for row, was in rows.items():
                 now = row in now_edb or row in now_ev
                 if now != was:
-                    (pending if rel in inputs else extra).setdefault(rel, {})[row] = (
+                    # Rows of another arity than the program reads never reach the circuit.
+                    fits = want is None or (len(row) >= want[0] if want[1] else len(row) == want[0])
+                    (pending if rel in inputs and fits else extra).setdefault(rel, {})[row] = (
                         1 if now else -1
                     )
         self._pending = pending
@@ -1098,25 +1125,28 @@ class IncrementalEngine:
         assert self._collected is not None
         deltas, outbox = self._collected
         self._collected = None
-        deltas.update(extra)
+        for rel, d in extra.items():
+            deltas[rel] = {**deltas[rel], **d} if rel in deltas else d
         result = EpochResult(epoch, deltas, outbox, self)
         self.last = result
+        public = result.deltas
         for rel, hooks in self._hooks.items():
-            d = deltas.get(rel)
+            d = public.get(rel)
             if d:
                 for hook in hooks:
                     hook(epoch, d)
         for sink in self.sinks:
             sink.emit(result)
-        return deltas
+        return public
 
-    def relation(self, name: str) -> set[Row]:
-        """The current contents of a relation (base facts, events and derived tuples)."""
+    def relation(self, name: str) -> RowSet:
+        """The current contents of a relation (base facts, events and derived tuples),
+        a copy: plain values when iterated, engine identity for ``in``/``len``/``==``."""
         if name in self._state:
-            return set(self._state[name])
+            return RowSet(set(self._state[name]))
         rows = set(self._edb.get(name, ()))
         rows |= self._events.get(name, set())
-        return rows
+        return RowSet(rows)
 
     def __len__(self) -> int:
         return sum(len(self.relation(n)) for n in self._known())
@@ -1128,18 +1158,18 @@ class IncrementalEngine:
         edb = self._edb.get(name, set())
         return len(edb) + len(self._events.get(name, set()) - edb)
 
-    def relations(self) -> dict[str, set[Row]]:
+    def relations(self) -> dict[str, RowSet]:
         """Every non-empty relation's current contents."""
         out = {n: self.relation(n) for n in sorted(self._known())}
         return {n: rows for n, rows in out.items() if rows}
 
-    def async_relation(self, name: str) -> set[Row]:
+    def async_relation(self, name: str) -> RowSet:
         """``@async`` tuples whose rule body currently holds (the outbox's live view)."""
-        return set(self._async_state.get(name, {}))
+        return RowSet(set(self._async_state.get(name, {})))
 
-    def next_relation(self, name: str) -> set[Row]:
+    def next_relation(self, name: str) -> RowSet:
         """Tuples the ``@next`` rules derived this epoch for ``name`` (true next epoch)."""
-        return set(self._next_state.get(name, {}))
+        return RowSet(set(self._next_state.get(name, {})))
 
     @property
     def outbox(self) -> list[tuple[Value, Fact]]:

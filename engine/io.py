@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from merklog.store import Fact, Link, Value
 
+from .rows import RowSet, engine_rows
+from .values import from_engine
+
 if TYPE_CHECKING:
     from .program import EpochResult
 
@@ -101,7 +104,10 @@ def parse_field(text: str, column_type: str = "any") -> Value:
 
 
 def format_field(value: Value) -> str:
-    """One value as a TSV field (strings raw, booleans ``true``/``false``, bytes as hex)."""
+    """One value (plain or engine form) as a TSV field: strings raw, booleans
+    ``true``/``false``, bytes as hex, floats always with a fraction or exponent
+    (``1.0``, ``1e+16``) so they read back as floats and never merge with ints."""
+    value = from_engine(value)
     if value is True:
         return "true"
     if value is False:
@@ -111,7 +117,7 @@ def format_field(value: Value) -> str:
     if isinstance(value, Link):
         return str(value)
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() and abs(value) < 1e16 else repr(value)
+        return repr(value)
     return str(value)
 
 
@@ -158,8 +164,12 @@ def read_facts_dir(
 
 
 def write_csv(path: Path, rows: Iterable[Row]) -> None:
-    """Write tuples tab-separated, one per line, sorted, no header."""
+    """Write tuples tab-separated, one per line, sorted, no header.
+
+    ``rows`` may be a :class:`~merklog.engine.rows.RowSet` (its engine rows are
+    used, so ``1`` and ``1.0`` stay two lines) or any iterable of rows."""
     from .batch import sort_rows
 
-    lines = ["\t".join(format_field(v) for v in row) for row in sort_rows(rows)]
+    engine = rows.engine if isinstance(rows, RowSet) else engine_rows(rows)
+    lines = ["\t".join(format_field(v) for v in row) for row in sort_rows(engine)]
     Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")

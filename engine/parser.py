@@ -23,6 +23,7 @@ from .ast import (
     BodyLiteral,
     Comparison,
     Const,
+    Declaration,
     Neg,
     Negated,
     Pos,
@@ -34,6 +35,9 @@ from .ast import (
 )
 from .errors import ParseError
 from .lexer import INT64_MAX, INT64_MIN, Source, Token, tokenize
+
+#: Column types of a merklog ``.decl`` (also in merklog.engine.schema, which checks facts).
+MERKLOG_TYPES = ("int", "float", "str", "bytes", "bool", "cid", "any")
 
 _LITERAL_KINDS = frozenset({"INT", "FLOAT", "STRING", "BYTES", "CID"})
 _CMP_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
@@ -118,14 +122,63 @@ class Parser:
     def parse_program(self) -> Program:
         rules: list[Rule] = []
         facts: list[Fact] = []
+        decls: list[Declaration] = []
         while self.peek().kind != "EOF":
+            tok = self.peek()
+            if tok.kind == "DIRECTIVE" and tok.value == ".decl":
+                decls.append(self.declaration())
+                continue
             self.statement(rules, facts)
         return Program(
             rules=tuple(rules),
             facts=tuple(facts),
+            declarations=tuple(decls),
             dialect=self.dialect,
             fact_positions=tuple(self.fact_pos),
         )
+
+    def declaration(self) -> Declaration:
+        """``.decl rel(name: type, …).`` with merklog types; ``name:`` may be omitted."""
+        at = self.peek()
+        self.i += 1
+        name_tok = self.peek()
+        if not self.is_rel_start():
+            raise self.error(
+                name_tok,
+                f"expected a relation after .decl, found {describe(name_tok)}",
+                ".decl edge(src: int, dst: int).",
+            )
+        self.i += 2
+        columns: list[tuple[str, str]] = []
+        if not self.accept(")"):
+            while True:
+                tok = self.peek()
+                col = f"_{len(columns)}"
+                if tok.kind in ("NAME", "VAR") and self.is_op(":", 1):
+                    col = str(tok.value)
+                    self.i += 2
+                    tok = self.peek()
+                if tok.kind == "NAME" and tok.value in ("number", "unsigned", "symbol"):
+                    raise self.error(
+                        at,
+                        f"expected a rule head (an atom), found {describe(at)} with Soufflé "
+                        f"column type {tok.value}",
+                        head_hint(at),
+                    )
+                if tok.kind != "NAME" or tok.value not in MERKLOG_TYPES:
+                    raise self.error(
+                        tok,
+                        f"expected a column type, found {describe(tok)}",
+                        "column types are " + ", ".join(MERKLOG_TYPES),
+                    )
+                self.i += 1
+                columns.append((col, str(tok.value)))
+                if self.accept(","):
+                    continue
+                self.expect(")", "',' or ')' in the declaration")
+                break
+        self.end_clause()
+        return Declaration(str(name_tok.value), tuple(columns), self.pos(at))  # type: ignore[arg-type]
 
     def statement(self, rules: list[Rule], facts: list[Fact]) -> None:
         if self.fast_fact(facts):
@@ -565,6 +618,7 @@ def parse_program(text: str) -> Program:
     return Program(
         rules=prog.rules,
         facts=tuple(f for _, f in merged),
+        declarations=prog.declarations,
         dialect=prog.dialect,
         fact_positions=tuple(p for p, _ in merged),
     )

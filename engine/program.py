@@ -10,10 +10,17 @@ iterable of :class:`~merklog.store.Fact`. Results are :class:`Relations`
 the database at epoch ``t`` is the program's inline facts, the sources'
 persistent EDB, that epoch's transient inputs and the ``@next`` tuples derived
 at ``t-1``; ``@async`` tuples are collected into each epoch's outbox.
+
+Values keep their identity (docs/language.md, "Value identity"): facts may hold
+plain merklog values, which are converted to engine form
+(:mod:`merklog.engine.values`) before they meet in a set, and every result
+leaves as plain values in containers that keep ``1``, ``1.0`` and ``true``
+apart (:class:`~merklog.engine.rows.RowSet`, sorted lists).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +30,8 @@ from merklog.store import Fact, Value
 from . import ast
 from .batch import BatchEvaluator, Relations, Row, as_rel, sort_rows
 from .io import Sink, Source
+from .rows import RowSet, engine_rows
+from .values import row_from_engine, row_to_engine
 
 FactsInput = Mapping[str, Iterable[Row]] | Iterable[Fact] | None
 
@@ -31,9 +40,15 @@ def detect_dialect(text: str) -> str:
     """``"souffle"`` when the text uses Soufflé directives (``.decl`` …), else ``"merklog"``."""
     for line in text.splitlines():
         stripped = line.strip()
+        if stripped.startswith(".decl") and _MERKLOG_DECL.match(stripped):
+            continue  # ``.decl edge(src: int, dst: int).``: a merklog declaration
         if stripped.startswith((".decl", ".type", ".input", ".output", ".comp", ".init")):
             return "souffle"
     return "merklog"
+
+
+#: A merklog declaration line: ends with ``).`` (Soufflé's ``.decl`` has no period).
+_MERKLOG_DECL = re.compile(r"\.decl\s+[a-z]\w*\s*\([^()]*\)\s*\.\s*(?:(?://|%).*)?$")
 
 
 def parse_text(text: str, dialect: str = "auto") -> ast.Program:
@@ -52,17 +67,29 @@ def parse_text(text: str, dialect: str = "auto") -> ast.Program:
 
 
 def normalise_facts(facts: FactsInput) -> dict[str, Any]:
-    """Facts as ``relation -> rows`` (rows: a set of tuples, or columns kept as given)."""
+    """Facts as ``relation -> rows`` (a set of engine-form tuples, or columns kept as given).
+
+    Raises ValueError naming the relation when a row holds a non-merklog value."""
     out: dict[str, Any] = {}
     if facts is None:
         return out
+    grouped: Mapping[str, Any]
     if isinstance(facts, Mapping):
-        for rel, rows in facts.items():
-            out[rel] = rows if hasattr(rows, "ndim") else {tuple(r) for r in rows}
-        return out
-    for fact in facts:
-        rel, args = fact
-        out.setdefault(rel, set()).add(tuple(args))
+        grouped = facts
+    else:
+        lists: dict[str, list[Row]] = {}
+        for fact in facts:
+            rel, args = fact
+            lists.setdefault(rel, []).append(tuple(args))
+        grouped = lists
+    for rel, rows in grouped.items():
+        if hasattr(rows, "ndim"):
+            out[rel] = rows
+            continue
+        try:
+            out[rel] = engine_rows(rows)
+        except TypeError as exc:
+            raise ValueError(f"facts for {rel}: {exc}") from None
     return out
 
 
@@ -81,26 +108,26 @@ class EpochResult:
     epoch: int
     relations: Relations
     outbox: list[tuple[Value, Fact]] = field(default_factory=list)
-    next_tuples: dict[str, set[Row]] = field(default_factory=dict)
+    next_tuples: dict[str, RowSet] = field(default_factory=dict)
     previous: Relations | None = None
 
-    def inserted(self) -> dict[str, set[Row]]:
+    def inserted(self) -> dict[str, RowSet]:
         """Tuples present now but not at the previous epoch, per relation."""
         return self._diff(self.relations, self.previous)
 
-    def deleted(self) -> dict[str, set[Row]]:
+    def deleted(self) -> dict[str, RowSet]:
         """Tuples present at the previous epoch but not now, per relation."""
         return self._diff(self.previous, self.relations)
 
     @staticmethod
-    def _diff(a: Relations | None, b: Relations | None) -> dict[str, set[Row]]:
-        out: dict[str, set[Row]] = {}
+    def _diff(a: Relations | None, b: Relations | None) -> dict[str, RowSet]:
+        out: dict[str, RowSet] = {}
         if a is None:
             return out
         for rel in a:
-            extra = a[rel] - (b[rel] if b is not None and rel in b else set())
+            extra = a.engine(rel) - (b.engine(rel) if b is not None and rel in b else set())
             if extra:
-                out[rel] = extra
+                out[rel] = RowSet(extra)
         return out
 
 
@@ -118,7 +145,10 @@ class Program:
             program.rules, strata=strata, int_bits=self.checked.int_bits, backend=backend
         )
 
-        self._exact_arities = exact_arities(program)
+        self._schema = self.checked.schema
+        self._inline: dict[str, set[Row]] = {}
+        for rel, args in program.facts:
+            self._inline.setdefault(rel, set()).add(row_to_engine(tuple(args)))
 
     @classmethod
     def parse(cls, text: str, dialect: str = "auto", backend: str = "auto") -> Program:
@@ -156,27 +186,28 @@ class Program:
     # ---------------------------------------------------------------- evaluation
     def _base(self, facts: FactsInput) -> dict[str, Any]:
         base = normalise_facts(facts)
-        self._check_arities(base)
-        inline: dict[str, set[Row]] = {}
-        for rel, args in self.ast.facts:
-            inline.setdefault(rel, set()).add(tuple(args))
-        _merge(base, inline)
+        self.check_fact_arities(base)
+        self._schema.check_facts(base)
+        _merge(base, self._inline)
         return base
 
-    def _check_arities(self, base: Mapping[str, Any]) -> None:
-        for rel, rows in base.items():
-            want = self._exact_arities.get(rel)
-            if want is None:
-                continue
+    def check_fact_arities(self, facts: Mapping[str, Any]) -> None:
+        """Raise :class:`~merklog.engine.errors.ArityError` (line:col of the atom) when
+        the program reads a relation with an arity none of its given facts has.
+
+        ``facts`` maps a relation to its rows (or a 2-D array, or a set of arities).
+        Facts of another arity are otherwise simply never matched."""
+        from .checks import check_fact_arities
+
+        arities: dict[str, set[int]] = {}
+        for rel, rows in facts.items():
             if hasattr(rows, "ndim"):
-                widths = {rows.shape[1]}
+                arities[rel] = {rows.shape[1]} if len(rows) else set()
+            elif rows and all(type(r) is int for r in rows):
+                arities[rel] = set(rows)
             else:
-                widths = {len(r) for r in rows}
-            bad = widths - {want}
-            if bad:
-                raise ValueError(
-                    f"facts for {rel} have {sorted(bad)[0]} arguments; the program uses {want}"
-                )
+                arities[rel] = set(map(len, rows))
+        check_fact_arities(self.checked, arities)
 
     def _complete(self, rels: Relations) -> Relations:
         """Every relation the program knows appears in the result (empty when underived)."""
@@ -212,7 +243,7 @@ class Program:
         atom = query if isinstance(query, ast.Atom) else _parse_query(query, self.dialect)
         check_query(self.checked, atom)
         rels = relations if relations is not None else self.evaluate(facts)
-        rows = match_atom(atom, rels[atom.rel] if atom.rel in rels else set(), self.int_bits)
+        rows = match_atom(atom, rels.engine(atom.rel) if atom.rel in rels else set(), self.int_bits)
         names = [v.name for v in ast.atom_vars(atom) if not v.anonymous]
         names = list(dict.fromkeys(names))
         if bindings:
@@ -249,13 +280,14 @@ class Program:
             for source in sources:
                 inserts, deletes = source.poll(t)
                 for rel, args in deletes:
-                    persistent.get(rel, set()).discard(tuple(args))
+                    persistent.get(rel, set()).discard(row_to_engine(tuple(args)))
                 for rel, args in inserts:
-                    persistent.setdefault(rel, set()).add(tuple(args))
-            base = self._base(epochs[t] if t < len(epochs) else None)
+                    persistent.setdefault(rel, set()).add(row_to_engine(tuple(args)))
+            base = normalise_facts(epochs[t] if t < len(epochs) else None)
             _merge(base, {rel: set(rows) for rel, rows in persistent.items()})
             _merge(base, carried)
-            self._check_arities(base)
+            self.check_fact_arities(base)
+            _merge(base, self._inline)
             step = self._evaluator.step(base)
             result = EpochResult(
                 epoch=t,
@@ -267,25 +299,9 @@ class Program:
             for sink in sinks:
                 sink.emit(result)
             results.append(result)
-            carried = {rel: set(rows) for rel, rows in step.next_tuples.items()}
+            carried = {rel: set(rows.engine) for rel, rows in step.next_tuples.items()}
             previous = result.relations
         return results
-
-
-def exact_arities(program: ast.Program) -> dict[str, int]:
-    """Arities fixed by a head, a fact or a body atom without a rest pattern (``...``)."""
-    out: dict[str, int] = {}
-    for rel, args in program.facts:
-        out[rel] = len(args)
-    for rule in program.rules:
-        out[rule.head.rel] = len(rule.head.args)
-        for lit in rule.body:
-            for atom, _pol in ast.body_atoms(lit):
-                if not atom.rest:
-                    out[atom.rel] = len(atom.args)
-    for decl in program.declarations:
-        out[decl.rel] = decl.arity
-    return out
 
 
 def _parse_query(text: str, dialect: str) -> ast.Atom:
@@ -295,8 +311,10 @@ def _parse_query(text: str, dialect: str) -> ast.Atom:
 
 
 def match_atom(atom: ast.Atom, rows: Iterable[Row], int_bits: int = 64) -> list[tuple]:
-    """Distinct, sorted bindings of ``atom``'s named variables over ``rows``."""
-    from .arith import NoBinding, values_equal
+    """Distinct, sorted bindings (plain values) of ``atom``'s named variables over
+    engine-form ``rows``. A constant selects by value identity, as in a rule body:
+    ``p(1)`` matches ``p(1)``, not ``p(1.0)`` or ``p(true)``."""
+    from .arith import NoBinding
     from .batch import Context, RuleCompiler
 
     comp = RuleCompiler(Context(), int_bits)
@@ -321,12 +339,12 @@ def match_atom(atom: ast.Atom, rows: Iterable[Row], int_bits: int = 64) -> list[
     for row in rows:
         if len(row) < n or (not atom.rest and len(row) != n):
             continue
-        if any(not values_equal(row[i], c) for i, c in consts):
+        if any(row[i] != c for i, c in consts):
             continue
         if any(row[i] != row[j] for i, j in repeats):
             continue
         out.add(tuple(row[i] for i in first.values()))
-    return sort_rows(out)
+    return [row_from_engine(r) for r in sort_rows(out)]
 
 
 __all__ = ["EpochResult", "Program", "Relations", "detect_dialect", "match_atom", "parse_text"]

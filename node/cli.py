@@ -40,7 +40,30 @@ class State:
 pass_state = click.make_pass_decorator(State)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Boundary(click.Group):
+    """The CLI's one error boundary: any exception a command raises becomes one line on
+    stderr and a documented exit status (:mod:`merklog.node.failures`), never a
+    traceback. ``-vv`` also logs the traceback at debug level."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            raise click.Abort() from None
+        except Exception as exc:
+            from .failures import classify
+
+            state = ctx.find_object(State)
+            code, message = classify(exc, state.home if state else None)
+            logging.getLogger("merklog.cli").debug("command failed", exc_info=True)
+            failure = click.ClickException(message)
+            failure.exit_code = int(code)
+            raise failure from None
+
+
+@click.group(cls=Boundary, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--home",
     type=click.Path(file_okay=False, path_type=Path),
@@ -82,7 +105,8 @@ def _load_commands() -> None:
             register(cli)
 
 
-_load_commands()
+if __name__ != "__main__":  # run as a script, the package module below loads them
+    _load_commands()
 
 
 def main() -> None:

@@ -1,4 +1,8 @@
-"""Helpers shared by the CLI commands: error reporting and reading facts from arguments."""
+"""Helpers shared by the CLI commands: opening the target and reading facts from arguments.
+
+Errors are not caught here: the CLI's one error boundary (``cli.Boundary``) turns
+every exception into one line and a documented exit status.
+"""
 
 from __future__ import annotations
 
@@ -10,25 +14,16 @@ from typing import Any, TypeVar
 import click
 
 from .cli import State
-from .config import ConfigError
-from .runtime import HomeBusy
-from .target import Target, TargetError, input_errors, open_target
+from .target import Target, open_target
 
 T = TypeVar("T")
 
 
 @contextmanager
 def target(state: State) -> Iterator[Target]:
-    """``open_target`` with every user-facing failure turned into a clean CLI error."""
-    try:
-        with open_target(state.home, state.overrides) as t:
-            yield t
-    except click.ClickException:
-        raise
-    except (ConfigError, HomeBusy) as exc:
-        raise click.ClickException(str(exc)) from None
-    except input_errors() as exc:
-        raise click.ClickException(str(exc)) from None
+    """The running node (over HTTP) or the home opened in this process."""
+    with open_target(state.home, state.overrides) as t:
+        yield t
 
 
 def facts_text(args: tuple[str, ...], file: Any) -> str:
@@ -49,7 +44,5 @@ def fail(message: str) -> None:
 
 
 def guard(fn: Callable[[], T]) -> T:
-    try:
-        return fn()
-    except (TargetError, *input_errors()) as exc:
-        raise click.ClickException(str(exc)) from None
+    """Run ``fn`` (kept for the commands' call sites; the boundary reports failures)."""
+    return fn()

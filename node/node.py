@@ -26,7 +26,7 @@ from typing import Any
 
 from merklog.store import Fact, Link, fact_cid, make_fact
 
-from . import epochstate, wiring
+from . import epochstate, programstore, querycheck, wiring, writes
 from .config import Config, new_token
 from .metrics import NodeMetrics
 from .runtime import HomeLock
@@ -47,12 +47,15 @@ class WriteResult:
     asserted: list[tuple[Link, Fact]] = field(default_factory=list)
     retracted: list[tuple[Link, Fact]] = field(default_factory=list)
     delta: Link | None = None
+    #: Retracted facts that were not visible (nothing was retracted for them).
+    not_visible: list[tuple[Link, Fact]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "asserted": [{"cid": str(c), "fact": str(f)} for c, f in self.asserted],
             "retracted": [{"cid": str(c), "fact": str(f)} for c, f in self.retracted],
             "delta": str(self.delta) if self.delta else None,
+            "not_visible": [{"cid": str(c), "fact": str(f)} for c, f in self.not_visible],
         }
 
 
@@ -152,9 +155,7 @@ class Node:
         self._reload = True
         for fact in wiring.visible_facts(self.replica):
             self._pending.append((fact, +1))
-        program_path = config.path("node.program")
-        if program_path is not None and program_path.exists():
-            self.load_program(program_path.read_text(), source=str(program_path))
+        programstore.restore(self, config.path("node.program"))
         same = self._state.program == self.engine.digest
         self._carry = self._state.next if same else {}
         self._sent: set[Fact] = self._state.sent if same else set()
@@ -377,6 +378,8 @@ class Node:
             asserted=[(fact_cid(f), f) for f in add], retracted=[(fact_cid(f), f) for f in rem]
         )
         if add or rem:
+            writes.require_writer(self)
+            result.not_visible = writes.not_visible(self.replica, rem)
             result.delta = self.atomically(wiring.replica_write, self.replica, add, rem)
             if result.delta is not None:
                 self.metrics.deltas.inc()
@@ -418,13 +421,16 @@ class Node:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
+                missing = {c for c, _f in res.not_visible}
                 for add, rem, fut in batch:
                     if not fut.done():
+                        retracted = [(fact_cid(f), f) for f in rem]
                         fut.set_result(
                             WriteResult(
                                 asserted=[(fact_cid(f), f) for f in add],
-                                retracted=[(fact_cid(f), f) for f in rem],
+                                retracted=retracted,
                                 delta=res.delta,
+                                not_visible=[(c, f) for c, f in retracted if c in missing],
                             )
                         )
         finally:
@@ -439,14 +445,20 @@ class Node:
         return self.write(retracts=facts)
 
     # ------------------------------------------------------------------ program
-    def load_program(self, text: str, source: str = "<program>", engine: str = "auto") -> None:
+    def load_program(
+        self, text: str, source: str = "<program>", engine: str = "auto", persist: bool = True
+    ) -> None:
         """Parse, check and install a program; the next epoch re-derives from the current EDB.
 
         Raises NodeInputError (``SOURCE:LINE:COL: …``) for a program that fails to parse or
         any static check (range restriction, unsafe negation, stratification, …); then
-        nothing changes.
+        nothing changes. A checked program is stored in the home as a block (see
+        :mod:`.programstore`) before it replaces the running one.
         """
         runner = wiring.compile_program(text, source, engine)
+        if persist:
+            conn = wiring.store_conn(self.store)
+            programstore.save(conn, self.store, wiring.transaction(self.store), text, source)
         with self._mutex:
             self.engine = runner
             self.program_text = text
@@ -591,10 +603,17 @@ class Node:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
         try:
             q = wiring.parse_query(text)
+            with self._mutex:  # an unknown relation or arity is an error, not "(0 rows)"
+                querycheck.require_known(
+                    q,
+                    querycheck.program_arities(self.engine.checked.program),
+                    self._edb,
+                    {TICK_REL: {1}} if self.config.get("node.tick") else None,
+                )
+            columns, rows = querycheck.evaluate(self._evaluate, q)
         except Exception:
             self.metrics.rejected.inc()
             raise
-        columns, rows = self._evaluate(q)
         return QueryResult(columns, sorted(rows, key=_row_key), self.epoch)
 
     def subscribe(self, text: str, callback: Callback) -> Subscription:
@@ -623,7 +642,7 @@ class Node:
         self._sinks.append(sink)
 
     # ------------------------------------------------------------------ sync and status
-    async def sync(self, url: str, progress: Callable[[int, int], None] | None = None) -> dict:
+    async def sync(self, url: str, progress: Callable[[str, int, int], None] | None = None) -> dict:
         """Pull from and push to the peer at ``url``; new facts reach the next epoch."""
         stats = await wiring.sync_with(self.served_replica, url, self.config, progress)
         self.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
@@ -660,7 +679,7 @@ class Node:
 
         return self.heads(), blocks()
 
-    def export_car(self, path: str | Path) -> int:
+    def export_car(self, path: str | Path, progress: Callable[[int], None] | None = None) -> int:
         """Write the replica to a CAR file (atomically); returns the number of blocks."""
         from merklog.store.car import write_car
 
@@ -673,11 +692,17 @@ class Node:
             nonlocal count
             for item in blocks:
                 count += 1
+                if progress is not None and count % 1000 == 0:
+                    progress(count)
                 yield item
 
-        with open(tmp, "wb") as out:
-            write_car(out, roots, counted())
-        tmp.replace(path)
+        try:
+            with open(tmp, "wb") as out:
+                write_car(out, roots, counted())
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written backup
+            raise
         return count
 
     def import_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
@@ -692,12 +717,20 @@ class Node:
             self.run_epoch()
         return result
 
-    def import_car(self, path: str | Path) -> dict[str, int]:
+    def import_car(
+        self, path: str | Path, progress: Callable[[int], None] | None = None
+    ) -> dict[str, int]:
         from merklog.store.car import read_car
+
+        def counted(blocks: Iterable[tuple[Link, bytes]]) -> Iterable[tuple[Link, bytes]]:
+            for i, block in enumerate(blocks, 1):
+                if progress is not None and i % 1000 == 0:
+                    progress(i)
+                yield block
 
         with open(path, "rb") as src:
             _roots, blocks = read_car(src)
-            return self.import_blocks(blocks)
+            return self.import_blocks(counted(blocks))
 
     def grant(self, key_hex: str) -> str | None:
         """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""

@@ -168,6 +168,13 @@ class ProgramRunner:
             self.mode = "batch"
             self._impl = _BatchFallback(checked)
 
+    def check_fact(self, fact: Fact) -> None:
+        """Refuse (NodeInputError) a fact that does not fit the program's ``.decl``
+        declarations; call before storing it (``put``), so nothing is stored."""
+        why = self.checked.schema.problem(fact.rel, fact.args)
+        if why is not None:
+            raise NodeInputError(f"{fact} does not fit: {why}")
+
     def step(
         self,
         inserts: Mapping[str, Iterable[Row]],

@@ -13,30 +13,37 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from merklog.store import Link
+from merklog.store import Fact, Link
 
-from . import wiring
+from . import wiring, writes
 from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config
+from .failures import ExitCode, Failure, exit_code_for_status
 from .node import Node
 from .runtime import HomeLock, read_runfile, remove_runfile
+from .storecheck import precheck
 
 
-class TargetError(RuntimeError):
+class TargetError(Failure):
     """A command failed with a message meant for the user; nothing was changed."""
 
 
 class Target(Protocol):
     def write(self, asserts: str, retracts: str) -> dict[str, Any]: ...
+    def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]: ...
     def query(self, q: str) -> dict[str, Any]: ...
     def facts(self, rel: str | None) -> list[dict[str, str]]: ...
     def block(self, cid: str) -> dict[str, Any]: ...
     def status(self) -> dict[str, Any]: ...
     def load_program(self, text: str, source: str) -> dict[str, Any]: ...
-    def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]: ...
+    def sync(
+        self, url: str, progress: Callable[[str, int, int], None] | None
+    ) -> dict[str, Any]: ...
     def grant(self, key: str) -> Any: ...
-    def export_car(self, path: Path) -> int: ...
-    def import_car(self, path: Path) -> dict[str, Any]: ...
+    def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int: ...
+    def import_car(
+        self, path: Path, progress: Callable[[int], None] | None = None
+    ) -> dict[str, Any]: ...
 
 
 class LocalTarget:
@@ -48,7 +55,11 @@ class LocalTarget:
     def write(self, asserts: str, retracts: str) -> dict[str, Any]:
         add = self.node.coerce_facts([asserts]) if asserts.strip() else []
         rem = self.node.coerce_facts([retracts]) if retracts.strip() else []
-        return self.node.write(add, rem).to_json()
+        return self.write_facts(add, rem)
+
+    def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]:
+        writes.sync_before_first_write(self.node, lambda url: asyncio.run(self.node.sync(url)))
+        return self.node.write(asserts, retracts).to_json()
 
     def query(self, q: str) -> dict[str, Any]:
         return self.node.query(q).to_json()
@@ -69,17 +80,19 @@ class LocalTarget:
         self.node.run_epoch()
         return self.node.status()
 
-    def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+    def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
         return asyncio.run(self.node.sync(self.node.resolve_peer(url), progress))
 
     def grant(self, key: str) -> Any:
         return self.node.grant(key)
 
-    def export_car(self, path: Path) -> int:
-        return self.node.export_car(path)
+    def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
+        return self.node.export_car(path, progress)
 
-    def import_car(self, path: Path) -> dict[str, Any]:
-        return self.node.import_car(path)
+    def import_car(
+        self, path: Path, progress: Callable[[int], None] | None = None
+    ) -> dict[str, Any]:
+        return self.node.import_car(path, progress)
 
 
 class RemoteTarget:
@@ -93,10 +106,26 @@ class RemoteTarget:
         try:
             return fn(*args)
         except NodeAPIError as exc:
-            raise TargetError(str(exc)) from None
+            raise TargetError(str(exc), exit_code_for_status(exc.status)) from None
 
     def write(self, asserts: str, retracts: str) -> dict[str, Any]:
+        try:
+            return self._do(self.client.write, asserts, retracts)
+        except TargetError as exc:
+            origin = writes.origin_url(self.config)
+            if exc.exit_code != ExitCode.NOT_A_WRITER or origin is None:
+                raise
+        # A joined home's first write: sync once with the origin (grants arrive), retry.
+        try:
+            self._do(self.client.sync, origin)
+        except TargetError:
+            pass
         return self._do(self.client.write, asserts, retracts)
+
+    def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]:
+        """Parsed facts sent as Datalog text (``str(fact)`` is the one rendering and
+        parses back to the same fact)."""
+        return self.write("".join(f"{f}.\n" for f in asserts), "".join(f"{f}.\n" for f in retracts))
 
     def query(self, q: str) -> dict[str, Any]:
         return self._do(self.client.query, q)
@@ -113,16 +142,18 @@ class RemoteTarget:
     def load_program(self, text: str, source: str) -> dict[str, Any]:
         return self._do(self.client.load_program, text, source)
 
-    def sync(self, url: str, progress: Callable[[int, int], None] | None) -> dict[str, Any]:
+    def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
         return self._do(self.client.sync, url)
 
     def grant(self, key: str) -> Any:
         return self._do(self.client.grant, key)
 
-    def export_car(self, path: Path) -> int:
+    def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
         return self._do(self.client.export_car, path)
 
-    def import_car(self, path: Path) -> dict[str, Any]:
+    def import_car(
+        self, path: Path, progress: Callable[[int], None] | None = None
+    ) -> dict[str, Any]:
         return self._do(self.client.import_car, path)
 
 
@@ -136,6 +167,7 @@ def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
 def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator[Target]:
     """The running node if there is one, else the home opened in-process."""
     config = load_config(home, overrides)
+    precheck(config)
     lock = HomeLock.try_acquire(home)
     if lock is None:
         info = _wait_for_runfile(home)

@@ -105,15 +105,8 @@ def visible_facts(replica: Replica) -> Iterable[Fact]:
 
 
 def replica_write(replica: Replica, asserts: list[Fact], retracts: list[Fact]) -> Link | None:
-    """One signed delta (or several if over the per-delta op limit); the last CID."""
-    ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]
-    from merklog.replication.blocks import MAX_OPS
-
-    last = None
-    for i in range(0, len(ops), MAX_OPS):
-        cid = replica.write(ops[i : i + MAX_OPS])
-        last = cid or last
-    return last
+    """One transaction of as many signed deltas as receivers' limits need; the last CID."""
+    return replica.write([Assert(f) for f in asserts] + [Retract(f) for f in retracts])
 
 
 def all_blocks(replica: Replica) -> Iterable[tuple[Link, bytes]]:
@@ -180,21 +173,18 @@ async def deliver_messages(outbox: Any, session: Any, timeout: float) -> Any:
 
 
 async def sync_with(
-    replica: Replica, url: str, cfg: Config, progress: Callable[[int, int], None] | None
+    replica: Replica, url: str, cfg: Config, progress: Callable[[str, int, int], None] | None
 ) -> dict[str, Any]:
-    """Pull then push with the peer at ``url`` (signed with this node's key)."""
+    """Pull then push with the peer at ``url`` (signed with this node's key);
+    ``progress(direction, body bytes, deltas)`` after each request."""
     import dataclasses
 
     from merklog.replication.client import SyncClient
 
-    async with SyncClient(replica.identity, timeout=float(cfg.get("sync.timeout"))) as client:
-        stats, their_heads = await client._pull(url, replica)
-        if progress:
-            progress(1, 2)
-        if set(their_heads) != set(replica.heads()):
-            stats += await client.push(url, replica, their_heads)
-        if progress:
-            progress(2, 2)
+    async with SyncClient(
+        replica.identity, timeout=float(cfg.get("sync.timeout")), progress=progress
+    ) as client:
+        stats = await client.sync(url, replica)
     out = dataclasses.asdict(stats)
     out["bytes_in"] = stats.bytes_received
     out["bytes_out"] = stats.bytes_sent

@@ -25,13 +25,7 @@ from merklog.store.codec import fact_block, is_cid_shaped
 
 from .errors import CycleError, InvalidDelta, InvalidSignature, MalformedBlock, TooLarge
 from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
-
-#: Upper bound on ops in one delta (writers split bigger batches into several deltas).
-MAX_OPS = 4096
-#: Upper bound on the encoded size of one delta block.
-MAX_DELTA_BYTES = 1 << 20
-#: Upper bound on the number of delta CIDs one retract may list in ``observed``.
-MAX_OBSERVED = 1024
+from .limits import MAX_DELTA_BYTES, MAX_OPS, MAX_PARENTS, RECEIVE_MAX_OBSERVED
 
 GENESIS_KEYS = {"kind", "name", "owner", "writers", "nonce"}
 DELTA_KEYS = {"kind", "dataset", "author", "seq", "clock", "parents", "ops", "sig"}
@@ -271,7 +265,7 @@ def _parse_op(raw: Any, i: int) -> dict[str, Any]:
         return {
             "op": "retract",
             "fact": _link(raw["fact"], f"{where} fact"),
-            "observed": _links(raw["observed"], f"{where} observed", MAX_OBSERVED),
+            "observed": _links(raw["observed"], f"{where} observed", RECEIVE_MAX_OBSERVED),
         }
     if kind in ("grant", "revoke") and set(raw) == {"op", "key"}:
         if not _is_key(raw["key"]):
@@ -306,7 +300,7 @@ def parse_delta(cid: Link, data: bytes, obj: Any | None = None) -> Delta:
         raise MalformedBlock("delta sig must be a 64-byte Ed25519 signature")
     if type(seq) is not int or seq < 1 or type(clock) is not int or clock < 1:
         raise MalformedBlock("delta seq and clock must be positive integers")
-    parents = _links(obj["parents"], "delta parents", 4096)
+    parents = _links(obj["parents"], "delta parents", MAX_PARENTS)
     if not parents:
         raise MalformedBlock("a delta has at least one parent (the genesis for the first)")
     ops_raw = obj["ops"]

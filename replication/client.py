@@ -14,19 +14,26 @@ import asyncio
 import hashlib
 import json
 import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from merklog.store import BlockStore, Link
 
 from .auth import EMPTY_DIGEST, sign_headers
-from .errors import PeerError, TooLarge
+from .errors import PeerError, PeerUnreachable, TooLarge
 from .identity import Identity
+from .limits import RECEIVE_MAX_BODY, RECEIVE_MAX_SECTION, WRITE_MAX_BATCH_BYTES
 from .metrics import Metrics
-from .replica import ApplyResult, Replica
-from .wire import SPOOL_MEMORY, CarReader, spool_car
+from .replica import ApplyResult, Replica, Summary
+from .wire import SPOOL_MEMORY, CarReader, spool_deltas
+
+#: ``progress("pull" | "push", body bytes so far, deltas so far)``.
+Progress = Callable[[str, int, int], None]
 
 INITIAL_WINDOW = 8
 FULL_WINDOW_AFTER = 1 << 16
@@ -60,10 +67,12 @@ class SyncClient:
         session: aiohttp.ClientSession | None = None,
         *,
         timeout: float = 60.0,
-        max_body: int = 256 << 20,
-        max_block: int = (1 << 20) + 4096,
+        max_body: int = RECEIVE_MAX_BODY,
+        max_block: int = RECEIVE_MAX_SECTION,
+        max_batch: int = WRITE_MAX_BATCH_BYTES,
         metrics: Metrics | None = None,
         compress: bool = True,
+        progress: Progress | None = None,
     ) -> None:
         self.identity = identity
         self.compress = compress
@@ -72,6 +81,9 @@ class SyncClient:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self.max_body = max_body
         self.max_block = max_block
+        self.max_batch = max_batch
+        #: ``progress(direction, bytes so far, deltas so far)`` after each request body.
+        self.progress = progress
         self.metrics = metrics if metrics is not None else Metrics()
 
     async def __aenter__(self) -> SyncClient:
@@ -93,6 +105,24 @@ class SyncClient:
 
     # ------------------------------------------------------------ requests
 
+    @asynccontextmanager
+    async def _request(
+        self, method: str, url: str, **kw: Any
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One HTTP exchange; network failures become :class:`PeerUnreachable`."""
+        try:
+            async with self.session.request(method, url, timeout=self.timeout, **kw) as resp:
+                yield resp
+        except aiohttp.ClientConnectorError as exc:
+            reason = exc.os_error.strerror if exc.os_error is not None else str(exc)
+            raise PeerUnreachable(f"cannot reach peer {_base(url)}: {reason}") from None
+        except TimeoutError:
+            raise PeerUnreachable(
+                f"peer {_base(url)} did not answer within {self.timeout.total} s", status=504
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise PeerUnreachable(f"peer {_base(url)} failed mid-request: {exc}") from None
+
     def _headers(self, method: str, path: str, digest: str = EMPTY_DIGEST) -> dict[str, str]:
         return sign_headers(self.identity, method, path, digest)
 
@@ -110,8 +140,8 @@ class SyncClient:
 
     async def heads(self, url: str, dataset: Link) -> list[Link]:
         path = f"/v1/datasets/{dataset}/heads"
-        async with self.session.get(
-            url.rstrip("/") + path, headers=self._headers("GET", path), timeout=self.timeout
+        async with self._request(
+            "GET", url.rstrip("/") + path, headers=self._headers("GET", path)
         ) as resp:
             if resp.status != 200:
                 raise await self._error(resp)
@@ -120,8 +150,8 @@ class SyncClient:
 
     async def genesis(self, url: str, dataset: Link) -> bytes:
         path = f"/v1/datasets/{dataset}/genesis"
-        async with self.session.get(
-            url.rstrip("/") + path, headers=self._headers("GET", path), timeout=self.timeout
+        async with self._request(
+            "GET", url.rstrip("/") + path, headers=self._headers("GET", path)
         ) as resp:
             if resp.status != 200:
                 raise await self._error(resp)
@@ -172,8 +202,8 @@ class SyncClient:
             headers["Content-Type"] = "application/json"
             stats.round_trips += 1
             stats.bytes_sent += len(body)
-            async with self.session.post(
-                url.rstrip("/") + path, data=body, headers=headers, timeout=self.timeout
+            async with self._request(
+                "POST", url.rstrip("/") + path, data=body, headers=headers
             ) as resp:
                 if resp.status != 200:
                     error = await self._error(resp)
@@ -204,7 +234,14 @@ class SyncClient:
             stats.accepted += result.accepted
             self.metrics["bytes_in"] += size
             self.metrics["deltas_in"] += result.accepted
-            return stats, roots
+            if self.progress is not None:
+                self.progress("pull", stats.bytes_received, stats.accepted)
+            # A response holds a bounded prefix of what we lack: its roots (the peer's
+            # heads) all known here means we are done, else ask for the rest.
+            unknown = [r for r in roots if not await asyncio.to_thread(replica.has_delta, r)]
+            if not unknown or result.accepted == 0:
+                return stats, roots
+            window = INITIAL_WINDOW
 
     async def push(
         self, url: str, replica: Replica, their_heads: list[Link] | None = None
@@ -216,41 +253,85 @@ class SyncClient:
             stats.round_trips += 1
         known = [h for h in their_heads if await asyncio.to_thread(replica.has_delta, h)]
         deltas = await asyncio.to_thread(replica.missing_deltas, known)
-        if not deltas:
-            return stats
-        spooled = await asyncio.to_thread(
-            lambda: spool_car(replica.heads(), replica.blocks_for(deltas))
-        )
         path = f"/v1/datasets/{replica.dataset}/push"
-        headers = self._headers("POST", path, spooled.digest)
-        headers["Content-Type"] = "application/vnd.ipld.car"
-        stats.round_trips += 1
-        stats.bytes_sent += spooled.size
-        stats.block_bytes_sent += spooled.block_bytes
-        stats.deltas_pushed += len(deltas)
-        try:
-            async with self.session.post(
-                url.rstrip("/") + path,
-                data=spooled.file,
-                headers=headers,
-                timeout=self.timeout,
-                compress="deflate" if self.compress and spooled.size > 1024 else None,
-            ) as resp:
-                if resp.status != 200:
-                    raise await self._error(resp)
-                raw = await resp.read()
-        finally:
-            spooled.file.close()
-        try:
-            after = [Link.parse(h) for h in json.loads(raw)["heads"]]
-        except (ValueError, KeyError, TypeError):
-            after = []
-        if after:
-            await asyncio.to_thread(replica.remember_peer_heads, url.rstrip("/"), after)
-        stats.bytes_received += len(raw)
-        self.metrics["bytes_out"] += spooled.size
-        self.metrics["deltas_out"] += len(deltas)
+        done = 0
+        while done < len(deltas):
+            # At most max_batch bytes of whole deltas per request, parents first.
+            spooled, used = await asyncio.to_thread(
+                spool_deltas, replica.heads(), replica.blocks_for, deltas[done:], self.max_batch
+            )
+            headers = self._headers("POST", path, spooled.digest)
+            headers["Content-Type"] = "application/vnd.ipld.car"
+            stats.round_trips += 1
+            stats.bytes_sent += spooled.size
+            stats.block_bytes_sent += spooled.block_bytes
+            stats.deltas_pushed += used
+            try:
+                async with self._request(
+                    "POST",
+                    url.rstrip("/") + path,
+                    data=spooled.file,
+                    headers=headers,
+                    compress="deflate" if self.compress and spooled.size > 1024 else None,
+                ) as resp:
+                    if resp.status != 200:
+                        raise await self._error(resp)
+                    raw = await resp.read()
+            finally:
+                spooled.file.close()
+            done += used
+            try:
+                after = [Link.parse(h) for h in json.loads(raw)["heads"]]
+            except (ValueError, KeyError, TypeError):
+                after = []
+            if after:
+                await asyncio.to_thread(replica.remember_peer_heads, url.rstrip("/"), after)
+            stats.bytes_received += len(raw)
+            self.metrics["bytes_out"] += spooled.size
+            self.metrics["deltas_out"] += used
+            if self.progress is not None:
+                self.progress("push", stats.bytes_sent, stats.deltas_pushed)
         return stats
+
+    async def fetch_blocks(
+        self, url: str, replica: Replica, wanted: set[Link]
+    ) -> dict[Link, bytes]:
+        """The ``wanted`` blocks (verified) from the peer's copy of the dataset, for repairs:
+        asks for its whole log in bounded responses and keeps only those blocks. Nothing is
+        applied; the caller puts them back into its store."""
+        found: dict[Link, bytes] = {}
+        if replica.dataset in wanted:
+            found[replica.dataset] = await self.genesis(url, replica.dataset)
+        path = f"/v1/datasets/{replica.dataset}/sync"
+        received: list[Link] = []
+        while len(found) < len(wanted):
+            summary = Summary(received, [], True).to_json() if received else None
+            body = json.dumps({"heads": [str(replica.dataset)], "summary": summary}).encode()
+            headers = self._headers("POST", path, _sha256(body))
+            headers["Content-Type"] = "application/json"
+            spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            try:
+                async with self._request(
+                    "POST", url.rstrip("/") + path, data=body, headers=headers
+                ) as resp:
+                    if resp.status != 200:
+                        raise await self._error(resp)
+                    async for chunk in resp.content.iter_chunked(1 << 16):
+                        spool.write(chunk)
+                spool.seek(0)
+                reader = CarReader(spool, self.max_block)
+                roots = await asyncio.to_thread(reader.read_header)
+                got = await asyncio.to_thread(list, reader.blocks())
+            finally:
+                spool.close()
+            before = len(received)
+            for cid, data in got:  # CarReader re-hashed every block
+                received.append(cid)
+                if cid in wanted:
+                    found[cid] = data
+            if len(received) == before or set(roots) <= set(received):
+                break
+        return found
 
     async def sync(self, url: str, replica: Replica) -> SyncStats:
         """Both directions: pull what we lack, then push what the peer lacks."""
@@ -274,6 +355,11 @@ class _Counting:
         cid, data = next(self.it)
         self.bytes += len(data)
         return cid, data
+
+
+def _base(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _sha256(data: bytes) -> str:

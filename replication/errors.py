@@ -126,3 +126,11 @@ class PeerError(ReplicationError):
 
     code = "peer_error"
     status = 502
+
+
+class PeerUnreachable(PeerError):
+    """A peer could not be reached (refused, reset, DNS, timeout): nothing was exchanged
+    beyond what earlier completed requests applied."""
+
+    code = "peer_unreachable"
+    status = 502

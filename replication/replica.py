@@ -26,10 +26,9 @@ from typing import Any, NamedTuple
 
 import libipld
 
-from merklog.store import BlockNotFound, BlockStore, Fact, Link, encode_fact, fact_cid, verify
+from merklog.store import BlockNotFound, BlockStore, Fact, Link, verify
 
 from .blocks import (
-    MAX_OPS,
     Assert,
     Delta,
     Genesis,
@@ -58,15 +57,17 @@ from .errors import (
     WrongDataset,
 )
 from .identity import Identity
+from .limits import MAX_PARENTS, RECEIVE_MAX_PENDING_BLOCKS, RECEIVE_MAX_PENDING_BYTES
+from .packing import pack_ops, plan_ops
 from .schema import ensure_schema
 from .txn import conn_lock, connect, gc_paused, require_autocommit, transaction
 
 #: Callback signature for visible-set changes: (+1 | -1, fact, fact CID).
 ChangeCallback = Callable[[int, Fact, Link], None]
 
-#: Fact blocks a batch may carry ahead of the delta that asserts them.
-MAX_PENDING_BLOCKS = 2 * MAX_OPS + 64
-MAX_PENDING_BYTES = 16 << 20
+#: Fact blocks a batch may carry ahead of the delta that asserts them (see .limits).
+MAX_PENDING_BLOCKS = RECEIVE_MAX_PENDING_BLOCKS
+MAX_PENDING_BYTES = RECEIVE_MAX_PENDING_BYTES
 
 
 @dataclass
@@ -292,6 +293,11 @@ class Replica:
             ).fetchall()
         return {Link(r[0]) for r in rows}
 
+    def visible_among(self, cids: Iterable[Link]) -> set[Link]:
+        """Which of these fact CIDs are visible now."""
+        with self._lock:
+            return set(self._live_asserts_many(cids))
+
     def visible(self) -> Iterator[tuple[Link, Fact]]:
         """Every visible fact with its CID (sorted by CID)."""
         for cid in sorted(self.visible_cids()):
@@ -308,12 +314,12 @@ class Replica:
     # ------------------------------------------------------------ local writes
 
     def assert_facts(self, facts: Iterable[Fact]) -> list[Link]:
-        """Assert facts, ``MAX_OPS`` per delta; returns the new delta CIDs."""
-        return self._write_chunks([Assert(f) for f in facts])
+        """Assert facts (as many deltas as receivers' limits need); the new delta CIDs."""
+        return self.write_many([Assert(f) for f in facts])
 
     def retract_facts(self, facts: Iterable[Fact]) -> list[Link]:
         """Retract the currently visible assertions of these facts."""
-        return self._write_chunks([Retract(f) for f in facts])
+        return self.write_many([Retract(f) for f in facts])
 
     def grant(self, key: bytes) -> Link | None:
         return self.write([Grant(key)])
@@ -321,56 +327,48 @@ class Replica:
     def revoke(self, key: bytes) -> Link | None:
         return self.write([Revoke(key)])
 
-    def _write_chunks(self, ops: list[Op]) -> list[Link]:
-        out = []
-        with gc_paused():
-            for chunk in _chunks(ops, MAX_OPS):
-                cid = self.write(chunk)
-                if cid is not None:
-                    out.append(cid)
-        return out
-
     def write(self, ops: Sequence[Op]) -> Link | None:
-        """Sign and commit one delta of ``ops`` on top of the current heads.
+        """``write_many`` returning only the last delta's CID (None if nothing was written)."""
+        cids = self.write_many(ops)
+        return cids[-1] if cids else None
 
-        Durable when it returns (the transaction committed). Retracts of facts that
-        are not visible are dropped; returns None when no op remains. A retract
-        observes only earlier deltas, not an assert in the same call.
+    def write_many(self, ops: Sequence[Op]) -> list[Link]:
+        """Sign and commit ``ops`` on top of the current heads; the new delta CIDs.
+
+        Durable when it returns: every delta of the call commits in one transaction.
+        What is written always fits every receiver's limits (:mod:`.limits`): ops are
+        packed into as many deltas as op count, delta size and fact bytes need; a
+        retract observing more asserts than one op may list becomes several retract
+        ops; a fact whose block exceeds ``MAX_FACT_BYTES`` is refused (TooLarge,
+        nothing written). No-ops are dropped: an assert of a fact already visible
+        (and not retracted in the same call) and a retract of a fact not visible.
+        Retracts observe the state before the call, never an assert in it.
         """
-        if len(ops) > MAX_OPS:
-            raise InvalidDelta(f"at most {MAX_OPS} ops per delta; use assert_facts for batches")
         with self._lock:
-            wire: list[dict[str, Any]] = []
-            blocks: dict[Link, tuple[bytes, Fact]] = {}
-            for op in ops:
-                if isinstance(op, Assert):
-                    cid, data = encode_fact(op.fact)
-                    blocks[cid] = (data, op.fact)
-                    wire.append({"op": "assert", "fact": cid})
-                elif isinstance(op, Retract):
-                    cid = fact_cid(op.fact)
-                    observed = self._live_asserts(cid)
-                    if observed:
-                        wire.append({"op": "retract", "fact": cid, "observed": observed})
-                elif isinstance(op, Grant | Revoke):
-                    if self.identity.public_key != self.genesis.owner:
-                        raise Unauthorized("only the dataset owner grants or revokes writers")
-                    kind = "grant" if isinstance(op, Grant) else "revoke"
-                    wire.append({"op": kind, "key": bytes(op.key)})
-                else:
-                    raise TypeError(f"not an op: {op!r}")
-            if not wire:
-                return None
-            heads = self.heads()
-            clock = 1 + max(self._clock_of(h) or 0 for h in heads)
-            delta = build_delta(self.identity, self.dataset, self._next_seq(), clock, heads, wire)
+            planned = plan_ops(ops, self._live_asserts_many, self._owner_check)
+            if not planned:
+                return []
+            out: list[Link] = []
             try:
                 with self._tx():
-                    self._accept(delta, blocks)
+                    for group in pack_ops(planned, len(self.heads())):
+                        heads = self.heads()[:MAX_PARENTS]
+                        clock = 1 + max(self._clock_of(h) or 0 for h in heads)
+                        wire = [p.wire for p in group]
+                        delta = build_delta(
+                            self.identity, self.dataset, self._next_seq(), clock, heads, wire
+                        )
+                        blocks = {c: b for p in group for c, b in p.blocks.items()}
+                        self._accept(delta, blocks)
+                        out.append(delta.cid)
             finally:
                 changes, self._changes = self._changes, {}
         self._emit(changes)
-        return delta.cid
+        return out
+
+    def _owner_check(self) -> None:
+        if self.identity.public_key != self.genesis.owner:
+            raise Unauthorized("only the dataset owner grants or revokes writers")
 
     def _next_seq(self) -> int:
         (seq,) = self.conn.execute(
@@ -380,11 +378,22 @@ class Replica:
         return 1 + int(seq or 0)
 
     def _live_asserts(self, fact: Link) -> list[Link]:
-        rows = self.conn.execute(
-            "SELECT delta FROM repl_assert WHERE ds = ? AND fact = ? AND killed = 0",
-            (self.ds, fact.raw),
-        ).fetchall()
-        return sorted(Link(r[0]) for r in rows)
+        return self._live_asserts_many([fact]).get(fact, [])
+
+    def _live_asserts_many(self, facts: Iterable[Link]) -> dict[Link, list[Link]]:
+        """For each of ``facts`` that is visible: its live asserting deltas, sorted."""
+        out: dict[Link, list[Link]] = {}
+        for chunk in _chunks(list(dict.fromkeys(facts))):
+            marks = ",".join("?" * len(chunk))
+            for fact, delta in self.conn.execute(
+                f"SELECT fact, delta FROM repl_assert WHERE ds = ? AND killed = 0"
+                f" AND fact IN ({marks})",
+                (self.ds, *[f.raw for f in chunk]),
+            ):
+                out.setdefault(fast_link(bytes(fact)), []).append(fast_link(bytes(delta)))
+        for observed in out.values():
+            observed.sort()
+        return out
 
     # ------------------------------------------------------------ remote batches
 

@@ -29,6 +29,7 @@ from merklog.store.car import car_header, car_section
 
 from .auth import AllowList, ReplayGuard, SignedRequest, check_digest, verify_request
 from .errors import MalformedBlock, NotFound, ReplicationError, RequestTimeout, TooLarge
+from .limits import RECEIVE_MAX_BODY, RECEIVE_MAX_SECTION, WRITE_MAX_BATCH_BYTES
 from .messages import Inbox
 from .metrics import Metrics
 from .replica import Replica, Summary
@@ -42,10 +43,12 @@ DAG_CBOR_TYPE = "application/vnd.ipld.dag-cbor"
 class Limits:
     """Server-side limits (bytes, seconds)."""
 
-    max_push_body: int = 256 << 20
+    max_push_body: int = RECEIVE_MAX_BODY
     max_json_body: int = 4 << 20
     max_inbox_body: int = 4 << 20
-    max_block: int = (1 << 20) + 4096
+    max_block: int = RECEIVE_MAX_SECTION
+    #: CAR bytes of whole deltas per sync response (the caller asks again for the rest).
+    max_response: int = WRITE_MAX_BATCH_BYTES
     read_timeout: float = 60.0
     clock_skew: float = 300.0
     max_summary: int = 1_000_000
@@ -188,19 +191,40 @@ class SyncService:
         await resp.prepare(request)
         z = zlib.compressobj(1) if deflate else None
 
-        def encode_batch(batch: list[Link], first: bool) -> tuple[int, bytes]:
+        def encode_batch(batch: list[Link], first: bool, budget: int) -> tuple[int, int, bytes]:
+            """CAR sections of whole deltas from ``batch`` until ``budget`` bytes are
+            reached (at least one delta): (deltas consumed, raw bytes, bytes to send)."""
             parts = [car_header(roots)] if first else []
-            parts.extend(car_section(c, b) for c, b in replica.blocks_for(batch))
+            size = len(parts[0]) if first else 0
+            consumed = 0
+            for cid in batch:
+                if consumed and size >= budget:
+                    break
+                for c, b in replica.blocks_for([cid]):
+                    section = car_section(c, b)
+                    parts.append(section)
+                    size += len(section)
+                consumed += 1
             buf = b"".join(parts)
-            return len(buf), (z.compress(buf) if z is not None else buf)
+            return consumed, size, (z.compress(buf) if z is not None else buf)
 
+        # One response carries at most ~max_response bytes of whole deltas (a prefix in
+        # clock order, so parents come first); the caller sees from the CAR roots (our
+        # heads) that it is not done yet and asks again.
         sent = 0
-        step = 64
-        for i in range(0, max(len(deltas), 1), step):
-            size, out = await asyncio.to_thread(encode_batch, deltas[i : i + step], i == 0)
+        i = 0
+        first = True
+        while first or (i < len(deltas) and sent < self.limits.max_response):
+            step = deltas[i : i + 64]
+            used, size, out = await asyncio.to_thread(
+                encode_batch, step, first, self.limits.max_response - sent
+            )
+            first = False
+            i += used
             sent += size
             if out:
                 await resp.write(out)
+        deltas = deltas[:i]
         if z is not None:
             await resp.write(z.flush())
         await resp.write_eof()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -54,6 +54,30 @@ def spool_car(roots: Iterable[Link], blocks: Iterable[tuple[Link, bytes]]) -> Sp
     size += len(buf)
     out.seek(0)
     return Spooled(out, digest.hexdigest(), size, count, payload)
+
+
+def spool_deltas(
+    roots: Iterable[Link],
+    blocks_for: Callable[[list[Link]], Iterable[tuple[Link, bytes]]],
+    deltas: list[Link],
+    limit: int,
+) -> tuple[Spooled, int]:
+    """A CAR of whole deltas (each with its fact blocks) from the front of ``deltas``
+    until ``limit`` bytes are reached, at least one: (spooled CAR, deltas taken)."""
+    taken = 0
+    size = 0
+
+    def blocks() -> Iterator[tuple[Link, bytes]]:
+        nonlocal taken, size
+        for delta in deltas:
+            if taken and size >= limit:
+                return
+            for cid, data in blocks_for([delta]):
+                size += len(data) + len(cid.raw) + 8
+                yield cid, data
+            taken += 1
+
+    return spool_car(roots, blocks()), taken
 
 
 def _translate(exc: Exception) -> ReplicationError:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from ..values import Float
 from .timestamp import Timestamp
 from .trace import NestedTrace, Trace
 from .zset import (
@@ -596,7 +597,7 @@ class Aggregate(Operator):
             return g.n
         if f == "sum":
             if g.nfloat:
-                return float(g.itotal + g.ftotal)
+                return Float(float(g.itotal + g.ftotal))  # engine form: never equal to an int
             return g.itotal
         heap = g.heap
         counts = g.counts

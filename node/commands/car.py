@@ -1,12 +1,33 @@
-"""``merklog export FILE.car`` / ``merklog import FILE.car``: CAR v1 interchange."""
+"""``merklog export FILE.car`` / ``import FILE.car`` / ``restore FILE.car``: CAR v1
+interchange, backup and restore (docs/operations.md, "Backup and restore")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from merklog.node.cli import State, pass_state
+
+
+@contextmanager
+def _blocks_bar(verb: str) -> Iterator[Callable[[int], None]]:
+    """A progress callback counting blocks, shown on a terminal (stderr)."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    console = Console(stderr=True)
+    with Progress(
+        SpinnerColumn(),
+        TextColumn(f"{verb} {{task.completed}} blocks"),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(verb, total=None)
+        yield lambda n: bar.update(task, completed=n)
 
 
 def register(cli: click.Group) -> None:
@@ -15,10 +36,10 @@ def register(cli: click.Group) -> None:
     @pass_state
     def export(state: State, file: Path) -> None:
         """Write the whole replica (genesis, deltas, facts) as a CAR rooted at the heads."""
-        from merklog.node.cliutil import guard, target
+        from merklog.node.cliutil import target
 
-        with target(state) as t:
-            n = guard(lambda: t.export_car(file))
+        with target(state) as t, _blocks_bar("export") as progress:
+            n = t.export_car(file, progress)
         click.echo(f"exported {n} blocks to {file}")
 
     @cli.command("import")
@@ -26,8 +47,26 @@ def register(cli: click.Group) -> None:
     @pass_state
     def import_(state: State, file: Path) -> None:
         """Verify and apply the deltas in a CAR file (all or nothing)."""
-        from merklog.node.cliutil import guard, target
+        from merklog.node.cliutil import target
 
-        with target(state) as t:
-            stats = guard(lambda: t.import_car(file))
+        with target(state) as t, _blocks_bar("import") as progress:
+            stats = t.import_car(file, progress)
         click.echo(f"imported {file}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+
+    @cli.command("restore")
+    @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.option(
+        "--identity",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="The node key (identity.pem) saved with the backup; else a new key is made.",
+    )
+    @pass_state
+    def restore(state: State, file: Path, identity: Path | None) -> None:
+        """Create a new home from a backup CAR (made by `merklog export`)."""
+        from merklog.node.backup import restore as do_restore
+
+        stats = do_restore(state.home, file, identity, dict(state.overrides))
+        click.echo(
+            f"restored {state.home} from {file}: " + ", ".join(f"{k} {v}" for k, v in stats.items())
+        )

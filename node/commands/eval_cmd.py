@@ -68,6 +68,9 @@ def register(cli: click.Group) -> None:
                 facts = read_facts_dir(facts_dir)
                 outputs = sorted(prog.idb)
             relations = prog.evaluate(facts)
+        except EngineError as err:  # edge.facts has 2 columns but the program reads edge/1, …
+            fail(f"{program}:{err}" if err.line else f"error: {err}")
+            return
         except (ValueError, OSError) as err:
             fail(f"error: {err}")
             return

@@ -17,6 +17,7 @@ def register(cli: click.Group) -> None:
     def get(state: State, cid: str, as_json: bool) -> None:
         """Print the fact (or block kind) stored under CID."""
         from merklog.node.cliutil import guard, target
+        from merklog.node.failures import ExitCode, Failure
         from merklog.store import BlockNotFound, Link, StoreError
 
         try:
@@ -27,7 +28,7 @@ def register(cli: click.Group) -> None:
             try:
                 info = guard(lambda: t.block(cid))
             except BlockNotFound:
-                raise click.ClickException(f"no block {cid} in this store") from None
+                raise Failure(f"no block {cid} in this store", ExitCode.NOT_FOUND) from None
         if as_json:
             click.echo(json.dumps(info))
         else:

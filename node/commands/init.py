@@ -32,6 +32,11 @@ def register(cli: click.Group) -> None:
         metavar="URL_OR_MULTIADDR",
         help="RPC API of the IPFS daemon (store.ipfs_api), e.g. http://127.0.0.1:5001.",
     )
+    @click.option(
+        "--force",
+        is_flag=True,
+        help="With --join on an initialised home: switch it to the joined dataset.",
+    )
     @pass_state
     def init(
         state: State,
@@ -40,13 +45,19 @@ def register(cli: click.Group) -> None:
         join_url: str | None,
         backend: str | None,
         ipfs_api: str | None,
+        force: bool,
     ) -> None:
-        """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset."""
-        from merklog.node.config import Config, ConfigError
-        from merklog.node.node import IDENTITY_FILE, init_home
-        from merklog.node.runtime import HomeBusy, HomeLock
-        from merklog.node.target import input_errors
-        from merklog.node.wiring import check_store
+        """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset.
+
+        Nothing is left half-created: if any step fails, what this command created is
+        removed again. `--join URL` on a home that already follows a dataset refuses
+        unless `--force` is given (the home's facts would no longer be visible).
+        """
+        from merklog.node.config import Config
+        from merklog.node.homeinit import Join, fetch_join, initialise
+        from merklog.node.node import IDENTITY_FILE
+        from merklog.node.runtime import HomeLock
+        from merklog.node.wiring import check_store, genesis_from_ipfs
 
         overrides = dict(state.overrides)
         if port is not None:
@@ -58,51 +69,56 @@ def register(cli: click.Group) -> None:
         if ipfs_api is not None:
             overrides["store.ipfs_api"] = ipfs_api
             overrides.setdefault("store.backend", "ipfs")
-        try:  # an unusable store (IPFS daemon down) fails before anything is created
-            if backend is not None and (state.home / "config.toml").exists():
-                current = Config.load(state.home).get("store.backend")
-                if current != backend:
-                    raise click.ClickException(
-                        f"{state.home} already keeps its blocks in {current}; to move it to "
-                        f"{backend}, init a new home and import a CAR export of this one"
-                    )
-            check_store(Config.load(state.home, overrides))
-        except (ConfigError, *input_errors()) as exc:
-            raise click.ClickException(str(exc)) from None
+        if backend is not None and (state.home / "config.toml").exists():
+            now = Config.load(state.home).get("store.backend")
+            if now != backend:
+                raise click.ClickException(
+                    f"{state.home} already keeps its blocks in {now}; to move it to "
+                    f"{backend}, init a new home and import a CAR export of this one"
+                )
+        # Bad options and an unusable store (IPFS daemon down) fail before anything exists.
+        check_store(Config.load(state.home, overrides))
+        current = (
+            Config.load(state.home).get("dataset.id")
+            if (state.home / "config.toml").exists()
+            else ""
+        )
         join = None
         if join_url is not None and not join_url.startswith(("http://", "https://")):
-            from merklog.node.wiring import genesis_from_ipfs
-
-            try:
-                join = genesis_from_ipfs(Config.load(state.home, overrides), join_url)
-            except input_errors() as exc:
-                raise click.ClickException(f"cannot join {join_url}: {exc}") from None
+            # A dataset id: its genesis comes through the IPFS daemon (no peer URL).
+            dataset, genesis = genesis_from_ipfs(Config.load(state.home, overrides), join_url)
+            join = Join("", dataset, genesis, None)
         elif join_url is not None:
-            import asyncio
-
-            from merklog.node.wiring import NodeInputError, fetch_genesis
-
-            try:
-                join = asyncio.run(fetch_genesis(join_url))
-            except (NodeInputError, OSError, Exception) as exc:
-                raise click.ClickException(f"cannot join {join_url}: {exc}") from None
+            join = fetch_join(join_url)
+        if join is not None and current and str(join.dataset) != current:
+            if not force:
+                raise click.ClickException(
+                    f"{state.home} already follows dataset {current}; --join {join_url} would"
+                    f" switch it to dataset {join.dataset} and its current facts would no"
+                    " longer be visible. Add --force to do that, or use a new --home."
+                )
+            click.echo(
+                f"switching {state.home} from dataset {current} to {join.dataset}: the blocks"
+                " of the old dataset stay in the store but are no longer visible",
+                err=True,
+            )
+        existed = state.home.exists()
+        lock = HomeLock.acquire(state.home)
         try:
-            lock = HomeLock.acquire(state.home)
-        except HomeBusy as exc:
-            raise click.ClickException(str(exc)) from None
-        try:
-            cfg, created = init_home(state.home, overrides, join)
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from None
+            cfg, created = initialise(state.home, overrides, join, existed)
         finally:
             lock.release()
         verb = "initialised" if created else "already initialised"
+        if join is not None and str(join.dataset) != current and not created:
+            verb = "joined"
         click.echo(f"{verb} {state.home}")
         click.echo(f"  config   {state.home / 'config.toml'}")
         click.echo(f"  key      {state.home / IDENTITY_FILE}")
         click.echo(f"  store    {cfg.path('store.path')}")
         click.echo(f"  dataset  {cfg.get('dataset.id')}")
-        from merklog.node.wiring import Identity
+        if join is not None and join.url:
+            click.echo(f"  origin   {join.url} (synced once before the first write)")
+        from merklog.replication.identity import Identity
 
         key = Identity.load(state.home / IDENTITY_FILE).public_key.hex()
         click.echo(f"  key hex  {key}")

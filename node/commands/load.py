@@ -14,15 +14,12 @@ def register(cli: click.Group) -> None:
     @click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
     @pass_state
     def load(state: State, program: Path) -> None:
-        """Check PROGRAM and install it (recorded as node.program in the config)."""
+        """Check PROGRAM and install it: its text is stored in the home (a block), so
+        editing or deleting the file afterwards changes nothing; a program that fails a
+        check changes nothing either."""
         from merklog.node.cliutil import guard, target
 
         text = program.read_text()
-        path = program.resolve()
         with target(state) as t:
             status = guard(lambda: t.load_program(text, str(program)))
-            # Recorded only once the program was accepted: a bad file changes nothing.
-            cfg = t.config if hasattr(t, "config") else t.node.config  # type: ignore[attr-defined]
-            cfg.data["node"]["program"] = str(path)
-            cfg.save()
         click.echo(f"loaded {program} (epoch {status['epoch']}, {status['derived']} derived facts)")

@@ -22,7 +22,7 @@ def register(cli: click.Group) -> None:
         "--program",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="Datalog program evaluated every epoch [node.program].",
+        help="Check this Datalog program and store it in the home before serving.",
     )
     @click.option(
         "--static-dir",
@@ -46,18 +46,17 @@ def register(cli: click.Group) -> None:
         """Serve this node until SIGINT/SIGTERM; /healthz answers 200 once ready."""
         import asyncio
 
-        from merklog.node.config import ConfigError
         from merklog.node.node import Node, init_home
         from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile
         from merklog.node.server import serve
-        from merklog.node.target import TargetError, input_errors, load_config
+        from merklog.node.storecheck import precheck
+        from merklog.node.target import load_config
 
         overrides = dict(state.overrides)
         for key, value in (
             ("node.host", host),
             ("node.port", port),
             ("node.epoch_interval", epoch_interval),
-            ("node.program", str(program.resolve()) if program else None),
             ("node.static_dir", str(static_dir.resolve()) if static_dir else None),
             ("node.tick", tick),
         ):
@@ -72,10 +71,19 @@ def register(cli: click.Group) -> None:
             if do_init:
                 init_home(state.home)
             cfg = load_config(state.home, overrides)
+            precheck(cfg)
             node = Node(cfg, lock)
-        except (ConfigError, TargetError, *input_errors()) as exc:
-            lock.release()
-            raise click.ClickException(str(exc)) from None
+            if program is not None:  # checked, stored in the home, then swapped in
+                try:
+                    node.load_program(program.read_text(), str(program))
+                except BaseException:
+                    node.close()
+                    lock = None
+                    raise
+        except BaseException:
+            if lock is not None:  # the CLI's error boundary reports what went wrong
+                lock.release()
+            raise
 
         def announce(url: str) -> None:
             token = cfg.get("api.token")

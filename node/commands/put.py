@@ -1,20 +1,84 @@
-"""``merklog put`` / ``merklog retract``: write facts in Datalog syntax, print their CIDs."""
+"""``merklog put`` / ``merklog retract``: write facts in Datalog syntax, print their CIDs.
+
+The whole input is parsed first (a syntax error anywhere writes nothing and names
+its ``LINE:COL``), then written in chunks of at most ``CHUNK_FACTS`` facts /
+``CHUNK_BYTES`` bytes of text: each chunk is one durable write (through a running
+node one HTTP request, well under its body limit), and a progress bar on a terminal
+counts facts.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import click
 
 from merklog.node.cli import State, pass_state
 
+CHUNK_FACTS = 20_000
+CHUNK_BYTES = 4 << 20
+
+
+def chunks(facts: list, max_facts: int = CHUNK_FACTS, max_bytes: int = CHUNK_BYTES) -> Iterator:
+    """Consecutive slices of ``facts`` within both bounds (Datalog text size estimated
+    from the rendering each fact is sent as)."""
+    start = size = 0
+    for i, fact in enumerate(facts):
+        n = len(str(fact)) + 2
+        if i > start and (i - start >= max_facts or size + n > max_bytes):
+            yield facts[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(facts):
+        yield facts[start:]
+
 
 def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) -> None:
-    from merklog.node.cliutil import facts_text, guard, target
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    text = facts_text(facts, file)
-    with target(state) as t:
-        result = guard(lambda: t.write("", text) if retract else t.write(text, ""))
-    for item in result["retracted" if retract else "asserted"]:
-        click.echo(f"{item['cid']}\t{item['fact']}")
+    from merklog.node.cliutil import facts_text, target
+    from merklog.node.failures import NotVisible
+    from merklog.node.target import load_config
+    from merklog.node.wiring import parse_facts
+
+    parsed = parse_facts(facts_text(facts, file))
+    # Through a running node each chunk is one request: stay well under its body limit.
+    max_bytes = min(
+        CHUNK_BYTES, int(load_config(state.home, state.overrides).get("node.max_body")) // 2
+    )
+    missing: list[dict] = []
+    console = Console(stderr=True)
+    verb = "retract" if retract else "put"
+    with (
+        target(state) as t,
+        Progress(
+            TextColumn(verb),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("facts"),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal or len(parsed) < CHUNK_FACTS,
+        ) as bar,
+    ):
+        task = bar.add_task(verb, total=len(parsed))
+        for chunk in chunks(parsed, CHUNK_FACTS, max_bytes):
+            result = t.write_facts([], chunk) if retract else t.write_facts(chunk, [])
+            gone = {item["cid"] for item in result.get("not_visible") or []}
+            missing.extend(result.get("not_visible") or [])
+            lines = [
+                f"{item['cid']}\t{item['fact']}"
+                for item in result["retracted" if retract else "asserted"]
+                if item["cid"] not in gone
+            ]
+            if lines:
+                click.echo("\n".join(lines))
+            bar.advance(task, len(chunk))
+    if missing:
+        shown = ", ".join(item["fact"] for item in missing[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
 
 
 def register(cli: click.Group) -> None:

@@ -76,7 +76,10 @@ def _local_node(state: State) -> Any:
     """Open the node in this process (Parquet export and snapshots read the store directly)."""
     from merklog.node.node import Node
     from merklog.node.runtime import HomeBusy
+    from merklog.node.storecheck import precheck
+    from merklog.node.target import load_config
 
+    precheck(load_config(state.home, state.overrides))  # never creates a home by accident
     try:
         return Node.open(state.home)
     except HomeBusy as exc:

@@ -13,7 +13,8 @@ def register(cli: click.Group) -> None:
     @pass_state
     def sync(state: State, peer: str) -> None:
         """Exchange missing deltas with PEER (a name from `peers list` or http://HOST:PORT)."""
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+        from rich.console import Console
+        from rich.progress import FileSizeColumn, Progress, SpinnerColumn, TextColumn
 
         from merklog.node.cliutil import fail, guard, target
 
@@ -26,16 +27,28 @@ def register(cli: click.Group) -> None:
                     f"unknown peer {peer!r}: give http://HOST:PORT or add it with `merklog peers add`"
                 )
             peer = cfg.peers[peer]["url"]
+        console = Console(stderr=True)
         with (
             target(state) as t,
             Progress(
-                TextColumn("sync {task.description}"), BarColumn(), DownloadColumn(), transient=True
+                SpinnerColumn(),
+                TextColumn("sync {task.description} {task.fields[direction]}"),
+                FileSizeColumn(),
+                TextColumn("{task.fields[deltas]} deltas"),
+                console=console,
+                transient=True,
+                disable=not console.is_terminal,
             ) as bar,
         ):
-            task = bar.add_task(peer, total=None)
+            task = bar.add_task(peer, total=None, direction="", deltas=0)
+            moved = {"pull": (0, 0), "push": (0, 0)}
 
-            def progress(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total or None)
+            def progress(direction: str, size: int, deltas: int) -> None:
+                # Real units: HTTP body bytes and deltas, pulled and pushed so far.
+                moved[direction] = (size, deltas)
+                total_bytes = sum(b for b, _d in moved.values())
+                total_deltas = sum(d for _b, d in moved.values())
+                bar.update(task, completed=total_bytes, direction=direction, deltas=total_deltas)
 
             stats = guard(lambda: t.sync(peer, progress))
         parts = ", ".join(f"{k} {v}" for k, v in stats.items() if isinstance(v, int | float))

@@ -1,4 +1,5 @@
-"""Replica ⇄ Spark: export a replica's log, bootstrap a fresh replica from a snapshot, prune.
+"""Replica ⇄ Spark: bootstrap a fresh replica from a snapshot, prune (``export_replica``
+is re-exported from :mod:`.export`).
 
 ``install_snapshot`` gives an empty replica the OR-set state a snapshot holds
 (visible facts with their supporting assert tags, the covered deltas' ids,
@@ -13,62 +14,21 @@ this module never touches the replication schema.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
-from merklog.replication.blocks import decode_fact_fast
 from merklog.replication.errors import InvalidDelta
 from merklog.replication.replica import Replica
 from merklog.replication.snapshot import AclEntry, CoveredDelta, install_snapshot_state
 from merklog.store import Fact, Link
 
-from .export import GENESIS_FILE, export
+from .export import export_replica
 from .manifest import ManifestError, parse_manifest, verify_files
 from .schema import decode_args
-
-
-def replica_log_rows(replica: Replica) -> Iterator[dict[str, Any]]:
-    """One export row per op of every accepted delta (with the delta's parents)."""
-    ds = replica.dataset
-    for delta in replica.iter_deltas():
-        base = {
-            "dataset": ds,
-            "delta_cid": delta.cid,
-            "author": delta.author,
-            "clock": delta.clock,
-            "seq": delta.seq,
-            "parents": list(delta.parents),
-        }
-        if not delta.ops:
-            yield base | {"op_index": 0, "op": "none"}
-        for i, op in enumerate(delta.ops):
-            kind = op["op"]
-            row = base | {"op_index": i, "op": kind}
-            if kind in ("assert", "retract"):
-                row["fact_cid"] = op["fact"]
-                if kind == "assert" or replica.blockstore.has(op["fact"]):
-                    fact = decode_fact_fast(replica.blockstore.get(op["fact"]))
-                    row["relation"], row["args"] = fact.rel, fact.args
-                if kind == "retract":
-                    row["observed"] = list(op["observed"])
-            else:
-                row["key"] = op["key"]
-            yield row
-
-
-def export_replica(
-    replica: Replica, out_dir: str | Path, progress: Callable[[int], None] | None = None
-) -> dict[str, Any]:
-    """Write ``replica``'s log and visible facts as a Parquet export directory."""
-    visible = ((replica.dataset, fact) for _cid, fact in replica.visible())
-    summary = export(replica_log_rows(replica), visible, out_dir, progress=progress)
-    # the genesis block travels with the export so a snapshot can let a fresh peer join
-    (Path(out_dir) / GENESIS_FILE).write_bytes(replica.genesis.data)
-    return summary
 
 
 @dataclass
@@ -90,8 +50,7 @@ class Snapshot:
         """``(fact CID, fact, support)``; each CID is recomputed from the fact and checked."""
         for row in self._table("facts"):
             fact = Fact(row["relation"], decode_args(row["args"]))
-            cid = Link.parse(row["fact_cid"])
-            yield cid, fact, [Link.parse(s) for s in row["support"]]
+            yield Link(row["fact_cid"]), fact, [Link(s) for s in row["support"]]
 
     def deltas(self) -> list[dict[str, Any]]:
         return self._table("deltas")
@@ -141,18 +100,18 @@ def install_snapshot(replica: Replica, snap: Snapshot) -> int:
         raise ManifestError("snapshot deltas table does not match the manifest count")
     covered = [
         CoveredDelta(
-            cid=Link.parse(d["delta_cid"]),
-            author=bytes.fromhex(d["author"]),
+            cid=Link(d["delta_cid"]),
+            author=d["author"],
             seq=d["seq"],
             clock=d["clock"],
-            parents=tuple(Link.parse(p) for p in d["parents"]),
+            parents=tuple(Link(p) for p in d["parents"]),
         )
         for d in deltas
     ]
     acl = [
         AclEntry(
-            key=bytes.fromhex(a["key"]),
-            delta=Link.parse(a["delta_cid"]),
+            key=a["key"],
+            delta=Link(a["delta_cid"]),
             clock=a["clock"],
             grant=a["op"] == "grant",
         )
@@ -177,7 +136,10 @@ def prune_replica(replica: Replica, snap: Snapshot) -> int:
     missing = [h for h in snap.heads if not replica.has_delta(h)]
     if missing:
         raise ManifestError(f"replica lacks {len(missing)} snapshot head(s); sync before pruning")
-    cids = [Link.parse(d["delta_cid"]) for d in snap.deltas()]
+    cids = [Link(d["delta_cid"]) for d in snap.deltas()]
     present = [c for c in cids if replica.blockstore.has(c)]
     replica.blockstore.delete_many(present)
     return len(present)
+
+
+__all__ = ["Snapshot", "export_replica", "install_snapshot", "load_snapshot", "prune_replica"]

@@ -2,8 +2,7 @@
 
 Inputs are export directories (or ``ops/`` folders) of one or many replicas;
 the same delta usually appears in several of them. A delta CID names its
-content, so ``(delta_cid, op_index)`` identifies an op exactly and duplicates
-are dropped on that key.
+content, so duplicates of an op are exact copies and set semantics absorb them.
 
 Add-wins OR-set, relationally (DESIGN §2)::
 
@@ -11,18 +10,40 @@ Add-wins OR-set, relationally (DESIGN §2)::
     removed(ds, F, d) :- retract(ds, _, F, Observed), d ∈ Observed.
     visible(ds, F)  :- live(ds, F, _).
 
-The snapshot keeps, per visible fact, its *support*: the asserting deltas not
-yet removed. That is the whole OR-set state, so a retract arriving after the
-snapshot (which lists the asserts it observed) still removes exactly those.
+Everything about one fact - its asserting deltas and the deltas its retracts
+observed - lives in the rows with its ``(dataset, fact_cid)``, so the whole
+computation is one ``groupBy(dataset, fact_cid)``: ``collect_set`` of the
+asserting delta CIDs, ``collect_set`` of the observed lists, and
+``array_except`` of the two is the fact's *support* (the asserting deltas not
+yet removed). A fact is visible iff its support is not empty. Duplicated input
+rows need no ``dropDuplicates``: the sets absorb them, and Spark aggregates
+partially before the shuffle.
+
+The snapshot keeps, per visible fact, its support: that is the whole OR-set
+state, so a retract arriving after the snapshot (which lists the asserts it
+observed) still removes exactly those.
+
+Reproducible output: the same inputs and signing key give the same manifest
+CID. The number of output files is a function of the input row count only,
+rows reach files by Spark's Murmur3 hash of the key (not by sampled ranges),
+each file is sorted by its key, adaptive partition coalescing is off for the
+job, and files are renamed ``part-00000.parquet``… in partition order (Spark's
+names carry a random job UUID). See docs/spark.md and ADR 0046.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from merklog.replication.identity import Identity
@@ -36,10 +57,17 @@ VALUE_DDL = (
     "`bytes`:binary,`bool`:boolean,`link`:string>"
 )
 OPS_DDL = (
-    "dataset string, delta_cid string, author string, clock bigint, seq bigint, "
-    f"parents array<string>, op_index int, op string, relation string, args array<{VALUE_DDL}>, "
-    "fact_cid string, observed array<string>, key string"
+    "dataset string, delta_cid binary, author binary, clock bigint, seq bigint, "
+    f"parents array<binary>, op_index int, op string, relation string, args array<{VALUE_DDL}>, "
+    "fact_cid binary, observed array<binary>, key binary"
 )
+#: Input op rows per output partition (and file): the file count depends on the input only.
+ROWS_PER_PARTITION = 262_144
+_STAGING = "_compact_staging"
+
+
+class CompactError(ValueError):
+    """The inputs or the output directory cannot be used (a clear message, no traceback)."""
 
 
 def _input_paths(inputs: list[str | Path]) -> list[str]:
@@ -50,44 +78,37 @@ def _input_paths(inputs: list[str | Path]) -> list[str]:
             text = str(Path(text) / "ops")
         paths.append(text)
     if not paths:
-        raise ValueError("compact needs at least one input export directory")
+        raise CompactError("compact needs at least one input export directory")
     return paths
 
 
 def read_ops(spark: Any, inputs: list[str | Path]) -> Any:
-    """All op rows of the given exports, duplicates removed."""
-    df = spark.read.schema(OPS_DDL).parquet(*_input_paths(inputs))
-    return df.dropDuplicates(["delta_cid", "op_index"])
-
-
-def live_asserts(ops: Any) -> Any:
-    """``(dataset, relation, fact_cid, args, delta_cid)`` of every assert no retract observed."""
-    from pyspark.sql import functions as F
-
-    asserts = ops.where(F.col("op") == "assert").select(
-        "dataset", "relation", "fact_cid", "args", "delta_cid"
-    )
-    removed = (
-        ops.where(F.col("op") == "retract")
-        .select("dataset", "fact_cid", F.explode("observed").alias("delta_cid"))
-        .distinct()
-    )
-    return asserts.join(removed, ["dataset", "fact_cid", "delta_cid"], "left_anti")
+    """All op rows of the given exports (duplicates included: consumers aggregate as sets)."""
+    return spark.read.schema(OPS_DDL).parquet(*_input_paths(inputs))
 
 
 def snapshot_frame(ops: Any) -> Any:
-    """One row per visible fact: dataset, relation, fact_cid, args, sorted support."""
+    """One row per visible fact: dataset, relation, fact_cid, args, support (sorted, binary)."""
     from pyspark.sql import functions as F
 
+    is_assert = F.col("op") == "assert"
     return (
-        live_asserts(ops)
+        ops.where(F.col("op").isin("assert", "retract"))
         .groupBy("dataset", "fact_cid")
         .agg(
-            F.first("relation").alias("relation"),
-            F.first("args").alias("args"),
-            F.sort_array(F.collect_set("delta_cid")).alias("support"),
+            F.first("relation", ignorenulls=True).alias("relation"),
+            F.first("args", ignorenulls=True).alias("args"),
+            F.collect_set(F.when(is_assert, F.col("delta_cid"))).alias("asserted"),
+            F.collect_set(F.when(~is_assert, F.col("observed"))).alias("observed"),
         )
-        .select("dataset", "relation", "fact_cid", "args", "support")
+        .select(
+            "dataset",
+            "relation",
+            "fact_cid",
+            "args",
+            F.array_sort(F.array_except("asserted", F.flatten("observed"))).alias("support"),
+        )
+        .where(F.size("support") > 0)
     )
 
 
@@ -98,23 +119,27 @@ def deltas_frame(ops: Any) -> Any:
     )
 
 
-def heads_of(deltas: Any) -> dict[str, list[str]]:
-    """Per dataset, the deltas no other delta names as a parent."""
+def acl_frame(ops: Any) -> Any:
+    """One row per grant/revoke op: dataset, delta_cid, author, clock, op_index, op, key."""
     from pyspark.sql import functions as F
 
-    named = deltas.select("dataset", F.explode("parents").alias("delta_cid"))
-    rows = (
-        deltas.join(named, ["dataset", "delta_cid"], "left_anti")
-        .select("dataset", "delta_cid")
-        .collect()
+    return (
+        ops.where(F.col("op").isin("grant", "revoke"))
+        .select("dataset", "delta_cid", "author", "clock", "op_index", "op", "key")
+        .dropDuplicates(["delta_cid", "op_index"])
     )
-    out: dict[str, list[str]] = {}
-    for row in rows:
-        out.setdefault(row["dataset"], []).append(row["delta_cid"])
-    return {ds: sorted(h) for ds, h in out.items()}
 
 
-def stable_deltas(deltas: list[tuple[str, str, int, list[str]]]) -> set[str]:
+def heads_of(deltas: pa.Table) -> list[bytes]:
+    """The deltas no other delta of the table names as a parent (sorted raw CIDs)."""
+    named = pc.list_flatten(deltas.column("parents")).chunks
+    value_set = pa.concat_arrays(named) if named else pa.array([], pa.binary())
+    cids = deltas.column("delta_cid")
+    mask = pc.invert(pc.is_in(cids, value_set=value_set))
+    return sorted(set(cids.filter(mask).to_pylist()))
+
+
+def stable_deltas(deltas: list[tuple[bytes, bytes, int, list[bytes]]]) -> set[bytes]:
     """Causally stable deltas: those in the causal past of the latest delta of *every* author.
 
     ``deltas`` are ``(delta_cid, author, seq, parents)``. Every later delta from
@@ -123,12 +148,12 @@ def stable_deltas(deltas: list[tuple[str, str, int, list[str]]]) -> set[str]:
     concurrent with a stable delta: history up to there may be compacted and pruned.
     """
     parents = {cid: ps for cid, _a, _s, ps in deltas}
-    latest: dict[str, tuple[int, str]] = {}
+    latest: dict[bytes, tuple[int, bytes]] = {}
     for cid, author, seq, _ps in deltas:
         if author not in latest or seq > latest[author][0]:
             latest[author] = (seq, cid)
 
-    def past(cid: str) -> set[str]:
+    def past(cid: bytes) -> set[bytes]:
         seen = {cid}
         stack = [cid]
         while stack:
@@ -138,7 +163,7 @@ def stable_deltas(deltas: list[tuple[str, str, int, list[str]]]) -> set[str]:
                     stack.append(p)
         return seen
 
-    stable: set[str] | None = None
+    stable: set[bytes] | None = None
     for _seq, cid in latest.values():
         stable = past(cid) if stable is None else stable & past(cid)
     return stable or set()
@@ -152,13 +177,68 @@ class SnapshotResult:
     manifest: dict[str, Any]
 
 
-def _write_parquet(df: Any, path: Path, partitions: int, sort: list[str]) -> None:
-    """Write sorted, range-partitioned files (deterministic content for the same data)."""
-    if partitions == 1:
-        df = df.coalesce(1).sortWithinPartitions(*sort)  # no sampling job for small outputs
-    else:
-        df = df.repartitionByRange(partitions, *sort).sortWithinPartitions(*sort)
-    df.write.mode("overwrite").option("compression", "zstd").parquet(str(path))
+def input_rows(inputs: list[str | Path]) -> int | None:
+    """Op rows in the inputs, from the Parquet footers (None when an input is not local)."""
+    total = 0
+    for path in _input_paths(inputs):
+        if "://" in path:
+            return None
+        p = Path(path)
+        files = [p] if p.is_file() else sorted(p.rglob("*.parquet"))
+        for f in files:
+            total += pq.ParquetFile(f).metadata.num_rows
+    return total
+
+
+@contextmanager
+def _job_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """Session settings for the duration of one job, restored afterwards."""
+    old = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _write(df: Any, path: Path, sort: list[str]) -> None:
+    """Write ``df`` partitioned by dataset; each task's file sorted by ``sort``."""
+    df.sortWithinPartitions("dataset", *sort).write.mode("overwrite").option(
+        "compression", "zstd"
+    ).partitionBy("dataset").parquet(str(path))
+
+
+def _staged_files(staging: Path, role: str) -> dict[str, list[Path]]:
+    """``dataset → files`` Spark wrote under ``staging/role/dataset=<ds>/``, in partition order."""
+    root = staging / role
+    if not root.is_dir():
+        raise CompactError(
+            f"Spark wrote its output where this process cannot see it ({root} is missing):"
+            " with --remote or a cluster, --out must be a directory both sides share"
+        )
+    out: dict[str, list[Path]] = {}
+    for d in sorted(root.glob("dataset=*")):
+        out[d.name.split("=", 1)[1]] = sorted(d.glob("part-*.parquet"))
+    return out
+
+
+def _place(files: list[Path], dest: Path) -> None:
+    """Move staged files to ``dest/part-NNNNN.parquet`` (names without Spark's job UUID)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for i, f in enumerate(files):
+        f.replace(dest / f"part-{i:05d}.parquet")
+
+
+def _read(files: list[Path], columns: list[str]) -> pa.Table:
+    tables = [pq.read_table(f, columns=columns) for f in files]
+    if not tables:
+        return pa.table({c: pa.array([], pa.binary()) for c in columns})
+    return pa.concat_tables(tables)
 
 
 def compact(
@@ -167,96 +247,136 @@ def compact(
     out_dir: str | Path,
     identity: Identity,
     prune: bool = False,
-    rows_per_file: int = 2_000_000,
+    rows_per_partition: int = ROWS_PER_PARTITION,
 ) -> list[SnapshotResult]:
     """Compact merged exports into one signed snapshot per dataset under ``out_dir``.
 
     With ``prune=True`` the snapshot covers only the causally stable prefix of
     the log (see :func:`stable_deltas`); without it, everything in the inputs.
+    The Spark jobs are the writes themselves (deltas, facts, grants/revokes);
+    heads, counts and clocks are read from the written files' footers and columns.
     """
     from pyspark.sql import functions as F
 
     out = Path(out_dir)
-    ops = read_ops(spark, inputs)
-    ops = ops.localCheckpoint() if not _is_connect(spark) else ops.cache()
-    deltas = deltas_frame(ops)
-    if prune:
-        by_ds: dict[str, list] = {}
-        for r in deltas.select("dataset", "delta_cid", "author", "seq", "parents").collect():
-            by_ds.setdefault(r["dataset"], []).append(
-                (r["delta_cid"], r["author"], r["seq"], list(r["parents"] or []))
+    n_in = input_rows(inputs)
+    parts = max(1, math.ceil((n_in if n_in is not None else 0) / rows_per_partition))
+    staging = out / _STAGING / uuid.uuid4().hex
+    settings = {
+        "spark.sql.shuffle.partitions": str(parts),
+        "spark.sql.adaptive.coalescePartitions.enabled": "false",
+    }
+    try:
+        with _job_conf(spark, settings):
+            ops = read_ops(spark, inputs)
+            _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
+            deltas_files = _staged_files(staging, "deltas")
+            if prune:
+                unstable = _unstable(deltas_files)
+                if unstable:
+                    drop = spark.createDataFrame([(c,) for c in unstable], "delta_cid binary")
+                    ops = ops.join(F.broadcast(drop), "delta_cid", "left_anti")
+                    _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
+                    deltas_files = _staged_files(staging, "pruned")
+            _write(snapshot_frame(ops), staging / "facts", ["fact_cid"])
+            with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
+                _write(acl_frame(ops), staging / "acl", ["delta_cid", "op_index"])
+        facts_files = _staged_files(staging, "facts")
+        acl_files = _staged_files(staging, "acl")
+        results = [
+            _snapshot(
+                out,
+                ds,
+                deltas_files[ds],
+                facts_files.get(ds, []),
+                acl_files.get(ds, []),
+                identity,
+                inputs,
             )
-        keep = sorted(set().union(*(stable_deltas(v) for v in by_ds.values())) if by_ds else set())
-        keep_df = spark.createDataFrame([(c,) for c in keep], "delta_cid string")
-        ops = ops.join(
-            F.broadcast(keep_df) if len(keep) < 200_000 else keep_df, "delta_cid", "left_semi"
+            for ds in sorted(deltas_files)
+            if deltas_files[ds]
+        ]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            (out / _STAGING).rmdir()
+        except OSError:
+            pass
+    return results
+
+
+def _unstable(deltas_files: dict[str, list[Path]]) -> list[bytes]:
+    """Deltas outside the causally stable prefix of their dataset (usually a few)."""
+    unstable: list[bytes] = []
+    for files in deltas_files.values():
+        t = _read(files, ["delta_cid", "author", "seq", "parents"]).to_pydict()
+        rows = list(zip(t["delta_cid"], t["author"], t["seq"], t["parents"], strict=True))
+        keep = stable_deltas(rows)
+        unstable.extend(c for c in t["delta_cid"] if c not in keep)
+    return sorted(unstable)
+
+
+def _snapshot(
+    out: Path,
+    dataset: str,
+    deltas: list[Path],
+    facts: list[Path],
+    acl: list[Path],
+    identity: Identity,
+    inputs: list[str | Path],
+) -> SnapshotResult:
+    """Place one dataset's staged files, then build and sign its manifest."""
+    ds_dir = out / f"dataset={dataset}"
+    if ds_dir.exists():
+        shutil.rmtree(ds_dir)
+    delta_table = _read(deltas, ["delta_cid", "parents", "clock"])
+    heads = heads_of(delta_table)
+    max_clock = int(pc.max(delta_table.column("clock")).as_py() or 0)
+    support = _read(facts, ["support"]).column("support") if facts else None
+    n_support = int(pc.sum(pc.list_value_length(support)).as_py() or 0) if support else 0
+    for role, files in (("deltas", deltas), ("facts", facts), ("acl", acl)):
+        _place(files, ds_dir / role)
+    entries = []
+    genesis = _find_genesis(inputs, dataset)
+    if genesis is not None:
+        (ds_dir / GENESIS_FILE).write_bytes(genesis)
+        entries.append(
+            {
+                "role": "genesis",
+                "path": GENESIS_FILE,
+                "cid": Link.parse(dataset),
+                "rows": 0,
+                "bytes": len(genesis),
+            }
         )
-        deltas = deltas_frame(ops)
-    heads = heads_of(deltas)
-    results: list[SnapshotResult] = []
-    for dataset in sorted(heads):
-        ds_ops = ops.where(F.col("dataset") == dataset)
-        ds_dir = out / f"dataset={dataset}"
-        if ds_dir.exists():
-            shutil.rmtree(ds_dir)
-        snap = snapshot_frame(ds_ops).drop("dataset")
-        stats = snap.agg(
-            F.count(F.lit(1)).alias("n"), F.sum(F.size("support")).alias("s")
-        ).collect()[0]
-        n_facts, n_support = int(stats["n"]), int(stats["s"] or 0)
-        ds_deltas = deltas_frame(ds_ops).drop("dataset")
-        dstats = ds_deltas.agg(F.count(F.lit(1)).alias("n"), F.max("clock").alias("c")).collect()[0]
-        n_deltas, max_clock = int(dstats["n"]), int(dstats["c"] or 0)
-        _write_parquet(snap, ds_dir / "facts", max(1, n_facts // rows_per_file + 1), ["fact_cid"])
-        _write_parquet(
-            ds_deltas, ds_dir / "deltas", max(1, n_deltas // rows_per_file + 1), ["delta_cid"]
-        )
-        acl = ds_ops.where(F.col("op").isin("grant", "revoke")).select(
-            "delta_cid", "author", "clock", "op_index", "op", "key"
-        )
-        _write_parquet(acl, ds_dir / "acl", 1, ["delta_cid", "op_index"])
-        files = []
-        genesis = _find_genesis(inputs, dataset)
-        if genesis is not None:
-            (ds_dir / GENESIS_FILE).write_bytes(genesis)
-            files.append(
+    counts = {"facts": 0, "deltas": 0, "acl": 0}
+    for role in counts:
+        for path in sorted((ds_dir / role).glob("*.parquet")):
+            link, size = file_link(path)
+            rows = pq.ParquetFile(path).metadata.num_rows
+            counts[role] += rows
+            entries.append(
                 {
-                    "role": "genesis",
-                    "path": GENESIS_FILE,
-                    "cid": Link.parse(dataset),
-                    "rows": 0,
-                    "bytes": len(genesis),
+                    "role": role,
+                    "path": path.relative_to(ds_dir).as_posix(),
+                    "cid": link,
+                    "rows": rows,
+                    "bytes": size,
                 }
             )
-        for role in ("facts", "deltas", "acl"):
-            for path in sorted((ds_dir / role).glob("*.parquet")):
-                link, size = file_link(path)
-                rows = pq.ParquetFile(path).metadata.num_rows
-                files.append(
-                    {
-                        "role": role,
-                        "path": path.relative_to(ds_dir).as_posix(),
-                        "cid": link,
-                        "rows": rows,
-                        "bytes": size,
-                    }
-                )
-        cid, data, body = build_manifest(
-            identity,
-            Link.parse(dataset),
-            [Link.parse(h) for h in heads[dataset]],
-            files,
-            deltas=n_deltas,
-            max_clock=max_clock,
-            facts=n_facts,
-            support=n_support,
-        )
-        (ds_dir / "manifest.cbor").write_bytes(data)
-        (ds_dir / "MANIFEST_CID").write_text(str(cid) + "\n")
-        results.append(SnapshotResult(dataset, ds_dir, cid, body))
-    if not _is_connect(spark):
-        ops.unpersist()
-    return results
+    cid, data, body = build_manifest(
+        identity,
+        Link.parse(dataset),
+        [Link(h) for h in heads],
+        entries,
+        deltas=counts["deltas"],
+        max_clock=max_clock,
+        facts=counts["facts"],
+        support=n_support,
+    )
+    (ds_dir / "manifest.cbor").write_bytes(data)
+    (ds_dir / "MANIFEST_CID").write_text(str(cid) + "\n")
+    return SnapshotResult(dataset, ds_dir, cid, body)
 
 
 def _find_genesis(inputs: list[str | Path], dataset: str) -> bytes | None:
@@ -270,7 +390,3 @@ def _find_genesis(inputs: list[str | Path], dataset: str) -> bytes | None:
                 if want.verifies(data):
                     return data
     return None
-
-
-def _is_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -8,8 +8,16 @@ One place decides how a job reaches Spark:
 - ``remote="sc://host:15002"``: Spark Connect; the client is thin, the package
   is shipped with ``SparkSession.addArtifacts(..., pyfile=True)``.
 
-The local defaults are the measured ones for small machines: UI off, few
-shuffle partitions, a fast-starting JVM (C1 only, serial GC).
+The defaults are the measured ones: UI off, few shuffle partitions, and the
+JVM's own compiler and collector (C2, G1). The fast-starting JVM flags
+(``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC``) save a second on tiny jobs but
+cost 30-50% on real ones, so they are used only when ``MERKLOG_SPARK_LIGHT_JVM=1``
+(the test suite sets it).
+
+Quiet by default: the driver JVM is started with its stderr sent to a log file
+(:func:`spark_log_path`), so its banners and warnings (``WARNING: Using incubator
+modules``, log4j's default-profile lines, ``NativeCodeLoader``) stay off the
+terminal; ``quiet=False`` (the CLI's ``-v``) leaves them on it.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import os
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +35,42 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.compression.codec": "zstd",
 }
+#: JVM flags for short test jobs only (``MERKLOG_SPARK_LIGHT_JVM=1``).
+LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def jvm_defaults() -> dict[str, str]:
+    """The session settings for this process: LOCAL_DEFAULTS, plus the light JVM flags
+    when ``MERKLOG_SPARK_LIGHT_JVM=1``."""
+    settings = dict(LOCAL_DEFAULTS)
+    if os.environ.get("MERKLOG_SPARK_LIGHT_JVM") == "1":
+        settings["spark.driver.extraJavaOptions"] = LIGHT_JVM
+        settings["spark.executor.extraJavaOptions"] = LIGHT_JVM
+    return settings
+
+
+def spark_log_path() -> Path:
+    """Where the driver JVM's own output goes when quiet (one file per user, appended)."""
+    return Path(tempfile.gettempdir()) / f"merklog-spark-{os.getuid()}.log"
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while a child process (the JVM) is started, so the
+    child keeps writing there; this process gets its own stderr back afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 def _prepare_env() -> None:
@@ -72,6 +113,7 @@ def build_session(
     app_name: str = "merklog",
     conf: dict[str, str] | None = None,
     ship_code: bool | None = None,
+    quiet: bool = True,
 ) -> Any:
     """Create (or reuse) a SparkSession for ``master`` or a Spark Connect ``remote``.
 
@@ -79,13 +121,14 @@ def build_session(
 
     ``ship_code`` (default: on for anything but ``local[...]``) ships the merklog
     package to executors so Python UDFs can import it on a real cluster.
+    ``quiet`` keeps the JVM's own output off the terminal (see :func:`spark_log_path`).
     """
     _prepare_env()
     from pyspark.sql import SparkSession
 
     if master and remote:
         raise ValueError("give either master (spark://…, local[*]) or remote (sc://…), not both")
-    settings = dict(LOCAL_DEFAULTS)
+    settings = jvm_defaults()
     settings.update(conf or {})
     if remote:
         builder = SparkSession.builder.remote(remote).appName(app_name)
@@ -97,7 +140,11 @@ def build_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if quiet:
+        with _stderr_to(spark_log_path()):
+            spark = builder.getOrCreate()
+    else:
+        spark = builder.getOrCreate()
     if ship_code is None:
         ship_code = not master.startswith("local")
     if ship_code:

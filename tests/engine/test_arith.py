@@ -19,6 +19,7 @@ from merklog.engine.arith import (
     negate,
     sort_key,
 )
+from merklog.engine.values import FALSE, TRUE, Float, from_engine, to_engine
 from merklog.store import Link
 
 CID = Link.for_dag_cbor(b"\xa0")
@@ -45,9 +46,12 @@ CID = Link.for_dag_cbor(b"\xa0")
     ],
 )
 def test_arith_values(op, a, b, want):
+    want = to_engine(want)  # results are engine values: a float result is a Float
     assert arith(op, a, b) == want
     assert type(arith(op, a, b)) is type(want)
     assert make_arith(op)(a, b) == want
+    # Engine-form operands give the same results.
+    assert arith(op, to_engine(a), to_engine(b)) == want
 
 
 @pytest.mark.parametrize(
@@ -84,12 +88,12 @@ def test_soufflé_32_bit_wraps_twos_complement():
     assert negate(INT32_MIN, 32) == INT32_MIN
     with pytest.raises(NoBinding):
         negate(INT64_MIN)
-    assert negate(2.5) == -2.5 and negate(0.0) == 0.0
+    assert negate(2.5) == Float(-2.5) and negate(Float(0.0)) == Float(0.0)
 
 
 def test_negative_zero_is_normalised():
     r = arith("*", -1.0, 0.0)
-    assert r == 0.0 and str(r) == "0.0"
+    assert r == Float(0.0) and str(from_engine(r)) == "0.0"
 
 
 @given(st.integers(INT64_MIN, INT64_MAX), st.integers(INT64_MIN, INT64_MAX).filter(bool))
@@ -129,11 +133,44 @@ def test_truncating_division_identity(a, b):
 def test_compare(op, a, b, want):
     assert compare(op, a, b) is want
     assert make_compare(op)(a, b) is want
+    assert compare(op, to_engine(a), to_engine(b)) is want
+
+
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">="])
+def test_bool_is_not_ordered_against_numbers(op):
+    for num in (0, 1, 2, 0.5, 1.0):
+        assert compare(op, TRUE, to_engine(num)) is False
+        assert compare(op, to_engine(num), FALSE) is False
+
+
+def test_engine_bools_compare_like_bools():
+    assert compare("<", FALSE, TRUE) and compare("<=", TRUE, TRUE) and compare(">=", TRUE, FALSE)
+    assert compare("==", TRUE, TRUE) and not compare("==", TRUE, FALSE)
+    assert not compare("==", TRUE, 1) and compare("!=", FALSE, 0)
+
+
+def test_int_and_float_compare_exactly():
+    big = 2**53 + 1
+    assert compare(">", big, Float(2.0**53)) and not compare("==", big, Float(2.0**53))
+    assert compare("==", 3, Float(3.0)) and compare("<=", Float(3.0), 3)
+
+
+def test_float_results_are_floats_even_when_whole():
+    assert arith("+", Float(0.5), Float(0.5)) == Float(1.0)
+    assert arith("+", Float(0.5), Float(0.5)) != 1
+    assert arith("*", 2, Float(-0.0)) == Float(0.0)
 
 
 def test_sort_key_total_order_across_types():
     values = [CID, b"\x00", "a", 2.5, 1, True, False]
     assert sorted(values, key=sort_key) == [False, True, 1, 2.5, "a", b"\x00", CID]
+    engine = [to_engine(v) for v in values]
+    assert [from_engine(v) for v in sorted(engine, key=sort_key)] == sorted(values, key=sort_key)
+
+
+def test_sort_key_puts_an_int_before_the_equal_float():
+    assert sorted([Float(1.0), 1, TRUE], key=sort_key) == [TRUE, 1, Float(1.0)]
+    assert sorted([1, Float(1.0)], key=sort_key) == sorted([Float(1.0), 1], key=sort_key)
 
 
 def test_unknown_operators_are_programming_errors():

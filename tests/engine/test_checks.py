@@ -139,7 +139,7 @@ def test_aggregate_result_inside_its_own_body():
 def test_arity_mismatch_between_facts_rules_and_declarations():
     e = err("edge(1, 2).\nedge(1, 2, 3).", ArityError)
     assert where(e) == (2, 1)
-    assert e.message == "relation edge used with 3 arguments here but with 2 before (at 1:1)"
+    assert e.message == "edge has arity 2 at 1:1 and 3 at 2:1"
     e = err("p(X) :- q(X).\nr(X) :- q(X, X).", ArityError)
     assert where(e) == (2, 9)
     e = err("p(X) :- q(X, Y, ...).\nq(1).", ArityError)

@@ -24,10 +24,16 @@ EXAMPLES = int(os.environ.get("MERKLOG_DIFF_EXAMPLES", "500"))
 
 
 @st.composite
-def programs(draw: st.DrawFn, temporal: bool = False) -> tuple[list[ast.Rule], dict[str, int]]:
+def programs(
+    draw: st.DrawFn,
+    temporal: bool = False,
+    domain: st.SearchStrategy = DOMAIN,
+    funcs: tuple[str, ...] = ("count", "sum", "min", "max"),
+) -> tuple[list[ast.Rule], dict[str, int]]:
     """Random stratified programs: p0/p1 may be mutually recursive, p2/p3 likewise on top;
     negation and aggregation only reach a lower level. ``temporal`` adds @next rules
-    (free to negate anything) and arithmetic bindings kept in a finite domain."""
+    (free to negate anything) and arithmetic bindings kept in a finite domain.
+    ``domain`` draws the constants; ``funcs`` the aggregate functions."""
     arity = {p: draw(st.integers(1, 2)) for p in IDB}
     arity.update(EDB)
     counter = [0]
@@ -41,7 +47,7 @@ def programs(draw: st.DrawFn, temporal: bool = False) -> tuple[list[ast.Rule], d
         for _ in range(arity[rel]):
             kind = draw(st.sampled_from(["var", "var", "var", "anon", "const"]))
             if kind == "const" and allow_const:
-                args.append(ast.Const(draw(DOMAIN)))
+                args.append(ast.Const(draw(domain)))
             elif kind == "anon":
                 args.append(anon())
             else:
@@ -76,7 +82,7 @@ def programs(draw: st.DrawFn, temporal: bool = False) -> tuple[list[ast.Rule], d
             right = (
                 ast.Var(draw(st.sampled_from(bound)))
                 if draw(st.booleans())
-                else ast.Const(draw(DOMAIN))
+                else ast.Const(draw(domain))
             )
             body.append(ast.Comparison(op, ast.Var(draw(st.sampled_from(bound))), right))
         if draw(st.booleans()):
@@ -86,14 +92,14 @@ def programs(draw: st.DrawFn, temporal: bool = False) -> tuple[list[ast.Rule], d
         if temporal and draw(st.booleans()):
             expr = ast.BinOp(
                 "%",
-                ast.BinOp("+", ast.Var(draw(st.sampled_from(bound))), ast.Const(draw(DOMAIN))),
+                ast.BinOp("+", ast.Var(draw(st.sampled_from(bound))), ast.Const(draw(domain))),
                 ast.Const(4),
             )
             body.append(ast.Comparison("==", ast.Var("V"), expr))
             result_vars.append("V")
         if draw(st.booleans()):
             rel = draw(st.sampled_from(lower))
-            func = draw(st.sampled_from(["count", "sum", "min", "max"]))
+            func = draw(st.sampled_from(funcs))
             locals_ = ["L1", "L2"]
             agg_atom = atom_over(rel, locals_ + bound[:1], allow_const=False)
             inner = {v.name for v in ast.atom_vars(agg_atom) if not v.anonymous}
@@ -107,7 +113,7 @@ def programs(draw: st.DrawFn, temporal: bool = False) -> tuple[list[ast.Rule], d
         head_args = tuple(
             ast.Var(draw(st.sampled_from(head_pool)))
             if draw(st.integers(0, 4))
-            else ast.Const(draw(DOMAIN))
+            else ast.Const(draw(domain))
             for _ in range(arity[head_rel])
         )
         time = "next" if inductive else "now"

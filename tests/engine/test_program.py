@@ -77,8 +77,9 @@ def test_bad_program_raises_engine_error_with_line_and_column() -> None:
 
 
 def test_facts_with_the_wrong_arity_are_rejected() -> None:
-    with pytest.raises(ValueError, match="edge"):
+    with pytest.raises(ArityError, match="edge has arity 3 in the facts and 2 here") as err:
         Program.parse(TC).evaluate({"edge": [(1, 2, 3)]})
+    assert (err.value.line, err.value.col) == (2, 15)
 
 
 def test_run_carries_next_tuples_and_collects_async_outbox() -> None:

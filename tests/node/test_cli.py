@@ -183,6 +183,22 @@ def test_truncated_query_gives_a_positioned_parse_error(run) -> None:
     run("put", "edge(1, 2).")
     for text, where in (("edge(1,", "1:8"), ("edge(", "1:6"), ("edge(1, 2", "1:10")):
         result = run("query", text, ok=False)
-        assert result.exit_code == 1
+        assert result.exit_code == 2  # bad input (docs/operations.md, exit status)
         assert f"Error: {where}:" in result.output, result.output
         assert "index out of range" not in result.output
+
+
+def test_large_put_file_goes_through_a_running_node_in_chunks(
+    home: Path, tmp_path: Path, node_factory
+) -> None:
+    from .conftest import Cli
+
+    run = Cli(home)
+    run("--set", "node.max_body=65536", "init")  # a small body limit, kept in config.toml
+    node_factory(home).start()
+    f = tmp_path / "many.dl"
+    f.write_text("".join(f'row({i}, "{"x" * 40}").\n' for i in range(3000)))  # ~150 KB
+    assert f.stat().st_size > 2 * 65536
+    out = run("put", "-f", str(f)).output
+    assert len(out.splitlines()) == 3000 and "Error" not in out
+    assert len(run("ls", "row").output.splitlines()) == 3000

@@ -44,12 +44,12 @@ def test_cli_load_rejects_unchecked_program_and_changes_nothing(
     bad = tmp_path / "bad.dl"
     bad.write_text(text)
     result = run("load", str(bad), ok=False)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input
     assert f"bad.dl:{where}:" in result.output and word in result.output
     assert (home / "config.toml").read_text() == config
     assert _rows(run, "path(1, X)") == [[2], [3]]  # the old program still runs
-    assert run("query", "ok(X)", ok=False).exit_code == 0  # unknown relation: empty answer
-    assert _rows(run, "ok(X)") == []
+    unknown = run("query", "ok(X)", ok=False)  # the refused program's relation: unknown
+    assert unknown.exit_code == 3 and "unknown relation ok/1" in unknown.output
 
 
 def test_http_program_rejects_unchecked_program_with_400(home: Path, node_factory) -> None:
@@ -66,15 +66,16 @@ def test_http_program_rejects_unchecked_program_with_400(home: Path, node_factor
         assert body["detail"].startswith(f"bad.dl:{where}:") and word in body["detail"]
         _, q = node.request("GET", "/v1/query?q=path(1,%20X)")
         assert q["rows"] == [[2], [3]]
-        _, q = node.request("GET", "/v1/query?q=ok(X)")
-        assert q["rows"] == []
-    # Through the running node the CLI reports the same message and exits 1.
+        status, q = node.request("GET", "/v1/query?q=ok(X)")  # never defined: unknown
+        assert status == 400 and "unknown relation ok/1" in q["detail"]
+    # Through the running node the CLI reports the same message and exits 2.
     bad = home.parent / "bad.dl"
     bad.write_text(BAD_PROGRAMS[0][0])
     result = run("load", str(bad), ok=False)
-    assert result.exit_code == 1 and "2:6" in result.output
+    assert result.exit_code == 2 and "2:6" in result.output
     _, metrics = node.request("GET", "/metrics")
-    assert "merklog_rejected_inputs_total 4.0" in metrics.decode()
+    # 4 refused programs and 3 queries of an unknown relation
+    assert "merklog_rejected_inputs_total 7.0" in metrics.decode()
 
 
 def test_load_program_raises_node_input_error(tmp_path: Path) -> None:
@@ -165,4 +166,36 @@ def test_memory_backend_node_is_ephemeral_and_works(tmp_path: Path) -> None:
         assert node.query("path(1, X)").rows == [(2,), (3,)]
         first = node.dataset
     with Node.open(tmp_path / "m", store__backend="memory") as node:
-        assert node.dataset != first and node.query("edge(X, Y)").rows == []
+        assert node.dataset != first and node.list_facts() == []
+
+
+def test_loaded_program_is_stored_in_the_home_not_read_from_its_file(
+    run: Cli, home: Path, tmp_path: Path, node_factory
+) -> None:
+    run("init")
+    run("put", "edge(1, 2).", "edge(2, 3).")
+    source = tmp_path / "path.dl"
+    source.write_text(PATH)
+    run("load", str(source))
+    import tomllib
+
+    assert tomllib.loads((home / "config.toml").read_text())["node"]["program"] == ""
+    source.write_text("this is not Datalog")  # editing the file afterwards changes nothing
+    assert _rows(run, "path(1, X)") == [[2], [3]]
+    source.unlink()  # nor does deleting it, across restarts of a real node
+    node = node_factory(home).start()
+    _, q = node.request("GET", "/v1/query?q=path(1,%20X)")
+    assert q["rows"] == [[2], [3]]
+    node.stop()
+    # node run --program with a program failing a check: refused, the stored one stays.
+    bad = tmp_path / "bad.dl"
+    bad.write_text(BAD_PROGRAMS[0][0])
+    with pytest.raises(RuntimeError, match="exited early with 2"):
+        node_factory(home, "--program", str(bad)).start()
+    assert _rows(run, "path(1, X)") == [[2], [3]]
+    # ... and a good one replaces it, stored too.
+    source.write_text("reach(X) :- edge(1, X).\n")
+    node = node_factory(home, "--program", str(source)).start()
+    node.stop()
+    source.unlink()
+    assert _rows(run, "reach(X)") == [[2]]

@@ -20,11 +20,16 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     a("peers", "add", "b", nb.url, "--writer")
     b("peers", "add", "a", na.url)
     a("put", "edge(1, 2).")
-    refused = b("put", "edge(7, 8).", ok=False)  # not a writer until it has the grant
-    assert refused.exit_code != 0 and "writer" in refused.output
-    assert "synced" in b("sync", "a").output
+    # B's first write: it syncs once with the node it joined from, receives the grant
+    # made there, then writes (no "not a writer in the causal past" surprise).
     b("put", "edge(7, 8).")
-    b("sync", "a")
+    assert "synced" in b("sync", "a").output
+    # C joined too but was never granted: it says so plainly, exit status 7.
+    c = Cli(tmp_path / "c")
+    c("init", "--join", na.url)
+    refused = c("put", "edge(9, 9).", ok=False)
+    assert refused.exit_code == 7 and "cannot write yet" in refused.output
+    assert "Traceback" not in refused.output
     assert _facts(a) == _facts(b) == ["edge(1, 2)", "edge(7, 8)"]
     # The running node's program state sees replicated facts too.
     import time
@@ -64,3 +69,25 @@ def test_sync_interval_syncs_with_every_peer_automatically(tmp_path: Path, node_
     while time.monotonic() < deadline and "edge(7, 8)" not in _facts(a):
         time.sleep(0.1)
     assert "edge(7, 8)" in _facts(a)  # pushed by B's loop, A never ran sync
+
+
+def test_join_on_an_initialised_home_refuses_without_force(tmp_path: Path, node_factory) -> None:
+    import tomllib
+
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init")
+    b("put", "mine(1).")
+
+    def dataset(home: Path) -> str:
+        return tomllib.loads((home / "config.toml").read_text())["dataset"]["id"]
+
+    own = dataset(b.home)
+    refused = b("init", "--join", na.url, ok=False)
+    assert refused.exit_code == 1 and "--force" in refused.output and own in refused.output
+    assert dataset(b.home) == own and _facts(b) == ["mine(1)"]  # nothing changed
+    switched = b("init", "--join", na.url, "--force")
+    assert "switching" in switched.output and dataset(b.home) == dataset(a.home)
+    assert _facts(b) == []  # the other dataset's facts are no longer visible
+    assert b("init", "--join", na.url).exit_code == 0  # same dataset again: nothing to do

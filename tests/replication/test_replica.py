@@ -52,12 +52,14 @@ def test_delta_shape_and_lamport_clock():
 
 
 def test_add_wins_concurrent_assert_and_retract():
-    a, b, _ = new_replicas(3)
+    a, b, c = new_replicas(3)
     fact = make_fact("p", [1])
     a.assert_facts([fact])
     pull(b, a)
     b.retract_facts([fact])  # observes a's assert only
-    a.assert_facts([fact])  # concurrent re-assert
+    assert a.assert_facts([fact]) == []  # already visible at a: no new assert
+    c.assert_facts([fact])  # concurrent assert by a replica that has not seen it
+    pull(a, c)
     pull(a, b)
     pull(b, a)
     assert a.visible_facts() == b.visible_facts() == {fact}
@@ -153,14 +155,15 @@ def test_state_survives_reopen(tmp_path):
 
 
 def test_log_relations_datalog_view_equals_state():
-    reps = new_replicas(3)
+    reps = new_replicas(4)
     facts = [make_fact("p", [i]) for i in range(8)]
     reps[0].assert_facts(facts[:5])
     reps[1].assert_facts(facts[3:])
     pull(reps[2], reps[0])
     pull(reps[2], reps[1])
     reps[2].retract_facts(facts[2:5])
-    reps[0].assert_facts([facts[3]])  # concurrent with the retract: survives
+    assert reps[0].assert_facts([facts[3]]) == []  # visible there: nothing to assert
+    reps[3].assert_facts([facts[3]])  # concurrent with the retract: survives
     for r in reps[1:]:
         pull(reps[0], r)
     rels = reps[0].relations()

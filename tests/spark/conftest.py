@@ -9,6 +9,8 @@ import pytest
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# short jobs: the fast-starting JVM (C1 only, serial GC); real jobs use the JVM defaults
+os.environ.setdefault("MERKLOG_SPARK_LIGHT_JVM", "1")
 
 
 @pytest.fixture(scope="session")

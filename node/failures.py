@@ -1,0 +1,142 @@
+"""Failures a CLI user can cause or meet, and the exit status each one gives.
+
+The CLI has one error boundary (:class:`merklog.node.cli.Boundary`): whatever a
+command raises is classified here into one line of text and one documented exit
+status (docs/operations.md, "Exit status"). Nothing else in the CLI catches
+exceptions to print them, so the mapping below is the whole story.
+"""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+from enum import IntEnum
+from pathlib import Path
+
+from merklog.replication.errors import Unauthorized
+from merklog.store.errors import Error
+
+
+class ExitCode(IntEnum):
+    """Exit statuses of ``merklog`` (documented in docs/operations.md)."""
+
+    OK = 0
+    FAILED = 1  #: the operation could not be done (home busy or missing, peer refused …)
+    BAD_INPUT = 2  #: usage error or bad input (syntax, values, config, over a limit)
+    NOT_FOUND = 3  #: a fact to retract is not visible, a relation/arity or block unknown
+    PEER_UNREACHABLE = 4  #: a peer or the running node could not be reached
+    STORE_DAMAGED = 5  #: store.sqlite corrupted, truncated, empty or missing blocks
+    DISK_FULL = 6  #: no space left to write
+    NOT_A_WRITER = 7  #: this node's key may not write to the dataset (yet)
+    INTERNAL = 70  #: a bug in merklog: the message says what to report
+
+
+class Failure(Error):
+    """A failure with a message meant for the user and its exit status."""
+
+    exit_code: ExitCode = ExitCode.FAILED
+
+    def __init__(self, message: str, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class NotVisible(Failure, ValueError):
+    """``retract`` of facts that are not visible (nothing to retract)."""
+
+    exit_code = ExitCode.NOT_FOUND
+
+
+class UnknownRelation(Failure, ValueError):
+    """A query names a relation (or an arity of it) that neither the data nor the
+    program has."""
+
+    exit_code = ExitCode.NOT_FOUND
+
+
+class StoreDamaged(Failure):
+    """The home's store cannot be read as a merklog store."""
+
+    exit_code = ExitCode.STORE_DAMAGED
+
+
+class NotAWriter(Failure, Unauthorized):
+    """This node's key is not (yet) a writer of the dataset (HTTP: 403, like the
+    replica's own Unauthorized)."""
+
+    exit_code = ExitCode.NOT_A_WRITER
+
+
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, str]:
+    """The exit status and one-line message for ``exc`` (raised by a CLI command)."""
+    from merklog.engine.errors import EngineError
+    from merklog.replication.errors import PeerUnreachable, ReplicationError, TooLarge
+    from merklog.store.errors import BlockNotFound, CIDMismatch, InvalidBlock, InvalidValue
+
+    from .config import ConfigError
+    from .runtime import HomeBusy
+
+    store = f"the store of {home}" if home is not None else "the store"
+    if isinstance(exc, Failure):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, PeerUnreachable):
+        return ExitCode.PEER_UNREACHABLE, exc.detail
+    if isinstance(exc, Unauthorized):
+        return ExitCode.NOT_A_WRITER, exc.detail
+    if isinstance(exc, TooLarge):
+        return ExitCode.BAD_INPUT, exc.detail
+    if isinstance(exc, ReplicationError):
+        return ExitCode.FAILED, exc.detail
+    if isinstance(exc, BlockNotFound | CIDMismatch):
+        return ExitCode.STORE_DAMAGED, (
+            f"{store} is damaged ({exc}); run `merklog fsck --repair-from URL` or restore"
+            " a backup (docs/operations.md)"
+        )
+    if isinstance(exc, ConfigError | EngineError | InvalidValue | InvalidBlock):
+        return ExitCode.BAD_INPUT, str(exc)
+    if isinstance(exc, HomeBusy):
+        return ExitCode.FAILED, str(exc)
+    if isinstance(exc, sqlite3.DatabaseError):
+        text = str(exc)
+        if "full" in text:
+            return ExitCode.DISK_FULL, f"no space left to write {store}: {text}"
+        if "locked" in text or "busy" in text:
+            return ExitCode.FAILED, f"{store} is in use by another process: {text}"
+        return ExitCode.STORE_DAMAGED, (
+            f"{store} is damaged or not a merklog store ({text}); restore it from a"
+            " backup (docs/operations.md) or move it away and run `merklog init`"
+        )
+    if isinstance(exc, OSError):
+        if exc.errno in _FULL:
+            return ExitCode.DISK_FULL, f"no space left on device: {exc}"
+        return ExitCode.FAILED, str(exc)
+    if isinstance(exc, ValueError):
+        return ExitCode.BAD_INPUT, str(exc)
+    if isinstance(exc, Error):
+        return ExitCode.FAILED, str(exc)
+    return ExitCode.INTERNAL, (
+        f"internal error ({type(exc).__name__}: {exc}); please report it with the command"
+        " you ran (run with -vv to log the traceback)"
+    )
+
+
+def exit_code_for_status(status: int) -> ExitCode:
+    """The exit status for an HTTP error from the running node (CLI commands that go
+    through its API)."""
+    if status == 0:
+        return ExitCode.PEER_UNREACHABLE
+    if status == 404:
+        return ExitCode.NOT_FOUND
+    if status in (400, 409, 413, 415, 422):
+        return ExitCode.BAD_INPUT
+    if status == 403:
+        return ExitCode.NOT_A_WRITER
+    if status in (502, 503, 504):
+        return ExitCode.PEER_UNREACHABLE
+    if status == 507:
+        return ExitCode.DISK_FULL
+    return ExitCode.FAILED

@@ -1,0 +1,118 @@
+"""Creating a home all or nothing, and joining a dataset from a peer.
+
+``initialise`` wraps :func:`merklog.node.node.init_home`: whatever it created is
+removed again if any step fails (an unknown ``store.backend``, a full disk, a
+peer that vanished), so a failed ``merklog init`` never leaves a half-made home
+that later commands call "not a merklog home". ``fetch_join`` asks a peer for
+its dataset (genesis block, verified against the id) and its key, so the joined
+home knows where to sync once before its first write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from merklog.store import Link
+
+from .config import Config
+from .failures import ExitCode, Failure
+
+#: Name of the peer entry ``init --join URL`` records for URL.
+ORIGIN = "origin"
+
+
+@dataclass(frozen=True)
+class Join:
+    """What ``init --join URL`` learnt from the peer at ``url``."""
+
+    url: str
+    dataset: Link
+    genesis: bytes
+    key: str | None
+
+
+def fetch_join(url: str, timeout: float = 30.0) -> Join:
+    """The dataset and key of the node at ``url`` (its open ``/v1/genesis``, ``/v1/status``)."""
+    if not url.startswith(("http://", "https://")):
+        raise Failure(f"--join expects http://HOST:PORT, got {url!r}", ExitCode.BAD_INPUT)
+    return asyncio.run(_fetch_join(url.rstrip("/"), timeout))
+
+
+async def _fetch_join(url: str, timeout: float) -> Join:
+    import aiohttp
+
+    limit = aiohttp.ClientTimeout(total=timeout)
+    try:
+        async with aiohttp.ClientSession(timeout=limit) as session:
+            async with session.get(url + "/v1/genesis") as resp:
+                if resp.status != 200:
+                    raise Failure(
+                        f"cannot join {url}: it did not give its genesis (HTTP {resp.status})"
+                    )
+                data = await resp.read()
+                header = resp.headers.get("X-Dataset", "")
+            key = None
+            async with session.get(url + "/v1/status") as resp:
+                if resp.status == 200:
+                    key = _key_of(await resp.read())
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise Failure(
+            f"cannot join {url}: {exc or type(exc).__name__}", ExitCode.PEER_UNREACHABLE
+        ) from None
+    try:
+        dataset = Link.parse(header)
+    except ValueError:
+        raise Failure(f"cannot join {url}: it named no valid dataset id") from None
+    if not dataset.verifies(data):
+        raise Failure(f"cannot join {url}: its genesis block does not hash to {dataset}")
+    return Join(url, dataset, data, key)
+
+
+def _key_of(body: bytes) -> str | None:
+    try:
+        key = json.loads(body).get("key")
+    except (ValueError, AttributeError):
+        return None
+    return key if isinstance(key, str) and len(key) == 64 else None
+
+
+def initialise(
+    home: Path, overrides: dict[str, Any], join: Join | None, existed: bool
+) -> tuple[Config, bool]:
+    """``init_home`` all or nothing; records the joined peer as ``[peers] origin``."""
+    from .node import init_home
+
+    before = {p.name for p in home.iterdir()} if existed else set()
+    try:
+        cfg, created = init_home(
+            home, overrides, (join.dataset, join.genesis) if join is not None else None
+        )
+        if join is not None and join.url:
+            cfg = Config.load(home)
+            entry: dict[str, str] = {"url": join.url}
+            if join.key:
+                entry["key"] = join.key
+            cfg.peers[ORIGIN] = entry
+            cfg.save()
+    except BaseException:
+        _undo(home, existed, before)
+        raise
+    return cfg, created
+
+
+def _undo(home: Path, existed: bool, before: set[str]) -> None:
+    """Remove what a failed init created (the whole home if it did not exist)."""
+    if not existed:
+        shutil.rmtree(home, ignore_errors=True)
+        return
+    for path in home.iterdir():
+        if path.name not in before and path.name != "node.lock":
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)

@@ -1,0 +1,83 @@
+"""Refuse queries of relations that do not exist, instead of answering "(0 rows)".
+
+A relation exists for a query when the program mentions it with that arity (rule
+head, rule body or program fact), or the visible data holds a fact of it with that
+arity, or it is the ``tick`` clock of a ticking node. A relation the program
+defines but that holds no tuples right now is fine: its answer is empty. An atom
+written with ``...`` (any further arguments) matches every arity from its own up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from merklog.engine import ast
+
+from .failures import ExitCode, Failure, UnknownRelation
+
+T = TypeVar("T")
+
+
+def program_arities(program: Any) -> dict[str, set[int]]:
+    """``rel -> {arity}`` for every atom a checked program mentions."""
+    out: dict[str, set[int]] = {}
+    for rule in program.rules:
+        out.setdefault(rule.head.rel, set()).add(len(rule.head.args))
+        for lit in rule.body:
+            for atom, _polarity in ast.body_atoms(lit):
+                out.setdefault(atom.rel, set()).add(len(atom.args))
+    for rel, row in program.facts:
+        out.setdefault(rel, set()).add(len(row))
+    return out
+
+
+def _data_has(rows: Iterable[tuple], arity: int, rest: bool) -> bool:
+    return any(len(r) == arity or (rest and len(r) > arity) for r in rows)
+
+
+def require_known(
+    query: Iterable[ast.BodyLiteral],
+    program: Mapping[str, set[int]],
+    data: Mapping[str, Iterable[tuple]],
+    extra: Mapping[str, set[int]] | None = None,
+) -> None:
+    """Raise :class:`UnknownRelation` for the first atom of ``query`` whose relation and
+    arity neither ``program``, ``data`` (visible facts by relation) nor ``extra`` has."""
+    for lit in query:
+        for atom, _polarity in ast.body_atoms(lit):
+            rel, n, rest = atom.rel, len(atom.args), atom.rest
+            known = set(program.get(rel, ())) | set((extra or {}).get(rel, ()))
+            if n in known or (rest and any(k >= n for k in known)):
+                continue
+            if _data_has(data.get(rel, ()), n, rest):
+                continue
+            arities = known | {len(r) for r in data.get(rel, ())}
+            if arities:
+                have = ", ".join(f"{rel}/{k}" for k in sorted(arities))
+                raise UnknownRelation(
+                    f"relation {rel} has no arity {n} here (known: {have}); check the query"
+                )
+            raise UnknownRelation(
+                f"unknown relation {rel}/{n}: no visible fact has it and the program does not"
+                " mention it"
+            )
+
+
+class UnanswerableQuery(Failure, ValueError):
+    """A query the evaluator cannot schedule (a variable only a comparison or a negation
+    mentions): bad input, reported instead of an internal error."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+def evaluate(run: Callable[[Any], T], query: Any) -> T:
+    """``run(query)``, with the evaluator's "cannot schedule" turned into bad input."""
+    from merklog.engine.batch import EvaluationError
+
+    try:
+        return run(query)
+    except EvaluationError as exc:
+        raise UnanswerableQuery(
+            f"cannot answer this query: {exc}; bind every variable in a positive atom"
+        ) from None

@@ -1,0 +1,185 @@
+"""Bulk reads of an accepted log, for exports and analytics (no per-row store queries).
+
+A delta is checked once, when the replica accepts it (shape, canonical encoding,
+signature, place in the DAG; see :mod:`.replica`). Readers that walk the whole
+log afterwards - the Parquet export above all - need none of that again, only
+the bytes: this module hands out accepted deltas and facts in batches, with
+CIDs as raw binary (no base32 text, no :class:`~merklog.store.Link` objects) and
+every block still re-hashed against its CID, so disk corruption is caught while
+the signature is not verified a second time.
+
+With the node's SQLite block store on the replica's own connection, a batch is
+one keyset-paginated join of ``repl_delta`` with the store's ``blocks`` table
+(the layout documented in :mod:`merklog.store.sqlite`); any other block store is
+read through :meth:`~merklog.store.BlockStore.get_many`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any, NamedTuple
+
+import libipld
+
+from merklog.store import Link, verify
+
+from .blocks import _DAG_CBOR_PREFIX, decode_fact_fast, fast_link
+from .replica import Replica
+
+#: Deltas per batch: large enough to amortise the query, small enough to keep memory flat.
+DELTA_BATCH = 1024
+#: Parameters per ``IN (...)`` query.
+_IN_CHUNK = 2000
+
+
+class LogDelta(NamedTuple):
+    """An accepted delta as stored: CIDs are raw binary CIDv1 bytes.
+
+    ``ops`` are the block's op maps as decoded: ``{"op": "assert", "fact": cid}``,
+    ``{"op": "retract", "fact": cid, "observed": [cid, ...]}``,
+    ``{"op": "grant"|"revoke", "key": 32-byte key}``.
+    """
+
+    cid: bytes
+    author: bytes
+    seq: int
+    clock: int
+    parents: list[bytes]
+    ops: list[dict[str, Any]]
+
+
+def _shared_sqlite(replica: Replica) -> bool:
+    store = replica.blockstore
+    return getattr(store, "conn", None) is replica.conn and hasattr(store, "integrity_check")
+
+
+def _checked(raw: bytes, data: bytes) -> bytes:
+    """The block if it hashes to ``raw`` (a fast path for dag-cbor/sha2-256), else raise."""
+    if raw[:4] == _DAG_CBOR_PREFIX and hashlib.sha256(data).digest() == raw[4:]:
+        return data
+    return verify(fast_link(bytes(raw)), bytes(data), "block store")
+
+
+def _delta(raw: bytes, data: bytes) -> LogDelta:
+    obj = libipld.decode_dag_cbor(_checked(raw, data))
+    return LogDelta(bytes(raw), obj["author"], obj["seq"], obj["clock"], obj["parents"], obj["ops"])
+
+
+def iter_log_batches(replica: Replica, batch: int = DELTA_BATCH) -> Iterator[list[LogDelta]]:
+    """Every accepted delta of ``replica`` in (clock, CID) order - a topological order -
+    in lists of at most ``batch``; the replica's lock is held per batch only."""
+    ds = replica.ds
+    if _shared_sqlite(replica):
+        sql = (
+            "SELECT d.clock, d.cid, b.data FROM repl_delta d JOIN blocks b ON b.cid = d.cid"
+            " WHERE d.ds = ? AND (d.clock, d.cid) > (?, ?) ORDER BY d.clock, d.cid LIMIT ?"
+        )
+        after: tuple[int, bytes] = (0, b"\xff")  # clock 0 is the genesis: skipped
+        while True:
+            with replica._lock:
+                rows = replica.conn.execute(sql, (ds, *after, batch)).fetchall()
+            if not rows:
+                return
+            yield [_delta(raw, data) for _clock, raw, data in rows]
+            if len(rows) < batch:
+                return
+            after = (rows[-1][0], rows[-1][1])
+    with replica._lock:
+        cids = [
+            bytes(r[0])
+            for r in replica.conn.execute(
+                "SELECT cid FROM repl_delta WHERE ds = ? AND clock > 0 ORDER BY clock, cid", (ds,)
+            )
+        ]
+    it = iter(cids)
+    while chunk := list(islice(it, batch)):
+        blocks = replica.blockstore.get_many(Link(c) for c in chunk)
+        yield [_delta(cid.raw, data) for cid, data in blocks]
+
+
+#: DAG-CBOR's link marker (CBOR tag 42); libipld decodes links as plain bytes.
+_TAG42 = b"\xd8\x2a"
+
+
+def _decode_fact(cid: bytes, data: bytes) -> tuple[bytes, str, list[Any]]:
+    """``(cid, relation, args)`` of an accepted (hence valid, canonical) fact block. A block
+    without the tag-42 byte pair holds no link, so libipld's decoding is exact;
+    otherwise (a link, or those two bytes by chance inside a value) the full decoder
+    tells links from byte strings."""
+    obj = libipld.decode_dag_cbor(_checked(cid, data))
+    if _TAG42 not in data:
+        return cid, obj["rel"], obj["args"]
+    fact = decode_fact_fast(data, obj)
+    return cid, fact.rel, list(fact.args)
+
+
+def iter_visible_cids(replica: Replica, batch: int = 65_536) -> Iterator[list[bytes]]:
+    """The raw CIDs of every visible fact, sorted, in lists (an index scan, no block reads)."""
+    sql = (
+        "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0 AND fact > ?"
+        " ORDER BY fact LIMIT ?"
+    )
+    after = b""
+    while True:
+        with replica._lock:
+            cids = [r[0] for r in replica.conn.execute(sql, (replica.ds, after, batch))]
+        if cids:
+            yield cids
+        if len(cids) < batch:
+            return
+        after = cids[-1]
+
+
+def op_count(replica: Replica) -> int:
+    """How many ops the replica's accepted deltas carry (from the delta index, no blocks)."""
+    with replica._lock:
+        row = replica.conn.execute(
+            "SELECT coalesce(sum(nops), 0) FROM repl_delta WHERE ds = ?", (replica.ds,)
+        ).fetchone()
+    return int(row[0])
+
+
+#: How every fact block starts: a two-entry DAG-CBOR map whose first key is "rel".
+FACT_PREFIX = b"\xa2crel"
+
+
+def iter_fact_batches(
+    replica: Replica, batch: int = 16_384
+) -> Iterator[list[tuple[bytes, str, list[Any]]]]:
+    """Every fact block in the replica's block store (whatever dataset asserted it) as
+    ``(raw CID, relation, args)``, in CID order: one sequential scan, ~25x cheaper per
+    fact than looking facts up one by one. Callers join it to the log by fact CID."""
+    if _shared_sqlite(replica):
+        sql = (
+            "SELECT cid, data FROM blocks WHERE cid > ? AND substr(data, 1, 5) = ?"
+            " ORDER BY cid LIMIT ?"
+        )
+        after = b""
+        while True:
+            with replica._lock:
+                rows = replica.conn.execute(sql, (after, FACT_PREFIX, batch)).fetchall()
+            if rows:
+                yield [_decode_fact(c, d) for c, d in rows]
+            if len(rows) < batch:
+                return
+            after = rows[-1][0]
+    store = replica.blockstore
+    it = iter(sorted(store.iter_cids()))
+    while chunk := list(islice(it, batch)):
+        yield [
+            _decode_fact(cid.raw, data)
+            for cid, data in store.get_many(chunk)
+            if data[:5] == FACT_PREFIX
+        ]
+
+
+__all__ = [
+    "FACT_PREFIX",
+    "LogDelta",
+    "iter_fact_batches",
+    "iter_log_batches",
+    "iter_visible_cids",
+    "op_count",
+]

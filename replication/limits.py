@@ -1,0 +1,80 @@
+"""Every size limit of replication, writer side and receiver side, in one place.
+
+The rule (docs/adr/0020-writer-enforces-receiver-limits.md): **anything a replica
+accepts locally is accepted by every peer.** So each limit a receiver checks has a
+writer-side counterpart that is no larger, and the writer (``Replica.write``, the
+sync client's push, the sync server's response) shapes what it produces to fit:
+
+==========================  ==========================  ==============================
+what                        writer produces at most     receiver accepts at most
+==========================  ==========================  ==============================
+fact block (encoded)        ``MAX_FACT_BYTES`` (refused  ``RECEIVE_MAX_SECTION`` (CAR
+                            at ``put`` with TooLarge)    section, CID included)
+delta block (encoded)       ``WRITE_MAX_DELTA_BYTES``    ``MAX_DELTA_BYTES``
+ops per delta               ``MAX_OPS``                  ``MAX_OPS``
+observed CIDs per retract   ``WRITE_MAX_OBSERVED``       ``RECEIVE_MAX_OBSERVED``
+                            (split across retract ops)
+fact bytes per delta        ``WRITE_MAX_DELTA_FACT_      ``RECEIVE_MAX_PENDING_BYTES``
+                            BYTES``
+fact blocks per delta       ``MAX_OPS``                  ``RECEIVE_MAX_PENDING_BLOCKS``
+CAR body (push / response)  ``WRITE_MAX_BATCH_BYTES``    ``RECEIVE_MAX_BODY``
+                            (split into several)         (one delta always fits)
+==========================  ==========================  ==============================
+
+Receiver limits are deliberately larger than writer limits: older writers (before
+this rule) produced fact blocks up to the 16 MiB HTTP body limit, retracts listing
+more than 1024 observed asserts and deltas carrying many MiB of facts. Receivers
+still accept those shapes (bounded by the HTTP body limit), so a dataset that holds
+them syncs again; writers no longer produce them. ``tests/replication/test_limits.py``
+checks the invariant and writes near every limit through the real write path.
+"""
+
+from __future__ import annotations
+
+#: Operations in one delta (writer and receiver).
+MAX_OPS = 4096
+#: Parents of one delta (writer and receiver); a writer with more heads merges the
+#: first ``MAX_PARENTS`` and leaves the rest for its next delta.
+MAX_PARENTS = 4096
+#: Encoded size of one delta block a receiver accepts (older writers kept to it too).
+MAX_DELTA_BYTES = 1 << 20
+#: Encoded size of one delta block a writer produces (headroom below MAX_DELTA_BYTES).
+WRITE_MAX_DELTA_BYTES = MAX_DELTA_BYTES - (16 << 10)
+
+#: Encoded size of one fact block a writer accepts; larger facts are refused at ``put``.
+MAX_FACT_BYTES = 1 << 20
+#: Largest CAR section (varint + CID + block) a receiver reads: old writers' facts up
+#: to the 16 MiB HTTP body limit, plus room for the CID and the length prefix.
+RECEIVE_MAX_SECTION = (16 << 20) + 4096
+
+#: Observed delta CIDs one retract op lists when written here.
+WRITE_MAX_OBSERVED = 1024
+#: Observed CIDs a receiver accepts in one retract op; a 1 MiB delta holds fewer
+#: than 27,000 CIDs, so this bound is really the delta size.
+RECEIVE_MAX_OBSERVED = 1 << 15
+
+#: Fact bytes one written delta may carry (they travel ahead of it in a CAR).
+WRITE_MAX_DELTA_FACT_BYTES = 8 << 20
+#: Fact blocks / bytes a receiver buffers while waiting for the delta asserting them.
+RECEIVE_MAX_PENDING_BLOCKS = 2 * MAX_OPS + 64
+RECEIVE_MAX_PENDING_BYTES = 256 << 20
+
+#: CAR bytes a writer puts in one push body or one sync response (then it continues
+#: in another request); a single delta with its facts is never split.
+WRITE_MAX_BATCH_BYTES = 64 << 20
+#: Body a receiver accepts in one push / sync response.
+RECEIVE_MAX_BODY = 256 << 20
+
+#: Every (writer limit, receiver limit) pair the rule above promises.
+PAIRS: dict[str, tuple[int, int]] = {
+    "delta bytes": (WRITE_MAX_DELTA_BYTES, MAX_DELTA_BYTES),
+    "fact section": (MAX_FACT_BYTES + 64, RECEIVE_MAX_SECTION),
+    "delta section": (MAX_DELTA_BYTES + 64, RECEIVE_MAX_SECTION),
+    "observed": (WRITE_MAX_OBSERVED, RECEIVE_MAX_OBSERVED),
+    "pending bytes": (WRITE_MAX_DELTA_FACT_BYTES, RECEIVE_MAX_PENDING_BYTES),
+    "pending blocks": (MAX_OPS, RECEIVE_MAX_PENDING_BLOCKS),
+    "batch bytes": (
+        WRITE_MAX_BATCH_BYTES + MAX_DELTA_BYTES + WRITE_MAX_DELTA_FACT_BYTES + 2 * MAX_OPS * 64,
+        RECEIVE_MAX_BODY,
+    ),
+}

@@ -1,0 +1,121 @@
+"""The writer side of the limits in :mod:`.limits`: turn ops into wire ops, then pack
+them into deltas every receiver accepts.
+
+Pure functions over the replica's current state (passed in as a lookup), so the
+rules are testable without a database and written once for every writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from merklog.store import Link, encode_facts
+
+from .blocks import Assert, Grant, Op, Retract, Revoke
+from .errors import TooLarge
+from .limits import (
+    MAX_FACT_BYTES,
+    MAX_OPS,
+    WRITE_MAX_DELTA_BYTES,
+    WRITE_MAX_DELTA_FACT_BYTES,
+    WRITE_MAX_OBSERVED,
+)
+
+#: Upper bounds on the DAG-CBOR size of one wire op / of a delta without its ops and
+#: parents (author, dataset, seq, clock, sig and map keys): conservative, so a delta
+#: packed to the budget never exceeds it.
+_ASSERT_OP = 64
+_RETRACT_OP = 96
+_KEY_OP = 64
+_LINK = 42
+_DELTA_BASE = 512
+
+LiveLookup = Callable[[Iterable[Link]], dict[Link, list[Link]]]
+
+
+@dataclass
+class PlannedOp:
+    """One wire op with its encoded-size bound and the fact blocks it carries."""
+
+    wire: dict[str, Any]
+    size: int
+    blocks: dict[Link, tuple[bytes, Any]] = field(default_factory=dict)
+
+
+def plan_ops(
+    ops: Sequence[Op], live: LiveLookup, owner_check: Callable[[], None]
+) -> list[PlannedOp]:
+    """Wire ops for ``ops`` against the state ``live`` describes (visible fact → live
+    asserting deltas). Raises TooLarge for an oversized fact before anything is built.
+
+    Dropped as no-ops: asserts of facts visible now and not retracted in the same
+    call (they would only add asserts that a later retract must list), duplicate
+    asserts, and retracts of facts not visible now. A retract's observed list is
+    split into ops of at most ``WRITE_MAX_OBSERVED`` CIDs.
+    """
+    # Encoded per op position: Facts are never dict keys here, because Python's ==
+    # would merge edge(1), edge(1.0) and edge(true), which are different facts.
+    facts = [op.fact for op in ops if isinstance(op, Assert | Retract)]
+    encoded = iter(encode_facts(facts))
+    blocks = [next(encoded) if isinstance(op, Assert | Retract) else None for op in ops]
+    for op, got in zip(ops, blocks, strict=True):
+        if isinstance(op, Assert) and got is not None and len(got[1]) > MAX_FACT_BYTES:
+            raise TooLarge(
+                f"fact {op.fact.rel}/{len(op.fact.args)} encodes to {len(got[1])} bytes, over"
+                f" the {MAX_FACT_BYTES}-byte limit for one fact (MAX_FACT_BYTES); store large"
+                " values in several facts"
+            )
+    state = live([got[0] for got in blocks if got is not None])
+    retracted = {got[0] for op, got in zip(ops, blocks, strict=True) if isinstance(op, Retract)}
+    planned: list[PlannedOp] = []
+    seen: set[Any] = set()
+    for op, got in zip(ops, blocks, strict=True):
+        if isinstance(op, Assert):
+            cid, data = got
+            if cid in seen or (cid in state and cid not in retracted):
+                continue
+            seen.add(cid)
+            wire = {"op": "assert", "fact": cid}
+            planned.append(PlannedOp(wire, _ASSERT_OP, {cid: (data, op.fact)}))
+        elif isinstance(op, Retract):
+            cid = got[0]
+            if ("retract", cid) in seen:
+                continue
+            seen.add(("retract", cid))
+            observed = state.get(cid, [])
+            for i in range(0, len(observed), WRITE_MAX_OBSERVED):
+                part = observed[i : i + WRITE_MAX_OBSERVED]
+                wire = {"op": "retract", "fact": cid, "observed": part}
+                planned.append(PlannedOp(wire, _RETRACT_OP + _LINK * len(part)))
+        elif isinstance(op, Grant | Revoke):
+            owner_check()
+            kind = "grant" if isinstance(op, Grant) else "revoke"
+            planned.append(PlannedOp({"op": kind, "key": bytes(op.key)}, _KEY_OP))
+        else:
+            raise TypeError(f"not an op: {op!r}")
+    return planned
+
+
+def pack_ops(planned: list[PlannedOp], heads: int) -> Iterator[list[PlannedOp]]:
+    """Consecutive groups of ``planned``, each one delta within every writer limit:
+    at most ``MAX_OPS`` ops, ``WRITE_MAX_DELTA_BYTES`` encoded (counting ``heads``
+    parent links) and ``WRITE_MAX_DELTA_FACT_BYTES`` of fact blocks."""
+    budget = WRITE_MAX_DELTA_BYTES - _DELTA_BASE - _LINK * max(heads, 1)
+    group: list[PlannedOp] = []
+    size = fact_bytes = 0
+    for op in planned:
+        extra = sum(len(data) for data, _f in op.blocks.values())
+        if group and (
+            len(group) >= MAX_OPS
+            or size + op.size > budget
+            or fact_bytes + extra > WRITE_MAX_DELTA_FACT_BYTES
+        ):
+            yield group
+            group, size, fact_bytes = [], 0, 0
+        group.append(op)
+        size += op.size
+        fact_bytes += extra
+    if group:
+        yield group

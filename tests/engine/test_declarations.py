@@ -1,0 +1,77 @@
+"""Optional relation declarations in the merklog dialect: ``.decl rel(col: type, …).``"""
+
+from __future__ import annotations
+
+import pytest
+
+from merklog.engine import Program
+from merklog.engine.errors import ArityError, DeclarationError, ParseError
+from merklog.engine.program import detect_dialect
+from merklog.engine.schema import Schema, value_fits
+from merklog.node.programs import compile_program
+from merklog.node.wiring import NodeInputError
+from merklog.store import Link, fact_cid, make_fact
+
+DECL = ".decl edge(src: int, dst: int).\n.decl label(node: any, text: str).\n"
+
+
+def test_declarations_parse_in_the_merklog_dialect() -> None:
+    prog = Program.parse(DECL + "path(X, Y) :- edge(X, Y).")
+    assert prog.dialect == "merklog" and detect_dialect(DECL) == "merklog"
+    decls = {d.rel: d.columns for d in prog.ast.declarations}
+    assert decls == {
+        "edge": (("src", "int"), ("dst", "int")),
+        "label": (("node", "any"), ("text", "str")),
+    }
+    assert Program.parse(".decl flag(bool).").ast.declarations[0].columns == (("_0", "bool"),)
+    # Soufflé's .decl (no period, Soufflé types) still selects the Soufflé frontend.
+    assert detect_dialect(".decl edge(x: number, y: number)\n") == "souffle"
+
+
+def test_a_declaration_fixes_the_arity() -> None:
+    with pytest.raises(ArityError) as err:
+        Program.parse(DECL + "r(X) :-\n  edge(X).")
+    assert err.value.message == "edge has arity 2 at 1:1 and 1 at 4:3"
+
+
+def test_inline_facts_must_fit_their_declaration() -> None:
+    with pytest.raises(DeclarationError) as err:
+        Program.parse(DECL + "edge(1, 2).\nedge(1, 2.0).")
+    assert (err.value.line, err.value.col) == (4, 1)
+    assert "column dst of edge is int" in err.value.message and "got float 2.0" in err.value.message
+    Program.parse(DECL + 'edge(1, 2). label(x"00", "a"). label(1.5, "b").')
+
+
+def test_bad_declarations_are_parse_errors_with_positions() -> None:
+    with pytest.raises(ParseError) as err:
+        Program.parse(".decl edge(src: integer).")
+    assert (err.value.line, err.value.col) == (1, 17) and "column type" in err.value.message
+    with pytest.raises(DeclarationError, match="declared twice"):
+        Program.parse(".decl e(int).\n.decl e(str).")
+
+
+def test_types_follow_value_identity() -> None:
+    assert value_fits(1, "int") and not value_fits(True, "int") and not value_fits(1.0, "int")
+    assert value_fits(1.0, "float") and not value_fits(1, "float")
+    assert value_fits(True, "bool") and not value_fits(1, "bool")
+    link = fact_cid(make_fact("p", (1,)))
+    assert isinstance(link, Link) and value_fits(link, "cid") and not value_fits(b"x", "cid")
+    assert value_fits(b"\x01", "bytes") and value_fits("s", "str") and value_fits(None, "any")
+
+
+def test_schema_checks_facts_for_put_and_evaluate() -> None:
+    prog = Program.parse(DECL + "path(X, Y) :- edge(X, Y).")
+    schema = prog.checked.schema
+    assert isinstance(schema, Schema) and schema.problem("edge", (1, 2)) is None
+    assert schema.problem("other", (1.5, True)) is None  # undeclared: anything goes
+    assert "arity 2" in (schema.problem("edge", (1, 2, 3)) or "")
+    with pytest.raises(DeclarationError) as err:
+        prog.evaluate({"edge": [(1, 2), (1, "x")]})
+    assert str(err.value).startswith('edge(1, "x") does not fit: column dst of edge is int')
+
+
+def test_node_runner_refuses_a_fact_that_does_not_fit() -> None:
+    runner = compile_program(DECL + "path(X, Y) :- edge(X, Y).")
+    runner.check_fact(make_fact("edge", (1, 2)))
+    with pytest.raises(NodeInputError, match=r"edge\(1, true\) does not fit"):
+        runner.check_fact(make_fact("edge", (1, True)))

@@ -1,0 +1,189 @@
+"""The CLI's one error boundary: every failure a user can cause or meet gives one
+``Error:`` line on stderr and the documented exit status (docs/operations.md), never
+a Python traceback. Each command runs as a real ``merklog`` subprocess on real files;
+only the full disk is injected (in-process), because it cannot be produced safely.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from merklog.node.failures import ExitCode
+
+from .conftest import Cli
+
+
+def merklog(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_fails(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
+    """Exit status ``code``, no traceback anywhere, one ``Error:`` line naming ``words``."""
+    out = result.stdout + result.stderr
+    assert "Traceback" not in out, out
+    assert result.returncode == code, (result.returncode, out)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.stderr
+    for word in words:
+        assert word in errors[0], (word, errors[0])
+    return errors[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ready(tmp_path: Path) -> Path:
+    """An initialised home holding edge(1, 2)."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    Cli(home)("put", "edge(1, 2).")
+    return home
+
+
+def test_bad_input_exits_2(ready: Path, tmp_path: Path) -> None:
+    assert_fails(merklog(ready, "put", "edge(1,"), ExitCode.BAD_INPUT, "1:")
+    assert_fails(merklog(ready, "query", "edge(1,"), ExitCode.BAD_INPUT, "1:")
+    assert_fails(merklog(ready, "query", "X > 1"), ExitCode.BAD_INPUT, "cannot answer")
+    assert_fails(merklog(ready, "--set", "nonsense", "status"), ExitCode.BAD_INPUT)
+    bad = tmp_path / "bad.dl"
+    bad.write_text("p(X) :- q(Y).\n")
+    assert_fails(merklog(ready, "load", str(bad)), ExitCode.BAD_INPUT, "bad.dl:1:")
+    big = tmp_path / "big.dl"  # one fact over the 1 MiB limit: refused, nothing written
+    big.write_text(f'blob("{"x" * 1_100_000}").\n')
+    assert_fails(merklog(ready, "put", "-f", str(big)), ExitCode.BAD_INPUT, "1048576-byte limit")
+    junk = tmp_path / "junk.car"
+    junk.write_bytes(b"\x01not a car at all")
+    assert_fails(merklog(ready, "import", str(junk)), ExitCode.BAD_INPUT)
+    assert Cli(ready)("ls").output.count("\t") == 1  # the store is intact
+
+
+def test_not_found_exits_3(ready: Path) -> None:
+    line = assert_fails(merklog(ready, "retract", "edge(5, 5)."), ExitCode.NOT_FOUND)
+    assert "not visible" in line and "edge(5, 5)" in line
+    assert_fails(merklog(ready, "query", "nope(X)"), ExitCode.NOT_FOUND, "unknown relation nope/1")
+    assert_fails(merklog(ready, "query", "edge(X)"), ExitCode.NOT_FOUND, "edge/2")
+    cid = "bafyreigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"
+    assert_fails(merklog(ready, "get", cid), ExitCode.NOT_FOUND, cid)
+
+
+def test_peer_down_exits_4(ready: Path, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    assert_fails(merklog(ready, "sync", url), ExitCode.PEER_UNREACHABLE, "cannot reach peer")
+    fresh = tmp_path / "fresh"
+    assert_fails(merklog(fresh, "init", "--join", url), ExitCode.PEER_UNREACHABLE, url)
+    assert not fresh.exists()
+
+
+def _corrupt(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[100:] = bytes((i * 131 + 7) % 256 for i in range(len(data) - 100))
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _delete(path: Path) -> None:
+    path.unlink()
+
+
+@pytest.mark.parametrize("damage", [_corrupt, _truncate, _empty, _delete])
+def test_damaged_store_exits_5(ready: Path, damage) -> None:
+    damage(ready / "store.sqlite")
+    for args in (("status",), ("query", "edge(X, Y)"), ("node", "run", "--port", "0")):
+        assert_fails(merklog(ready, *args), ExitCode.STORE_DAMAGED, "store")
+
+
+def test_every_home_command_reports_a_damaged_store(ready: Path, tmp_path: Path) -> None:
+    _corrupt(ready / "store.sqlite")
+    facts = tmp_path / "f.dl"
+    facts.write_text("edge(3, 4).\n")
+    prog = tmp_path / "p.dl"
+    prog.write_text("path(X, Y) :- edge(X, Y).\n")
+    car = tmp_path / "x.car"
+    for args in (
+        ("put", "edge(2, 3)."),
+        ("put", "-f", str(facts)),
+        ("retract", "edge(1, 2)."),
+        ("ls",),
+        ("get", "bafyreigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"),
+        ("load", str(prog)),
+        ("export", str(car)),
+        ("sync", f"http://127.0.0.1:{free_port()}"),
+        ("parquet", "export", str(tmp_path / "pq")),
+    ):
+        assert_fails(merklog(ready, *args), ExitCode.STORE_DAMAGED)
+    assert not car.exists()
+
+
+def test_unknown_backend_leaves_nothing_half_created(tmp_path: Path) -> None:
+    home = tmp_path / "new"
+    assert_fails(merklog(home, "--set", "store.backend=bogus", "init"), ExitCode.BAD_INPUT, "bogus")
+    assert not home.exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine")
+    assert_fails(merklog(existing, "--set", "store.backend=bogus", "init"), ExitCode.BAD_INPUT)
+    assert sorted(p.name for p in existing.iterdir()) == ["node.lock", "notes.txt"]
+    assert merklog(existing, "init").returncode == 0  # and a correct init then works
+    assert merklog(existing, "status").returncode == 0
+
+
+def test_missing_home_says_run_init(tmp_path: Path) -> None:
+    for args in (("status",), ("put", "a(1)."), ("query", "a(X)"), ("parquet", "export", "x")):
+        assert_fails(merklog(tmp_path / "none", *args), ExitCode.FAILED, "merklog", "init")
+    assert not (tmp_path / "none" / "config.toml").exists()
+
+
+# ---------------------------------------------------------------- full disk (injected)
+
+
+def test_full_disk_exits_6_and_loses_nothing(ready: Path, tmp_path: Path, monkeypatch) -> None:
+    from merklog.store.sqlite import SQLiteBlockStore
+
+    run = Cli(ready)
+
+    def full(*_args, **_kw):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with monkeypatch.context() as m:
+        m.setattr(SQLiteBlockStore, "put_many", full)
+        result = run("put", "edge(7, 8).", ok=False)
+    assert result.exit_code == ExitCode.DISK_FULL and "no space left" in result.output
+    assert "Traceback" not in result.output
+    assert [line.split("\t")[1] for line in run("ls").output.splitlines()] == ["edge(1, 2)"]
+
+    def enospc(*_args, **_kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    car = tmp_path / "backup.car"
+    with monkeypatch.context() as m:
+        m.setattr("merklog.store.car.write_car", enospc)
+        result = run("export", str(car), ok=False)
+    assert result.exit_code == ExitCode.DISK_FULL and "no space left" in result.output
+    assert not car.exists() and not (tmp_path / "backup.car.tmp").exists()
