@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import ipaddress
+import re
 import urllib.parse
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -62,6 +63,15 @@ def api_multiaddr(addr: str) -> str:
     return f"/{proto}/{url.hostname}/tcp/{port}/{url.scheme}"
 
 
+def _reason(exc: Exception) -> str:
+    """The short cause of a client error ("Connection refused", the daemon's message)."""
+    text = str(exc)
+    match = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if match:
+        return match.group(1).strip()
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
 def _field(answer: object, key: str) -> object:
     """``answer[key]`` of a JSON object answer, None if the answer is not one (garbage)."""
     try:
@@ -107,8 +117,12 @@ class IPFSBlockStore(BlockStore):
                 return func(*args, **kwargs)
         except ipfs_errors.TimeoutError:
             raise
+        except ipfs_errors.ConnectionError as exc:
+            raise StoreError(
+                f"IPFS {what} failed at {self.addr}: daemon not reachable ({_reason(exc)})"
+            ) from exc
         except ipfs_errors.Error as exc:
-            raise StoreError(f"IPFS {what} failed at {self.addr}: {exc}") from exc
+            raise StoreError(f"IPFS {what} failed at {self.addr}: {_reason(exc)}") from exc
 
     @staticmethod
     def _timed_out(exc: Exception) -> bool:
