@@ -19,7 +19,14 @@ from typing import Any
 
 from aiohttp import web
 
-from merklog.store import BlockNotFound, Link, StoreError, decode, decode_fact
+from merklog.store import (
+    BlockNotFound,
+    Link,
+    StoreError,
+    StoreUnavailable,
+    decode,
+    decode_fact,
+)
 
 from . import wiring
 from .metrics import CONTENT_TYPE_LATEST
@@ -322,6 +329,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except web.HTTPException:
         raise
+    except StoreUnavailable as exc:  # an IPFS home whose daemon is down: nothing changed
+        return error(503, "store unavailable", str(exc))
     except Exception as exc:  # never a bare 500 page: a JSON body naming the problem
         log.exception("%s %s failed", request.method, request.path)
         return error(500, "internal error", f"{type(exc).__name__}: {exc}")

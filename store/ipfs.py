@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from .blockstore import BlockStore, verify
 from .car import car_header, car_section
 from .codec import encode
-from .errors import BlockNotFound, CIDMismatch, StoreError
+from .errors import BlockNotFound, CIDMismatch, StoreError, StoreUnavailable
 from .link import DAG_CBOR, RAW, Link
 
 with warnings.catch_warnings():  # ipfshttpclient imports with deprecation noise
@@ -38,6 +38,10 @@ PINSET_LINKS = 4096
 _PIN_ARGS = 128
 
 
+class BadAPIAddress(StoreError, ValueError):
+    """An IPFS API address that is neither a multiaddr nor an http(s) URL (bad input)."""
+
+
 def api_multiaddr(addr: str) -> str:
     """The API multiaddr for ``addr``, given as a multiaddr or as an ``http://host:port`` URL.
 
@@ -50,11 +54,13 @@ def api_multiaddr(addr: str) -> str:
         return text
     url = urllib.parse.urlsplit(text)
     if url.scheme not in ("http", "https") or not url.hostname:
-        raise StoreError(f"not an IPFS API address: {addr!r} (use http://HOST:PORT or a multiaddr)")
+        raise BadAPIAddress(
+            f"not an IPFS API address: {addr!r} (use http://HOST:PORT or a multiaddr)"
+        )
     try:
         port = url.port or (443 if url.scheme == "https" else 5001)
     except ValueError:
-        raise StoreError(f"not an IPFS API address: {addr!r} (bad port)") from None
+        raise BadAPIAddress(f"not an IPFS API address: {addr!r} (bad port)") from None
     try:
         ip = ipaddress.ip_address(url.hostname)
         proto = "ip4" if ip.version == 4 else "ip6"
@@ -118,11 +124,13 @@ class IPFSBlockStore(BlockStore):
         except ipfs_errors.TimeoutError:
             raise
         except ipfs_errors.ConnectionError as exc:
-            raise StoreError(
+            raise StoreUnavailable(
                 f"IPFS {what} failed at {self.addr}: daemon not reachable ({_reason(exc)})"
             ) from exc
-        except ipfs_errors.Error as exc:
+        except ipfs_errors.ErrorResponse as exc:  # the daemon answered, refusing
             raise StoreError(f"IPFS {what} failed at {self.addr}: {_reason(exc)}") from exc
+        except ipfs_errors.Error as exc:  # garbage, a broken stream: not an IPFS API answer
+            raise StoreUnavailable(f"IPFS {what} failed at {self.addr}: {_reason(exc)}") from exc
 
     @staticmethod
     def _timed_out(exc: Exception) -> bool:
@@ -150,12 +158,12 @@ class IPFSBlockStore(BlockStore):
         try:
             answer = self._call("version", self.client.version)
         except ipfs_errors.TimeoutError:
-            raise StoreError(
+            raise StoreUnavailable(
                 f"IPFS daemon at {self.addr} did not answer in {self.timeout}s"
             ) from None
         version = _field(answer, "Version")
         if not isinstance(version, str):
-            raise StoreError(
+            raise StoreUnavailable(
                 f"IPFS API at {self.addr} answered garbage to /version: {answer!r:.80}"
             )
         return version
@@ -207,7 +215,7 @@ class IPFSBlockStore(BlockStore):
                 opts={"pin-roots": "true" if self.pin else "false"},
             )
         except ipfs_errors.TimeoutError:
-            raise StoreError(
+            raise StoreUnavailable(
                 f"IPFS daemon at {self.addr} did not answer dag/import in {self.timeout}s"
             ) from None
         if not self.pin or not roots:
@@ -223,11 +231,11 @@ class IPFSBlockStore(BlockStore):
                     )
                 pinned.add(Link.parse(root["Cid"]["/"]))
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise StoreError(
+            raise StoreUnavailable(
                 f"IPFS API at {self.addr} answered dag/import with garbage: {answer!r:.120}"
             ) from exc
         if not set(roots) <= pinned:
-            raise StoreError(
+            raise StoreUnavailable(
                 f"IPFS daemon at {self.addr} confirmed {len(pinned & set(roots))} of "
                 f"{len(roots)} pinned roots after dag/import"
             )
@@ -239,12 +247,12 @@ class IPFSBlockStore(BlockStore):
             try:
                 answer = self._call("pin/add", self.client.pin.add, *chunk, recursive=False)
             except ipfs_errors.TimeoutError:
-                raise StoreError(
+                raise StoreUnavailable(
                     f"IPFS daemon at {self.addr} did not answer pin/add in {self.timeout}s"
                 ) from None
             got = _field(answer, "Pins")
             if not isinstance(got, list) or len(got) != len(chunk):
-                raise StoreError(
+                raise StoreUnavailable(
                     f"IPFS API at {self.addr} answered pin/add with garbage: {answer!r:.120}"
                 )
 

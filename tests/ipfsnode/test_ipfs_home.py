@@ -231,3 +231,22 @@ def test_tampered_block_on_the_daemon_is_rejected_by_cid(
     finally:
         path.write_bytes(good)
     assert "original" in b("get", str(cid)).output
+
+
+def test_running_node_answers_503_while_its_daemon_is_down(
+    tmp_path: Path, private_daemon, node_factory
+) -> None:
+    daemon = private_daemon()
+    run = Cli(tmp_path / "home")
+    run("init", "--store", "ipfs", "--ipfs-api", daemon.api_addr)
+    node = node_factory(run.home).start()
+    run("put", "a(1).")
+    daemon.kill()
+    status, body = node.request("POST", "/v1/facts", {"assert": "a(2)."})
+    assert status == 503 and body["error"] == "store unavailable"
+    assert "IPFS" in body["detail"] and f"tcp/{daemon.api_port}" in body["detail"]
+    refused = run("put", "a(3).", ok=False)  # the CLI goes through the running node
+    assert refused.exit_code == 4 and "Traceback" not in refused.output
+    daemon.start()
+    run("put", "a(2).")
+    assert _ls(run) == ["a(1)", "a(2)"]
