@@ -34,6 +34,10 @@ _FORMATS = {DAG_CBOR: "dag-cbor", RAW: "raw"}
 _LINK_TAG = b"\xd8\x2a"
 #: Links per pin-set block: 4096 links of ~40 bytes stay far below IPFS's 1 MiB block limit.
 PINSET_LINKS = 4096
+#: Blocks per ``dag/import`` request (each answered only once all are stored).
+IMPORT_CHUNK = 1024
+#: Extra seconds a ``dag/import`` may take per block (js-ipfs stores ~500 per CPU-second).
+IMPORT_SECONDS_PER_BLOCK = 0.02
 #: CIDs per ``pin/add`` request: they travel in the URL, which Node's HTTP parser caps at 16 KiB.
 _PIN_ARGS = 128
 
@@ -169,38 +173,41 @@ class IPFSBlockStore(BlockStore):
         return version
 
     def import_blocks(self, blocks: Sequence[tuple[Link, bytes]]) -> None:
-        """Write and pin many blocks with one ``dag/import`` (plus ``pin/add`` for linking ones).
+        """Write and pin many blocks: ``dag/import`` of CARs of ``IMPORT_CHUNK`` blocks,
+        plus ``pin/add`` for the blocks that link elsewhere.
 
-        One CAR carries every block plus pin-set blocks listing the link-free ones;
-        the CAR's roots are the pin-set blocks, which the daemon pins recursively
-        (cheap: one level deep). Blocks that link elsewhere (deltas link their parents,
-        a fact may hold a link value) are pinned directly instead, so the daemon never
-        walks (or, offline, waits for) anything beyond this batch. Raises StoreError if
-        any step fails or the daemon's answer does not confirm every root; blocks it
-        did store are harmless (content-addressed, re-imported by a retry).
+        Each CAR carries its blocks plus a pin-set block listing the link-free ones; the
+        CAR's root is that pin-set block, which the daemon pins recursively (cheap: one
+        level deep). Blocks that link elsewhere (deltas link their parents, a fact may
+        hold a link value) are pinned directly instead, so the daemon never walks (or,
+        offline, waits for) anything beyond this batch. The daemon answers a
+        ``dag/import`` only once it stored the whole CAR, so each request may take
+        ``timeout`` plus ``IMPORT_SECONDS_PER_BLOCK`` per block. Raises StoreError
+        (StoreUnavailable for a daemon that is down, slow or answers garbage) if any
+        step fails or the daemon does not confirm every root; blocks it did store are
+        harmless (content-addressed, re-imported by a retry).
         """
-        if not blocks:
-            return
-        leaves = [cid for cid, data in blocks if _LINK_TAG not in data]
-        linked = [cid for cid, data in blocks if _LINK_TAG in data]
-        pinsets = []
-        for i in range(0, len(leaves), PINSET_LINKS):
-            data = encode({"merklog": "pinset", "blocks": leaves[i : i + PINSET_LINKS]})
-            pinsets.append((Link.for_dag_cbor(data), data))
-        roots = [cid for cid, _ in pinsets]
+        for start in range(0, len(blocks), IMPORT_CHUNK):
+            chunk = blocks[start : start + IMPORT_CHUNK]
+            leaves = [cid for cid, data in chunk if _LINK_TAG not in data]
+            pinsets = []
+            for i in range(0, len(leaves), PINSET_LINKS):
+                data = encode({"merklog": "pinset", "blocks": leaves[i : i + PINSET_LINKS]})
+                pinsets.append((Link.for_dag_cbor(data), data))
+            roots = [cid for cid, _ in pinsets]
 
-        def car() -> Iterator[bytes]:
-            yield car_header(roots)
-            for cid, data in blocks:
-                yield car_section(cid, data)
-            for cid, data in pinsets:
-                yield car_section(cid, data)
+            def car(chunk=chunk, roots=roots, pinsets=pinsets) -> Iterator[bytes]:
+                yield car_header(roots)
+                for cid, data in chunk:
+                    yield car_section(cid, data)
+                for cid, data in pinsets:
+                    yield car_section(cid, data)
 
-        self._dag_import(car(), roots)
+            self._dag_import(car(), roots, self.timeout + IMPORT_SECONDS_PER_BLOCK * len(chunk))
         if self.pin:
-            self.pin_direct(linked)
+            self.pin_direct([cid for cid, data in blocks if _LINK_TAG in data])
 
-    def _dag_import(self, chunks: Iterator[bytes], roots: list[Link]) -> None:
+    def _dag_import(self, chunks: Iterator[bytes], roots: list[Link], timeout: float) -> None:
         from ipfshttpclient import multipart
 
         body, headers = multipart.stream_bytes(chunks)
@@ -213,10 +220,11 @@ class IPFSBlockStore(BlockStore):
                 data=body,
                 headers=headers,
                 opts={"pin-roots": "true" if self.pin else "false"},
+                timeout=timeout,
             )
         except ipfs_errors.TimeoutError:
             raise StoreUnavailable(
-                f"IPFS daemon at {self.addr} did not answer dag/import in {self.timeout}s"
+                f"IPFS daemon at {self.addr} did not answer dag/import in {timeout:.0f}s"
             ) from None
         if not self.pin or not roots:
             return
