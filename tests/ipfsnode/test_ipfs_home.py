@@ -209,8 +209,8 @@ def test_daemon_dying_mid_write_applies_nothing_and_the_retry_succeeds(
 def test_tampered_block_on_the_daemon_is_rejected_by_cid(
     tmp_path: Path, ipfs_daemon_handle
 ) -> None:
-    """A home that reads a block from the daemon (here: a second home on the same daemon
-    joining by CAR-less dataset id) refuses bytes that do not hash to the CID."""
+    """A home that reads a block from the daemon (here a second home on the same daemon,
+    which lacks it) refuses bytes that do not hash to the CID and shows none of them."""
     a = Cli(tmp_path / "a")
     a("init", "--store", "ipfs", "--ipfs-api", ipfs_daemon_handle.api_addr)
     a("put", 'secret("original").')
