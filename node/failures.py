@@ -16,6 +16,8 @@ from pathlib import Path
 from merklog.replication.errors import Unauthorized
 from merklog.store.errors import Error
 
+from .errors import NodeError
+
 
 class ExitCode(IntEnum):
     """Exit statuses of ``merklog`` (documented in docs/operations.md)."""
@@ -31,7 +33,7 @@ class ExitCode(IntEnum):
     INTERNAL = 70  #: a bug in merklog: the message says what to report
 
 
-class Failure(Error):
+class Failure(NodeError):
     """A failure with a message meant for the user and its exit status."""
 
     exit_code: ExitCode = ExitCode.FAILED

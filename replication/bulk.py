@@ -51,8 +51,8 @@ class LogDelta(NamedTuple):
 
 
 def _shared_sqlite(replica: Replica) -> bool:
-    store = replica.blockstore
-    return getattr(store, "conn", None) is replica.conn and hasattr(store, "integrity_check")
+    offer = replica.blockstore.shared_sqlite()
+    return offer is not None and offer.conn is replica.conn
 
 
 def _checked(raw: bytes, data: bytes) -> bytes:

@@ -8,8 +8,7 @@ rules are testable without a database and written once for every writer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from merklog.store import Link, encode_facts
 
@@ -33,15 +32,16 @@ _LINK = 42
 _DELTA_BASE = 512
 
 LiveLookup = Callable[[Iterable[Link]], dict[Link, list[Link]]]
+_FACT_OPS = (Assert, Retract)
 
 
-@dataclass
-class PlannedOp:
-    """One wire op with its encoded-size bound and the fact blocks it carries."""
+class PlannedOp(NamedTuple):
+    """One wire op, its encoded-size bound and the fact block it carries, if any:
+    ``block`` = (CID, bytes, Fact)."""
 
     wire: dict[str, Any]
     size: int
-    blocks: dict[Link, tuple[bytes, Any]] = field(default_factory=dict)
+    block: tuple[Link, bytes, Any] | None = None
 
 
 def plan_ops(
@@ -57,29 +57,30 @@ def plan_ops(
     """
     # Encoded per op position: Facts are never dict keys here, because Python's ==
     # would merge edge(1), edge(1.0) and edge(true), which are different facts.
-    facts = [op.fact for op in ops if isinstance(op, Assert | Retract)]
+    kinds = [type(op) for op in ops]
+    facts = [op.fact for op, k in zip(ops, kinds, strict=True) if k in _FACT_OPS]
     encoded = iter(encode_facts(facts))
-    blocks = [next(encoded) if isinstance(op, Assert | Retract) else None for op in ops]
-    for op, got in zip(ops, blocks, strict=True):
-        if isinstance(op, Assert) and got is not None and len(got[1]) > MAX_FACT_BYTES:
+    blocks = [next(encoded) if k in _FACT_OPS else None for k in kinds]
+    for op, k, got in zip(ops, kinds, blocks, strict=True):
+        if k is Assert and len(got[1]) > MAX_FACT_BYTES:
             raise TooLarge(
                 f"fact {op.fact.rel}/{len(op.fact.args)} encodes to {len(got[1])} bytes, over"
                 f" the {MAX_FACT_BYTES}-byte limit for one fact (MAX_FACT_BYTES); store large"
                 " values in several facts"
             )
     state = live([got[0] for got in blocks if got is not None])
-    retracted = {got[0] for op, got in zip(ops, blocks, strict=True) if isinstance(op, Retract)}
+    retracted = {got[0] for k, got in zip(kinds, blocks, strict=True) if k is Retract}
     planned: list[PlannedOp] = []
+    append = planned.append
     seen: set[Any] = set()
-    for op, got in zip(ops, blocks, strict=True):
-        if isinstance(op, Assert):
-            cid, data = got
+    for op, k, got in zip(ops, kinds, blocks, strict=True):
+        if k is Assert:
+            cid = got[0]
             if cid in seen or (cid in state and cid not in retracted):
                 continue
             seen.add(cid)
-            wire = {"op": "assert", "fact": cid}
-            planned.append(PlannedOp(wire, _ASSERT_OP, {cid: (data, op.fact)}))
-        elif isinstance(op, Retract):
+            append(PlannedOp({"op": "assert", "fact": cid}, _ASSERT_OP, (cid, got[1], op.fact)))
+        elif k is Retract:
             cid = got[0]
             if ("retract", cid) in seen:
                 continue
@@ -88,11 +89,11 @@ def plan_ops(
             for i in range(0, len(observed), WRITE_MAX_OBSERVED):
                 part = observed[i : i + WRITE_MAX_OBSERVED]
                 wire = {"op": "retract", "fact": cid, "observed": part}
-                planned.append(PlannedOp(wire, _RETRACT_OP + _LINK * len(part)))
-        elif isinstance(op, Grant | Revoke):
+                append(PlannedOp(wire, _RETRACT_OP + _LINK * len(part)))
+        elif k is Grant or k is Revoke:
             owner_check()
-            kind = "grant" if isinstance(op, Grant) else "revoke"
-            planned.append(PlannedOp({"op": kind, "key": bytes(op.key)}, _KEY_OP))
+            kind = "grant" if k is Grant else "revoke"
+            append(PlannedOp({"op": kind, "key": bytes(op.key)}, _KEY_OP))
         else:
             raise TypeError(f"not an op: {op!r}")
     return planned
@@ -106,7 +107,7 @@ def pack_ops(planned: list[PlannedOp], heads: int) -> Iterator[list[PlannedOp]]:
     group: list[PlannedOp] = []
     size = fact_bytes = 0
     for op in planned:
-        extra = sum(len(data) for data, _f in op.blocks.values())
+        extra = len(op.block[1]) if op.block is not None else 0
         if group and (
             len(group) >= MAX_OPS
             or size + op.size > budget

@@ -358,7 +358,7 @@ class Replica:
                         delta = build_delta(
                             self.identity, self.dataset, self._next_seq(), clock, heads, wire
                         )
-                        blocks = {c: b for p in group for c, b in p.blocks.items()}
+                        blocks = {p.block[0]: p.block[1:] for p in group if p.block}
                         self._accept(delta, blocks)
                         out.append(delta.cid)
             finally:
@@ -866,9 +866,8 @@ class Replica:
 
     def blocks_for(self, deltas: Iterable[Link]) -> Iterator[tuple[Link, bytes]]:
         """For each delta (in order): its asserted fact blocks, then the delta block."""
-        shared = getattr(self.blockstore, "conn", None) is self.conn and hasattr(
-            self.blockstore, "integrity_check"
-        )
+        offer = self.blockstore.shared_sqlite()
+        shared = offer is not None and offer.conn is self.conn
         for cid in deltas:
             with self._lock:
                 data = self.blockstore.get(cid)
@@ -881,8 +880,8 @@ class Replica:
             yield from blocks
 
     def _sqlite_blocks(self, cids: list[Link]) -> list[tuple[Link, bytes]]:
-        """Blocks read straight from the SQLite store's ``blocks`` table (layout documented
-        in merklog.store.sqlite), ``IN`` batches, re-hashed like any store read."""
+        """Blocks read straight from the shared SQLite store's blocks table
+        (:class:`merklog.store.SharedSQLite`), ``IN`` batches, re-hashed like any read."""
         out = []
         for chunk in _chunks(cids):
             marks = ",".join("?" * len(chunk))

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from merklog.store import BlockStore, SharedSQLite
+
 # Keyed by id(conn): connections cannot be weakly referenced; a reused id merely shares a lock.
 _locks: dict[int, threading.RLock] = {}
 _locks_guard = threading.Lock()
@@ -43,13 +45,19 @@ def require_autocommit(conn: sqlite3.Connection) -> None:
         )
 
 
+def _shared(conn: sqlite3.Connection, blockstore: Any) -> SharedSQLite | None:
+    """The block store's shared SQLite offer if it is this very connection."""
+    if not isinstance(blockstore, BlockStore):
+        return None
+    shared = blockstore.shared_sqlite()
+    return shared if shared is not None and shared.conn is conn else None
+
+
 def conn_lock(conn: sqlite3.Connection, blockstore: Any = None) -> threading.RLock:
     """The re-entrant lock serialising use of ``conn`` (the block store's own if it shares it)."""
-    if blockstore is not None and getattr(blockstore, "conn", None) is conn:
-        for name in ("lock", "_lock"):
-            lock = getattr(blockstore, name, None)
-            if lock is not None and hasattr(lock, "_is_owned"):
-                return lock
+    shared = _shared(conn, blockstore)
+    if shared is not None:
+        return shared.lock
     with _locks_guard:
         lock = _locks.get(id(conn))
         if lock is None:
@@ -60,9 +68,9 @@ def conn_lock(conn: sqlite3.Connection, blockstore: Any = None) -> threading.RLo
 @contextmanager
 def transaction(conn: sqlite3.Connection, blockstore: Any = None) -> Iterator[None]:
     """Nestable atomic section on ``conn``: all or nothing, durable on the outermost exit."""
-    store_tx = getattr(blockstore, "transaction", None)
-    if store_tx is not None and getattr(blockstore, "conn", None) is conn:
-        with store_tx():
+    shared = _shared(conn, blockstore)
+    if shared is not None:
+        with shared.transaction():
             yield
         return
     name = f"repl_sp{next(_names)}"

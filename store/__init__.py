@@ -6,7 +6,7 @@ ipfshttpclient).
 Knows nothing of the engine, replication or the network.
 """
 
-from .blockstore import BlockStore, MemoryBlockStore, verify
+from .blockstore import BlockStore, MemoryBlockStore, SharedSQLite, verify
 from .codec import (
     Fact,
     decode,
@@ -44,6 +44,7 @@ __all__ = [
     "Link",
     "MemoryBlockStore",
     "SQLiteBlockStore",
+    "SharedSQLite",
     "StoreError",
     "StoreUnavailable",
     "Value",

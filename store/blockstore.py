@@ -7,12 +7,33 @@ too, so a store never holds a block under the wrong name.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
 
 from .errors import BlockNotFound, CIDMismatch
 from .link import Link
+
+
+@dataclass(frozen=True)
+class SharedSQLite:
+    """A store's offer to share its SQLite connection with the layers above it.
+
+    Replication and the node keep their own tables in the same database and commit
+    them together with blocks: inside ``transaction()`` (nestable; only the outermost
+    level commits), holding ``lock`` (re-entrant) for any other use of ``conn``.
+    Blocks are rows ``(cid BLOB PRIMARY KEY, data BLOB)`` of table ``blocks_table``
+    (raw binary CIDv1); readers of that table re-hash what they read.
+    """
+
+    conn: sqlite3.Connection
+    lock: threading.RLock
+    transaction: Callable[[], AbstractContextManager[Any]]
+    blocks_table: str = "blocks"
 
 
 def verify(cid: Link, data: bytes, where: str = "") -> bytes:
@@ -69,6 +90,11 @@ class BlockStore(ABC):
 
     def __contains__(self, cid: object) -> bool:
         return isinstance(cid, Link) and self.has(cid)
+
+    def shared_sqlite(self) -> SharedSQLite | None:
+        """The SQLite connection this store keeps its blocks in, offered for sharing
+        (see :class:`SharedSQLite`); None for stores that have none to share."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
         """Release resources; the default store holds none."""

@@ -26,7 +26,7 @@ from operator import itemgetter
 
 import libipld
 
-from .blockstore import BlockStore, verify
+from .blockstore import BlockStore, SharedSQLite, verify
 from .codec import Fact, decode_fact, encode_facts, gc_paused
 from .errors import BlockNotFound, CIDMismatch, InvalidBlock, StoreError
 from .link import Link
@@ -157,6 +157,10 @@ class SQLiteBlockStore(BlockStore):
                 self.conn.execute("COMMIT")
             else:
                 self.conn.execute(f"RELEASE sp{depth}")
+
+    def shared_sqlite(self) -> SharedSQLite:
+        """This store's connection, lock and transaction, for tables kept beside the blocks."""
+        return SharedSQLite(self.conn, self.lock, self.transaction, "blocks")
 
     @property
     def in_transaction(self) -> bool:

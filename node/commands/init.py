@@ -37,6 +37,12 @@ def register(cli: click.Group) -> None:
         is_flag=True,
         help="With --join on an initialised home: switch it to the joined dataset.",
     )
+    @click.option(
+        "--token",
+        default=None,
+        envvar="MERKLOG_PEER_TOKEN",
+        help="With --join: the peer's read token (its api.read_token) [$MERKLOG_PEER_TOKEN].",
+    )
     @pass_state
     def init(
         state: State,
@@ -46,6 +52,7 @@ def register(cli: click.Group) -> None:
         backend: str | None,
         ipfs_api: str | None,
         force: bool,
+        token: str | None,
     ) -> None:
         """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset.
 
@@ -89,7 +96,7 @@ def register(cli: click.Group) -> None:
             dataset, genesis = genesis_from_ipfs(Config.load(state.home, overrides), join_url)
             join = Join("", dataset, genesis, None)
         elif join_url is not None:
-            join = fetch_join(join_url)
+            join = fetch_join(join_url, token=token or "")
         if join is not None and current and str(join.dataset) != current:
             if not force:
                 raise click.ClickException(

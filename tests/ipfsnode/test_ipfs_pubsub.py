@@ -54,6 +54,7 @@ async def _publish(api: str, topic: str, data: bytes) -> None:
             assert resp.status == 200, await resp.text()
 
 
+@pytest.mark.timeout(900)  # a daemon start and two nodes on a shared, loaded machine
 def test_two_nodes_converge_through_ipfs_pubsub(tmp_path: Path, private_daemon) -> None:
     daemon = private_daemon(online=True)
     api = daemon.api_addr
