@@ -2,6 +2,7 @@
 
     python bench/ingest.py            # 1M facts
     python bench/ingest.py --n 100000 # scaled down
+    python bench/ingest.py --n 100000 --user-n 20000 --ipfs-api /ip4/127.0.0.1/tcp/5001/http
 
 Measures in one run, on the same generated facts:
 - reference encode+CID (dag-cbor + multiformats; on a sample, it is slow),
@@ -11,6 +12,10 @@ Measures in one run, on the same generated facts:
 - the user paths, each a whole process: ``merklog put -f FILE`` on a stopped home, the
   same command while ``merklog node run`` serves that home (chunks of Datalog text over
   its HTTP API), and ``POST /v1/facts`` with JSON fact bodies if the node offers them,
+- ``merklog put -f FILE`` on a stopped home whose blocks live on a js-ipfs daemon on
+  loopback (``--ipfs-api``, else a private daemon from tests/ipfs; ``--no-ipfs`` skips
+  it), beside that daemon's own floor: one raw ``dag/import`` of as many fact blocks of
+  the same shape, no merklog, no pins (goal for the IPFS home: ≥ 5,000 facts/s),
 - peers on the same facts: DuckDB loading the same rows into a table file, and the
   Python floor (reading the file and splitting lines, nothing else),
 and prints each rate with its ratio to the others. Goals: ≥200k facts/s encode+CID,
@@ -35,10 +40,10 @@ from merklog.store.codec import encode_facts  # noqa: E402
 from merklog.store.sqlite import SQLiteBlockStore  # noqa: E402
 
 
-def generate(n: int) -> list:
+def generate(n: int, start: int = 0) -> list:
     """Facts shaped like typical app data: a few relations, ints, strings, floats, bools."""
     facts = []
-    for i in range(n):
+    for i in range(start, start + n):
         kind = i % 4
         if kind == 0:
             facts.append(make_fact("edge", [i, i + 1]))
@@ -207,7 +212,46 @@ def bench_floor(path: Path) -> Timer:
     return t
 
 
-def user_paths(facts: list, directory: str) -> list[tuple[str, int, Timer]]:
+def bench_dag_import_floor(n: int, api: str) -> Timer:
+    """The daemon alone: one ``dag/import`` (no pins) of ``n`` fact blocks shaped like the
+    benchmark's but with other values (so the daemon has none of them yet)."""
+    from merklog.store.ipfs import IPFSBlockStore
+
+    blocks = encode_facts(generate(n, start=10**7))
+    store = IPFSBlockStore(api, timeout=600, pin=False)
+    try:
+        with Timer() as t:
+            store.import_blocks(blocks)
+    finally:
+        store.close()
+    return t
+
+
+def ipfs_paths(facts: list, path: Path, directory: str, api_arg: str | None) -> list:
+    """``merklog put -f FILE`` into a stopped IPFS home, and the daemon's floor."""
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _ipfs import ipfs_api
+
+    with ipfs_api(api_arg) as api:
+        floor = bench_dag_import_floor(len(facts), api)
+        home = Path(directory) / "ipfs"
+        subprocess.run(
+            [*MERKLOG, "--home", str(home), "init", "--store", "ipfs", "--ipfs-api", api],
+            check=True,
+            capture_output=True,
+        )
+        put = bench_put_file(home, path)
+    return [
+        ("merklog put -f FILE, stopped IPFS home", len(facts), put),
+        ("js-ipfs floor: raw dag/import, no pins", len(facts), floor),
+    ]
+
+
+def user_paths(
+    facts: list, directory: str, ipfs: bool = False, ipfs_api: str | None = None
+) -> list[tuple[str, int, Timer]]:
     """Rates of the paths users take, each a whole process, plus peers on the same file."""
     import subprocess
     import tomllib
@@ -222,6 +266,8 @@ def user_paths(facts: list, directory: str) -> list[tuple[str, int, Timer]]:
     stopped = Path(directory) / "stopped"
     subprocess.run([*MERKLOG, "--home", str(stopped), "init"], check=True, capture_output=True)
     rows.append(("merklog put -f FILE, stopped home", len(facts), bench_put_file(stopped, path)))
+    if ipfs:
+        rows.extend(ipfs_paths(facts, path, directory, ipfs_api))
     running = Path(directory) / "running"
     subprocess.run([*MERKLOG, "--home", str(running), "init"], check=True, capture_output=True)
     proc, url = start_node(running)
@@ -256,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         "--user-n", type=int, default=None, help="facts for the user paths (default --n)"
     )
     parser.add_argument("--no-user", action="store_true", help="skip the whole-process paths")
+    parser.add_argument("--no-ipfs", action="store_true", help="skip the IPFS home")
+    parser.add_argument("--ipfs-api", default=None, help="IPFS daemon API (default: start one)")
     args = parser.parse_args(argv)
 
     print(f"generating {args.n:,} facts …", flush=True)
@@ -277,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     user: list[tuple[str, int, Timer]] = []
     if not args.no_user:
         with tempfile.TemporaryDirectory(dir=args.dir, prefix="merklog-bench-") as tmp:
-            user = user_paths(facts[: args.user_n or len(facts)], tmp)
+            user = user_paths(
+                facts[: args.user_n or len(facts)], tmp, not args.no_ipfs, args.ipfs_api
+            )
     if stored != len(set(facts)):
         print(f"error: stored {stored} facts, expected {len(set(facts))}", file=sys.stderr)
         return 1
@@ -306,13 +356,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"durable ingest / fast encode+CID: {durable_rate / fast_rate:.2f}")
     for name, count, t in user:
         print(f"{name} / durable store ingest: {rate(count, t.wall) / durable_rate:.3f}")
+    by_name = {name: rate(count, t.wall) for name, count, t in user}
+    if "merklog put -f FILE, stopped IPFS home" in by_name:
+        ipfs_rate = by_name["merklog put -f FILE, stopped IPFS home"]
+        print(
+            f"IPFS home / SQLite home: {ipfs_rate / by_name['merklog put -f FILE, stopped home']:.3f};"
+            f" IPFS home / js-ipfs floor: {ipfs_rate / by_name['js-ipfs floor: raw dag/import, no pins']:.2f}"
+        )
     goals = [
         ("encode+CID >= 200k/s", fast_rate >= 200_000),
         ("durable ingest >= 100k/s", durable_rate >= 100_000),
         *(
             (f"{name} >= 100k/s", rate(count, t.wall) >= 100_000)
             for name, count, t in user
-            if name.startswith(("merklog", "POST"))
+            if name.startswith(("merklog", "POST")) and "IPFS" not in name
+        ),
+        *(
+            (f"{name} >= 5k/s", rate(count, t.wall) >= 5_000)
+            for name, count, t in user
+            if "IPFS home" in name
         ),
     ]
     print(

@@ -10,6 +10,11 @@ of N facts into an empty replica over loopback.
 
     .venv/bin/python bench/sync.py                 # N = 10k, 100k
     .venv/bin/python bench/sync.py --sizes 10000 100000 1000000
+    .venv/bin/python bench/sync.py --sizes --ipfs   # initial sync from SQLite and IPFS peers
+
+With ``--ipfs`` the initial sync also runs from a peer whose blocks live on a js-ipfs
+daemon on loopback (``--ipfs-api``, else a private one from tests/ipfs), in the same run
+and on the same facts as from the SQLite-backed peer, and prints the ratio.
 """
 
 from __future__ import annotations
@@ -153,10 +158,17 @@ async def bench_diff(tmp: Path, n: int, d: int, mode: str) -> dict:
     }
 
 
-async def bench_initial(tmp: Path, n: int) -> dict:
+async def bench_initial(tmp: Path, n: int, ipfs_api: str | None = None) -> dict:
+    """Initial sync of ``n`` facts into an empty SQLite replica, from a peer whose blocks
+    are in SQLite, or (``ipfs_api``) on that IPFS daemon (pinned, with its local cache)."""
     owner, peer = Identity.generate(), Identity.generate()
-    sa = SQLiteBlockStore(tmp / f"ia-{n}.sqlite")
-    sb = SQLiteBlockStore(tmp / f"ib-{n}.sqlite")
+    if ipfs_api is None:
+        sa = SQLiteBlockStore(tmp / f"ia-{n}.sqlite")
+    else:
+        from merklog.store.ipfs_home import IPFSHomeStore
+
+        sa = IPFSHomeStore(tmp / f"ia-ipfs-{n}.sqlite", ipfs_api, timeout=600)
+    sb = SQLiteBlockStore(tmp / f"ib-{n}-{ipfs_api is not None}.sqlite")
     a = Replica.create(sa.conn, sa, owner, "bench", [peer.public_key])
     t0 = time.perf_counter()
     a.assert_facts(facts("base", n))
@@ -174,7 +186,7 @@ async def bench_initial(tmp: Path, n: int) -> dict:
     missing = stats.block_bytes_received
     wire = proxy.up + proxy.down
     result = {
-        "case": f"initial sync N={n:,}",
+        "case": f"initial sync N={n:,}" + (" from IPFS" if ipfs_api else ""),
         "rtt": stats.round_trips,
         "missing": missing,
         "bodies": stats.bytes_sent + stats.bytes_received,
@@ -210,10 +222,12 @@ def print_table(rows: list[dict]) -> None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--diffs", type=int, nargs="+", default=[1, 100, 10_000])
     parser.add_argument("--modes", nargs="+", default=["one-way", "two-way"])
     parser.add_argument("--initial", type=int, default=100_000)
+    parser.add_argument("--ipfs", action="store_true", help="also from an IPFS-backed peer")
+    parser.add_argument("--ipfs-api", default=None, help="IPFS daemon API (default: start one)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -229,7 +243,26 @@ async def main() -> None:
                     print(f"  done: {rows[-1]['case']}", flush=True)
         initial = await bench_initial(tmp, args.initial)
         rows.append(initial)
+        from_ipfs = None
+        if args.ipfs:
+            import sys
+
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from _ipfs import ipfs_api
+
+            with ipfs_api(args.ipfs_api) as api:
+                from_ipfs = await bench_initial(tmp, args.initial, api)
+            rows.append(from_ipfs)
     print_table(rows)
+    if from_ipfs is not None:
+        ratio = from_ipfs["wall"] / initial["wall"]
+        print(
+            f"\ninitial sync of {args.initial:,} facts from an IPFS-backed peer:"
+            f" {from_ipfs['wall']:.2f} s wall = {ratio:.2f}x the SQLite-backed peer"
+            f" (goal <= 2x: {'met' if ratio <= 2 else 'NOT met'}); writing them into the"
+            f" IPFS-backed peer took {from_ipfs['write']:.2f} s"
+            f" (SQLite: {initial['write']:.2f} s)"
+        )
     print(
         f"\ninitial sync of {args.initial:,} facts over loopback: {initial['wall']:.2f} s wall,"
         f" {initial['cpu']:.2f} s CPU (local write of the same facts: {initial['write']:.2f} s;"

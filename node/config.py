@@ -48,8 +48,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "static_dir": "",  # folder served at / (an app page), "" = none
     },
     "store": {
-        "backend": "sqlite",  # sqlite (default) or memory
+        "backend": "sqlite",  # sqlite (default), ipfs (blocks on an IPFS daemon) or memory
         "path": "store.sqlite",  # SQLite file, relative to the home directory
+        "ipfs_api": "/ip4/127.0.0.1/tcp/5001/http",  # IPFS daemon RPC API (ipfs backend)
+        "ipfs_timeout": 30.0,  # seconds any one request to the IPFS daemon may take
     },
     "api": {
         "token": "",  # bearer token for writes (and reads); init generates one
@@ -59,6 +61,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "sync": {
         "timeout": 30.0,  # seconds per sync request
         "interval": 0.0,  # seconds between automatic syncs with every peer (0 = off)
+        "ipfs_interval": 2.0,  # ipfs backend: seconds between head announcements on pubsub (0 = off)
     },
     "dataset": {
         "id": "",  # CID of the dataset genesis this node replicates (init creates one)

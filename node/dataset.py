@@ -10,6 +10,8 @@ from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
 from merklog.store import BlockStore, Fact, Link
 
+from .config import Config
+from .errors import NodeInputError
 from .storage import store_conn
 
 
@@ -28,6 +30,28 @@ def open_replica(
     replica = Replica.open(store_conn(store), store, identity, dataset)
     replica.subscribe(lambda weight, fact, _cid: on_change(fact, weight))
     return replica
+
+
+def genesis_from_ipfs(cfg: Config, dataset_id: str) -> tuple[Link, bytes]:
+    """A dataset's id and genesis block fetched through the configured IPFS daemon
+    (which finds it on the peers it is connected to), verified against the id."""
+    if cfg.get("store.backend") != "ipfs":
+        raise NodeInputError(
+            f"{dataset_id!r} is not an http(s) URL; joining by dataset id needs --store ipfs"
+        )
+    from merklog.store.ipfs import IPFSBlockStore, api_multiaddr
+
+    try:
+        dataset = Link.parse(dataset_id)
+    except ValueError as exc:
+        raise NodeInputError(f"not a URL or a dataset id: {dataset_id!r} ({exc})") from None
+    remote = IPFSBlockStore(
+        api_multiaddr(cfg.get("store.ipfs_api")), timeout=cfg.get("store.ipfs_timeout")
+    )
+    try:
+        return dataset, remote.get(dataset)
+    finally:
+        remote.close()
 
 
 def join_dataset(store: BlockStore, identity: Identity, dataset: Link, genesis: bytes) -> Link:

@@ -77,7 +77,13 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
     """The exit status and one-line message for ``exc`` (raised by a CLI command)."""
     from merklog.engine.errors import EngineError
     from merklog.replication.errors import PeerUnreachable, ReplicationError, TooLarge
-    from merklog.store.errors import BlockNotFound, CIDMismatch, InvalidBlock, InvalidValue
+    from merklog.store.errors import (
+        BlockNotFound,
+        CIDMismatch,
+        InvalidBlock,
+        InvalidValue,
+        StoreUnavailable,
+    )
 
     from .config import ConfigError
     from .runtime import HomeBusy
@@ -87,6 +93,8 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         return exc.exit_code, str(exc)
     if isinstance(exc, PeerUnreachable):
         return ExitCode.PEER_UNREACHABLE, exc.detail
+    if isinstance(exc, StoreUnavailable):  # the IPFS daemon of an IPFS home
+        return ExitCode.PEER_UNREACHABLE, str(exc)
     if isinstance(exc, Unauthorized):
         return ExitCode.NOT_A_WRITER, exc.detail
     if isinstance(exc, TooLarge):

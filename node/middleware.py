@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import ClientConnectionError, ClientPayloadError, web
 
 from merklog.replication.errors import ReplicationError
-from merklog.store import BlockNotFound, Error, InvalidValue, StoreError
+from merklog.store import BlockNotFound, Error, InvalidValue, StoreError, StoreUnavailable
 
 from .config import Config
 from .errors import NodeInputError, Unauthorized
@@ -148,6 +148,8 @@ def _map(exc: BaseException) -> tuple[int, str, str] | None:
         isinstance(exc, Error) and isinstance(exc, ValueError)
     ):
         return 400, "bad input", str(exc)
+    if isinstance(exc, StoreUnavailable):  # an IPFS home's daemon is down: nothing changed
+        return 503, "store unavailable", str(exc)
     if isinstance(exc, StoreError):
         return 500, "store error", str(exc)
     return None

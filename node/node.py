@@ -196,6 +196,11 @@ class Node:
     def start(self) -> None:
         """Run the epoch loop, ``@async`` delivery and automatic sync in this event loop."""
         self.tasks.start()
+        from . import ipfs_sync
+
+        task = ipfs_sync.start(self)  # heads over pubsub when the store is on IPFS
+        if task is not None:
+            self.tasks.tasks.append(task)  # stopped and cancelled with the others
 
     async def stop(self, timeout: float = 2.0) -> None:
         """Stop the background tasks within about ``timeout`` seconds (see :mod:`.tasks`)."""

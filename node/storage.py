@@ -20,22 +20,49 @@ from .files import private_dir, private_file, tighten
 
 
 def open_store(cfg: Config) -> BlockStore:
-    """The configured block store (SQLite file by default)."""
+    """The configured block store (SQLite file by default; ``ipfs``: blocks on a daemon,
+    indexes and replica tables in the local SQLite file)."""
     backend = cfg.get("store.backend")
     if backend == "memory":
         return MemoryBlockStore()
-    if backend != "sqlite":
-        raise NodeInputError(f"store.backend must be sqlite or memory, got {backend!r}")
-    from merklog.store.sqlite import SQLiteBlockStore
-
+    if backend not in ("sqlite", "ipfs"):
+        raise NodeInputError(f"store.backend must be sqlite, ipfs or memory, got {backend!r}")
     path = cfg.path("store.path")
     assert path is not None
+    if backend == "ipfs":
+        check_store(cfg)  # the daemon answers, before any file is created
     if not path.parent.exists():  # never chmod a directory the user chose and made
         private_dir(path.parent)
     private_file(path)  # SQLite gives -wal and -shm the database file's mode
     for suffix in ("-wal", "-shm"):
         tighten(path.with_name(path.name + suffix))
+    if backend == "ipfs":
+        from merklog.store.ipfs_home import IPFSHomeStore
+
+        return IPFSHomeStore(
+            path, cfg.get("store.ipfs_api"), timeout=cfg.get("store.ipfs_timeout"), check=False
+        )
+    from merklog.store.sqlite import SQLiteBlockStore
+
     return SQLiteBlockStore(path)
+
+
+def check_store(cfg: Config) -> None:
+    """Raise StoreError/NodeInputError if the configured store cannot be used (today: an
+    IPFS daemon that is unreachable, slow or not an IPFS API); creates nothing."""
+    backend = cfg.get("store.backend")
+    if backend not in ("sqlite", "ipfs", "memory"):
+        raise NodeInputError(f"store.backend must be sqlite, ipfs or memory, got {backend!r}")
+    if backend == "ipfs":
+        from merklog.store.ipfs import IPFSBlockStore, api_multiaddr
+
+        remote = IPFSBlockStore(
+            api_multiaddr(cfg.get("store.ipfs_api")), timeout=cfg.get("store.ipfs_timeout")
+        )
+        try:
+            remote.ping()
+        finally:
+            remote.close()
 
 
 #: The SQLite connection made for each store that offers none (memory, IPFS): the

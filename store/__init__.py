@@ -20,7 +20,15 @@ from .codec import (
     fact_cid,
     make_fact,
 )
-from .errors import BlockNotFound, CIDMismatch, Error, InvalidBlock, InvalidValue, StoreError
+from .errors import (
+    BlockNotFound,
+    CIDMismatch,
+    Error,
+    InvalidBlock,
+    InvalidValue,
+    StoreError,
+    StoreUnavailable,
+)
 from .link import Link
 from .sqlite import SQLiteBlockStore
 from .values import Value, check_value, format_value
@@ -38,6 +46,7 @@ __all__ = [
     "SQLiteBlockStore",
     "SharedSQLite",
     "StoreError",
+    "StoreUnavailable",
     "Value",
     "check_value",
     "decode",

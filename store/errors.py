@@ -16,6 +16,13 @@ class StoreError(Error):
     """Base class of every store error."""
 
 
+class StoreUnavailable(StoreError):
+    """The store's backend (an IPFS daemon) is down, too slow or answers garbage.
+
+    Nothing was changed; the same call can succeed once the backend is back.
+    """
+
+
 class InvalidValue(StoreError, ValueError):
     """A value outside DESIGN §1's types (int64, finite float, str, bytes, bool, link)."""
 

@@ -11,11 +11,16 @@ Every block read is re-hashed; a mismatch raises :class:`CIDMismatch`.
 from __future__ import annotations
 
 import io
+import ipaddress
+import re
+import urllib.parse
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from .blockstore import BlockStore, verify
-from .errors import BlockNotFound, CIDMismatch, StoreError
+from .car import car_header, car_section
+from .codec import encode
+from .errors import BlockNotFound, CIDMismatch, StoreError, StoreUnavailable
 from .link import DAG_CBOR, RAW, Link
 
 with warnings.catch_warnings():  # ipfshttpclient imports with deprecation noise
@@ -24,6 +29,65 @@ with warnings.catch_warnings():  # ipfshttpclient imports with deprecation noise
     from ipfshttpclient import exceptions as ipfs_errors
 
 _FORMATS = {DAG_CBOR: "dag-cbor", RAW: "raw"}
+
+#: DAG-CBOR tag 42 (a link) as it appears in encoded bytes; a block without it links nowhere.
+_LINK_TAG = b"\xd8\x2a"
+#: Links per pin-set block: 4096 links of ~40 bytes stay far below IPFS's 1 MiB block limit.
+PINSET_LINKS = 4096
+#: Blocks per ``dag/import`` request (each answered only once all are stored).
+IMPORT_CHUNK = 1024
+#: Extra seconds a ``dag/import`` may take per block (js-ipfs stores ~500 per CPU-second).
+IMPORT_SECONDS_PER_BLOCK = 0.02
+#: CIDs per ``pin/add`` request: they travel in the URL, which Node's HTTP parser caps at 16 KiB.
+_PIN_ARGS = 128
+
+
+class BadAPIAddress(StoreError, ValueError):
+    """An IPFS API address that is neither a multiaddr nor an http(s) URL (bad input)."""
+
+
+def api_multiaddr(addr: str) -> str:
+    """The API multiaddr for ``addr``, given as a multiaddr or as an ``http://host:port`` URL.
+
+    ``http://127.0.0.1:5001`` and ``http://127.0.0.1:5001/api/v0`` both become
+    ``/ip4/127.0.0.1/tcp/5001/http``; a multiaddr (starting with ``/``) is kept as is.
+    Raises :class:`StoreError` for anything else, so a typo fails before any request.
+    """
+    text = addr.strip()
+    if text.startswith("/"):
+        return text
+    url = urllib.parse.urlsplit(text)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise BadAPIAddress(
+            f"not an IPFS API address: {addr!r} (use http://HOST:PORT or a multiaddr)"
+        )
+    try:
+        port = url.port or (443 if url.scheme == "https" else 5001)
+    except ValueError:
+        raise BadAPIAddress(f"not an IPFS API address: {addr!r} (bad port)") from None
+    try:
+        ip = ipaddress.ip_address(url.hostname)
+        proto = "ip4" if ip.version == 4 else "ip6"
+    except ValueError:
+        proto = "dns"
+    return f"/{proto}/{url.hostname}/tcp/{port}/{url.scheme}"
+
+
+def _reason(exc: Exception) -> str:
+    """The short cause of a client error ("Connection refused", the daemon's message)."""
+    text = str(exc)
+    match = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    if match:
+        return match.group(1).strip()
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
+def _field(answer: object, key: str) -> object:
+    """``answer[key]`` of a JSON object answer, None if the answer is not one (garbage)."""
+    try:
+        return answer[key]  # type: ignore[index]
+    except (KeyError, TypeError, IndexError):
+        return None
 
 
 class IPFSBlockStore(BlockStore):
@@ -63,8 +127,14 @@ class IPFSBlockStore(BlockStore):
                 return func(*args, **kwargs)
         except ipfs_errors.TimeoutError:
             raise
-        except ipfs_errors.Error as exc:
-            raise StoreError(f"IPFS {what} failed at {self.addr}: {exc}") from exc
+        except ipfs_errors.ConnectionError as exc:
+            raise StoreUnavailable(
+                f"IPFS {what} failed at {self.addr}: daemon not reachable ({_reason(exc)})"
+            ) from exc
+        except ipfs_errors.ErrorResponse as exc:  # the daemon answered, refusing
+            raise StoreError(f"IPFS {what} failed at {self.addr}: {_reason(exc)}") from exc
+        except ipfs_errors.Error as exc:  # garbage, a broken stream: not an IPFS API answer
+            raise StoreUnavailable(f"IPFS {what} failed at {self.addr}: {_reason(exc)}") from exc
 
     @staticmethod
     def _timed_out(exc: Exception) -> bool:
@@ -86,6 +156,119 @@ class IPFSBlockStore(BlockStore):
             if self._timed_out(exc) or "not found" in str(exc).lower():
                 raise BlockNotFound(cid) from None
             raise
+
+    def ping(self) -> str:
+        """The daemon's version; StoreError (within ``timeout``) if it does not answer sanely."""
+        try:
+            answer = self._call("version", self.client.version)
+        except ipfs_errors.TimeoutError:
+            raise StoreUnavailable(
+                f"IPFS daemon at {self.addr} did not answer in {self.timeout}s"
+            ) from None
+        version = _field(answer, "Version")
+        if not isinstance(version, str):
+            raise StoreUnavailable(
+                f"IPFS API at {self.addr} answered garbage to /version: {answer!r:.80}"
+            )
+        return version
+
+    def import_blocks(self, blocks: Sequence[tuple[Link, bytes]]) -> None:
+        """Write and pin many blocks: ``dag/import`` of CARs of ``IMPORT_CHUNK`` blocks,
+        plus ``pin/add`` for the blocks that link elsewhere.
+
+        Each CAR carries its blocks plus a pin-set block listing the link-free ones; the
+        CAR's root is that pin-set block, which the daemon pins recursively (cheap: one
+        level deep). Blocks that link elsewhere (deltas link their parents, a fact may
+        hold a link value) are pinned directly instead, so the daemon never walks (or,
+        offline, waits for) anything beyond this batch. The daemon answers a
+        ``dag/import`` only once it stored the whole CAR, so each request may take
+        ``timeout`` plus ``IMPORT_SECONDS_PER_BLOCK`` per block. Raises StoreError
+        (StoreUnavailable for a daemon that is down, slow or answers garbage) if any
+        step fails or the daemon does not confirm every root; blocks it did store are
+        harmless (content-addressed, re-imported by a retry).
+        """
+        for start in range(0, len(blocks), IMPORT_CHUNK):
+            chunk = blocks[start : start + IMPORT_CHUNK]
+            leaves = [cid for cid, data in chunk if _LINK_TAG not in data]
+            pinsets = []
+            for i in range(0, len(leaves), PINSET_LINKS):
+                data = encode({"merklog": "pinset", "blocks": leaves[i : i + PINSET_LINKS]})
+                pinsets.append((Link.for_dag_cbor(data), data))
+            roots = [cid for cid, _ in pinsets]
+
+            def car(chunk=chunk, roots=roots, pinsets=pinsets) -> Iterator[bytes]:
+                yield car_header(roots)
+                for cid, data in chunk:
+                    yield car_section(cid, data)
+                for cid, data in pinsets:
+                    yield car_section(cid, data)
+
+            self._dag_import(car(), roots, self.timeout + IMPORT_SECONDS_PER_BLOCK * len(chunk))
+        if self.pin:
+            self.pin_direct([cid for cid, data in blocks if _LINK_TAG in data])
+
+    def _dag_import(self, chunks: Iterator[bytes], roots: list[Link], timeout: float) -> None:
+        from ipfshttpclient import multipart
+
+        body, headers = multipart.stream_bytes(chunks)
+        try:
+            answer = self._call(
+                "dag/import",
+                self.client._client.request,
+                "/dag/import",
+                decoder="json",
+                data=body,
+                headers=headers,
+                opts={"pin-roots": "true" if self.pin else "false"},
+                timeout=timeout,
+            )
+        except ipfs_errors.TimeoutError:
+            raise StoreUnavailable(
+                f"IPFS daemon at {self.addr} did not answer dag/import in {timeout:.0f}s"
+            ) from None
+        if not self.pin or not roots:
+            return
+        pinned: set[Link] = set()
+        try:
+            for item in answer:
+                root = item["Root"]
+                if root.get("PinErrorMsg"):
+                    raise StoreError(
+                        f"IPFS daemon at {self.addr} could not pin {root['Cid']['/']}: "
+                        f"{root['PinErrorMsg']}"
+                    )
+                pinned.add(Link.parse(root["Cid"]["/"]))
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise StoreUnavailable(
+                f"IPFS API at {self.addr} answered dag/import with garbage: {answer!r:.120}"
+            ) from exc
+        if not set(roots) <= pinned:
+            raise StoreUnavailable(
+                f"IPFS daemon at {self.addr} confirmed {len(pinned & set(roots))} of "
+                f"{len(roots)} pinned roots after dag/import"
+            )
+
+    def pin_direct(self, cids: Sequence[Link]) -> None:
+        """Pin blocks directly (already on the daemon), ``_PIN_ARGS`` per request."""
+        for i in range(0, len(cids), _PIN_ARGS):
+            chunk = [str(c) for c in cids[i : i + _PIN_ARGS]]
+            try:
+                answer = self._call("pin/add", self.client.pin.add, *chunk, recursive=False)
+            except ipfs_errors.TimeoutError:
+                raise StoreUnavailable(
+                    f"IPFS daemon at {self.addr} did not answer pin/add in {self.timeout}s"
+                ) from None
+            got = _field(answer, "Pins")
+            if not isinstance(got, list) or len(got) != len(chunk):
+                raise StoreUnavailable(
+                    f"IPFS API at {self.addr} answered pin/add with garbage: {answer!r:.120}"
+                )
+
+    def unpin(self, cids: Iterable[Link]) -> None:
+        """Remove direct pins (absent pins are fine); the daemon's GC may then drop the blocks."""
+        for cid in cids:
+            if self._pinned(cid):
+                self._call("pin/rm", self.client.pin.rm, str(cid), recursive=False)
 
     # ------------------------------------------------------------ BlockStore
 

@@ -16,7 +16,21 @@ def register(cli: click.Group) -> None:
         "join_url",
         default=None,
         metavar="URL",
-        help="Follow the dataset of the node at URL instead of creating one.",
+        help="Follow the dataset of the node at URL instead of creating one; on an IPFS "
+        "store, URL may be the dataset id (its genesis is fetched through the daemon).",
+    )
+    @click.option(
+        "--store",
+        "backend",
+        type=click.Choice(["sqlite", "ipfs", "memory"]),
+        default=None,
+        help="Where blocks live (store.backend): a SQLite file, or an IPFS daemon.",
+    )
+    @click.option(
+        "--ipfs-api",
+        default=None,
+        metavar="URL_OR_MULTIADDR",
+        help="RPC API of the IPFS daemon (store.ipfs_api), e.g. http://127.0.0.1:5001.",
     )
     @click.option(
         "--force",
@@ -35,6 +49,8 @@ def register(cli: click.Group) -> None:
         port: int | None,
         host: str | None,
         join_url: str | None,
+        backend: str | None,
+        ipfs_api: str | None,
         force: bool,
         token: str | None,
     ) -> None:
@@ -45,22 +61,43 @@ def register(cli: click.Group) -> None:
         unless `--force` is given (the home's facts would no longer be visible).
         """
         from merklog.node.config import Config
-        from merklog.node.homeinit import fetch_join, initialise
+        from merklog.node.dataset import genesis_from_ipfs
+        from merklog.node.homeinit import Join, fetch_join, initialise
         from merklog.node.node import IDENTITY_FILE
         from merklog.node.runtime import HomeLock
+        from merklog.node.storage import check_store
 
         overrides = dict(state.overrides)
         if port is not None:
             overrides["node.port"] = port
         if host is not None:
             overrides["node.host"] = host
-        Config.load(state.home, overrides)  # bad options fail before anything is created
+        if backend is not None:
+            overrides["store.backend"] = backend
+        if ipfs_api is not None:
+            overrides["store.ipfs_api"] = ipfs_api
+            overrides.setdefault("store.backend", "ipfs")
+        if backend is not None and (state.home / "config.toml").exists():
+            now = Config.load(state.home).get("store.backend")
+            if now != backend:
+                raise click.ClickException(
+                    f"{state.home} already keeps its blocks in {now}; to move it to "
+                    f"{backend}, init a new home and import a CAR export of this one"
+                )
+        # Bad options and an unusable store (IPFS daemon down) fail before anything exists.
+        check_store(Config.load(state.home, overrides))
         current = (
             Config.load(state.home).get("dataset.id")
             if (state.home / "config.toml").exists()
             else ""
         )
-        join = fetch_join(join_url, token=token or "") if join_url is not None else None
+        join = None
+        if join_url is not None and not join_url.startswith(("http://", "https://")):
+            # A dataset id: its genesis comes through the IPFS daemon (no peer URL).
+            dataset, genesis = genesis_from_ipfs(Config.load(state.home, overrides), join_url)
+            join = Join("", dataset, genesis, None)
+        elif join_url is not None:
+            join = fetch_join(join_url, token=token or "")
         if join is not None and current and str(join.dataset) != current:
             if not force:
                 raise click.ClickException(
@@ -87,7 +124,7 @@ def register(cli: click.Group) -> None:
         click.echo(f"  key      {state.home / IDENTITY_FILE}")
         click.echo(f"  store    {cfg.path('store.path')}")
         click.echo(f"  dataset  {cfg.get('dataset.id')}")
-        if join is not None:
+        if join is not None and join.url:
             click.echo(f"  origin   {join.url} (synced once before the first write)")
         from merklog.replication.identity import Identity
 

@@ -2,8 +2,19 @@
 
 Importable (``IPFSDaemon``) by any test area, and a small CLI used by ``start.sh``::
 
-    python tests/ipfs/daemon.py start DIR   # prints the API multiaddr, leaves it running
+    python tests/ipfs/daemon.py start DIR [--api-port N] [--swarm-port N] [--online]
     python tests/ipfs/daemon.py stop DIR    # stops it by the PID recorded in DIR
+
+``start`` prints the API multiaddr and leaves the daemon running. Ports default to
+free ones; fixed ports (``--api-port``) let a node's config name the daemon for good,
+and a restart on the same DIR keeps its repo (blocks and pins) and ports. ``--online``
+starts it with libp2p on (no bootstrap, no mDNS), which pubsub needs. It listens on no
+swarm address unless ``--swarm-port`` is given, and with the packages this lockfile
+installs that fails: js-ipfs 0.66.1's libp2p hands its TCP and WebSockets transports
+multiaddr 11 objects that their newer address filter (mafmt 12 on multiaddr 12) does
+not recognise, so no listen address is accepted ("no valid addresses were provided for
+transports"). An online daemon is therefore dial-only: its pubsub reaches the clients
+of the same daemon, not other daemons.
 
 The npm packages come from ``tests/setup.d/20-ipfs.sh`` (``npm ci`` in this folder).
 """
@@ -51,16 +62,30 @@ def node_env(repo: Path | None = None) -> dict[str, str]:
 
 
 class IPFSDaemon:
-    """One ``jsipfs daemon --offline`` with its own repo in ``root`` (a temp dir by default)."""
+    """One ``jsipfs daemon`` with its own repo in ``root`` (a temp dir by default).
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, startup_timeout: float = 90):
+    Offline unless ``online``; ports are free ones unless given. Starting again on a
+    root whose repo exists keeps the repo (and the ports written in its config).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 90,
+        *,
+        api_port: int = 0,
+        swarm_port: int = 0,
+        online: bool = False,
+    ):
         self._own_root = root is None
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="ipfs-"))
         self.repo = self.root / "repo"
         self.log_path = self.root / "daemon.log"
         self.pid_path = self.root / "daemon.pid"
         self.startup_timeout = startup_timeout
-        self.api_port = 0
+        self.api_port = api_port
+        self.swarm_port = swarm_port
+        self.online = online
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -85,15 +110,15 @@ class IPFSDaemon:
                 f"{result.stderr.decode(errors='replace')[-2000:]}"
             )
 
-    def start(self) -> str:
-        """Initialise the repo, start the daemon, wait until its API answers; return its multiaddr."""
-        if not JSIPFS.exists():
-            raise DaemonError(f"{JSIPFS} missing: run tests/setup.d/20-ipfs.sh (npm ci)")
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.api_port = free_port()
+    def _init_repo(self) -> None:
+        """Create the repo with loopback-only addresses (fixed ports where given)."""
+        self.api_port = self.api_port or free_port()
+        swarm = []
+        if self.online and self.swarm_port:  # see the module docstring: fails to listen
+            swarm = [f"/ip4/127.0.0.1/tcp/{self.swarm_port}"]
         config = {
             "Addresses": {
-                "Swarm": [],
+                "Swarm": swarm,
                 "Announce": [],
                 "API": f"/ip4/127.0.0.1/tcp/{self.api_port}",
                 "Gateway": f"/ip4/127.0.0.1/tcp/{free_port()}",
@@ -102,13 +127,32 @@ class IPFSDaemon:
             },
             "Bootstrap": [],
             "Discovery": {"MDNS": {"Enabled": False}, "webRTCStar": {"Enabled": False}},
+            "Pubsub": {"Enabled": True, "Router": "gossipsub"},
         }
         config_path = self.root / "init-config.json"
         config_path.write_text(json.dumps(config))
         self._run("init", "--profile", "test", "--emptyRepo", "--defaultConfig", str(config_path))
-        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child, closed in stop()
+
+    def _read_ports(self) -> None:
+        """Ports of an existing repo, from its config (a restart keeps them)."""
+        config = json.loads((self.repo / "config").read_text())
+        self.api_port = int(config["Addresses"]["API"].rsplit("/", 1)[1])
+        swarm = config["Addresses"].get("Swarm") or []
+        self.swarm_port = int(swarm[0].rsplit("/", 1)[1]) if swarm else 0
+
+    def start(self) -> str:
+        """Initialise the repo (unless it exists), start the daemon, wait until its API
+        answers; return its multiaddr."""
+        if not JSIPFS.exists():
+            raise DaemonError(f"{JSIPFS} missing: run tests/setup.d/20-ipfs.sh (npm ci)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        if (self.repo / "config").exists():
+            self._read_ports()
+        else:
+            self._init_repo()
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed in stop()
         self.proc = subprocess.Popen(
-            [str(JSIPFS), "daemon", "--offline"],
+            [str(JSIPFS), "daemon", *([] if self.online else ["--offline"])],
             env=node_env(self.repo),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -165,6 +209,25 @@ class IPFSDaemon:
         except OSError:
             return ""
 
+    def kill(self) -> None:
+        """Kill the daemon at once (SIGKILL, no cleanup): a crash, for fault tests."""
+        pid = self.proc.pid if self.proc is not None else _read_pid(self.pid_path)
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.proc is not None:
+            self.proc.wait(timeout=30)
+            self.proc = None
+        self.pid_path.unlink(missing_ok=True)
+        for stale in ("repo.lock", "api"):  # left behind by the crash
+            path = self.repo / stale
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
     def stop(self) -> None:
         """Stop the daemon by PID (TERM, then KILL after 10 s) and remove a temp root."""
         pid = self.proc.pid if self.proc is not None else _read_pid(self.pid_path)
@@ -220,11 +283,19 @@ def stop_pid(pid: int, grace: float = 10) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("start", "stop"):
-        print("usage: daemon.py start|stop DIR", file=sys.stderr)
-        return 2
-    command, root = argv
-    daemon = IPFSDaemon(root)
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="daemon.py", description="a throwaway js-ipfs daemon")
+    parser.add_argument("command", choices=["start", "stop"])
+    parser.add_argument("root", metavar="DIR")
+    parser.add_argument("--api-port", type=int, default=0, help="RPC API port (default: free)")
+    parser.add_argument("--swarm-port", type=int, default=0, help="libp2p listen port (--online)")
+    parser.add_argument("--online", action="store_true", help="libp2p on (pubsub), dial-only")
+    args = parser.parse_args(argv)
+    command, root = args.command, args.root
+    daemon = IPFSDaemon(
+        root, api_port=args.api_port, swarm_port=args.swarm_port, online=args.online
+    )
     if command == "start":
         addr = daemon.start()
         daemon.proc = None  # leave it running; `stop DIR` ends it by its recorded PID
