@@ -40,6 +40,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -325,11 +326,12 @@ def run_process(cmd: list[str], timeout: float) -> dict:
             stdout=subprocess.DEVNULL,
             stderr=err,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
+            start_new_session=True,  # on timeout, end the command too, not only GNU time
         )
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise RuntimeError(f"timed out: {' '.join(cmd)}") from None
         wall = time.perf_counter() - start
