@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from merklog.engine.columnar import Ineligible
 from merklog.engine.errors import EngineError
 from merklog.engine.incremental import IncrementalEngine
-from merklog.engine.tsv import format_field, parse_field
 from merklog.engine.program import Program
+from merklog.engine.tsv import format_field, parse_field
 from merklog.node.cli import cli
 
 from .clingo_fuzz import EDB, Case, Rows, canon_rows, solve, tsv_safe
