@@ -284,6 +284,8 @@ def sort_key(value: Value) -> tuple:
     """Total order across types: bool < number < str < bytes < CID, natural within
     (an int sorts just before an equal float, so ``1`` and ``1.0`` never tie)."""
     kind = type(value)
+    if kind is str:  # the common cases first: this runs once per value of a sorted output
+        return (2, value)
     if kind is int:
         return (1, value, 0)
     if kind is Float or kind is float:
