@@ -2,7 +2,9 @@
 
 ``engine/`` becomes ``merklog.engine`` (and so on), subpackages included, so the
 repository keeps its fixed flat layout while never installing generic top-level
-names such as ``engine``.
+names such as ``engine``. The package root ``merklog`` itself (``merklog.open``,
+``merklog.Error``) comes from ``node/public/``: a root ``__init__.py`` in the
+repository would make pytest treat the checkout as a package.
 """
 
 from pathlib import Path
@@ -11,15 +13,17 @@ from setuptools import setup
 
 ROOT = Path(__file__).parent
 FOLDERS = ("engine", "store", "replication", "node")
+#: The folder installed as the package root ``merklog`` (not as ``merklog.node.public``).
+ROOT_PACKAGE = Path("node") / "public"
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:
-    packages: list[str] = []
-    package_dir: dict[str, str] = {}
+    packages: list[str] = ["merklog"]
+    package_dir: dict[str, str] = {"merklog": str(ROOT_PACKAGE)}
     for folder in FOLDERS:
         for init in sorted((ROOT / folder).rglob("__init__.py")):
             rel = init.parent.relative_to(ROOT)
-            if any(
+            if rel == ROOT_PACKAGE or any(
                 part.startswith(".") or part in {"node_modules", "__pycache__"}
                 for part in rel.parts
             ):

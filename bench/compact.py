@@ -1,133 +1,114 @@
-"""Compaction at scale: Spark (local[*]) vs single-process DuckDB on the same Parquet exports.
+"""Export and compaction at scale, as a user runs them, beside DuckDB on the same exports.
 
-Generates merged replica exports of N ops (two overlapping replicas, so ~40 % of
-the rows are duplicates; 75 % asserts over a pool of N/4 facts, 25 % retracts
-observing earlier asserting deltas), then computes the OR-set visible set with
-supports and writes it as Parquet, with both engines, side by side. Prints the
-times, the ratio and checks both agree on the visible facts.
+For each size N (ops) the bench builds a real node home whose replica holds N ops
+(60 % first asserts of distinct facts with mixed value types, 20 % retracts of some
+of them, 20 % re-asserts, so supports and removals are both exercised), then times:
+
+- ``merklog parquet export DIR``: the whole process (Python start, store open,
+  export), reported as ops/s;
+- ``merklog compact DIR --out SNAP``: the whole process (Python and JVM start, the
+  Spark job on ``local[2]``, files, signed manifest);
+- the same compaction in an already running Spark session (the inner layer: no JVM
+  or process start), for scale;
+- DuckDB computing the same visible facts with their supports from the same export
+  and writing them as zstd Parquet (in process: DuckDB has no start-up to speak of);
+- the Python floor: pyarrow alone (hash group-by and anti-join in Arrow), in process.
+
+It checks that every engine finds the same number of visible facts, then prints
+the times and the Spark/DuckDB ratios, with the machine load (``uptime``)
+beside them: on a shared machine, compare ratios from the same run only.
 
     .venv/bin/python bench/compact.py                 # 1M and 5M ops
     .venv/bin/python bench/compact.py --ops 200000    # a quick run
-
-Fact CIDs here are unique synthetic strings (hashing 5M blocks would time the
-generator, not the compaction); the row shape is exactly OPS_SCHEMA.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from merklog.node.spark.schema import OPS_SCHEMA, VALUE_TYPE
-
-OPS_PER_DELTA = 8
-
-
-def _args(a: np.ndarray, b: np.ndarray) -> pa.Array:
-    n = len(a)
-    nulls = pa.nulls(2 * n)
-    vals = np.empty(2 * n, dtype=np.int64)
-    vals[0::2], vals[1::2] = a, b
-    struct = pa.StructArray.from_arrays(
-        [
-            pa.array(["int"] * (2 * n)),
-            pa.array(vals),
-            nulls.cast(pa.float64()),
-            nulls.cast(pa.string()),
-            nulls.cast(pa.binary()),
-            nulls.cast(pa.bool_()),
-            nulls.cast(pa.string()),
-        ],
-        fields=list(VALUE_TYPE),
-    )
-    return pa.ListArray.from_arrays(pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32)), struct)
+MERKLOG = [sys.executable, "-m", "merklog.node.cli"]
+ENV = dict(
+    os.environ,
+    SPARK_LOCAL_IP="127.0.0.1",
+    PYSPARK_PYTHON=sys.executable,
+    MERKLOG_SPARK_MASTER="local[2]",
+)
 
 
-def generate(n_ops: int, out: Path, seed: int = 0) -> list[Path]:
-    """Two replica exports whose union holds ``n_ops`` distinct ops."""
-    rng = np.random.default_rng(seed)
-    n_assert = int(n_ops * 0.75)
-    n_retract = n_ops - n_assert
-    pool = max(1, n_ops // 4)
-    side = int(pool**0.5) + 1
-    fact = np.concatenate([rng.integers(0, pool, n_assert), np.zeros(n_retract, dtype=np.int64)])
-    idx = np.arange(n_ops)
-    delta = idx // OPS_PER_DELTA
-    op_index = (idx % OPS_PER_DELTA).astype(np.int32)
-    observed_of = rng.integers(0, n_assert, n_retract)  # each retract observes one earlier assert
-    fact[n_assert:] = fact[observed_of]
-    is_assert = idx < n_assert
-    fact_cid = np.char.add("bafyfact", fact.astype(str))
-    delta_cid = np.char.add("bafydelta", delta.astype(str))
-    author = (delta % 4).astype(str)
-    observed = pa.array(
-        [None] * n_assert
-        + [[s] for s in np.char.add("bafydelta", (observed_of // OPS_PER_DELTA).astype(str))],
-        type=pa.list_(pa.string()),
-    )
-    parents = pa.array(
-        [[f"bafydelta{d - 1}"] if d else [] for d in range(int(delta[-1]) + 1)],
-        type=pa.list_(pa.string()),
-    ).take(pa.array(delta))
-    table = pa.table(
-        {
-            "dataset": pa.array(np.full(n_ops, "bafydataset")),
-            "delta_cid": pa.array(delta_cid),
-            "author": pa.array(author),
-            "clock": pa.array(delta + 1),
-            "seq": pa.array(delta // 4 + 1),
-            "parents": parents,
-            "op_index": pa.array(op_index),
-            "op": pa.array(np.where(is_assert, "assert", "retract")),
-            "relation": pa.array(np.full(n_ops, "edge")),
-            "args": _args(fact // side, fact % side),
-            "fact_cid": pa.array(fact_cid),
-            "observed": observed,
-            "key": pa.nulls(n_ops, pa.string()),
-        },
-        schema=OPS_SCHEMA,
-    )
-    # replica A holds the first 80 % of the log, replica B the last 60 %: 40 % overlap
-    a_end, b_start = int(n_ops * 0.8), int(n_ops * 0.4)
-    dirs = []
-    for name, part in (("a", table.slice(0, a_end)), ("b", table.slice(b_start))):
-        d = out / name / "ops"
-        d.mkdir(parents=True)
-        pq.write_table(part, d / "part-00000.parquet", compression="zstd", row_group_size=256_000)
-        dirs.append(out / name)
-    return dirs
+def build_home(home: Path, n_ops: int) -> None:
+    """A node home whose replica holds ``n_ops`` ops (not timed)."""
+    from merklog.node.node import Node
+    from merklog.store import make_fact
+
+    subprocess.run([*MERKLOG, "--home", str(home), "init"], check=True, capture_output=True)
+    n_first = int(n_ops * 0.6)
+    n_retract = int(n_ops * 0.2)
+    n_again = n_ops - n_first - n_retract
+    side = int(n_first**0.5) + 1
+    facts = [
+        make_fact("edge", (i // side, i % side))
+        if i % 4
+        else make_fact("label", (i, f"n{i % 97}", i % 3 == 0, float(i % 7)))
+        for i in range(n_first)
+    ]
+    node = Node.open(home)
+    try:
+        rep = node.replica
+        rep.assert_facts(facts)
+        gone = facts[::3][:n_retract]
+        rep.retract_facts(gone)
+        rep.assert_facts(gone[:n_again])
+    finally:
+        node.close()
+
+
+def timed(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    elapsed = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return elapsed
 
 
 DUCKDB_SQL = """
 COPY (
-  WITH ops AS (
-    SELECT DISTINCT ON (delta_cid, op_index) dataset, delta_cid, op_index, op, relation, args,
-           fact_cid, observed
-    FROM read_parquet({files})
-  ),
-  asserts AS (SELECT dataset, fact_cid, delta_cid, relation, args FROM ops WHERE op = 'assert'),
+  WITH ops AS (SELECT * FROM read_parquet({files})),
+  asserted AS (SELECT DISTINCT dataset, fact_cid, delta_cid FROM ops WHERE op = 'assert'),
   removed AS (
-    SELECT DISTINCT dataset, fact_cid, unnest(observed) AS delta_cid FROM ops WHERE op = 'retract'
+    SELECT DISTINCT dataset, fact_cid, unnest(observed) AS delta_cid
+    FROM ops WHERE op = 'retract'
   ),
-  live AS (SELECT a.* FROM asserts a ANTI JOIN removed r USING (dataset, fact_cid, delta_cid))
-  SELECT dataset, first(relation) AS relation, fact_cid, first(args) AS args,
-         list_sort(list(DISTINCT delta_cid)) AS support
-  FROM live GROUP BY dataset, fact_cid ORDER BY fact_cid
+  live AS (SELECT * FROM asserted ANTI JOIN removed USING (dataset, fact_cid, delta_cid)),
+  support AS (
+    SELECT dataset, fact_cid, list_sort(list(delta_cid)) AS support
+    FROM live GROUP BY dataset, fact_cid
+  ),
+  facts AS (
+    SELECT DISTINCT ON (dataset, fact_cid) dataset, fact_cid, relation, args
+    FROM ops WHERE op = 'assert'
+  )
+  SELECT dataset, relation, fact_cid, args, support
+  FROM support JOIN facts USING (dataset, fact_cid) ORDER BY dataset, fact_cid
 ) TO '{out}' (FORMAT parquet, COMPRESSION zstd)
 """
 
 
-def run_duckdb(dirs: list[Path], out: Path) -> tuple[float, int]:
+def run_duckdb(export: Path, out: Path) -> tuple[float, int]:
     import duckdb
 
-    files = [str(p) for d in dirs for p in sorted((d / "ops").glob("*.parquet"))]
+    files = [str(p) for p in sorted((export / "ops").glob("*.parquet"))]
     con = duckdb.connect()
     t = time.perf_counter()
     con.execute(DUCKDB_SQL.format(files=files, out=out))
@@ -137,16 +118,52 @@ def run_duckdb(dirs: list[Path], out: Path) -> tuple[float, int]:
     return elapsed, n
 
 
-def run_spark(spark, dirs: list[Path], out: Path) -> tuple[float, int]:
-    from merklog.node.spark.compact import read_ops, snapshot_frame
+def run_arrow(export: Path, out: Path) -> tuple[float, int]:
+    """The Python floor: the same result with pyarrow's C++ kernels, no engine."""
+    t = time.perf_counter()
+    ops = pq.read_table(export / "ops")
+    asserts = ops.filter(pc.equal(ops["op"], "assert"))
+    retracts = ops.filter(pc.equal(ops["op"], "retract"))
+    tags = (
+        asserts.select(["dataset", "fact_cid", "delta_cid"])
+        .group_by(["dataset", "fact_cid", "delta_cid"])
+        .aggregate([])
+    )
+    parent = pc.list_parent_indices(retracts["observed"])
+    removed = pa.table(
+        {
+            "dataset": retracts["dataset"].take(parent),
+            "fact_cid": retracts["fact_cid"].take(parent),
+            "delta_cid": pc.list_flatten(retracts["observed"]),
+        }
+    )
+    live = tags.join(removed, ["dataset", "fact_cid", "delta_cid"], join_type="left anti")
+    support = live.group_by(["dataset", "fact_cid"]).aggregate([("delta_cid", "list")])
+    support = support.append_column("at", pa.array(range(support.num_rows), pa.int64()))
+    asserts = asserts.append_column("row", pa.array(range(asserts.num_rows), pa.int64()))
+    first = asserts.group_by(["dataset", "fact_cid"]).aggregate([("row", "min")])
+    # Acero joins no list columns: join positions, then gather the lists
+    keyed = support.select(["dataset", "fact_cid", "at"]).join(first, ["dataset", "fact_cid"])
+    visible = pa.table(
+        {
+            "dataset": keyed["dataset"],
+            "relation": asserts["relation"].take(keyed["row_min"]),
+            "fact_cid": keyed["fact_cid"],
+            "args": asserts["args"].take(keyed["row_min"]),
+            "support": support["delta_cid_list"].take(keyed["at"]),
+        }
+    )
+    pq.write_table(visible, out, compression="zstd")
+    return time.perf_counter() - t, visible.num_rows
+
+
+def run_spark_job(spark, export: Path, out: Path) -> float:
+    from merklog.node.spark.compact import compact
+    from merklog.replication.identity import Identity
 
     t = time.perf_counter()
-    snapshot_frame(read_ops(spark, dirs)).sortWithinPartitions("fact_cid").write.mode(
-        "overwrite"
-    ).parquet(str(out))
-    elapsed = time.perf_counter() - t
-    n = pq.ParquetDataset(str(out)).read(columns=["fact_cid"]).num_rows
-    return elapsed, n
+    compact(spark, [export], out, Identity.from_seed(b"\x01" * 32))
+    return time.perf_counter() - t
 
 
 def main() -> None:
@@ -154,41 +171,57 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--ops", type=int, nargs="*", default=[1_000_000, 5_000_000])
-    ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--no-session", action="store_true", help="skip the in-session Spark job")
     args = ap.parse_args()
 
-    from merklog.node.spark.session import build_session
+    spark = None
+    if not args.no_session:
+        from merklog.node.spark.session import build_session
 
-    spark = build_session(
-        master=args.master, conf={"spark.driver.memory": "3g", "spark.sql.shuffle.partitions": "8"}
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    warm = Path(tempfile.mkdtemp(prefix="merklog-bench-warm-"))
-    try:  # warm the JVM once so the first size is not charged for it
-        run_spark(spark, generate(10_000, warm), warm / "out")
-    finally:
-        shutil.rmtree(warm, ignore_errors=True)
-    print(
-        f"{'ops':>10} {'rows in':>10} {'visible':>9} {'spark s':>9} {'duckdb s':>9} {'spark/duckdb':>13}"
-    )
+        spark = build_session(master="local[2]")
+    rows = []
     for n in args.ops:
         tmp = Path(tempfile.mkdtemp(prefix="merklog-bench-compact-"))
         try:
-            dirs = generate(n, tmp)
-            rows_in = sum(
-                pq.ParquetFile(p).metadata.num_rows
-                for d in dirs
-                for p in (d / "ops").glob("*.parquet")
+            home = tmp / "home"
+            build_home(home, n)
+            export = tmp / "export"
+            t_export = timed([*MERKLOG, "--home", str(home), "parquet", "export", str(export)])
+            snap = tmp / "snap"
+            t_cli = timed(
+                [*MERKLOG, "--home", str(home), "compact", str(export), "--out", str(snap)]
             )
-            ts, ns = run_spark(spark, dirs, tmp / "spark-out")
-            td, nd = run_duckdb(dirs, tmp / "duckdb.parquet")
-            assert ns == nd, f"engines disagree: spark {ns} vs duckdb {nd} visible facts"
+            [manifest] = snap.glob("dataset=*/MANIFEST_CID")
+            n_spark = sum(
+                pq.ParquetFile(p).metadata.num_rows for p in manifest.parent.glob("facts/*.parquet")
+            )
+            t_job = run_spark_job(spark, export, tmp / "snap2") if spark else float("nan")
+            t_duck, n_duck = run_duckdb(export, tmp / "duck.parquet")
+            t_arrow, n_arrow = run_arrow(export, tmp / "arrow.parquet")
+            assert n_spark == n_duck == n_arrow, (n_spark, n_duck, n_arrow)
+            rows.append((n, t_export, t_cli, t_job, t_duck, t_arrow, n_spark))
             print(
-                f"{n:>10} {rows_in:>10} {ns:>9} {ts:>9.2f} {td:>9.2f} {ts / td:>13.2f}", flush=True
+                f"{n} ops: export {t_export:.1f}s ({n / t_export:,.0f} ops/s), compact CLI"
+                f" {t_cli:.1f}s, in-session {t_job:.1f}s, DuckDB {t_duck:.1f}s,"
+                f" pyarrow {t_arrow:.1f}s, visible {n_spark}",
+                flush=True,
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    spark.stop()
+    if spark is not None:
+        spark.stop()
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print(f"\nload: {load}")
+    print(
+        "| ops | export s | export ops/s | compact CLI s | Spark job s (warm) | DuckDB s |"
+        " pyarrow s | CLI/DuckDB | job/DuckDB |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, te, tc, tj, td, ta, _v in rows:
+        print(
+            f"| {n:,} | {te:.1f} | {n / te:,.0f} | {tc:.1f} | {tj:.1f} | {td:.2f} | {ta:.2f}"
+            f" | {tc / td:.1f}× | {tj / td:.1f}× |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Engine benchmark: merklog vs DuckDB vs a plain-Python semi-naive floor, side by side.
+"""Engine benchmark: ``merklog eval`` vs DuckDB vs a plain-Python floor, as users run them.
 
     python bench/engine.py                 # every standard workload
     python bench/engine.py --only tc_chain --scale 0.5
+    python bench/engine.py --node          # also: the node path over 1M stored facts
 
 Workloads (generated deterministically, seed 42):
 - tc_chain:   transitive closure of a chain of 2,000 nodes (~2M paths, 2,000 iterations)
@@ -10,15 +11,26 @@ Workloads (generated deterministically, seed 42):
 - negation:   nodes unreachable from node 0 in a random graph of 1M nodes, 1.5M edges
 - aggregate:  count and sum per group over 1M facts in 1,000 groups
 
-Each (engine, workload) runs in its own subprocess (merklog and DuckDB ``--repeat``
-times, fastest kept) on the same data (written once
-to an .npz file), so wall time covers evaluation only (data is in memory before
-the clock starts: numpy arrays for merklog, DuckDB tables, Python tuple lists) and
-peak RSS is the whole child's (imports and data included). DuckDB runs
-recursive CTEs with ``SET threads=1``; merklog's columnar executor is numpy
-(single-threaded). Every engine's result is summarised as (row count, checksum)
-and the run fails loudly if they disagree. Goals: merklog ≤ 1.5× DuckDB's time,
-≥ 3× faster than the Python floor.
+**Whole process (the primary table).** The inputs are written once as TSV fact
+files (``<rel>.facts``); then each engine runs as a fresh process, as a user
+runs it, reading those files and writing its result as a tab-separated file:
+``merklog eval PROG --facts DIR --out DIR --output REL``; a Python process
+running DuckDB (``SET threads=1``) that reads the same TSVs with ``read_csv`` and
+writes with ``COPY ... TO``; and ``bench/floor.py``, a plain-Python semi-naive
+loop. Wall time and CPU time (user+sys) cover the whole process (start-up,
+imports, reading, evaluation, writing); peak RSS is the process's ``ru_maxrss``.
+Best of ``--repeat`` runs. The result files are read back and compared as
+(row count, order-independent checksum); the run fails loudly on a mismatch.
+Goals: merklog <= 1.0x DuckDB's wall time (milestone <= 1.5x), peak RSS <= 2x.
+
+**In memory (secondary).** Each engine in its own process with the data
+already in memory (numpy arrays, DuckDB tables, Python tuple lists) times only
+the evaluation: the engine core without I/O or start-up.
+
+**Node path (``--node``).** A home holding the aggregate workload's 1M
+``sale`` facts (written once, untimed): ``merklog load`` of the program (a fresh
+process: open the store, evaluate) and the first ``merklog query``, beside
+``merklog eval`` over the same facts as TSV files.
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -263,12 +277,143 @@ def run_python(name: str, data: dict[str, np.ndarray]) -> tuple[float, list[np.n
 RUNNERS = {"merklog": run_merklog, "duckdb": run_duckdb, "python": run_python}
 
 
-# ----------------------------------------------------------------------------- driver
+# ----------------------------------------------------------------------------- whole process
+
+#: Relation each workload writes (merklog: ``--output``; DuckDB: the ``result`` table).
+OUTPUT = {name: out for name, (_text, _sql, out) in WORKLOADS.items()}
+
+DUCKDB_SCRIPT = """
+import json, sys
+import duckdb
+spec = json.loads(sys.argv[1])
+con = duckdb.connect()
+con.execute("SET threads=1")
+for rel, cols, path in spec["inputs"]:
+    columns = ", ".join(f"'{c}': 'BIGINT'" for c in cols)
+    con.execute(
+        f"CREATE TABLE {rel} AS SELECT * FROM read_csv('{path}', delim='\\t', header=false, "
+        f"auto_detect=false, columns={{{columns}}})"
+    )
+con.execute(spec["sql"])
+con.execute(f"COPY result TO '{spec['out']}' (DELIMITER '\\t', HEADER false)")
+"""
+
+
+def merklog_command() -> list[str]:
+    """The ``merklog`` console script of this interpreter's environment (else ``-m``)."""
+    script = Path(sys.executable).with_name("merklog")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "merklog.node.cli"]
+
+
+TIME = Path("/usr/bin/time")
+
+
+def run_process(cmd: list[str], timeout: float) -> dict:
+    """Run ``cmd`` to completion: wall and CPU seconds, peak RSS (MB) of that process.
+
+    Peak RSS comes from GNU time (``%M``) when present: Linux charges a child the
+    high-water mark of the process it was forked from, so ``wait4`` from this
+    (large) driver would report the driver's own RSS for small children.
+    """
+    with tempfile.NamedTemporaryFile() as err, tempfile.NamedTemporaryFile("r") as stats:
+        wrapped = [str(TIME), "-f", "%M %U %S", "-o", stats.name, *cmd] if TIME.exists() else cmd
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            wrapped,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"timed out: {' '.join(cmd)}") from None
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{err.read().decode(errors='replace')}")
+        if TIME.exists():
+            rss_kb, user, system = stats.read().split()[-3:]
+            return {"time": wall, "cpu": float(user) + float(system), "rss_mb": int(rss_kb) / 1024}
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # an upper bound, see above
+    return {"time": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024}
+
+
+def write_tsv(directory: Path, data: dict[str, np.ndarray]) -> None:
+    """Each relation as ``<rel>.facts``: tab-separated ints, no header."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for rel, arr in data.items():
+        table = pa.table({f"c{j}": np.ascontiguousarray(arr[:, j]) for j in range(arr.shape[1])})
+        pacsv.write_csv(
+            table,
+            directory / f"{rel}.facts",
+            pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none"),
+        )
+
+
+def read_result(path: Path) -> tuple[int, int]:
+    """(row count, checksum) of a tab-separated int result file."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    if path.stat().st_size == 0:
+        return 0, 0
+    table = pacsv.read_csv(
+        path,
+        read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+        parse_options=pacsv.ParseOptions(delimiter="\t"),
+        convert_options=pacsv.ConvertOptions(column_types={f"f{j}": pa.int64() for j in range(8)}),
+    )
+    return summarise([np.asarray(c.to_numpy(), dtype=np.int64) for c in table.columns])
+
+
+def whole_process(engine: str, name: str, work: Path, repeat: int, timeout: float) -> dict:
+    """Best of ``repeat`` fresh-process runs of ``engine`` on workload ``name``."""
+    text, sql, out = WORKLOADS[name]
+    facts = work / "facts"
+    target = work / f"out-{engine}"
+    if engine == "merklog":
+        prog = work / "prog.dl"
+        prog.write_text(text, encoding="utf-8")
+        cmd = [*merklog_command(), "eval", str(prog), "--facts", str(facts)]
+        cmd += ["--out", str(target), "--output", out]
+        result_file = target / f"{out}.csv"
+    elif engine == "duckdb":
+        target.mkdir(exist_ok=True)
+        result_file = target / f"{out}.csv"
+        inputs = [
+            (rel, COLUMNS[rel], str(facts / f"{rel}.facts"))
+            for rel in sorted(p.stem for p in facts.glob("*.facts"))
+        ]
+        spec = json.dumps({"inputs": inputs, "sql": sql, "out": str(result_file)})
+        cmd = [sys.executable, "-c", DUCKDB_SCRIPT, spec]
+    else:
+        target.mkdir(exist_ok=True)
+        result_file = target / f"{out}.csv"
+        cmd = [sys.executable, str(ROOT / "bench" / "floor.py"), name, str(facts), str(result_file)]
+    runs = []
+    for _ in range(repeat):
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir()
+        run = run_process(cmd, timeout)
+        run["rows"], run["checksum"] = read_result(result_file)
+        runs.append(run)
+    if len({(r["rows"], r["checksum"]) for r in runs}) != 1:
+        raise RuntimeError(f"{engine}/{name}: runs disagree with each other")
+    return min(runs, key=lambda r: r["time"])
+
+
+# ----------------------------------------------------------------------------- in memory
 
 
 def child(engine: str, name: str, data_path: str) -> None:
-    import resource
-
     with np.load(data_path) as npz:
         data = {k: npz[k] for k in npz.files}
     elapsed, cols = RUNNERS[engine](name, data)
@@ -279,17 +424,100 @@ def child(engine: str, name: str, data_path: str) -> None:
     )
 
 
-def measure(engine: str, name: str, data_path: str, timeout: float) -> dict:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", engine, name, data_path],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+def in_memory(engine: str, name: str, data_path: str, repeat: int, timeout: float) -> dict:
+    runs = []
+    for _ in range(repeat):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", engine, name, data_path],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"{engine}/{name} failed:\n{proc.stderr}")
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    if len({(r["rows"], r["checksum"]) for r in runs}) != 1:
+        raise RuntimeError(f"{engine}/{name}: runs disagree with each other")
+    return min(runs, key=lambda r: r["time"])
+
+
+# ----------------------------------------------------------------------------- node path
+
+NODE_QUERY = "stats(G, C, S)"
+
+
+def node_path(scale: float, repeat: int, timeout: float, tmp: Path) -> None:
+    # ``repeat`` fresh processes each for load, query and eval (the node path is slow:
+    # --node-repeat defaults to 1)
+    """``merklog load`` + first ``merklog query`` over a home holding the aggregate facts,
+    beside ``merklog eval`` on the same facts as TSV files."""
+    from merklog.node.node import Node
+
+    data = generate("aggregate", scale)
+    home = tmp / "home"
+    work = tmp / "node-eval"
+    write_tsv(work / "facts", data)
+    prog = tmp / "stats.dl"
+    prog.write_text(AGG, encoding="utf-8")
+    start = time.perf_counter()
+    node = Node.open(home)
+    try:
+        for rel, arr in data.items():
+            rows = [tuple(r) for r in arr.tolist()]
+            for i in range(0, len(rows), 200_000):
+                node.write([(rel, r) for r in rows[i : i + 200_000]])
+    finally:
+        node.close()
+    stored = sum(len(a) for a in data.values())
+    print(f"node path: {stored:,} facts stored in {time.perf_counter() - start:.1f} s (untimed)")
+    merklog = merklog_command()
+    load = min(
+        (
+            run_process([*merklog, "--home", str(home), "load", str(prog)], timeout)
+            for _ in range(repeat)
+        ),
+        key=lambda r: r["time"],
     )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{engine}/{name} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    query_cmd = [*merklog, "--home", str(home), "query", NODE_QUERY, "--csv"]
+    query = min((run_process(query_cmd, timeout) for _ in range(repeat)), key=lambda r: r["time"])
+    out = subprocess.run(query_cmd, capture_output=True, text=True, check=True).stdout
+    node_rows = sorted(tuple(int(f) for f in line.split(",")) for line in out.splitlines()[1:])
+    evaluated = whole_process("merklog", "aggregate", work, repeat, timeout)
+    eval_rows = sorted(
+        tuple(int(f) for f in line.split("\t"))
+        for line in (work / "out-merklog" / "stats.csv").read_text().splitlines()
+    )
+    agree = node_rows == eval_rows
+    total = load["time"] + query["time"]
+    print()
+    print("| path | wall s | CPU s | peak RSS MB |")
+    print("|---|---:|---:|---:|")
+    print(
+        f"| `merklog load` (open home, evaluate) | {load['time']:.2f} | {load['cpu']:.2f} "
+        f"| {load['rss_mb']:.0f} |"
+    )
+    print(
+        f"| first `merklog query` (fresh process) | {query['time']:.2f} | {query['cpu']:.2f} "
+        f"| {query['rss_mb']:.0f} |"
+    )
+    print(
+        f"| `merklog eval` on the same facts as TSV | {evaluated['time']:.2f} "
+        f"| {evaluated['cpu']:.2f} | {evaluated['rss_mb']:.0f} |"
+    )
+    print(
+        f"\nnode load + first query / eval: {total / evaluated['time']:.1f}x wall; "
+        f"results agree: {'yes' if agree else 'NO'}"
+    )
+    if not agree:
+        raise RuntimeError("node path and merklog eval disagree")
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> int:
@@ -298,59 +526,79 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="shrink/grow the inputs")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument(
-        "--repeat",
-        type=int,
-        default=5,
-        help="fresh-process runs of merklog and DuckDB; the fastest counts (the shared "
-        "machine is noisy); the Python floor runs once",
+        "--repeat", type=int, default=3, help="fresh-process runs per engine; the fastest counts"
     )
+    parser.add_argument("--skip-in-memory", action="store_true", help="whole-process table only")
+    parser.add_argument("--node", action="store_true", help="also time the node path")
+    parser.add_argument("--node-repeat", type=int, default=1, help="fresh-process runs per step")
     parser.add_argument("--child", nargs=3, metavar=("ENGINE", "WORKLOAD", "DATA"))
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return 0
     names = args.only or list(WORKLOADS)
-    rows = []
+    print(f"load average at start: {load_avg()} ({os.cpu_count()} CPUs)", flush=True)
+    whole_rows, memory_rows = [], []
     ok = True
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
         for name in names:
-            path = str(Path(tmp) / f"{name}.npz")
-            np.savez(path, **generate(name, args.scale))
-            res = {}
-            for engine in ENGINES:
-                runs = [
-                    measure(engine, name, path, args.timeout)
-                    for _ in range(1 if engine == "python" else args.repeat)
-                ]
-                if len({(r["rows"], r["checksum"]) for r in runs}) != 1:
-                    raise RuntimeError(f"{engine}/{name}: runs disagree with each other")
-                res[engine] = min(runs, key=lambda r: r["time"])
+            data = generate(name, args.scale)
+            work = tmp / name
+            write_tsv(work / "facts", data)
+            res = {e: whole_process(e, name, work, args.repeat, args.timeout) for e in ENGINES}
             agree = len({(r["rows"], r["checksum"]) for r in res.values()}) == 1
             ok &= agree
-            rows.append((name, res, agree))
+            whole_rows.append((name, res, agree))
             m, d, p = res["merklog"], res["duckdb"], res["python"]
             print(
                 f"{name:10s} rows={m['rows']:>9,d} agree={'yes' if agree else 'NO'}  "
-                f"merklog {m['time']:7.3f}s {m['rss_mb']:6.0f}MB | "
-                f"duckdb {d['time']:7.3f}s {d['rss_mb']:6.0f}MB | "
-                f"python {p['time']:7.3f}s {p['rss_mb']:6.0f}MB | "
-                f"merklog/duckdb time {m['time'] / d['time']:5.2f}x rss "
-                f"{m['rss_mb'] / d['rss_mb']:4.2f}x | python/merklog {p['time'] / m['time']:5.1f}x",
+                f"merklog {m['time']:6.2f}s {m['rss_mb']:5.0f}MB | "
+                f"duckdb {d['time']:6.2f}s {d['rss_mb']:5.0f}MB | "
+                f"python {p['time']:6.2f}s {p['rss_mb']:5.0f}MB | "
+                f"merklog/duckdb {m['time'] / d['time']:4.2f}x",
                 flush=True,
             )
-    print()
-    print(
-        "| workload | rows | merklog s | duckdb s | python s | merklog/duckdb | python/merklog "
-        "| RSS MB merklog/duckdb/python | agree |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
-    for name, res, agree in rows:
-        m, d, p = res["merklog"], res["duckdb"], res["python"]
+            if not args.skip_in_memory:
+                path = str(tmp / f"{name}.npz")
+                np.savez(path, **data)
+                mem = {e: in_memory(e, name, path, args.repeat, args.timeout) for e in ENGINES}
+                agree = len({(r["rows"], r["checksum"]) for r in mem.values()}) == 1
+                ok &= agree
+                memory_rows.append((name, mem, agree))
+        print(f"\nload average at end: {load_avg()}\n")
         print(
-            f"| {name} | {m['rows']:,} | {m['time']:.3f} | {d['time']:.3f} | {p['time']:.3f} "
-            f"| {m['time'] / d['time']:.2f}x | {p['time'] / m['time']:.1f}x "
-            f"| {m['rss_mb']:.0f}/{d['rss_mb']:.0f}/{p['rss_mb']:.0f} | {'yes' if agree else 'NO'} |"
+            "Whole process (TSV files in, result file out; wall = best of "
+            f"{args.repeat} fresh processes):\n"
         )
+        print(
+            "| workload | rows | merklog s | duckdb s | python s | merklog/duckdb "
+            "| python/merklog | CPU s merklog/duckdb/python | peak RSS MB merklog/duckdb/python "
+            "| RSS merklog/duckdb | agree |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|")
+        for name, res, agree in whole_rows:
+            m, d, p = res["merklog"], res["duckdb"], res["python"]
+            print(
+                f"| {name} | {m['rows']:,} | {m['time']:.2f} | {d['time']:.2f} | {p['time']:.2f} "
+                f"| {m['time'] / d['time']:.2f}x | {p['time'] / m['time']:.1f}x "
+                f"| {m['cpu']:.2f}/{d['cpu']:.2f}/{p['cpu']:.2f} "
+                f"| {m['rss_mb']:.0f}/{d['rss_mb']:.0f}/{p['rss_mb']:.0f} "
+                f"| {m['rss_mb'] / d['rss_mb']:.2f}x | {'yes' if agree else 'NO'} |"
+            )
+        if memory_rows:
+            print("\nIn memory (evaluation only, data loaded before the clock starts):\n")
+            print("| workload | merklog s | duckdb s | python s | merklog/duckdb | agree |")
+            print("|---|---:|---:|---:|---:|---|")
+            for name, res, agree in memory_rows:
+                m, d, p = res["merklog"], res["duckdb"], res["python"]
+                print(
+                    f"| {name} | {m['time']:.3f} | {d['time']:.3f} | {p['time']:.3f} "
+                    f"| {m['time'] / d['time']:.2f}x | {'yes' if agree else 'NO'} |"
+                )
+        if args.node:
+            print()
+            node_path(args.scale, args.node_repeat, args.timeout, tmp)
     if not ok:
         print("RESULTS DISAGREE", file=sys.stderr)
         return 1

@@ -168,13 +168,13 @@ def bench_json_api(url: str, token: str, facts: list, chunk: int = 20_000) -> Ti
 
     if any(plain(v) is None for f in facts[:100] for v in f.args):
         return None
-    probe = {"facts": [{"rel": "probe", "args": [1]}]}
+    probe = {"assert": [{"rel": "probe", "args": [1]}]}
     if post(probe) != 1:  # this node has no JSON fact form (yet)
         return None
     with Timer() as t:
         for i in range(0, len(facts), chunk):
             part = facts[i : i + chunk]
-            body = {"facts": [{"rel": f.rel, "args": list(f.args)} for f in part]}
+            body = {"assert": [{"rel": f.rel, "args": list(f.args)} for f in part]}
             if post(body) != len(part):
                 raise RuntimeError("JSON write failed")
     return t

@@ -33,7 +33,7 @@ from typing import Any
 from merklog.store import Fact, Link, fact_cid
 
 from . import ast
-from .arith import NoBinding, make_arith, make_compare, negate, sort_key
+from .arith import NoBinding, make_arith, make_compare, negate, sort_key, sum_values
 from .rows import RowSet, engine_rows
 from .values import row_from_engine, to_engine
 
@@ -145,6 +145,8 @@ def as_rel(rows: Any) -> Rel:
     if hasattr(rows, "ndim") and getattr(rows, "ndim", 0) == 2 and rows.shape[1] > 0:
         import numpy as np
 
+        if rows.dtype.kind != "i":  # only real ints go to int64 columns: 1.0 stays a float
+            return Rel(engine_rows(map(tuple, rows.tolist())))
         arr = np.asarray(rows, dtype=np.int64)
         cols = [np.ascontiguousarray(arr[:, j]) for j in range(arr.shape[1])]
         return Rel(cols=cols, distinct=False)
@@ -200,6 +202,19 @@ class Relations(Mapping[str, RowSet]):
             return None
         r.make_distinct()
         return r.cols
+
+    def encoded_columns(self, rel: str) -> tuple[list, tuple[int, list] | None] | None:
+        """``rel`` as the columnar executor left it: ``(int64 columns, decoder)``, else None.
+
+        ``decoder`` is None when every value is an int; otherwise ``(base, values)``:
+        a column entry ``id <= base`` stands for ``values[base - id]``. Lets writers
+        format whole columns without materialising tuples.
+        """
+        r = self._rels.get(rel)
+        if r is None or r.cols is None:
+            return None
+        r.make_distinct()
+        return r.cols, r.decoder
 
     def sorted(self, rel: str) -> list[Row]:
         """The tuples of ``rel`` as plain values in a deterministic order (empty when absent)."""
@@ -587,7 +602,7 @@ class RuleCompiler:
         inner = self.chain(inner_order, set(groups), collect, agg.body)
         arg_fn = self.term(agg.arg) if agg.arg is not None else None
         func = agg.func
-        add = self.ops["+"]
+        bits = self.int_bits
         res_slot = self.slot(agg.result.name)
         res_bound = agg.result.name in bound
         cache_key = object()
@@ -615,13 +630,10 @@ class RuleCompiler:
                 except NoBinding:
                     continue
             if func == "sum":
-                total: Any = 0
                 try:
-                    for v in values:
-                        total = add(total, v)
+                    return sum_values(values, bits)
                 except NoBinding:
                     return _NO_RESULT
-                return total
             if not values:
                 return _NO_RESULT
             return min(values, key=sort_key) if func == "min" else max(values, key=sort_key)

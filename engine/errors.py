@@ -142,12 +142,26 @@ class UnsupportedError(EngineError):
     construct: str = ""
 
 
+class FactFileError(EngineError, ValueError):
+    """A line of a fact file (``merklog eval --facts``) that does not fit its relation.
+
+    ``line``/``col`` point into the file named by ``path``; ``str(err)`` has the
+    usual ``"{line}:{col}: {message}"`` form, so CLIs print ``f"{err.path}:{err}"``.
+    """
+
+    code = "bad_fact_file"
+    default_hint = "see docs/language.md, fact files"
+
+    path: str = ""
+
+
 __all__ = [
     "AggregateScopeError",
     "ArityError",
     "AsyncHeadError",
     "DeclarationError",
     "EngineError",
+    "FactFileError",
     "NextRuleFinitenessError",
     "ParseError",
     "RangeRestrictionError",

@@ -17,9 +17,15 @@ group give 0, min/max none — the semantics of :class:`merklog.engine.ast.Aggre
 ``@next`` heads feed a root feedback node (visible next epoch); ``@async`` heads
 go to the outbox.
 
-The epoch driver (:class:`IncrementalEngine`) polls sources, applies inserts,
-deletes and one-epoch events, evaluates the circuit and hands output deltas to
-sinks. Work per epoch is proportional to the change, not the database.
+:func:`compile_program` returns a :class:`CompiledProgram`: the root circuit with
+an :class:`InputHandle` per relation and an :class:`OutputHandle` per derived,
+``@async`` and ``@next`` relation, and no reference to whoever drives it (the
+input/output handle pattern of DBSP's ``RootCircuit::build`` in Feldera's
+``crates/dbsp``). The epoch driver (:class:`IncrementalEngine`) polls sources,
+applies inserts, deletes and one-epoch events to the base facts as set
+operations, pushes the resulting deltas into the input handles, steps the
+circuit, reads the output handles and hands the epoch to sinks. Work per epoch
+is proportional to the change, not the database.
 
 Values: Z-set keys are rows in engine form (:mod:`merklog.engine.values`), so
 deleting ``p(1)`` never retracts ``p(1.0)`` or ``p(true)``. Rows are converted
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from merklog.store import Fact, Value, fact_cid
@@ -45,6 +52,7 @@ from .dataflow import (
     Circuit,
     DistinctTrace,
     FeedbackNode,
+    Filter,
     FlatMap,
     IndexWith,
     Inspect,
@@ -57,7 +65,7 @@ from .dataflow import (
     Timestamp,
 )
 from .io import Sink, Source
-from .rows import DeltaMap, RowSet, engine_row_list
+from .rows import DeltaMap, EngineSet, RowSet, engine_rows
 from .stratify import Stratum, stratify
 from .values import row_from_engine, to_engine
 
@@ -185,9 +193,25 @@ def _term_vars(term: ast.Term) -> set[str]:
     return {v.name for v in ast.term_vars(term)}
 
 
+def _as_set(rows: Iterable[Row]) -> set[Row]:
+    """A new set of the rows in engine form (one C-level type scan when nothing needs
+    converting: :func:`merklog.engine.rows.engine_rows`)."""
+    out = engine_rows(rows)
+    return set(out) if out is rows or isinstance(out, EngineSet) else out
+
+
+def _group(facts: Iterable[tuple[str, Row]]) -> dict[str, set[Row]]:
+    """``(relation, row)`` pairs grouped per relation, rows in engine form."""
+    out: dict[str, list[Row]] = {}
+    for rel, row in facts:
+        out.setdefault(rel, []).append(row)
+    return {rel: _as_set(rows) for rel, rows in out.items()}
+
+
 # ----------------------------------------------------------------------------- operators
 
 _MISSING: Any = object()
+_NO_VALUE: Any = Aggregate.NO_VALUE  # a non-empty group whose sum has no value
 
 
 class AggregateJoin(Operator):
@@ -218,23 +242,31 @@ class AggregateJoin(Operator):
             raise CompileError("AggregateJoin runs in the root circuit only")
         super().bind(nested)
 
-    def _emit(self, out: Delta, row: Row, value: Any, w: int) -> None:
-        if value is _MISSING:
-            return
-        if self.bound is None:
-            key = (*row, value)
-        elif row[self.bound] == value:
-            key = row
-        else:
-            return
-        n = out.get(key, 0) + w
-        if n:
-            out[key] = n
-        else:
-            del out[key]
+    def _consolidate(self, emits: list[tuple[Row, Any, int]]) -> Delta:
+        """The output Z-set of ``(binding, value, weight)`` triples (one loop, no call
+        per triple: this is the hot loop of aggregate epochs)."""
+        out: Delta = {}
+        get = out.get
+        bound = self.bound
+        for row, value, w in emits:
+            if value is _MISSING or value is _NO_VALUE:
+                continue
+            if bound is None:
+                key = (*row, value)
+            elif row[bound] == value:
+                key = row
+            else:
+                continue
+            n = get(key, 0) + w
+            if n:
+                out[key] = n
+            else:
+                del out[key]
+        return out
 
     def eval(self, ts: Timestamp, bindings: Delta, agg: Delta) -> Delta:
-        out: Delta = {}
+        emits: list[tuple[Row, Any, int]] = []
+        emit = emits.append
         values, default, n = self.values, self.default, self.ngroups
         if agg:
             before: dict[tuple, Any] = {}
@@ -246,23 +278,24 @@ class AggregateJoin(Operator):
                     values[k] = v
                 elif k in values and values[k] == v and type(values[k]) is type(v):
                     del values[k]
+            trace = self.trace
             for k, old in before.items():
                 new = values.get(k, _MISSING)
                 old = default if old is _MISSING else old
                 new = default if new is _MISSING else new
                 if old is new or (old == new and type(old) is type(new)):
                     continue
-                rows = self.trace.get(k)
+                rows = trace.get(k)
                 if rows:
                     for r, w in rows.items():
-                        self._emit(out, r, old, -w)
-                        self._emit(out, r, new, w)
+                        emit((r, old, -w))
+                        emit((r, new, w))
         if bindings:
             key_fn, trace = self.key_fn, self.trace
             for r, w in bindings.items():
                 k = key_fn(r)
                 v = values.get(k, _MISSING)
-                self._emit(out, r, default if v is _MISSING else v, w)
+                emit((r, default if v is _MISSING else v, w))
                 group = trace.get(k)
                 if group is None:
                     trace[k] = {r: w}
@@ -274,7 +307,7 @@ class AggregateJoin(Operator):
                         del group[r]
                         if not group:
                             del trace[k]
-        return out
+        return self._consolidate(emits) if emits else {}
 
 
 # ----------------------------------------------------------------------------- scopes
@@ -288,6 +321,9 @@ class _Scope:
         self.circuit = circuit
         self.local = local  # relations defined inside this circuit (recursive feedback)
         self._imports: dict[int, Node] = {}
+        # Inside an aggregate, a rest pattern's unmatched arguments are part of the
+        # binding (as batch does): ``count : p(...)`` counts p's tuples, not 1.
+        self.keep_rest = False
 
     def lift(self, root_node: Node) -> Node:
         """A root-circuit stream as seen from this scope (imported once into a child)."""
@@ -309,6 +345,100 @@ class _Scope:
 # ----------------------------------------------------------------------------- compiler
 
 
+class InputHandle:
+    """Where the epoch driver pushes one input relation's delta (DBSP's input handle:
+    Feldera's ``RootCircuit::build`` returns such handles next to the circuit)."""
+
+    __slots__ = ("name", "_pending")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._pending: Delta = {}
+
+    def push(self, delta: Delta) -> None:
+        """Queue ``delta`` (``{row: ±1}``) for the next :meth:`CompiledProgram.step`."""
+        if self._pending:
+            for row, w in delta.items():
+                n = self._pending.get(row, 0) + w
+                if n:
+                    self._pending[row] = n
+                else:
+                    del self._pending[row]
+        else:
+            self._pending = dict(delta)
+
+    def poll(self, ts: Timestamp) -> Delta:
+        """The circuit's source callback: hand over the queued delta once."""
+        delta, self._pending = self._pending, {}
+        return delta
+
+
+class OutputHandle:
+    """One output stream's delta of the last step (DBSP's output handle)."""
+
+    __slots__ = ("name", "delta")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.delta: Delta = {}
+
+
+@dataclass
+class CompiledProgram:
+    """A program compiled to a root circuit, with its input and output handles.
+
+    The circuit knows nothing of the engine that drives it: the driver pushes
+    deltas into ``inputs``, calls :meth:`step`, and reads the deltas of the
+    derived relations (``relations``), of the ``@async`` heads (``async_outputs``)
+    and of the ``@next`` heads (``next_outputs``). ``inputs_only`` names the
+    relations no deductive rule defines (their stream is their input).
+    """
+
+    circuit: Circuit
+    inputs: dict[str, InputHandle]
+    relations: dict[str, OutputHandle]
+    async_outputs: dict[str, OutputHandle]
+    next_outputs: dict[str, OutputHandle]
+    inputs_only: frozenset[str]
+
+    def step(self) -> None:
+        """Evaluate one epoch: consume the pushed inputs, refresh every output handle."""
+        for outputs in (self.relations, self.async_outputs, self.next_outputs):
+            for handle in outputs.values():
+                handle.delta = {}
+        self.circuit.step()
+
+
+def compile_program(
+    rules: Sequence[ast.Rule], strata: Sequence[Stratum], int_bits: int = 64
+) -> CompiledProgram:
+    """Compile stratified ``rules`` to a :class:`CompiledProgram` (circuit + handles)."""
+    compiler = _Compiler(rules, strata, int_bits)
+    compiler.compile()
+    root = compiler.root
+    rel_nodes = dict(compiler.rel_nodes)
+    inputs_only = frozenset(
+        n for n, node in rel_nodes.items() if node is compiler.input_nodes.get(n)
+    )
+    relations = {n: OutputHandle(n) for n in sorted(rel_nodes)}
+    async_outputs = {n: OutputHandle(n) for n in sorted(compiler.async_out)}
+    next_outputs = {n: OutputHandle(n) for n in sorted(compiler.next_out)}
+    handles = list(relations.values()) + list(async_outputs.values())
+    handles += list(next_outputs.values())
+    nodes = [rel_nodes[n] for n in relations]
+    nodes += [compiler.async_out[n] for n in async_outputs]
+    nodes += [compiler.next_out[n] for n in next_outputs]
+
+    def receive(ts: Timestamp, *deltas: Delta) -> None:
+        for handle, delta in zip(handles, deltas, strict=True):
+            handle.delta = delta
+
+    root.sink(receive, *nodes, label="outputs")
+    return CompiledProgram(
+        root, compiler.inputs, relations, async_outputs, next_outputs, inputs_only
+    )
+
+
 @dataclass
 class _Plan:
     """A compiled body: a stream of binding rows and the variable at each column."""
@@ -318,16 +448,14 @@ class _Plan:
 
 
 class _Compiler:
-    """Builds the root circuit for a program. Use through :class:`IncrementalEngine`."""
+    """Builds the root circuit for a program. Use through :func:`compile_program`."""
 
     def __init__(
         self,
-        engine: IncrementalEngine,
         rules: Sequence[ast.Rule],
         strata: Sequence[Stratum],
         int_bits: int,
     ) -> None:
-        self.engine = engine
         self.rules = rules
         self.strata = strata
         self.int_bits = int_bits
@@ -337,6 +465,7 @@ class _Compiler:
         self.root = Circuit()
         self.rel_nodes: dict[str, Node] = {}
         self.input_nodes: dict[str, Node] = {}
+        self.inputs: dict[str, InputHandle] = {}
         self.derived: dict[str, DistinctTrace] = {}
         self.next_feedback: dict[str, FeedbackNode] = {}
         self.next_nodes: dict[str, Node] = {}
@@ -378,7 +507,8 @@ class _Compiler:
         heads_next = {r.head.rel for r in rules if r.time == "next"}
         self.unit()
         for name in sorted(names):
-            self.input_nodes[name] = self.root.source(self.engine._poll_input(name), label=name)
+            handle = self.inputs[name] = InputHandle(name)
+            self.input_nodes[name] = self.root.source(handle.poll, label=name)
         for name in sorted(heads_next):
             self.next_feedback[name] = self.root.feedback(label=f"{name}@next")
         # Relations no deductive rule defines: input (+ @next) only.
@@ -623,6 +753,9 @@ class _Compiler:
                     first[a.name] = i
         vars_ = list(first)
         parts = [f"r[{i}]" for i in first.values()]
+        if atom.rest and scope.keep_rest:
+            parts.append(f"r[{n}:]")
+            vars_.append(f"\0rest{id(atom)}")
         if lit.cid is not None:
             if lit.cid.name in first:
                 raise CompileError(f"{lit.cid.name} names both a CID and an argument in {lit}")
@@ -820,19 +953,19 @@ class _Compiler:
                 "incrementally"
             )
         scope = _Scope(self, self.root, {})
+        scope.keep_rest = True
         start = _Plan(seed, list(groups)) if seed is not None else None
         inner = self._body(scope, agg.body, start)
         missing = [g for g in groups if g not in inner.vars]
         if missing:
             raise CompileError(f"aggregate {agg}: grouping variables {missing} are never bound")
         src = self._plan_node(scope, inner)
-        if any(isinstance(lit, ast.Positive) and lit.atom.rest for lit in agg.body):
-            # `...` arguments are not variables: distinct the bindings explicitly.
-            src = self.root.operator(DistinctTrace(), src)
         idx = {v: i for i, v in enumerate(inner.vars)}
         key_fn = _key_fn([idx[g] for g in groups])
         value_fn = None
-        if agg.arg is not None:
+        if isinstance(agg.arg, ast.Var) and agg.arg.name in idx:
+            value_fn = itemgetter(idx[agg.arg.name])  # no arithmetic: nothing to skip
+        elif agg.arg is not None:
             term = self._term(agg.arg, idx)
             _ops, _cmp, errors = (
                 self.arith() if not isinstance(agg.arg, ast.Var | ast.Const) else ({}, None, ())
@@ -849,7 +982,9 @@ class _Compiler:
         from .arith import sort_key
 
         node = self.root.operator(
-            Aggregate(agg.func, value_fn, order_key=sort_key), indexed, label=str(agg)
+            Aggregate(agg.func, value_fn, order_key=sort_key, int_bits=self.int_bits),
+            indexed,
+            label=str(agg),
         )
         if seed is None:
             self._helpers[cache_key] = node
@@ -887,7 +1022,11 @@ class _Compiler:
             "lambda k, a, b: a" if bound_result else f"lambda k, a, b: a + (b[{len(groups)}],)"
         )
         left = c.operator(IndexWith(left_key), src)
-        right = c.operator(IndexWith(right_key), rel)
+        valued = rel
+        if agg.func == "sum":
+            n = len(groups)
+            valued = c.operator(Filter(lambda r: r[n] is not _NO_VALUE), rel)
+        right = c.operator(IndexWith(right_key), valued)
         joined = c.operator(Join(combine), left, right, label=f"join {agg}")
         out_vars = plan.vars + ([] if bound_result else [result])
         if agg.func not in ("count", "sum"):
@@ -947,37 +1086,19 @@ class IncrementalEngine:
         self.sinks: list[Sink] = list(sinks)
         self._edb: dict[str, set[Row]] = {}
         self._events: dict[str, set[Row]] = {}
-        self._pending: dict[str, Delta] = {}
         self._state: dict[str, dict[Row, int]] = {}
         self._async_state: dict[str, dict[Row, int]] = {}
         self._next_state: dict[str, dict[Row, int]] = {}
         self._hooks: dict[str, list[Callable[[int, Delta], object]]] = {}
-        self._collected: tuple[dict[str, Delta], list[tuple[Value, Fact]]] | None = None
         self.last: EpochResult | None = None
         self.epoch = -1
-        self.compiler = _Compiler(self, rules, list(strata), int_bits)
-        self.compiler.compile()
-        self.circuit = self.compiler.root
-        rel_nodes = dict(self.compiler.rel_nodes)
-        self._inputs_only = {
-            n for n, node in rel_nodes.items() if node is self.compiler.input_nodes.get(n)
-        }
-        outputs: list[tuple[str, str, Node]] = [("rel", n, rel_nodes[n]) for n in sorted(rel_nodes)]
-        outputs += [("async", n, node) for n, node in sorted(self.compiler.async_out.items())]
-        outputs += [("next", n, node) for n, node in sorted(self.compiler.next_out.items())]
-        self.circuit.sink(self._collect(outputs), *[o[2] for o in outputs], label="epoch output")
+        self.compiled = compile_program(rules, list(strata), int_bits)
+        self.circuit = self.compiled.circuit
         self._initial = facts
         self._arity = ast.read_arities(rules)
 
-    # -- circuit callbacks
-    def _poll_input(self, name: str) -> Callable[[Timestamp], Delta]:
-        def poll(ts: Timestamp) -> Delta:
-            return self._pending.pop(name, {})
-
-        return poll
-
-    def _collect(self, outputs: list[tuple[str, str, Node]]) -> Callable[..., None]:
-        kinds = [(kind, name) for kind, name, _node in outputs]
+    def _collect(self) -> tuple[dict[str, Delta], list[tuple[Value, Fact]]]:
+        """Read the output handles after a step into the engine's state."""
 
         def apply(state: dict[Row, int], delta: Delta) -> None:
             for row, w in delta.items():
@@ -986,30 +1107,30 @@ class IncrementalEngine:
                 else:
                     state.pop(row, None)
 
-        def collect(ts: Timestamp, *values: Delta) -> None:
-            deltas: dict[str, Delta] = {}
-            outbox: list[tuple[Value, Fact]] = []
-            for (kind, name), delta in zip(kinds, values, strict=True):
-                if not delta:
-                    continue
-                if kind == "rel":
-                    deltas[name] = delta
-                    if name not in self._inputs_only:
-                        apply(self._state.setdefault(name, {}), delta)
-                elif kind == "next":
-                    apply(self._next_state.setdefault(name, {}), delta)
-                else:
-                    apply(self._async_state.setdefault(name, {}), delta)
-                    for row, w in delta.items():
-                        if w > 0:
-                            plain = row_from_engine(row)
-                            outbox.append((plain[0] if plain else None, Fact(name, plain)))
-            self._collected = (deltas, outbox)
-
-        return collect
+        compiled = self.compiled
+        deltas: dict[str, Delta] = {}
+        outbox: list[tuple[Value, Fact]] = []
+        for name, handle in compiled.relations.items():
+            delta = handle.delta
+            if delta:
+                deltas[name] = delta
+                if name not in compiled.inputs_only:
+                    apply(self._state.setdefault(name, {}), delta)
+        for name, handle in compiled.async_outputs.items():
+            delta = handle.delta
+            if delta:
+                apply(self._async_state.setdefault(name, {}), delta)
+                for row, w in delta.items():
+                    if w > 0:
+                        plain = row_from_engine(row)
+                        outbox.append((plain[0] if plain else None, Fact(name, plain)))
+        for name, handle in compiled.next_outputs.items():
+            if handle.delta:
+                apply(self._next_state.setdefault(name, {}), handle.delta)
+        return deltas, outbox
 
     def _known(self) -> set[str]:
-        names = set(self.compiler.rel_nodes) | set(self._edb) | set(self._events)
+        names = set(self.compiled.relations) | set(self._edb) | set(self._events)
         return names
 
     # -- public API
@@ -1061,70 +1182,72 @@ class IncrementalEngine:
         """
         epoch = self.epoch + 1
         edb = self._edb
-        events_now: dict[str, set[Row]] = {}
-        before: dict[str, dict[Row, bool]] = {}
         old_events = self._events
-
-        def remember(rel: str, row: Row) -> None:
-            seen = before.setdefault(rel, {})
-            if row not in seen:
-                seen[row] = row in edb.get(rel, ()) or row in old_events.get(rel, ())
-
-        def apply(rel: str, rows: Iterable[Row], insert: bool) -> None:
-            target = edb.setdefault(rel, set())
-            for row in engine_row_list(rows):
-                remember(rel, row)
-                if insert:
-                    target.add(row)
-                else:
-                    target.discard(row)
-
+        # Every change as whole-relation set operations (C loops, not per-row Python):
+        # the rows a relation's changes touch, whether each was present before, the
+        # changes applied in order (deletes before inserts), and the difference.
+        ops: list[tuple[str, set[Row], bool]] = []
         if epoch == 0:
-            for rel, row in self._initial:
-                apply(rel, [row], True)
+            for rel, rows in _group([(rel, row) for rel, row in self._initial]).items():
+                ops.append((rel, rows, True))
         for source in self.sources:
             polled = source.poll(epoch)
             if polled:
                 ins, dels = polled
-                for rel, row in dels:
-                    apply(rel, [row], False)
-                for rel, row in ins:
-                    apply(rel, [row], True)
+                ops += [(rel, rows, False) for rel, rows in _group(dels).items()]
+                ops += [(rel, rows, True) for rel, rows in _group(ins).items()]
         for rel, rows in (deletes or {}).items():
-            apply(rel, rows, False)
+            ops.append((rel, _as_set(rows), False))
         for rel, rows in (inserts or {}).items():
-            apply(rel, rows, True)
-        for rel, rows in old_events.items():
-            for row in rows:
-                remember(rel, row)
-        for rel, rows in (events or {}).items():
-            bucket = events_now.setdefault(rel, set())
-            for row in engine_row_list(rows):
-                remember(rel, row)
-                bucket.add(row)
+            ops.append((rel, _as_set(rows), True))
+        events_now = {rel: _as_set(rows) for rel, rows in (events or {}).items()}
+        touched: dict[str, set[Row]] = {}
+        for rel, rows, _insert in ops:
+            t = touched.get(rel)
+            touched[rel] = set(rows) if t is None else t | rows
+        for source in (old_events, events_now):
+            for rel, rows in source.items():
+                t = touched.get(rel)
+                touched[rel] = set(rows) if t is None else t | rows
+        before: dict[str, set[Row]] = {}
+        for rel, rows in touched.items():
+            was = rows & edb[rel] if rel in edb else set()
+            if rel in old_events:
+                was |= rows & old_events[rel]
+            before[rel] = was
+        for rel, rows, insert in ops:
+            target = edb.setdefault(rel, set())
+            if insert:
+                target |= rows
+            else:
+                target -= rows
         self._events = events_now
-        inputs = self.compiler.input_nodes
+        inputs = self.compiled.inputs
         pending: dict[str, Delta] = {}
         extra: dict[str, Delta] = {}
+        for rel, rows in touched.items():
+            now = rows & edb[rel] if rel in edb else set()
+            if rel in events_now:
+                now |= rows & events_now[rel]
+            was = before[rel]
+            if now == was:
+                continue
+            delta = dict.fromkeys(now - was, 1)
+            delta.update(dict.fromkeys(was - now, -1))
+            (pending if rel in inputs else extra)[rel] = delta
         arities = self._arity
-        for rel, rows in before.items():
-            now_edb = edb.get(rel, ())
-            now_ev = events_now.get(rel, ())
+        for rel, delta in pending.items():
             want = arities.get(rel)
-            for row, was in rows.items():
-                now = row in now_edb or row in now_ev
-                if now != was:
-                    # Rows of another arity than the program reads never reach the circuit.
-                    fits = want is None or (len(row) >= want[0] if want[1] else len(row) == want[0])
-                    (pending if rel in inputs and fits else extra).setdefault(rel, {})[row] = (
-                        1 if now else -1
-                    )
-        self._pending = pending
-        self.circuit.step()
+            if want is not None:
+                # Rows of another arity than the program reads never reach the circuit.
+                n, rest = want
+                bad = [r for r in delta if (len(r) < n if rest else len(r) != n)]
+                if bad:
+                    extra[rel] = {r: delta.pop(r) for r in bad}
+            inputs[rel].push(delta)
+        self.compiled.step()
         self.epoch = epoch
-        assert self._collected is not None
-        deltas, outbox = self._collected
-        self._collected = None
+        deltas, outbox = self._collect()
         for rel, d in extra.items():
             deltas[rel] = {**deltas[rel], **d} if rel in deltas else d
         result = EpochResult(epoch, deltas, outbox, self)
@@ -1193,8 +1316,12 @@ class Outbox:
 
 __all__ = [
     "CompileError",
+    "CompiledProgram",
     "EpochResult",
     "IncrementalEngine",
+    "InputHandle",
     "Outbox",
+    "OutputHandle",
+    "compile_program",
     "grouping_vars",
 ]

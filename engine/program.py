@@ -146,6 +146,16 @@ class Program:
         )
 
         self._schema = self.checked.schema
+        # Relations body atoms read that no rule, inline fact or declaration defines.
+        defined = set(self.checked.idb) | {rel for rel, _a in program.facts}
+        defined |= {d.rel for d in program.declarations}
+        self._read_only = {
+            atom.rel
+            for rule in program.rules
+            for lit in rule.body
+            for atom, _pol in ast.body_atoms(lit)
+            if atom.rel not in defined
+        }
         self._inline: dict[str, set[Row]] = {}
         for rel, args in program.facts:
             self._inline.setdefault(rel, set()).add(row_to_engine(tuple(args)))
@@ -201,6 +211,8 @@ class Program:
 
         arities: dict[str, set[int]] = {}
         for rel, rows in facts.items():
+            if rel not in self._read_only:
+                continue  # defined by the program, or not read: nothing to check
             if hasattr(rows, "ndim"):
                 arities[rel] = {rows.shape[1]} if len(rows) else set()
             elif rows and all(type(r) is int for r in rows):
@@ -243,7 +255,13 @@ class Program:
         atom = query if isinstance(query, ast.Atom) else _parse_query(query, self.dialect)
         check_query(self.checked, atom)
         rels = relations if relations is not None else self.evaluate(facts)
-        rows = match_atom(atom, rels.engine(atom.rel) if atom.rel in rels else set(), self.int_bits)
+        if atom.rel not in rels:
+            found: set[Row] = set()
+        elif isinstance(rels, Relations):
+            found = rels.engine(atom.rel)
+        else:  # any mapping of relation -> rows (plain or engine values)
+            found = engine_rows(rels[atom.rel])
+        rows = match_atom(atom, found, self.int_bits)
         names = [v.name for v in ast.atom_vars(atom) if not v.anonymous]
         names = list(dict.fromkeys(names))
         if bindings:
@@ -276,6 +294,7 @@ class Program:
         }
         previous: Relations | None = None
         results: list[EpochResult] = []
+        live: set[tuple[str, tuple]] = set()  # @async tuples whose body held last epoch
         for t in range(n):
             for source in sources:
                 inserts, deletes = source.poll(t)
@@ -289,10 +308,15 @@ class Program:
             self.check_fact_arities(base)
             _merge(base, self._inline)
             step = self._evaluator.step(base)
+            keys = [(fact.rel, row_to_engine(fact.args)) for _dest, fact in step.outbox]
+            # An @async tuple is sent once, at the epoch it becomes derived (as the
+            # incremental engine does: docs/language.md, "@async delivery").
+            outbox = [m for m, k in zip(step.outbox, keys, strict=True) if k not in live]
+            live = set(keys)
             result = EpochResult(
                 epoch=t,
                 relations=self._complete(step.relations),
-                outbox=step.outbox,
+                outbox=outbox,
                 next_tuples=step.next_tuples,
                 previous=previous,
             )

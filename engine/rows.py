@@ -25,7 +25,7 @@ from typing import Any
 
 from merklog.store import Link
 
-from .values import Bool, Float, row_from_engine, row_to_engine
+from .values import Bool, Float, row_from_engine, row_to_engine, to_engine
 
 Row = tuple
 
@@ -56,6 +56,29 @@ class EngineSet(set):
         self.mixed = mixed
 
 
+def _convert(tuples: list[Row]) -> list[Row]:
+    """Rows holding plain floats/bools in engine form, a column at a time (C-level
+    ``zip``/``map``; only the columns that need it are converted)."""
+    lengths = set(map(len, tuples))
+    if len(lengths) != 1:  # ragged rows (several arities under one name): row by row
+        return list(map(row_to_engine, tuples))
+    if lengths == {0}:
+        return tuples
+    cols: list[Iterable[Any]] = []
+    for col in zip(*tuples, strict=True):
+        types = set(map(type, col))
+        if types <= _ENGINE_TYPES:
+            cols.append(col)
+        elif types == _FLOAT_ONLY:
+            cols.append(map(Float, col))
+        else:
+            cols.append(map(to_engine, col))
+    return list(zip(*cols, strict=True))
+
+
+_FLOAT_ONLY = {float}
+
+
 def engine_row_list(rows: Iterable[Row]) -> list[Row]:
     """``rows`` as a list of engine-form tuples, converted with one C-level type scan
     when nothing needs converting (the common, all-int/str case)."""
@@ -71,7 +94,7 @@ def engine_row_list(rows: Iterable[Row]) -> list[Row]:
     if bad:
         name = sorted(t.__name__ for t in bad)[0]
         raise TypeError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
-    return list(map(row_to_engine, tuples))
+    return _convert(tuples)
 
 
 def engine_rows(rows: Iterable[Row]) -> set[Row]:
@@ -96,7 +119,7 @@ def engine_rows(rows: Iterable[Row]) -> set[Row]:
     if bad:
         name = sorted(t.__name__ for t in bad)[0]
         raise TypeError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
-    return EngineSet(map(row_to_engine, map(tuple, tuples)), mixed=True)
+    return EngineSet(_convert(list(map(tuple, tuples))), mixed=True)
 
 
 class RowSet(Set):

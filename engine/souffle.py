@@ -14,7 +14,9 @@ tab-separated), facts, rules with several heads, lowercase or uppercase
 variables, ``_``, ``!``/``not`` negation, ``=`` and ``!= < <= > >=``, arithmetic
 ``+ - * / %``, disjunction ``;`` and parenthesised groups (expanded into one
 rule per alternative), aggregates ``x = count : { … }``, ``x = sum y : { … }``,
-``min``/``max`` (and the single-atom form ``count : a(x)``), ``.plan`` (ignored),
+``min``/``max`` (and the single-atom form ``count : a(x)``) with Soufflé's
+variable scoping (injected, local and witness variables: :mod:`.souffle_scope`),
+``.plan`` (ignored),
 ``//`` and ``/* */`` comments.
 
 Outside merklog's semantics, each raising :class:`UnsupportedError` naming the
@@ -51,6 +53,7 @@ from .ast import (
 from .errors import ParseError, UnknownRelationError, UnsupportedError
 from .lexer import Source, Token, tokenize
 from .parser import Parser, describe
+from .souffle_scope import resolve_aggregate_scopes
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -361,7 +364,8 @@ class SouffleParser(Parser):
                     facts.append(Fact(atom.rel, tuple(a.value for a in atom.args)))  # type: ignore[union-attr]
                     self.fact_pos.append(atom.pos)
                 else:
-                    rules.append(Rule(atom, body, time, hpos or self.pos(start)))  # type: ignore[arg-type]
+                    rule = Rule(atom, body, time, hpos or self.pos(start))  # type: ignore[arg-type]
+                    rules.append(resolve_aggregate_scopes(rule))
 
     def head_time(self, atom: Atom, peer_marked: bool) -> str:
         return "now"

@@ -68,8 +68,9 @@ class Float(float):
     def __ne__(self, other: object) -> bool:
         return not (type(other) is Float and float.__eq__(self, other))
 
-    def __hash__(self) -> int:
-        return hash(("float", float(self)))
+    # float's own (C) hash: Float(1.0) shares a hash bucket with 1, which is allowed
+    # (equality, not the hash, decides identity) and keeps hashing rows of floats at C speed.
+    __hash__ = float.__hash__
 
     def __repr__(self) -> str:
         return f"Float({float.__repr__(self)})"

@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import pkgutil
-import sys
 from pathlib import Path
 
 import click
 
 from . import commands as _commands_pkg
-
-ENV_HOME = "MERKLOG_HOME"
-
-
-def default_home() -> Path:
-    """``$MERKLOG_HOME`` if set, else ``~/.merklog``."""
-    env = os.environ.get(ENV_HOME)
-    return Path(env).expanduser() if env else Path.home() / ".merklog"
+from .config import ENV_HOME, default_home
+from .logs import setup_logging
 
 
 class State:
@@ -33,6 +25,8 @@ class State:
     def __init__(self, home: Path, verbose: int, overrides: dict | None = None) -> None:
         self.home = home
         self.verbose = verbose
+        #: ``text`` or ``json`` (``--log-format``): also the form of the node's announcements.
+        self.log_format = "text"
         #: ``--set section.key=value`` options: the highest-precedence config layer.
         self.overrides: dict = dict(overrides or {})
 
@@ -72,6 +66,13 @@ class Boundary(click.Group):
 )
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    envvar="MERKLOG_LOG_FORMAT",
+    help="Log lines as text or one JSON object per line [$MERKLOG_LOG_FORMAT].",
+)
+@click.option(
     "--set",
     "settings",
     multiple=True,
@@ -80,14 +81,15 @@ class Boundary(click.Group):
 )
 @click.version_option(package_name="merklog")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None, verbose: int, settings: tuple[str, ...]) -> None:
+def cli(
+    ctx: click.Context,
+    home: Path | None,
+    verbose: int,
+    log_format: str,
+    settings: tuple[str, ...],
+) -> None:
     """merklog: a CRDT replica node with content-addressed storage and Datalog."""
-    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
-    )
+    setup_logging(verbose, log_format)
     from .config import ConfigError, parse_set
 
     try:
@@ -95,6 +97,7 @@ def cli(ctx: click.Context, home: Path | None, verbose: int, settings: tuple[str
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     ctx.obj = State(home.expanduser() if home else default_home(), verbose, overrides)
+    ctx.obj.log_format = log_format
 
 
 def _load_commands() -> None:

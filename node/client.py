@@ -8,8 +8,11 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from .errors import NodeError
+from .files import open_private
 
-class NodeAPIError(RuntimeError):
+
+class NodeAPIError(NodeError, RuntimeError):
     """The node answered with an error (message taken from its JSON body)."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -61,8 +64,17 @@ class NodeClient:
         return self._call("POST", "/v1/query", {"q": q})
 
     def facts(self, rel: str | None = None) -> dict[str, Any]:
-        suffix = "?" + urllib.parse.urlencode({"rel": rel}) if rel else ""
-        return self._call("GET", "/v1/facts" + suffix)
+        """Every visible fact (of ``rel``), following ``GET /v1/facts`` pages."""
+        out: list[dict[str, str]] = []
+        after = None
+        while True:
+            params = {k: v for k, v in (("rel", rel), ("after", after)) if v}
+            suffix = "?" + urllib.parse.urlencode(params) if params else ""
+            page = self._call("GET", "/v1/facts" + suffix)
+            out.extend(page["facts"])
+            after = page.get("next")
+            if not after:
+                return {"facts": out}
 
     def block(self, cid: str) -> dict[str, Any]:
         return self._call("GET", "/v1/blocks/" + urllib.parse.quote(cid))
@@ -82,13 +94,16 @@ class NodeClient:
     def grant(self, key: str) -> dict[str, Any]:
         return self._call("POST", "/v1/writers", {"key": key})
 
+    def revoke(self, key: str) -> dict[str, Any]:
+        return self._call("DELETE", "/v1/writers/" + urllib.parse.quote(key))
+
     def export_car(self, path: Any) -> int:
         """Stream the node's CAR export into ``path``; returns the block count."""
         from pathlib import Path
 
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as out:
+        with open_private(tmp) as out:
             self._call("GET", "/v1/export", sink=out)
         tmp.replace(path)
         with open(path, "rb") as src:

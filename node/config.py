@@ -19,7 +19,18 @@ from typing import Any
 
 import tomli_w
 
+from .errors import NodeError
+from .files import write_private
+
 CONFIG_FILE = "config.toml"
+ENV_HOME = "MERKLOG_HOME"
+
+
+def default_home() -> Path:
+    """``$MERKLOG_HOME`` if set, else ``~/.merklog``."""
+    env = os.environ.get(ENV_HOME)
+    return Path(env).expanduser() if env else Path.home() / ".merklog"
+
 
 #: Every option with its default and meaning. ``merklog init`` writes these to config.toml.
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -38,7 +49,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "path": "store.sqlite",  # SQLite file, relative to the home directory
     },
     "api": {
-        "token": "",  # bearer token for local write endpoints (init generates one)
+        "token": "",  # bearer token for writes (and reads); init generates one
+        "read_token": "",  # bearer token for reads only; init generates one
+        "anonymous_reads": False,  # true: GET endpoints answer without a token
     },
     "sync": {
         "timeout": 30.0,  # seconds per sync request
@@ -53,7 +66,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 _PATHS = {("store", "path"), ("node", "program"), ("node", "static_dir")}
 
 
-class ConfigError(ValueError):
+class ConfigError(NodeError, ValueError):
     """A configuration file or override is invalid."""
 
 
@@ -91,7 +104,8 @@ def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> No
 class Config:
     """Resolved configuration of one home directory."""
 
-    def __init__(self, home: Path, data: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, home: Path | None, data: dict[str, dict[str, Any]]) -> None:
+        #: None for a memory node: nothing is read from or written to disk.
         self.home = home
         self.data = data
 
@@ -99,15 +113,17 @@ class Config:
     @classmethod
     def load(
         cls,
-        home: Path,
+        home: Path | None,
         overrides: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> Config:
-        """Defaults < config.toml < env ``MERKLOG_SECTION_KEY`` < ``overrides`` ("section.key")."""
+        """Defaults < config.toml < env ``MERKLOG_SECTION_KEY`` < ``overrides`` ("section.key").
+
+        ``home=None`` (a memory node) reads no file."""
         cfg = copy.deepcopy(DEFAULTS)
         cfg["peers"] = {}
-        path = home / CONFIG_FILE
-        if path.exists():
+        path = home / CONFIG_FILE if home is not None else None
+        if path is not None and path.exists():
             try:
                 data = tomllib.loads(path.read_text())
             except tomllib.TOMLDecodeError as exc:
@@ -138,7 +154,7 @@ class Config:
         if not value:
             return None
         p = Path(value).expanduser()
-        return p if p.is_absolute() else self.home / p
+        return p if p.is_absolute() else (self.home or Path.cwd()) / p
 
     @property
     def peers(self) -> dict[str, Any]:
@@ -146,11 +162,11 @@ class Config:
 
     # -- writing ---------------------------------------------------------------------------
     def save(self) -> None:
-        """Write the file atomically (rename), so a crash never leaves half a config."""
-        path = self.home / CONFIG_FILE
-        tmp = path.with_suffix(".toml.tmp")
-        tmp.write_text(render(self.data))
-        os.replace(tmp, path)
+        """Write the file atomically (rename), so a crash never leaves half a config.
+        It holds the API tokens: created owner-only (0600)."""
+        if self.home is None:
+            raise ConfigError("a memory node has no config file to save")
+        write_private(self.home / CONFIG_FILE, render(self.data).encode())
 
 
 def render(data: dict[str, dict[str, Any]]) -> str:

@@ -16,6 +16,8 @@ from pathlib import Path
 from merklog.replication.errors import Unauthorized
 from merklog.store.errors import Error
 
+from .errors import NodeError, NodeInputError
+
 
 class ExitCode(IntEnum):
     """Exit statuses of ``merklog`` (documented in docs/operations.md)."""
@@ -31,7 +33,7 @@ class ExitCode(IntEnum):
     INTERNAL = 70  #: a bug in merklog: the message says what to report
 
 
-class Failure(Error):
+class Failure(NodeError):
     """A failure with a message meant for the user and its exit status."""
 
     exit_code: ExitCode = ExitCode.FAILED
@@ -42,13 +44,13 @@ class Failure(Error):
             self.exit_code = exit_code
 
 
-class NotVisible(Failure, ValueError):
+class NotVisible(Failure, NodeInputError):
     """``retract`` of facts that are not visible (nothing to retract)."""
 
     exit_code = ExitCode.NOT_FOUND
 
 
-class UnknownRelation(Failure, ValueError):
+class UnknownRelation(Failure, NodeInputError):
     """A query names a relation (or an arity of it) that neither the data nor the
     program has."""
 

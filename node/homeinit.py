@@ -36,20 +36,28 @@ class Join:
     key: str | None
 
 
-def fetch_join(url: str, timeout: float = 30.0) -> Join:
-    """The dataset and key of the node at ``url`` (its open ``/v1/genesis``, ``/v1/status``)."""
+def fetch_join(url: str, timeout: float = 30.0, token: str = "") -> Join:
+    """The dataset and key of the node at ``url`` (its ``/v1/genesis`` and ``/v1/status``,
+    read with ``token``: the peer's read token, unless it allows anonymous reads)."""
     if not url.startswith(("http://", "https://")):
         raise Failure(f"--join expects http://HOST:PORT, got {url!r}", ExitCode.BAD_INPUT)
-    return asyncio.run(_fetch_join(url.rstrip("/"), timeout))
+    return asyncio.run(_fetch_join(url.rstrip("/"), timeout, token))
 
 
-async def _fetch_join(url: str, timeout: float) -> Join:
+async def _fetch_join(url: str, timeout: float, token: str) -> Join:
     import aiohttp
 
     limit = aiohttp.ClientTimeout(total=timeout)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with aiohttp.ClientSession(timeout=limit) as session:
+        async with aiohttp.ClientSession(timeout=limit, headers=headers) as session:
             async with session.get(url + "/v1/genesis") as resp:
+                if resp.status == 401:
+                    raise Failure(
+                        f"cannot join {url}: it wants a token; pass --token with its"
+                        " read token (`merklog token` on that node)",
+                        ExitCode.BAD_INPUT,
+                    )
                 if resp.status != 200:
                     raise Failure(
                         f"cannot join {url}: it did not give its genesis (HTTP {resp.status})"

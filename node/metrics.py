@@ -40,6 +40,18 @@ class NodeMetrics:
             registry=r,
         )
         self.subscribers = Gauge("merklog_subscribers", "Live-query subscribers", registry=r)
+        self.sync_failures = Counter(
+            "merklog_sync_failures",
+            "Sync attempts that failed (peer unreachable or refusing), by peer URL",
+            ["peer"],
+            registry=r,
+        )
+        self.http_requests = Counter(
+            "merklog_http_requests",
+            "HTTP requests answered, by route template, method and status",
+            ["route", "method", "status"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -24,13 +24,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from merklog.replication.errors import PeerUnreachable
+from merklog.store import Error as MerklogError
 from merklog.store import Fact, Link, fact_cid, make_fact
 
 from . import epochstate, programstore, querycheck, wiring, writes
 from .config import Config, new_token
+from .errors import NodeInputError
+from .files import open_private, private_dir
 from .metrics import NodeMetrics
+from .peersync import PeerSync
 from .runtime import HomeLock
 from .subscriptions import Callback, Row, Subscription
+from .tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +86,13 @@ def init_home(
 
     ``join=(dataset, genesis_block)`` follows an existing dataset instead of creating one.
     """
-    home.mkdir(parents=True, exist_ok=True)
+    private_dir(home)
     created = not (home / "config.toml").exists()
     cfg = Config.load(home, overrides)
     identity = wiring.Identity.load_or_create(home / IDENTITY_FILE)
-    if not cfg.get("api.token"):
-        cfg.data["api"]["token"] = new_token()
+    for key in ("token", "read_token"):
+        if not cfg.get(f"api.{key}"):
+            cfg.data["api"][key] = new_token()
     if join is not None or not cfg.get("dataset.id"):
         store = wiring.open_store(cfg)
         try:
@@ -103,16 +110,21 @@ def init_home(
 class Node:
     """One replica of one dataset plus the program evaluated over it."""
 
-    def __init__(self, config: Config, lock: HomeLock | None = None) -> None:
+    def __init__(self, config: Config, lock: HomeLock | None = None, identity: Any = None) -> None:
         self.config = config
         self.home = config.home
         self._lock = lock
         self.metrics = NodeMetrics()
-        self.identity = wiring.Identity.load_or_create(self.home / IDENTITY_FILE)
+        if identity is None:
+            if self.home is None:
+                raise NodeInputError("a node without a home needs an identity")
+            identity = wiring.Identity.load_or_create(self.home / IDENTITY_FILE)
+        self.identity = identity
         self.store = wiring.open_store(config)
         if config.get("store.backend") == "memory":
             # Nothing outlives the process: a memory node owns a fresh dataset each time.
-            self.dataset = wiring.create_dataset(self.store, self.identity, self.home.name)
+            name = self.home.name if self.home is not None else "memory"
+            self.dataset = wiring.create_dataset(self.store, self.identity, name)
         else:
             self.dataset = Link.parse(config.get("dataset.id"))
         self._mutex = threading.RLock()
@@ -130,15 +142,12 @@ class Node:
             self.store, self.dataset, self.identity, self._on_visible_change
         )
         self.last_sync: dict[str, Any] | None = None
+        #: Sync history per peer URL (configured peers and URLs synced ad hoc).
+        self.peer_sync: dict[str, PeerSync] = {}
         self._edb: dict[str, set[tuple]] = {}
         self._subs: list[Subscription] = []
         self._sinks: list[Callable[[int, list[tuple[Fact, int]]], None]] = []
-        self._wake: asyncio.Event | None = None
-        self._outbox_wake: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_task: asyncio.Task | None = None
-        self._delivery_task: asyncio.Task | None = None
-        self._sync_task: asyncio.Task | None = None
+        self.tasks = BackgroundTasks(self)
         self.url: str | None = None
         self._write_queue: list = []
         self._flushing = False
@@ -177,12 +186,15 @@ class Node:
             lock.release()
             raise
 
+    @classmethod
+    def memory(cls, overrides: dict[str, Any] | None = None) -> Node:
+        """A node that lives in memory only: fresh key, fresh dataset, no file touched."""
+        cfg = Config.load(None, {**(overrides or {}), "store.backend": "memory"})
+        return cls(cfg, None, wiring.Identity.generate())
+
     def close(self) -> None:
-        """Stop the epoch loop (if any), close the store, release the home lock."""
-        for task in (self._loop_task, self._delivery_task, self._sync_task):
-            if task is not None:
-                task.cancel()
-        self._loop_task = self._delivery_task = self._sync_task = None
+        """Stop the background tasks (if any), close the store, release the home lock."""
+        self.tasks.cancel()
         self.store.close()
         if self._lock is not None:
             self._lock.release()
@@ -203,68 +215,23 @@ class Node:
         self.close()
 
     def start(self) -> None:
-        """Run the epoch loop as a task of the current event loop."""
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._outbox_wake = asyncio.Event()
-        self._loop_task = self._loop.create_task(self._epoch_loop())
-        self._delivery_task = self._loop.create_task(self._delivery_loop())
-        if float(self.config.get("sync.interval")) > 0:
-            self._sync_task = self._loop.create_task(self._sync_loop())
+        """Run the epoch loop, ``@async`` delivery and automatic sync in this event loop."""
+        self.tasks.start()
 
-    async def stop(self) -> None:
-        tasks = [
-            t for t in (self._loop_task, self._delivery_task, self._sync_task) if t is not None
-        ]
-        self._loop_task = self._delivery_task = self._sync_task = None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+    async def stop(self, timeout: float = 2.0) -> None:
+        """Stop the background tasks within about ``timeout`` seconds (see :mod:`.tasks`)."""
+        await self.tasks.stop(timeout)
 
-    async def _delivery_loop(self) -> None:
-        """Deliver queued ``@async`` messages (signed ``POST /v1/inbox``), retrying with
-        backoff until each destination acknowledges: at-least-once; receivers dedup."""
-        import aiohttp
-
-        interval = float(self.config.get("node.outbox_interval"))
-        timeout = float(self.config.get("sync.timeout"))
-        assert self._outbox_wake is not None
-        async with aiohttp.ClientSession() as session:
-            while True:
-                try:
-                    await asyncio.wait_for(self._outbox_wake.wait(), timeout=interval)
-                except TimeoutError:
-                    pass
-                self._outbox_wake.clear()
-                try:
-                    report = await wiring.deliver_messages(self.outbox, session, timeout)
-                except Exception:
-                    log.exception("@async delivery pass failed")
-                    continue
-                if report.delivered:
-                    self.metrics.async_messages.labels("delivered").inc(report.delivered)
-                if report.failed:
-                    self.metrics.async_messages.labels("failed").inc(report.failed)
-                    log.info("@async delivery: %s", "; ".join(report.errors[:3]))
-
-    async def _sync_loop(self) -> None:
-        """Every ``sync.interval`` seconds, sync with each peer in ``[peers]`` (re-read, so
-        ``merklog peers add`` takes effect); an unreachable peer is logged and retried."""
-        interval = float(self.config.get("sync.interval"))
-        while True:
-            await asyncio.sleep(interval)
-            for name, peer in sorted(Config.load(self.home).peers.items()):
-                url = peer.get("url") if isinstance(peer, dict) else peer
-                if not isinstance(url, str) or url.rstrip("/") == (self.url or ""):
-                    continue
-                try:
-                    await self.sync(url)
-                except Exception as exc:  # offline peer: try again next round
-                    log.info("automatic sync with %s (%s) failed: %s", name, url, exc)
+    def peer_urls(self) -> dict[str, str]:
+        """``{name: url}`` of the peers in ``[peers]``, re-read from config.toml so peers
+        added while the node runs (``merklog peers add``) count."""
+        peers = Config.load(self.home).peers if self.home is not None else self.config.peers
+        out: dict[str, str] = {}
+        for name, peer in peers.items():
+            url = peer.get("url") if isinstance(peer, dict) else peer
+            if isinstance(url, str) and url:
+                out[name] = url.rstrip("/")
+        return out
 
     def _resolve_destination(self, dest: Any) -> str:
         """An ``@async`` head's first argument: a peer name from ``[peers]`` or a URL."""
@@ -279,39 +246,9 @@ class Node:
         self.metrics.async_messages.labels("received").inc()
         self.wake()
 
-    async def _epoch_loop(self) -> None:
-        """Run an epoch when woken (a write, a sync, a message) or every epoch_interval.
-        Epochs run on a worker thread: their commit (fsync) does not stall the HTTP server."""
-        interval = float(self.config.get("node.epoch_interval"))
-        assert self._wake is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=interval)
-            except TimeoutError:
-                pass
-            self._wake.clear()
-            try:
-                await loop.run_in_executor(None, self.run_epoch)
-            except Exception:
-                log.exception("epoch failed")
-
     def wake(self) -> None:
         """Ask for an epoch as soon as possible (thread-safe)."""
-        self._set_from_any_thread(self._wake)
-
-    def _set_from_any_thread(self, event: asyncio.Event | None) -> None:
-        """Set an event of the node's loop from that loop or from any other thread."""
-        if event is None or self._loop is None:
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            event.set()
-        else:
-            self._loop.call_soon_threadsafe(event.set)
+        self.tasks.wake_epoch()
 
     # ------------------------------------------------------------------ writes
     def _on_visible_change(self, fact: Fact, weight: int) -> None:
@@ -425,13 +362,27 @@ class Node:
         finally:
             self._flushing = False
 
-    def assert_(self, *facts: FactLike) -> WriteResult:
-        """Assert facts (Fact, ``(rel, args)`` or Datalog text such as ``"edge(1, 2)."``)."""
-        return self.write(asserts=facts)
+    def assert_(self, *fact: Any) -> WriteResult:
+        """Assert one typed fact: ``node.assert_("edge", 1, 2)`` is ``edge(1, 2)``.
 
-    def retract(self, *facts: FactLike) -> WriteResult:
-        """Retract every visible assertion of these facts (observed-remove)."""
-        return self.write(retracts=facts)
+        Values keep their type: ``1``, ``1.0``, ``True``, ``"1"`` and ``b"\\x01"`` are
+        five different values (``Link`` for CIDs). Durable on return. The older forms —
+        Fact objects, ``(rel, args)`` pairs or Datalog text such as ``"edge(1, 2)."`` —
+        are still accepted; for many facts in one delta use :meth:`write`.
+        """
+        return self._settle_sync(self.write(asserts=_typed_or_many(fact)))
+
+    def retract(self, *fact: Any) -> WriteResult:
+        """Retract one typed fact (``node.retract("edge", 1, 2)``): every visible
+        assertion of it (observed-remove). Older forms as in :meth:`assert_`."""
+        return self._settle_sync(self.write(retracts=_typed_or_many(fact)))
+
+    def _settle_sync(self, result: WriteResult) -> WriteResult:
+        """Without a running epoch loop (plain ``with``), evaluate the write at once so the
+        next query sees it; with one, ``await node.settled()`` does that."""
+        if not self.tasks.running:
+            self.run_epoch()
+        return result
 
     # ------------------------------------------------------------------ program
     def load_program(
@@ -517,7 +468,7 @@ class Node:
             self.epoch = epoch
             if outbox:
                 self.metrics.async_messages.labels("queued").inc(len(outbox))
-                self._wake_outbox()
+                self.tasks.wake_outbox()
             for sub in self._subs:
                 if sub.closed:
                     continue
@@ -570,9 +521,6 @@ class Node:
         except TimeoutError:
             log.warning("no epoch within %.1f s after a write", timeout)
 
-    def _wake_outbox(self) -> None:
-        self._set_from_any_thread(self._outbox_wake)
-
     def _derived_count(self) -> int:
         """Tuples in relations the program's rules define (rule heads)."""
         with self._mutex:
@@ -590,19 +538,15 @@ class Node:
 
     def query(self, text: str) -> QueryResult:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
-        try:
-            q = wiring.parse_query(text)
-            with self._mutex:  # an unknown relation or arity is an error, not "(0 rows)"
-                querycheck.require_known(
-                    q,
-                    querycheck.program_arities(self.engine.checked.program),
-                    self._edb,
-                    {TICK_REL: {1}} if self.config.get("node.tick") else None,
-                )
-            columns, rows = querycheck.evaluate(self._evaluate, q)
-        except Exception:
-            self.metrics.rejected.inc()
-            raise
+        q = wiring.parse_query(text)
+        with self._mutex:  # an unknown relation or arity is an error, not "(0 rows)"
+            querycheck.require_known(
+                q,
+                querycheck.program_arities(self.engine.checked.program),
+                self._edb,
+                {TICK_REL: {1}} if self.config.get("node.tick") else None,
+            )
+        columns, rows = querycheck.evaluate(self._evaluate, q)
         return QueryResult(columns, sorted(rows, key=_row_key), self.epoch)
 
     def subscribe(self, text: str, callback: Callback) -> Subscription:
@@ -632,21 +576,47 @@ class Node:
 
     # ------------------------------------------------------------------ sync and status
     async def sync(self, url: str, progress: Callable[[str, int, int], None] | None = None) -> dict:
-        """Pull from and push to the peer at ``url``; new facts reach the next epoch."""
-        stats = await wiring.sync_with(self.served_replica, url, self.config, progress)
+        """Pull from and push to the peer at ``url``; new facts reach the next epoch.
+
+        A peer that cannot be reached or refuses raises :class:`PeerUnreachable` (logged
+        at WARNING when it starts failing, counted in ``merklog_sync_failures_total``)
+        and changes nothing here.
+        """
+        url = url.rstrip("/")
+        state = self.peer_sync.setdefault(url, PeerSync(url))
+        state.attempt()
+        try:
+            stats = await wiring.sync_with(self.served_replica, url, self.config, progress)
+        except (asyncio.CancelledError, NodeInputError):
+            raise
+        except Exception as exc:
+            message = _describe(exc)
+            self.metrics.sync_failures.labels(url).inc()
+            if state.failed(message):
+                log.warning("sync with %s failed: %s", url, message)
+            if isinstance(exc, MerklogError):
+                raise  # already says what happened (unreachable, refused, not a writer)
+            raise PeerUnreachable(f"sync with {url} failed: {message}") from exc
+        if state.failures:
+            log.info("sync with %s works again", url)
+        state.succeeded()
         self.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
         self.metrics.sync_bytes.labels("out").inc(stats.get("bytes_out", 0))
         self.metrics.deltas.inc(stats.get("deltas_in", 0))
         self.last_sync = {"url": url, "at": time.time(), **stats}
         self.wake()
-        if self._loop_task is None:
+        if not self.tasks.running:
             self.run_epoch()
         return stats
 
     def resolve_peer(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the URL itself."""
         peer = self.config.peers.get(name_or_url)
-        if peer is None and not name_or_url.startswith(("http://", "https://")):
+        if (
+            peer is None
+            and self.home is not None
+            and not name_or_url.startswith(("http://", "https://"))
+        ):
             peer = Config.load(self.home).peers.get(name_or_url)  # added since start
         if isinstance(peer, dict):
             return str(peer["url"])
@@ -657,6 +627,28 @@ class Node:
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
         """Visible stored facts (optionally of one relation) with their CIDs."""
         return [(c, f) for c, f in self.replica.visible() if rel is None or f.rel == rel]
+
+    def page_facts(
+        self, rel: str | None = None, after: Link | None = None, limit: int = 1000
+    ) -> tuple[list[tuple[Link, Fact]], Link | None]:
+        """One page of visible facts in CID order, starting after CID ``after``; returns
+        (page, cursor for the next page or None when this was the last)."""
+        from merklog.store import decode_fact
+
+        cids = sorted(self.replica.visible_cids())
+        if after is not None:
+            import bisect
+
+            cids = cids[bisect.bisect_right(cids, after) :]
+        page: list[tuple[Link, Fact]] = []
+        for i, cid in enumerate(cids):
+            fact = decode_fact(self.store.get(cid))
+            if rel is not None and fact.rel != rel:
+                continue
+            page.append((cid, fact))
+            if len(page) == limit:
+                return page, (cid if i + 1 < len(cids) else None)
+        return page, None
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
         """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""
@@ -686,7 +678,7 @@ class Node:
                 yield item
 
         try:
-            with open(tmp, "wb") as out:
+            with open_private(tmp) as out:
                 write_car(out, roots, counted())
             tmp.replace(path)
         except BaseException:
@@ -702,7 +694,7 @@ class Node:
         )
         self.metrics.deltas.inc(result.get("accepted", 0))
         self.wake()
-        if self._loop_task is None:
+        if not self.tasks.running:
             self.run_epoch()
         return result
 
@@ -723,7 +715,15 @@ class Node:
 
     def grant(self, key_hex: str) -> str | None:
         """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""
-        cid = self.replica.grant(bytes.fromhex(key_hex))
+        cid = self.replica.grant(_public_key(key_hex))
+        self.wake()
+        return str(cid) if cid else None
+
+    def revoke(self, key_hex: str) -> str | None:
+        """Stop the Ed25519 public key ``key_hex`` from writing (owner only). Deltas it
+        signed before (in the causal past of the revoke) stay; later ones are refused by
+        every replica that has seen the revoke."""
+        cid = self.replica.revoke(_public_key(key_hex))
         self.wake()
         return str(cid) if cid else None
 
@@ -750,9 +750,49 @@ class Node:
             "program": bool(self.program_text),
             "engine": self.engine.mode,
             "outbox_pending": self.outbox.pending_count(),
-            "peers": dict(self.config.peers),
+            "peers": self.peer_status(),
             "last_sync": self.last_sync,
         }
+
+    def peer_status(self) -> list[dict[str, Any]]:
+        """Sync state of every configured peer (added at run time too) and of every URL
+        synced ad hoc: last attempt, last success, last error, deltas behind."""
+        names = {url: name for name, url in self.peer_urls().items()}
+        out = []
+        for url in sorted(set(names) | set(self.peer_sync)):
+            state = self.peer_sync.get(url) or PeerSync(url)
+            try:
+                behind = self.replica.unsynced_count(url)
+            except Exception:  # a status read must never fail on one peer's record
+                behind = None
+            out.append(state.to_json(names.get(url), behind))
+        return out
+
+
+def _public_key(key_hex: str) -> bytes:
+    try:
+        key = bytes.fromhex(key_hex)
+    except (ValueError, TypeError):
+        key = b""
+    if len(key) != 32:
+        raise NodeInputError(f"{key_hex!r} is not a 64-digit hex Ed25519 public key")
+    return key
+
+
+def _typed_or_many(items: tuple[Any, ...]) -> list[FactLike]:
+    """``("edge", 1, 2)`` (a relation name then values) → one fact; anything else is the
+    older list form (Fact objects, ``(rel, args)`` pairs, Datalog text)."""
+    if items and isinstance(items[0], str) and items[0].isidentifier():
+        return [(items[0], items[1:])]
+    return list(items)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line naming what went wrong with a peer (no traceback, no repr noise)."""
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, TimeoutError):
+        text = "timed out"
+    return text.splitlines()[0]
 
 
 def _resolve(fut: asyncio.Future) -> None:

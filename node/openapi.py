@@ -1,23 +1,32 @@
-"""The OpenAPI 3.1 document of the node's local HTTP API, served at ``/openapi.json``.
+"""The OpenAPI 3.1 document of the node's HTTP API, served at ``/openapi.json``.
 
-Peer-to-peer sync routes (``/v1/datasets/...``, ``/v1/inbox``) are listed too so
-one document describes everything the server answers; their bodies are CAR
-streams signed by the calling peer.
+It lists every route the server answers — the local API, health and metrics, and
+the peer routes (``/v1/datasets/...``, ``/v1/inbox``), whose bodies are CAR
+streams signed by the calling peer — and a test compares it with the router.
+Every error answer is a JSON ``Error`` body.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-_ERROR = {
-    "description": "Bad input; nothing was changed",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-}
-_UNAUTH = {
-    "description": "Missing or wrong bearer token",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-}
-_TOKEN: list[dict[str, list[str]]] = [{"token": []}]
+_ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+
+
+def _err(description: str) -> dict[str, Any]:
+    return {"description": description, "content": _ERROR_REF}
+
+
+BAD_INPUT = _err("Bad input; nothing was changed")
+UNAUTHORIZED = _err("Missing or wrong bearer token (or, on peer routes, peer signature)")
+FORBIDDEN = _err("Refused: this node's key may not do that (e.g. not a writer, not the owner)")
+NOT_FOUND = _err("No such block, dataset or route")
+TOO_LARGE = _err("Request body larger than node.max_body")
+PEER_DOWN = _err("The peer could not be reached or refused the sync; nothing was changed here")
+
+READ: list[dict[str, list[str]]] = [{"readToken": []}, {"writeToken": []}]
+WRITE: list[dict[str, list[str]]] = [{"writeToken": []}]
+PEER: list[dict[str, list[str]]] = [{"peerSignature": []}]
 
 
 def _json(schema_ref: str, description: str = "OK") -> dict[str, Any]:
@@ -25,6 +34,15 @@ def _json(schema_ref: str, description: str = "OK") -> dict[str, Any]:
         "description": description,
         "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_ref}"}}},
     }
+
+
+def _raw(media: str, description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {media: {"schema": {"type": "string"}}}}
+
+
+def _body(schema_ref: str | None = None, media: str = "application/json") -> dict[str, Any]:
+    schema = {"$ref": f"#/components/schemas/{schema_ref}"} if schema_ref else {"type": "string"}
+    return {"required": True, "content": {media: {"schema": schema}}}
 
 
 def _q(name: str, description: str, required: bool = True) -> dict[str, Any]:
@@ -37,6 +55,379 @@ def _q(name: str, description: str, required: bool = True) -> dict[str, Any]:
     }
 
 
+def _path(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+def _op(summary: str, security: list | None, responses: dict[str, Any], **extra: Any) -> dict:
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    if security is not None:
+        op["security"] = security
+        responses.setdefault("401", UNAUTHORIZED)
+    else:
+        op["security"] = []
+    op.update(extra)
+    return op
+
+
+def _paths() -> dict[str, Any]:
+    ds = _path("id", "Dataset id (CID of its genesis block)")
+    return {
+        "/": {
+            "get": _op(
+                "The app page (node.static_dir) or a pointer to this document",
+                None,
+                {"200": {"description": "HTML page or JSON"}},
+            )
+        },
+        "/healthz": {
+            "get": _op(
+                "Readiness: 200 once the store is open and the first epoch ran",
+                None,
+                {"200": _json("Health"), "503": _json("Health", "Starting or stopping")},
+            )
+        },
+        "/metrics": {
+            "get": _op(
+                "Prometheus metrics (text exposition format)",
+                READ,
+                {"200": _raw("text/plain")},
+            )
+        },
+        "/openapi.json": {
+            "get": _op(
+                "This document",
+                None,
+                {
+                    "200": {
+                        "description": "OK",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
+            )
+        },
+        "/v1/status": {
+            "get": _op(
+                "Dataset, heads, epoch, counts and per-peer sync state",
+                READ,
+                {"200": _json("Status")},
+            )
+        },
+        "/v1/genesis": {
+            "get": _op(
+                "The dataset's genesis block (header X-Dataset: its CID); used by init --join",
+                READ,
+                {"200": _raw("application/vnd.ipld.dag-cbor")},
+            )
+        },
+        "/v1/facts": {
+            "get": _op(
+                "One page of visible facts in CID order",
+                READ,
+                {"200": _json("FactPage"), "400": BAD_INPUT},
+                parameters=[
+                    _q("rel", "Relation name", required=False),
+                    _q("after", "Cursor: the `next` of the previous page", required=False),
+                    _q("limit", "Page size, 1..10000 (default 1000)", required=False),
+                ],
+            ),
+            "post": _op(
+                "Assert or retract facts: Datalog text or typed JSON facts",
+                WRITE,
+                {
+                    "200": _json("WriteResult", "Durably written (survives a crash)"),
+                    "400": BAD_INPUT,
+                    "403": FORBIDDEN,
+                    "413": TOO_LARGE,
+                },
+                requestBody=_body("Write"),
+            ),
+        },
+        "/v1/blocks/{cid}": {
+            "get": _op(
+                "A block by CID, decoded (facts shown in Datalog syntax)",
+                READ,
+                {"200": _json("Block"), "400": BAD_INPUT, "404": NOT_FOUND},
+                parameters=[_path("cid", "Block CID")],
+            )
+        },
+        "/v1/query": {
+            "get": _op(
+                "Evaluate a query such as path(1, X) against the current epoch",
+                READ,
+                {"200": _json("QueryResult"), "400": BAD_INPUT},
+                parameters=[_q("q", "Query: an atom or a comma-separated body")],
+            ),
+            "post": _op(
+                "Same as GET, query in a JSON body",
+                READ,
+                {"200": _json("QueryResult"), "400": BAD_INPUT},
+                requestBody=_body("Query"),
+            ),
+        },
+        "/v1/subscribe": {
+            "get": _op(
+                "Live query as Server-Sent Events",
+                READ,
+                {"200": _raw("text/event-stream", "Event stream"), "400": BAD_INPUT},
+                description=(
+                    "First event `result` holds the whole current answer; then one `delta` "
+                    "event per epoch that changed it, with `added` and `removed` rows. The "
+                    "token may be passed as `?access_token=` (EventSource sends no headers). "
+                    "The server ends the stream when it shuts down."
+                ),
+                parameters=[
+                    _q("q", "Query: an atom or a comma-separated body"),
+                    _q("access_token", "Read or write token (instead of the header)", False),
+                ],
+            )
+        },
+        "/v1/export": {
+            "get": _op(
+                "The whole replica as a CAR (genesis, deltas, facts; roots = heads)",
+                READ,
+                {"200": _raw("application/vnd.ipld.car")},
+            )
+        },
+        "/v1/import": {
+            "post": _op(
+                "Verify and apply the deltas of a CAR (all or nothing)",
+                WRITE,
+                {"200": _json("ImportResult"), "400": BAD_INPUT, "413": TOO_LARGE},
+                requestBody=_body(media="application/vnd.ipld.car"),
+            )
+        },
+        "/v1/program": {
+            "post": _op(
+                "Load (replace) the Datalog program evaluated every epoch",
+                WRITE,
+                {"200": _json("Status"), "400": BAD_INPUT},
+                requestBody=_body("ProgramText"),
+            )
+        },
+        "/v1/sync": {
+            "post": _op(
+                "Pull from and push to a peer now",
+                WRITE,
+                {"200": _json("SyncResult"), "400": BAD_INPUT, "502": PEER_DOWN},
+                requestBody=_body("SyncRequest"),
+            )
+        },
+        "/v1/writers": {
+            "post": _op(
+                "Grant a key write access to the dataset (owner only)",
+                WRITE,
+                {"200": _json("AuthResult"), "400": BAD_INPUT, "403": FORBIDDEN},
+                requestBody=_body("WriterKey"),
+            )
+        },
+        "/v1/writers/{key}": {
+            "delete": _op(
+                "Revoke a key's write access (owner only); its earlier deltas stay",
+                WRITE,
+                {"200": _json("AuthResult"), "400": BAD_INPUT, "403": FORBIDDEN},
+                parameters=[_path("key", "64-digit hex Ed25519 public key")],
+            )
+        },
+        "/v1/inbox": {
+            "post": _op(
+                "Peer route: deliver signed @async message blocks (CAR)",
+                PEER,
+                {"200": _json("InboxResult"), "400": BAD_INPUT, "413": TOO_LARGE},
+                requestBody=_body(media="application/vnd.ipld.car"),
+            )
+        },
+        "/v1/datasets/{id}/heads": {
+            "get": _op(
+                "Peer route: the dataset's heads and delta count",
+                PEER,
+                {"200": _json("Heads"), "404": NOT_FOUND},
+                parameters=[ds],
+            )
+        },
+        "/v1/datasets/{id}/genesis": {
+            "get": _op(
+                "Peer route: the dataset's genesis block",
+                PEER,
+                {"200": _raw("application/vnd.ipld.dag-cbor"), "404": NOT_FOUND},
+                parameters=[ds],
+            )
+        },
+        "/v1/datasets/{id}/sync": {
+            "post": _op(
+                "Peer route: send heads and a summary, receive a CAR of what the caller lacks",
+                PEER,
+                {
+                    "200": _raw("application/vnd.ipld.car"),
+                    "400": BAD_INPUT,
+                    "404": NOT_FOUND,
+                    "409": _err("need_summary (resend with a larger window) or pruned"),
+                },
+                parameters=[ds],
+                requestBody=_body("SyncBody"),
+            )
+        },
+        "/v1/datasets/{id}/push": {
+            "post": _op(
+                "Peer route: push a CAR of deltas the server lacks",
+                PEER,
+                {
+                    "200": _json("PushResult"),
+                    "400": BAD_INPUT,
+                    "403": FORBIDDEN,
+                    "404": NOT_FOUND,
+                    "413": TOO_LARGE,
+                },
+                parameters=[ds],
+                requestBody=_body(media="application/vnd.ipld.car"),
+            )
+        },
+    }
+
+
+_VALUE = {
+    "description": (
+        "A typed value: JSON integer (int64), number with a fraction or exponent (float), "
+        'boolean, string, {"/": {"bytes": base64}} (bytes) or {"/": "<CID>"} (link)'
+    ),
+}
+
+
+def _schemas() -> dict[str, Any]:
+    obj = {"type": "object"}
+    fact_ref = {"$ref": "#/components/schemas/FactRef"}
+    facts = {
+        "oneOf": [
+            {"type": "string", "description": "Datalog facts, e.g. edge(1, 2)."},
+            {"type": "array", "items": {"$ref": "#/components/schemas/JsonFact"}},
+        ]
+    }
+    return {
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
+        },
+        "Health": {
+            "type": "object",
+            "properties": {"status": {"type": "string"}, "epoch": {"type": "integer"}},
+        },
+        "Value": _VALUE,
+        "JsonFact": {
+            "type": "object",
+            "required": ["rel"],
+            "properties": {
+                "rel": {"type": "string"},
+                "args": {"type": "array", "items": {"$ref": "#/components/schemas/Value"}},
+            },
+        },
+        "Write": {"type": "object", "properties": {"assert": facts, "retract": facts}},
+        "WriteResult": {
+            "type": "object",
+            "properties": {
+                "asserted": {"type": "array", "items": fact_ref},
+                "retracted": {"type": "array", "items": fact_ref},
+                "delta": {"type": ["string", "null"]},
+            },
+        },
+        "FactRef": {
+            "type": "object",
+            "required": ["cid", "fact"],
+            "properties": {"cid": {"type": "string"}, "fact": {"type": "string"}},
+        },
+        "FactPage": {
+            "type": "object",
+            "properties": {
+                "facts": {"type": "array", "items": fact_ref},
+                "next": {"type": ["string", "null"], "description": "Cursor for ?after="},
+            },
+        },
+        "Block": {
+            "type": "object",
+            "properties": {
+                "cid": {"type": "string"},
+                "kind": {"type": "string"},
+                "fact": {"type": "string"},
+                "size": {"type": "integer"},
+            },
+        },
+        "Query": {"type": "object", "required": ["q"], "properties": {"q": {"type": "string"}}},
+        "QueryResult": {
+            "type": "object",
+            "properties": {
+                "columns": {"type": "array", "items": {"type": "string"}},
+                "rows": {
+                    "type": "array",
+                    "items": {"type": "array", "items": {"$ref": "#/components/schemas/Value"}},
+                },
+                "epoch": {"type": "integer"},
+            },
+        },
+        "ProgramText": {
+            "type": "object",
+            "required": ["program"],
+            "properties": {
+                "program": {"type": "string", "description": "Datalog program text"},
+                "source": {
+                    "type": "string",
+                    "description": "Name used in errors (SOURCE:LINE:COL: message)",
+                },
+            },
+        },
+        "SyncRequest": {
+            "type": "object",
+            "required": ["url"],
+            "properties": {"url": {"type": "string", "description": "Peer name or URL"}},
+        },
+        "SyncResult": obj,
+        "WriterKey": {
+            "type": "object",
+            "required": ["key"],
+            "properties": {"key": {"type": "string", "description": "64-digit hex public key"}},
+        },
+        "AuthResult": {"type": "object", "properties": {"delta": {"type": ["string", "null"]}}},
+        "ImportResult": obj,
+        "InboxResult": obj,
+        "Heads": obj,
+        "SyncBody": obj,
+        "PushResult": obj,
+        "PeerState": {
+            "type": "object",
+            "properties": {
+                "name": {"type": ["string", "null"]},
+                "url": {"type": "string"},
+                "last_attempt": {"type": ["number", "null"]},
+                "last_success": {"type": ["number", "null"]},
+                "last_error": {"type": ["string", "null"]},
+                "failures": {"type": "integer"},
+                "deltas_behind": {"type": ["integer", "null"]},
+            },
+        },
+        "Status": {
+            "type": "object",
+            "properties": {
+                "dataset": {"type": "string"},
+                "key": {"type": "string"},
+                "heads": {"type": "array", "items": {"type": "string"}},
+                "epoch": {"type": "integer"},
+                "facts": {"type": "integer"},
+                "derived": {"type": "integer"},
+                "program": {"type": "boolean"},
+                "engine": {"type": "string", "enum": ["incremental", "batch"]},
+                "outbox_pending": {"type": "integer"},
+                "peers": {"type": "array", "items": {"$ref": "#/components/schemas/PeerState"}},
+                "last_sync": {"type": ["object", "null"]},
+            },
+        },
+    }
+
+
 def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
     """The whole document (a fresh dict each call)."""
     return {
@@ -45,265 +436,25 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
             "title": "merklog node API",
             "version": version,
             "description": (
-                "Local API of a merklog peer: write facts in Datalog syntax, query, "
-                "subscribe to live queries (Server-Sent Events), health and metrics. "
-                "Write endpoints need `Authorization: Bearer <api.token>`."
+                "HTTP API of a merklog peer: write facts (Datalog text or typed JSON), "
+                "query, live queries (Server-Sent Events), export/import, writers, health "
+                "and metrics, plus the signed peer routes. Reads need the read token or the "
+                "write token (unless api.anonymous_reads), writes the write token: "
+                "`Authorization: Bearer <token>`. Every error is a JSON `Error` body."
             ),
         },
-        "paths": {
-            "/healthz": {
-                "get": {
-                    "summary": "Readiness: 200 once the store is open and the first epoch ran",
-                    "responses": {
-                        "200": _json("Health"),
-                        "503": _json("Health", "Starting or stopping"),
-                    },
-                }
-            },
-            "/metrics": {
-                "get": {
-                    "summary": "Prometheus metrics (text exposition format)",
-                    "responses": {
-                        "200": {
-                            "description": "OK",
-                            "content": {"text/plain": {"schema": {"type": "string"}}},
-                        }
-                    },
-                }
-            },
-            "/openapi.json": {
-                "get": {
-                    "summary": "This document",
-                    "responses": {
-                        "200": {
-                            "description": "OK",
-                            "content": {"application/json": {"schema": {"type": "object"}}},
-                        }
-                    },
-                }
-            },
-            "/v1/status": {
-                "get": {
-                    "summary": "Dataset, heads, peers, epoch, last sync",
-                    "responses": {"200": _json("Status")},
-                }
-            },
-            "/v1/facts": {
-                "get": {
-                    "summary": "Visible facts, optionally of one relation",
-                    "parameters": [_q("rel", "Relation name", required=False)],
-                    "responses": {"200": _json("FactList"), "400": _ERROR},
-                },
-                "post": {
-                    "summary": "Assert or retract facts written in Datalog syntax",
-                    "security": _TOKEN,
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {"schema": {"$ref": "#/components/schemas/Write"}}
-                        },
-                    },
-                    "responses": {
-                        "200": _json("WriteResult", "Durably written (survives a crash)"),
-                        "400": _ERROR,
-                        "401": _UNAUTH,
-                        "413": _ERROR,
-                    },
-                },
-            },
-            "/v1/blocks/{cid}": {
-                "get": {
-                    "summary": "A block by CID, decoded (facts shown in Datalog syntax)",
-                    "parameters": [
-                        {
-                            "name": "cid",
-                            "in": "path",
-                            "required": True,
-                            "schema": {"type": "string"},
-                        }
-                    ],
-                    "responses": {"200": _json("Block"), "400": _ERROR, "404": _ERROR},
-                }
-            },
-            "/v1/query": {
-                "get": {
-                    "summary": "Evaluate a query such as path(1, X) against the current epoch",
-                    "parameters": [_q("q", "Query: an atom or a comma-separated body")],
-                    "responses": {"200": _json("QueryResult"), "400": _ERROR},
-                },
-                "post": {
-                    "summary": "Same as GET, query in a JSON body",
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {"schema": {"$ref": "#/components/schemas/Query"}}
-                        },
-                    },
-                    "responses": {"200": _json("QueryResult"), "400": _ERROR},
-                },
-            },
-            "/v1/subscribe": {
-                "get": {
-                    "summary": "Live query as Server-Sent Events",
-                    "description": (
-                        "First event `result` holds the whole current answer; then one "
-                        "`delta` event per epoch that changed it, with `added` and "
-                        "`removed` rows."
-                    ),
-                    "parameters": [_q("q", "Query: an atom or a comma-separated body")],
-                    "responses": {
-                        "200": {
-                            "description": "Event stream",
-                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-                        },
-                        "400": _ERROR,
-                    },
-                }
-            },
-            "/v1/program": {
-                "post": {
-                    "summary": "Load (replace) the Datalog program evaluated every epoch",
-                    "security": _TOKEN,
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {"$ref": "#/components/schemas/ProgramText"}
-                            }
-                        },
-                    },
-                    "responses": {"200": _json("Status"), "400": _ERROR, "401": _UNAUTH},
-                }
-            },
-            "/v1/sync": {
-                "post": {
-                    "summary": "Pull from and push to a peer now",
-                    "security": _TOKEN,
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {"$ref": "#/components/schemas/SyncRequest"}
-                            }
-                        },
-                    },
-                    "responses": {
-                        "200": _json("SyncResult"),
-                        "400": _ERROR,
-                        "401": _UNAUTH,
-                        "502": _ERROR,
-                    },
-                }
-            },
-        },
+        "paths": _paths(),
         "components": {
-            "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {
-                        "error": {"type": "string"},
-                        "detail": {"type": "string"},
-                    },
-                },
-                "Health": {
-                    "type": "object",
-                    "properties": {
-                        "status": {"type": "string"},
-                        "epoch": {"type": "integer"},
-                    },
-                },
-                "Write": {
-                    "type": "object",
-                    "properties": {
-                        "assert": {"type": "string", "description": "Facts, e.g. edge(1, 2)."},
-                        "retract": {"type": "string"},
-                    },
-                },
-                "WriteResult": {
-                    "type": "object",
-                    "properties": {
-                        "asserted": {
-                            "type": "array",
-                            "items": {"$ref": "#/components/schemas/FactRef"},
-                        },
-                        "retracted": {
-                            "type": "array",
-                            "items": {"$ref": "#/components/schemas/FactRef"},
-                        },
-                        "delta": {"type": ["string", "null"]},
-                    },
-                },
-                "FactRef": {
-                    "type": "object",
-                    "required": ["cid", "fact"],
-                    "properties": {"cid": {"type": "string"}, "fact": {"type": "string"}},
-                },
-                "FactList": {
-                    "type": "object",
-                    "properties": {
-                        "facts": {
-                            "type": "array",
-                            "items": {"$ref": "#/components/schemas/FactRef"},
-                        }
-                    },
-                },
-                "Block": {
-                    "type": "object",
-                    "properties": {
-                        "cid": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "fact": {"type": "string"},
-                        "size": {"type": "integer"},
-                    },
-                },
-                "Query": {
-                    "type": "object",
-                    "required": ["q"],
-                    "properties": {"q": {"type": "string"}},
-                },
-                "QueryResult": {
-                    "type": "object",
-                    "properties": {
-                        "columns": {"type": "array", "items": {"type": "string"}},
-                        "rows": {"type": "array", "items": {"type": "array"}},
-                        "epoch": {"type": "integer"},
-                    },
-                },
-                "ProgramText": {
-                    "type": "object",
-                    "required": ["program"],
-                    "properties": {
-                        "program": {"type": "string", "description": "Datalog program text"},
-                        "source": {
-                            "type": "string",
-                            "description": "Name used in errors (SOURCE:LINE:COL: message)",
-                        },
-                    },
-                },
-                "SyncRequest": {
-                    "type": "object",
-                    "required": ["url"],
-                    "properties": {"url": {"type": "string"}},
-                },
-                "SyncResult": {"type": "object"},
-                "Status": {
-                    "type": "object",
-                    "properties": {
-                        "dataset": {"type": "string"},
-                        "key": {"type": "string"},
-                        "heads": {"type": "array", "items": {"type": "string"}},
-                        "epoch": {"type": "integer"},
-                        "facts": {"type": "integer"},
-                        "derived": {"type": "integer"},
-                        "program": {"type": "boolean"},
-                        "engine": {"type": "string", "enum": ["incremental", "batch"]},
-                        "outbox_pending": {"type": "integer"},
-                        "peers": {"type": "object"},
-                        "last_sync": {"type": ["object", "null"]},
-                    },
+            "securitySchemes": {
+                "readToken": {"type": "http", "scheme": "bearer", "description": "api.read_token"},
+                "writeToken": {"type": "http", "scheme": "bearer", "description": "api.token"},
+                "peerSignature": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "X-Merklog-Signature",
+                    "description": "Ed25519 request signature of a peer listed in [peers]",
                 },
             },
+            "schemas": _schemas(),
         },
     }

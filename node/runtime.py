@@ -23,11 +23,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import NodeError
+from .files import private_dir, write_private
+
 LOCK_FILE = "node.lock"
 RUN_FILE = "node.json"
 
 
-class HomeBusy(RuntimeError):
+class HomeBusy(NodeError, RuntimeError):
     """Another process holds the home directory's lock."""
 
 
@@ -41,7 +44,7 @@ class HomeLock:
     @classmethod
     def try_acquire(cls, home: Path) -> HomeLock | None:
         """The lock if free, else None (never blocks)."""
-        home.mkdir(parents=True, exist_ok=True)
+        private_dir(home)
         path = home / LOCK_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -85,9 +88,7 @@ class HomeLock:
 
 def write_runfile(home: Path, url: str) -> None:
     """Record the running node's pid and URL (atomic rename)."""
-    tmp = home / (RUN_FILE + ".tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "url": url}))
-    os.replace(tmp, home / RUN_FILE)
+    write_private(home / RUN_FILE, json.dumps({"pid": os.getpid(), "url": url}).encode())
 
 
 def read_runfile(home: Path) -> dict | None:

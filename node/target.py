@@ -40,6 +40,7 @@ class Target(Protocol):
         self, url: str, progress: Callable[[str, int, int], None] | None
     ) -> dict[str, Any]: ...
     def grant(self, key: str) -> Any: ...
+    def revoke(self, key: str) -> Any: ...
     def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int: ...
     def import_car(
         self, path: Path, progress: Callable[[int], None] | None = None
@@ -68,7 +69,7 @@ class LocalTarget:
         return [{"cid": str(c), "fact": str(f)} for c, f in self.node.list_facts(rel)]
 
     def block(self, cid: str) -> dict[str, Any]:
-        from .server import describe_block
+        from .handlers import describe_block
 
         return describe_block(self.node, Link.parse(cid))
 
@@ -85,6 +86,9 @@ class LocalTarget:
 
     def grant(self, key: str) -> Any:
         return self.node.grant(key)
+
+    def revoke(self, key: str) -> Any:
+        return self.node.revoke(key)
 
     def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
         return self.node.export_car(path, progress)
@@ -152,6 +156,9 @@ class RemoteTarget:
 
     def grant(self, key: str) -> Any:
         return self._do(self.client.grant, key)
+
+    def revoke(self, key: str) -> Any:
+        return self._do(self.client.revoke, key)
 
     def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
         return self._do(self.client.export_car, path)

@@ -6,7 +6,6 @@ a change of interface there is a change here only.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -17,15 +16,14 @@ from merklog.replication.replica import Replica
 from merklog.store import BlockStore, Fact, Link, MemoryBlockStore, make_fact
 
 from .config import Config
+from .errors import NodeInputError
+from .files import private_dir, private_file, tighten
+from .jsonvalues import value_to_json
 
-__all__ = ["Identity"]
+__all__ = ["Identity", "NodeInputError"]
 
 QUERY_REL = "__query"
 QUERY_PROBE = "merklogQueryProbe"
-
-
-class NodeInputError(ValueError):
-    """Bad input from a user (syntax, values): reported with position, nothing changed."""
 
 
 # ---------------------------------------------------------------- store and replica
@@ -42,7 +40,11 @@ def open_store(cfg: Config) -> BlockStore:
 
     path = cfg.path("store.path")
     assert path is not None
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.exists():  # never chmod a directory the user chose and made
+        private_dir(path.parent)
+    private_file(path)  # SQLite gives -wal and -shm the database file's mode
+    for suffix in ("-wal", "-shm"):
+        tighten(path.with_name(path.name + suffix))
     return SQLiteBlockStore(path)
 
 
@@ -166,12 +168,16 @@ async def sync_with(
     return out
 
 
-async def fetch_genesis(url: str) -> tuple[Link, bytes]:
-    """A peer's dataset id and genesis block, from its open local API (verified)."""
+async def fetch_genesis(url: str, token: str = "") -> tuple[Link, bytes]:
+    """A peer's dataset id and genesis block from its local API (``token``: the peer's
+    read token unless it allows anonymous reads), verified against the id."""
     import aiohttp
 
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with aiohttp.ClientSession() as session:
-        async with session.get(url.rstrip("/") + "/v1/genesis") as resp:
+        async with session.get(url.rstrip("/") + "/v1/genesis", headers=headers) as resp:
+            if resp.status == 401:
+                raise NodeInputError(f"{url} wants a token: pass --token with its api.read_token")
             if resp.status != 200:
                 raise NodeInputError(f"{url} did not give its genesis (HTTP {resp.status})")
             data = await resp.read()
@@ -201,6 +207,11 @@ class AtomicApply:
         return getattr(self._replica, name)
 
 
+def config_allow_list(cfg: Config) -> Any:
+    """The peers allowed to sync: keys in ``[peers]``, re-read when config.toml changes."""
+    return _ConfigAllowList(cfg)
+
+
 class _ConfigAllowList:
     """Peers allowed to sync: the keys in ``[peers]`` of config.toml, re-read when it changes
     (so ``merklog peers add`` takes effect on a running node)."""
@@ -214,6 +225,12 @@ class _ConfigAllowList:
         self._allow = AllowList()
 
     def _current(self) -> Any:
+        if self.cfg.home is None:  # a memory node: its peers are the configured ones
+            allow = self._cls()
+            for peer in self.cfg.peers.values():
+                if isinstance(peer, dict) and peer.get("key"):
+                    allow.allow(peer["key"], [self.cfg.get("dataset.id")])
+            return allow
         path = self.cfg.home / "config.toml"
         try:
             mtime = path.stat().st_mtime
@@ -371,28 +388,12 @@ def atom_matcher(
 
 
 def json_value(value: Any) -> Any:
-    """A value in JSON: CIDs as ``{"/": "bafy…"}``, bytes as ``{"bytes": base64}``."""
-    if isinstance(value, Link):
-        return {"/": str(value)}
-    if isinstance(value, bytes):
-        return {"bytes": base64.b64encode(value).decode()}
-    return value
+    """A value in JSON (DAG-JSON tagged forms for CIDs and bytes)."""
+    return value_to_json(value)
 
 
 def query_columns_of(query: tuple[ast.BodyLiteral, ...]) -> list[str]:
     return [v.name for v in _query_columns(query)]
-
-
-def add_peer_routes(app: Any, node: Any) -> None:
-    """Mount replication's peer endpoints (heads/sync/push/inbox) for this node's replica."""
-    from merklog.replication.server import sync_routes
-
-    routes, service = sync_routes(
-        {node.replica.dataset: node.served_replica},
-        _ConfigAllowList(node.config),
-        inbox=node.inbox,
-    )
-    app.add_routes(routes)
 
 
 def replication_errors() -> tuple[type[BaseException], ...]:

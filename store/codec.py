@@ -17,9 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-import dag_cbor
 import libipld
-from multiformats import CID
 
 from .errors import InvalidBlock, InvalidValue
 from .link import Link
@@ -48,6 +46,8 @@ def make_fact(rel: str, args: Sequence[Any]) -> Fact:
 
 def to_reference_ipld(obj: Any) -> Any:
     """Convert merklog objects (Link, tuples) to what ``dag_cbor.encode`` expects."""
+    from multiformats import CID  # the reference codec is imported only when used
+
     if type(obj) is Link:
         return CID.decode(obj.raw)
     if isinstance(obj, dict):
@@ -59,6 +59,8 @@ def to_reference_ipld(obj: Any) -> Any:
 
 def from_reference_ipld(obj: Any) -> Any:
     """Convert ``dag_cbor.decode`` output back: CIDs become Links, lists stay lists."""
+    from multiformats import CID
+
     if isinstance(obj, CID):
         return Link(bytes(obj))
     if isinstance(obj, dict):
@@ -99,6 +101,8 @@ class _NeedsReference(Exception):
 
 def encode_reference(obj: Any) -> bytes:
     """Canonical DAG-CBOR of ``obj`` with the reference codec (Links become CID tags)."""
+    import dag_cbor  # imports multiformats (~0.2 s): only the reference paths need it
+
     try:
         return dag_cbor.encode(to_reference_ipld(obj))
     except (dag_cbor.encoding.DAGCBOREncodingError, TypeError, ValueError) as exc:
@@ -117,6 +121,8 @@ def encode(obj: Any) -> bytes:
 
 def decode(data: bytes) -> Any:
     """Decode a DAG-CBOR block; CID tags become Links (reference decoder: exact types)."""
+    import dag_cbor
+
     try:
         return from_reference_ipld(dag_cbor.decode(bytes(data)))
     except Exception as exc:  # dag_cbor raises many decoding error types

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-
-from multiformats import CID
+from typing import TYPE_CHECKING
 
 from .errors import InvalidValue
+
+if TYPE_CHECKING:  # multiformats costs ~0.2 s to import: only the slow paths need it
+    from multiformats import CID
 
 DAG_CBOR = 0x71
 RAW = 0x55
@@ -87,6 +89,8 @@ class Link:
             except ValueError as exc:
                 raise InvalidValue(f"not a base32 CID: {text!r}") from exc
             return cls(raw)
+        from multiformats import CID
+
         try:
             return cls.from_cid(CID.decode(text))
         except Exception as exc:  # multiformats raises several error types
@@ -97,6 +101,8 @@ class Link:
         return cls(bytes(cid))
 
     def to_cid(self) -> CID:
+        from multiformats import CID
+
         return CID.decode(self.raw)
 
     @property

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Mapping
-from fractions import Fraction
 from typing import Any
 
-from ..values import Float
+from ..arith import ExactSum, NoBinding
 from .timestamp import Timestamp
 from .trace import NestedTrace, Trace
 from .zset import (
@@ -542,14 +541,22 @@ class _Rev:
     __hash__ = None  # type: ignore[assignment]
 
 
+class _NoValue:
+    """The singleton :attr:`Aggregate.NO_VALUE` (equal only to itself)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+
 class _Group:
-    __slots__ = ("n", "itotal", "ftotal", "nfloat", "counts", "heap")
+    __slots__ = ("n", "total", "counts", "heap", "value")
 
     def __init__(self) -> None:
         self.n = 0
-        self.itotal = 0
-        self.ftotal = Fraction(0)
-        self.nfloat = 0
+        self.value: Any = None  # the result last emitted (None: no row)
+        self.total: ExactSum | None = None
         self.counts: dict[Any, int] | None = None
         self.heap: list[Any] | None = None
 
@@ -563,8 +570,11 @@ class Aggregate(Operator):
 
     Input: indexed deltas ``key -> {row: weight}`` (``key`` a tuple: the group).
     Output: deltas of the Z-set ``{key + (result,): 1}`` with one row per
-    non-empty group. ``count``/``sum`` keep O(1) state per group (sums are exact:
-    float parts are accumulated as fractions and rounded once); ``min``/``max``
+    non-empty group. ``count``/``sum`` keep O(1) state per group (``sum`` is
+    :class:`merklog.engine.arith.ExactSum`, the batch evaluator's definition too:
+    exact, rounded once, ``int_bits`` wide; a non-empty group whose sum has no
+    value — int64 overflow, a non-number — yields the row ``key + (NO_VALUE,)``
+    so consumers can tell it from an empty group); ``min``/``max``
     keep the group's value multiset plus a lazily cleaned heap, so retracting the
     current extreme is ``O(log n)`` amortised.
     """
@@ -573,13 +583,18 @@ class Aggregate(Operator):
     """Returned by ``value_fn`` when a row has no value (e.g. arithmetic without result):
     the row still counts for ``count`` but contributes nothing to sum/min/max."""
 
+    NO_VALUE: Any = _NoValue()
+    """The result of a non-empty group whose ``sum`` has no value (see the class docstring)."""
+
     def __init__(
         self,
         func: str,
         value_fn: Callable[[Row], Any] | None = None,
         order_key: Callable[[Any], Any] | None = None,
+        int_bits: int = 64,
     ) -> None:
-        """``order_key`` orders values for min/max (e.g. a total order across types)."""
+        """``order_key`` orders values for min/max (e.g. a total order across types);
+        ``int_bits`` is the integer width of ``sum`` (64: no value on overflow, 32: wraps)."""
         if func not in AGGREGATES:
             raise ValueError(f"unknown aggregate {func!r}")
         if func != "count" and value_fn is None:
@@ -587,6 +602,7 @@ class Aggregate(Operator):
         self.func = func
         self.value_fn = value_fn
         self.order_key = order_key if order_key is not None else _identity
+        self.int_bits = int_bits
         self.groups: dict[Hashable, _Group] = {}
 
     def _result(self, g: _Group) -> Any:
@@ -596,9 +612,11 @@ class Aggregate(Operator):
         if f == "count":
             return g.n
         if f == "sum":
-            if g.nfloat:
-                return Float(float(g.itotal + g.ftotal))  # engine form: never equal to an int
-            return g.itotal
+            assert g.total is not None
+            try:
+                return g.total.result(self.int_bits)
+            except NoBinding:
+                return self.NO_VALUE
         heap = g.heap
         counts = g.counts
         assert heap is not None and counts is not None
@@ -623,21 +641,21 @@ class Aggregate(Operator):
                 g = groups[key] = _Group()
                 if func in ("min", "max"):
                     g.counts, g.heap = {}, []
-            old = self._result(g)
-            for row, w in rows.items():
+                elif func == "sum":
+                    g.total = ExactSum()
+            old = g.value
+            if func == "count":
+                g.n += sum(rows.values())
+            elif func == "sum":
+                weights = list(rows.values())
+                g.n += sum(weights)
+                values = list(map(value_fn, rows))  # type: ignore[arg-type]
+                g.total.add_many(values, weights, skip)  # type: ignore[union-attr]
+            for row, w in rows.items() if func in ("min", "max") else ():
                 g.n += w
-                if func == "count":
-                    continue
                 assert value_fn is not None
                 v = value_fn(row)
                 if v is skip:
-                    continue
-                if func == "sum":
-                    if isinstance(v, float):
-                        g.ftotal += Fraction(v) * w
-                        g.nfloat += w
-                    else:
-                        g.itotal += v * w
                     continue
                 counts = g.counts
                 assert counts is not None and g.heap is not None
@@ -649,7 +667,7 @@ class Aggregate(Operator):
                     counts[v] = c
                 else:
                     counts.pop(v, None)
-            new = self._result(g)
+            new = g.value = self._result(g)
             if g.n <= 0:
                 del groups[key]
             if old != new or type(old) is not type(new):

@@ -10,6 +10,7 @@ and the circuit knows the current one (seed 001 §2.7 "cell" model).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 
 Row = tuple
@@ -90,15 +91,11 @@ def map_zset(fn: Callable[[Row], Row], a: Mapping[Row, int]) -> ZSet:
 
 def index_with(key_fn: Callable[[Row], Hashable], a: Mapping[Row, int]) -> IndexedZSet:
     """Group rows by ``key_fn(row)`` into an indexed Z-set (seed 001 §2.9.5)."""
-    out: IndexedZSet = {}
+    groups: defaultdict[Hashable, dict[Row, int]] = defaultdict(dict)
     for row, w in a.items():
-        k = key_fn(row)
-        group = out.get(k)
-        if group is None:
-            out[k] = {row: w}
-        else:
-            group[row] = group.get(row, 0) + w
-    return out
+        # ``a`` is a Z-set: its rows are distinct, so each lands in its group once.
+        groups[key_fn(row)][row] = w
+    return dict(groups)
 
 
 def flatten(indexed: Mapping[Hashable, Mapping[Row, int]]) -> ZSet:

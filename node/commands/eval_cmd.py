@@ -1,9 +1,10 @@
 """``merklog eval PROGRAM --facts DIR --out DIR``: batch-evaluate a program over fact files.
 
 Reads ``<rel>.facts`` (tab-separated, one tuple a line) and writes ``<rel>.csv``
-(tab-separated, sorted, no header) for every derived relation — for Soufflé
-programs, the ``.input`` and ``.output`` relations, typed per ``.decl``.
-A bad program prints ``FILE:line:col: message`` on stderr, exits 1 and writes nothing.
+(tab-separated, no header; sorted with ``--sorted``) for every derived relation —
+for Soufflé programs, the ``.input`` and ``.output`` relations, typed per ``.decl``.
+Files are read and written as columns (:mod:`merklog.engine.tsv`). A bad program
+or fact file prints ``FILE:line:col: message`` on stderr, exits 1 and writes nothing.
 """
 
 from __future__ import annotations
@@ -40,11 +41,34 @@ def register(cli: click.Group) -> None:
         show_default=True,
         help="Program syntax; auto picks souffle when the program has .decl directives.",
     )
-    def eval_(program: Path, facts_dir: Path, out_dir: Path, dialect: str) -> None:
+    @click.option(
+        "--sorted",
+        "sort",
+        is_flag=True,
+        help="Write each result file's rows sorted (ints and floats by value, then strings, "
+        "bytes, CIDs); without it the row order is unspecified.",
+    )
+    @click.option(
+        "--output",
+        "only",
+        multiple=True,
+        metavar="REL",
+        help="Write only this relation (repeatable; default: every derived relation, "
+        "for Soufflé programs the .output ones).",
+    )
+    def eval_(
+        program: Path,
+        facts_dir: Path,
+        out_dir: Path,
+        dialect: str,
+        sort: bool,
+        only: tuple[str, ...],
+    ) -> None:
         """Evaluate PROGRAM over the fact files in --facts; write results to --out."""
-        from merklog.engine.errors import EngineError
-        from merklog.engine.io import read_facts_dir, write_csv
+        from merklog.engine.ast import body_atoms
+        from merklog.engine.errors import EngineError, FactFileError
         from merklog.engine.program import Program
+        from merklog.engine.tsv import read_facts_dir, write_relation
 
         def fail(message: str) -> None:
             click.echo(message, err=True)
@@ -58,16 +82,36 @@ def register(cli: click.Group) -> None:
             return
         if not facts_dir.is_dir():
             fail(f"facts directory {facts_dir} does not exist")
+        unknown = [rel for rel in only if rel not in prog.arities]
+        if unknown:
+            fail(f"error: --output {unknown[0]}: the program has no relation {unknown[0]}")
         ast = prog.ast
         try:
             if prog.dialect == "souffle":
                 types = {d.rel: [t for _n, t in d.columns] for d in ast.declarations}
-                facts = read_facts_dir(facts_dir, ast.inputs, types)
+                facts = read_facts_dir(facts_dir, ast.inputs, types, None, prog.int_bits)
                 outputs = list(ast.outputs)
             else:
-                facts = read_facts_dir(facts_dir)
+                # Only files of relations the program uses: others cannot change a result.
+                known = sorted(r for r in prog.arities if (facts_dir / f"{r}.facts").exists())
+                # A file's first line gives its arity; the program then checks it (a
+                # mismatch is reported at the atom). Nullary relations hold on any line.
+                rest = {
+                    atom.rel
+                    for rule in ast.rules
+                    for lit in rule.body
+                    for atom, _pol in body_atoms(lit)
+                    if atom.rest
+                }
+                nullary = {r: 0 for r in known if prog.arities[r] == 0 and r not in rest}
+                facts = read_facts_dir(facts_dir, known, None, nullary, prog.int_bits)
                 outputs = sorted(prog.idb)
+            if only:
+                outputs = list(dict.fromkeys(only))
             relations = prog.evaluate(facts)
+        except FactFileError as err:
+            fail(f"{err.path}:{err}")
+            return
         except EngineError as err:  # edge.facts has 2 columns but the program reads edge/1, …
             fail(f"{program}:{err}" if err.line else f"error: {err}")
             return
@@ -75,6 +119,10 @@ def register(cli: click.Group) -> None:
             fail(f"error: {err}")
             return
         out_dir.mkdir(parents=True, exist_ok=True)
-        for rel in outputs:
-            write_csv(out_dir / f"{rel}.csv", relations[rel] if rel in relations else ())
+        try:
+            for rel in outputs:
+                write_relation(out_dir / f"{rel}.csv", relations, rel, sort=sort)
+        except OSError as err:
+            fail(f"error: {err}")
+            return
         click.echo(f"wrote {len(outputs)} relations to {out_dir}", err=True)

@@ -23,9 +23,20 @@ def register(cli: click.Group) -> None:
         is_flag=True,
         help="With --join on an initialised home: switch it to the joined dataset.",
     )
+    @click.option(
+        "--token",
+        default=None,
+        envvar="MERKLOG_PEER_TOKEN",
+        help="With --join: the peer's read token (its api.read_token) [$MERKLOG_PEER_TOKEN].",
+    )
     @pass_state
     def init(
-        state: State, port: int | None, host: str | None, join_url: str | None, force: bool
+        state: State,
+        port: int | None,
+        host: str | None,
+        join_url: str | None,
+        force: bool,
+        token: str | None,
     ) -> None:
         """Create (or complete) a node home: Ed25519 key, config.toml, store, dataset.
 
@@ -49,7 +60,7 @@ def register(cli: click.Group) -> None:
             if (state.home / "config.toml").exists()
             else ""
         )
-        join = fetch_join(join_url) if join_url is not None else None
+        join = fetch_join(join_url, token=token or "") if join_url is not None else None
         if join is not None and current and str(join.dataset) != current:
             if not force:
                 raise click.ClickException(

@@ -85,11 +85,13 @@ def register(cli: click.Group) -> None:
                 lock.release()
             raise
 
+        from merklog.node.logs import announce as say
+
         def announce(url: str) -> None:
             token = cfg.get("api.token")
-            click.echo(f"merklog node {cfg.get('dataset.id')} listening on {url}", err=True)
+            say(f"merklog node {cfg.get('dataset.id')} listening on {url}", state.log_format)
             if cfg.path("node.static_dir"):
-                click.echo(f"app: {url}/#token={token}", err=True)
+                say(f"app: {url}/#token={token}", state.log_format)
 
         try:
             asyncio.run(serve(node, cfg.get("node.host"), int(cfg.get("node.port")), announce))
@@ -97,4 +99,4 @@ def register(cli: click.Group) -> None:
             raise click.ClickException(f"cannot serve: {exc}") from None
         finally:
             node.close()
-        click.echo("stopped", err=True)
+        say("stopped", state.log_format)

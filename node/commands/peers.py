@@ -31,8 +31,16 @@ def register(cli: click.Group) -> None:
     @click.option(
         "--writer", is_flag=True, help="Also grant the peer's key write access (owner only)."
     )
+    @click.option(
+        "--token",
+        default=None,
+        envvar="MERKLOG_PEER_TOKEN",
+        help="The peer's read token, to ask it for its key [$MERKLOG_PEER_TOKEN].",
+    )
     @pass_state
-    def add(state: State, name: str, url: str, key: str | None, writer: bool) -> None:
+    def add(
+        state: State, name: str, url: str, key: str | None, writer: bool, token: str | None
+    ) -> None:
         """Add (or update) peer NAME at URL (http://HOST:PORT)."""
         from merklog.node.client import NodeAPIError, NodeClient
         from merklog.node.cliutil import fail, guard, target
@@ -44,7 +52,7 @@ def register(cli: click.Group) -> None:
         cfg = _config(state)
         if key is None:
             try:
-                info = NodeClient(url, timeout=10).status()
+                info = NodeClient(url, token or "", timeout=10).status()
             except NodeAPIError as exc:
                 fail(f"cannot ask {url} for its key ({exc}); pass --key HEX to add it offline")
             key = info["key"]

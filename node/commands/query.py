@@ -12,10 +12,10 @@ from merklog.node.cli import State, pass_state
 
 
 def _cell(value: object) -> str:
-    if isinstance(value, dict) and "/" in value:
+    if isinstance(value, dict) and isinstance(value.get("/"), str):
         return f'cid"{value["/"]}"'
-    if isinstance(value, dict) and "bytes" in value:
-        return f"b64:{value['bytes']}"
+    if isinstance(value, dict) and isinstance(value.get("/"), dict):
+        return f"b64:{value['/']['bytes']}"
     if value is True:
         return "true"
     if value is False:

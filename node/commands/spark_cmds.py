@@ -7,7 +7,10 @@
 - ``merklog prune DIR``: drop the delta blocks a snapshot covers.
 
 Spark commands take ``--master`` (default ``local[*]``, or ``spark://host:7077``),
-``--remote sc://host:15002`` (Spark Connect) and ``--conf key=value``.
+``--remote sc://host:15002`` (Spark Connect) and ``--conf key=value``. Local paths
+are made absolute before Spark sees them: executors and a Connect server resolve a
+relative path in *their* working directory, not the user's. The JVM's own output
+goes to a log file unless ``-v``; running Spark stages show as a progress bar.
 """
 
 from __future__ import annotations
@@ -48,7 +51,17 @@ def _spark_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _session(master: str | None, remote: str | None, confs: tuple[str, ...]) -> Any:
+def _absolute(item: str | Path) -> str:
+    """A local path made absolute (URLs such as ``hdfs://…`` or ``file:/…`` pass unchanged)."""
+    text = str(item)
+    if "://" in text or text.startswith("file:"):
+        return text
+    return str(Path(text).expanduser().resolve())
+
+
+def _session(
+    master: str | None, remote: str | None, confs: tuple[str, ...], verbose: int = 0
+) -> Any:
     from merklog.node.spark.session import build_session
 
     conf = {}
@@ -58,7 +71,7 @@ def _session(master: str | None, remote: str | None, confs: tuple[str, ...]) -> 
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--conf")
         conf[key.strip()] = value.strip()
     try:
-        return build_session(master=master, remote=remote, conf=conf)
+        return build_session(master=master, remote=remote, conf=conf, quiet=not verbose)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -96,17 +109,24 @@ def register(cli: click.Group) -> None:
     @pass_state
     def parquet_export(state: State, directory: Path) -> None:
         """Write the log (one row per op) and the visible facts under DIRECTORY."""
-        from merklog.node.spark.bootstrap import export_replica
+        from rich.console import Console
+        from rich.progress import MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        def progress(rows: int) -> None:
-            click.echo(f"\r{rows} ops", nl=False, err=True)
+        from merklog.node.spark.bootstrap import export_replica
+        from merklog.replication.bulk import op_count
 
         node = _local_node(state)
+        columns = (TextColumn("export"), MofNCompleteColumn(), TextColumn("ops"))
         try:
-            summary = export_replica(node.replica, directory, progress=progress)
+            with Progress(
+                *columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True
+            ) as bar:
+                task = bar.add_task("export", total=op_count(node.replica))
+                summary = export_replica(
+                    node.replica, directory, progress=lambda n: bar.update(task, completed=n)
+                )
         finally:
             node.close()
-        click.echo("", err=True)
         click.echo(json.dumps(summary, sort_keys=True))
 
     @cli.command("compact")
@@ -135,14 +155,21 @@ def register(cli: click.Group) -> None:
         confs: tuple[str, ...],
     ) -> None:
         """Merge Parquet exports (duplicates allowed) into a signed snapshot per dataset."""
-        from merklog.node.spark.compact import compact
+        from merklog.node.spark.compact import CompactError, compact
+        from merklog.node.spark.progress import spark_progress
 
         for item in inputs:
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
         identity = _identity(state.home)
-        spark = _session(master, remote, confs)
-        results = compact(spark, list(inputs), out, identity, prune=prune)
+        spark = _session(master, remote, confs, state.verbose)
+        try:
+            with spark_progress(spark, "compact"):
+                results = compact(
+                    spark, [_absolute(i) for i in inputs], _absolute(out), identity, prune=prune
+                )
+        except CompactError as exc:
+            raise click.ClickException(str(exc)) from None
         for res in results:
             m = res.manifest
             click.echo(
@@ -192,19 +219,31 @@ def register(cli: click.Group) -> None:
             write_outputs,
         )
         from merklog.node.spark.compact import read_ops, snapshot_frame
+        from merklog.node.spark.progress import spark_progress
 
         text = program.read_text()
         try:
             parsed = parse_text(text)
         except EngineError as exc:
             raise click.ClickException(f"{program}:{exc}") from None
-        spark = _session(master, remote, confs)
+        for item in inputs:
+            if "://" not in item and not Path(item).exists():
+                raise click.BadParameter(f"{item} does not exist", param_hint="--input")
+        spark = _session(master, remote, confs, state.verbose)
+        target = Path(_absolute(out))
         try:
-            base = relations_from_snapshot(snapshot_frame(read_ops(spark, list(inputs))))
-            result = evaluate(spark, parsed, base)
-            written = write_outputs(result, output_relations(parsed), out, fmt)
+            with spark_progress(spark, "analyze"):
+                ops = read_ops(spark, [_absolute(i) for i in inputs])
+                base = relations_from_snapshot(snapshot_frame(ops))
+                result = evaluate(spark, parsed, base)
+                written = write_outputs(result, output_relations(parsed), target, fmt)
         except EngineError as exc:
             raise click.ClickException(f"{program}:{exc}") from None
+        if written and not target.is_dir():
+            raise click.ClickException(
+                f"Spark wrote the outputs to {target} on its own machine, which this one does"
+                " not see: with --remote or a cluster, --out must be a directory both share"
+            )
         for rel, path in written.items():
             click.echo(f"{rel}\t{path}")
 

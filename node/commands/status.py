@@ -29,13 +29,39 @@ def register(cli: click.Group) -> None:
         click.echo(f"epoch      {info['epoch']}")
         click.echo(f"facts      {info['facts']} stored, {info['derived']} derived")
         click.echo(f"heads      {', '.join(info['heads'])}")
-        peers = info.get("peers") or {}
-        click.echo(f"peers      {', '.join(f'{n}={p}' for n, p in peers.items()) or '-'}")
-        last = info.get("last_sync")
-        if last:
-            import time
+        peers = info.get("peers") or []
+        if not peers:
+            click.echo("peers      -")
+            return
+        click.echo("peers")
+        _peer_table(peers)
 
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last["at"]))
-            click.echo(f"last sync  {last['url']} at {when}")
-        else:
-            click.echo("last sync  -")
+
+def _when(ts: float | None) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _peer_table(peers: list[dict]) -> None:
+    """One row per peer: sync state as a table (the running node's view when it runs)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_edge=False)
+    for header in ("name", "url", "last attempt", "last success", "behind", "last error"):
+        table.add_column(header, no_wrap=header != "last error")
+    for p in peers:
+        behind = p.get("deltas_behind")
+        table.add_row(
+            p.get("name") or "-",
+            p["url"],
+            _when(p.get("last_attempt")),
+            _when(p.get("last_success")),
+            "?" if behind is None else str(behind),
+            p.get("last_error") or "-",
+        )
+    import sys
+
+    # Not a terminal (a pipe, a log): wide enough that rows never wrap.
+    Console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -27,8 +27,9 @@ Reproducible output: the same inputs and signing key give the same manifest
 CID. The number of output files is a function of the input row count only,
 rows reach files by Spark's Murmur3 hash of the key (not by sampled ranges),
 each file is sorted by its key, adaptive partition coalescing is off for the
-job, and files are renamed ``part-00000.parquet``… in partition order (Spark's
-names carry a random job UUID). See docs/spark.md and ADR 0046.
+job, and the files are re-encoded by pyarrow with pinned settings as
+``part-00000.parquet``… in partition order (see :func:`_place` for what Spark's
+own writer leaves to chance). See docs/spark.md and ADR 0046.
 """
 
 from __future__ import annotations
@@ -207,9 +208,10 @@ def _job_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
 
 
 def _write(df: Any, path: Path, sort: list[str]) -> None:
-    """Write ``df`` partitioned by dataset; each task's file sorted by ``sort``."""
+    """Stage ``df`` partitioned by dataset, each task's file sorted by ``sort``; uncompressed,
+    as :func:`_place` re-encodes every file anyway."""
     df.sortWithinPartitions("dataset", *sort).write.mode("overwrite").option(
-        "compression", "zstd"
+        "compression", "none"
     ).partitionBy("dataset").parquet(str(path))
 
 
@@ -227,11 +229,28 @@ def _staged_files(staging: Path, role: str) -> dict[str, list[Path]]:
     return out
 
 
+#: How snapshot files are encoded (pinned: part of the reproducibility guarantee).
+SNAPSHOT_PARQUET: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "row_group_size": 1 << 20,
+    "write_statistics": True,
+}
+
+
 def _place(files: list[Path], dest: Path) -> None:
-    """Move staged files to ``dest/part-NNNNN.parquet`` (names without Spark's job UUID)."""
+    """Re-encode staged files as ``dest/part-NNNNN.parquet`` with pyarrow.
+
+    Spark's Parquet writer (parquet-mr) is not byte-reproducible: it names files with
+    a job UUID and lists each column chunk's encodings from a hash set whose order
+    changes from JVM to JVM. The rows are (partition and order are deterministic), so
+    rewriting them with pinned pyarrow settings and no writer metadata gives the same
+    bytes for the same rows whatever ran the job."""
     dest.mkdir(parents=True, exist_ok=True)
     for i, f in enumerate(files):
-        f.replace(dest / f"part-{i:05d}.parquet")
+        table = pq.read_table(f).replace_schema_metadata(None)
+        pq.write_table(table, dest / f"part-{i:05d}.parquet", **SNAPSHOT_PARQUET)
+        f.unlink()
 
 
 def _read(files: list[Path], columns: list[str]) -> pa.Table:

@@ -1,7 +1,12 @@
-"""``merklog eval``: fact files in, sorted TSV results out, precise errors for bad programs."""
+"""``merklog eval``: fact files in, TSV results out, exact field types, precise errors.
+
+The TSV regression tests run the real command in a subprocess, as a user does.
+"""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -21,12 +26,26 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, ["eval", *args])
 
 
+def run_eval(*args: str) -> subprocess.CompletedProcess:
+    """``merklog eval ARGS`` as its own process (stdout, stderr as text)."""
+    return subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "eval", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
 def test_eval_writes_every_derived_relation_sorted(tmp_path: Path) -> None:
     prog = write(tmp_path / "tc.dl", TC + "label(X, N) :- edge(X, _), name(X, N).\n")
     write(tmp_path / "facts" / "edge.facts", "3\t4\n1\t2\n2\t3\n")
     write(tmp_path / "facts" / "name.facts", "1\tone\n2\t2.5\n")
     out = tmp_path / "out"
-    result = invoke(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out))
+    result = invoke(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out), "--sorted")
     assert result.exit_code == 0, result.output
     assert (out / "path.csv").read_text() == "1\t2\n1\t3\n1\t4\n2\t3\n2\t4\n3\t4\n"
     # fields parse as int, else float, else string
@@ -108,4 +127,242 @@ def test_souffle_dialect_forced_and_unsupported_construct(tmp_path: Path) -> Non
     result = invoke(str(bad), "--out", str(tmp_path / "o2"), "--facts", str(tmp_path))
     assert result.exit_code == 1
     assert f"{bad}:3:" in result.output
+    assert not (tmp_path / "o2").exists()
+
+
+# ----------------------------------------------------------------------------- exact TSV I/O
+
+
+def test_without_sorted_the_rows_are_the_same_in_some_order(tmp_path: Path) -> None:
+    prog = write(tmp_path / "tc.dl", TC)
+    write(tmp_path / "facts" / "edge.facts", "".join(f"{i}\t{i + 1}\n" for i in range(60, 0, -1)))
+    run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "a"))
+    assert run.returncode == 0, run.stderr
+    run = run_eval(
+        str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "b"), "--sorted"
+    )
+    assert run.returncode == 0, run.stderr
+    unsorted, ordered = lines(tmp_path / "a" / "path.csv"), lines(tmp_path / "b" / "path.csv")
+    assert len(ordered) == 61 * 60 // 2
+    assert sorted(unsorted) == sorted(ordered)
+    key = [tuple(int(f) for f in line.split("\t")) for line in ordered]
+    assert key == sorted(key)
+
+
+# Every field of one column: which are ints, floats, strings (merklog dialect).
+FIELDS = [
+    "5",
+    "-7",
+    "007",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "9223372036854775808",  # one past int64: a string
+    "-9223372036854775809",
+    "1_000",
+    "\u0661\u0662",  # Arabic-Indic digits
+    " 5 ",
+    "5 ",
+    "+5",
+    "0x10",
+    "1.0",
+    "1",
+    "-0.0",
+    "2.5e3",
+    "1e400",  # not a finite float: a string
+    "inf",
+    ".5",
+    "",
+]
+
+
+def test_field_types_follow_the_ascii_int64_grammar(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", "all(X) :- p(X).\nnum(X + 0) :- p(X).\n")
+    write(tmp_path / "facts" / "p.facts", "".join(f"{f}\tx\n" for f in FIELDS).replace("\tx", ""))
+    # a one-column file: the empty field's line is an empty line, skipped
+    run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert run.returncode == 0, run.stderr
+    # strings come back as written (untrimmed); numbers in their canonical form
+    canonical = {"-0.0": "0.0", "007": "7", "2.5e3": "2500.0"}
+    expected_all = {canonical.get(f, f) for f in FIELDS if f}
+    assert set(lines(tmp_path / "o" / "all.csv")) == expected_all
+    assert len(lines(tmp_path / "o" / "all.csv")) == len(expected_all)
+    # arithmetic has a value only on numbers: exactly these fields are numbers
+    assert set(lines(tmp_path / "o" / "num.csv")) == {
+        "5",
+        "-7",
+        "7",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "1.0",
+        "1",
+        "0.0",
+        "2500.0",
+    }
+
+
+def test_one_and_one_point_zero_stay_two_rows_and_floats_read_back(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", "q(X, Y) :- p(X, Y).\nd(X * 2) :- p(X, _).\n")
+    write(tmp_path / "facts" / "p.facts", "1\ta\n1.0\ta\n2.5\tb\n1e16\tc\n")
+    run = run_eval(
+        str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"), "--sorted"
+    )
+    assert run.returncode == 0, run.stderr
+    q = lines(tmp_path / "o" / "q.csv")
+    assert sorted(q) == sorted(["1\ta", "1.0\ta", "2.5\tb", "1e+16\tc"])
+    assert set(lines(tmp_path / "o" / "d.csv")) == {"2", "2.0", "5.0", "2e+16"}
+    # the written file, read again, gives the same values back (no 1.0 -> 1 collapse)
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "p.facts").write_text((tmp_path / "o" / "q.csv").read_text())
+    run = run_eval(
+        str(prog), "--facts", str(tmp_path / "again"), "--out", str(tmp_path / "o2"), "--sorted"
+    )
+    assert run.returncode == 0, run.stderr
+    assert lines(tmp_path / "o2" / "q.csv") == q
+    assert set(lines(tmp_path / "o2" / "d.csv")) == {"2", "2.0", "5.0", "2e+16"}
+
+
+def test_large_relations_take_the_columnar_path_with_the_same_types(tmp_path: Path) -> None:
+    # 3,000 rows: above the columnar threshold; ints, floats and strings in separate files
+    prog = write(
+        tmp_path / "p.dl",
+        "ints(X, Y) :- i(X, Y), Y > 5.\nfl(X, Y) :- f(X, Y).\nsym(X, Y) :- s(X, Y), s(Y, _).\n",
+    )
+    facts = tmp_path / "facts"
+    write(facts / "i.facts", "".join(f"{n}\t{n % 10}\n" for n in range(3000)))
+    write(facts / "f.facts", "".join(f"{n}\t{n}.0\n" for n in range(3000)))
+    write(facts / "s.facts", "".join(f"n{n}\tn{n + 1}\n" for n in range(3000)))
+    run = run_eval(str(prog), "--facts", str(facts), "--out", str(tmp_path / "o"), "--sorted")
+    assert run.returncode == 0, run.stderr
+    ints = lines(tmp_path / "o" / "ints.csv")
+    assert len(ints) == 1200 and ints[0] == "6\t6"
+    assert lines(tmp_path / "o" / "fl.csv")[:2] == ["0\t0.0", "1\t1.0"]
+    sym = set(lines(tmp_path / "o" / "sym.csv"))
+    assert len(sym) == 2999 and "n0\tn1" in sym and "n2999\tn3000" not in sym
+
+
+def test_string_results_of_the_columnar_executor_are_written_decoded(tmp_path: Path) -> None:
+    prog = write(tmp_path / "tc.dl", TC)
+    write(tmp_path / "facts" / "edge.facts", "".join(f"v{i}\tv{i + 1}\n" for i in range(1500)))
+    for flag in ((), ("--sorted",)):
+        out = tmp_path / f"o{len(flag)}"
+        run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out), *flag)
+        assert run.returncode == 0, run.stderr
+        rows = lines(out / "path.csv")
+        assert len(rows) == 1501 * 1500 // 2
+        assert "v0\tv1500" in rows and "v3\tv2" not in rows
+
+
+def test_nullary_output_is_written_as_parentheses(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", "ok() :- a(_).\nnope() :- a(2).\nalso :- flag().\n")
+    write(tmp_path / "facts" / "a.facts", "1\n")
+    write(tmp_path / "facts" / "flag.facts", "()\n")  # a nullary fact that holds
+    run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "o" / "ok.csv").read_text() == "()\n"
+    assert (tmp_path / "o" / "also.csv").read_text() == "()\n"
+    assert (tmp_path / "o" / "nope.csv").read_text() == ""
+
+
+SOUFFLE_NULLARY = """
+.decl a(x: number)
+.input a
+.decl ok()
+.output ok
+.decl none()
+.output none
+.decl flag()
+.input flag
+.decl both()
+.output both
+ok() :- a(_).
+none() :- a(2).
+both() :- flag(), a(1).
+"""
+
+
+def test_souffle_nullary_output_matches_souffle(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", SOUFFLE_NULLARY)
+    write(tmp_path / "facts" / "a.facts", "1\n")
+    write(tmp_path / "facts" / "flag.facts", "()\n")
+    run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "o" / "ok.csv").read_text() == "()\n"
+    assert (tmp_path / "o" / "none.csv").read_text() == ""
+    assert (tmp_path / "o" / "both.csv").read_text() == "()\n"
+
+
+SOUFFLE_TYPED = """
+.decl n(x: number, s: symbol)
+.input n
+.decl out(x: number, s: symbol)
+.output out
+out(x, s) :- n(x, s).
+"""
+
+
+def test_souffle_number_columns_read_as_souffle_reads_them(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", SOUFFLE_TYPED)
+    # Soufflé's stoll skips leading white space and takes a sign; symbols stay verbatim
+    write(tmp_path / "facts" / "n.facts", " 5\t 5 \n+6\t1_000\n-2147483648\t-0.0\n")
+    run = run_eval(
+        str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"), "--sorted"
+    )
+    assert run.returncode == 0, run.stderr
+    assert lines(tmp_path / "o" / "out.csv") == ["-2147483648\t-0.0", "5\t 5 ", "6\t1_000"]
+
+
+def test_souffle_number_outside_its_range_is_an_error_with_position(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", SOUFFLE_TYPED)
+    for bad in ("9223372036854775808", "2147483648", "5 ", "1_000", "\u0665", "1.0"):
+        facts = tmp_path / f"f{abs(hash(bad))}"
+        write(facts / "n.facts", f"1\ta\n\n{bad}\tb\n")
+        out = tmp_path / "o"
+        run = run_eval(str(prog), "--facts", str(facts), "--out", str(out))
+        assert run.returncode == 1, (bad, run.stderr)
+        assert run.stderr.startswith(f"{facts / 'n.facts'}:3:1: column 1: "), run.stderr
+        assert "Traceback" not in run.stderr
+        assert not out.exists()
+
+
+def test_ragged_fact_file_names_the_line(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", "q(X) :- p(X, _).\n")
+    write(tmp_path / "facts" / "p.facts", "1\t2\n3\t4\n5\t6\t7\n")
+    run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert run.returncode == 1
+    assert run.stderr.startswith(f"{tmp_path / 'facts' / 'p.facts'}:3:1: 3 fields, expected 2")
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_fact_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", "q(X) :- p(X).\n")
+    (tmp_path / "facts").mkdir()
+    (tmp_path / "facts" / "p.facts").write_bytes(b"ok\nbad\xff\n")
+    run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert run.returncode == 1
+    assert run.stderr.startswith(f"{tmp_path / 'facts' / 'p.facts'}:2:4: not UTF-8 text")
+    assert "Traceback" not in run.stderr
+
+
+def test_output_option_writes_only_the_named_relations(tmp_path: Path) -> None:
+    prog = write(tmp_path / "p.dl", TC + "lone(X) :- edge(X, _), !path(_, X).\n")
+    write(tmp_path / "facts" / "edge.facts", "1\t2\n2\t3\n")
+    out = tmp_path / "o"
+    run = run_eval(
+        str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out), "--output", "lone"
+    )
+    assert run.returncode == 0, run.stderr
+    assert [p.name for p in out.iterdir()] == ["lone.csv"]
+    assert lines(out / "lone.csv") == ["1"]
+    run = run_eval(
+        str(prog),
+        "--facts",
+        str(tmp_path / "facts"),
+        "--out",
+        str(tmp_path / "o2"),
+        "--output",
+        "nope",
+    )
+    assert run.returncode == 1
+    assert run.stderr.strip() == "error: --output nope: the program has no relation nope"
     assert not (tmp_path / "o2").exists()

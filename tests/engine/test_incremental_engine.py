@@ -164,3 +164,23 @@ def test_correlated_aggregate_inside_recursion_is_rejected_precisely() -> None:
     ]
     with pytest.raises(CompileError, match="correlated"):
         IncrementalEngine(rules)
+
+
+def test_compiled_circuit_is_driven_through_its_handles_alone() -> None:
+    """``compile_program`` returns a circuit with input/output handles and no engine:
+    pushing deltas and stepping is all a driver needs (DBSP's handle pattern)."""
+    from merklog.engine.incremental import compile_program
+    from merklog.engine.program import Program
+
+    checked = Program.parse("path(X, Y) :- e(X, Y).\npath(X, Z) :- path(X, Y), e(Y, Z).").checked
+    compiled = compile_program(checked.program.rules, checked.strata)
+    assert set(compiled.inputs) == {"e", "path"} and "e" in compiled.inputs_only
+    assert not hasattr(compiled, "engine")
+    compiled.inputs["e"].push({(1, 2): 1, (2, 3): 1})
+    compiled.step()
+    assert compiled.relations["path"].delta == {(1, 2): 1, (2, 3): 1, (1, 3): 1}
+    compiled.inputs["e"].push({(2, 3): -1})
+    compiled.step()
+    assert compiled.relations["path"].delta == {(2, 3): -1, (1, 3): -1}
+    compiled.step()  # nothing pushed: nothing changes
+    assert compiled.relations["path"].delta == {}

@@ -301,3 +301,83 @@ def test_rules_with_plan_and_nested_groups():
     )
     assert out["odd"] == {(1,), (3,)}
     assert len(out["t"]) == 10
+
+
+# ---------------------------------------------------------------- aggregate scoping
+# Soufflé classifies an aggregate's variables as injected, local or witnesses
+# (souffle-lang/souffle: ast/analysis/Aggregate, ast/transform/GroundWitnesses).
+
+
+def test_aggregate_result_bound_outside_and_used_inside_is_a_constraint():
+    out = run(
+        """
+        .decl gen(x: number)
+        .input gen
+        .decl e_factor(x: number, f: number)
+        .input e_factor
+        .decl perfect(x: number)
+        .output perfect
+        perfect(x) :- gen(x), x = sum inv : e_factor(x, inv).
+        """,
+        {
+            "gen": {(6,), (8,), (28,)},
+            "e_factor": {(6, 1), (6, 2), (6, 3), (8, 1), (8, 2), (8, 4)}
+            | {(28, f) for f in (1, 2, 4, 7, 14)},
+        },
+    )
+    assert out == {"perfect": {(6,), (28,)}}
+
+
+def test_aggregate_inner_variable_shadowing_the_result_is_local():
+    out = run(
+        """
+        .decl recipe(a: number, b: symbol, c: number, d: number)
+        .input recipe
+        .decl max_recipe(a: number)
+        .output max_recipe
+        max_recipe(a) :- a = max a : recipe(a, _, _, _).
+        """,
+        {"recipe": {(1, "x", 0, 0), (5, "y", 0, 0), (3, "z", 0, 0)}},
+    )
+    assert out == {"max_recipe": {(5,)}}
+
+
+def test_min_max_witnesses_reach_the_head():
+    text = """
+        .decl length(x: number, y: number, m: number)
+        .input length
+        .decl longest_path(y: number, x: number, l: number)
+        .output longest_path
+        .decl shortest(x: number, l: number)
+        .output shortest
+        longest_path(y, x, l) :- l = max m : length(x, y, m).
+        shortest(x, l) :- l = min m : { length(x, _, m), m > 1 }.
+        """
+    facts = {"length": {(1, 2, 5), (2, 3, 7), (3, 4, 7), (1, 4, 2), (9, 9, 1)}}
+    out = run(text, facts)
+    # Every tuple reaching the extreme is a witness (Soufflé's GroundWitnesses rewrite).
+    assert out == {"longest_path": {(3, 2, 7), (4, 3, 7)}, "shortest": {(1, 2)}}
+    from merklog.engine.incremental import IncrementalEngine
+
+    prog = Program.parse(text, dialect="souffle")
+    eng = IncrementalEngine(prog.checked)
+    eng.step(inserts=facts)
+    assert eng.relation("longest_path") == out["longest_path"]
+    eng.step(deletes={"length": [(2, 3, 7)]})
+    assert eng.relation("longest_path") == {(4, 3, 7)}
+
+
+def test_aggregate_scoping_keeps_injected_variables_grouped():
+    out = run(
+        """
+        .decl w(s: symbol)
+        .input w
+        .decl c(s: symbol, x: number)
+        .input c
+        .decl b(s: symbol, n: number)
+        .output b
+        b(s, n) :- w(s), n = count : { c(s, _) }.
+        """,
+        {"w": {("a",), ("z",)}, "c": {("a", 1), ("a", 2), ("q", 3)}},
+    )
+    assert out == {"b": {("a", 2), ("z", 0)}}

@@ -140,6 +140,12 @@ def test_program_constants_keep_their_type() -> None:
     assert typed(prog.evaluate()["r"]) == typed((v,) for v in MIXED)
 
 
+def test_query_over_given_relations_keeps_identity() -> None:
+    prog = Program.parse("q(X) :- p(X).")
+    got = prog.query("q(X)", relations={"q": [(1,), (1.0,), (True,)]})
+    assert got == [(True,), (1,), (1.0,)] and typed(got) == typed([(True,), (1,), (1.0,)])
+
+
 def test_rowset_keeps_identity_but_iterates_plain_values() -> None:
     rels = Program.parse("r(X) :- q(X).").evaluate({"q": [(1,), (1.0,), (True,)]})
     rows = rels["r"]
@@ -168,6 +174,35 @@ def test_eval_writes_one_line_per_value_and_floats_as_floats(tmp_path: Path) -> 
     assert (out / "q.csv").read_text().splitlines() == ["true", "1", "1.0", "2.5", "01"]
     assert (out / "c.csv").read_text() == "5\n"
     assert (out / "s.csv").read_text() == "2.0\n"  # int 1 + float 1.0: a float
+
+
+@pytest.mark.parametrize(
+    ("program", "rel", "lines"),
+    [
+        ("p(1). p(1.0). p(true).\nq(X) :- p(X).", "q", ["true", "1", "1.0"]),
+        ("p(1). p(1.0). p(true).\nc(N) :- N := count : p(_).", "c", ["3"]),
+        ("p(true).\nq(X) :- p(X), X == 1.", "q", []),
+        ("p(true).\nq(X) :- p(X), X != 1.", "q", ["true"]),
+        ("p(true). r(1).\nq(X) :- p(X), !r(X).", "q", ["true"]),
+        ('p(true, "t"). p(1, "i"). p(1.0, "f").\nq(Y) :- p(true, Y).', "q", ["t"]),
+        ("p(1). p(1.0). p(true).\nc(C) :- C := p(_).", "c", None),
+        ("p(-0.0). p(0.0).\nq(X) :- p(X).", "q", ["0.0"]),
+    ],
+)
+def test_eval_keeps_value_identity(tmp_path: Path, program: str, rel: str, lines) -> None:
+    prog = tmp_path / "p.dl"
+    prog.write_text(program + "\n")
+    (tmp_path / "facts").mkdir()
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli, ["eval", str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    got = (out / f"{rel}.csv").read_text().splitlines()
+    if lines is None:  # C := p(_): the three stored facts' CIDs
+        assert sorted(got) == sorted(str(fact_cid(make_fact("p", (v,)))) for v in (1, 1.0, True))
+    else:
+        assert got == lines
 
 
 def test_eval_reports_an_arity_that_matches_no_facts(tmp_path: Path) -> None:
@@ -210,6 +245,18 @@ def test_columnar_keeps_mixed_values_apart() -> None:
         assert typed(col_rels[rel]) == typed(tuple_rels[rel]), rel
     assert typed(col_rels["j"]) == typed([(1, "int"), (1.0, "float"), (True, "bool")])
     assert col_rels["c"] == {(len(values),)}
+
+
+def test_array_facts_keep_their_dtype_as_value_type() -> None:
+    import numpy as np
+
+    prog = Program.parse("q(X) :- p(X, _).")
+    floats = prog.query("q(X)", facts={"p": np.array([[1.0, 2.0], [1.5, 0.0]])})
+    assert typed(floats) == {((float, 1.0),), ((float, 1.5),)}
+    ints = prog.query("q(X)", facts={"p": np.array([[1, 2], [3, 4]], dtype=np.int64)})
+    assert typed(ints) == {((int, 1),), ((int, 3),)}
+    bools = prog.query("q(X)", facts={"p": np.array([[True, False]])})
+    assert typed(bools) == {((bool, True),)}
 
 
 def test_columnar_declines_comparisons_over_encoded_floats() -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -57,12 +59,18 @@ def run(home: Path) -> Cli:
 class NodeProc:
     """A ``merklog node run`` subprocess on an ephemeral port."""
 
-    def __init__(self, home: Path, *extra: str, env: dict | None = None) -> None:
+    def __init__(
+        self, home: Path, *extra: str, env: dict | None = None, options: tuple[str, ...] = ()
+    ) -> None:
         self.home = home
         self.extra = extra
+        self.options = options  # before the command, e.g. ("-v", "--log-format", "json")
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.url = ""
+        #: Everything the node wrote to stderr (read by a thread so the pipe never fills).
+        self.stderr_lines: list[str] = []
+        self._reader: threading.Thread | None = None
 
     def start(self, timeout: float = 30.0) -> NodeProc:
         cmd = [
@@ -71,6 +79,7 @@ class NodeProc:
             "merklog.node.cli",
             "--home",
             str(self.home),
+            *self.options,
             "node",
             "run",
             "--port",
@@ -87,11 +96,18 @@ class NodeProc:
             if not line:
                 code = self.proc.wait()
                 raise RuntimeError(f"node exited early with {code}: {self.proc.stderr.read()}")
-            if " listening on " in line:
-                self.url = line.split(" listening on ")[1].strip()
+            self.stderr_lines.append(line)
+            found = re.search(r" listening on (http://[0-9.]+:[0-9]+)", line)
+            if found:
+                self.url = found.group(1)
                 break
         else:
             raise RuntimeError("node did not announce its URL")
+        stream = self.proc.stderr
+        self._reader = threading.Thread(
+            target=lambda: self.stderr_lines.extend(iter(stream.readline, "")), daemon=True
+        )
+        self._reader.start()
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=2) as resp:
@@ -103,9 +119,17 @@ class NodeProc:
 
     @property
     def token(self) -> str:
+        """The write token (api.token), which also grants reads."""
         import tomllib
 
         return tomllib.loads((self.home / "config.toml").read_text())["api"]["token"]
+
+    @property
+    def read_token(self) -> str:
+        """The read-only token (api.read_token)."""
+        import tomllib
+
+        return tomllib.loads((self.home / "config.toml").read_text())["api"]["read_token"]
 
     def request(self, method: str, path: str, body: object = None, token: str | None = "auto"):
         """(status, parsed JSON body) of one request."""
@@ -121,7 +145,8 @@ class NodeProc:
                 raw = resp.read()
                 return resp.status, (json.loads(raw) if raw[:1] in (b"{", b"[") else raw)
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+            raw = exc.read()
+            return exc.code, json.loads(raw)  # every error answer is a JSON body
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc is None:
@@ -133,10 +158,17 @@ class NodeProc:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code = self.proc.wait()
+        if self._reader is not None:
+            self._reader.join(10)
+            self._reader = None
         if self.proc.stderr:
             self.proc.stderr.close()
         self.proc = None
         return code
+
+    @property
+    def stderr_text(self) -> str:
+        return "".join(self.stderr_lines)
 
 
 @pytest.fixture

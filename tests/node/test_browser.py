@@ -1,7 +1,11 @@
-"""The checklist example in headless Chromium: two nodes, two pages, live updates via SSE."""
+"""The checklist example in headless Chromium against real nodes: live updates, writes
+made while the node is down kept in IndexedDB and replayed, add-wins ticks on two devices,
+and the sync indicator (online/offline, last synced, pending writes, peers)."""
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +28,7 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+BOX = "document.querySelector('input[data-id=\"{}\"]')"
 
 
 @pytest.fixture
@@ -38,73 +43,143 @@ def browser():
         b.close()
 
 
-def start_checklist_node(home: Path, node_factory):
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(home: Path, node_factory, port: int | None = None):
+    extra = ("--port", str(port)) if port else ()
+    return node_factory(
+        home, "--static-dir", str(EXAMPLE / "static"), "--epoch-interval", "0.5", *extra
+    ).start()
+
+
+def start_checklist_node(home: Path, node_factory, port: int | None = None):
     run = Cli(home)
     run("init")
     run("put", "-f", str(EXAMPLE / "items.dl"))
     run("load", str(EXAMPLE / "checklist.dl"))
-    return node_factory(
-        home, "--static-dir", str(EXAMPLE / "static"), "--epoch-interval", "0.5"
-    ).start()
+    return serve(home, node_factory, port)
 
 
 def box_state(page, item_id: str) -> bool:
     return page.locator(f'input[data-id="{item_id}"]').is_checked()
 
 
-def test_click_shows_live_on_the_same_page(tmp_path: Path, node_factory, browser) -> None:
-    node = start_checklist_node(tmp_path / "a", node_factory)
-    page = browser.new_page()
+def indicator(page) -> str:
+    return page.get_attribute("#indicator", "data-state") or ""
+
+
+def open_app(context_or_browser, node):
+    page = context_or_browser.new_page()
     page.goto(f"{node.url}/#token={node.token}")
     page.wait_for_selector('input[data-id="milk"]', timeout=15000)
+    page.wait_for_function("document.getElementById('indicator').dataset.state === 'online'")
+    return page
+
+
+def test_click_shows_live_on_the_same_page(tmp_path: Path, node_factory, browser) -> None:
+    node = start_checklist_node(tmp_path / "a", node_factory)
+    page = open_app(browser, node)
     assert not box_state(page, "milk")
     page.locator('input[data-id="milk"]').click()
     page.wait_for_function(
-        "document.querySelector('input[data-id=\"milk\"]').checked "
-        "&& document.querySelector('label.done') !== null",
+        BOX.format("milk") + ".checked && document.querySelector('label.done') !== null "
+        "&& document.getElementById('pending').textContent === '0'",
         timeout=15000,
     )
-    # The server agrees: one click, box checked.
     _, q = node.request("GET", "/v1/query?q=checkbox(%22milk%22,%20S)")
     assert q["rows"] == [[True]]
+    # Unticking retracts done("milk"): set semantics, not a click count.
+    page.locator('input[data-id="milk"]').click()
+    deadline = time.monotonic() + 15
+    while node.request("GET", "/v1/query?q=done(X)")[1]["rows"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert node.request("GET", "/v1/query?q=done(X)")[1]["rows"] == []
+    page.wait_for_function("!" + BOX.format("milk") + ".checked", timeout=15000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "checklist-one-node.png"))
     page.close()
 
 
-def test_two_nodes_two_pages_offline_toggles_merge_after_sync(
+def test_edits_while_the_node_is_down_are_kept_and_replayed(
+    tmp_path: Path, node_factory, browser
+) -> None:
+    port = _free_port()
+    home = tmp_path / "a"
+    node = start_checklist_node(home, node_factory, port)
+    context = browser.new_context()
+    page = open_app(context, node)
+    node.stop()
+    page.wait_for_function(
+        "document.getElementById('indicator').dataset.state === 'offline'", timeout=15000
+    )
+    page.locator('input[data-id="milk"]').click()
+    page.locator('input[data-id="bike"]').click()
+    page.wait_for_function("document.getElementById('pending').textContent === '2'")
+    assert box_state(page, "milk") and box_state(page, "bike")  # shown, marked pending
+    assert page.locator("label.pending").count() == 2
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "checklist-offline.png"))
+    # Close the page: the writes live in IndexedDB only. The node comes back, a new page
+    # of the same browser profile replays them.
+    page.close()
+    node = serve(home, node_factory, port)
+    _, q = node.request("GET", "/v1/query?q=done(X)")
+    assert q["rows"] == []
+    page = context.new_page()
+    page.goto(f"{node.url}/#token={node.token}")
+    page.wait_for_function(
+        "document.getElementById('pending').textContent === '0' && "
+        + BOX.format("milk")
+        + ".checked && "
+        + BOX.format("bike")
+        + ".checked && document.querySelector('label.pending') === null",
+        timeout=20000,
+    )
+    assert indicator(page) == "online"
+    _, q = node.request("GET", "/v1/query?q=done(X)")
+    assert sorted(q["rows"]) == [["bike"], ["milk"]]
+    context.close()
+
+
+def test_two_devices_ticking_the_same_item_apart_end_ticked(
     tmp_path: Path, node_factory, browser
 ) -> None:
     a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
     na = start_checklist_node(a.home, node_factory)
-    b("init", "--join", na.url)
+    b("init", "--join", na.url, "--token", na.read_token)
     b("load", str(EXAMPLE / "checklist.dl"))
-    nb = node_factory(b.home, "--static-dir", str(EXAMPLE / "static"), "--epoch-interval", "0.5")
-    nb.start()
-    a("peers", "add", "b", nb.url, "--writer")
-    b("peers", "add", "a", na.url)
+    nb = serve(b.home, node_factory)
+    a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)
+    b("peers", "add", "a", na.url, "--token", na.read_token)
     b("sync", "a")
-    pa, pb = browser.new_page(), browser.new_page()
-    pa.goto(f"{na.url}/#token={na.token}")
-    pb.goto(f"{nb.url}/#token={nb.token}")
-    for page in (pa, pb):
-        page.wait_for_selector('input[data-id="bike"]', timeout=15000)
-    # Both toggle while not syncing ("offline" from each other): different items.
-    pa.locator('input[data-id="milk"]').click()
-    pb.locator('input[data-id="bike"]').click()
-    pa.wait_for_function("document.querySelector('input[data-id=\"milk\"]').checked")
-    pb.wait_for_function("document.querySelector('input[data-id=\"bike\"]').checked")
+    pa, pb = open_app(browser, na), open_app(browser, nb)
+    pb.wait_for_function("document.getElementById('peers').textContent.includes('a')")
+    synced_before = float(pb.get_attribute("#synced", "data-ts") or 0)
+    assert synced_before > 0  # B's node synced with A (the CLI sync above)
+    # Apart (no sync): both tick bread, and each ticks one other item.
+    for page, other in ((pa, "milk"), (pb, "bike")):
+        page.locator('input[data-id="bread"]').click()
+        page.locator(f'input[data-id="{other}"]').click()
+        page.wait_for_function("document.getElementById('pending').textContent === '0'")
     assert not box_state(pb, "milk") and not box_state(pa, "bike")
-    # Sync from page B's own button; both pages update live via SSE.
-    pb.fill("#peer", na.url)
+    # Sync from page B's button; both pages follow live.
+    pb.fill("#peer", "a")
     pb.click("#sync button")
+    everything = " && ".join(BOX.format(i) + ".checked" for i in ("bread", "milk", "bike"))
     for page in (pa, pb):
-        page.wait_for_function(
-            "document.querySelector('input[data-id=\"milk\"]').checked && "
-            "document.querySelector('input[data-id=\"bike\"]').checked",
-            timeout=15000,
-        )
-    assert not box_state(pa, "bread") and not box_state(pb, "bread")
+        page.wait_for_function(everything, timeout=15000)
+    for node in (na, nb):
+        _, q = node.request("GET", "/v1/query?q=checkbox(%22bread%22,%20S)")
+        assert q["rows"] == [[True]]
+    # The indicator: B's last sync is now set, its peer listed.
+    pb.wait_for_function(
+        f"Number(document.getElementById('synced').dataset.ts) > {synced_before}", timeout=15000
+    )
+    assert pb.text_content("#peers") == "a" and indicator(pb) == "online"
     ARTIFACTS.mkdir(exist_ok=True)
     pa.screenshot(path=str(ARTIFACTS / "checklist-node-a.png"))
     pb.screenshot(path=str(ARTIFACTS / "checklist-node-b.png"))

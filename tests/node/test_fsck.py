@@ -17,7 +17,7 @@ def test_fsck_finds_and_repairs_blocks_from_a_peer(tmp_path: Path, node_factory)
     a("init")
     a("put", "edge(1, 2).", "edge(2, 3).", 'name("n", 1.5, true).')
     na = node_factory(a.home).start()
-    b("init", "--join", na.url)
+    b("init", "--join", na.url, "--token", na.read_token)
     b_key = json.loads(b("status", "--json").output)["key"]
     a("peers", "add", "b", "http://127.0.0.1:9", "--key", b_key)  # lets b read from a
     b("sync", na.url)

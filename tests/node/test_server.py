@@ -67,8 +67,9 @@ def test_openapi_document_is_valid(home: Path, node_factory) -> None:
         assert path in doc["paths"]
 
 
-def _sse(url: str, events: list, stop_after: int, done: threading.Event) -> None:
-    with urllib.request.urlopen(url, timeout=30) as r:
+def _sse(url: str, events: list, stop_after: int, done: threading.Event, token: str) -> None:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
         event = None
         for raw in r:
             line = raw.decode().rstrip("\n")
@@ -95,7 +96,7 @@ def test_subscribe_streams_initial_result_then_deltas(home: Path, node_factory) 
     events: list[tuple[str, dict]] = []
     done = threading.Event()
     url = node.url + "/v1/subscribe?q=edge(1,%20X)"
-    threading.Thread(target=_sse, args=(url, events, 4, done), daemon=True).start()
+    threading.Thread(target=_sse, args=(url, events, 4, done, node.read_token), daemon=True).start()
     _wait_for(events, 1)
     node.request("POST", "/v1/facts", {"assert": "edge(1, 3). edge(2, 9)."})
     _wait_for(events, 2)
@@ -148,7 +149,9 @@ def test_sse_deltas_are_the_incremental_engine_deltas(home: Path, node_factory) 
     events: list[tuple[str, dict]] = []
     done = threading.Event()
     url = node.url + "/v1/subscribe?q=path(1,%20X)"
-    threading.Thread(target=_sse, args=(url, events, 1 + len(steps), done), daemon=True).start()
+    threading.Thread(
+        target=_sse, args=(url, events, 1 + len(steps), done, node.read_token), daemon=True
+    ).start()
     _wait_for(events, 1)
     assert events[0][0] == "result" and events[0][1]["added"] == []
 

@@ -15,10 +15,10 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
     a("init")
     na = node_factory(a.home).start()
-    b("init", "--join", na.url)
+    b("init", "--join", na.url, "--token", na.read_token)
     nb = node_factory(b.home).start()
-    a("peers", "add", "b", nb.url, "--writer")
-    b("peers", "add", "a", na.url)
+    a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)
+    b("peers", "add", "a", na.url, "--token", na.read_token)
     a("put", "edge(1, 2).")
     # B's first write: it syncs once with the node it joined from, receives the grant
     # made there, then writes (no "not a writer in the causal past" surprise).
@@ -26,7 +26,7 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     assert "synced" in b("sync", "a").output
     # C joined too but was never granted: it says so plainly, exit status 7.
     c = Cli(tmp_path / "c")
-    c("init", "--join", na.url)
+    c("init", "--join", na.url, "--token", na.read_token)
     refused = c("put", "edge(9, 9).", ok=False)
     assert refused.exit_code == 7 and "cannot write yet" in refused.output
     assert "Traceback" not in refused.output
@@ -56,10 +56,12 @@ def test_sync_interval_syncs_with_every_peer_automatically(tmp_path: Path, node_
     a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
     a("init")
     na = node_factory(a.home).start()
-    b("init", "--join", na.url)
+    b("init", "--join", na.url, "--token", na.read_token)
     nb = node_factory(b.home, env={"MERKLOG_SYNC_INTERVAL": "0.2"}).start()
-    a("peers", "add", "b", nb.url, "--writer")
-    b("peers", "add", "a", na.url)  # picked up by the running node's next round
+    a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)
+    b(
+        "peers", "add", "a", na.url, "--token", na.read_token
+    )  # picked up by the running node's next round
     a("put", "edge(1, 2).")
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and "edge(1, 2)" not in _facts(b):
@@ -84,10 +86,10 @@ def test_join_on_an_initialised_home_refuses_without_force(tmp_path: Path, node_
         return tomllib.loads((home / "config.toml").read_text())["dataset"]["id"]
 
     own = dataset(b.home)
-    refused = b("init", "--join", na.url, ok=False)
+    refused = b("init", "--join", na.url, "--token", na.read_token, ok=False)
     assert refused.exit_code == 1 and "--force" in refused.output and own in refused.output
     assert dataset(b.home) == own and _facts(b) == ["mine(1)"]  # nothing changed
-    switched = b("init", "--join", na.url, "--force")
+    switched = b("init", "--join", na.url, "--token", na.read_token, "--force")
     assert "switching" in switched.output and dataset(b.home) == dataset(a.home)
     assert _facts(b) == []  # the other dataset's facts are no longer visible
-    assert b("init", "--join", na.url).exit_code == 0  # same dataset again: nothing to do
+    assert b("init", "--join", na.url, "--token", na.read_token).exit_code == 0  # same dataset again: nothing to do

@@ -94,13 +94,14 @@ def connect_url(tmp_path_factory):
         log.close()
 
 
-def _merklog(*args: str) -> str:
+def _merklog(*args: str, cwd: Path | None = None) -> str:
     """Run the real CLI in its own process (one process holds one kind of Spark session)."""
     proc = subprocess.run(
         [sys.executable, "-m", "merklog.node.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=cwd,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
@@ -115,17 +116,21 @@ def test_compact_and_analyze_over_spark_connect(spark, connect_url, tmp_path):
     home = tmp_path / "home"
     _merklog("--home", str(home), "init")
 
+    # relative paths mean the user's working directory, not the Connect server's
     out = _merklog(
         "--home",
         str(home),
         "compact",
-        *dirs,
+        "p0",
+        "p1",
         "--out",
-        str(tmp_path / "snap"),
+        "snap",
         "--remote",
         connect_url,
+        cwd=tmp_path,
     )
     info = json.loads(out.strip().splitlines()[-1])
+    assert Path(info["directory"]).parent == tmp_path / "snap"
     sim.sync_all()
     assert info["facts"] == len(sim.visible(0))
     snap = load_snapshot(info["directory"])
@@ -139,18 +144,22 @@ def test_compact_and_analyze_over_spark_connect(spark, connect_url, tmp_path):
         path(X, Z) :- path(X, Y), edge(Y, Z).
         cid_of(C, X, Y) :- C := edge(X, Y).
     """)
-    inputs = [a for d in dirs for a in ("--input", d)]
-    _merklog(
+    listed = _merklog(
         "--home",
         str(home),
         "analyze",
-        str(program),
-        *inputs,
+        "p.dl",
+        "--input",
+        "p0",
+        "--input",
+        "p1",
         "--out",
-        str(tmp_path / "out"),
+        "out",
         "--remote",
         connect_url,
+        cwd=tmp_path,
     )
+    assert f"path\t{tmp_path / 'out' / 'path'}" in listed.splitlines()
     want = evaluate(
         spark,
         parse_program(program.read_text()),

@@ -1,0 +1,586 @@
+"""TSV fact files in and out as columns: one exact field grammar, pyarrow underneath.
+
+``merklog eval`` reads ``<rel>.facts`` and writes ``<rel>.csv``: one tuple per
+line, fields separated by tabs, no header, no quoting (Soufflé's conventions, so
+Soufflé fact directories work unchanged). Files are parsed by pyarrow's CSV
+reader into whole columns and classified with vectorised regular expressions;
+results are written from columns (pyarrow's CSV writer, or string columns
+joined by pyarrow compute), so no Python code runs per row on the common
+shapes. :func:`parse_field` / :func:`format_field` are the per-field definition
+the columnar code implements (the tests compare them on random fields).
+
+Field grammar, merklog dialect (each field typed on its own):
+
+- ``-?[0-9]+`` within int64 is an int (ASCII digits only);
+- ``-?[0-9]+.[0-9]+([eE][+-]?[0-9]+)?`` or ``-?[0-9]+[eE][+-]?[0-9]+`` (the
+  merklog float literal syntax) is a float when finite (``-0.0`` reads as ``0.0``);
+- anything else is a string, exactly as written: no trimming, so
+  ``9223372036854775808`` (outside int64), ``1_000``, Arabic-Indic digits,
+  `` 5 ``, ``inf`` and ``0x10`` are strings.
+
+Soufflé dialect: columns are typed by ``.decl`` and read the way Soufflé reads
+them (``std::stoll``/``std::stod``): ``number``/``unsigned`` take optional
+leading white space, an optional sign and ASCII digits, and must fit the
+dialect's integer width (32 bits) -- anything else is an error naming the file,
+line and column, as Soufflé's "Error converting <…> in column … in line …";
+``float`` takes a decimal float, finite; ``symbol`` takes the text unchanged.
+
+Writing: ints in decimal, floats in Python's shortest round-trip form that
+always has a ``.`` or an exponent (``1.0``, never ``1``), strings raw, bools
+``true``/``false``, bytes as hex, CIDs as text. So ``1`` and ``1.0`` stay two
+rows and every int and float reads back as itself. A nullary relation that
+holds is written as ``()`` (as Soufflé does), one that does not as an empty
+file; when reading a nullary relation any non-empty line makes it hold.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from merklog.store import Link, Value
+
+from .errors import FactFileError
+from .values import Bool
+
+Row = tuple[Any, ...]
+
+#: What :func:`read_relation` returns: a 2-D int64 array (Fortran order, one
+#: contiguous column per argument) when every field is an int, else tuples.
+FactRows = np.ndarray | list[Row]
+
+INT_TEXT = r"^-?[0-9]+$"
+FLOAT_TEXT = r"^-?(?:[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)$"
+# Soufflé's readers (std::stoll / std::stod) skip leading white space and take a sign.
+SOUFFLE_INT_TEXT = r"^[ \f\v\r]*[+-]?[0-9]+$"
+SOUFFLE_FLOAT_TEXT = r"^[ \f\v\r]*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
+_LEAD = r"^[ \f\v\r]*\+?"
+
+_INT_RE = re.compile(INT_TEXT, re.ASCII)
+_FLOAT_RE = re.compile(FLOAT_TEXT, re.ASCII)
+_SOUFFLE_INT_RE = re.compile(SOUFFLE_INT_TEXT, re.ASCII)
+_SOUFFLE_FLOAT_RE = re.compile(SOUFFLE_FLOAT_TEXT, re.ASCII)
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+I64, F64 = np.int64, np.float64
+
+
+def int_range(column_type: str, int_bits: int) -> tuple[int, int]:
+    """The values a typed integer column may hold (``unsigned``: ``[0, 2**bits)``)."""
+    if column_type == "unsigned":
+        return 0, min(2**int_bits - 1, INT64_MAX)
+    return -(2 ** (int_bits - 1)), 2 ** (int_bits - 1) - 1
+
+
+class FieldError(ValueError):
+    """A field that does not fit its declared column type (position added by the reader)."""
+
+
+# ----------------------------------------------------------------------------- one field
+
+
+def parse_field(text: str, column_type: str = "any", int_bits: int = 64) -> Value:
+    """One TSV field as a value: typed per ``.decl`` (Soufflé), else by the grammar above."""
+    if column_type == "symbol":
+        return text
+    if column_type in ("number", "unsigned"):
+        if not _SOUFFLE_INT_RE.match(text):
+            raise FieldError(f"cannot read {text!r} as a {column_type}")
+        value = int(text.lstrip(" \f\v\r"))
+        lo, hi = int_range(column_type, int_bits)
+        if not lo <= value <= hi:
+            raise FieldError(f"{text!r} is outside the {int_bits}-bit {column_type} range")
+        return value
+    if column_type == "float":
+        if not _SOUFFLE_FLOAT_RE.match(text):
+            raise FieldError(f"cannot read {text!r} as a float")
+        value = float(text.lstrip(" \f\v\r"))
+        if not math.isfinite(value):
+            raise FieldError(f"{text!r} is outside the float range")
+        return value + 0.0  # -0.0 is 0.0, as in the store
+    if _INT_RE.match(text):
+        value = int(text)
+        return value if INT64_MIN <= value <= INT64_MAX else text
+    if _FLOAT_RE.match(text):
+        value = float(text)
+        return value + 0.0 if math.isfinite(value) else text
+    return text
+
+
+def format_field(value: Any) -> str:
+    """One value as a TSV field (strings raw, floats always with ``.`` or an exponent)."""
+    kind = type(value)
+    if kind is int or kind is str:
+        return str(value)
+    if kind is bool or kind is Bool:
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(float(value))
+    if kind is bytes:
+        return value.hex()
+    if kind is Link:
+        return str(value)
+    return str(value)
+
+
+# ----------------------------------------------------------------------------- arrow <-> numpy
+# pyarrow imports pandas (about half a second of CPU, more than a small evaluation)
+# the first time pa.array(), pa.scalar() or .to_numpy() runs. merklog eval never needs
+# pandas, so these helpers move data through raw buffers instead.
+
+
+def _to_numpy(arr: Any, dtype: Any) -> np.ndarray:
+    """A null-free int64/float64 pyarrow (chunked) array as a numpy array (no pandas)."""
+    if hasattr(arr, "combine_chunks"):
+        arr = arr.combine_chunks()
+    if len(arr) == 0:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * 8)
+
+
+def _from_ints(values: np.ndarray) -> Any:
+    """An int64 numpy array as a pyarrow array (zero-copy, no pandas)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _from_mask(mask: np.ndarray) -> Any:
+    """A numpy bool array as a pyarrow boolean array (no pandas)."""
+    import pyarrow as pa
+
+    bits = np.packbits(mask, bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
+
+
+def _from_strs(values: Sequence[str]) -> Any:
+    """Python strings as a pyarrow string array (no pandas)."""
+    import pyarrow as pa
+
+    encoded = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        return pa.Array.from_buffers(
+            pa.large_string(),
+            len(encoded),
+            [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))],
+        )
+    return pa.Array.from_buffers(
+        pa.string(),
+        len(encoded),
+        [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))],
+    )
+
+
+def _str_scalar(text: str) -> Any:
+    return _from_strs([text])[0]
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
+    """(1-based line number, line without its end) of every non-empty line."""
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if line:
+            yield number, line
+
+
+def _error(path: Path, line: int, col: int, message: str, hint: str) -> FactFileError:
+    err = FactFileError(message, line, col, hint=hint)
+    err.path = str(path)
+    return err
+
+
+def _decode(path: Path, data: bytes) -> None:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise _error(path, line, col, "not UTF-8 text", "save the file as UTF-8") from None
+
+
+def _read_rows(
+    path: Path, data: bytes, width: int, types: Sequence[str] | None, int_bits: int
+) -> list[Row]:
+    """The reference reader, one field at a time (used when pyarrow cannot take a file)."""
+    _decode(path, data)
+    rows: list[Row] = []
+    kinds = list(types) if types is not None else ["any"] * width
+    for number, raw in _lines(data):
+        fields = raw.decode("utf-8").split("\t")
+        if len(fields) != width:
+            raise _error(
+                path,
+                number,
+                1,
+                f"{len(fields)} fields, expected {width}",
+                "every line of a fact file has one field per argument, separated by tabs",
+            )
+        row = []
+        for j, (text, kind) in enumerate(zip(fields, kinds, strict=True)):
+            try:
+                row.append(parse_field(text, kind, int_bits))
+            except FieldError as err:
+                col = sum(len(f) + 1 for f in fields[:j]) + 1
+                raise _error(
+                    path, number, col, f"column {j + 1}: {err}", _type_hint(kind)
+                ) from None
+        rows.append(tuple(row))
+    return rows
+
+
+def _type_hint(kind: str) -> str:
+    if kind == "float":
+        return "a float column takes decimal numbers such as 1.5 or 2e3"
+    return f"a {kind} column takes ASCII decimal digits with an optional sign"
+
+
+def _first_line(data: bytes) -> tuple[int, bytes] | None:
+    """(line number, text) of the first non-empty line, without splitting the whole file."""
+    pos, number = 0, 1
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            end = len(data)
+        line = data[pos:end]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if line:
+            return number, line
+        pos, number = end + 1, number + 1
+    return None
+
+
+#: Bytes that pyarrow's int64 parser accepts around or inside digits (white space
+#: trimming, ``0x`` prefixes) but the merklog grammar does not: a file holding
+#: none of them can use pyarrow's typed int64 reader and still be exact.
+_LOOSE_INT_BYTES = (b" ", b"x", b"X", b"+", b"\v", b"\f")
+
+
+def _arrow_read(data: bytes, types: list[Any]) -> Any:
+    """The file as a pyarrow table of the given column types (None when pyarrow refuses it)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    names = [f"c{j}" for j in range(len(types))]
+    try:
+        return pacsv.read_csv(
+            pa.py_buffer(data),
+            read_options=pacsv.ReadOptions(
+                column_names=names, use_threads=False, block_size=1 << 24
+            ),
+            parse_options=pacsv.ParseOptions(
+                delimiter="\t",
+                quote_char=False,
+                escape_char=False,
+                double_quote=False,
+                newlines_in_values=False,
+                ignore_empty_lines=True,
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict(zip(names, types, strict=True)),
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+                null_values=[],
+                check_utf8=True,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None  # ragged lines, bad UTF-8, a non-int in an int column ...
+
+
+def _arrow_columns(data: bytes, first: bytes, kinds: list[str]) -> list[Any] | None:
+    """Columns of the file: int64 where the first line suggests ints and that is exact,
+    pyarrow strings elsewhere (None when pyarrow cannot take the file)."""
+    import pyarrow as pa
+
+    guess = [
+        kind in ("any", "number") and _INT_RE.match(text) is not None
+        for kind, text in zip(kinds, first.decode("utf-8", "replace").split("\t"), strict=True)
+    ]
+    if any(guess) and not any(b in data for b in _LOOSE_INT_BYTES):
+        table = _arrow_read(data, [pa.int64() if g else pa.string() for g in guess])
+        if table is not None:
+            return [
+                _to_numpy(table.column(j), I64) if g else table.column(j)
+                for j, g in enumerate(guess)
+            ]
+    table = _arrow_read(data, [pa.string()] * len(kinds))
+    return None if table is None else [table.column(j) for j in range(len(kinds))]
+
+
+def _all(mask: Any) -> bool:
+    import pyarrow.compute as pc
+
+    return bool(pc.all(mask).as_py()) if len(mask) else True
+
+
+def _any(mask: Any) -> bool:
+    import pyarrow.compute as pc
+
+    return bool(pc.any(mask).as_py()) if len(mask) else False
+
+
+def _column(col: Any, kind: str, int_bits: int) -> np.ndarray | list | None:
+    """One string column as values: an int64/float64 array, a list, or None (fall back)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if kind == "symbol":
+        return col.to_pylist()
+    if kind in ("number", "unsigned"):
+        if not _all(pc.match_substring_regex(col, SOUFFLE_INT_TEXT)):
+            return None
+        try:
+            ints = _to_numpy(pc.cast(pc.replace_substring_regex(col, _LEAD, ""), pa.int64()), I64)
+        except pa.ArrowInvalid:
+            return None  # outside int64: the reference reader says where
+        lo, hi = int_range(kind, int_bits)
+        if len(ints) and (int(ints.min()) < lo or int(ints.max()) > hi):
+            return None
+        return ints
+    if kind == "float":
+        if not _all(pc.match_substring_regex(col, SOUFFLE_FLOAT_TEXT)):
+            return None
+        floats = _to_numpy(pc.cast(pc.replace_substring_regex(col, _LEAD, ""), pa.float64()), F64)
+        if not np.isfinite(floats).all():
+            return None
+        return floats + 0.0
+    is_int = pc.match_substring_regex(col, INT_TEXT)
+    if _all(is_int):
+        try:
+            return _to_numpy(pc.cast(col, pa.int64()), I64)
+        except pa.ArrowInvalid:
+            pass  # some field is outside int64: a string, decided field by field below
+    elif not _any(is_int):
+        is_float = pc.match_substring_regex(col, FLOAT_TEXT)
+        if not _any(is_float):
+            return col.to_pylist()  # no numbers at all: every field is a string
+        if _all(is_float):
+            floats = _to_numpy(pc.cast(col, pa.float64()), F64)
+            if np.isfinite(floats).all():
+                return floats + 0.0
+    return [parse_field(text) for text in col.to_pylist()]
+
+
+def read_relation(
+    path: Path,
+    arity: int | None = None,
+    column_types: Sequence[str] | None = None,
+    int_bits: int = 64,
+) -> FactRows:
+    """The tuples of one ``<rel>.facts`` file (empty lines skipped).
+
+    ``arity`` (or ``column_types``, one per argument) fixes the number of fields
+    a line must have; without either the first line decides. Raises
+    :class:`~merklog.engine.errors.FactFileError` (``path``, ``line``, ``col``)
+    for a line that does not fit.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    if column_types is not None:
+        arity = len(column_types)
+    if arity == 0:
+        return [()] if data.translate(None, b"\r\n") else []
+    first = _first_line(data)
+    if first is None:
+        return []
+    width = first[1].count(b"\t") + 1
+    if arity is not None and width != arity:
+        raise _error(
+            path,
+            first[0],
+            1,
+            f"{width} fields, but the program uses {path.stem} with {arity} arguments",
+            "every line of a fact file has one field per argument, separated by tabs",
+        )
+    kinds = list(column_types) if column_types is not None else ["any"] * width
+    # A lone CR would end a line for pyarrow but is part of a field for us (and Soufflé).
+    columns = None
+    if data.count(b"\r") == data.count(b"\r\n"):
+        columns = _arrow_columns(data, first[1], kinds)
+    if columns is None:
+        return _read_rows(path, data, width, column_types, int_bits)
+    cols: list[np.ndarray | list] = []
+    for col, kind in zip(columns, kinds, strict=True):
+        got = col if isinstance(col, np.ndarray) else _column(col, kind, int_bits)
+        if kind in ("number", "unsigned") and isinstance(got, np.ndarray) and len(got):
+            lo, hi = int_range(kind, int_bits)
+            if int(got.min()) < lo or int(got.max()) > hi:
+                got = None
+        if got is None:  # a typed field that does not fit: find it, say where
+            return _read_rows(path, data, width, column_types, int_bits)
+        cols.append(got)
+    if all(isinstance(c, np.ndarray) and c.dtype == np.int64 for c in cols):
+        out = np.empty((len(cols[0]), width), dtype=np.int64, order="F")
+        for j, c in enumerate(cols):
+            out[:, j] = c
+        return out
+    lists = [c.tolist() if isinstance(c, np.ndarray) else c for c in cols]
+    return list(zip(*lists, strict=True))
+
+
+def read_facts_dir(
+    directory: Path,
+    relations: Iterable[str] | None = None,
+    column_types: Mapping[str, Sequence[str]] | None = None,
+    arities: Mapping[str, int] | None = None,
+    int_bits: int = 64,
+) -> dict[str, FactRows]:
+    """``<rel>.facts`` files of a directory: only ``relations`` when given (missing = empty)."""
+    directory = Path(directory)
+    types = column_types or {}
+    sizes = arities or {}
+    if relations is None:
+        names = sorted(p.stem for p in directory.glob("*.facts"))
+    else:
+        names = list(relations)
+    out: dict[str, FactRows] = {}
+    for name in names:
+        path = directory / f"{name}.facts"
+        if path.exists():
+            out[name] = read_relation(path, sizes.get(name), types.get(name), int_bits)
+        else:
+            out[name] = []
+    return out
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _int_order(cols: list[np.ndarray]) -> np.ndarray:
+    """Row order sorting int64 columns lexicographically (one packed key when it fits)."""
+    from .columnar import Ineligible, Packer
+
+    try:
+        packer = Packer.for_columns(cols)
+    except Ineligible:
+        return np.lexsort(cols[::-1])
+    return np.argsort(packer.pack(cols), kind="stable")
+
+
+def _string_column(values: Sequence[Any]) -> Any:
+    """Values of one output column as a pyarrow string array (ints formatted by pyarrow)."""
+    import pyarrow as pa
+
+    if all(type(v) is int for v in values):
+        return _from_ints(np.array(values, dtype=np.int64)).cast(pa.string())
+    return _from_strs([format_field(v) for v in values])
+
+
+def _decoded_strings(col: np.ndarray, decoder: tuple[int, list]) -> Any:
+    """An encoded int64 column (ids <= base stand for ``values[base - id]``) as strings."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    base, values = decoder
+    mask = col <= base
+    ints = _from_ints(col).cast(pa.string())
+    if not mask.any():
+        return ints
+    table = _from_strs([format_field(v) for v in values])
+    idx = np.where(mask, base - col, 0)
+    return pc.if_else(_from_mask(mask), table.take(_from_ints(idx)), ints)
+
+
+#: Rows formatted and written per batch (bounds the memory the text needs).
+WRITE_BATCH = 1 << 20
+
+
+def _write_strings(fh: Any, arrays: list[Any]) -> None:
+    """Write string columns as tab-separated lines, joined by pyarrow (no quoting)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lines = arrays[0]
+    if len(arrays) > 1:
+        lines = pc.binary_join_element_wise(*arrays, _str_scalar("\t"))
+    lines = pc.binary_join_element_wise(lines, _str_scalar(""), _str_scalar("\n"))
+    chunks = lines.chunks if isinstance(lines, pa.ChunkedArray) else [lines]
+    for chunk in chunks:
+        if len(chunk) == 0:
+            continue
+        _validity, offsets_buf, data_buf = chunk.buffers()
+        offsets = np.frombuffer(
+            offsets_buf, dtype=np.int32, count=len(chunk) + 1, offset=chunk.offset * 4
+        )
+        fh.write(memoryview(data_buf)[int(offsets[0]) : int(offsets[-1])])
+
+
+def _write_ints(fh: Any, cols: list[np.ndarray]) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    table = pa.Table.from_arrays(
+        [_from_ints(c) for c in cols], names=[f"c{j}" for j in range(len(cols))]
+    )
+    pacsv.write_csv(
+        table,
+        fh,
+        write_options=pacsv.WriteOptions(
+            include_header=False, delimiter="\t", quoting_style="none", batch_size=1 << 16
+        ),
+    )
+
+
+def write_relation(path: Path, relations: Any, rel: str, sort: bool = False) -> int:
+    """Write relation ``rel`` of ``relations`` (a :class:`~merklog.engine.batch.Relations`)
+    to ``path``, tab-separated, one tuple a line; rows sorted (by
+    :func:`~merklog.engine.batch.sort_rows`' order) only when ``sort``. Returns the row count.
+    """
+    from .batch import sort_rows
+
+    path = Path(path)
+    encoded = relations.encoded_columns(rel) if rel in relations else None
+    with open(path, "wb") as fh:
+        if encoded is not None and encoded[0]:
+            cols, decoder = encoded
+            n = len(cols[0])
+            if decoder is None:
+                if sort:
+                    order = _int_order(cols)
+                    cols = [c[order] for c in cols]
+                for start in range(0, n, WRITE_BATCH):
+                    _write_ints(fh, [c[start : start + WRITE_BATCH] for c in cols])
+                return n
+            if not sort:
+                for start in range(0, n, WRITE_BATCH):
+                    part = [c[start : start + WRITE_BATCH] for c in cols]
+                    _write_strings(fh, [_decoded_strings(c, decoder) for c in part])
+                return n
+        # Engine-form rows: 1, 1.0 and true are distinct members (plain values collapse).
+        rows: Any = relations.engine(rel) if rel in relations else ()
+        if not rows:
+            return 0
+        rows = sort_rows(rows) if sort else list(rows)
+        if len(rows[0]) == 0:
+            fh.write(b"()\n")  # a nullary relation that holds, written as Soufflé does
+            return 1
+        for start in range(0, len(rows), WRITE_BATCH):
+            part = rows[start : start + WRITE_BATCH]
+            _write_strings(fh, [_string_column(c) for c in zip(*part, strict=True)])
+        return len(rows)
+
+
+__all__ = [
+    "FLOAT_TEXT",
+    "INT_TEXT",
+    "FactRows",
+    "FieldError",
+    "format_field",
+    "parse_field",
+    "read_facts_dir",
+    "read_relation",
+    "write_relation",
+]

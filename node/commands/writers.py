@@ -1,0 +1,62 @@
+"""``merklog writers grant|revoke KEY|PEER``: who may write to this dataset (owner only)."""
+
+from __future__ import annotations
+
+import click
+
+from merklog.node.cli import State, pass_state
+
+
+def _key(state: State, key_or_peer: str) -> str:
+    """A peer name from ``[peers]`` stands for its key; anything else must be a hex key."""
+    from merklog.node.cliutil import fail, guard
+    from merklog.node.target import load_config
+
+    cfg = guard(lambda: load_config(state.home, state.overrides))
+    peer = cfg.peers.get(key_or_peer)
+    if isinstance(peer, dict) and peer.get("key"):
+        return str(peer["key"])
+    try:
+        if len(bytes.fromhex(key_or_peer)) == 32:
+            return key_or_peer
+    except ValueError:
+        pass
+    fail(f"{key_or_peer!r} is neither a peer with a key in [peers] nor a 64-digit hex key")
+    raise AssertionError("unreachable")
+
+
+def register(cli: click.Group) -> None:
+    @cli.group("writers")
+    def writers() -> None:
+        """Grant or revoke write access to this dataset (the owner's node only)."""
+
+    @writers.command("grant")
+    @click.argument("key_or_peer")
+    @pass_state
+    def grant(state: State, key_or_peer: str) -> None:
+        """Let KEY_OR_PEER (hex public key or peer name) write; a signed delta that syncs."""
+        from merklog.node.cliutil import guard, target
+
+        key = _key(state, key_or_peer)
+        with target(state) as t:
+            delta = guard(lambda: t.grant(key))
+        click.echo(f"granted {key[:16]}… (delta {_delta(delta)})")
+
+    @writers.command("revoke")
+    @click.argument("key_or_peer")
+    @pass_state
+    def revoke(state: State, key_or_peer: str) -> None:
+        """Stop KEY_OR_PEER from writing. Its earlier deltas stay; peers refuse later ones
+        once the revoke reached them (sync it out)."""
+        from merklog.node.cliutil import guard, target
+
+        key = _key(state, key_or_peer)
+        with target(state) as t:
+            delta = guard(lambda: t.revoke(key))
+        click.echo(f"revoked {key[:16]}… (delta {_delta(delta)})")
+
+
+def _delta(result: object) -> str:
+    if isinstance(result, dict):
+        result = result.get("delta")
+    return str(result) if result else "none"

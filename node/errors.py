@@ -1,0 +1,23 @@
+"""Errors the node package raises on purpose; all derive from ``merklog.Error``.
+
+The HTTP error middleware (:mod:`merklog.node.middleware`) and the CLI turn these
+into one clear line or a JSON body; anything else reaching them is a bug.
+"""
+
+from __future__ import annotations
+
+from merklog.store.errors import Error
+
+__all__ = ["Error", "NodeError", "NodeInputError", "Unauthorized"]
+
+
+class NodeError(Error):
+    """Base class of the node's own errors."""
+
+
+class NodeInputError(NodeError, ValueError):
+    """Bad input from a user (syntax, values): reported with position, nothing changed."""
+
+
+class Unauthorized(NodeError):
+    """A request lacks the token its route needs (HTTP 401)."""

@@ -1,0 +1,61 @@
+"""Owner-only files and directories: what a home holds is secret (tokens, keys) or data.
+
+Every file the node creates in a home — config.toml (API tokens), identity.pem,
+store.sqlite and its ``-wal``/``-shm`` companions, node.json, CAR exports — is
+mode 0600 and the home directory 0700, whatever the umask. SQLite creates its
+``-wal`` and ``-shm`` files with the permissions of the database file, so creating
+that file 0600 before SQLite opens it covers all three. Opening an existing home
+tightens what an older version left readable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) if missing; ``path`` itself ends up 0700."""
+    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    if path.stat().st_mode & 0o777 != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Create ``path`` empty if missing, owner-only; tighten it if it exists."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE)
+    os.close(fd)
+    tighten(path)
+    return path
+
+
+def tighten(path: Path) -> None:
+    """Make an existing file owner-only (no-op for a missing one)."""
+    try:
+        if path.stat().st_mode & 0o777 != FILE_MODE:
+            os.chmod(path, FILE_MODE)
+    except FileNotFoundError:
+        pass
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically (temp file + rename) with owner-only ``data``."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.chmod(tmp, FILE_MODE)
+    os.replace(tmp, path)
+
+
+def open_private(path: Path, mode: str = "wb"):  # noqa: ANN201 - a file object
+    """``open(path, mode)`` creating the file owner-only (for exports and temp files)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    os.chmod(path, FILE_MODE)
+    return os.fdopen(fd, mode)

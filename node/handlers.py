@@ -1,0 +1,326 @@
+"""Handlers of the node's local HTTP API (``/v1/...``, health, metrics, OpenAPI).
+
+Handlers raise; the middlewares in :mod:`merklog.node.middleware` check tokens and
+turn every failure into a JSON error with its status. Peer sync routes are
+replication's (mounted as a sub-app by :mod:`merklog.node.server`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from merklog.store import Link, StoreError, decode, decode_fact
+
+from . import wiring
+from .errors import NodeInputError
+from .jsonvalues import fact_from_json, value_to_json
+from .metrics import CONTENT_TYPE_LATEST
+from .middleware import ApiError
+from .node import Node
+from .openapi import openapi_document
+
+NODE_KEY = web.AppKey("node", Node)
+READY_KEY = web.AppKey("ready", dict)
+#: Set when the server shuts down: live-query streams end at once instead of lingering.
+CLOSING_KEY = web.AppKey("closing", asyncio.Event)
+
+#: Default and largest page of ``GET /v1/facts``.
+FACTS_PAGE = 1000
+FACTS_PAGE_MAX = 10000
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object (NodeInputError otherwise)."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise NodeInputError(f"request body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise NodeInputError("request body must be a JSON object")
+    return body
+
+
+def fact_ref(cid: Link, fact: Any) -> dict[str, Any]:
+    return {"cid": str(cid), "fact": str(fact)}
+
+
+# ------------------------------------------------------------------------- public
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    static = request.app[NODE_KEY].config.path("node.static_dir")
+    if static is None or not (static / "index.html").exists():
+        return web.json_response(
+            {"service": "merklog", "docs": "/openapi.json", "health": "/healthz"}
+        )
+    return web.FileResponse(static / "index.html")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    ready = request.app[READY_KEY].get("ready", False)
+    return web.json_response(
+        {"status": "ok" if ready else "starting", "epoch": node.epoch}, status=200 if ready else 503
+    )
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+# ------------------------------------------------------------------------- reads
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[NODE_KEY].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def status(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    info = await asyncio.get_running_loop().run_in_executor(None, node.status)
+    return web.json_response(info)
+
+
+async def list_facts(request: web.Request) -> web.Response:
+    """One page of visible facts; ``next`` is the cursor for ``?after=`` (null at the end)."""
+    node = request.app[NODE_KEY]
+    rel = request.query.get("rel") or None
+    after = None
+    if request.query.get("after"):
+        try:
+            after = Link.parse(request.query["after"])
+        except (ValueError, StoreError) as exc:
+            raise NodeInputError(f"after= must be a fact CID from a previous page: {exc}") from None
+    try:
+        limit = int(request.query.get("limit", FACTS_PAGE))
+    except ValueError:
+        raise NodeInputError("limit= must be an integer") from None
+    if not 1 <= limit <= FACTS_PAGE_MAX:
+        raise NodeInputError(f"limit= must be between 1 and {FACTS_PAGE_MAX}")
+    page, cursor = await asyncio.get_running_loop().run_in_executor(
+        None, node.page_facts, rel, after, limit
+    )
+    return web.json_response(
+        {"facts": [fact_ref(c, f) for c, f in page], "next": str(cursor) if cursor else None}
+    )
+
+
+def describe_block(node: Node, cid: Link) -> dict[str, Any]:
+    data = node.store.get(cid)
+    out: dict[str, Any] = {"cid": str(cid), "size": len(data)}
+    try:
+        out["fact"] = str(decode_fact(data))
+        out["kind"] = "fact"
+    except Exception:
+        obj = decode(data)
+        out["kind"] = obj.get("kind", "block") if isinstance(obj, dict) else "block"
+    return out
+
+
+async def get_block(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    try:
+        cid = Link.parse(request.match_info["cid"])
+    except (ValueError, StoreError) as exc:
+        raise ApiError(400, "bad CID", str(exc)) from None
+    return web.json_response(describe_block(node, cid))
+
+
+async def _query_text(request: web.Request) -> str:
+    if request.method == "POST":
+        q = (await json_body(request)).get("q")
+    else:
+        q = request.query.get("q")
+    if not isinstance(q, str) or not q.strip():
+        raise ApiError(400, "bad query", 'missing query "q", e.g. q=path(1, X)')
+    return q
+
+
+async def query(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    text = await _query_text(request)
+    try:
+        result = node.query(text)
+    except NodeInputError as exc:
+        raise ApiError(400, "bad query", str(exc)) from None
+    return web.json_response(result.to_json())
+
+
+async def subscribe(request: web.Request) -> web.StreamResponse:
+    """Server-Sent Events: ``result`` (whole answer), then ``delta`` per changing epoch.
+    The stream ends when the client goes away or the server shuts down."""
+    node = request.app[NODE_KEY]
+    closing = request.app[CLOSING_KEY]
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, list, list, int]] = asyncio.Queue()
+
+    def callback(event: str, added: list, removed: list) -> None:
+        # Called inside the epoch that produced the change: node.epoch is that epoch.
+        loop.call_soon_threadsafe(queue.put_nowait, (event, added, removed, node.epoch))
+
+    text = await _query_text(request)
+    try:
+        sub = node.subscribe(text, callback)
+    except NodeInputError as exc:
+        raise ApiError(400, "bad query", str(exc)) from None
+    try:
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await resp.prepare(request)
+        columns = wiring.query_columns_of(sub.query)
+        closed = asyncio.ensure_future(closing.wait())
+        try:
+            while not closing.is_set():
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait(
+                    {getter, closed}, timeout=15, return_when="FIRST_COMPLETED"
+                )
+                if getter not in done:
+                    getter.cancel()
+                    if not closing.is_set():
+                        await resp.write(b": keep-alive\n\n")
+                    continue
+                event, added, removed, epoch = getter.result()
+                payload = {
+                    "columns": columns,
+                    "epoch": epoch,
+                    "added": [[value_to_json(v) for v in r] for r in added],
+                    "removed": [[value_to_json(v) for v in r] for r in removed],
+                }
+                await resp.write(f"event: {event}\ndata: {json.dumps(payload)}\n\n".encode())
+            await resp.write_eof()
+        finally:
+            closed.cancel()
+    finally:
+        node.unsubscribe(sub)
+    return resp
+
+
+async def genesis(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    return web.Response(
+        body=node.store.get(node.dataset),
+        content_type="application/vnd.ipld.dag-cbor",
+        headers={"X-Dataset": str(node.dataset)},
+    )
+
+
+async def export_car(request: web.Request) -> web.StreamResponse:
+    from merklog.store.car import car_header, car_section
+
+    node = request.app[NODE_KEY]
+    roots, blocks = node.export_blocks()
+    resp = web.StreamResponse(headers={"Content-Type": "application/vnd.ipld.car"})
+    await resp.prepare(request)
+    await resp.write(car_header(roots))
+    for cid, data in blocks:
+        await resp.write(car_section(cid, data))
+    await resp.write_eof()
+    return resp
+
+
+# ------------------------------------------------------------------------- writes
+
+
+def _facts_field(node: Node, body: dict[str, Any], name: str) -> list:
+    """``"assert"``/``"retract"``: Datalog text, or a list of JSON facts
+    ``{"rel": "edge", "args": [1, 2]}`` with typed values."""
+    value = body.get(name)
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return node.coerce_facts([value]) if value.strip() else []
+    if isinstance(value, list):
+        return [fact_from_json(item, f"{name}[{i}]") for i, item in enumerate(value)]
+    raise NodeInputError(
+        f'"{name}" must be Datalog text or a list of {{"rel": ..., "args": [...]}} facts'
+    )
+
+
+async def write_facts(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    body = await json_body(request)
+    add = _facts_field(node, body, "assert")
+    rem = _facts_field(node, body, "retract")
+    try:
+        result = await node.write_async(add, rem)
+    except wiring.replication_errors() as exc:  # e.g. this key is not (yet) a writer
+        raise ApiError(403, "refused", str(exc)) from None
+    await node.settled()  # read-your-writes: the answer comes after the epoch that saw it
+    return web.json_response(result.to_json())
+
+
+async def load_program(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    body = await json_body(request)
+    text = body.get("program")
+    if not isinstance(text, str):
+        raise NodeInputError('"program" must be a string')
+    try:
+        node.load_program(text, source=str(body.get("source") or "<program>"))
+    except NodeInputError as exc:
+        raise ApiError(400, "bad program", str(exc)) from None
+    # Answer with the state the new program derives (its first epoch ran).
+    await asyncio.get_running_loop().run_in_executor(None, node.run_epoch)
+    return web.json_response(node.status())
+
+
+async def sync_now(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    body = await json_body(request)
+    url = body.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise NodeInputError('"url" must be a peer name or an http(s) URL')
+    url = node.resolve_peer(url.strip())
+    if not url.startswith(("http://", "https://")):
+        raise NodeInputError(f"{body['url']!r} is neither a peer in [peers] nor an http(s) URL")
+    try:
+        return web.json_response(await node.sync(url))
+    except wiring.replication_errors() as exc:  # unreachable, refused: the peer's problem
+        raise ApiError(502, "peer unreachable", str(exc)) from None
+
+
+async def grant(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    body = await json_body(request)
+    key = body.get("key")
+    if not isinstance(key, str):
+        raise NodeInputError('"key" must be a 64-digit hex Ed25519 public key')
+    try:
+        delta = node.grant(key)
+    except wiring.replication_errors() as exc:
+        raise ApiError(403, "refused", str(exc)) from None
+    return web.json_response({"delta": delta})
+
+
+async def revoke(request: web.Request) -> web.Response:
+    node = request.app[NODE_KEY]
+    try:
+        delta = node.revoke(request.match_info["key"])
+    except wiring.replication_errors() as exc:
+        raise ApiError(403, "refused", str(exc)) from None
+    return web.json_response({"delta": delta})
+
+
+async def import_car(request: web.Request) -> web.Response:
+    from merklog.store.car import CarDecoder
+
+    node = request.app[NODE_KEY]
+    decoder = CarDecoder()
+    try:
+        blocks = list(decoder.feed(await request.read()))
+        decoder.close()
+        result = node.import_blocks(blocks)
+    except (StoreError, *wiring.replication_errors()) as exc:
+        raise ApiError(400, "rejected", str(exc)) from None
+    return web.json_response(result)

@@ -1,0 +1,72 @@
+"""Merklog values in JSON, both ways: the one rendering used by every HTTP answer and the
+typed JSON fact form accepted by ``POST /v1/facts``.
+
+JSON keeps the value types apart (``1``, ``1.0``, ``true`` and ``"1"`` are four
+different values with four different CIDs): an integer literal is an int, a
+literal with a fraction or exponent is a float. Bytes and CIDs use DAG-JSON's
+tagged forms (https://ipld.io/specs/codecs/dag-json/spec/): ``{"/": {"bytes":
+"<base64, no padding>"}}`` and ``{"/": "bafy…"}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from merklog.store import Fact, InvalidValue, Link, make_fact
+
+from .errors import NodeInputError
+
+__all__ = ["fact_from_json", "fact_to_json", "value_from_json", "value_to_json"]
+
+
+def value_to_json(value: Any) -> Any:
+    """A value as JSON: CIDs ``{"/": "bafy…"}``, bytes ``{"/": {"bytes": base64}}``."""
+    if isinstance(value, Link):
+        return {"/": str(value)}
+    if isinstance(value, bytes):
+        return {"/": {"bytes": base64.b64encode(value).decode().rstrip("=")}}
+    return value
+
+
+def value_from_json(obj: Any, where: str = "value") -> Any:
+    """The merklog value a JSON value stands for (NodeInputError if none)."""
+    if obj is None or isinstance(obj, list):
+        raise NodeInputError(f"{where}: {type(obj).__name__} is not a merklog value")
+    if isinstance(obj, dict):
+        tag = obj.get("/") if len(obj) == 1 else None
+        if isinstance(tag, str):
+            try:
+                return Link.parse(tag)
+            except (ValueError, InvalidValue) as exc:
+                raise NodeInputError(f"{where}: {tag!r} is not a CID ({exc})") from None
+        if isinstance(tag, dict) and len(tag) == 1 and isinstance(tag.get("bytes"), str):
+            text = tag["bytes"]
+            try:
+                return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+            except (binascii.Error, ValueError):
+                raise NodeInputError(f"{where}: {text!r} is not base64") from None
+        raise NodeInputError(
+            f'{where}: objects must be {{"/": "<cid>"}} or {{"/": {{"bytes": "<base64>"}}}}'
+        )
+    return obj
+
+
+def fact_from_json(obj: Any, where: str = "fact") -> Fact:
+    """``{"rel": "edge", "args": [1, 2]}`` → ``edge(1, 2)`` with typed values."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("rel"), str):
+        raise NodeInputError(f'{where}: expected {{"rel": "<name>", "args": [...]}}')
+    args = obj.get("args", [])
+    if not isinstance(args, list):
+        raise NodeInputError(f'{where}: "args" must be a list')
+    values = [value_from_json(a, f"{where} argument {i}") for i, a in enumerate(args)]
+    try:
+        return make_fact(obj["rel"], values)
+    except InvalidValue as exc:
+        raise NodeInputError(f"{where}: {exc}") from None
+
+
+def fact_to_json(fact: Fact) -> dict[str, Any]:
+    """The JSON fact form of ``fact`` (the inverse of :func:`fact_from_json`)."""
+    return {"rel": fact.rel, "args": [value_to_json(v) for v in fact.args]}

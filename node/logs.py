@@ -1,0 +1,58 @@
+"""Log output of the CLI and the node: readable text, or one JSON object per line.
+
+``merklog --log-format json`` (or ``MERKLOG_LOG_FORMAT=json``) writes each record
+as a JSON line — ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``msg`` and, for
+errors, ``exc`` (the formatted exception as one string) — so a log shipper can
+parse every line; the default is one human line per record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+LEVELS = {0: logging.WARNING, 1: logging.INFO}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record; multi-line parts (tracebacks) stay inside strings."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def announce(message: str, fmt: str = "text") -> None:
+    """A line the operator always sees (listening URL, stopped), whatever the log level:
+    plain text, or in JSON mode a JSON line like every log record."""
+    if fmt == "json":
+        record = logging.LogRecord("merklog.node", logging.INFO, "", 0, message, None, None)
+        line = JsonFormatter().format(record)
+    else:
+        line = message
+    print(line, file=sys.stderr, flush=True)
+
+
+def setup_logging(verbose: int, fmt: str = "text") -> None:
+    """Log to stderr at WARNING (``-v`` INFO, ``-vv`` DEBUG) as text or JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.set_name("merklog")
+    root = logging.getLogger()
+    for old in list(root.handlers):  # ours from an earlier call only (tests call the CLI often)
+        if old.get_name() == "merklog":
+            root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(LEVELS.get(verbose, logging.DEBUG))

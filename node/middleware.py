@@ -1,0 +1,203 @@
+"""The HTTP app's middlewares: request metrics, bearer-token auth and error mapping.
+
+Order (outermost first): ``count`` (every answer by route template and status),
+``errors`` (every failure becomes a JSON body ``{"error", "detail"}`` with the
+right status; a client that went away is not an error), ``auth`` (the token a
+route needs, from the route table in :mod:`merklog.node.server`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import ClientConnectionError, ClientPayloadError, web
+
+from merklog.replication.errors import ReplicationError
+from merklog.store import BlockNotFound, InvalidValue, StoreError
+
+from .config import Config
+from .errors import NodeInputError, Unauthorized
+from .metrics import NodeMetrics
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: ``(method, route template) -> access`` where access is public | read | write | peer.
+ACCESS_KEY = web.AppKey("merklog_access", dict)
+CONFIG_KEY = web.AppKey("merklog_config", Config)
+METRICS_KEY = web.AppKey("merklog_metrics", NodeMetrics)
+
+
+class ApiError(Exception):
+    """An answer other than 200 decided by a handler: status, error name, detail."""
+
+    def __init__(self, status: int, error: str, detail: str = "") -> None:
+        super().__init__(detail or error)
+        self.status = status
+        self.error = error
+        self.detail = detail
+
+
+def json_error(status: int, error: str, detail: str = "") -> web.Response:
+    body: dict[str, Any] = {"error": error}
+    if detail:
+        body["detail"] = detail
+    return web.json_response(body, status=status)
+
+
+def route_template(request: web.Request) -> str:
+    """The matched route's template (``/v1/blocks/{cid}``), or ``unmatched``."""
+    route = request.match_info.route
+    resource = getattr(route, "resource", None)
+    return resource.canonical if resource is not None else "unmatched"
+
+
+def route_access(request: web.Request) -> str:
+    """Which credential the matched route needs (public for unknown paths: they 404)."""
+    if getattr(request.match_info, "http_exception", None) is not None:
+        return "public"
+    method = "GET" if request.method == "HEAD" else request.method
+    table: dict = request.app[ACCESS_KEY]
+    return table.get((method, route_template(request)), "public")
+
+
+# ------------------------------------------------------------------------- auth
+
+
+def _presented_token(request: web.Request) -> str:
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Bearer "):
+        return header[7:].strip()
+    # EventSource (SSE) cannot send headers: reads may carry ?access_token= (RFC 6750 §2.3).
+    if request.method in ("GET", "HEAD"):
+        return request.query.get("access_token", "")
+    return ""
+
+
+def _matches(given: str, expected: str) -> bool:
+    return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def check_token(config: Config, access: str, token: str) -> None:
+    """Raise Unauthorized unless ``token`` grants ``access`` (read or write).
+
+    The write token (``api.token``) grants reads too; ``api.read_token`` grants reads
+    only; ``api.anonymous_reads = true`` lets reads through without a token.
+    """
+    write = config.get("api.token")
+    if access == "write":
+        if not _matches(token, write):
+            raise Unauthorized("send Authorization: Bearer <api.token> (the write token)")
+        return
+    if access == "read":
+        if config.get("api.anonymous_reads"):
+            return
+        if _matches(token, write) or _matches(token, config.get("api.read_token")):
+            return
+        raise Unauthorized("send Authorization: Bearer <api.read_token or api.token>")
+
+
+@web.middleware
+async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Routes marked read/write need a bearer token; peer routes check signatures
+    themselves (replication), public ones (health, OpenAPI, the app page) need none."""
+    access = route_access(request)
+    if access in ("read", "write"):
+        check_token(request.app[CONFIG_KEY], access, _presented_token(request))
+    return await handler(request)
+
+
+# ------------------------------------------------------------------------- errors
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def _map(exc: BaseException) -> tuple[int, str, str] | None:
+    """(status, error, detail) for a failure a user can cause or meet; None for a bug."""
+    if isinstance(exc, ApiError):
+        return exc.status, exc.error, exc.detail
+    if isinstance(exc, Unauthorized):
+        return 401, "unauthorized", str(exc)
+    if isinstance(exc, BlockNotFound):
+        return 404, "not found", str(exc)
+    if isinstance(exc, ReplicationError):
+        return exc.status, exc.code, exc.detail
+    if isinstance(exc, NodeInputError | InvalidValue):
+        return 400, "bad input", str(exc)
+    if isinstance(exc, StoreError):
+        return 500, "store error", str(exc)
+    return None
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure a JSON body with the right status; never a traceback page.
+
+    aiohttp's own answers (404 unknown path, 405, 413 body too large, …) are
+    re-rendered as JSON. A client that disconnects mid-request (e.g. mid-sync) is
+    logged at DEBUG and no answer is attempted on the closed connection.
+    """
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else ""
+        if exc.status == 405:
+            allowed = ", ".join(sorted(getattr(exc, "allowed_methods", ()) or ()))
+            detail = f"{request.method} is not allowed here; use {allowed}"
+        elif exc.status == 404 and not detail:
+            detail = f"no route {request.path} (see /openapi.json)"
+        elif exc.status == 413:
+            detail = f"request body exceeds {request.client_max_size} bytes (node.max_body)"
+        response = json_error(exc.status, exc.reason.lower(), detail)
+        for name in ("Allow",):
+            if name in exc.headers:
+                response.headers[name] = exc.headers[name]
+        return response
+    except (ConnectionResetError, ClientConnectionError, ClientPayloadError) as exc:
+        if not _client_gone(request):
+            raise  # e.g. an outgoing call failed: a real error, mapped by the caller
+        log.debug("%s %s: client went away (%s)", request.method, request.path, exc)
+        return web.Response(status=499)  # never sent: aiohttp drops it on a closed transport
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        mapped = _map(exc)
+        if mapped is None:
+            log.exception("%s %s failed", request.method, request.path)
+            return json_error(500, "internal error", f"{type(exc).__name__}: {exc}")
+        status, error, detail = mapped
+        if status >= 500:
+            log.warning("%s %s: %s", request.method, request.path, detail)
+        if status in (400, 401, 403):
+            request.app[METRICS_KEY].rejected.inc()
+        return json_error(status, error, detail)
+    return response
+
+
+# ------------------------------------------------------------------------- metrics
+
+
+@web.middleware
+async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count every answer in ``merklog_http_requests_total{route, method, status}``."""
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        request.app[METRICS_KEY].http_requests.labels(
+            route_template(request), request.method, str(status)
+        ).inc()

@@ -1,0 +1,187 @@
+"""A node's background tasks in an event loop: the epoch loop, ``@async`` delivery and
+automatic sync. ``Node.start()`` / ``await Node.stop()`` (or ``async with``) drive them.
+
+Stopping is prompt whatever runs: each loop checks a stop flag at every wake-up and
+is cancelled as well (a cancellation racing a wake-up can be lost inside 3.11's
+``asyncio.wait_for``; the flag ends the loop anyway), and an epoch already running
+on its worker thread commits before ``stop`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from merklog.store.errors import Error as MerklogError
+
+from .config import Config
+from .metrics import NodeMetrics
+
+log = logging.getLogger("merklog.node.node")
+
+
+class Owner(Protocol):
+    """What the tasks need of their node (the node implements it; no import of it here)."""
+
+    config: Config
+    metrics: NodeMetrics
+    outbox: Any
+    url: str | None
+
+    def run_epoch(self) -> int: ...
+    def peer_urls(self) -> dict[str, str]: ...
+    async def sync(self, url: str) -> dict: ...
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Wait until ``event`` is set or ``timeout`` passes (``asyncio.timeout`` keeps a
+    cancellation that arrives together with the event, unlike 3.11's ``wait_for``)."""
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        pass
+
+
+class BackgroundTasks:
+    """The asyncio side of one node; wake-ups are safe from any thread."""
+
+    def __init__(self, node: Owner) -> None:
+        self.node = node
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.epoch_wake: asyncio.Event | None = None
+        self.outbox_wake: asyncio.Event | None = None
+        self.tasks: list[asyncio.Task] = []
+        self.stopping = False
+        self._epoch_future: asyncio.Future | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether an epoch loop runs (else writers run epochs themselves)."""
+        return bool(self.tasks)
+
+    def start(self) -> None:
+        """Start the loops as tasks of the running event loop."""
+        config = self.node.config
+        self.loop = asyncio.get_running_loop()
+        self.stopping = False
+        self.epoch_wake = asyncio.Event()
+        self.outbox_wake = asyncio.Event()
+        self.tasks = [
+            self.loop.create_task(self._epoch_loop()),
+            self.loop.create_task(self._delivery_loop()),
+        ]
+        if float(config.get("sync.interval")) > 0:
+            self.tasks.append(self.loop.create_task(self._sync_loop()))
+
+    async def stop(self, timeout: float = 2.0) -> None:
+        """Stop every loop; returns within about ``timeout`` seconds."""
+        tasks, self.tasks = self.tasks, []
+        self.stopping = True
+        for event in (self.epoch_wake, self.outbox_wake):
+            if event is not None:
+                event.set()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                log.warning("background task %s did not stop within %.1f s", task, timeout)
+        epoch = self._epoch_future
+        if epoch is not None and not epoch.done():  # let the epoch's commit finish
+            await asyncio.wait([epoch], timeout=timeout)
+
+    def cancel(self) -> None:
+        """Cancel without waiting (closing a node whose loop is gone)."""
+        tasks, self.tasks = self.tasks, []
+        self.stopping = True
+        for task in tasks:
+            task.cancel()
+
+    # ------------------------------------------------------------------ wake-ups
+    def wake_epoch(self) -> None:
+        """Ask for an epoch as soon as possible (thread-safe)."""
+        self._set(self.epoch_wake)
+
+    def wake_outbox(self) -> None:
+        """Ask for a delivery pass as soon as possible (thread-safe)."""
+        self._set(self.outbox_wake)
+
+    def _set(self, event: asyncio.Event | None) -> None:
+        """Set an event of the node's loop from that loop or from any other thread."""
+        if event is None or self.loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            event.set()
+        else:
+            self.loop.call_soon_threadsafe(event.set)
+
+    # ------------------------------------------------------------------ loops
+    async def _epoch_loop(self) -> None:
+        """Run an epoch when woken (a write, a sync, a message) or every epoch_interval.
+        Epochs run on a worker thread: their commit (fsync) does not stall the HTTP server."""
+        interval = float(self.node.config.get("node.epoch_interval"))
+        assert self.epoch_wake is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await wait_event(self.epoch_wake, interval)
+            if self.stopping:
+                return
+            self.epoch_wake.clear()
+            self._epoch_future = loop.run_in_executor(None, self.node.run_epoch)
+            try:
+                await asyncio.shield(self._epoch_future)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("epoch failed")
+
+    async def _delivery_loop(self) -> None:
+        """Deliver queued ``@async`` messages (signed ``POST /v1/inbox``), retrying with
+        backoff until each destination acknowledges: at-least-once; receivers dedup."""
+        import aiohttp
+
+        node = self.node
+        interval = float(node.config.get("node.outbox_interval"))
+        timeout = float(node.config.get("sync.timeout"))
+        assert self.outbox_wake is not None
+        async with aiohttp.ClientSession() as session:
+            while True:
+                await wait_event(self.outbox_wake, interval)
+                if self.stopping:
+                    return
+                self.outbox_wake.clear()
+                try:
+                    report = await node.outbox.deliver(session, timeout=timeout)
+                except Exception:
+                    log.exception("@async delivery pass failed")
+                    continue
+                if report.delivered:
+                    node.metrics.async_messages.labels("delivered").inc(report.delivered)
+                if report.failed:
+                    node.metrics.async_messages.labels("failed").inc(report.failed)
+                    log.info("@async delivery: %s", "; ".join(report.errors[:3]))
+
+    async def _sync_loop(self) -> None:
+        """Every ``sync.interval`` seconds, sync with each peer in ``[peers]`` (re-read, so
+        ``merklog peers add`` takes effect); an unreachable peer is logged and retried."""
+        node = self.node
+        interval = float(node.config.get("sync.interval"))
+        while not self.stopping:
+            await asyncio.sleep(interval)
+            for _name, url in sorted(node.peer_urls().items()):
+                if self.stopping:
+                    return
+                if url == (node.url or ""):
+                    continue
+                try:
+                    await node.sync(url)
+                except MerklogError:  # logged and counted by sync(); retried next round
+                    pass
+                except Exception:  # a bug, not an offline peer: say so, keep the loop alive
+                    log.exception("automatic sync with %s failed", url)

@@ -1,0 +1,170 @@
+"""The Python API for apps: ``merklog.open``, ``merklog.Error``, typed writes, the JSON fact
+form over HTTP, and the complete app in docs/python-api.md (run as documented)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import merklog
+from merklog.store import Link, fact_cid, make_fact
+
+from .conftest import Cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "python-api.md"
+
+#: Five values that Python's == conflates in part (1 == 1.0 == True) but merklog keeps apart.
+MIXED = [1, 1.0, True, "1", b"\x01"]
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*"))
+
+
+def test_memory_node_touches_no_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("MERKLOG_HOME", str(tmp_path / "merklog-home"))
+    with merklog.open(memory=True) as node:
+        results = [node.assert_("v", value) for value in MIXED]
+        node.load_program("w(X) :- v(X).")
+        node.retract("v", "1")
+        assert len(node.list_facts("v")) == 4
+        assert node.status()["facts"] >= 1
+    assert _files(tmp_path) == []
+    cids = {r.asserted[0][0] for r in results}
+    assert cids == {fact_cid(make_fact("v", [v])) for v in MIXED} and len(cids) == 5
+
+
+def test_open_home_is_the_cli_home_and_errors_share_one_root(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    with merklog.open(home) as node:
+        node.assert_("edge", 1, 2)
+        assert node.query("edge(1, X)").rows == [(2,)]
+        with pytest.raises(merklog.Error, match="already running"):
+            merklog.open(home)  # the home lock is held
+        with pytest.raises(merklog.Error):
+            node.assert_("edge", float("inf"))
+        with pytest.raises(merklog.Error, match="1:"):
+            node.load_program("p(X) :- q(Y).")
+    assert (home / "config.toml").stat().st_mode & 0o777 == 0o600
+    assert "edge(1, 2)" in Cli(home)("ls").output
+    with pytest.raises(merklog.Error, match="unknown option"):
+        merklog.open(home, settings={"node.nope": 1})
+    with pytest.raises(merklog.Error):
+        merklog.open(memory=True, settings={"sync.interval": "soon"})
+
+
+def test_typed_values_keep_their_identity_in_the_store(tmp_path: Path) -> None:
+    cid = fact_cid(make_fact("x", [0]))
+    with merklog.open(tmp_path / "h") as node:
+        for value in [*MIXED, cid]:
+            node.assert_("v", "k", value)
+        stored = {c: f for c, f in node.list_facts("v")}
+    assert len(stored) == 6
+    assert {type(f.args[1]) for f in stored.values()} == {int, float, bool, str, bytes, Link}
+
+
+SCRIPT = """
+import asyncio, sys
+import merklog
+
+async def main():
+    async with merklog.open(sys.argv[1]) as node:
+        await node.sync(sys.argv[2])  # first: a joined home cannot write before it
+        node.assert_("from_b", 1)
+        await node.sync(sys.argv[2])
+        print("synced", flush=True)
+
+asyncio.run(main())
+print("exited", flush=True)
+"""
+
+
+def test_async_with_exits_after_sync(tmp_path: Path, node_factory) -> None:
+    """``async with merklog.open(home)`` ending in ``await node.sync(url)`` leaves the block
+    and the process ends (it used to hang in the epoch loop's cancellation)."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    with merklog.open(b.home) as node_b:
+        key_b = node_b.identity.public_key.hex()
+    a("peers", "add", "b", "http://127.0.0.1:9", "--key", key_b, "--writer")
+    (tmp_path / "app.py").write_text(SCRIPT)
+    out = subprocess.run(
+        [sys.executable, str(tmp_path / "app.py"), str(b.home), na.url],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard, not a timing assertion
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["synced", "exited"]
+    _, q = na.request("GET", "/v1/query?q=from_b(X)")
+    assert q["rows"] == [[1]]
+
+
+def test_json_fact_form_over_http_keeps_types(home: Path, node_factory) -> None:
+    Cli(home)("init")
+    node = node_factory(home).start()
+    cid = fact_cid(make_fact("x", [0]))
+    body = {
+        "assert": [
+            {"rel": "v", "args": [1]},
+            {"rel": "v", "args": [1.0]},
+            {"rel": "v", "args": [True]},
+            {"rel": "v", "args": ["1"]},
+            {"rel": "v", "args": [{"/": {"bytes": "AQ"}}]},
+            {"rel": "v", "args": [{"/": str(cid)}]},
+        ]
+    }
+    status, result = node.request("POST", "/v1/facts", body)
+    assert status == 200, result
+    expected = [make_fact("v", [v]) for v in [*MIXED, cid]]
+    assert [a["cid"] for a in result["asserted"]] == [str(fact_cid(f)) for f in expected]
+    # The Datalog text form of the same fact gives the same CID.
+    _, text = node.request("POST", "/v1/facts", {"assert": "v(1.0)."})
+    assert text["asserted"][0]["cid"] == result["asserted"][1]["cid"]
+    _, q = node.request("GET", "/v1/query?q=v(X)")
+    assert {"/": {"bytes": "AQ"}} in [r[0] for r in q["rows"]]
+    assert {"/": str(cid)} in [r[0] for r in q["rows"]]
+    _, retracted = node.request("POST", "/v1/facts", {"retract": [{"rel": "v", "args": [True]}]})
+    assert retracted["retracted"][0]["cid"] == result["asserted"][2]["cid"]
+    for bad in (
+        [{"rel": "v", "args": [None]}],
+        [{"rel": "v", "args": [{"bytes": "AQ"}]}],
+        [{"rel": "v", "args": [{"/": "not-a-cid"}]}],
+        [{"rel": "v", "args": [2**63]}],
+        [{"rel": "v"}, 5],
+        {"rel": "v", "args": [1]},
+    ):
+        status, err = node.request("POST", "/v1/facts", {"assert": bad})
+        assert status == 400 and err["error"] == "bad input", (bad, err)
+    _, facts = node.request("GET", "/v1/facts?rel=v")
+    assert len(facts["facts"]) == 5
+
+
+def test_the_documented_app_runs_and_prints_what_the_doc_says(tmp_path: Path) -> None:
+    text = DOC.read_text()
+    app = re.findall(r"```python\n(.*?)```", text, re.S)[-1]
+    expected = re.search(r"Output:\n\n```text\n(.*?)```", text, re.S)
+    assert expected and "asyncio.run(main())" in app
+    (tmp_path / "app.py").write_text(textwrap.dedent(app))
+    out = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MERKLOG_HOME": str(tmp_path / "unused")},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == expected.group(1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]  # a memory node

@@ -1,0 +1,249 @@
+"""Secure defaults and the HTTP error contract, on real node processes: owner-only files,
+a token on every /v1 route (read vs write, anonymous reads only when configured), JSON
+errors with the right status, /openapi.json equal to the router, writer revocation, and
+a client dying mid-sync not logged as a server error."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from merklog.node.server import ROUTES
+
+from .conftest import Cli
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def loose_umask():
+    old = os.umask(0o022)  # the usual default: files would come out world-readable
+    yield
+    os.umask(old)
+
+
+def test_home_files_are_owner_only(home: Path, node_factory, loose_umask) -> None:
+    run = Cli(home)
+    run("init")
+    node = node_factory(home).start()
+    run("put", "edge(1, 2).")  # through the node: the WAL exists now
+    files = ["config.toml", "identity.pem", "store.sqlite", "store.sqlite-wal", "node.json"]
+    for name in files:
+        assert _mode(home / name) == 0o600, name
+    assert _mode(home / "store.sqlite-shm") == 0o600
+    assert _mode(home) == 0o700
+    node.stop()
+    run("export", str(home / "backup.car"))
+    assert _mode(home / "backup.car") == 0o600
+
+
+def test_token_command_prints_the_tokens(home: Path) -> None:
+    import tomllib
+
+    run = Cli(home)
+    run("init")
+    api = tomllib.loads((home / "config.toml").read_text())["api"]
+    assert api["token"] != api["read_token"] and len(api["read_token"]) >= 20
+    assert run("token").output.strip() == api["read_token"]
+    assert run("token", "--write").output.strip() == api["token"]
+    assert api["anonymous_reads"] is False
+
+
+def test_an_older_world_readable_home_is_tightened(home: Path, loose_umask) -> None:
+    run = Cli(home)
+    run("init")
+    for path in (home, home / "config.toml", home / "store.sqlite"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    run("put", "edge(1, 2).")
+    assert _mode(home / "store.sqlite") == 0o600 and _mode(home) == 0o700
+
+
+def _call(url: str, method: str, token: str | None, body: bytes | None = None):
+    req = urllib.request.Request(url, data=body, method=method)
+    req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.headers.get("Content-Type", ""), resp.read(0)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), json.loads(exc.read())
+
+
+def _concrete(path: str) -> str:
+    return (
+        path.replace("{cid}", "bafyreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku")
+        .replace("{key}", "00" * 32)
+        .replace("/v1/subscribe", "/v1/subscribe?q=nothing(X)")
+    )
+
+
+def test_every_route_needs_the_token_its_table_entry_names(home: Path, node_factory) -> None:
+    Cli(home)("init")
+    node = node_factory(home).start()
+    assert {r.access for r in ROUTES} == {"public", "read", "write"}
+    for route in ROUTES:
+        if route.path == "/v1/subscribe":
+            continue  # a stream: checked below
+        url = node.url + _concrete(route.path)
+        body = b"{}" if route.method == "POST" else None
+        anonymous, _, err = _call(url, route.method, None, body)
+        read_only = _call(url, route.method, node.read_token, body)[0]
+        if route.access == "public":
+            assert anonymous == 200, route
+        elif route.access == "read":
+            assert anonymous == 401 and err["error"] == "unauthorized", route
+            assert read_only != 401, route
+        else:
+            assert anonymous == 401 and read_only == 401, route
+            assert _call(url, route.method, node.token, body)[0] != 401, route
+    stream = node.url + "/v1/subscribe?q=edge(X,%20Y)"
+    assert _call(stream, "GET", None)[0] == 401
+    # EventSource cannot send headers: a read may carry ?access_token= instead.
+    with urllib.request.urlopen(f"{stream}&access_token={node.read_token}", timeout=30) as resp:
+        assert resp.status == 200 and resp.readline().startswith(b"event: result")
+    assert _call(node.url + "/v1/facts", "POST", None, b'{"assert": "x(1)."}')[0] == 401
+    # Peer sync routes are not token routes: they want a peer signature.
+    status, _, err = _call(node.url + "/v1/inbox", "POST", node.token, b"")
+    assert status == 401 and err["error"] != "unauthorized"
+
+
+def test_anonymous_reads_when_configured(home: Path, node_factory) -> None:
+    Cli(home)("--set", "api.anonymous_reads=true", "init")
+    node = node_factory(home).start()
+    assert node.request("GET", "/v1/facts", token=None)[0] == 200
+    assert node.request("POST", "/v1/facts", {"assert": "y(1)."})[0] == 200  # x stays unknown
+    assert node.request("GET", "/v1/query?q=y(X)", token=None)[0] == 200
+    assert node.request("POST", "/v1/facts", {"assert": "x(1)."}, token=None)[0] == 401
+    assert node.request("POST", "/v1/facts", {"assert": "x(1)."}, token=node.read_token)[0] == 401
+
+
+def test_errors_are_json_with_the_right_status(home: Path, node_factory) -> None:
+    Cli(home)("init")
+    node = node_factory(home, env={"MERKLOG_NODE_MAX_BODY": "4096"}).start()
+    status, ctype, err = _call(node.url + "/v1/nope", "GET", node.token)
+    assert status == 404 and ctype.startswith("application/json") and err["error"] == "not found"
+    status, ctype, err = _call(node.url + "/v1/status", "POST", node.token, b"{}")
+    assert status == 405 and ctype.startswith("application/json") and "GET" in err["detail"]
+    big = json.dumps({"assert": "x(%s)." % ("1" * 10)} | {"pad": "y" * 10000}).encode()
+    status, ctype, err = _call(node.url + "/v1/facts", "POST", node.token, big)
+    assert status == 413 and ctype.startswith("application/json") and "4096" in err["detail"]
+    status, _, err = _call(node.url + "/v1/facts", "POST", node.token, b"{not json")
+    assert status == 400 and err["error"] == "bad input"
+    status, _, err = _call(
+        node.url + "/v1/sync", "POST", node.token, b'{"url": "http://127.0.0.1:9"}'
+    )
+    assert status == 502 and err["error"] == "peer unreachable"
+    status, _, err = _call(node.url + "/v1/blocks/notacid", "GET", node.token)
+    assert status == 400 and err["error"] == "bad CID"
+    assert node.request("GET", "/v1/facts")[1]["facts"] == []
+
+
+def test_openapi_lists_every_route_of_the_router(tmp_path: Path) -> None:
+    from openapi_spec_validator import validate
+
+    import merklog
+    from merklog.node.openapi import openapi_document
+    from merklog.node.server import build_app, router_routes
+
+    doc = openapi_document()
+    validate(doc)
+    with merklog.open(memory=True) as node:
+        routes = router_routes(build_app(node))
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert documented == routes
+    for path, ops in doc["paths"].items():
+        for op in ops.values():
+            for code, answer in op["responses"].items():
+                if code == "502":
+                    assert "peer" in answer["description"].lower(), path
+                if code.startswith(("4", "5")):
+                    assert "application/json" in answer["content"], (path, code)
+    for path in ("/v1/writers", "/v1/export", "/v1/import", "/v1/genesis", "/v1/inbox"):
+        assert path in doc["paths"]
+    assert any(p.startswith("/v1/datasets/") for p in doc["paths"])
+
+
+def test_writer_revocation_from_cli_and_http(tmp_path: Path, node_factory) -> None:
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    nb = node_factory(b.home).start()
+    a("peers", "add", "b", nb.url, "--token", nb.read_token)
+    b("peers", "add", "a", na.url, "--token", na.read_token)
+    assert "granted" in a("writers", "grant", "b").output
+    b("sync", "a")
+    b("put", "edge(1, 2).")
+    b("sync", "a")
+    assert "revoked" in a("writers", "revoke", "b").output
+    b("sync", "a")
+    refused = b("put", "edge(3, 4).", ok=False)
+    assert (
+        refused.exit_code != 0 and "writer" in refused.output and "Traceback" not in refused.output
+    )
+    assert [line.split("\t")[1] for line in a("ls").output.splitlines()] == ["edge(1, 2)"]
+    # Over HTTP: the owner grants again, a bad key is bad input, the read token is not enough.
+    key_b = json.loads(b("status", "--json").output)["key"]
+    assert na.request("DELETE", f"/v1/writers/{key_b}", token=na.read_token)[0] == 401
+    assert na.request("DELETE", "/v1/writers/xyz")[0] == 400
+    status, body = na.request("POST", "/v1/writers", {"key": key_b})
+    assert status == 200 and body["delta"]
+    status, body = na.request("DELETE", f"/v1/writers/{key_b}")
+    assert status == 200 and body["delta"]
+    bad = a("writers", "revoke", "nobody", ok=False)
+    assert bad.exit_code != 0 and "neither a peer" in bad.output
+
+
+def test_client_dying_mid_sync_is_not_a_server_error(tmp_path: Path, node_factory) -> None:
+    from merklog.replication.auth import sign_headers
+    from merklog.replication.identity import Identity
+
+    a = Cli(tmp_path / "a")
+    a("init")
+    facts = tmp_path / "many.dl"
+    pad = "p" * 200
+    facts.write_text("".join(f'row({i}, "{pad}").\n' for i in range(40000)))
+    a("put", "-f", str(facts))
+    peer = Identity.generate()
+    a("peers", "add", "gone", "http://127.0.0.1:9", "--key", peer.public_key.hex())
+    na = node_factory(a.home).start()
+    dataset = json.loads(a("status", "--json").output)["dataset"]
+    path = f"/v1/datasets/{dataset}/sync"
+    body = json.dumps({"heads": [dataset], "summary": None}).encode()
+    import hashlib
+
+    host, port = na.url.removeprefix("http://").split(":")
+    for _ in range(3):
+        headers = sign_headers(peer, "POST", path, hashlib.sha256(body).hexdigest())
+        with socket.socket() as sock:
+            # A small receive window: the server's writes back up while the client lags.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            sock.sendall(
+                (
+                    f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n{head}\r\n"
+                ).encode()
+                + body
+            )
+            first = sock.recv(4096)
+            assert first.startswith(b"HTTP/1.1 200"), first[:200]
+            # Die: reset the connection with most of the CAR unread.
+            sock.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )
+    assert na.request("GET", "/healthz")[0] == 200
+    na.stop()
+    assert na.proc is None
+    log = na.stderr_text
+    assert "Traceback" not in log and "ERROR" not in log and "Error handling" not in log, log
