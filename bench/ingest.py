@@ -150,7 +150,8 @@ def start_node(home: Path) -> tuple[object, str]:
 
 
 def bench_json_api(url: str, token: str, facts: list, chunk: int = 20_000) -> Timer | None:
-    """``POST /v1/facts`` with JSON fact bodies (``{"rel", "args"}``), if the node has them."""
+    """``POST /v1/facts`` with JSON fact bodies (``{"assert": [{"rel", "args"}]}``), if the
+    node has them."""
     import json
     import urllib.error
     import urllib.request

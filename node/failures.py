@@ -16,7 +16,7 @@ from pathlib import Path
 from merklog.replication.errors import Unauthorized
 from merklog.store.errors import Error
 
-from .errors import NodeError
+from .errors import NodeError, NodeInputError
 
 
 class ExitCode(IntEnum):
@@ -44,13 +44,13 @@ class Failure(NodeError):
             self.exit_code = exit_code
 
 
-class NotVisible(Failure, ValueError):
+class NotVisible(Failure, NodeInputError):
     """``retract`` of facts that are not visible (nothing to retract)."""
 
     exit_code = ExitCode.NOT_FOUND
 
 
-class UnknownRelation(Failure, ValueError):
+class UnknownRelation(Failure, NodeInputError):
     """A query names a relation (or an arity of it) that neither the data nor the
     program has."""
 

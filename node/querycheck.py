@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from merklog.engine import ast
 
+from .errors import NodeInputError
 from .failures import ExitCode, Failure, UnknownRelation
 
 T = TypeVar("T")
@@ -65,7 +66,7 @@ def require_known(
             )
 
 
-class UnanswerableQuery(Failure, ValueError):
+class UnanswerableQuery(Failure, NodeInputError):
     """A query the evaluator cannot schedule (a variable only a comparison or a negation
     mentions): bad input, reported instead of an internal error."""
 

@@ -122,6 +122,8 @@ def test_anonymous_reads_when_configured(home: Path, node_factory) -> None:
     node = node_factory(home).start()
     assert node.request("GET", "/v1/facts", token=None)[0] == 200
     assert node.request("GET", "/v1/status", token=None)[0] == 200
+    assert node.request("POST", "/v1/facts", {"assert": "y(1)."})[0] == 200  # x stays unknown
+    assert node.request("GET", "/v1/query?q=y(X)", token=None)[0] == 200
     assert node.request("POST", "/v1/facts", {"assert": "x(1)."}, token=None)[0] == 401
     assert node.request("POST", "/v1/facts", {"assert": "x(1)."}, token=node.read_token)[0] == 401
 
