@@ -629,7 +629,7 @@ _ARITH_ERRORS = (NoBinding,)
 
 
 def local_strata(rules: Iterable[ast.Rule]) -> list[list[ast.Rule]]:
-    """Seed 000 §1.3.3 strata of the deductive rules (when the caller supplies none)."""
+    """Dialog query-engine spec §1.3.3 strata of the deductive rules (when the caller supplies none)."""
     from .stratify import stratify
 
     return [list(s.rules) for s in stratify(tuple(rules)) if not s.temporal]

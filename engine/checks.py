@@ -16,15 +16,15 @@ a :class:`CheckedProgram` carrying the strata, arities, EDB and IDB:
      never be bound, so it is the same error);
    - every named variable of a negated atom is bound -> :class:`UnsafeNegationError`
      (``_`` inside a negation is a wildcard: "no tuple with any value here");
-   - aggregates (seed 000 §Aggregation): the body's variables form a lexical
+   - aggregates (Dialog query-engine spec §Aggregation): the body's variables form a lexical
      scope; those also used elsewhere in the rule body are grouping variables
      and must be bound there; the aggregated parameter must be otherwise unbound
      and (single-atom body) appear exactly once in the atom; a variable bound only
      inside an aggregate is not visible outside -> :class:`AggregateScopeError`;
    - ``@async``: the head's first argument (destination peer) is a variable bound
      in the body or a constant -> :class:`AsyncHeadError`;
-3. stratification (seed 000 §1.3.3) -> :class:`UnstratifiableError` naming the cycle;
-4. ``@next`` finiteness (seed 000 §1.3.1): each inductive rule must
+3. stratification (Dialog query-engine spec §1.3.3) -> :class:`UnstratifiableError` naming the cycle;
+4. ``@next`` finiteness (Dialog query-engine spec §1.3.1): each inductive rule must
    (1) contain its head atom as a positive body atom with identical arguments, or
    (2) contain a positive atom over an *instantaneous* relation: one that is not
    the head of an ``@next`` rule and does not depend (through deductive rules,
@@ -406,7 +406,7 @@ def _temporal_relations(rules: tuple[Rule, ...]) -> set[str]:
 
 
 def check_next_rules(program: Program) -> None:
-    """Seed 000 §1.3.1: every @next rule satisfies property (1) or (2) (module docstring)."""
+    """Dialog query-engine spec §1.3.1: every @next rule satisfies property (1) or (2) (module docstring)."""
     temporal = _temporal_relations(program.rules)
     for rule in program.rules:
         if rule.time != "next":

@@ -23,7 +23,7 @@ chained to the original merklog error.
 
 Documented divergence: the Nemo case ``negation/nemo_negation`` uses variables
 that occur only inside a negated atom (``not s3(X, 5, P)``), which Nemo reads
-as "there is no P". Seed 000 requires every variable of a negated atom to be
+as "there is no P". The Dialog query-engine spec requires every variable of a negated atom to be
 bound, and the corpus' own ``errors/review_v2_unsafe_negation`` demands that
 such rules be rejected: merklog follows the spec and rejects the program.
 """

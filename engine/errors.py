@@ -126,7 +126,7 @@ class UnstratifiableError(EngineError):
 
 
 class NextRuleFinitenessError(EngineError):
-    """An ``@next`` rule could change the database forever for a static EDB (seed 000 §1.3.1)."""
+    """An ``@next`` rule could change the database forever for a static EDB (Dialog query-engine spec §1.3.1)."""
 
     code = "next_rule_finiteness"
     default_hint = (

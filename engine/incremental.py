@@ -3,7 +3,7 @@
 Every relation becomes a root-circuit stream of *set* deltas (weights ±1 per
 epoch). A stratum without recursion is compiled straight into the root
 circuit; a recursive stratum becomes a child circuit iterated to a fixed point
-each epoch (DBSP nested incrementalisation, seed 001 §2.8.2), so inserting *and
+each epoch (DBSP nested incrementalisation, Dialog dataflow spec §2.8.2), so inserting *and
 deleting* facts is exact through recursion: the child's distinct operators keep
 per-iteration history and retract precisely the derivations that lost support.
 

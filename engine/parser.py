@@ -1,4 +1,4 @@
-"""Recursive-descent parser for merklog's Dialog syntax (seed 000, DESIGN §4).
+"""Recursive-descent parser for merklog's Dialog syntax (the Dialog query-engine spec; docs/language.md).
 
 Produces the normal form of :mod:`merklog.engine.ast`: one head per rule, each
 ``_`` a fresh anonymous variable, ground bodiless clauses as ``Program.facts``.

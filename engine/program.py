@@ -6,7 +6,7 @@
 
 Facts are given either as a mapping ``relation -> iterable of tuples`` or as an
 iterable of :class:`~merklog.store.Fact`. Results are :class:`Relations`
-(``relation -> set of tuples``). ``run`` evaluates epochs (seed 000 §1.3.1):
+(``relation -> set of tuples``). ``run`` evaluates epochs (Dialog query-engine spec §1.3.1):
 the database at epoch ``t`` is the program's inline facts, the sources'
 persistent EDB, that epoch's transient inputs and the ``@next`` tuples derived
 at ``t-1``; ``@async`` tuples are collected into each epoch's outbox.

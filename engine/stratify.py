@@ -1,4 +1,4 @@
-"""Stratification exactly as seed 000 §1.3.3.
+"""Stratification exactly as Dialog query-engine spec §1.3.3.
 
 1. Precedence graph ``G``: a vertex per relation; for every *deductive* rule
    with head ``H``, an edge ``H -> B`` per body atom ``B``: positive for a
@@ -132,7 +132,7 @@ def _cycle_through(edge: Edge, members: set[str], succ: dict[str, list[str]]) ->
 
 
 def stratify(rules: Sequence[Rule]) -> list[Stratum]:
-    """Seed 000 §1.3.3 stratification; raises UnstratifiableError naming a bad cycle."""
+    """Dialog query-engine spec §1.3.3 stratification; raises UnstratifiableError naming a bad cycle."""
     vertices, edges = precedence_graph(rules)
     succ: dict[str, list[str]] = {}
     for e in edges:

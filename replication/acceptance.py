@@ -1,4 +1,4 @@
-"""Acceptance of deltas (DESIGN §2), decided from a delta's ancestry alone so every
+"""Acceptance of deltas (docs/crdt.md), decided from a delta's ancestry alone so every
 replica agrees: the block is canonical and signed by its author; it belongs to this
 dataset; all parents are accepted; ``clock`` = 1 + max parent clock; the author is the
 owner or a writer in the delta's causal past; grant/revoke ops come from the owner

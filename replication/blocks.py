@@ -1,4 +1,4 @@
-"""Block formats of DESIGN §2: dataset genesis, signed deltas and their ops.
+"""Block formats of docs/crdt.md: dataset genesis, signed deltas and their ops.
 
 Pure functions: build, sign, decode and check the *shape* of blocks. Whether a
 delta is acceptable in a replica (parents known, author authorised) is decided

@@ -2,7 +2,7 @@
 
 All tables are prefixed ``repl_`` and keyed by a small integer dataset id so
 one database (the node's SQLite block store connection) holds many datasets.
-The tables *are* the log relations of DESIGN §2: ``repl_delta`` = delta/4,
+The tables *are* the log relations of docs/crdt.md: ``repl_delta`` = delta/4,
 ``repl_parent`` = parent/2, ``repl_assert`` = asserts/2, ``repl_retract`` = retracts/3.
 ``repl_assert.killed`` caches "some retract observes this assert", so the visible
 set is ``SELECT DISTINCT fact FROM repl_assert WHERE killed = 0``.

@@ -24,7 +24,7 @@ class StoreUnavailable(StoreError):
 
 
 class InvalidValue(StoreError, ValueError):
-    """A value outside DESIGN §1's types (int64, finite float, str, bytes, bool, link)."""
+    """A value outside the value types of docs/storage.md (int64, finite float, str, bytes, bool, link)."""
 
 
 class InvalidBlock(StoreError, ValueError):

@@ -1,4 +1,4 @@
-"""The value types of DESIGN §1 and their validation.
+"""The value types of docs/storage.md and their validation.
 
 -0.0 is normalised to 0.0: the two compare equal in Python and in Datalog, so
 they must share one encoding and one CID.

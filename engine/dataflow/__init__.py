@@ -1,4 +1,4 @@
-"""A DBSP-style dataflow runtime (seed 001): Z-sets, traces, operators and circuits.
+"""A DBSP-style dataflow runtime (the Dialog dataflow spec; the DBSP paper): Z-sets, traces, operators and circuits.
 
 Used by :mod:`merklog.engine.incremental` to evaluate Datalog programs over
 deltas, one epoch at a time. Nothing here knows about Datalog.

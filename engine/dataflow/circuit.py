@@ -1,4 +1,4 @@
-"""Circuits: nodes wired by streams, evaluated in order each timestamp (seed 001 §2.6–2.8).
+"""Circuits: nodes wired by streams, evaluated in order each timestamp (Dialog dataflow spec §2.6–2.8).
 
 A :class:`Circuit` is a list of nodes; a node may only read nodes added before
 it, so insertion order is a topological order. :class:`FeedbackNode` is the one

@@ -1,10 +1,10 @@
-"""The operators of seed 001 §2.9, each a small object evaluated once per timestamp.
+"""The operators of Dialog dataflow spec §2.9, each a small object evaluated once per timestamp.
 
 An operator's ``eval(ts, *inputs)`` receives the values of its input streams at
 timestamp ``ts`` and returns its output value at ``ts``. Inputs and outputs are
 deltas (Z-sets, indexed Z-sets) or traces. Stateful operators keep their state
 between calls; operators placed in a child circuit are told so by :meth:`bind`
-and then treat ``ts.iteration`` as the inner time (seed 001 §2.5, §2.8.2).
+and then treat ``ts.iteration`` as the inner time (Dialog dataflow spec §2.5, §2.8.2).
 
 Linear operators are plain functions of the current delta. The non-linear and
 bilinear ones (:class:`DistinctTrace`, :class:`JoinTrace`, :class:`Join`,

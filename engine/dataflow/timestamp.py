@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Timestamp:
-    """A point in time, ordered by product order (seed 001 §2.5).
+    """A point in time, ordered by product order (Dialog dataflow spec §2.5).
 
     ``(0, 2) <= (1, 2)`` but ``(0, 2)`` and ``(1, 1)`` are incomparable: neither
     ``<=`` nor ``>=`` holds. Root-circuit timestamps have ``iteration == 0``.

@@ -1,4 +1,4 @@
-"""Traces: the integrated history of a stream, indexed by key (seed 001 §2.3).
+"""Traces: the integrated history of a stream, indexed by key (Dialog dataflow spec §2.3).
 
 Two shapes, both ``key -> row -> ...`` so joins look up a key in O(1):
 
@@ -116,7 +116,7 @@ class NestedTrace:
         return sum(len(g) for g in self.index.values())
 
     def consolidate(self) -> ZSet:
-        """Rows with weights summed over every timestamp (seed 001 §2.9.2)."""
+        """Rows with weights summed over every timestamp (Dialog dataflow spec §2.9.2)."""
         out: ZSet = {}
         for group in self.index.values():
             for row, times in group.items():

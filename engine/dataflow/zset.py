@@ -1,11 +1,11 @@
 """Z-sets and indexed Z-sets: rows (tuples of merklog values) with integer weights.
 
 A Z-set is a plain ``dict[row, weight]`` holding only non-zero weights; an indexed
-Z-set is ``dict[key, dict[row, weight]]`` (seed 001 §2.1–2.2). Plain dicts keep the
+Z-set is ``dict[key, dict[row, weight]]`` (Dialog dataflow spec §2.1–2.2). Plain dicts keep the
 hot loops of the operators free of method-call overhead; the helpers below are
 the only code that builds them, so the "no zero weight" invariant holds everywhere.
 Timestamps are not stored in these values: a stream carries one value per timestamp
-and the circuit knows the current one (seed 001 §2.7 "cell" model).
+and the circuit knows the current one (Dialog dataflow spec §2.7 "cell" model).
 """
 
 from __future__ import annotations
@@ -57,27 +57,27 @@ def add_weight(target: ZSet, row: Row, w: int) -> None:
 
 
 def plus(a: Mapping[Row, int], b: Mapping[Row, int]) -> ZSet:
-    """``a + b`` (seed 001 §2.9.15)."""
+    """``a + b`` (Dialog dataflow spec §2.9.15)."""
     return add_into(dict(a), b)
 
 
 def minus(a: Mapping[Row, int], b: Mapping[Row, int]) -> ZSet:
-    """``a - b`` (seed 001 §2.9.14)."""
+    """``a - b`` (Dialog dataflow spec §2.9.14)."""
     return add_into(dict(a), b, -1)
 
 
 def negate(a: Mapping[Row, int]) -> ZSet:
-    """Every weight negated (seed 001 §2.9.8)."""
+    """Every weight negated (Dialog dataflow spec §2.9.8)."""
     return {row: -w for row, w in a.items()}
 
 
 def distinct(a: Mapping[Row, int]) -> ZSet:
-    """Rows with positive weight, weight set to 1 (seed 001 §2.9.3)."""
+    """Rows with positive weight, weight set to 1 (Dialog dataflow spec §2.9.3)."""
     return {row: 1 for row, w in a.items() if w > 0}
 
 
 def filter_zset(pred: Callable[[Row], bool], a: Mapping[Row, int]) -> ZSet:
-    """Rows satisfying ``pred`` (seed 001 §2.9.4)."""
+    """Rows satisfying ``pred`` (Dialog dataflow spec §2.9.4)."""
     return {row: w for row, w in a.items() if pred(row)}
 
 
@@ -90,7 +90,7 @@ def map_zset(fn: Callable[[Row], Row], a: Mapping[Row, int]) -> ZSet:
 
 
 def index_with(key_fn: Callable[[Row], Hashable], a: Mapping[Row, int]) -> IndexedZSet:
-    """Group rows by ``key_fn(row)`` into an indexed Z-set (seed 001 §2.9.5)."""
+    """Group rows by ``key_fn(row)`` into an indexed Z-set (Dialog dataflow spec §2.9.5)."""
     groups: defaultdict[Hashable, dict[Row, int]] = defaultdict(dict)
     for row, w in a.items():
         # ``a`` is a Z-set: its rows are distinct, so each lands in its group once.
@@ -112,7 +112,7 @@ def join_indexed(
     combine: Callable[[Hashable, Row, Row], Row],
     out: ZSet | None = None,
 ) -> ZSet:
-    """Equi-join two indexed Z-sets on their keys; weights multiply (seed 001 §2.9.12)."""
+    """Equi-join two indexed Z-sets on their keys; weights multiply (Dialog dataflow spec §2.9.12)."""
     if out is None:
         out = {}
     if len(b) < len(a):

@@ -525,7 +525,7 @@ def _check_supported(program: ast.Program) -> None:
 
 def strata_of(program: ast.Program) -> list[list[ast.Rule]]:
     """Run the engine's static checks (line:column errors) and return its deductive strata
-    in dependency order (seed 000 §1.3.3, :mod:`merklog.engine.stratify`)."""
+    in dependency order (Dialog query-engine spec §1.3.3, :mod:`merklog.engine.stratify`)."""
     from merklog.engine.checks import check_program
 
     checked = check_program(program)

@@ -4,7 +4,7 @@ Inputs are export directories (or ``ops/`` folders) of one or many replicas;
 the same delta usually appears in several of them. A delta CID names its
 content, so duplicates of an op are exact copies and set semantics absorb them.
 
-Add-wins OR-set, relationally (DESIGN §2)::
+Add-wins OR-set, relationally (docs/crdt.md)::
 
     live(ds, F, d)  :- asserts(ds, d, F), !removed(ds, F, d).
     removed(ds, F, d) :- retract(ds, _, F, Observed), d ∈ Observed.

@@ -2,7 +2,7 @@
 
 All 114 plain-Datalog cases run. 100 must pass as the corpus expects. The 14
 ``negation/nemo_negation`` cases are a documented divergence (docs/language.md):
-their program uses variables bound only inside a negated atom, which seed 000
+their program uses variables bound only inside a negated atom, which the Dialog query-engine spec
 forbids and which the corpus' own ``errors/review_v2_unsafe_negation`` case
 requires implementations to reject. We assert that we reject them, precisely.
 The other 181 corpus cases are the defeasible-logic family (``theory``/KLM
@@ -90,7 +90,7 @@ def test_conformance_case(path, case):
     if path.stem != DIVERGENT_FILE:
         runner.run_test_case(case)
         return
-    # Documented divergence: we follow seed 000 and reject unsafe negation.
+    # Documented divergence: we follow the Dialog query-engine spec and reject unsafe negation.
     # The case expects Nemo's facts; we refuse the program instead of answering.
     with pytest.raises(SafetyViolationError):
         runner.run_test_case(case)

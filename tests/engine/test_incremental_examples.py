@@ -14,7 +14,7 @@ checkbox(Id, true)@next  :- checkbox(Id, false), clicks(Id).
 checkbox(Id, false)@next :- checkbox(Id, true), clicks(Id).
 """
 
-# Seed 003 §Queues: one job per user leaves the queue per epoch, lowest priority first.
+# Dedalus paper, queues: one job per user leaves the queue per epoch, lowest priority first.
 QUEUE = """
 m_priority_queue(A, B, C) :- enqueue(A, B, C).
 m_priority_queue(A, B, C)@next :- m_priority_queue(A, B, C), !del_m_priority_queue(A, B, C).
@@ -23,7 +23,7 @@ priority_queue(A, B, C) :- m_priority_queue(A, B, C), omin(A, C).
 del_m_priority_queue(A, B, C) :- m_priority_queue(A, B, C), omin(A, C).
 """
 
-# Lamport clocks over @async (seed 003 §Lamport Clocks): a local event ticks the clock,
+# Lamport clocks over @async (the Dedalus paper, Lamport clocks): a local event ticks the clock,
 # a received message moves it past the message's stamp; sends carry the sender's clock.
 LAMPORT = """
 clock(T)@next :- clock(T), !event(_), !recv(_, _, _).

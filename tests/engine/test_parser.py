@@ -1,4 +1,4 @@
-"""The merklog (Dialog) parser: every construct of seed 000 and DESIGN §4, and its errors."""
+"""The merklog (Dialog) parser: every construct of the Dialog query-engine spec and docs/language.md, and its errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every example of seed 000 (the Dialog spec), with the spec's expected output.
+"""Every example of the Dialog query-engine spec, with the spec's expected output.
 
 Where the spec's text has typos the test runs the intended program and says so:
 - popularProfile writes the count variable lowercase (``c``); Dialog variables are

@@ -1,4 +1,4 @@
-"""Seed 000 §1.3.3 stratification: precedence graph, SCCs, topological order, temporal stratum."""
+"""Dialog query-engine spec §1.3.3 stratification: precedence graph, SCCs, topological order, temporal stratum."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_inductive_and_async_rules_form_the_final_stratum():
 
 
 def test_negative_self_dependency_through_next_is_allowed():
-    # seed 000 §1.3.1: the checkbox negates itself safely across time
+    # Dialog query-engine spec §1.3.1: the checkbox negates itself safely across time
     strata_of("c(X)@next :- c(X), !c(X).")
 
 

@@ -1,4 +1,4 @@
-"""Each operator of seed 001 §2.9 on the spec's own examples, plus incremental behaviour."""
+"""Each operator of Dialog dataflow spec §2.9 on the spec's own examples, plus incremental behaviour."""
 
 from __future__ import annotations
 
