@@ -16,6 +16,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
+from merklog.engine.rows import RowSet, engine_rows
 from merklog.store import Fact, decode, encode
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS node_epoch (id INTEGER PRIMARY KEY CHECK (id = 1), data BLOB)"
@@ -39,7 +40,8 @@ class EpochState:
     @classmethod
     def decode(cls, data: bytes) -> EpochState:
         obj = decode(data)
-        nxt = {rel: {tuple(r) for r in rows} for rel, rows in obj["next"].items()}
+        # Engine-form sets: @next tuples p(1) and p(true) are two tuples, not one.
+        nxt = {rel: RowSet(engine_rows(tuple(r) for r in rows)) for rel, rows in obj["next"].items()}
         sent = {Fact(rel, tuple(args)) for rel, args in obj.get("sent", [])}
         return cls(int(obj["epoch"]), str(obj["program"]), nxt, sent)
 

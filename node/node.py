@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from merklog.engine.values import row_from_engine, row_to_engine
 from merklog.replication.blocks import Assert, Retract
 from merklog.replication.errors import PeerUnreachable
 from merklog.replication.identity import Identity
@@ -414,13 +415,14 @@ class Node:
             before: dict[tuple[str, tuple], bool] = {}
             for fact, weight in changes:
                 rows = self._edb.setdefault(fact.rel, set())
-                key = (fact.rel, fact.args)
+                args = row_to_engine(fact.args)  # engine form: p(1), p(1.0), p(true) differ
+                key = (fact.rel, args)
                 if key not in before:
-                    before[key] = fact.args in rows
+                    before[key] = args in rows
                 if weight > 0:
-                    rows.add(fact.args)
+                    rows.add(args)
                 else:
-                    rows.discard(fact.args)
+                    rows.discard(args)
             inserts: dict[str, list[tuple]] = {}
             deletes: dict[str, list[tuple]] = {}
             reload, self._reload = self._reload, False
@@ -431,13 +433,15 @@ class Node:
                     now = args in self._edb.get(rel, ())
                     if now != was:
                         (inserts if now else deletes).setdefault(rel, []).append(args)
-            events: dict[str, set[tuple]] = {rel: set(rows) for rel, rows in self._carry.items()}
+            events: dict[str, set[tuple]] = {
+                rel: set(map(row_to_engine, rows)) for rel, rows in self._carry.items()
+            }
             self._carry = {}
             if self.config.get("node.tick"):
                 events.setdefault(TICK_REL, set()).add((epoch,))
             messages = [(m.cid, m.fact) for m in self.inbox.pending()]
             for _cid, fact in messages:
-                events.setdefault(fact.rel, set()).add(fact.args)
+                events.setdefault(fact.rel, set()).add(row_to_engine(fact.args))
             deltas, outbox = self.engine.step(inserts, deletes, events)
             nxt = self.engine.next_tuples()
             # Send each @async tuple once while its body keeps holding (also across restarts).
@@ -535,7 +539,8 @@ class Node:
                 {TICK_REL: {1}} if self.config.get("node.tick") else None,
             )
         columns, rows = querycheck.evaluate(self._evaluate, q)
-        return QueryResult(columns, sorted(rows, key=_row_key), self.epoch)
+        plain = [row_from_engine(r) for r in rows]  # distinct engine rows, plain values out
+        return QueryResult(columns, sorted(plain, key=_row_key), self.epoch)
 
     def subscribe(self, text: str, callback: Callback) -> Subscription:
         """Call ``callback("result", rows, [])`` now, then ``("delta", added, removed)``."""

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from merklog.engine import ast
+from merklog.engine.rows import DeltaMap, RowSet
+from merklog.engine.values import row_to_engine
 from merklog.store import Fact
 
 from .errors import NodeInputError
@@ -48,9 +50,10 @@ class _BatchFallback:
         program = checked.program
         strata = [list(s.rules) for s in checked.strata if not s.temporal]
         self.evaluator = BatchEvaluator(program.rules, strata=strata, int_bits=checked.int_bits)
+        # Every set here holds rows in engine form, so 1, 1.0 and true stay apart.
         self.base: dict[str, set[Row]] = {}
         for rel, row in program.facts:
-            self.base.setdefault(rel, set()).add(tuple(row))
+            self.base.setdefault(rel, set()).add(row_to_engine(tuple(row)))
         self.current: dict[str, set[Row]] = {}
         self.next: dict[str, set[Row]] = {}
         self.live: set[Fact] = set()
@@ -62,35 +65,37 @@ class _BatchFallback:
         events: Mapping[str, Iterable[Row]],
     ) -> tuple[Deltas, Outbox]:
         for rel, rows in deletes.items():
-            self.base.setdefault(rel, set()).difference_update(rows)
+            self.base.setdefault(rel, set()).difference_update(map(row_to_engine, rows))
         for rel, rows in inserts.items():
-            self.base.setdefault(rel, set()).update(rows)
+            self.base.setdefault(rel, set()).update(map(row_to_engine, rows))
         db = {rel: set(rows) for rel, rows in self.base.items()}
         for source in (events, self.next):
             for rel, rows in source.items():
-                db.setdefault(rel, set()).update(rows)
+                db.setdefault(rel, set()).update(map(row_to_engine, rows))
         result = self.evaluator.step(db)
-        new = {rel: set(result.relations[rel]) for rel in result.relations}
+        new = {rel: set(result.relations.engine(rel)) for rel in result.relations}
         deltas: Deltas = {}
         for rel in set(new) | set(self.current):
             now, old = new.get(rel, set()), self.current.get(rel, set())
             d = {r: 1 for r in now - old}
             d.update({r: -1 for r in old - now})
             if d:
-                deltas[rel] = d
+                deltas[rel] = DeltaMap(d)
         self.current = {rel: rows for rel, rows in new.items() if rows}
-        self.next = {rel: set(rows) for rel, rows in result.next_tuples.items() if rows}
+        self.next = {
+            rel: set(map(row_to_engine, rows)) for rel, rows in result.next_tuples.items() if rows
+        }
         self.live = {fact for _dest, fact in result.outbox}
         return deltas, list(result.outbox)
 
     def relation(self, rel: str) -> set[Row]:
-        return set(self.current.get(rel, ()))
+        return set(self.current.get(rel, ()))  # engine form
 
     def count(self, rel: str) -> int:
         return len(self.current.get(rel, ()))
 
     def next_tuples(self) -> dict[str, set[Row]]:
-        return {rel: set(rows) for rel, rows in self.next.items()}
+        return {rel: RowSet(set(rows)) for rel, rows in self.next.items()}
 
     def async_live(self) -> set[Fact]:
         return set(self.live)
@@ -116,7 +121,7 @@ class _Incremental:
         return deltas, list(last.outbox) if last is not None else []
 
     def relation(self, rel: str) -> set[Row]:
-        return self.engine.relation(rel)
+        return self.engine.relation(rel).engine  # engine form
 
     def count(self, rel: str) -> int:
         return self.engine.count(rel)

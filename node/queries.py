@@ -9,6 +9,7 @@ from typing import Any
 
 from merklog.engine import ast
 from merklog.engine.checks import query_columns as _query_columns
+from merklog.engine.values import row_to_engine, to_engine
 from merklog.store import Fact, make_fact
 
 from .errors import NodeInputError
@@ -50,7 +51,12 @@ def query_relations(query: tuple[ast.BodyLiteral, ...]) -> set[str]:
 def evaluate_query(
     query: tuple[ast.BodyLiteral, ...], relation: Callable[[str], set[tuple]]
 ) -> tuple[list[str], list[tuple]]:
-    """Columns (the query's named variables) and the distinct rows answering it."""
+    """Columns (the query's named variables) and the distinct rows answering it.
+
+    ``relation(rel)`` gives the relation's rows in engine form
+    (:mod:`merklog.engine.values`) and the answer rows are in engine form too, so
+    ``1``, ``1.0`` and ``true`` stay three rows; convert with ``row_from_engine``
+    where they leave the node."""
     columns = _query_columns(query)
     names = [v.name for v in columns]
     match = atom_matcher(query)
@@ -64,28 +70,18 @@ def evaluate_query(
     rule = ast.Rule(head, query)
     base = {rel: relation(rel) for rel in query_relations(query)}
     result = BatchEvaluator([rule]).evaluate(base)
-    return names, list(result.get(QUERY_REL, ()))
-
-
-def _same(a: Any, b: Any) -> bool:
-    return (
-        type(a) is type(b)
-        and a == b
-        or (
-            isinstance(a, int | float)
-            and isinstance(b, int | float)
-            and not isinstance(a, bool)
-            and not isinstance(b, bool)
-            and a == b
-        )
-    )
+    return names, list(result.engine(QUERY_REL)) if QUERY_REL in result else []
 
 
 def atom_matcher(
     query: tuple[ast.BodyLiteral, ...],
 ) -> Callable[[tuple], tuple | None] | None:
     """For a single-atom query of constants and variables, a function mapping one tuple of
-    its relation to the answer row it yields (None if it does not match); None otherwise."""
+    its relation to the answer row it yields (None if it does not match); None otherwise.
+
+    Tuples may be plain or in engine form; constants and repeated variables match by
+    value identity (``p(1)`` does not match ``p(1.0)`` or ``p(true)``), and the answer
+    row is in engine form."""
     if len(query) != 1 or not isinstance(query[0], ast.Positive) or query[0].cid is not None:
         return None
     atom = query[0].atom
@@ -93,19 +89,21 @@ def atom_matcher(
         return None
     names = [v.name for v in _query_columns(query)]
     n = len(atom.args)
+    consts = [to_engine(a.value) if isinstance(a, ast.Const) else None for a in atom.args]
 
     def match(row: tuple) -> tuple | None:
         if len(row) < n or (len(row) != n and not atom.rest):
             return None
+        row = row_to_engine(row)
         env: dict[str, Any] = {}
-        for arg, value in zip(atom.args, row, strict=False):
+        for arg, const, value in zip(atom.args, consts, row, strict=False):
             if isinstance(arg, ast.Const):
-                if not _same(arg.value, value):
+                if const != value:  # engine values: == is identity
                     return None
             elif arg.anonymous:
                 continue
             elif arg.name in env:
-                if not _same(env[arg.name], value):
+                if env[arg.name] != value:
                     return None
             else:
                 env[arg.name] = value

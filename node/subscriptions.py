@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from merklog.engine.values import row_from_engine
+
 log = logging.getLogger(__name__)
 
 Row = tuple[Any, ...]
@@ -105,6 +107,9 @@ class Subscription:
         self._call("delta", sorted(added, key=_sort_key), sorted(removed, key=_sort_key))
 
     def _call(self, event: str, added: list[Row], removed: list[Row]) -> None:
+        # Rows are kept in engine form (1, 1.0 and true stay apart); plain values leave here.
+        added = [row_from_engine(r) for r in added]
+        removed = [row_from_engine(r) for r in removed]
         try:
             self.callback(event, added, removed)
         except Exception:  # a broken subscriber must not stop the epoch loop

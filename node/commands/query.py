@@ -9,18 +9,15 @@ import sys
 import click
 
 from merklog.node.cli import State, pass_state
+from merklog.node.jsonvalues import value_from_json
+from merklog.store import format_value
 
 
 def _cell(value: object) -> str:
-    if isinstance(value, dict) and isinstance(value.get("/"), str):
-        return f'cid"{value["/"]}"'
-    if isinstance(value, dict) and isinstance(value.get("/"), dict):
-        return f"b64:{value['/']['bytes']}"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    return str(value)
+    """A JSON-form answer value as a Datalog literal (``1``, ``1.0``, ``true``, ``"1"``,
+    ``x"01"``, ``cid"…"``): the one way merklog renders a value, so distinct values
+    never print alike."""
+    return format_value(value_from_json(value))
 
 
 def register(cli: click.Group) -> None:
@@ -33,6 +30,7 @@ def register(cli: click.Group) -> None:
         """Evaluate QUERY (an atom or comma-separated body) over the current epoch."""
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         from merklog.node.cliutil import guard, target
 
@@ -51,7 +49,7 @@ def register(cli: click.Group) -> None:
                 click.echo("true" if rows else "false")
                 return
             table = Table(*columns, show_edge=False)
-            for row in rows:
-                table.add_row(*(_cell(v) for v in row))
+            for row in rows:  # Text: values are never read as rich markup
+                table.add_row(*(Text(_cell(v)) for v in row))
             Console(soft_wrap=True).print(table)
             click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
