@@ -11,18 +11,16 @@ the delta's ancestors (genesis ``writers`` count as grants at clock 0), ordered 
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import libipld
 
-from merklog.store import BlockStore, Fact, Link
+from merklog.store import Fact, Link
 
 from .blocks import (
     Delta,
-    Genesis,
     decode_fact_fast,
     fast_verifies,
     parse_delta,
@@ -36,9 +34,9 @@ from .errors import (
     Unauthorized,
     WrongDataset,
 )
-from .identity import Identity
 from .limits import RECEIVE_MAX_PENDING_BLOCKS, RECEIVE_MAX_PENDING_BYTES
 from .sqlutil import chunks as _chunks
+from .state import ReplicaState
 from .txn import gc_paused
 
 #: Fact blocks a batch may carry ahead of the delta that asserts them (see .limits).
@@ -65,18 +63,8 @@ def _op_order(op: tuple[int, int, bytes]) -> tuple[int, int, bytes]:
     return (clock, 1 - is_grant, delta)
 
 
-class Acceptance:
+class Acceptance(ReplicaState):
     """Validating and applying remote batches and local deltas (all or nothing)."""
-
-    conn: sqlite3.Connection
-    blockstore: BlockStore
-    identity: Identity
-    genesis: Genesis
-    dataset: Link
-    ds: int
-    _lock: Any
-    _subscribers: list[Any]
-    _changes: dict[Link, list[Any]]
 
     def apply_blocks(
         self, blocks: Iterable[tuple[Link, bytes]], verified: bool = False

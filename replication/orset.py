@@ -9,36 +9,24 @@ subscribers hear them only after it committed.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from merklog.store import BlockStore, Fact, Link
+from merklog.store import Fact, Link
 
 from .blocks import (
-    Genesis,
     decode_fact_fast,
     fast_link,
 )
-from .identity import Identity
 from .sqlutil import chunks as _chunks
+from .state import ReplicaState
 
 #: Callback signature for visible-set changes: (+1 | -1, fact, fact CID).
 ChangeCallback = Callable[[int, Fact, Link], None]
 
 
-class ORSet:
+class ORSet(ReplicaState):
     """The visible set of a replica: reads, subscriptions and the updates of accepted deltas."""
-
-    conn: sqlite3.Connection
-    blockstore: BlockStore
-    identity: Identity
-    genesis: Genesis
-    dataset: Link
-    ds: int
-    _lock: Any
-    _subscribers: list[Any]
-    _changes: dict[Link, list[Any]]
 
     def visible_cids(self) -> set[Link]:
         with self._lock:

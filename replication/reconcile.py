@@ -4,17 +4,15 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import libipld
 
-from merklog.store import BlockNotFound, BlockStore, Link, verify
+from merklog.store import BlockNotFound, Link, verify
 
 from .blocks import (
-    Genesis,
     fast_link,
     fast_verifies,
 )
@@ -22,8 +20,8 @@ from .errors import (
     MalformedBlock,
     NeedSummary,
 )
-from .identity import Identity
 from .sqlutil import chunks as _chunks
+from .state import ReplicaState
 
 
 @dataclass
@@ -67,18 +65,8 @@ def _asserted_facts(delta_block: bytes) -> list[Link]:
     ]
 
 
-class Reconciliation:
+class Reconciliation(ReplicaState):
     """What a peer lacks and the blocks to send it; peers' last known heads."""
-
-    conn: sqlite3.Connection
-    blockstore: BlockStore
-    identity: Identity
-    genesis: Genesis
-    dataset: Link
-    ds: int
-    _lock: Any
-    _subscribers: list[Any]
-    _changes: dict[Link, list[Any]]
 
     def remember_peer_heads(self, peer: str, heads: Sequence[Link]) -> None:
         """Record a peer's heads as last seen (sizes the next summary for that peer)."""
