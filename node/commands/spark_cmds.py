@@ -246,6 +246,7 @@ def register(cli: click.Group) -> None:
             evaluate,
             output_relations,
             relations_from_snapshot,
+            used_relations,
             write_outputs,
         )
         from merklog.node.spark.compact import read_ops, snapshot_frame
@@ -264,7 +265,7 @@ def register(cli: click.Group) -> None:
         try:
             with spark_progress(spark, "analyze"):
                 ops = read_ops(spark, [_absolute(i) for i in inputs])
-                base = relations_from_snapshot(snapshot_frame(ops))
+                base = relations_from_snapshot(snapshot_frame(ops), used_relations(parsed))
                 result = evaluate(spark, parsed, base)
                 written = write_outputs(result, output_relations(parsed), target, fmt)
         except EngineError as exc:

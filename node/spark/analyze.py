@@ -21,8 +21,14 @@ Strata run in order; a recursive stratum iterates semi-naively (each recursive
 atom in turn reads only the previous round's new tuples) and cuts the lineage
 every round with ``localCheckpoint`` so plans stay small.
 
-Arithmetic follows the engine: int64 wrap-around, truncating ``/`` and ``%``,
-division by zero derives nothing. Not supported (clear error with line:column):
+Values keep their identity (docs/language.md, "Value identity"): joins, constants in
+atoms and negation match only values of the same type, so ``1``, ``1.0`` and ``true``
+never meet. Arithmetic follows the engine: a result outside int64 has no value,
+truncating ``/`` and ``%``, division by zero derives nothing. An int compared with a
+float, and ``sum`` over floats, are decided by the engine's own functions
+(:func:`merklog.engine.arith.compare`, :class:`~merklog.engine.arith.ExactSum`) in
+UDFs; ``sum`` over ints is exact in ``decimal(38,0)`` and has no value outside int64.
+Not supported (clear error with line:column):
 ``@next``/``@async`` rules (they belong to the epoch loop, not one batch),
 columns holding several value types.
 """
@@ -140,10 +146,22 @@ def _one_kind(rel: str, i: int, kinds: set[str]) -> str:
     )
 
 
-def relations_from_snapshot(snapshot: Any) -> dict[str, Relation]:
-    """Visible facts (``relation``, ``args`` list<value>) → one typed DataFrame per relation."""
+def used_relations(program: ast.Program) -> set[str]:
+    """The relations a program's rules read (body atoms, negated and aggregated included)."""
+    return {atom.rel for r in program.rules for lit in r.body for atom, _p in ast.body_atoms(lit)}
+
+
+def relations_from_snapshot(
+    snapshot: Any, relations: Iterable[str] | None = None
+) -> dict[str, Relation]:
+    """Visible facts (``relation``, ``args`` list<value>) → one typed DataFrame per relation.
+
+    ``relations``: read only these (the ones a program uses, :func:`used_relations`), so a
+    relation the program never reads costs nothing and its column types do not matter."""
     from pyspark.sql import functions as F
 
+    if relations is not None:
+        snapshot = snapshot.where(F.col("relation").isin(sorted(set(relations))))
     shapes = (
         snapshot.select(
             "relation",
@@ -264,6 +282,8 @@ def _compare_col(lit: ast.Comparison, kinds: Mapping[str, str]) -> Any:
     left, right = _term_col(lit.left, kinds), _term_col(lit.right, kinds)
     if lk != rk and not (lk in NUMERIC and rk in NUMERIC):
         return F.lit(lit.op == "!=")  # different types: never equal, never ordered
+    if lk != rk:  # int vs float: exactly, as the engine does (never through doubles)
+        return _engine_compare_udf(lit.op, lk, rk)(left, right)
     if "link" in (lk, rk) and lit.op not in ("==", "!="):
         raise AnalyzeError.at(lit.pos, f"ordering CIDs is not supported by analyze ({lit})")
     ops = {
@@ -275,6 +295,43 @@ def _compare_col(lit: ast.Comparison, kinds: Mapping[str, str]) -> Any:
         ">=": left >= right,
     }
     return ops[lit.op]
+
+
+def _engine_compare_udf(op: str, left_kind: str, right_kind: str) -> Any:
+    """``left op right`` decided by the engine's own comparison
+    (:func:`merklog.engine.arith.compare`: an int and a float compare exactly, so
+    ``2^53 + 1 > 2.0^53``), not restated over Spark doubles."""
+    from pyspark.sql import functions as F
+
+    def cmp(a, b):  # no annotations: pyspark would read them as a pandas UDF
+        from merklog.engine.arith import compare
+        from merklog.engine.values import Float
+
+        if a is None or b is None:
+            return None
+        a = Float(a) if left_kind == "float" else a
+        b = Float(b) if right_kind == "float" else b
+        return compare(op, a, b)
+
+    return F.udf(cmp, "boolean")
+
+
+def _engine_sum_udf(kind: str) -> Any:
+    """``sum`` of a group's values by the engine's one definition
+    (:class:`merklog.engine.arith.ExactSum`: exact, rounded once, no value outside int64)."""
+    from pyspark.sql import functions as F
+
+    def total(values):  # no annotations: pyspark would read them as a pandas UDF
+        from merklog.engine.arith import NoBinding, sum_values
+        from merklog.engine.values import Float
+
+        try:
+            got = sum_values([Float(v) if kind == "float" else v for v in values])
+        except NoBinding:
+            return None
+        return float(got) if kind == "float" else got
+
+    return F.udf(total, SPARK_TYPE[kind])
 
 
 # ----------------------------------------------------------------------------- rules
@@ -328,9 +385,8 @@ class RuleEvaluator:
                     select[term.name] = col
                     var_kinds[term.name] = kinds[i]
             elif isinstance(term, ast.Const):
-                ck = kind_of(term.value)
-                if ck != kinds[i] and not (ck in NUMERIC and kinds[i] in NUMERIC):
-                    return None  # a constant of another type matches nothing
+                if kind_of(term.value) != kinds[i]:
+                    return None  # identity: `r(1, _)` never matches r(1.0, _) nor r(true, _)
                 conds.append(col == F.lit(_spark_value(term.value)))
             else:
                 raise AnalyzeError.at(
@@ -362,10 +418,8 @@ class RuleEvaluator:
         if left is None or right is None:
             return None
         shared = sorted(set(left.kinds) & set(right.kinds))
-        for name in shared:
-            lk, rk = left.kinds[name], right.kinds[name]
-            if lk != rk and not (lk in NUMERIC and rk in NUMERIC):
-                return None  # never equal
+        if any(left.kinds[n] != right.kinds[n] for n in shared):
+            return None  # identity: a shared variable never binds 1 and 1.0 (or true) at once
         on = [_vname(ast.Var(n)) for n in shared]
         df = left.df.join(right.df, on, "inner") if on else left.df.crossJoin(right.df)
         return _Bindings(df, {**right.kinds, **left.kinds})
@@ -434,10 +488,8 @@ class RuleEvaluator:
             if neg is None:
                 return cur
             shared = sorted(set(neg.kinds) & set(cur.kinds))
-            for name in shared:
-                lk, rk = cur.kinds[name], neg.kinds[name]
-                if lk != rk and not (lk in NUMERIC and rk in NUMERIC):
-                    return cur
+            if any(cur.kinds[n] != neg.kinds[n] for n in shared):
+                return cur  # identity: `!s(X)` with s(1) keeps X = 1.0 and X = true
             on = [_vname(ast.Var(n)) for n in shared]
             if not on:  # ground negation: anything in the relation removes every row
                 return None if neg.df.limit(1).count() else cur
@@ -446,9 +498,7 @@ class RuleEvaluator:
             return self.aggregate(cur, step, lookup)
         raise AnalyzeError.at(getattr(lit, "pos", None), f"unsupported literal {lit}")
 
-    def aggregate(
-        self, cur: _Bindings, step: planner.Aggregate, lookup: Any
-    ) -> _Bindings | None:
+    def aggregate(self, cur: _Bindings, step: planner.Aggregate, lookup: Any) -> _Bindings | None:
         from pyspark.sql import functions as F
 
         agg, group = step.lit, list(step.groups)
@@ -487,26 +537,36 @@ class RuleEvaluator:
             if kind is None or (agg.func == "sum" and kind not in NUMERIC):
                 raise AnalyzeError.at(agg.pos, f"{agg.func} over values of type {kind}")
             arg = _term_col(agg.arg, inner.kinds)
-            value = {"sum": F.sum, "min": F.min, "max": F.max}[agg.func](arg)
-        grouped = (
-            distinct.groupBy(*gcols).agg(value.alias(res))
-            if gcols
-            else distinct.agg(value.alias(res))
-        )
+            if agg.func != "sum":
+                value = {"min": F.min, "max": F.max}[agg.func](arg)
+            elif kind == "int":  # exact in decimal; outside int64 the group has no sum
+                dec = F.sum(arg.cast("decimal(38,0)"))
+                value = F.when(
+                    dec.between(F.lit(-(2**63)).cast("decimal(38,0)"), F.lit(2**63 - 1)),
+                    dec.cast("bigint"),
+                )
+            else:  # floats: the engine's exact, order-independent sum
+                value = _engine_sum_udf(kind)(F.collect_list(arg))
+        aggs = [value.alias(res), F.lit(True).alias(res + "_has")]
+        grouped = distinct.groupBy(*gcols).agg(*aggs) if gcols else distinct.agg(*aggs)
         if agg.result.name in cur.kinds:  # result already bound: filter on equality
             grouped = grouped.withColumnRenamed(res, res + "_agg")
             joined = cur.df.join(grouped, gcols, "inner") if gcols else cur.df.crossJoin(grouped)
             return _Bindings(
-                joined.where(F.col(res) == F.col(res + "_agg")).drop(res + "_agg"), cur.kinds
+                joined.where(F.col(res) == F.col(res + "_agg")).drop(res + "_agg", res + "_has"),
+                cur.kinds,
             )
         if agg.func in ("count", "sum"):
             joined = cur.df.join(grouped, gcols, "left") if gcols else cur.df.crossJoin(grouped)
             zero = F.lit(0).cast("bigint") if kind == "int" else F.lit(0.0)
+            # a group with values but no sum (overflow, non-finite) derives nothing;
+            # no group at all sums to 0
+            joined = joined.where(F.col(res + "_has").isNull() | F.col(res).isNotNull())
             joined = joined.withColumn(res, F.coalesce(F.col(res), zero))
         else:
             joined = cur.df.join(grouped, gcols, "inner") if gcols else cur.df.crossJoin(grouped)
             joined = joined.where(F.col(res).isNotNull())
-        return _Bindings(joined, {**cur.kinds, agg.result.name: kind})
+        return _Bindings(joined.drop(res + "_has"), {**cur.kinds, agg.result.name: kind})
 
 
 # ----------------------------------------------------------------------------- program
