@@ -38,6 +38,7 @@ import merklog
 from merklog.engine.errors import EngineError
 from merklog.engine.program import Program
 
+from ..engine.clingo_check import shrink
 from ..engine.clingo_fuzz import EDB, Case, Generator, Rows, canon, canon_rows, merklog_const, solve
 
 LONG = "MERKLOG_FUZZ_CASES" in os.environ or os.environ.get("MERKLOG_LONG") == "1"
@@ -233,7 +234,9 @@ def test_node_put_retract_query_match_clingo() -> None:
         case = Generator(seed, True).case()
         failure = check_node_case(case, seed, stats)
         if failure is not None:
-            failures.append(f"seed {seed}: {failure}\ncase:\n{case.describe()}")
+            stats_ = dict(stats)
+            small = shrink(case, failure, lambda c: check_node_case(c, seed, stats_))  # noqa: B023
+            failures.append(f"seed {seed}: {failure}\nshrunk case:\n{small.describe()}")
             print(failures[-1], flush=True)
             if len(failures) >= MAX_REPORTED:
                 break
