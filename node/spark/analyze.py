@@ -113,11 +113,16 @@ def relations_from_rows(
     """Python tuples → typed DataFrames (tests, small inputs, program facts)."""
     out: dict[str, Relation] = {}
     for rel, tuples in rows.items():
-        tuples = sorted(set(tuples), key=repr)
+        # dedupe by identity (type and value): a Python set would merge 1, 1.0 and True
+        tuples = sorted({_identity(t): t for t in tuples}.values(), key=repr)
         if not tuples:
             continue
         out[rel] = _relation_from_tuples(spark, rel, tuples)
     return out
+
+
+def _identity(row: tuple[Value, ...]) -> tuple[tuple[str, Value], ...]:
+    return tuple((kind_of(v), v) for v in row)
 
 
 def _relation_from_tuples(spark: Any, rel: str, tuples: list[tuple[Value, ...]]) -> Relation:

@@ -141,3 +141,11 @@ def test_unsupported_constructs_fail_clearly(spark):
     assert err.value.line == 1
     with pytest.raises(AnalyzeError, match="several value types"):
         relations_from_rows(spark, {"q": {(1,), ("one",)}})
+
+
+def test_rows_given_in_python_keep_identity(spark):
+    """1, 1.0 and True are three values even in a Python list: none is silently dropped."""
+    rels = relations_from_rows(spark, {"p": [(2,), (2,)], "q": [("a",)]})
+    assert evaluate(spark, parse_program("r(X) :- p(X)."), rels).rows("r") == {(2,)}
+    with pytest.raises(AnalyzeError, match="several value types"):
+        relations_from_rows(spark, {"p": [(1,), (1.0,), (True,)]})
