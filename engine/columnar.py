@@ -751,6 +751,9 @@ def distinct_columns(cols: list[np.ndarray]) -> list[np.ndarray]:
     if not cols or len(cols[0]) <= 1:
         return cols
     for c in cols:
+        if bool((c[1:] > c[:-1]).all()):
+            return cols  # strictly increasing (ids, row numbers): a key, found in one pass
+    for c in cols:
         lo, hi = int(c.min()), int(c.max())
         if hi - lo < DENSE_SLOTS * 4 and int(np.bincount(c - lo).max()) <= 1:
             return cols  # this column alone tells every row apart

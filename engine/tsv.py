@@ -408,7 +408,7 @@ def read_relation(
     kinds = list(column_types) if column_types is not None else ["any"] * width
     # A lone CR would end a line for pyarrow but is part of a field for us (and Soufflé).
     columns = None
-    if data.count(b"\r") == data.count(b"\r\n"):
+    if b"\r" not in data or data.count(b"\r") == data.count(b"\r\n"):
         columns = _arrow_columns(data, first[1], kinds)
     if columns is None:
         return _read_rows(path, data, width, column_types, int_bits)

@@ -2,7 +2,10 @@
 
 Every module in :mod:`merklog.node.commands` that defines ``register(cli)`` is
 loaded, so areas (store, engine, sync, spark, …) add commands without editing
-this file.
+this file. Loading is lazy: a command whose module is named after it
+(``eval`` in ``eval_cmd.py``, ``put`` in ``put.py``) loads only that module, so
+``merklog eval`` does not pay for the node, store and network imports of the
+other commands; anything else (``--help``, other names) loads them all.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 import click
 
 from . import commands as _commands_pkg
-from .config import ENV_HOME, default_home
+from .home import ENV_HOME, default_home
 from .logs import setup_logging
 
 
@@ -38,6 +41,22 @@ class Boundary(click.Group):
     """The CLI's one error boundary: any exception a command raises becomes one line on
     stderr and a documented exit status (:mod:`merklog.node.failures`), never a
     traceback. ``-vv`` also logs the traceback at debug level."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command ``cmd_name``, importing its module first if it is not loaded yet."""
+        if cmd_name not in self.commands:
+            for module in (f"{cmd_name}_cmd", cmd_name):
+                _register(module)
+                if cmd_name in self.commands:
+                    break
+            else:
+                _load_commands()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command's name (for ``--help``): loads every command module."""
+        _load_commands()
+        return super().list_commands(ctx)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -90,26 +109,39 @@ def cli(
 ) -> None:
     """merklog: a CRDT replica node with content-addressed storage and Datalog."""
     setup_logging(verbose, log_format)
-    from .config import ConfigError, parse_set
+    overrides: dict = {}
+    if settings:  # the config machinery (and the store under it) only when asked
+        from .config import ConfigError, parse_set
 
-    try:
-        overrides = parse_set(settings)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+        try:
+            overrides = parse_set(settings)
+        except ConfigError as exc:
+            raise click.UsageError(str(exc)) from None
     ctx.obj = State(home.expanduser() if home else default_home(), verbose, overrides)
     ctx.obj.log_format = log_format
 
 
+_registered: set[str] = set()
+
+
+def _register(name: str) -> None:
+    """Import ``commands.<name>`` (if it exists) and let it add its commands, once."""
+    if name in _registered:
+        return
+    _registered.add(name)
+    if name.startswith("_") or not any(
+        info.name == name for info in pkgutil.iter_modules(_commands_pkg.__path__)
+    ):
+        return
+    module = importlib.import_module(f"{_commands_pkg.__name__}.{name}")
+    register = getattr(module, "register", None)
+    if callable(register):
+        register(cli)
+
+
 def _load_commands() -> None:
     for info in sorted(pkgutil.iter_modules(_commands_pkg.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{_commands_pkg.__name__}.{info.name}")
-        register = getattr(module, "register", None)
-        if callable(register):
-            register(cli)
-
-
-if __name__ != "__main__":  # run as a script, the package module below loads them
-    _load_commands()
+        _register(info.name)
 
 
 def main() -> None:

@@ -21,17 +21,10 @@ import tomli_w
 
 from .errors import NodeError
 from .files import write_private
+from .home import ENV_HOME as ENV_HOME  # re-exported: config is where callers look
+from .home import default_home as default_home
 
 CONFIG_FILE = "config.toml"
-ENV_HOME = "MERKLOG_HOME"
-
-
-def default_home() -> Path:
-    """``$MERKLOG_HOME`` if set, else ``~/.merklog``."""
-    env = os.environ.get(ENV_HOME)
-    return Path(env).expanduser() if env else Path.home() / ".merklog"
-
-
 #: Name of the peer entry ``init --join URL`` records for URL (``[peers] origin``).
 ORIGIN = "origin"
 

@@ -370,3 +370,30 @@ def test_output_option_writes_only_the_named_relations(tmp_path: Path) -> None:
     assert run.returncode == 1
     assert run.stderr.strip() == "error: --output nope: the program has no relation nope"
     assert not (tmp_path / "o2").exists()
+
+
+def test_eval_loads_no_node_or_network_machinery(tmp_path: Path) -> None:
+    """``merklog eval`` imports only its own command: not the node config, the other
+    command modules, the HTTP stack or Spark (they cost start-up on every run)."""
+    prog = write(tmp_path / "p.dl", "q(X) :- p(X).\n")
+    write(tmp_path / "facts" / "p.facts", "1\n")
+    script = (
+        "import sys\n"
+        "from merklog.node.cli import main\n"
+        "sys.argv = ['merklog', 'eval', sys.argv[1], '--facts', sys.argv[2], '--out', sys.argv[3]]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ['merklog.node.config', 'merklog.node.commands.put', 'aiohttp', 'pyspark',\n"
+        "         'merklog.node.commands.spark_cmds', 'cryptography', 'rich']\n"
+        "print(' '.join(m for m in heavy if m in sys.modules) or 'none')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(prog), str(tmp_path / "facts"), str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "none"
+    assert lines(tmp_path / "o" / "q.csv") == ["1"]
