@@ -29,11 +29,15 @@ class ORSet(ReplicaState):
     """The visible set of a replica: reads, subscriptions and the updates of accepted deltas."""
 
     def visible_cids(self) -> set[Link]:
+        return set(map(fast_link, self._visible_raw()))
+
+    def _visible_raw(self) -> list[bytes]:
+        """The raw CID bytes of every visible fact, sorted (byte order is Link order)."""
         with self._lock:
             rows = self.conn.execute(
                 "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0", (self.ds,)
             ).fetchall()
-        return {Link(r[0]) for r in rows}
+        return sorted(bytes(r[0]) for r in rows)
 
     def visible_among(self, cids: Iterable[Link]) -> set[Link]:
         """Which of these fact CIDs are visible now."""
@@ -41,9 +45,15 @@ class ORSet(ReplicaState):
             return set(self._live_asserts_many(cids))
 
     def visible(self) -> Iterator[tuple[Link, Fact]]:
-        """Every visible fact with its CID (sorted by CID)."""
-        for cid in sorted(self.visible_cids()):
-            yield cid, decode_fact_fast(self.blockstore.get(cid))
+        """Every visible fact with its CID (sorted by CID).
+
+        A bulk read: the CIDs are sorted as bytes and the blocks fetched in batches
+        (``BlockStore.get_many``, one ``IN (...)`` query per few hundred facts on
+        SQLite), not one lookup per fact, so opening a home over a million stored
+        facts does not pay a SQLite round trip and a generic CID parse per fact."""
+        cids = map(fast_link, self._visible_raw())
+        for cid, data in self.blockstore.get_many(cids):
+            yield cid, decode_fact_fast(data)
 
     def visible_facts(self) -> set[Fact]:
         return {fact for _cid, fact in self.visible()}
