@@ -147,7 +147,7 @@ class Node:
         programstore.restore(self, config.path("node.program"))
         same = self._state.program == self.engine.digest
         self._carry = self._state.next if same else {}
-        self._sent: set[Fact] = self._state.sent if same else set()
+        self._sent: set[epochstate.SentKey] = self._state.sent if same else set()
         self.run_epoch()
 
     # ------------------------------------------------------------------ lifecycle
@@ -445,8 +445,9 @@ class Node:
             deltas, outbox = self.engine.step(inserts, deletes, events)
             nxt = self.engine.next_tuples()
             # Send each @async tuple once while its body keeps holding (also across restarts).
-            outbox = [(dest, fact) for dest, fact in outbox if fact not in self._sent]
-            live = self.engine.async_live()
+            # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.
+            outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
+            live = {epochstate.sent_key(f) for f in self.engine.async_live()}
             # Every epoch commits atomically: its number, carry-over, inbox acks, outbox.
             state = epochstate.EpochState(epoch, self.engine.digest, nxt, live)
             with storage.transaction(self.store):
