@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,15 +144,18 @@ def _variants(case: Case):
                     yield Case(case.kinds, case.rules, case.clingo_rules, ep)
 
 
-def shrink(case: Case, failure: str) -> Case:
-    """Greedily drop rules, epochs and facts while some path still disagrees."""
+def shrink(case: Case, failure: str, check: Callable[[Case], str | None] | None = None) -> Case:
+    """Greedily drop rules, epochs and facts while some path still disagrees
+    (``check``: a case's mismatch or None; by default every engine path)."""
     stats = {"cases": 0, "rejected": 0, "columnar": 0, "eval": 0}
+    if check is None:
+        check = lambda c: check_case(c, stats)  # noqa: E731
     improved = True
     while improved:
         improved = False
         for smaller in _variants(case):
             try:
-                if check_case(smaller, stats) is not None:
+                if check(smaller) is not None:
                     case, improved = smaller, True
                     break
             except Exception:  # a variant the oracle cannot take: not smaller

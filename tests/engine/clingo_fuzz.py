@@ -12,14 +12,15 @@ Columns have one of two kinds, fixed per relation column:
   ordering comparisons on ints, and ``sum`` use only ``I`` values, because
   clingo has no floats, and its arithmetic on anything but integers is
   undefined (merklog's ``1.5 + 1`` is ``2.5``).
-- ``M`` (mixed): ints, floats, bools and strings together (``1``, ``1.0``,
-  ``true``, ``"1"`` …), written as the clingo tuple ``(R, N, T, S)``: ``R`` the
-  comparison class (0 bool, 1 number, 2 string), ``N`` twice the numeric value
-  (the generated floats are halves) or the bool as 0/1, ``T`` 1 for a float and
-  0 otherwise, ``S`` the string. The tuples are distinct exactly when the merklog
+- ``M`` (mixed): ints, floats, bools, strings and bytes together (``1``, ``1.0``,
+  ``true``, ``"1"``, ``x"31"`` …), written as the clingo tuple ``(R, N, T, S)``:
+  ``R`` the comparison class (0 bool, 1 number, 2 string, 3 bytes), ``N`` twice
+  the numeric value (the generated floats are halves) or the bool as 0/1, ``T``
+  1 for a float and 0 otherwise, ``S`` the string, or the bytes as lowercase hex
+  (hex strings order as the bytes do). The tuples are distinct exactly when the merklog
   values are (``1``, ``1.0`` and ``true`` are three tuples), and clingo orders
   them lexicographically, which is merklog's ``sort_key`` order (bool < number <
-  string; numbers numerically, an int before an equal float), so ``min``/``max``
+  string < bytes; numbers numerically, an int before an equal float), so ``min``/``max``
   over ``M`` columns match. ``==`` on ``M`` values compares ``(R, N, S)`` (so
   ``1 == 1.0`` holds and ``true == 1`` does not, as docs/language.md says), and
   ``<`` holds only within one class, on ``(N, S)``.
@@ -41,9 +42,10 @@ from typing import Any
 import clingo
 
 # Values of the mixed (M) kind. SAFE_MIXED holds values Python's == keeps apart;
-# FULL_MIXED adds the ones Python conflates (1 == 1.0 == True) and -0.0.
+# FULL_MIXED adds the ones Python conflates (1 == 1.0 == True), -0.0 and bytes
+# (b"1" beside "1" and 1).
 SAFE_MIXED: list[Any] = [0, 1, 2, 0.5, 2.5, "a", "b", "1"]
-FULL_MIXED: list[Any] = SAFE_MIXED + [1.0, 0.0, -0.0, 2.0, True, False]
+FULL_MIXED: list[Any] = SAFE_MIXED + [1.0, 0.0, -0.0, 2.0, True, False, b"\x01", b"1", b""]
 INTS = [-1, 0, 1, 2, 3]
 
 EDB = {"a": 2, "b": 2, "c": 1}
@@ -119,6 +121,8 @@ def merklog_const(value: Any) -> str:
         return repr(value) if value != 0 or math.copysign(1, value) > 0 else "-0.0"
     if isinstance(value, str):
         return '"' + value + '"'
+    if isinstance(value, bytes):
+        return 'x"' + value.hex() + '"'
     return str(value)
 
 
@@ -133,6 +137,8 @@ def clingo_value(value: Any, kind: str) -> str:
         return f'(1,{2 * value},0,"")'
     if isinstance(value, float):
         return f'(1,{int(2 * value)},1,"")'
+    if isinstance(value, bytes):
+        return f'(3,0,0,"{value.hex()}")'
     return f'(2,0,0,"{value}")'
 
 
@@ -145,6 +151,8 @@ def decode(sym: clingo.Symbol, kind: str) -> Any:
         return bool(n.number)
     if r.number == 1:
         return n.number / 2 if t.number else n.number // 2
+    if r.number == 3:
+        return bytes.fromhex(s.string)
     return s.string
 
 
@@ -427,8 +435,8 @@ class Generator:
 def tsv_safe(value: Any) -> bool:
     """Values a fact file / CSV round-trips without a declaration (engine/tsv.py):
     ints, floats (written with a ``.``), strings that do not read as numbers; not
-    bools (``true`` reads back as a string)."""
-    if isinstance(value, bool):
+    bools (``true`` reads back as a string) nor bytes."""
+    if isinstance(value, bool | bytes):
         return False
     if isinstance(value, int | float):
         return True

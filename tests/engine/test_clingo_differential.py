@@ -9,9 +9,14 @@ merklog's batch evaluator (tuple backend), the columnar executor forced on
 incremental engine over random insert/delete epochs (compared after every
 epoch with a fresh batch run and with clingo), and ``merklog eval`` from fact
 files to CSV files (for cases whose values round-trip through untyped TSV).
+The node's ``assert_``/``retract``/``query`` path is fuzzed with the same cases
+in ``tests/node/test_node_fuzz.py``.
 
-1,000 seeded cases run by default (about a minute); ``MERKLOG_LONG=1`` runs
-20,000. A failing seed is shrunk (rules, literals and facts removed while it
+1,000 seeded cases run by default (about a minute). Long mode:
+``MERKLOG_FUZZ_CASES=20000`` runs 20,000 (``MERKLOG_LONG=1`` is the same);
+``MERKLOG_FUZZ_START=N`` starts at seed N, so a long run can be split into
+chunks run side by side. In long mode every failing seed is collected (not
+only the first); each is shrunk (rules, literals and facts removed while it
 still fails) and printed ready to paste into ``test_clingo_regressions.py``.
 """
 
@@ -24,18 +29,35 @@ import pytest
 from .clingo_check import check_case, shrink
 from .clingo_fuzz import Generator
 
-CASES = 20_000 if os.environ.get("MERKLOG_LONG") == "1" else 1_000
+START = int(os.environ.get("MERKLOG_FUZZ_START", "0"))
+CASES = int(
+    os.environ.get(
+        "MERKLOG_FUZZ_CASES", "20000" if os.environ.get("MERKLOG_LONG") == "1" else "1000"
+    )
+)
 MIXED = True  # 1, 1.0, true, "1" and -0.0 together
+MAX_REPORTED = 20  # failing seeds shrunk and printed before the run stops
+LONG = CASES > 1_000
 
 
+@pytest.mark.timeout(0 if LONG else 300)  # long mode runs for as long as it takes
 def test_random_programs_match_clingo() -> None:
     stats = {"cases": 0, "rejected": 0, "columnar": 0, "eval": 0}
-    for seed in range(CASES):
+    failures: list[str] = []
+    for seed in range(START, START + CASES):
         case = Generator(seed, MIXED).case()
         failure = check_case(case, stats)
         if failure is not None:
             small = shrink(case, failure)
-            pytest.fail(f"seed {seed}: {failure}\nshrunk case:\n{small.describe()}")
+            failures.append(f"seed {seed}: {failure}\nshrunk case:\n{small.describe()}")
+            print(failures[-1], flush=True)
+            if len(failures) >= MAX_REPORTED:
+                break
+        if LONG and (seed + 1 - START) % 1000 == 0:
+            print(f"seed {seed}: {stats}, {len(failures)} failing", flush=True)
+    print(f"clingo differential: seeds {START}..{START + CASES - 1}: {stats}")
+    if failures:
+        pytest.fail(f"{len(failures)} failing seeds\n" + "\n\n".join(failures))
     assert stats["rejected"] < CASES // 10, stats
     assert stats["columnar"] > CASES // 10, stats
     assert stats["eval"] > CASES // 10, stats
