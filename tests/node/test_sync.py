@@ -95,3 +95,33 @@ def test_join_on_an_initialised_home_refuses_without_force(tmp_path: Path, node_
     assert (
         b("init", "--join", na.url, "--token", na.read_token).exit_code == 0
     )  # same dataset again: nothing to do
+
+
+def test_a_joined_node_writes_over_http_before_any_sync(tmp_path: Path, node_factory) -> None:
+    """``init --join`` then ``node run``: the first ``POST /v1/facts`` syncs once with
+    the origin (receiving the grant made there) and succeeds; with the origin down the
+    write answers 503 naming it, and ``put`` exits 4 saying why."""
+    a, b, c = Cli(tmp_path / "a"), Cli(tmp_path / "b"), Cli(tmp_path / "c")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    c("init", "--join", na.url, "--token", na.read_token)
+    nb = node_factory(b.home).start()
+    a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)  # grant, on A only
+    status, body = nb.request("POST", "/v1/facts", {"assert": "edge(7, 8)."})
+    assert status == 200, body
+    assert [r["fact"] for r in body["asserted"]] == ["edge(7, 8)"]
+    _, q = nb.request("GET", "/v1/query?q=edge(X,%20Y)")
+    assert q["rows"] == [[7, 8]]
+
+    origin = na.url
+    na.stop()
+    nc = node_factory(c.home).start()
+    status, body = nc.request("POST", "/v1/facts", {"assert": "edge(9, 9)."})
+    assert status == 503, body
+    assert origin in body["detail"] and "cannot write yet" in body["detail"]
+    nc.stop()
+    refused = c("put", "edge(9, 9).", ok=False)
+    assert refused.exit_code == 4, refused.output
+    assert origin in refused.output and "Traceback" not in refused.output
+    assert "edge(9, 9)" not in c("ls").output
