@@ -40,7 +40,7 @@ from .files import open_private
 from .homeinit import IDENTITY_FILE, init_home
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
-from .peersync import PeerSync, sync_with
+from .peersync import PeerSync, load_history, save_history, sync_with
 from .runtime import HomeLock
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
@@ -121,7 +121,7 @@ class Node:
         )
         self.last_sync: dict[str, Any] | None = None
         #: Sync history per peer URL (configured peers and URLs synced ad hoc).
-        self.peer_sync: dict[str, PeerSync] = {}
+        self.peer_sync: dict[str, PeerSync] = load_history(self.home)
         self._edb: dict[str, set[tuple]] = {}
         self._subs: list[Subscription] = []
         self._sinks: list[Callable[[int, list[tuple[Fact, int]]], None]] = []
@@ -606,12 +606,14 @@ class Node:
             self.metrics.sync_failures.labels(url).inc()
             if state.failed(message):
                 log.warning("sync with %s failed: %s", url, message)
+            save_history(self.home, self.peer_sync)
             if isinstance(exc, MerklogError):
                 raise  # already says what happened (unreachable, refused, not a writer)
             raise PeerUnreachable(f"sync with {url} failed: {message}") from exc
         if state.failures:
             log.info("sync with %s works again", url)
         state.succeeded()
+        save_history(self.home, self.peer_sync)
         self.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
         self.metrics.sync_bytes.labels("out").inc(stats.get("bytes_out", 0))
         self.metrics.deltas.inc(stats.get("deltas_in", 0))

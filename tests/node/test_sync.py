@@ -125,3 +125,29 @@ def test_a_joined_node_writes_over_http_before_any_sync(tmp_path: Path, node_fac
     assert refused.exit_code == 4, refused.output
     assert origin in refused.output and "Traceback" not in refused.output
     assert "edge(9, 9)" not in c("ls").output
+
+
+def test_peer_sync_history_survives_a_restart(tmp_path: Path, node_factory) -> None:
+    """``status`` on a stopped home and ``GET /v1/status`` after a restart still show
+    the peer's last success (kept in the home, not only in the process)."""
+    import json
+
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    b("peers", "add", "a", na.url, "--token", na.read_token)
+    key_b = json.loads(b("status", "--json").output)["key"]
+    a("peers", "add", "b", "http://127.0.0.1:9", "--key", key_b)  # A lets B sync
+    b("sync", "a")
+
+    def peer_a(peers: list[dict]) -> dict:
+        (entry,) = [p for p in peers if p["url"] == na.url.rstrip("/")]
+        return entry
+
+    stopped = peer_a(json.loads(b("status", "--json").output)["peers"])
+    assert stopped["last_success"] is not None and stopped["last_error"] is None
+    assert oct((b.home / "peersync.json").stat().st_mode & 0o777) == "0o600"
+    nb = node_factory(b.home).start()
+    _, st = nb.request("GET", "/v1/status")
+    assert peer_a(st["peers"])["last_success"] == stopped["last_success"]
