@@ -17,7 +17,18 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from merklog.engine.rows import RowSet, engine_rows
+from merklog.engine.values import row_from_engine, row_to_engine
 from merklog.store import Fact, decode, encode
+
+#: An ``@async`` tuple by value identity: its relation and its engine-form row, so
+#: ``m(1)``, ``m(1.0)`` and ``m(true)`` are three keys (``Fact`` equality would merge them).
+SentKey = tuple[str, tuple]
+
+
+def sent_key(fact: Fact) -> SentKey:
+    """The identity key of an ``@async`` fact (plain or engine-form args alike)."""
+    return (fact.rel, row_to_engine(tuple(fact.args)))
+
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS node_epoch (id INTEGER PRIMARY KEY CHECK (id = 1), data BLOB)"
 
@@ -30,19 +41,22 @@ class EpochState:
     program: str = ""
     next: dict[str, set[tuple]] = field(default_factory=dict)
     #: ``@async`` tuples already queued whose body still held: not re-sent after a restart.
-    sent: set[Fact] = field(default_factory=set)
+    sent: set[SentKey] = field(default_factory=set)
 
     def encode(self) -> bytes:
         rels = {rel: sorted([list(r) for r in rows], key=repr) for rel, rows in self.next.items()}
-        sent = sorted([[f.rel, list(f.args)] for f in self.sent], key=repr)
+        sent = sorted([[rel, list(row_from_engine(row))] for rel, row in self.sent], key=repr)
         return encode({"epoch": self.epoch, "program": self.program, "next": rels, "sent": sent})
 
     @classmethod
     def decode(cls, data: bytes) -> EpochState:
         obj = decode(data)
         # Engine-form sets: @next tuples p(1) and p(true) are two tuples, not one.
-        nxt = {rel: RowSet(engine_rows(tuple(r) for r in rows)) for rel, rows in obj["next"].items()}
-        sent = {Fact(rel, tuple(args)) for rel, args in obj.get("sent", [])}
+        nxt = {
+            rel: RowSet(engine_rows(tuple(r) for r in rows)) for rel, rows in obj["next"].items()
+        }
+        # Same layout as before keys were typed: DAG-CBOR keeps 1, 1.0 and true apart.
+        sent = {sent_key(Fact(rel, tuple(args))) for rel, args in obj.get("sent", [])}
         return cls(int(obj["epoch"]), str(obj["program"]), nxt, sent)
 
 

@@ -70,6 +70,14 @@ class NotAWriter(Failure, Unauthorized):
     exit_code = ExitCode.NOT_A_WRITER
 
 
+class NotWritableYet(Failure):
+    """A freshly joined home must sync once with the peer it joined from before its
+    first write, and that peer cannot be reached now (HTTP: 503, CLI: exit 4)."""
+
+    exit_code = ExitCode.PEER_UNREACHABLE
+    http_status = 503
+
+
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 

@@ -16,7 +16,7 @@ from aiohttp import web
 from merklog.replication.errors import ReplicationError
 from merklog.store import Link, StoreError, decode, decode_fact
 
-from . import queries
+from . import queries, writes
 from .errors import NodeInputError
 from .jsonvalues import fact_from_json, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
@@ -253,6 +253,8 @@ async def write_facts(request: web.Request) -> web.Response:
     body = await json_body(request)
     add = _facts_field(node, body, "assert")
     rem = _facts_field(node, body, "retract")
+    if add or rem:  # a freshly joined home syncs once with its origin first
+        await writes.sync_before_first_write_async(node)
     try:
         result = await node.write_async(add, rem)
     except ReplicationError as exc:  # e.g. this key is not (yet) a writer

@@ -143,7 +143,7 @@ def _map(exc: BaseException) -> tuple[int, str, str] | None:
         return exc.status, exc.code, exc.detail
     if isinstance(exc, Failure):  # the CLI's classification, as an HTTP status
         status, error = _FAILURE_STATUS.get(exc.exit_code, (500, "failed"))
-        return status, error, str(exc)
+        return getattr(exc, "http_status", status), error, str(exc)
     if isinstance(exc, NodeInputError | InvalidValue) or (
         isinstance(exc, Error) and isinstance(exc, ValueError)
     ):

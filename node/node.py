@@ -40,7 +40,7 @@ from .files import open_private
 from .homeinit import IDENTITY_FILE, init_home
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
-from .peersync import PeerSync, sync_with
+from .peersync import PeerSync, load_history, save_history, sync_with
 from .runtime import HomeLock
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
@@ -121,7 +121,7 @@ class Node:
         )
         self.last_sync: dict[str, Any] | None = None
         #: Sync history per peer URL (configured peers and URLs synced ad hoc).
-        self.peer_sync: dict[str, PeerSync] = {}
+        self.peer_sync: dict[str, PeerSync] = load_history(self.home)
         self._edb: dict[str, set[tuple]] = {}
         self._subs: list[Subscription] = []
         self._sinks: list[Callable[[int, list[tuple[Fact, int]]], None]] = []
@@ -147,7 +147,7 @@ class Node:
         programstore.restore(self, config.path("node.program"))
         same = self._state.program == self.engine.digest
         self._carry = self._state.next if same else {}
-        self._sent: set[Fact] = self._state.sent if same else set()
+        self._sent: set[epochstate.SentKey] = self._state.sent if same else set()
         self.run_epoch()
 
     # ------------------------------------------------------------------ lifecycle
@@ -463,8 +463,9 @@ class Node:
             deltas, outbox = self.engine.step(inserts, deletes, events)
             nxt = self.engine.next_tuples()
             # Send each @async tuple once while its body keeps holding (also across restarts).
-            outbox = [(dest, fact) for dest, fact in outbox if fact not in self._sent]
-            live = self.engine.async_live()
+            # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.
+            outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
+            live = {epochstate.sent_key(f) for f in self.engine.async_live()}
             # Every epoch commits atomically: its number, carry-over, inbox acks, outbox.
             state = epochstate.EpochState(epoch, self.engine.digest, nxt, live)
             with storage.transaction(self.store):
@@ -605,12 +606,14 @@ class Node:
             self.metrics.sync_failures.labels(url).inc()
             if state.failed(message):
                 log.warning("sync with %s failed: %s", url, message)
+            save_history(self.home, self.peer_sync)
             if isinstance(exc, MerklogError):
                 raise  # already says what happened (unreachable, refused, not a writer)
             raise PeerUnreachable(f"sync with {url} failed: {message}") from exc
         if state.failures:
             log.info("sync with %s works again", url)
         state.succeeded()
+        save_history(self.home, self.peer_sync)
         self.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
         self.metrics.sync_bytes.labels("out").inc(stats.get("bytes_out", 0))
         self.metrics.deltas.inc(stats.get("deltas_in", 0))

@@ -145,6 +145,11 @@ def _paths() -> dict[str, Any]:
                     "400": BAD_INPUT,
                     "403": FORBIDDEN,
                     "413": TOO_LARGE,
+                    "503": _json(
+                        "Error",
+                        "A freshly joined node could not reach the peer it joined from"
+                        " for its sync before the first write",
+                    ),
                 },
                 requestBody=_body("Write"),
             ),

@@ -1,23 +1,34 @@
 """Syncing with peers: one sync run, who may sync with us, and the per-peer sync state
 of a running node (what ``status`` shows for each peer).
 
-Kept in memory by the node (a restart starts with no attempts); ``deltas_behind``
-comes from the replica: how many of our deltas the peer lacked when last seen,
-plus everything written since.
+Kept by the node and saved after every attempt to ``peersync.json`` in the home
+(written atomically, owner-only) so ``status`` on a stopped home and after a restart
+still shows each peer's last attempt, success and error; ``deltas_behind`` comes from
+the replica: how many of our deltas the peer lacked when last seen, plus everything
+written since.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from merklog.replication.auth import AllowList
 from merklog.replication.client import SyncClient
 
 from .config import Config
+from .files import write_private
+
+log = logging.getLogger(__name__)
+
+#: The file in a home holding the per-peer sync history.
+STATE_FILE = "peersync.json"
 
 
 @dataclass
@@ -47,6 +58,34 @@ class PeerSync:
 
     def to_json(self, name: str | None, deltas_behind: int | None) -> dict[str, Any]:
         return {"name": name, **asdict(self), "deltas_behind": deltas_behind}
+
+
+def load_history(home: Path | None) -> dict[str, PeerSync]:
+    """The per-peer sync history saved in ``home`` (empty without a home or a file; an
+    unreadable file is logged and ignored: it is a record, not data)."""
+    if home is None or not (home / STATE_FILE).exists():
+        return {}
+    try:
+        raw = json.loads((home / STATE_FILE).read_text())
+        fields = {f.name for f in dataclasses.fields(PeerSync)}
+        return {
+            str(url): PeerSync(**{k: v for k, v in rec.items() if k in fields})
+            for url, rec in raw.items()
+        }
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        log.warning("ignoring unreadable %s: %s", home / STATE_FILE, exc)
+        return {}
+
+
+def save_history(home: Path | None, history: dict[str, PeerSync]) -> None:
+    """Write the per-peer sync history to ``home`` atomically (owner-only)."""
+    if home is None:
+        return
+    data = {url: asdict(state) for url, state in history.items()}
+    try:
+        write_private(home / STATE_FILE, json.dumps(data, sort_keys=True).encode())
+    except OSError as exc:  # a status record must never fail a sync
+        log.warning("could not save %s: %s", home / STATE_FILE, exc)
 
 
 async def sync_with(

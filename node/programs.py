@@ -56,7 +56,7 @@ class _BatchFallback:
             self.base.setdefault(rel, set()).add(row_to_engine(tuple(row)))
         self.current: dict[str, set[Row]] = {}
         self.next: dict[str, set[Row]] = {}
-        self.live: set[Fact] = set()
+        self.live: list[Fact] = []
 
     def step(
         self,
@@ -85,7 +85,7 @@ class _BatchFallback:
         self.next = {
             rel: set(map(row_to_engine, rows)) for rel, rows in result.next_tuples.items() if rows
         }
-        self.live = {fact for _dest, fact in result.outbox}
+        self.live = [fact for _dest, fact in result.outbox]
         return deltas, list(result.outbox)
 
     def relation(self, rel: str) -> set[Row]:
@@ -97,8 +97,8 @@ class _BatchFallback:
     def next_tuples(self) -> dict[str, set[Row]]:
         return {rel: RowSet(set(rows)) for rel, rows in self.next.items()}
 
-    def async_live(self) -> set[Fact]:
-        return set(self.live)
+    def async_live(self) -> list[Fact]:
+        return list(self.live)
 
 
 class _Incremental:
@@ -130,10 +130,11 @@ class _Incremental:
         last = self.engine.last
         return last.next_tuples if last is not None else {}
 
-    def async_live(self) -> set[Fact]:
-        return {
+    def async_live(self) -> list[Fact]:
+        # A list: a set of Facts would merge ping(1), ping(1.0) and ping(true).
+        return [
             Fact(rel, row) for rel in self.async_heads for row in self.engine.async_relation(rel)
-        }
+        ]
 
 
 class ProgramRunner:
@@ -190,8 +191,9 @@ class ProgramRunner:
         ``({relation: {row: +1 | -1}}, [(destination, @async Fact), …])``."""
         return self._impl.step(inserts, deletes, events)
 
-    def async_live(self) -> set[Fact]:
-        """``@async`` tuples whose rule body holds now (each is sent once per episode)."""
+    def async_live(self) -> list[Fact]:
+        """``@async`` tuples whose rule body holds now (each is sent once per episode);
+        a list, since ``Fact`` equality would merge ``m(1)``, ``m(1.0)`` and ``m(true)``."""
         return self._impl.async_live()
 
     def relation(self, rel: str) -> set[Row]:

@@ -4,8 +4,10 @@
   why and what to do, instead of the replica's "author … is not a writer in the
   causal past of …".
 - A home made by ``init --join URL`` has never seen the grants made after the
-  dataset's genesis: before its first write it syncs once with that origin
-  (``[peers] origin``), so a grant the owner already made takes effect.
+  dataset's genesis: before its first write (CLI ``put`` and ``POST /v1/facts``) it
+  syncs once with that origin (``[peers] origin``), so a grant the owner already made
+  takes effect; if the origin cannot be reached the write fails with
+  :class:`NotWritableYet` naming it (HTTP 503, CLI exit 4).
 - ``retract`` reports the facts that were not visible (nothing to retract).
 """
 
@@ -15,10 +17,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from merklog.replication.errors import PeerUnreachable
 from merklog.store import Fact, Link, fact_cid
 
 from .config import ORIGIN
-from .failures import NotAWriter
+from .failures import NotAWriter, NotWritableYet
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +69,42 @@ def sync_before_first_write(node: Any, sync: Callable[[str], Any]) -> None:
     log.info("not a writer yet: syncing once with %s before the first write", origin)
     try:
         sync(origin)
-    except Exception as exc:  # reported by require_writer's message below
+    except PeerUnreachable as exc:
+        raise _unreachable(origin, exc) from None
+    except Exception as exc:  # refused (not granted): require_writer's message says so
+        log.warning("sync with %s before the first write failed: %s", origin, exc)
+
+
+def _must_sync_first(node: Any) -> str | None:
+    """The origin URL when the node may not write and never synced with its origin."""
+    if can_write(node):
+        return None
+    origin = origin_url(node.config)
+    if origin is None or node.replica.peer_heads(origin.rstrip("/")):
+        return None
+    return origin
+
+
+def _unreachable(origin: str, exc: BaseException) -> NotWritableYet:
+    return NotWritableYet(
+        f"this node cannot write yet: it joined from {origin} and must sync with it once"
+        f" before its first write (to receive its writer grant), but {origin} cannot be"
+        f" reached now ({exc}). Start that node or check the URL, then write again."
+    )
+
+
+async def sync_before_first_write_async(node: Any) -> None:
+    """The event-loop form of :func:`sync_before_first_write` (HTTP writes): an origin
+    that cannot be reached raises :class:`NotWritableYet` naming it (503)."""
+    origin = _must_sync_first(node)
+    if origin is None:
+        return
+    log.info("not a writer yet: syncing once with %s before the first write", origin)
+    try:
+        await node.sync(origin)
+    except PeerUnreachable as exc:
+        raise _unreachable(origin, exc) from None
+    except Exception as exc:  # refused (not granted): require_writer's message says so
         log.warning("sync with %s before the first write failed: %s", origin, exc)
 
 

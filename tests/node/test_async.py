@@ -119,3 +119,50 @@ def test_unknown_async_destination_stays_queued(tmp_path: Path, node_factory) ->
         )
     )
     assert na.request("GET", "/v1/status")[1]["outbox_pending"] == 1
+
+
+def test_async_messages_keep_value_identity_across_epochs_and_restarts(
+    tmp_path: Path, node_factory
+) -> None:
+    """``ping("b", 1)``, ``ping("b", 1.0)`` and ``ping("b", true)`` are three messages:
+    each arrives although Python's ``1 == 1.0 == True``, and a restart of the sender
+    (which reloads its "already sent" set) sends none of them again."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    b("init")
+    (tmp_path / "sender.dl").write_text(SENDER)
+    (tmp_path / "receiver.dl").write_text(RECEIVER)
+    a("load", str(tmp_path / "sender.dl"))
+    b("load", str(tmp_path / "receiver.dl"))
+    nb = node_factory(b.home, env=FAST).start()
+    key_b = json.loads(b("status", "--json").output)["key"]
+    na = node_factory(a.home, env=FAST).start()
+    a("peers", "add", "b", nb.url, "--key", key_b)
+    key_a = json.loads(a("status", "--json").output)["key"]
+    b("peers", "add", "a", na.url, "--key", key_a)
+
+    a("put", 'peer("b").', "want(1).")
+    assert _until(lambda: len(_rows(nb, "got(P, X)")) == 1)
+    a("put", "want(1.0).")  # a later epoch: the sent set already holds ping("b", 1)
+    assert _until(lambda: len(_rows(nb, "got(P, X)")) == 2)
+    a("put", "want(true).")
+    assert _until(lambda: len(_rows(nb, "got(P, X)")) == 3)
+    typed = {json.dumps(r, sort_keys=True) for r in _rows(nb, "got(P, X)")}
+    assert len(typed) == 3
+    _, metrics = nb.request("GET", "/metrics")
+    assert 'merklog_async_messages_total{event="received"} 3.0' in metrics.decode()
+
+    assert _until(lambda: na.request("GET", "/v1/status")[1]["outbox_pending"] == 0)
+    # Restart A: its persisted sent set must still hold all three, so only want(2) goes.
+    na.stop()
+    na = node_factory(a.home, env=FAST).start()
+    a("put", "want(2).")
+    assert _until(lambda: len(_rows(nb, "got(P, X)")) == 4)
+    assert _until(lambda: na.request("GET", "/v1/status")[1]["outbox_pending"] == 0)
+    _, metrics = nb.request("GET", "/metrics")
+    received = [
+        x
+        for x in metrics.decode().splitlines()
+        if x.startswith('merklog_async_messages_total{event="received')
+    ]
+    assert 'merklog_async_messages_total{event="received"} 4.0' in metrics.decode(), received

@@ -95,3 +95,59 @@ def test_join_on_an_initialised_home_refuses_without_force(tmp_path: Path, node_
     assert (
         b("init", "--join", na.url, "--token", na.read_token).exit_code == 0
     )  # same dataset again: nothing to do
+
+
+def test_a_joined_node_writes_over_http_before_any_sync(tmp_path: Path, node_factory) -> None:
+    """``init --join`` then ``node run``: the first ``POST /v1/facts`` syncs once with
+    the origin (receiving the grant made there) and succeeds; with the origin down the
+    write answers 503 naming it, and ``put`` exits 4 saying why."""
+    a, b, c = Cli(tmp_path / "a"), Cli(tmp_path / "b"), Cli(tmp_path / "c")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    c("init", "--join", na.url, "--token", na.read_token)
+    nb = node_factory(b.home).start()
+    a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)  # grant, on A only
+    status, body = nb.request("POST", "/v1/facts", {"assert": "edge(7, 8)."})
+    assert status == 200, body
+    assert [r["fact"] for r in body["asserted"]] == ["edge(7, 8)"]
+    _, q = nb.request("GET", "/v1/query?q=edge(X,%20Y)")
+    assert q["rows"] == [[7, 8]]
+
+    origin = na.url
+    na.stop()
+    nc = node_factory(c.home).start()
+    status, body = nc.request("POST", "/v1/facts", {"assert": "edge(9, 9)."})
+    assert status == 503, body
+    assert origin in body["detail"] and "cannot write yet" in body["detail"]
+    nc.stop()
+    refused = c("put", "edge(9, 9).", ok=False)
+    assert refused.exit_code == 4, refused.output
+    assert origin in refused.output and "Traceback" not in refused.output
+    assert "edge(9, 9)" not in c("ls").output
+
+
+def test_peer_sync_history_survives_a_restart(tmp_path: Path, node_factory) -> None:
+    """``status`` on a stopped home and ``GET /v1/status`` after a restart still show
+    the peer's last success (kept in the home, not only in the process)."""
+    import json
+
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    b("peers", "add", "a", na.url, "--token", na.read_token)
+    key_b = json.loads(b("status", "--json").output)["key"]
+    a("peers", "add", "b", "http://127.0.0.1:9", "--key", key_b)  # A lets B sync
+    b("sync", "a")
+
+    def peer_a(peers: list[dict]) -> dict:
+        (entry,) = [p for p in peers if p["url"] == na.url.rstrip("/")]
+        return entry
+
+    stopped = peer_a(json.loads(b("status", "--json").output)["peers"])
+    assert stopped["last_success"] is not None and stopped["last_error"] is None
+    assert oct((b.home / "peersync.json").stat().st_mode & 0o777) == "0o600"
+    nb = node_factory(b.home).start()
+    _, st = nb.request("GET", "/v1/status")
+    assert peer_a(st["peers"])["last_success"] == stopped["last_success"]
