@@ -34,6 +34,7 @@ from .ast import (
     Var,
 )
 from .errors import ParseError
+from .factreader import read_ground_facts
 from .lexer import INT64_MAX, INT64_MIN, Source, Token, tokenize
 
 #: Column types of a merklog ``.decl`` (also in merklog.engine.schema, which checks facts).
@@ -666,7 +667,19 @@ def parse_query_body(text: str) -> tuple[BodyLiteral, ...]:
 
 
 def parse_facts(text: str) -> list[Fact]:
-    """Parse ground facts ``rel(c, …).`` (for ``merklog put``); rules and variables are errors."""
+    """Parse ground facts ``rel(c, …).`` (for ``merklog put``); rules and variables are errors.
+
+    Bulk data takes the regex fast path of :mod:`merklog.engine.factreader`; any text
+    outside its subset goes through :func:`parse_facts_general` (same values, and the
+    errors with their ``line:col``)."""
+    fast = read_ground_facts(text)
+    if fast is not None:
+        return fast
+    return parse_facts_general(text)
+
+
+def parse_facts_general(text: str) -> list[Fact]:
+    """:func:`parse_facts` through the full lexer and parser only."""
     p = Parser(text)
     facts: list[Fact] = []
     while p.peek().kind != "EOF":

@@ -275,6 +275,18 @@ class Node:
                 out.append(make_fact(rel, args))
         return out
 
+    def check_declared(self, facts: list[Fact]) -> None:
+        """Refuse (NodeInputError, nothing stored) the first fact that does not fit the
+        loaded program's ``.decl`` declarations. One set lookup per fact when a
+        relation is undeclared, so bulk ``put`` of undeclared relations stays cheap."""
+        engine = self.engine
+        declared = engine.checked.schema.declarations
+        if not declared:
+            return
+        for fact in facts:
+            if fact.rel in declared:
+                engine.check_fact(fact)
+
     def write(
         self, asserts: Iterable[FactLike] = (), retracts: Iterable[FactLike] = ()
     ) -> WriteResult:
@@ -282,6 +294,7 @@ class Node:
         try:
             add = self.coerce_facts(asserts)
             rem = self.coerce_facts(retracts)
+            self.check_declared(add)
         except Exception:
             self.metrics.rejected.inc()
             raise
@@ -305,6 +318,11 @@ class Node:
     async def write_async(self, asserts: list[Fact], retracts: list[Fact]) -> WriteResult:
         """``write`` for the event loop: concurrent callers share one delta and one fsync
         (group commit) while the commit itself runs on a worker thread."""
+        try:
+            self.check_declared(asserts)  # before queueing: a misfit fails only its request
+        except Exception:
+            self.metrics.rejected.inc()
+            raise
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[WriteResult] = loop.create_future()
         self._write_queue.append((asserts, retracts, fut))

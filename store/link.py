@@ -11,6 +11,8 @@ import base64
 import hashlib
 from typing import TYPE_CHECKING
 
+import libipld
+
 from .errors import InvalidValue
 
 if TYPE_CHECKING:  # multiformats costs ~0.2 s to import: only the slow paths need it
@@ -128,6 +130,11 @@ class Link:
         return self.raw[pos + 2 :] == hashlib.sha256(data).digest()
 
     def __str__(self) -> str:
+        # libipld renders a CIDv1 as multibase base32 in C (~30x faster than base64's
+        # pure-Python b32encode: ``put`` prints one CID per fact).
+        text = libipld.encode_cid(self.raw)
+        if text[:1] == "b":
+            return text
         return "b" + base64.b32encode(self.raw).decode("ascii").lower().rstrip("=")
 
     def __repr__(self) -> str:

@@ -19,9 +19,16 @@ CHUNK_FACTS = 20_000
 CHUNK_BYTES = 4 << 20
 
 
-def chunks(facts: list, max_facts: int = CHUNK_FACTS, max_bytes: int = CHUNK_BYTES) -> Iterator:
+def chunks(
+    facts: list, max_facts: int = CHUNK_FACTS, max_bytes: int | None = CHUNK_BYTES
+) -> Iterator:
     """Consecutive slices of ``facts`` within both bounds (Datalog text size estimated
-    from the rendering each fact is sent as)."""
+    from the rendering each fact is sent as). ``max_bytes=None``: count facts only (a
+    write in this process sends no text, so rendering each fact would be wasted)."""
+    if max_bytes is None:
+        for start in range(0, len(facts), max_facts):
+            yield facts[start : start + max_facts]
+        return
     start = size = 0
     for i, fact in enumerate(facts):
         n = len(str(fact)) + 2
@@ -40,7 +47,7 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
     from merklog.node.cliutil import facts_text, target
     from merklog.node.failures import NotVisible
     from merklog.node.queries import parse_facts
-    from merklog.node.target import load_config
+    from merklog.node.target import LocalTarget, load_config
 
     parsed = parse_facts(facts_text(facts, file))
     # Through a running node each chunk is one request: stay well under its body limit.
@@ -63,7 +70,9 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
         ) as bar,
     ):
         task = bar.add_task(verb, total=len(parsed))
-        for chunk in chunks(parsed, CHUNK_FACTS, max_bytes):
+        # Only requests to a running node have a body limit to keep under.
+        bound = None if isinstance(t, LocalTarget) else max_bytes
+        for chunk in chunks(parsed, CHUNK_FACTS, bound):
             result = t.write_facts([], chunk) if retract else t.write_facts(chunk, [])
             gone = {item["cid"] for item in result.get("not_visible") or []}
             missing.extend(result.get("not_visible") or [])

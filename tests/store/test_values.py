@@ -129,3 +129,13 @@ def test_decode_fact_fast_path_keeps_bool_and_float_types():
     fact = make_fact("r", [True, 1, 1.0, "1"])
     back = decode_fact(fact_block(fact))
     assert [type(v) for v in back.args] == [bool, int, float, str]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(links, st.binary(max_size=64).map(Link.for_dag_cbor)))
+def test_link_text_is_the_multiformats_base32_form(link):
+    """``str(Link)`` (libipld, in C) is exactly the reference CID's base32 text."""
+    from multiformats import CID
+
+    assert str(link) == str(CID.decode(link.raw).encode("base32"))
+    assert Link.parse(str(link)) == link

@@ -1,0 +1,133 @@
+"""The ground-fact fast path (engine/factreader.py) gives exactly what the full parser
+gives: the same values with the same types on mixed-type facts in every literal
+spelling, and, for anything outside its subset, the parser's own error and line:col."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from merklog.engine.errors import ParseError
+from merklog.engine.factreader import read_ground_facts
+from merklog.engine.parser import parse_facts, parse_facts_general
+from merklog.store import Link
+
+CID = Link.for_dag_cbor(b"\xa0")
+
+
+def typed(facts: list) -> list:
+    """Facts with each value tagged by its exact type (``1``, ``1.0``, ``true`` differ;
+    ``-0.0`` and ``0.0`` differ by repr)."""
+    return [(rel, tuple((type(v).__name__, repr(v)) for v in args)) for rel, args in facts]
+
+
+def outcome(fn, text: str):
+    try:
+        return ("ok", typed(fn(text)))
+    except ParseError as exc:
+        return ("error", str(exc), exc.line, exc.col)
+
+
+def _int_spellings(n: int) -> st.SearchStrategy[str]:
+    mag = abs(n)
+    sign = "-" if n < 0 else ""
+    return st.sampled_from(
+        [f"{sign}{mag}", f"{sign}{mag:#x}", f"{sign}{mag:#X}", f"{sign}{mag:#b}", f"{sign}0{mag}"]
+    )
+
+
+def _str_spelling(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) > 127 and ord(ch) % 2:
+            out.append(f"\\u{{{ord(ch):x}}}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+_literal = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).flatmap(_int_spellings),
+    st.integers(-(2**70), 2**70).map(str),  # some out of int64: the parser's error
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(["0.0", "-0.0", "1.5e3", "-2E-3", "1e999", "7e0", "1.0"]),
+    st.text(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\f"), max_size=6
+    ).map(_str_spelling),
+    st.sampled_from(["true", "false", 'x"00ff"', 'x""', 'x"abc"', 'x"00 11"', f'cid"{CID}"']),
+    st.sampled_from(['"\\q"', '"\\u{d800}"', 'cid"bnot"', "X", "_", "1 + 2", "- 5", "f(1)"]),
+    st.sampled_from(['"a,b)."', '"%"', '"//"', '"/*"']),
+)
+_space = st.sampled_from(["", " ", "  ", "\t"])
+_gap = st.sampled_from(["\n", "\n\n", " ", "\n% note\n", "\n// note\n", "\r\n", "\n/* c */\n"])
+
+
+@st.composite
+def fact_texts(draw: st.DrawFn) -> str:
+    parts = []
+    for _ in range(draw(st.integers(0, 6))):
+        rel = draw(st.sampled_from(["edge", "p", "true", "a_B9", "Bad", "x"]))
+        args = draw(st.lists(_literal, max_size=4))
+        sp = draw(_space)
+        body = f"{sp},{draw(_space)}".join(args)
+        end = draw(st.sampled_from([".", ".", ".", ". ", "", ":- q(X).", "@next."]))
+        parts.append(f"{rel}{draw(_space)}({sp}{body}{sp}){sp}{end}")
+        parts.append(draw(_gap))
+    return "".join(parts)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fact_texts())
+def test_fast_path_equals_the_parser(text: str) -> None:
+    assert outcome(parse_facts, text) == outcome(parse_facts_general, text)
+    fast = read_ground_facts(text)
+    if fast is not None:  # when the fast path answers, it is the parser's answer
+        assert ("ok", typed(fast)) == outcome(parse_facts_general, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from('ab(),.-1x"\\ \n%/*e0'), max_size=30))
+def test_fast_path_equals_the_parser_on_noise(text: str) -> None:
+    assert outcome(parse_facts, text) == outcome(parse_facts_general, text)
+
+
+def test_fast_path_reads_every_value_type() -> None:
+    text = (
+        f'v(1, -2, 0x10, -0b11, 1.5, -2.5e3, -0.0, "a\\"b\\n\\u{{e9}}", true, false, '
+        f'x"00ff", cid"{CID}").\n% c\nw().\n'
+    )
+    facts = read_ground_facts(text)
+    assert facts is not None
+    assert typed(facts) == typed(
+        [
+            ("v", (1, -2, 16, -3, 1.5, -2500.0, -0.0, 'a"b\né', True, False, b"\x00\xff", CID)),
+            ("w", ()),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "col"),
+    [
+        ("p(1).\np(9223372036854775808).", 2, 3),
+        ('p(1).\np("\\q").', 2, 4),
+        ('p(1).\np(x"abc").', 2, 3),
+        ("p(1).\np(1e999).", 2, 3),
+        ("p(1).\np(X).", 2, 1),
+    ],
+)
+def test_errors_keep_line_and_column(text: str, line: int, col: int) -> None:
+    assert read_ground_facts(text) is None
+    with pytest.raises(ParseError) as err:
+        parse_facts(text)
+    assert (err.value.line, err.value.col) == (line, col)
+    assert outcome(parse_facts, text) == outcome(parse_facts_general, text)

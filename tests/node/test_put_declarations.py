@@ -1,0 +1,61 @@
+"""``put`` honours the loaded program's ``.decl`` declarations: a fact that does not
+fit is refused with one clear line (CLI exit 2, HTTP 400 JSON) and nothing of the
+write is stored; undeclared relations and fitting facts are stored as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .conftest import Cli
+
+PROGRAM = ".decl edge(src: int, dst: int).\npath(X, Y) :- edge(X, Y).\n"
+
+
+def _rows(run: Cli, query: str) -> list:
+    return json.loads(run("query", "--json", query).output)["rows"]
+
+
+def test_cli_put_refuses_a_misfit_and_stores_nothing(run: Cli, tmp_path: Path) -> None:
+    run("init")
+    prog = tmp_path / "p.dl"
+    prog.write_text(PROGRAM)
+    run("load", str(prog))
+    run("put", "edge(1, 2).", "other(1.5).")
+    data = tmp_path / "facts.dl"
+    data.write_text("edge(3, 4).\nedge(5, 6).\nedge(7, 1.0).\n")
+    result = run("put", "-f", str(data), ok=False)
+    assert result.exit_code == 2
+    assert "edge(7, 1.0) does not fit: column dst of edge is int" in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert _rows(run, "edge(X, Y)") == [[1, 2]]  # not even edge(3, 4) of the same put
+    result = run("put", 'edge(1, 2, "x").', ok=False)
+    assert result.exit_code == 2 and "edge has arity 2" in result.output
+    assert _rows(run, "edge(X, Y)") == [[1, 2]]
+    assert _rows(run, "other(X)") == [[1.5]]
+
+
+def test_http_put_refuses_a_misfit_with_400_json(home: Path, node_factory, tmp_path: Path) -> None:
+    run = Cli(home)
+    run("init")
+    prog = tmp_path / "p.dl"
+    prog.write_text(PROGRAM)
+    run("load", str(prog))
+    node = node_factory(home).start()
+    status, body = node.request("POST", "/v1/facts", {"assert": 'edge(1, 2). edge(2, "3").'})
+    assert status == 400 and body["error"] == "bad input"
+    assert 'edge(2, "3") does not fit: column dst of edge is int' in body["detail"]
+    json_facts = [{"rel": "edge", "args": [1, 2]}, {"rel": "edge", "args": [True, 2]}]
+    status, body = node.request("POST", "/v1/facts", {"assert": json_facts})
+    assert status == 400 and "edge(true, 2) does not fit" in body["detail"]
+    status, body = node.request("GET", "/v1/facts")
+    assert body["facts"] == []
+    status, body = node.request("POST", "/v1/facts", {"assert": "edge(1, 2). misc(true)."})
+    assert status == 200 and len(body["asserted"]) == 2
+    # The CLI through the running node: exit 2, one line, nothing more stored.
+    result = run("put", "edge(4, 5).", 'edge(5, x"00").', ok=False)
+    assert result.exit_code == 2 and "does not fit" in result.output
+    assert "Traceback" not in result.output
+    status, body = node.request("GET", "/v1/facts")
+    assert sorted(f["fact"] for f in body["facts"]) == ["edge(1, 2)", "misc(true)"]
