@@ -9,7 +9,8 @@ program is loaded, every epoch of the case is written through the public API (on
 ``assert_``/``retract`` call per fact, or ``write`` batches, chosen at random per
 epoch), and after each epoch every relation is queried — whole (``p2(X0, X1)``) and
 with a constant taken from the expected answer (``p2(X0, 1.0)``: constants select
-by value identity) — and compared with clingo's stable model and with a fresh
+by value identity), and a live query (``subscribe``) of every defined relation is
+kept from its events — and compared with clingo's stable model and with a fresh
 batch evaluation of the same facts. A few cases also go through the real CLI in a
 subprocess on a home on disk (``merklog init``/``load``/``put``/``retract``/
 ``query --json``).
@@ -100,6 +101,30 @@ def _write_epoch(node: Any, ins: dict[str, Rows], dels: dict[str, Rows], rnd: ra
         node.run_epoch()
 
 
+class _Live:
+    """A live query (``node.subscribe``) whose answer is kept from its events alone."""
+
+    def __init__(self, node: Any, text: str) -> None:
+        self.rows: set[tuple] = set()
+        self.errors: list[str] = []
+        node.subscribe(text, self.event)
+
+    def event(self, kind: str, added: list[tuple], removed: list[tuple]) -> None:
+        if kind == "result":
+            self.rows = set()
+        for row in canon_rows(removed):
+            if row not in self.rows:
+                self.errors.append(f"removed {row}, which it never added")
+            self.rows.discard(row)
+        self.rows |= canon_rows(added)
+
+    def failure(self, path: str, epoch: int, text: str, want: set[tuple]) -> str | None:
+        """None when the live answer is ``want`` and every removal was of a row it held."""
+        if self.errors:
+            return f"{path} epoch {epoch} {text}: {self.errors[0]}"
+        return None if self.rows == want else _diff(path, epoch, text, want, self.rows)
+
+
 def _keys(facts: list[tuple[str, tuple]]) -> set:
     return {(rel, tuple(canon(v) for v in row)) for rel, row in facts}
 
@@ -127,6 +152,7 @@ def _check_node(case: Case, seed: int, stats: dict[str, int]) -> str | None:
     facts: dict[str, Rows] = {rel: Rows() for rel in EDB}
     with merklog.open(memory=True) as node:
         node.load_program(case.merklog, source="fuzz.dl")
+        live = {rel: _Live(node, _query_text(rel, len(case.kinds[rel]))) for rel in heads}
         for epoch, (ins, dels) in enumerate(case.epochs):
             for rel, rows in dels.items():
                 facts[rel] -= rows
@@ -146,6 +172,8 @@ def _check_node(case: Case, seed: int, stats: dict[str, int]) -> str | None:
                 if rel not in heads and rel not in EDB:
                     continue  # unknown to the node: its query is an error, clingo's answer empty
                 text = _query_text(rel, len(kinds))
+                if rel in live and (bad := live[rel].failure("live query", epoch, text, want)):
+                    return bad
                 try:
                     got = canon_rows(node.query(text).rows)
                 except merklog.Error:
