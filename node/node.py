@@ -6,25 +6,25 @@ home lock (see :mod:`merklog.node.runtime`). Writes are durable when ``assert_``
 ``retract`` return: the signed delta, its fact blocks and the visible-state update
 commit in one SQLite transaction (WAL, ``synchronous=FULL``).
 
-Each epoch drains the sources — local writes and replicated facts (the replica's
-visible-state +1/−1 changes), inbox ``@async`` tuples, ``@next`` tuples carried
-from the previous epoch, and the optional ``tick`` clock — feeds them to the
-incremental engine, and hands the output deltas to the sinks: the ``@async``
-outbox, live-query subscribers and user callbacks.
+Epochs are evaluated by the node's :class:`~.epoch.EpochDriver` (``node.epochs``):
+it drains the sources — local writes and replicated facts, inbox ``@async``
+tuples, ``@next`` carry-over, the optional ``tick`` clock — into the incremental
+engine and hands the output deltas to the ``@async`` outbox, live-query
+subscribers and user callbacks. The background epoch loop lives in :mod:`.tasks`,
+the HTTP server in :mod:`.server`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from merklog.engine.values import row_from_engine, row_to_engine
+from merklog.engine.values import row_from_engine
 from merklog.replication.blocks import Assert, Retract
 from merklog.replication.errors import PeerUnreachable
 from merklog.replication.identity import Identity
@@ -33,8 +33,9 @@ from merklog.store import Error as MerklogError
 from merklog.store import Fact, Link, fact_cid, make_fact
 
 from . import dataset as dataset_mod
-from . import epochstate, programs, programstore, queries, querycheck, storage, writes
+from . import programs, programstore, queries, querycheck, storage, writes
 from .config import Config
+from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError
 from .files import open_private
 from .homeinit import IDENTITY_FILE, init_home
@@ -46,8 +47,6 @@ from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
-
-TICK_REL = "tick"
 
 FactLike = Fact | tuple | str
 
@@ -105,32 +104,20 @@ class Node:
             self.dataset = dataset_mod.create_dataset(self.store, self.identity, name)
         else:
             self.dataset = Link.parse(config.get("dataset.id"))
-        self._mutex = threading.RLock()
-        # Guards _pending. Changes made by one write or one applied batch of deltas are
-        # staged per thread and handed over together, so they reach the same epoch.
-        self._intake = threading.Lock()
-        self._staging = threading.local()
-        self._pending: list[tuple[Fact, int]] = []
-        # Read-your-writes: _seq counts hand-overs to _pending, _done_seq the last one an
-        # epoch has finished with; settled() waits until that covers the caller's write.
-        self._seq = 0
-        self._done_seq = 0
-        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        #: The one epoch driver of this node (intake, evaluation, commit, sinks).
+        self.epochs = EpochDriver(self)
+        self._mutex = self.epochs.mutex
         self.replica = dataset_mod.open_replica(
-            self.store, self.dataset, self.identity, self._on_visible_change
+            self.store, self.dataset, self.identity, self.epochs.on_visible_change
         )
         self.last_sync: dict[str, Any] | None = None
         #: Sync history per peer URL (configured peers and URLs synced ad hoc).
         self.peer_sync: dict[str, PeerSync] = load_history(self.home)
-        self._edb: dict[str, set[tuple]] = {}
-        self._subs: list[Subscription] = []
-        self._sinks: list[Callable[[int, list[tuple[Fact, int]]], None]] = []
         self.tasks = BackgroundTasks(self)
         self.url: str | None = None
         self._write_queue: list = []
         self._flushing = False
         self.program_text = ""
-        self._carry: dict[str, set[tuple]] = {}
         conn = storage.store_conn(self.store)
         self.outbox = Outbox(
             conn, self.identity, resolve=self._resolve_destination, blockstore=self.store
@@ -138,16 +125,10 @@ class Node:
         self.inbox = Inbox(conn, on_message=self._on_message, blockstore=self.store)
         # Restart: the visible set is the EDB (fed whole to the first epoch), the epoch
         # number and @next carry-over come from the last committed epoch.
-        self._state = epochstate.load(storage.store_conn(self.store))
-        self.epoch = self._state.epoch
         self.engine: Any = programs.empty_program()
-        self._reload = True
-        for _cid, fact in self.replica.visible():
-            self._pending.append((fact, +1))
+        self.epochs.restore(self.replica.visible())
         programstore.restore(self, config.path("node.program"))
-        same = self._state.program == self.engine.digest
-        self._carry = self._state.next if same else {}
-        self._sent: set[epochstate.SentKey] = self._state.sent if same else set()
+        self.epochs.resume(self.engine.digest)
         self.run_epoch()
 
     # ------------------------------------------------------------------ lifecycle
@@ -236,31 +217,10 @@ class Node:
         self.tasks.wake_epoch()
 
     # ------------------------------------------------------------------ writes
-    def _on_visible_change(self, fact: Fact, weight: int) -> None:
-        staged = getattr(self._staging, "changes", None)
-        if staged is not None:
-            staged.append((fact, weight))
-            return
-        with self._intake:
-            self._pending.append((fact, weight))
-            self._seq += 1
-        self.wake()  # replicated changes (sync push/pull) get an epoch promptly too
-
     def atomically(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn`` (a replica write or apply) so that every visible change it makes
         enters the same epoch."""
-        if getattr(self._staging, "changes", None) is not None:
-            return fn(*args)
-        self._staging.changes = staged = []
-        try:
-            return fn(*args)
-        finally:
-            self._staging.changes = None
-            if staged:
-                with self._intake:
-                    self._pending.extend(staged)
-                    self._seq += 1
-                self.wake()
+        return self.epochs.atomically(fn, *args)
 
     def coerce_facts(self, facts: Iterable[FactLike]) -> list[Fact]:
         """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text."""
@@ -409,143 +369,36 @@ class Node:
         with self._mutex:
             self.engine = runner
             self.program_text = text
-            self._carry = {}
-            self._sent = set()
-            self._reload = True
+            self.epochs.program_changed()
         self.wake()
 
     # ------------------------------------------------------------------ epochs
+    @property
+    def epoch(self) -> int:
+        """Number of the last committed epoch."""
+        return self.epochs.epoch
+
     def run_epoch(self) -> int:
-        """Evaluate one epoch now; returns the epoch number. Safe to call from any thread.
-
-        Stored facts enter the engine as net inserts/deletes (the replica's visible-set
-        +1/−1 changes since the last epoch); inbox ``@async`` messages, the ``tick`` clock
-        and restored ``@next`` tuples enter as one-epoch events. The epoch's number, its
-        ``@next`` tuples, the inbox acknowledgements and the outbox messages commit in
-        one transaction.
-        """
-        t0 = time.perf_counter()
-        with self._mutex:
-            with self._intake:
-                changes, self._pending = self._pending, []
-                taken_seq = self._seq
-            epoch = self.epoch + 1
-            before: dict[tuple[str, tuple], bool] = {}
-            for fact, weight in changes:
-                rows = self._edb.setdefault(fact.rel, set())
-                args = row_to_engine(fact.args)  # engine form: p(1), p(1.0), p(true) differ
-                key = (fact.rel, args)
-                if key not in before:
-                    before[key] = args in rows
-                if weight > 0:
-                    rows.add(args)
-                else:
-                    rows.discard(args)
-            inserts: dict[str, list[tuple]] = {}
-            deletes: dict[str, list[tuple]] = {}
-            reload, self._reload = self._reload, False
-            if reload:  # a fresh engine: the whole EDB is new to it
-                inserts = {rel: list(rows) for rel, rows in self._edb.items() if rows}
-            else:
-                for (rel, args), was in before.items():
-                    now = args in self._edb.get(rel, ())
-                    if now != was:
-                        (inserts if now else deletes).setdefault(rel, []).append(args)
-            events: dict[str, set[tuple]] = {
-                rel: set(map(row_to_engine, rows)) for rel, rows in self._carry.items()
-            }
-            self._carry = {}
-            if self.config.get("node.tick"):
-                events.setdefault(TICK_REL, set()).add((epoch,))
-            messages = [(m.cid, m.fact) for m in self.inbox.pending()]
-            for _cid, fact in messages:
-                events.setdefault(fact.rel, set()).add(row_to_engine(fact.args))
-            deltas, outbox = self.engine.step(inserts, deletes, events)
-            nxt = self.engine.next_tuples()
-            # Send each @async tuple once while its body keeps holding (also across restarts).
-            # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.
-            outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
-            live = {epochstate.sent_key(f) for f in self.engine.async_live()}
-            # Every epoch commits atomically: its number, carry-over, inbox acks, outbox.
-            state = epochstate.EpochState(epoch, self.engine.digest, nxt, live)
-            with storage.transaction(self.store):
-                epochstate.save(storage.store_conn(self.store), state)
-                if messages:
-                    self.inbox.ack([cid for cid, _ in messages])
-                if outbox:
-                    self.outbox.put_many((dest, f.rel, f.args) for dest, f in outbox)
-            self._state = state
-            self._sent = live
-            self.epoch = epoch
-            if outbox:
-                self.metrics.async_messages.labels("queued").inc(len(outbox))
-                self.tasks.wake_outbox()
-            for sub in self._subs:
-                if sub.closed:
-                    continue
-                if reload and sub.match is not None:
-                    (rel,) = sub.rels
-                    sub.start(self.engine.relation(rel), epoch, initial=False)
-                elif sub.match is not None:
-                    (rel,) = sub.rels
-                    if rel in deltas:
-                        sub.apply(deltas[rel], epoch)
-                elif reload or not sub.rels.isdisjoint(deltas):
-                    sub.deliver(set(self._evaluate(sub.query)[1]), epoch=epoch)
-            sinks = list(self._sinks)
-            self._subs = [s for s in self._subs if not s.closed]
-        self._settle(taken_seq)
-        out = [(Fact(rel, row), w) for rel, d in deltas.items() for row, w in d.items()]
-        if out:
-            for sink in sinks:
-                try:
-                    sink(epoch, out)
-                except Exception:
-                    log.exception("user sink failed")
-        self.metrics.subscribers.set(len(self._subs))
-        self.metrics.facts.set(sum(len(r) for r in self._edb.values()))
-        self.metrics.derived.set(self._derived_count())
-        self.metrics.epochs.inc()
-        self.metrics.epoch_seconds.observe(time.perf_counter() - t0)
-        return epoch
-
-    def _settle(self, seq: int) -> None:
-        with self._intake:
-            self._done_seq = max(self._done_seq, seq)
-            ready = [w for w in self._waiters if w[0] <= self._done_seq]
-            self._waiters = [w for w in self._waiters if w[0] > self._done_seq]
-        for _seq, loop, fut in ready:
-            loop.call_soon_threadsafe(_resolve, fut)
+        """Evaluate one epoch now (see :meth:`.epoch.EpochDriver.run`); returns its number.
+        Safe to call from any thread."""
+        return self.epochs.run()
 
     async def settled(self, timeout: float = 10.0) -> None:
         """Wait until an epoch has evaluated every change handed over so far (a write
         acknowledged before this call is then visible to queries and live queries)."""
-        loop = asyncio.get_running_loop()
-        with self._intake:
-            if self._done_seq >= self._seq:
-                return
-            fut: asyncio.Future = loop.create_future()
-            self._waiters.append((self._seq, loop, fut))
-        self.wake()
-        try:
-            await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            log.warning("no epoch within %.1f s after a write", timeout)
+        await self.epochs.settled(timeout)
 
     def _derived_count(self) -> int:
         """Tuples in relations the program's rules define (rule heads)."""
-        with self._mutex:
-            return sum(self.engine.count(rel) for rel in self.engine.heads)
+        return self.epochs.derived_count()
 
     # ------------------------------------------------------------------ queries
     def relation(self, rel: str) -> set[tuple]:
         """Current tuples of ``rel`` (stored, derived, or this epoch's events)."""
-        with self._mutex:
-            return self.engine.relation(rel)
+        return self.epochs.relation(rel)
 
     def _evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
-        with self._mutex:
-            return queries.evaluate_query(query, self.relation)
+        return self.epochs.evaluate(query)
 
     def query(self, text: str) -> QueryResult:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
@@ -554,7 +407,7 @@ class Node:
             querycheck.require_known(
                 q,
                 querycheck.program_arities(self.engine.checked.program),
-                self._edb,
+                self.epochs.edb,
                 {TICK_REL: {1}} if self.config.get("node.tick") else None,
             )
         columns, rows = querycheck.evaluate(self._evaluate, q)
@@ -567,24 +420,15 @@ class Node:
         sub = Subscription(
             q, frozenset(queries.query_relations(q)), callback, queries.atom_matcher(q)
         )
-        with self._mutex:
-            if sub.match is not None:
-                (rel,) = sub.rels
-                sub.start(self.engine.relation(rel), self.epoch)
-            else:
-                sub.deliver(set(self._evaluate(q)[1]), initial=True, epoch=self.epoch)
-            self._subs.append(sub)
-            self.metrics.subscribers.set(len(self._subs))
+        self.epochs.subscribe(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        with self._mutex:
-            sub.closed = True
-            self._subs = [s for s in self._subs if s is not sub]
+        self.epochs.unsubscribe(sub)
 
-    def add_sink(self, sink: Callable[[int, list[tuple[Fact, int]]], None]) -> None:
+    def add_sink(self, sink: Sink) -> None:
         """``sink(epoch, changes)`` after every epoch that changed something."""
-        self._sinks.append(sink)
+        self.epochs.add_sink(sink)
 
     # ------------------------------------------------------------------ sync and status
     async def sync(self, url: str, progress: Callable[[str, int, int], None] | None = None) -> dict:
@@ -752,8 +596,7 @@ class Node:
         return self.replica.heads()
 
     def status(self) -> dict[str, Any]:
-        with self._mutex:
-            facts = sum(len(r) for r in self._edb.values())
+        facts = self.epochs.fact_count()
         derived = self._derived_count()
         return {
             "dataset": str(self.dataset),
@@ -808,11 +651,6 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         text = "timed out"
     return text.splitlines()[0]
-
-
-def _resolve(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 def _row_key(row: Row) -> tuple:

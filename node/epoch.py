@@ -1,0 +1,310 @@
+"""The epoch driver: the one place where a node's epochs are evaluated.
+
+A node hands its sources to the driver — the replica's visible-state +1/−1
+changes (local writes and replicated facts), then at each epoch the inbox
+``@async`` tuples, the ``@next`` tuples carried from the previous epoch and the
+optional ``tick`` clock — and :meth:`EpochDriver.run` feeds them to the
+incremental engine, commits the epoch (number, carry-over, inbox acks, outbox)
+in one transaction and hands the output deltas to the sinks: the ``@async``
+outbox, live-query subscribers and user callbacks.
+
+What runs epochs is elsewhere: the background epoch loop
+(:mod:`.tasks`) when the node is started, or the writer itself
+(``Node.run_epoch``) when it is not. Both call :meth:`EpochDriver.run`.
+
+Read-your-writes: every hand-over is numbered; :meth:`EpochDriver.settled`
+waits until an epoch has taken every hand-over made before the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from merklog.engine.values import row_to_engine
+from merklog.store import Fact
+
+from . import epochstate, queries, storage
+from .config import Config
+from .metrics import NodeMetrics
+from .subscriptions import Row, Subscription
+
+log = logging.getLogger("merklog.node.node")
+
+TICK_REL = "tick"
+
+#: ``sink(epoch, changes)``: called after every epoch that changed something.
+Sink = Callable[[int, list[tuple[Fact, int]]], None]
+
+
+class Owner(Protocol):
+    """What the driver needs of its node (the node implements it; no import of it here)."""
+
+    config: Config
+    metrics: NodeMetrics
+    store: Any
+    engine: Any
+    inbox: Any
+    outbox: Any
+    tasks: Any
+
+    def wake(self) -> None: ...
+
+
+class EpochDriver:
+    """Evaluates a node's epochs and owns what flows between them: the pending changes,
+    the EDB as the engine saw it, the ``@next`` carry-over, the ``@async`` tuples
+    already sent, the live queries and the sinks.
+
+    ``mutex`` (re-entrant) guards the engine and the EDB: the node takes it for reads
+    (queries, status) and to swap programs; :meth:`run` holds it for the whole epoch.
+    """
+
+    def __init__(self, node: Owner) -> None:
+        self.node = node
+        self.mutex = threading.RLock()
+        # Guards _pending. Changes made by one write or one applied batch of deltas are
+        # staged per thread and handed over together, so they reach the same epoch.
+        self._intake = threading.Lock()
+        self._staging = threading.local()
+        self._pending: list[tuple[Fact, int]] = []
+        # Read-your-writes: _seq counts hand-overs to _pending, _done_seq the last one an
+        # epoch has finished with; settled() waits until that covers the caller's write.
+        self._seq = 0
+        self._done_seq = 0
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        #: Stored facts as the engine has them, by relation (engine-form rows).
+        self.edb: dict[str, set[tuple]] = {}
+        self.subs: list[Subscription] = []
+        self.sinks: list[Sink] = []
+        self._carry: dict[str, set[tuple]] = {}
+        self._sent: set[epochstate.SentKey] = set()
+        self._reload = True
+        self.state = epochstate.EpochState()
+        #: Number of the last committed epoch.
+        self.epoch = 0
+
+    # ------------------------------------------------------------------ restart
+    def restore(self, visible: Iterable[tuple[Any, Fact]]) -> None:
+        """Resume from the store: the epoch number and carry-over of the last committed
+        epoch, and the whole visible set (``(cid, fact)`` pairs) as the first epoch's EDB."""
+        self.state = epochstate.load(storage.store_conn(self.node.store))
+        self.epoch = self.state.epoch
+        self._reload = True
+        for _cid, fact in visible:
+            self._pending.append((fact, +1))
+
+    def resume(self, digest: str) -> None:
+        """Keep the restored ``@next`` tuples and sent ``@async`` keys only if the program
+        that produced them (by ``digest``) is the one now loaded."""
+        same = self.state.program == digest
+        self._carry = self.state.next if same else {}
+        self._sent = self.state.sent if same else set()
+
+    def program_changed(self) -> None:
+        """A new program is installed (call under ``mutex``): the next epoch re-derives
+        from the whole EDB; carry-over and sent keys of the old program are dropped."""
+        self._carry = {}
+        self._sent = set()
+        self._reload = True
+
+    # ------------------------------------------------------------------ intake
+    def on_visible_change(self, fact: Fact, weight: int) -> None:
+        """The replica's visible-state callback: ``weight`` +1 (now visible) or −1."""
+        staged = getattr(self._staging, "changes", None)
+        if staged is not None:
+            staged.append((fact, weight))
+            return
+        with self._intake:
+            self._pending.append((fact, weight))
+            self._seq += 1
+        self.node.wake()  # replicated changes (sync push/pull) get an epoch promptly too
+
+    def atomically(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` (a replica write or apply) so that every visible change it makes
+        enters the same epoch."""
+        if getattr(self._staging, "changes", None) is not None:
+            return fn(*args)
+        self._staging.changes = staged = []
+        try:
+            return fn(*args)
+        finally:
+            self._staging.changes = None
+            if staged:
+                with self._intake:
+                    self._pending.extend(staged)
+                    self._seq += 1
+                self.node.wake()
+
+    # ------------------------------------------------------------------ the epoch
+    def run(self) -> int:
+        """Evaluate one epoch now; returns the epoch number. Safe to call from any thread.
+
+        Stored facts enter the engine as net inserts/deletes (the replica's visible-set
+        +1/−1 changes since the last epoch); inbox ``@async`` messages, the ``tick`` clock
+        and restored ``@next`` tuples enter as one-epoch events. The epoch's number, its
+        ``@next`` tuples, the inbox acknowledgements and the outbox messages commit in
+        one transaction.
+        """
+        node = self.node
+        t0 = time.perf_counter()
+        with self.mutex:
+            with self._intake:
+                changes, self._pending = self._pending, []
+                taken_seq = self._seq
+            epoch = self.epoch + 1
+            before: dict[tuple[str, tuple], bool] = {}
+            for fact, weight in changes:
+                rows = self.edb.setdefault(fact.rel, set())
+                args = row_to_engine(fact.args)  # engine form: p(1), p(1.0), p(true) differ
+                key = (fact.rel, args)
+                if key not in before:
+                    before[key] = args in rows
+                if weight > 0:
+                    rows.add(args)
+                else:
+                    rows.discard(args)
+            inserts: dict[str, list[tuple]] = {}
+            deletes: dict[str, list[tuple]] = {}
+            reload, self._reload = self._reload, False
+            if reload:  # a fresh engine: the whole EDB is new to it
+                inserts = {rel: list(rows) for rel, rows in self.edb.items() if rows}
+            else:
+                for (rel, args), was in before.items():
+                    now = args in self.edb.get(rel, ())
+                    if now != was:
+                        (inserts if now else deletes).setdefault(rel, []).append(args)
+            events: dict[str, set[tuple]] = {
+                rel: set(map(row_to_engine, rows)) for rel, rows in self._carry.items()
+            }
+            self._carry = {}
+            if node.config.get("node.tick"):
+                events.setdefault(TICK_REL, set()).add((epoch,))
+            messages = [(m.cid, m.fact) for m in node.inbox.pending()]
+            for _cid, fact in messages:
+                events.setdefault(fact.rel, set()).add(row_to_engine(fact.args))
+            engine = node.engine
+            deltas, outbox = engine.step(inserts, deletes, events)
+            nxt = engine.next_tuples()
+            # Send each @async tuple once while its body keeps holding (also across restarts).
+            # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.
+            outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
+            live = {epochstate.sent_key(f) for f in engine.async_live()}
+            # Every epoch commits atomically: its number, carry-over, inbox acks, outbox.
+            state = epochstate.EpochState(epoch, engine.digest, nxt, live)
+            with storage.transaction(node.store):
+                epochstate.save(storage.store_conn(node.store), state)
+                if messages:
+                    node.inbox.ack([cid for cid, _ in messages])
+                if outbox:
+                    node.outbox.put_many((dest, f.rel, f.args) for dest, f in outbox)
+            self.state = state
+            self._sent = live
+            self.epoch = epoch
+            if outbox:
+                node.metrics.async_messages.labels("queued").inc(len(outbox))
+                node.tasks.wake_outbox()
+            for sub in self.subs:
+                if sub.closed:
+                    continue
+                if reload and sub.match is not None:
+                    (rel,) = sub.rels
+                    sub.start(engine.relation(rel), epoch, initial=False)
+                elif sub.match is not None:
+                    (rel,) = sub.rels
+                    if rel in deltas:
+                        sub.apply(deltas[rel], epoch)
+                elif reload or not sub.rels.isdisjoint(deltas):
+                    sub.deliver(set(self.evaluate(sub.query)[1]), epoch=epoch)
+            sinks = list(self.sinks)
+            self.subs = [s for s in self.subs if not s.closed]
+        self._settle(taken_seq)
+        out = [(Fact(rel, row), w) for rel, d in deltas.items() for row, w in d.items()]
+        if out:
+            for sink in sinks:
+                try:
+                    sink(epoch, out)
+                except Exception:
+                    log.exception("user sink failed")
+        metrics = node.metrics
+        metrics.subscribers.set(len(self.subs))
+        metrics.facts.set(sum(len(r) for r in self.edb.values()))
+        metrics.derived.set(self.derived_count())
+        metrics.epochs.inc()
+        metrics.epoch_seconds.observe(time.perf_counter() - t0)
+        return epoch
+
+    def _settle(self, seq: int) -> None:
+        with self._intake:
+            self._done_seq = max(self._done_seq, seq)
+            ready = [w for w in self._waiters if w[0] <= self._done_seq]
+            self._waiters = [w for w in self._waiters if w[0] > self._done_seq]
+        for _seq, loop, fut in ready:
+            loop.call_soon_threadsafe(_resolve, fut)
+
+    async def settled(self, timeout: float = 10.0) -> None:
+        """Wait until an epoch has evaluated every change handed over so far (a write
+        acknowledged before this call is then visible to queries and live queries)."""
+        loop = asyncio.get_running_loop()
+        with self._intake:
+            if self._done_seq >= self._seq:
+                return
+            fut: asyncio.Future = loop.create_future()
+            self._waiters.append((self._seq, loop, fut))
+        self.node.wake()
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            log.warning("no epoch within %.1f s after a write", timeout)
+
+    # ------------------------------------------------------------------ reads and sinks
+    def relation(self, rel: str) -> set[tuple]:
+        """Current tuples of ``rel`` (stored, derived, or this epoch's events)."""
+        with self.mutex:
+            return self.node.engine.relation(rel)
+
+    def evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
+        """Columns and engine-form rows of a parsed query over the last epoch's state."""
+        with self.mutex:
+            return queries.evaluate_query(query, self.relation)
+
+    def fact_count(self) -> int:
+        """Stored facts the engine sees."""
+        with self.mutex:
+            return sum(len(r) for r in self.edb.values())
+
+    def derived_count(self) -> int:
+        """Tuples in relations the program's rules define (rule heads)."""
+        with self.mutex:
+            engine = self.node.engine
+            return sum(engine.count(rel) for rel in engine.heads)
+
+    def subscribe(self, sub: Subscription) -> None:
+        """Deliver ``sub``'s current result now, then its changes after each epoch."""
+        with self.mutex:
+            if sub.match is not None:
+                (rel,) = sub.rels
+                sub.start(self.node.engine.relation(rel), self.epoch)
+            else:
+                sub.deliver(set(self.evaluate(sub.query)[1]), initial=True, epoch=self.epoch)
+            self.subs.append(sub)
+            self.node.metrics.subscribers.set(len(self.subs))
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Stop delivering to ``sub``."""
+        with self.mutex:
+            sub.closed = True
+            self.subs = [s for s in self.subs if s is not sub]
+
+    def add_sink(self, sink: Sink) -> None:
+        """``sink(epoch, changes)`` after every epoch that changed something."""
+        self.sinks.append(sink)
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
