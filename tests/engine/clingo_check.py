@@ -16,7 +16,7 @@ from merklog.engine.program import Program
 from merklog.engine.tsv import format_field, parse_field
 from merklog.node.cli import cli
 
-from .clingo_fuzz import EDB, Case, Rows, canon_rows, solve, tsv_safe
+from .clingo_fuzz import EDB, Case, Generator, Rows, canon_rows, solve, tsv_safe
 
 
 def _rel(rels: Any, rel: str) -> set[tuple]:
@@ -161,3 +161,38 @@ def shrink(case: Case, failure: str, check: Callable[[Case], str | None] | None 
             except Exception:  # a variant the oracle cannot take: not smaller
                 continue
     return case
+
+
+def run_seeds(
+    label: str,
+    seeds: range,
+    check: Callable[[int, Case, dict[str, int]], str | None],
+    stats: dict[str, int],
+    *,
+    mixed: bool = True,
+    max_reported: int = 20,
+    progress_every: int | None = None,
+) -> list[str]:
+    """Run ``check(seed, case, stats)`` over the generated case of every seed and
+    return the failures, each shrunk (rules, epochs and facts dropped while
+    ``check`` still fails) and printed as it is found, ready to paste into a
+    regression test.
+
+    Stops after ``max_reported`` failures; ``progress_every`` seeds it prints the
+    running ``stats`` (long mode). The one seed loop of the engine and node fuzzers.
+    """
+    failures: list[str] = []
+    for seed in seeds:
+        case = Generator(seed, mixed).case()
+        failure = check(seed, case, stats)
+        if failure is not None:
+            scratch = dict(stats)  # shrinking re-runs cases: keep them out of the counts
+            small = shrink(case, failure, lambda c: check(seed, c, scratch))  # noqa: B023
+            failures.append(f"seed {seed}: {failure}\nshrunk case:\n{small.describe()}")
+            print(failures[-1], flush=True)
+            if len(failures) >= max_reported:
+                break
+        if progress_every and (seed + 1 - seeds.start) % progress_every == 0:
+            print(f"seed {seed}: {stats}, {len(failures)} failing", flush=True)
+    print(f"{label}: seeds {seeds.start}..{seeds.stop - 1} step {seeds.step}: {stats}")
+    return failures

@@ -26,8 +26,7 @@ import os
 
 import pytest
 
-from .clingo_check import check_case, shrink
-from .clingo_fuzz import Generator
+from .clingo_check import check_case, run_seeds
 
 START = int(os.environ.get("MERKLOG_FUZZ_START", "0"))
 CASES = int(
@@ -43,19 +42,15 @@ LONG = CASES > 1_000
 @pytest.mark.timeout(0 if LONG else 300)  # long mode runs for as long as it takes
 def test_random_programs_match_clingo() -> None:
     stats = {"cases": 0, "rejected": 0, "columnar": 0, "eval": 0}
-    failures: list[str] = []
-    for seed in range(START, START + CASES):
-        case = Generator(seed, MIXED).case()
-        failure = check_case(case, stats)
-        if failure is not None:
-            small = shrink(case, failure)
-            failures.append(f"seed {seed}: {failure}\nshrunk case:\n{small.describe()}")
-            print(failures[-1], flush=True)
-            if len(failures) >= MAX_REPORTED:
-                break
-        if LONG and (seed + 1 - START) % 1000 == 0:
-            print(f"seed {seed}: {stats}, {len(failures)} failing", flush=True)
-    print(f"clingo differential: seeds {START}..{START + CASES - 1}: {stats}")
+    failures = run_seeds(
+        "clingo differential",
+        range(START, START + CASES),
+        lambda _seed, case, counts: check_case(case, counts),
+        stats,
+        mixed=MIXED,
+        max_reported=MAX_REPORTED,
+        progress_every=1000 if LONG else None,
+    )
     if failures:
         pytest.fail(f"{len(failures)} failing seeds\n" + "\n\n".join(failures))
     assert stats["rejected"] < CASES // 10, stats

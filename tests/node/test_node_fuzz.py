@@ -39,7 +39,7 @@ import merklog
 from merklog.engine.errors import EngineError
 from merklog.engine.program import Program
 
-from ..engine.clingo_check import shrink
+from ..engine.clingo_check import run_seeds
 from ..engine.clingo_fuzz import EDB, Case, Generator, Rows, canon, canon_rows, merklog_const, solve
 
 LONG = "MERKLOG_FUZZ_CASES" in os.environ or os.environ.get("MERKLOG_LONG") == "1"
@@ -257,20 +257,14 @@ def check_cli_case(case: Case, home: Path) -> str | None:
 @pytest.mark.timeout(0 if LONG else 300)  # long mode runs for as long as it takes
 def test_node_put_retract_query_match_clingo() -> None:
     stats = {"cases": 0, "rejected": 0, "epochs": 0, "queries": 0}
-    failures: list[str] = []
-    for seed in range(START, START + CASES, STEP):
-        case = Generator(seed, True).case()
-        failure = check_node_case(case, seed, stats)
-        if failure is not None:
-            stats_ = dict(stats)
-            small = shrink(case, failure, lambda c: check_node_case(c, seed, stats_))  # noqa: B023
-            failures.append(f"seed {seed}: {failure}\nshrunk case:\n{small.describe()}")
-            print(failures[-1], flush=True)
-            if len(failures) >= MAX_REPORTED:
-                break
-        if LONG and (seed + 1 - START) % 1000 == 0:
-            print(f"seed {seed}: {stats}, {len(failures)} failing", flush=True)
-    print(f"node fuzz: seeds {START}..{START + CASES - 1} step {STEP}: {stats}")
+    failures = run_seeds(
+        "node fuzz",
+        range(START, START + CASES, STEP),
+        lambda seed, case, counts: check_node_case(case, seed, counts),
+        stats,
+        max_reported=MAX_REPORTED,
+        progress_every=1000 if LONG else None,
+    )
     if failures:
         pytest.fail(f"{len(failures)} failing seeds\n" + "\n\n".join(failures))
     assert stats["rejected"] < stats["cases"] // 10, stats
