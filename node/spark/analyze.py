@@ -1,10 +1,12 @@
 """The ``analyze`` Spark job: evaluate a merklog program over merged replicas in DataFrames.
 
-Each relation is a DataFrame with one typed column per argument (``c0``, ``c1``,
-…) plus the merklog kind of every column (int, float, str, bytes, bool, link),
-so values keep their exact type. A rule is evaluated in the order of the engine's
-plan (:mod:`merklog.engine.planner`, with expression arguments as fresh columns
-plus equalities), each step becoming DataFrame operations:
+Each relation is a DataFrame with one column per argument (``c0``, ``c1``, …) plus,
+per column, the set of merklog kinds (int, float, str, bytes, bool, link) its values
+may have (:mod:`merklog.node.spark.typed`): one kind is a native Spark column, several
+kinds are the export's value struct, so values keep their exact type even when one
+column mixes ``1``, ``1.0``, ``true``, strings, bytes and CIDs. A rule is evaluated in
+the order of the engine's plan (:mod:`merklog.engine.planner`, with expression
+arguments as fresh columns plus equalities), each step becoming DataFrame operations:
 
 - positive atoms: constant and repeated-variable filters, then inner joins on the
   shared variables;
@@ -22,15 +24,17 @@ atom in turn reads only the previous round's new tuples) and cuts the lineage
 every round with ``localCheckpoint`` so plans stay small.
 
 Values keep their identity (docs/language.md, "Value identity"): joins, constants in
-atoms and negation match only values of the same type, so ``1``, ``1.0`` and ``true``
-never meet. Arithmetic follows the engine: a result outside int64 has no value,
-truncating ``/`` and ``%``, division by zero derives nothing. An int compared with a
-float, and ``sum`` over floats, are decided by the engine's own functions
-(:func:`merklog.engine.arith.compare`, :class:`~merklog.engine.arith.ExactSum`) in
-UDFs; ``sum`` over ints is exact in ``decimal(38,0)`` and has no value outside int64.
+atoms, repeated variables and negation match only values of the same type, so ``1``,
+``1.0`` and ``true`` never meet. Arithmetic follows the engine: a result outside int64
+has no value, truncating ``/`` and ``%``, division by zero derives nothing. An int
+compared with a float, a ``sum`` that is not over ints only, and the choice between
+kinds in ``min``/``max`` are decided by the engine's own functions
+(:func:`merklog.engine.arith.compare`, :func:`~merklog.engine.arith.sum_values`,
+:func:`~merklog.engine.arith.sort_key`) in UDFs; ``sum`` over ints is exact in
+``decimal(38,0)`` and has no value outside int64; CIDs order by their bytes.
 Not supported (clear error with line:column):
-``@next``/``@async`` rules (they belong to the epoch loop, not one batch),
-columns holding several value types.
+``@next``/``@async`` rules (they belong to the epoch loop, not one batch) and
+aggregates that only constrain their grouping variables.
 """
 
 from __future__ import annotations
