@@ -169,23 +169,36 @@ def _cell(value: Value, kinds: Kinds) -> Any:
     return spark_value(value) if len(kinds) == 1 else value_row(value)
 
 
-def used_relations(program: ast.Program) -> set[str]:
-    """The relations a program's rules read (body atoms, negated and aggregated included)."""
-    return {atom.rel for r in program.rules for lit in r.body for atom, _p in ast.body_atoms(lit)}
+def used_relations(program: ast.Program) -> dict[str, int | None]:
+    """The relations a program's rules read (body atoms, negated and aggregated included),
+    each with the arity the rules read it with (None: only through rest patterns
+    ``r(X, ...)``). Facts of another arity are never matched (docs/language.md, "Relation
+    identity"), so :func:`relations_from_snapshot` leaves them out."""
+    read = ast.read_arities(program.rules)
+    names = {atom.rel for r in program.rules for lit in r.body for atom, _p in ast.body_atoms(lit)}
+    return {rel: (None if read[rel][1] else read[rel][0]) for rel in sorted(names)}
 
 
 def relations_from_snapshot(
-    snapshot: Any, relations: Iterable[str] | None = None
+    snapshot: Any, relations: Iterable[str] | Mapping[str, int | None] | None = None
 ) -> dict[str, Relation]:
     """Visible facts (``relation``, ``args`` list<value>) → one typed DataFrame per relation.
 
     ``relations``: read only these (the ones a program uses, :func:`used_relations`), so a
-    relation the program never reads costs nothing. A column holding one value type becomes
-    a native column; a column holding several keeps the export's value struct."""
+    relation the program never reads costs nothing; given as a mapping to arities, facts of
+    other arities are left out, as the engine sets them aside. A column holding one value
+    type becomes a native column; a column holding several keeps the export's value struct."""
     from pyspark.sql import functions as F
 
     if relations is not None:
         snapshot = snapshot.where(F.col("relation").isin(sorted(set(relations))))
+        if isinstance(relations, Mapping):
+            fixed = {rel: n for rel, n in relations.items() if n is not None}
+            if fixed:
+                other = ~F.col("relation").isin(sorted(fixed))
+                for rel, n in sorted(fixed.items()):
+                    other = other | ((F.col("relation") == rel) & (F.size("args") == n))
+                snapshot = snapshot.where(other)
     shapes = (
         snapshot.select(
             "relation",

@@ -93,6 +93,7 @@ PROGRAMS = {
         mu(X) :- floats(X), X < 3.0.
         mu(X) :- bools(X).
         mujoin(X) :- mu(X), mx(X).
+        two(X, Y) :- arity(X, Y).
     """,
     "mixed_arith_aggregates": """
         mplus(X, Y) :- mx(X), Y == X + 1.
@@ -152,6 +153,8 @@ def _facts(rng: random.Random) -> tuple[list, list]:
     mkv += [(4, I63 - 1), (4, -5), (5, 2.5), (5, 1), (6, "x"), (6, 1), (7, 1e308), (7, 1.7e308)]
     mkv += [(8, lo), (8, hi), (9, I53 + 1), (9, 1.0), (10, False), (10, "a"), (10, b"\x00")]
     asserts += [("mkv", t) for t in mkv]
+    # one name, two arities: a program reading arity/2 never sees the arity/3 facts
+    asserts += [("arity", (1, "a")), ("arity", (1.0, "b")), ("arity", (2, "c", 3))]
     small = [a for a in asserts if a[0] in ("ints", "floats") and abs(a[1][0]) < 100]
     retracts = rng.sample(small, 4) + [("kv", kv[0]), ("mx", (1,)), ("mkv", mkv[0])]
     return asserts, retracts
