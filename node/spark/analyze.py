@@ -495,6 +495,9 @@ class RuleEvaluator:
         if inner is None:  # no bindings at all: count/sum give 0 for every group
             if agg.func in ("min", "max"):
                 return None
+            if agg.result.name in cur.kinds:  # result already bound: keep the rows where it is 0
+                keep = identity_eq(cur.var(agg.result.name), TCol(zero, int_kind))
+                return _Bindings(cur.df.where(F.coalesce(keep, F.lit(False))), cur.kinds)
             return _Bindings(cur.df.withColumn(res, zero), {**cur.kinds, agg.result.name: int_kind})
         names = sorted(inner.kinds)
         distinct = inner.df.select(*[_vname(ast.Var(n)) for n in names]).distinct()
@@ -531,14 +534,19 @@ class RuleEvaluator:
             grouped = distinct.agg(*aggs)
         result = TCol(F.col(res), kinds)
         if agg.result.name in cur.kinds:  # result already bound: filter on identity
-            grouped = grouped.withColumnRenamed(res, res + "_agg")
-            joined = cur.df.join(grouped, gcols, "inner") if gcols else cur.df.crossJoin(grouped)
-            bound = cur.var(agg.result.name)
-            got = TCol(F.col(res + "_agg"), kinds)
+            grouped = grouped.withColumnRenamed(res, res + "_agg").withColumnRenamed(
+                res + "_has", res + "_agg_has"
+            )
+            counted = agg.func in ("count", "sum")  # a group with no rows gives 0
+            how = "left" if counted else "inner"
+            joined = cur.df.join(grouped, gcols, how) if gcols else cur.df.crossJoin(grouped)
+            got_col = F.col(res + "_agg")
+            if counted:
+                joined = joined.where(F.col(res + "_agg_has").isNull() | got_col.isNotNull())
+                got_col = F.coalesce(got_col, TCol(zero, int_kind).to(kinds))
+            keep = identity_eq(cur.var(agg.result.name), TCol(got_col, kinds))
             return _Bindings(
-                joined.where(F.coalesce(identity_eq(bound, got), F.lit(False))).drop(
-                    res + "_agg", res + "_has"
-                ),
+                joined.where(F.coalesce(keep, F.lit(False))).drop(res + "_agg", res + "_agg_has"),
                 cur.kinds,
             )
         if agg.func in ("count", "sum"):

@@ -48,11 +48,14 @@ def test_mixed_columns_match_the_engine(spark):
     base = {
         "m": [(v,) for v in mix],
         "s": [(1,), ("1",), (b"\x01",), (True,)],
-        "pair": [(1, 1.0), (1, 1), (True, True), (1.0, 1.0), ("a", "a"), (2, True), (True, 2)],
+        "pair": [(1, 1.0), (1, 1), (True, True), (1.0, 1.0), ("a", "a"), (2, True), (True, 2)]
+        + [("zz", 0), ("zz", 0.0), (4, 2), (4, 2.0)],
         "kv": [(k, v) for k in (1, 1.0, True, "k") for v in rng.sample(mix, 6)]
         + [(2, 2**63 - 1), (2, 1), (4, 2.5), (4, 1), (5, lo), (5, hi), (6, "x"), (6, 1)]
-        + [(7, 1e308), (7, 1.7e308), (8, 2**53 + 1), (8, 1.0), (9, b"\xff"), (9, b"\x01\x00")],
+        + [(7, 1e308), (7, 1.7e308), (8, 2**53 + 1), (8, 1.0), (9, b"\xff"), (9, b"\x01\x00")]
+        + [(20, 0), (21, 2), (21, 0), (22, 1.0), (22, 0.5), (22, 0.5)],
         "k": [(1,), (1.0,), (True,), (4,), (8,), (10,)],
+        "none": [],
     }
     text = """
         j(X) :- m(X), s(X).
@@ -81,6 +84,9 @@ def test_mixed_columns_match_the_engine(spark):
         cids(C, X) :- C := m(X).
         p(1). p(1.0). p(true).
         q(X) :- p(X).
+        bound(K, N) :- pair(K, N), N := count : kv(K, _).
+        bound0(K, N) :- pair(K, N), N := count : none(K).
+        boundsum(K, S) :- kv(K, S), S := sum V : kv(K, V).
     """
     program = parse_program(text)
     expected = Program.parse(text).evaluate(base)
@@ -91,6 +97,9 @@ def test_mixed_columns_match_the_engine(spark):
     assert (5, lo) in got.rows("mn") and (5, hi) in got.rows("mx")  # CIDs by bytes
     assert (8, float(2**53 + 2)) in got.rows("sm")  # exact, rounded once
     assert (10, 0) in got.rows("smk") and (10, 0.0) not in got.rows("smk")  # the int 0
+    assert ("zz", 0) in got.rows("bound") and ("zz", 0.0) not in got.rows("bound")
+    assert (4, 2) in got.rows("bound") and ("zz", 0) in got.rows("bound0")
+    assert (20, 0) in got.rows("boundsum") and (21, 2) in got.rows("boundsum")
 
 
 def test_mixed_outputs_round_trip_exactly(spark, tmp_path):
