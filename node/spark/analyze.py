@@ -1,10 +1,12 @@
 """The ``analyze`` Spark job: evaluate a merklog program over merged replicas in DataFrames.
 
-Each relation is a DataFrame with one typed column per argument (``c0``, ``c1``,
-…) plus the merklog kind of every column (int, float, str, bytes, bool, link),
-so values keep their exact type. A rule is evaluated in the order of the engine's
-plan (:mod:`merklog.engine.planner`, with expression arguments as fresh columns
-plus equalities), each step becoming DataFrame operations:
+Each relation is a DataFrame with one column per argument (``c0``, ``c1``, …) plus,
+per column, the set of merklog kinds (int, float, str, bytes, bool, link) its values
+may have (:mod:`merklog.node.spark.typed`): one kind is a native Spark column, several
+kinds are the export's value struct, so values keep their exact type even when one
+column mixes ``1``, ``1.0``, ``true``, strings, bytes and CIDs. A rule is evaluated in
+the order of the engine's plan (:mod:`merklog.engine.planner`, with expression
+arguments as fresh columns plus equalities), each step becoming DataFrame operations:
 
 - positive atoms: constant and repeated-variable filters, then inner joins on the
   shared variables;
@@ -22,15 +24,17 @@ atom in turn reads only the previous round's new tuples) and cuts the lineage
 every round with ``localCheckpoint`` so plans stay small.
 
 Values keep their identity (docs/language.md, "Value identity"): joins, constants in
-atoms and negation match only values of the same type, so ``1``, ``1.0`` and ``true``
-never meet. Arithmetic follows the engine: a result outside int64 has no value,
-truncating ``/`` and ``%``, division by zero derives nothing. An int compared with a
-float, and ``sum`` over floats, are decided by the engine's own functions
-(:func:`merklog.engine.arith.compare`, :class:`~merklog.engine.arith.ExactSum`) in
-UDFs; ``sum`` over ints is exact in ``decimal(38,0)`` and has no value outside int64.
+atoms, repeated variables and negation match only values of the same type, so ``1``,
+``1.0`` and ``true`` never meet. Arithmetic follows the engine: a result outside int64
+has no value, truncating ``/`` and ``%``, division by zero derives nothing. An int
+compared with a float, a ``sum`` that is not over ints only, and the choice between
+kinds in ``min``/``max`` are decided by the engine's own functions
+(:func:`merklog.engine.arith.compare`, :func:`~merklog.engine.arith.sum_values`,
+:func:`~merklog.engine.arith.sort_key`) in UDFs; ``sum`` over ints is exact in
+``decimal(38,0)`` and has no value outside int64; CIDs order by their bytes.
 Not supported (clear error with line:column):
-``@next``/``@async`` rules (they belong to the epoch loop, not one batch),
-columns holding several value types.
+``@next``/``@async`` rules (they belong to the epoch loop, not one batch) and
+aggregates that only constrain their grouping variables.
 """
 
 from __future__ import annotations
@@ -42,18 +46,44 @@ from typing import Any
 
 from merklog.engine import ast, planner
 from merklog.engine.errors import EngineError, UnsupportedError
-from merklog.store import Link, Value
+from merklog.store import Value
 
-KINDS = ("int", "float", "str", "bytes", "bool", "link")
-NUMERIC = {"int", "float"}
-SPARK_TYPE = {
-    "int": "bigint",
-    "float": "double",
-    "str": "string",
-    "bytes": "binary",
-    "bool": "boolean",
-    "link": "string",
-}
+from .typed import (
+    KINDS,
+    NUMERIC,
+    SPARK_TYPE,
+    VALUE_DDL,
+    Kinds,
+    TCol,
+    arith,
+    compare,
+    engine_sum_udf,
+    identity_eq,
+    literal,
+    literal_text,
+    min_max,
+    negate,
+    py_value,
+    spark_value,
+    value_row,
+)
+from .typed import kind_of as _kind_of
+
+__all__ = [
+    "KINDS",
+    "NUMERIC",
+    "AnalyzeError",
+    "AnalyzeResult",
+    "Relation",
+    "evaluate",
+    "kind_of",
+    "output_relations",
+    "relations_from_rows",
+    "relations_from_snapshot",
+    "strata_of",
+    "used_relations",
+    "write_outputs",
+]
 
 
 class AnalyzeError(EngineError):
@@ -64,44 +94,29 @@ class AnalyzeError(EngineError):
 
 
 def kind_of(value: Value) -> str:
-    kind = type(value)
-    if kind is bool:
-        return "bool"
-    if kind is int:
-        return "int"
-    if kind is float:
-        return "float"
-    if kind is str:
-        return "str"
-    if kind is bytes:
-        return "bytes"
-    if kind is Link:
-        return "link"
-    raise AnalyzeError(f"{value!r} is not a merklog value")
-
-
-def _spark_value(value: Value) -> Any:
-    return str(value) if isinstance(value, Link) else value
-
-
-def _py_value(value: Any, kind: str) -> Value:
-    if kind == "link":
-        return Link.parse(value)
-    if kind == "bytes":
-        return bytes(value)
-    return value
+    """The merklog kind of a plain value (int, float, str, bytes, bool, link)."""
+    try:
+        return _kind_of(value)
+    except TypeError:
+        raise AnalyzeError(f"{value!r} is not a merklog value") from None
 
 
 @dataclass
 class Relation:
-    """A relation's rows (``None`` when known to be empty) and its column kinds."""
+    """A relation's rows (``None`` when known to be empty) and, per column, the kinds
+    its values may have (one kind: a native column; several: the value struct)."""
 
     df: Any
-    kinds: tuple[str, ...] | None
+    kinds: tuple[Kinds, ...] | None
 
     @property
     def empty(self) -> bool:
         return self.df is None
+
+    def column(self, i: int) -> TCol:
+        from pyspark.sql import functions as F
+
+        return TCol(F.col(f"c{i}"), (self.kinds or ())[i])
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -133,40 +148,57 @@ def _relation_from_tuples(spark: Any, rel: str, tuples: list[tuple[Value, ...]])
             raise AnalyzeError(f"relation {rel} holds tuples of arities {arity} and {len(t)}")
         for i, v in enumerate(t):
             kinds[i].add(kind_of(v))
-    fixed = tuple(_one_kind(rel, i, k) for i, k in enumerate(kinds))
-    schema = ", ".join(f"c{i} {SPARK_TYPE[k]}" for i, k in enumerate(fixed)) or "dummy int"
-    data = [tuple(_spark_value(v) for v in t) for t in tuples] if arity else [(0,)]
+    fixed = tuple(frozenset(k) for k in kinds)
+    schema = ", ".join(f"c{i} {_ddl(k)}" for i, k in enumerate(fixed)) or "dummy int"
+    data = (
+        [tuple(_cell(v, k) for v, k in zip(t, fixed, strict=True)) for t in tuples]
+        if arity
+        else [(0,)]
+    )
     df = spark.createDataFrame(data, schema)
     if not arity:
         df = df.select().limit(1)
     return Relation(df, fixed)
 
 
-def _one_kind(rel: str, i: int, kinds: set[str]) -> str:
-    if len(kinds) == 1:
-        return next(iter(kinds))
-    raise AnalyzeError(
-        f"column {i} of relation {rel} holds several value types ({', '.join(sorted(kinds))});"
-        " analyze needs one type per column"
-    )
+def _ddl(kinds: Kinds) -> str:
+    return SPARK_TYPE[next(iter(kinds))] if len(kinds) == 1 else VALUE_DDL
 
 
-def used_relations(program: ast.Program) -> set[str]:
-    """The relations a program's rules read (body atoms, negated and aggregated included)."""
-    return {atom.rel for r in program.rules for lit in r.body for atom, _p in ast.body_atoms(lit)}
+def _cell(value: Value, kinds: Kinds) -> Any:
+    return spark_value(value) if len(kinds) == 1 else value_row(value)
+
+
+def used_relations(program: ast.Program) -> dict[str, int | None]:
+    """The relations a program's rules read (body atoms, negated and aggregated included),
+    each with the arity the rules read it with (None: only through rest patterns
+    ``r(X, ...)``). Facts of another arity are never matched (docs/language.md, "Relation
+    identity"), so :func:`relations_from_snapshot` leaves them out."""
+    read = ast.read_arities(program.rules)
+    names = {atom.rel for r in program.rules for lit in r.body for atom, _p in ast.body_atoms(lit)}
+    return {rel: (None if read[rel][1] else read[rel][0]) for rel in sorted(names)}
 
 
 def relations_from_snapshot(
-    snapshot: Any, relations: Iterable[str] | None = None
+    snapshot: Any, relations: Iterable[str] | Mapping[str, int | None] | None = None
 ) -> dict[str, Relation]:
     """Visible facts (``relation``, ``args`` list<value>) → one typed DataFrame per relation.
 
     ``relations``: read only these (the ones a program uses, :func:`used_relations`), so a
-    relation the program never reads costs nothing and its column types do not matter."""
+    relation the program never reads costs nothing; given as a mapping to arities, facts of
+    other arities are left out, as the engine sets them aside. A column holding one value
+    type becomes a native column; a column holding several keeps the export's value struct."""
     from pyspark.sql import functions as F
 
     if relations is not None:
         snapshot = snapshot.where(F.col("relation").isin(sorted(set(relations))))
+        if isinstance(relations, Mapping):
+            fixed = {rel: n for rel, n in relations.items() if n is not None}
+            if fixed:
+                other = ~F.col("relation").isin(sorted(fixed))
+                for rel, n in sorted(fixed.items()):
+                    other = other | ((F.col("relation") == rel) & (F.size("args") == n))
+                snapshot = snapshot.where(other)
     shapes = (
         snapshot.select(
             "relation",
@@ -185,9 +217,18 @@ def relations_from_snapshot(
         if len(arities) != 1:
             raise AnalyzeError(f"relation {rel} holds facts of arities {sorted(arities)}")
         arity = arities.pop()
-        kinds = tuple(_one_kind(rel, i, {t[i] for _, t in variants}) for i in range(arity))
+        kinds = tuple(frozenset(t[i] for _, t in variants) for i in range(arity))
+        unknown = set().union(*kinds) - set(KINDS) if kinds else set()
+        if unknown:
+            raise AnalyzeError(f"relation {rel} holds values of unknown type {sorted(unknown)}")
         df = snapshot.where(F.col("relation") == rel)
-        cols = [F.col("args")[i][kind].alias(f"c{i}") for i, kind in enumerate(kinds)]
+        cols = [
+            (F.col("args")[i][next(iter(k))] if len(k) == 1 else F.col("args")[i]).alias(f"c{i}")
+            for i, k in enumerate(kinds)
+        ]
+        if not cols:
+            out[rel] = Relation(df.select().limit(1), kinds)
+            continue
         out[rel] = Relation(df.select(*cols).distinct(), kinds)
     return out
 
@@ -196,9 +237,9 @@ def relations_from_snapshot(
 
 
 class _Bindings:
-    """The DataFrame of a rule body evaluated so far, and the kind of each bound variable."""
+    """The DataFrame of a rule body evaluated so far, and the kinds of each bound variable."""
 
-    def __init__(self, df: Any, kinds: dict[str, str]) -> None:
+    def __init__(self, df: Any, kinds: dict[str, Kinds]) -> None:
         self.df = df
         self.kinds = kinds
 
@@ -206,137 +247,42 @@ class _Bindings:
     def bound(self) -> set[str]:
         return set(self.kinds)
 
+    def var(self, name: str) -> TCol:
+        from pyspark.sql import functions as F
+
+        return TCol(F.col(_vname(ast.Var(name))), self.kinds[name])
+
 
 def _vname(var: ast.Var) -> str:
     return "v_" + var.name
 
 
-def _arith_kind(op: str, left: str | None, right: str | None) -> str | None:
-    """Result kind of ``left op right`` (None: the operation never has a value)."""
-    if left in NUMERIC and right in NUMERIC:
-        return "int" if left == right == "int" else "float"
-    if op == "+" and left == right and left in ("str", "bytes"):
-        return left
-    return None
-
-
-def _term_kind(term: ast.Term, kinds: Mapping[str, str]) -> str | None:
-    if isinstance(term, ast.Var):
-        return kinds[term.name]
-    if isinstance(term, ast.Const):
-        return kind_of(term.value)
-    if isinstance(term, ast.Neg):
-        k = _term_kind(term.operand, kinds)
-        return k if k in NUMERIC else None
-    return _arith_kind(term.op, _term_kind(term.left, kinds), _term_kind(term.right, kinds))
-
-
-def _finite(col: Any) -> Any:
-    """NoBinding for NaN and infinities; -0.0 normalised to 0.0 (as the engine does)."""
-    from pyspark.sql import functions as F
-
-    return F.when(~F.isnan(col) & (F.abs(col) != F.lit(float("inf"))), col + F.lit(0.0))
-
-
-def _term_col(term: ast.Term, kinds: Mapping[str, str]) -> Any:
-    """A Spark column for a term, null where the engine's arithmetic has no binding
-    (overflow, division by zero, non-finite floats, mismatched types)."""
+def _term(term: ast.Term, kinds: Mapping[str, Kinds]) -> TCol | None:
+    """A term as a typed column (None: it never has a value, e.g. ``"a" * 2``); null on
+    rows where the engine's arithmetic has no binding (overflow, division by zero,
+    non-finite floats, operands of types the operator does not take)."""
     from pyspark.sql import functions as F
 
     if isinstance(term, ast.Var):
-        return F.col(_vname(term))
+        return TCol(F.col(_vname(term)), kinds[term.name])
     if isinstance(term, ast.Const):
-        kind = kind_of(term.value)
-        return F.lit(_spark_value(term.value)).cast(SPARK_TYPE[kind])
-    kind = _term_kind(term, kinds)
-    if kind is None:
-        return F.lit(None)
+        return literal(term.value)
     if isinstance(term, ast.Neg):
-        inner = _term_col(term.operand, kinds)
-        return F.try_subtract(F.lit(0).cast("bigint"), inner) if kind == "int" else _finite(-inner)
-    left, right = _term_col(term.left, kinds), _term_col(term.right, kinds)
-    op = term.op
-    if kind in ("str", "bytes"):
-        return F.concat(left, right)
-    if kind == "float":
-        left, right = left.cast("double"), right.cast("double")
-        if op in ("/", "%"):
-            value = F.when(right != 0, left / right if op == "/" else left % right)
-        else:
-            value = {"+": left + right, "-": left - right, "*": left * right}[op]
-        return _finite(value)
-    if op == "+":
-        return F.try_add(left, right)
-    if op == "-":
-        return F.try_subtract(left, right)
-    if op == "*":
-        return F.try_multiply(left, right)
-    ok = (right != 0) & ~((left == F.lit(-(2**63))) & (right == -1))
-    if op == "/":  # truncating division, exact through decimal(38, 6)
-        dec = "decimal(38,0)"
-        return F.when(ok, (left.cast(dec) / right.cast(dec)).cast("bigint"))
-    return F.when(ok, left % right)  # Spark's % truncates like the engine's
+        inner = _term(term.operand, kinds)
+        return None if inner is None else negate(inner)
+    left, right = _term(term.left, kinds), _term(term.right, kinds)
+    if left is None or right is None:
+        return None
+    return arith(term.op, left, right)
 
 
-def _compare_col(lit: ast.Comparison, kinds: Mapping[str, str]) -> Any:
+def _compare_col(lit: ast.Comparison, kinds: Mapping[str, Kinds]) -> Any:
     from pyspark.sql import functions as F
 
-    lk, rk = _term_kind(lit.left, kinds), _term_kind(lit.right, kinds)
-    if lk is None or rk is None:
+    left, right = _term(lit.left, kinds), _term(lit.right, kinds)
+    if left is None or right is None:
         return F.lit(False)
-    left, right = _term_col(lit.left, kinds), _term_col(lit.right, kinds)
-    if lk != rk and not (lk in NUMERIC and rk in NUMERIC):
-        return F.lit(lit.op == "!=")  # different types: never equal, never ordered
-    if lk != rk:  # int vs float: exactly, as the engine does (never through doubles)
-        return _engine_compare_udf(lit.op, lk, rk)(left, right)
-    if "link" in (lk, rk) and lit.op not in ("==", "!="):
-        raise AnalyzeError.at(lit.pos, f"ordering CIDs is not supported by analyze ({lit})")
-    ops = {
-        "==": left == right,
-        "!=": left != right,
-        "<": left < right,
-        "<=": left <= right,
-        ">": left > right,
-        ">=": left >= right,
-    }
-    return ops[lit.op]
-
-
-def _engine_compare_udf(op: str, left_kind: str, right_kind: str) -> Any:
-    """``left op right`` decided by the engine's own comparison
-    (:func:`merklog.engine.arith.compare`: an int and a float compare exactly, so
-    ``2^53 + 1 > 2.0^53``), not restated over Spark doubles."""
-    from pyspark.sql import functions as F
-
-    def cmp(a, b):  # no annotations: pyspark would read them as a pandas UDF
-        from merklog.engine.arith import compare
-        from merklog.engine.values import Float
-
-        if a is None or b is None:
-            return None
-        a = Float(a) if left_kind == "float" else a
-        b = Float(b) if right_kind == "float" else b
-        return compare(op, a, b)
-
-    return F.udf(cmp, "boolean")
-
-
-def _engine_sum_udf(kind: str) -> Any:
-    """``sum`` of a group's values by the engine's one definition
-    (:class:`merklog.engine.arith.ExactSum`: exact, rounded once, no value outside int64)."""
-    from pyspark.sql import functions as F
-
-    def total(values):  # no annotations: pyspark would read them as a pandas UDF
-        from merklog.engine.arith import NoBinding, sum_values
-        from merklog.engine.values import Float
-
-        try:
-            got = sum_values([Float(v) if kind == "float" else v for v in values])
-        except NoBinding:
-            return None
-        return float(got) if kind == "float" else got
-
-    return F.udf(total, SPARK_TYPE[kind])
+    return compare(lit.op, left, right)
 
 
 # ----------------------------------------------------------------------------- rules
@@ -375,59 +321,74 @@ class RuleEvaluator:
             )
         df = rel.df
         if cid is not None:
-            df = df.withColumn("__cid", self._cid_col(atom.rel, kinds))
+            df = df.withColumn("__cid", self._cid_col(atom.rel, rel))
         conds = []
-        select: dict[str, Any] = {}
-        var_kinds: dict[str, str] = {}
+        select: dict[str, TCol] = {}
         for i, term in enumerate(atom.args):
-            col = F.col(f"c{i}")
+            col = rel.column(i)
             if isinstance(term, ast.Var):
                 if term.anonymous and not keep_anonymous:
                     continue
-                if term.name in select:
-                    conds.append(select[term.name] == col)
+                if term.name in select:  # a repeated variable: one value, by identity
+                    prev = select[term.name]
+                    common = prev.kinds & col.kinds
+                    if not common:
+                        return None  # `r(X, X)` never matches r(1, 1.0)
+                    conds.append(identity_eq(prev, col))
+                    select[term.name] = TCol(prev.to(common), common)
                 else:
                     select[term.name] = col
-                    var_kinds[term.name] = kinds[i]
             elif isinstance(term, ast.Const):
-                if kind_of(term.value) != kinds[i]:
+                const = literal(term.value)
+                if not const.kinds & col.kinds:
                     return None  # identity: `r(1, _)` never matches r(1.0, _) nor r(true, _)
-                conds.append(col == F.lit(_spark_value(term.value)))
+                conds.append(identity_eq(col, const))
             else:
                 raise AnalyzeError.at(
                     term.pos, f"arithmetic is not allowed inside a body atom ({term})"
                 )
         for cond in conds:
             df = df.where(cond)
-        cols = [c.alias(_vname(ast.Var(name))) for name, c in select.items()]
+        cols = [t.col.alias(_vname(ast.Var(name))) for name, t in select.items()]
+        var_kinds = {name: t.kinds for name, t in select.items()}
         if cid is not None:
+            link = frozenset({"link"})
             if cid.name in select:
-                df = df.where(F.col("__cid") == select[cid.name])
+                df = df.where(identity_eq(select[cid.name], TCol(F.col("__cid"), link)))
             else:
                 cols.append(F.col("__cid").alias(_vname(cid)))
-                var_kinds[cid.name] = "link"
+                var_kinds[cid.name] = link
         return _Bindings(df.select(*cols), var_kinds)
 
-    def _cid_col(self, rel: str, kinds: tuple[str, ...]) -> Any:
+    def _cid_col(self, rel: str, relation: Relation) -> Any:
+        """The fact CID of each row (the store's :func:`merklog.store.fact_cid`, in a UDF)."""
         from pyspark.sql import functions as F
 
-        cols = [
-            F.col(f"c{i}").cast("string") if k == "link" else F.col(f"c{i}")
-            for i, k in enumerate(kinds)
-        ]
-        return self.cid_udf(
-            F.lit(rel), F.lit(",".join(kinds)), F.struct(*cols) if cols else F.lit(None)
-        )
+        n = len(relation.kinds or ())
+        structs = [relation.column(i).struct() for i in range(n)]
+        return self.cid_udf(F.lit(rel), F.array(*structs) if structs else F.array())
 
     def join(self, left: _Bindings | None, right: _Bindings | None) -> _Bindings | None:
+        """Inner join on the shared variables, by identity: a variable never binds ``1``
+        on one side and ``1.0`` (or ``true``) on the other."""
         if left is None or right is None:
             return None
         shared = sorted(set(left.kinds) & set(right.kinds))
-        if any(left.kinds[n] != right.kinds[n] for n in shared):
-            return None  # identity: a shared variable never binds 1 and 1.0 (or true) at once
+        kinds = {**right.kinds, **left.kinds}
+        ldf, rdf = left.df, right.df
+        for n in shared:
+            common = left.kinds[n] & right.kinds[n]
+            if not common:
+                return None
+            kinds[n] = common
+            col = _vname(ast.Var(n))
+            if left.kinds[n] != common:
+                ldf = ldf.withColumn(col, left.var(n).to(common))
+            if right.kinds[n] != common:
+                rdf = rdf.withColumn(col, right.var(n).to(common))
         on = [_vname(ast.Var(n)) for n in shared]
-        df = left.df.join(right.df, on, "inner") if on else left.df.crossJoin(right.df)
-        return _Bindings(df, {**right.kinds, **left.kinds})
+        df = ldf.join(rdf, on, "inner") if on else ldf.crossJoin(rdf)
+        return _Bindings(df, kinds)
 
     def body(
         self,
@@ -478,32 +439,43 @@ class RuleEvaluator:
                     if isinstance(lit.left, ast.Var) and lit.left.name not in bound
                     else (lit.right, lit.left)
                 )
-                kind = _term_kind(other, cur.kinds)
-                if kind is None:
+                value = _term(other, cur.kinds)
+                if value is None:
                     return None
-                df = cur.df.withColumn(_vname(var), _term_col(other, cur.kinds)).where(
-                    F.col(_vname(var)).isNotNull()
-                )
-                return _Bindings(df, {**cur.kinds, var.name: kind})
+                df = cur.df.withColumn(_vname(var), value.col).where(F.col(_vname(var)).isNotNull())
+                return _Bindings(df, {**cur.kinds, var.name: value.kinds})
             return _Bindings(
                 cur.df.where(F.coalesce(_compare_col(lit, cur.kinds), F.lit(False))), cur.kinds
             )
         if isinstance(lit, ast.Negated):
-            neg = self.atom_frame(lit.atom, lookup(lit.atom, False), lit.pos)
-            if neg is None:
-                return cur
-            shared = sorted(set(neg.kinds) & set(cur.kinds))
-            if any(cur.kinds[n] != neg.kinds[n] for n in shared):
-                return cur  # identity: `!s(X)` with s(1) keeps X = 1.0 and X = true
-            on = [_vname(ast.Var(n)) for n in shared]
-            if not on:  # ground negation: anything in the relation removes every row
-                return None if neg.df.limit(1).count() else cur
-            return _Bindings(cur.df.join(neg.df.select(*on).distinct(), on, "left_anti"), cur.kinds)
+            return self.negation(cur, lit, lookup)
         if isinstance(step, planner.Aggregate):
             return self.aggregate(cur, step, lookup)
         raise AnalyzeError.at(getattr(lit, "pos", None), f"unsupported literal {lit}")
 
+    def negation(self, cur: _Bindings, lit: ast.Negated, lookup: Any) -> _Bindings | None:
+        """``!atom``: a ``left_anti`` join on the atom's variables, by identity (``!s(X)``
+        with ``s(1)`` keeps ``X = 1.0`` and ``X = true``)."""
+        neg = self.atom_frame(lit.atom, lookup(lit.atom, False), lit.pos)
+        if neg is None:
+            return cur
+        shared = sorted(set(neg.kinds) & set(cur.kinds))
+        if any(not cur.kinds[n] & neg.kinds[n] for n in shared):
+            return cur  # no value of the atom can equal the bound one: nothing is removed
+        on = [_vname(ast.Var(n)) for n in shared]
+        if not on:  # ground negation: anything in the relation removes every row
+            return None if neg.df.limit(1).count() else cur
+        # the atom's columns in the bindings' representation (other kinds: null, no match)
+        right = neg.df.select(
+            *[neg.var(n).to(cur.kinds[n]).alias(_vname(ast.Var(n))) for n in shared]
+        )
+        return _Bindings(cur.df.join(right.distinct(), on, "left_anti"), cur.kinds)
+
     def aggregate(self, cur: _Bindings, step: planner.Aggregate, lookup: Any) -> _Bindings | None:
+        """``R := f arg : body``, as the engine: over the body's distinct bindings; a value
+        whose arithmetic has no binding is skipped; ``count``/``sum`` over nothing give the
+        int 0; ``min``/``max`` over nothing, and a ``sum`` without a value (overflow, a
+        non-number), derive nothing."""
         from pyspark.sql import functions as F
 
         agg, group = step.lit, list(step.groups)
@@ -518,60 +490,75 @@ class RuleEvaluator:
             step.inner_free, lambda atom, _delta: lookup(atom, False), keep_anonymous=True
         )
         res = _vname(agg.result)
-        gcols = [_vname(ast.Var(g)) for g in group]
-        if inner is None:
-            value_kind = "int" if agg.func == "count" else None
+        int_kind = frozenset({"int"})
+        zero = F.lit(0).cast("bigint")
+        if inner is None:  # no bindings at all: count/sum give 0 for every group
             if agg.func in ("min", "max"):
                 return None
-            if agg.func == "sum" and agg.arg is not None:
-                try:
-                    value_kind = _term_kind(agg.arg, cur.kinds)
-                except KeyError:
-                    value_kind = "int"
-            zero = F.lit(0).cast("bigint") if value_kind == "int" else F.lit(0.0)
-            return _Bindings(
-                cur.df.withColumn(res, zero), {**cur.kinds, agg.result.name: value_kind or "int"}
-            )
+            if agg.result.name in cur.kinds:  # result already bound: keep the rows where it is 0
+                keep = identity_eq(cur.var(agg.result.name), TCol(zero, int_kind))
+                return _Bindings(cur.df.where(F.coalesce(keep, F.lit(False))), cur.kinds)
+            return _Bindings(cur.df.withColumn(res, zero), {**cur.kinds, agg.result.name: int_kind})
         names = sorted(inner.kinds)
         distinct = inner.df.select(*[_vname(ast.Var(n)) for n in names]).distinct()
         if agg.func == "count":
-            value = F.count(F.lit(1))
-            kind = "int"
+            value, kinds = F.count(F.lit(1)), int_kind
         else:
-            kind = _term_kind(agg.arg, inner.kinds)
-            if kind is None or (agg.func == "sum" and kind not in NUMERIC):
-                raise AnalyzeError.at(agg.pos, f"{agg.func} over values of type {kind}")
-            arg = _term_col(agg.arg, inner.kinds)
-            if agg.func != "sum":
-                value = {"min": F.min, "max": F.max}[agg.func](arg)
-            elif kind == "int":  # exact in decimal; outside int64 the group has no sum
-                dec = F.sum(arg.cast("decimal(38,0)"))
-                value = F.when(
+            arg = _term(agg.arg, inner.kinds)
+            if arg is None:  # no binding has a value: sum over nothing, no min/max
+                if agg.func != "sum":
+                    return None
+                value, kinds = zero, int_kind
+            elif agg.func != "sum":
+                value, kinds = min_max(agg.func, arg), arg.kinds
+            elif arg.kinds == int_kind:  # exact in decimal; outside int64 the group has no sum
+                dec = F.sum(arg.col.cast("decimal(38,0)"))
+                value = F.when(F.count(arg.col) == 0, zero).when(
                     dec.between(F.lit(-(2**63)).cast("decimal(38,0)"), F.lit(2**63 - 1)),
                     dec.cast("bigint"),
                 )
-            else:  # floats: the engine's exact, order-independent sum
-                value = _engine_sum_udf(kind)(F.collect_list(arg))
+                kinds = int_kind
+            else:  # floats or non-numbers: the engine's exact, order-independent sum
+                kinds = int_kind | (arg.kinds & {"float"})
+                total = TCol(engine_sum_udf()(F.collect_list(arg.struct())), frozenset(KINDS))
+                value = total.to(kinds)
         aggs = [value.alias(res), F.lit(True).alias(res + "_has")]
-        grouped = distinct.groupBy(*gcols).agg(*aggs) if gcols else distinct.agg(*aggs)
-        if agg.result.name in cur.kinds:  # result already bound: filter on equality
-            grouped = grouped.withColumnRenamed(res, res + "_agg")
-            joined = cur.df.join(grouped, gcols, "inner") if gcols else cur.df.crossJoin(grouped)
+        # the grouping variables in the bindings' representation (other kinds never join)
+        gsel = [inner.var(g).to(cur.kinds[g]).alias(_vname(ast.Var(g))) for g in group]
+        gcols = [_vname(ast.Var(g)) for g in group]
+        if gcols:
+            grouped = distinct.groupBy(*gsel).agg(*aggs)
+            for c in gcols:
+                grouped = grouped.where(F.col(c).isNotNull())
+        else:
+            grouped = distinct.agg(*aggs)
+        result = TCol(F.col(res), kinds)
+        if agg.result.name in cur.kinds:  # result already bound: filter on identity
+            grouped = grouped.withColumnRenamed(res, res + "_agg").withColumnRenamed(
+                res + "_has", res + "_agg_has"
+            )
+            counted = agg.func in ("count", "sum")  # a group with no rows gives 0
+            how = "left" if counted else "inner"
+            joined = cur.df.join(grouped, gcols, how) if gcols else cur.df.crossJoin(grouped)
+            got_col = F.col(res + "_agg")
+            if counted:
+                joined = joined.where(F.col(res + "_agg_has").isNull() | got_col.isNotNull())
+                got_col = F.coalesce(got_col, TCol(zero, int_kind).to(kinds))
+            keep = identity_eq(cur.var(agg.result.name), TCol(got_col, kinds))
             return _Bindings(
-                joined.where(F.col(res) == F.col(res + "_agg")).drop(res + "_agg", res + "_has"),
+                joined.where(F.coalesce(keep, F.lit(False))).drop(res + "_agg", res + "_agg_has"),
                 cur.kinds,
             )
         if agg.func in ("count", "sum"):
             joined = cur.df.join(grouped, gcols, "left") if gcols else cur.df.crossJoin(grouped)
-            zero = F.lit(0).cast("bigint") if kind == "int" else F.lit(0.0)
-            # a group with values but no sum (overflow, non-finite) derives nothing;
+            # a group with values but no sum (overflow, non-number) derives nothing;
             # no group at all sums to 0
             joined = joined.where(F.col(res + "_has").isNull() | F.col(res).isNotNull())
-            joined = joined.withColumn(res, F.coalesce(F.col(res), zero))
+            joined = joined.withColumn(res, F.coalesce(F.col(res), TCol(zero, int_kind).to(kinds)))
         else:
             joined = cur.df.join(grouped, gcols, "inner") if gcols else cur.df.crossJoin(grouped)
-            joined = joined.where(F.col(res).isNotNull())
-        return _Bindings(joined.drop(res + "_has"), {**cur.kinds, agg.result.name: kind})
+            joined = joined.where(result.col.isNotNull())
+        return _Bindings(joined.drop(res + "_has"), {**cur.kinds, agg.result.name: kinds})
 
 
 # ----------------------------------------------------------------------------- program
@@ -627,19 +614,22 @@ def _rule_terms(rule: ast.Rule) -> list[ast.Term]:
 def _cid_udf() -> Any:
     from pyspark.sql import functions as F
 
-    def fact_cid_of(rel, kinds, row):  # no annotations: pyspark would read them as a pandas UDF
-        from merklog.store import Fact, Link, fact_cid
+    def fact_cid_of(rel, args):  # no annotations: pyspark would read them as a pandas UDF
+        from merklog.node.spark.schema import decode_args
+        from merklog.store import Fact, fact_cid
 
-        values = []
-        for kind, v in zip(kinds.split(",") if kinds else [], row or (), strict=True):
-            if kind == "link":
-                v = Link.parse(v)
-            elif kind == "bytes":
-                v = bytes(v)
-            values.append(v)
-        return str(fact_cid(Fact(rel, tuple(values))))
+        return str(fact_cid(Fact(rel, decode_args(args or ()))))
 
     return F.udf(fact_cid_of, "string")
+
+
+def _row_values(row: Any, kinds: tuple[Kinds, ...]) -> tuple[Value, ...]:
+    from .schema import decode_value
+
+    return tuple(
+        py_value(row[i], next(iter(k))) if len(k) == 1 else decode_value(row[i])
+        for i, k in enumerate(kinds)
+    )
 
 
 @dataclass
@@ -647,13 +637,17 @@ class AnalyzeResult:
     relations: dict[str, Relation]
     iterations: dict[str, int]
 
-    def rows(self, rel: str) -> set[tuple[Value, ...]]:
-        """Collect one relation back to Python merklog values."""
+    def rows(self, rel: str) -> Any:
+        """Collect one relation back to Python merklog values, as a
+        :class:`merklog.engine.rows.RowSet` (a set that keeps ``1``, ``1.0`` and ``true``
+        apart; iterating gives plain tuples)."""
+        from merklog.engine.rows import RowSet, engine_rows
+
         r = self.relations.get(rel)
         if r is None or r.empty:
-            return set()
+            return RowSet(engine_rows([]))
         kinds = r.kinds or ()
-        return {tuple(_py_value(row[i], k) for i, k in enumerate(kinds)) for row in r.df.collect()}
+        return RowSet(engine_rows([_row_values(row, kinds) for row in r.df.collect()]))
 
 
 def evaluate(
@@ -693,11 +687,11 @@ def evaluate(
             return None
         cols, kinds = [], []
         for i, term in enumerate(rule.head.args):
-            kind = _term_kind(term, b.kinds)
-            if kind is None:
+            value = _term(term, b.kinds)
+            if value is None:
                 return None
-            kinds.append(kind)
-            cols.append(_term_col(term, b.kinds).alias(f"c{i}"))
+            kinds.append(value.kinds)
+            cols.append(value.col.alias(f"c{i}"))
         df = b.df.select(*cols)
         for i in range(len(cols)):
             df = df.where(F.col(f"c{i}").isNotNull())
@@ -766,7 +760,12 @@ class _StratumSolver:
     def _absorb(self, new: dict[str, Relation], round_no: int) -> None:
         self.delta = {}
         for rel, r in new.items():
-            fresh = Relation(_minus(r.df.distinct(), self.full[rel]), r.kinds)
+            full = self.full[rel]
+            if not full.empty and full.kinds != r.kinds:  # a column gained a kind
+                kinds = _common_kinds(full, r)
+                full = self.full[rel] = Relation(_represent(full, kinds), kinds)
+                r = Relation(_represent(r, kinds), kinds)
+            fresh = Relation(_minus(r.df.distinct(), full), r.kinds)
             if self.recursive:
                 fresh = self.cut(fresh)
                 self.delta[rel] = fresh
@@ -812,16 +811,27 @@ def _cutter(spark: Any, checkpoint: bool) -> Any:
 
 
 def _union(a: Relation | None, b: Relation, rel: str) -> Relation:
+    """Both relations' rows; a column whose kinds differ between them becomes the union
+    of both (the value struct when that is several kinds)."""
     if a is None or a.empty:
         return b
     if b.empty:
         return a
-    if a.kinds != b.kinds:
-        raise AnalyzeError(
-            f"rules derive {rel} with different column types {a.kinds} and {b.kinds};"
-            " analyze needs one type per column"
-        )
-    return Relation(a.df.unionByName(b.df), a.kinds)
+    if a.kinds == b.kinds:
+        return Relation(a.df.unionByName(b.df), a.kinds)
+    kinds = _common_kinds(a, b)
+    return Relation(_represent(a, kinds).unionByName(_represent(b, kinds)), kinds)
+
+
+def _common_kinds(a: Relation, b: Relation) -> tuple[Kinds, ...]:
+    return tuple(x | y for x, y in zip(a.kinds or (), b.kinds or (), strict=True))
+
+
+def _represent(r: Relation, kinds: tuple[Kinds, ...]) -> Any:
+    """``r``'s rows with each column in the representation of ``kinds`` (a superset)."""
+    if r.kinds == kinds:
+        return r.df
+    return r.df.select(*[r.column(i).to(k).alias(f"c{i}") for i, k in enumerate(kinds)])
 
 
 def _minus(df: Any, full: Relation) -> Any:
@@ -861,8 +871,6 @@ def write_outputs(
         else:
             df = rel.df
         if fmt == "parquet":
-            from .compact import VALUE_DDL
-
             if df is None:
                 df = result_spark(result).createDataFrame(
                     [], f"relation string, args array<{VALUE_DDL}>"
@@ -870,7 +878,7 @@ def write_outputs(
             else:
                 df = df.select(
                     F.lit(name).alias("relation"),
-                    F.array(*[_value_struct(i, k) for i, k in enumerate(rel.kinds or ())]).alias(
+                    F.array(*[rel.column(i).struct() for i in range(len(rel.kinds or ()))]).alias(
                         "args"
                     ),
                 )
@@ -879,7 +887,12 @@ def write_outputs(
             if df is None:
                 df = result_spark(result).createDataFrame([], "c0 string")
             else:
-                df = df.select(*[_literal_text(i, k) for i, k in enumerate(rel.kinds or ())])
+                df = df.select(
+                    *[
+                        literal_text(rel.column(i)).alias(f"c{i}")
+                        for i in range(len(rel.kinds or ()))
+                    ]
+                )
             df.coalesce(1).write.mode("overwrite").option("header", "true").option(
                 "quote", "\u0000"
             ).csv(str(path))
@@ -896,48 +909,3 @@ def result_spark(result: AnalyzeResult) -> Any:
     from pyspark.sql import SparkSession
 
     return SparkSession.getActiveSession()
-
-
-def _value_struct(i: int, kind: str) -> Any:
-    from pyspark.sql import functions as F
-
-    col = F.col(f"c{i}")
-    fields = []
-    for name in KINDS:
-        typ = SPARK_TYPE[name]
-        fields.append((col if name == kind else F.lit(None).cast(typ)).alias(name))
-    return F.struct(F.lit(kind).alias("type"), *fields)
-
-
-def _literal_text(i: int, kind: str) -> Any:
-    """Datalog literal syntax as Spark expressions (``format_value`` for every kind but float)."""
-    from pyspark.sql import functions as F
-
-    col = F.col(f"c{i}")
-    if kind == "int":
-        text = col.cast("string")
-    elif kind == "bool":
-        text = F.when(col, F.lit("true")).otherwise(F.lit("false"))
-    elif kind == "str":
-        esc = F.regexp_replace(
-            F.regexp_replace(F.regexp_replace(col, r"\\", r"\\\\"), '"', '\\\\"'), "\n", "\\\\n"
-        )
-        text = F.concat(F.lit('"'), esc, F.lit('"'))
-    elif kind == "bytes":
-        text = F.concat(F.lit('x"'), F.lower(F.hex(col)), F.lit('"'))
-    elif kind == "link":
-        text = F.concat(F.lit('cid"'), col, F.lit('"'))
-    else:
-        text = _float_udf()(col)
-    return text.alias(f"c{i}")
-
-
-def _float_udf() -> Any:
-    from pyspark.sql import functions as F
-
-    def fmt(v):  # no annotations: pyspark would read them as a pandas UDF
-        from merklog.store import format_value
-
-        return format_value(v)
-
-    return F.udf(fmt, "string")

@@ -1,8 +1,10 @@
 """analyze == the engine's batch evaluation == the node's queries, on generated replicas.
 
 Each case builds a real node home with seeded-random facts of every value type
-(``1``, ``1.0``, ``true``, ``"1"``, bytes, ints near 2^53 and 2^63, floats near
-2^53, sums that overflow int64), retracts some of them, exports it with the CLI
+(``1``, ``1.0``, ``true``, ``"1"``, bytes, CIDs, ints near 2^53 and 2^63, floats near
+2^53, sums that overflow int64), both in single-typed columns and in columns that
+mix every type (``mx``, ``mkv``: ``1``, ``1.0`` and ``true`` in one column, CIDs whose
+text order is not their byte order), retracts some of them, exports it with the CLI
 (``merklog parquet export``) and evaluates several programs three ways: analyze
 over the export in PySpark local[2], ``Program.evaluate`` over the node's visible
 facts, and the node itself (``load_program`` + ``query``). Rows are compared by
@@ -27,6 +29,7 @@ from merklog.node.spark.analyze import (
     used_relations,
 )
 from merklog.node.spark.compact import read_ops, snapshot_frame
+from merklog.store import Link
 
 pytestmark = pytest.mark.spark
 
@@ -70,6 +73,43 @@ PROGRAMS = {
         mixed(X, F, Y) :- ints(X), floats(F), Y == X + F, Y < 100.0.
         cat(S, T) :- strs(S), T == S + "!".
     """,
+    "mixed_identity": """
+        mj(X) :- mx(X), ints(X).
+        mf(X) :- mx(X), floats(X).
+        mb(X) :- mx(X), bools(X).
+        mm(X, Y) :- mkv(X, Y), mx(X).
+        mnoint(X) :- mx(X), !ints(X).
+        mnokey(X) :- mx(X), !mkv(X, _).
+        mrep(X) :- mkv(X, X).
+        mone(V) :- mkv(1, V).
+        mfone(V) :- mkv(1.0, V).
+        mtrue(V) :- mkv(true, V).
+        meq(X) :- mx(X), X == 1.
+        mne(X) :- mx(X), X != 1, X != "1".
+        mlt(X, Y) :- mx(X), mx(Y), X < Y, Y <= 2.
+        lord(X, Y) :- lk(X), lk(Y), X < Y.
+        mcids(C, X) :- C := mx(X).
+        mu(X) :- ints(X), X < 3.
+        mu(X) :- floats(X), X < 3.0.
+        mu(X) :- bools(X).
+        mujoin(X) :- mu(X), mx(X).
+        two(X, Y) :- arity(X, Y).
+    """,
+    "mixed_arith_aggregates": """
+        mplus(X, Y) :- mx(X), Y == X + 1.
+        mtimes(X, Y) :- mx(X), Y == X * 2.0.
+        mtwice(X, Y) :- mx(X), Y == X + X.
+        mminus(X, Y) :- mx(X), Y == -X.
+        mcnt(K, N) :- mkv(K, _), N := count : mkv(K, _).
+        msum(K, S) :- mkv(K, _), S := sum V : mkv(K, V).
+        mmin(K, M) :- mkv(K, _), M := min V : mkv(K, V).
+        mmax(K, M) :- mkv(K, _), M := max V : mkv(K, V).
+        gmin(M) :- M := min V : mx(V).
+        gmax(M) :- M := max V : mx(V).
+        lmin(M) :- M := min V : lk(V).
+        lmax(M) :- M := max V : lk(V).
+        ksum(K, S) :- ints(K), S := sum V : mkv(K, V).
+    """,
 }
 
 
@@ -101,9 +141,33 @@ def _facts(rng: random.Random) -> tuple[list, list]:
     asserts += [("fv", t) for t in fv]
     # a relation the programs never read, with a column of every type: analyze must not care
     asserts += [("unused", (v,)) for v in (1, 1.0, True, "1", b"\x01")]
+    lo, hi = _misordered_links(rng)
+    links = [lo, hi] + [Link.for_block(rng.randbytes(8), 0x71) for _ in range(4)]
+    asserts += [("lk", (x,)) for x in links]
+    mix = [1, 1.0, True, False, 0, 0.0, "1", "", b"\x01", b"", 2.5, -7, lo, hi]
+    mix += [I53, float(I53), I53 + 1, I63 - 1, -I63, 9.2e18]
+    mix += [rng.choice([rng.randrange(-9, 9), rng.randrange(-9, 9) / 2]) for _ in range(4)]
+    asserts += [("mx", (v,)) for v in mix]
+    mkv = [(k, rng.choice(mix)) for k in (1, 1.0, True, "k", lo) for _ in range(4)]
+    mkv += [(1, 1), (1.0, 1.0), (True, True), (2, I63 - 1), (2, 1), (3, -I63), (3, -1)]
+    mkv += [(4, I63 - 1), (4, -5), (5, 2.5), (5, 1), (6, "x"), (6, 1), (7, 1e308), (7, 1.7e308)]
+    mkv += [(8, lo), (8, hi), (9, I53 + 1), (9, 1.0), (10, False), (10, "a"), (10, b"\x00")]
+    asserts += [("mkv", t) for t in mkv]
+    # one name, two arities: a program reading arity/2 never sees the arity/3 facts
+    asserts += [("arity", (1, "a")), ("arity", (1.0, "b")), ("arity", (2, "c", 3))]
     small = [a for a in asserts if a[0] in ("ints", "floats") and abs(a[1][0]) < 100]
-    retracts = rng.sample(small, 4) + [("kv", kv[0])]
+    retracts = rng.sample(small, 4) + [("kv", kv[0]), ("mx", (1,)), ("mkv", mkv[0])]
     return asserts, retracts
+
+
+def _misordered_links(rng: random.Random) -> tuple[Link, Link]:
+    """Two CIDs whose text order is the opposite of their byte order (the engine orders
+    CIDs by bytes): returned as (smaller bytes, larger bytes)."""
+    while True:
+        a, b = (Link.for_block(rng.randbytes(8), 0x71) for _ in range(2))
+        a, b = sorted((a, b), key=lambda x: x.raw)
+        if str(a) > str(b):
+            return a, b
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +227,29 @@ def test_parity_cases_exercise_the_edges(spark, replicas):
     assert _key((I53, float(I53))) in _keys(got.rows("numeq"))
     sums = {k for k, _s in got.rows("s")}
     assert 5 not in sums and 6 not in sums and 7 in sums  # overflowing groups derive nothing
+
+
+def test_parity_cases_exercise_mixed_columns(spark, replicas):
+    """The mixed-type programs reach the cases they are for (so the parity test can fail):
+    1, 1.0 and true meet in one column, CIDs are ordered by bytes, sums overflow."""
+    snap, visible, _home = replicas[0]
+    text = PROGRAMS["mixed_identity"] + PROGRAMS["mixed_arith_aggregates"]
+    program = parse_program(text)
+    got = evaluate(spark, program, relations_from_snapshot(snap, used_relations(program)))
+    assert {type(v) for (v,) in visible["mx"]} == {int, float, bool, str, bytes, Link}
+    assert _keys(got.rows("meq")) == {_key((1.0,))}  # mx(1) is retracted; true is not 1
+    assert {_key((1.0,)), _key((True,))} <= _keys(got.rows("mnoint"))
+    assert _key((1,)) not in _keys(got.rows("mj"))  # retracted from mx, still in ints
+    raw_min = min((v for (v,) in visible["lk"]), key=lambda x: x.raw)
+    raw_max = max((v for (v,) in visible["lk"]), key=lambda x: x.raw)
+    assert _keys(got.rows("lmin")) == {_key((raw_min,))}
+    assert _keys(got.rows("lmax")) == {_key((raw_max,))}
+    group8 = [v for k, v in visible["mkv"] if _key((k,)) == _key((8,))]
+    lo, hi = min(group8, key=lambda x: x.raw), max(group8, key=lambda x: x.raw)
+    assert min(group8, key=str) == hi  # text order is not byte order here
+    assert _key((8, lo)) in _keys(got.rows("mmin")) and _key((8, hi)) in _keys(got.rows("mmax"))
+    sums = {(type(k), k): s for k, s in got.rows("msum")}
+    assert (int, 2) not in sums and (int, 3) not in sums and (int, 4) in sums  # int64 overflow
+    assert (int, 6) not in sums and (int, 7) not in sums  # a non-number; a non-finite float sum
+    assert sums[(int, 5)] == 3.5 and sums[(int, 9)] == float(I53 + 2)  # exact, rounded once
+    assert {type(v) for _k, v in got.rows("mmax")} >= {int, float, str, Link}
