@@ -351,60 +351,59 @@ class AggregateJoin(Operator):
             raise CompileError("AggregateJoin runs in the root circuit only")
         super().bind(nested)
 
-    def _consolidate(self, emits: list[tuple[Row, Any, int]]) -> Delta:
-        """The output Z-set of ``(binding, value, weight)`` triples (one loop, no call
-        per triple: this is the hot loop of aggregate epochs)."""
-        out: Delta = {}
-        get = out.get
+    def _changes(self, agg: Delta) -> dict[tuple, tuple[Any, Any]]:
+        """Apply the aggregate relation's delta to the ``group -> value`` table and
+        return ``group -> (old, new)`` for the groups whose value really changed
+        (defaults filled in; same value of the same type is no change)."""
+        values, default, n = self.values, self.default, self.ngroups
+        before: dict[tuple, Any] = {}
+        for row, w in agg.items():
+            k, v = row[:n], row[n]
+            if k not in before:
+                before[k] = values.get(k, _MISSING)
+            if w > 0:
+                values[k] = v
+            elif k in values and values[k] == v and type(values[k]) is type(v):
+                del values[k]
+        changed: dict[tuple, tuple[Any, Any]] = {}
+        for k, old in before.items():
+            new = values.get(k, _MISSING)
+            old = default if old is _MISSING else old
+            new = default if new is _MISSING else new
+            if old is new or (old == new and type(old) is type(new)):
+                continue
+            changed[k] = (old, new)
+        return changed
+
+    def _emit(self, out: Delta, rows: Mapping[Row, int], value: Any, sign: int) -> None:
+        """``out[binding + (value,)] = sign * weight`` for every binding of one group."""
+        if value is _MISSING or value is _NO_VALUE:
+            return
         bound = self.bound
-        for row, value, w in emits:
-            if value is _MISSING or value is _NO_VALUE:
-                continue
-            if bound is None:
-                key = (*row, value)
-            elif row[bound] == value:
-                key = row
-            else:
-                continue
-            n = get(key, 0) + w
-            if n:
-                out[key] = n
-            else:
-                del out[key]
-        return out
+        if bound is None:
+            for r, w in rows.items():
+                out[(*r, value)] = sign * w
+        else:
+            for r, w in rows.items():
+                if r[bound] == value:
+                    out[r] = sign * w
 
     def eval(self, ts: Timestamp, bindings: Delta, agg: Delta) -> Delta:
-        emits: list[tuple[Row, Any, int]] = []
-        emit = emits.append
-        values, default, n = self.values, self.default, self.ngroups
-        if agg:
-            before: dict[tuple, Any] = {}
-            for row, w in agg.items():
-                k, v = row[:n], row[n]
-                if k not in before:
-                    before[k] = values.get(k, _MISSING)
-                if w > 0:
-                    values[k] = v
-                elif k in values and values[k] == v and type(values[k]) is type(v):
-                    del values[k]
-            trace = self.trace
-            for k, old in before.items():
-                new = values.get(k, _MISSING)
-                old = default if old is _MISSING else old
-                new = default if new is _MISSING else new
-                if old is new or (old == new and type(old) is type(new)):
-                    continue
-                rows = trace.get(k)
-                if rows:
-                    for r, w in rows.items():
-                        emit((r, old, -w))
-                        emit((r, new, w))
+        """``-B_old ⋈ V_old + B_new ⋈ V_new`` over the groups whose value changed, and
+        ``δB ⋈ V`` over the others. Every output row is written once: rows of different
+        groups differ in their key columns, and a changed group's old and new rows
+        differ in the value — so no consolidation pass is needed."""
+        out: Delta = {}
+        trace = self.trace
+        changed = self._changes(agg) if agg else {}
+        for k, (old, _new) in changed.items():
+            rows = trace.get(k)
+            if rows:
+                self._emit(out, rows, old, -1)
         if bindings:
-            key_fn, trace = self.key_fn, self.trace
+            key_fn, values, default, bound = self.key_fn, self.values, self.default, self.bound
             for r, w in bindings.items():
                 k = key_fn(r)
-                v = values.get(k, _MISSING)
-                emit((r, default if v is _MISSING else v, w))
                 group = trace.get(k)
                 if group is None:
                     trace[k] = {r: w}
@@ -416,7 +415,24 @@ class AggregateJoin(Operator):
                         del group[r]
                         if not group:
                             del trace[k]
-        return self._consolidate(emits) if emits else {}
+                if k in changed:
+                    continue  # emitted below from the group's updated bindings
+                v = values.get(k, _MISSING)
+                if v is _MISSING:
+                    v = default
+                    if v is _MISSING:
+                        continue
+                elif v is _NO_VALUE:
+                    continue
+                if bound is None:
+                    out[(*r, v)] = w
+                elif r[bound] == v:
+                    out[r] = w
+        for k, (_old, new) in changed.items():
+            rows = trace.get(k)
+            if rows:
+                self._emit(out, rows, new, 1)
+        return out
 
 
 # ----------------------------------------------------------------------------- scopes

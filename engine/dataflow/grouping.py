@@ -51,9 +51,10 @@ class GroupSums:
     sums: list[int] | None
 
 
-def _int64(values: Iterable[Any], n: int) -> np.ndarray | None:
-    """``values`` as int64 if every one is an ``int`` (exact type) inside int64, else None."""
-    if n and set(map(type, values)) != {int}:
+def _int64(values: Iterable[Any], n: int, checked: bool = False) -> np.ndarray | None:
+    """``values`` as int64 if every one is an ``int`` (exact type) inside int64, else None.
+    ``checked``: the values are known to be ints (Z-set weights), only the range is."""
+    if n and not checked and set(map(type, values)) != {int}:
         return None
     try:
         return np.fromiter(values, dtype=np.int64, count=n)
@@ -85,7 +86,7 @@ class Batch:
     def weights(self) -> tuple[np.ndarray, int] | None:
         """The weights as int64 and their largest absolute value, or None if too wide."""
         if self._weights is None:
-            w = _int64(self.delta.values(), len(self.rows))
+            w = _int64(self.delta.values(), len(self.rows), checked=True)
             if w is None:
                 return None
             self._weights = (w, _span(w))
