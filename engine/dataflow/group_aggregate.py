@@ -61,14 +61,48 @@ class GroupAggregate(Aggregate):
         self.per_tuple = 0
 
     def eval(self, ts: Timestamp, delta: ZSet) -> ZSet:  # type: ignore[override]
-        if len(delta) >= self.vector_min and self.func in ("count", "sum"):
-            value_fn = self.value_fn if self.func == "sum" else None
-            sums = group_sums(delta, self.key_cols, value_fn, self.cache)
-            if sums is not None:
-                self.vectorised += 1
-                return self._apply(sums)
+        if self.func in ("count", "sum"):
+            if len(delta) >= self.vector_min:
+                value_fn = self.value_fn if self.func == "sum" else None
+                sums = group_sums(delta, self.key_cols, value_fn, self.cache)
+                if sums is not None:
+                    self.vectorised += 1
+                    return self._apply(sums)
+            else:
+                sums = self._row_sums(delta)
+                if sums is not None:
+                    self.per_tuple += 1
+                    return self._apply(sums)
         self.per_tuple += 1
         return super().eval(ts, index_with(self.key_fn, delta))
+
+    def _row_sums(self, delta: ZSet) -> GroupSums | None:
+        """:class:`GroupSums` of a small batch, row by row in exact Python ints (None if
+        a summed value is not an ``int``: the general path handles every other type)."""
+        key_fn = self.key_fn
+        if self.func == "count":
+            counts: dict[tuple, int] = {}
+            get = counts.get
+            for r, w in delta.items():
+                k = key_fn(r)
+                counts[k] = get(k, 0) + w
+            return GroupSums(list(counts), list(counts.values()), None)
+        value_fn = self.value_fn
+        assert value_fn is not None
+        acc: dict[tuple, list[int]] = {}
+        for r, w in delta.items():
+            v = value_fn(r)
+            if type(v) is not int:
+                return None
+            k = key_fn(r)
+            e = acc.get(k)
+            if e is None:
+                acc[k] = [w, v * w]
+            else:
+                e[0] += w
+                e[1] += v * w
+        totals = list(acc.values())
+        return GroupSums(list(acc), [t[0] for t in totals], [t[1] for t in totals])
 
     def _apply(self, batch: GroupSums) -> ZSet:
         """Fold per-group totals into the group state; emit the changed results."""
