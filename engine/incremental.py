@@ -332,6 +332,9 @@ class AggregateJoin(Operator):
     count/sum; none for min/max) — one operator instead of a join plus an
     antijoin, and no trace of the aggregate side. ``bound`` is the binding column
     that must equal the value when the result variable was already bound.
+    ``source``: the :class:`GroupAggregate` whose output is the aggregate input;
+    when the input is that operator's last output, its ``group -> (old, new)``
+    changes are read directly instead of re-derived from the ``±1`` rows.
     """
 
     idle_when_empty = True
@@ -345,6 +348,7 @@ class AggregateJoin(Operator):
         self.bound = bound
         self.trace: dict[tuple, dict[Row, int]] = {}
         self.values: dict[tuple, Any] = {}
+        self.source: GroupAggregate | None = None
 
     def bind(self, nested: bool) -> None:
         if nested:
@@ -355,6 +359,9 @@ class AggregateJoin(Operator):
         """Apply the aggregate relation's delta to the ``group -> value`` table and
         return ``group -> (old, new)`` for the groups whose value really changed
         (defaults filled in; same value of the same type is no change)."""
+        last = self.source.last if self.source is not None else None
+        if last is not None and last[0] is agg:
+            return self._changes_from(last[1])
         values, default, n = self.values, self.default, self.ngroups
         before: dict[tuple, Any] = {}
         for row, w in agg.items():
@@ -370,6 +377,23 @@ class AggregateJoin(Operator):
             new = values.get(k, _MISSING)
             old = default if old is _MISSING else old
             new = default if new is _MISSING else new
+            if old is new or (old == new and type(old) is type(new)):
+                continue
+            changed[k] = (old, new)
+        return changed
+
+    def _changes_from(self, groups: Mapping[tuple, tuple[Any, Any]]) -> dict[tuple, tuple]:
+        """:meth:`_changes` from the aggregate's own ``group -> (old, new)`` (None: no row)."""
+        values, default = self.values, self.default
+        changed: dict[tuple, tuple[Any, Any]] = {}
+        for k, (old, new) in groups.items():
+            if new is None:
+                values.pop(k, None)
+                new = default
+            else:
+                values[k] = new
+            if old is None:
+                old = default
             if old is new or (old == new and type(old) is type(new)):
                 continue
             changed[k] = (old, new)
@@ -1094,6 +1118,8 @@ class _Compiler:
                 default,
                 idx[result] if bound_result else None,
             )
+            source = getattr(rel, "op", None)
+            op.source = source if isinstance(source, GroupAggregate) else None
             joined = c.operator(op, src, rel, label=f"join {agg}")
             return _Plan(joined, plan.vars + ([] if bound_result else [result]))
         key_vars = groups + ([result] if bound_result else [])

@@ -59,8 +59,13 @@ class GroupAggregate(Aggregate):
         self.cache = cache if cache is not None else BatchCache()
         self.vectorised = 0
         self.per_tuple = 0
+        #: ``(output, {group: (old, new)})`` of the last batch folded by :meth:`_apply`
+        #: (None after a general-path batch): a consumer that receives exactly that
+        #: output object may read the group changes instead of re-deriving them.
+        self.last: tuple[ZSet, dict[tuple, tuple[Any, Any]]] | None = None
 
     def eval(self, ts: Timestamp, delta: ZSet) -> ZSet:  # type: ignore[override]
+        self.last = None
         if self.func in ("count", "sum"):
             if len(delta) >= self.vector_min:
                 value_fn = self.value_fn if self.func == "sum" else None
@@ -107,6 +112,7 @@ class GroupAggregate(Aggregate):
     def _apply(self, batch: GroupSums) -> ZSet:
         """Fold per-group totals into the group state; emit the changed results."""
         out: ZSet = {}
+        changes: dict[tuple, tuple[Any, Any]] = {}
         groups, result = self.groups, self._result
         is_sum = self.func == "sum"
         sums = batch.sums if is_sum and batch.sums is not None else [0] * len(batch.keys)
@@ -126,11 +132,13 @@ class GroupAggregate(Aggregate):
             if g.n <= 0:
                 del groups[key]
             if old != new or type(old) is not type(new):
+                changes[key] = (old, new)
                 # Keys are distinct within a batch and old differs from new: no collisions.
                 if old is not None:
                     out[(*key, old)] = -1
                 if new is not None:
                     out[(*key, new)] = 1
+        self.last = (out, changes)
         return out
 
 
