@@ -399,18 +399,28 @@ class AggregateJoin(Operator):
             changed[k] = (old, new)
         return changed
 
-    def _emit(self, out: Delta, rows: Mapping[Row, int], value: Any, sign: int) -> None:
-        """``out[binding + (value,)] = sign * weight`` for every binding of one group."""
-        if value is _MISSING or value is _NO_VALUE:
-            return
-        bound = self.bound
-        if bound is None:
-            for r, w in rows.items():
-                out[(*r, value)] = sign * w
-        else:
-            for r, w in rows.items():
-                if r[bound] == value:
-                    out[r] = sign * w
+    def _emit_changed(self, out: Delta, changed: Mapping[tuple, tuple], new: bool) -> None:
+        """For every changed group, its bindings with the new value (``new``) or with the
+        old one and negated weights: ``out[binding + (value,)] = ±weight``."""
+        get, bound = self.trace.get, self.bound
+        which, sign = (1, 1) if new else (0, -1)
+        for k, pair in changed.items():
+            rows = get(k)
+            if not rows:
+                continue
+            value = pair[which]
+            if value is _MISSING or value is _NO_VALUE:
+                continue
+            if bound is not None:
+                for r, w in rows.items():
+                    if r[bound] == value:
+                        out[r] = sign * w
+            elif new:
+                for r, w in rows.items():
+                    out[(*r, value)] = w
+            else:
+                for r, w in rows.items():
+                    out[(*r, value)] = -w
 
     def eval(self, ts: Timestamp, bindings: Delta, agg: Delta) -> Delta:
         """``-B_old ⋈ V_old + B_new ⋈ V_new`` over the groups whose value changed, and
@@ -420,10 +430,8 @@ class AggregateJoin(Operator):
         out: Delta = {}
         trace = self.trace
         changed = self._changes(agg) if agg else {}
-        for k, (old, _new) in changed.items():
-            rows = trace.get(k)
-            if rows:
-                self._emit(out, rows, old, -1)
+        if changed:
+            self._emit_changed(out, changed, new=False)
         if bindings:
             key_fn, values, default, bound = self.key_fn, self.values, self.default, self.bound
             for r, w in bindings.items():
@@ -452,10 +460,8 @@ class AggregateJoin(Operator):
                     out[(*r, v)] = w
                 elif r[bound] == v:
                     out[r] = w
-        for k, (_old, new) in changed.items():
-            rows = trace.get(k)
-            if rows:
-                self._emit(out, rows, new, 1)
+        if changed:
+            self._emit_changed(out, changed, new=True)
         return out
 
 

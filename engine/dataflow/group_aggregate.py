@@ -128,8 +128,9 @@ class GroupAggregate(Aggregate):
             g.n += dn
             if ds:
                 g.total.itotal += ds  # type: ignore[union-attr]
-            new = g.value = result(g)
-            if g.n <= 0:
+            n = g.n
+            new = g.value = (n if n > 0 else None) if not is_sum else result(g)
+            if n <= 0:
                 del groups[key]
             if old != new or type(old) is not type(new):
                 changes[key] = (old, new)
