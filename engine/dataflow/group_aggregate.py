@@ -69,7 +69,7 @@ class GroupAggregate(Aggregate):
         if self.func in ("count", "sum"):
             if len(delta) >= self.vector_min:
                 value_fn = self.value_fn if self.func == "sum" else None
-                sums = group_sums(delta, self.key_cols, value_fn, self.cache)
+                sums = group_sums(delta, self.key_cols, value_fn, self.cache, ts)
                 if sums is not None:
                     self.vectorised += 1
                     return self._apply(sums)

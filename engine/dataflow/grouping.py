@@ -75,21 +75,16 @@ class Batch:
     rows and factorise the keys once.
     """
 
-    __slots__ = ("delta", "rows", "_weights", "_groups")
+    __slots__ = ("rows", "_weights", "_groups")
 
     def __init__(self, delta: Mapping[Row, int]) -> None:
-        self.delta = delta
         self.rows = list(delta)
-        self._weights: tuple[np.ndarray, int] | None = None
+        w = _int64(delta.values(), len(self.rows), checked=True)
+        self._weights = None if w is None else (w, _span(w))
         self._groups: dict[tuple[int, ...], tuple[list[tuple], np.ndarray]] = {}
 
     def weights(self) -> tuple[np.ndarray, int] | None:
         """The weights as int64 and their largest absolute value, or None if too wide."""
-        if self._weights is None:
-            w = _int64(self.delta.values(), len(self.rows), checked=True)
-            if w is None:
-                return None
-            self._weights = (w, _span(w))
         return self._weights
 
     def groups(self, key_cols: Sequence[int]) -> tuple[list[tuple], np.ndarray]:
@@ -117,19 +112,27 @@ class Batch:
 
 
 class BatchCache:
-    """The :class:`Batch` of the last delta seen on one stream (held until the next)."""
+    """The :class:`Batch` of the last delta seen on one stream.
 
-    __slots__ = ("_batch",)
+    A stream has one value per timestamp, so the timestamp (with the delta's
+    ``id`` and size as guards) says whether a second aggregate sees the batch the
+    first one read. The delta itself is not held, so a bulk epoch's dict is freed
+    when the circuit drops it; the batch keeps the row list and the int64 columns
+    until the next batch arrives.
+    """
+
+    __slots__ = ("_batch", "_seen")
 
     def __init__(self) -> None:
         self._batch: Batch | None = None
+        self._seen: tuple[Any, int, int] | None = None
 
-    def get(self, delta: Mapping[Row, int]) -> Batch:
+    def get(self, delta: Mapping[Row, int], ts: Any = None) -> Batch:
+        seen = (ts, id(delta), len(delta))
         batch = self._batch
-        # A stream's value is never mutated after it is produced, and the cache holds
-        # it, so identity (with the size as a cheap guard) means the same batch.
-        if batch is None or batch.delta is not delta or len(batch.rows) != len(delta):
+        if batch is None or ts is None or seen != self._seen:
             batch = self._batch = Batch(delta)
+            self._seen = seen
         return batch
 
 
@@ -138,13 +141,15 @@ def group_sums(
     key_cols: Sequence[int],
     value_fn: Callable[[Row], Any] | None = None,
     cache: BatchCache | None = None,
+    ts: Any = None,
 ) -> GroupSums | None:
     """Per-group total weight (and total ``value_fn(row) x weight``) of a Z-set batch.
 
     Returns None when the batch does not fit exact int64 arithmetic (see the module
-    docstring); the caller then aggregates tuple by tuple.
+    docstring); the caller then aggregates tuple by tuple. ``cache`` and ``ts`` (the
+    stream's timestamp) let aggregates over one stream share the batch's reading.
     """
-    batch = cache.get(delta) if cache is not None else Batch(delta)
+    batch = cache.get(delta, ts) if cache is not None else Batch(delta)
     n = len(batch.rows)
     weighted = batch.weights()
     if weighted is None:

@@ -168,7 +168,11 @@ def test_aggregates_over_one_stream_share_one_read_of_a_batch() -> None:
     count = GroupAggregate("count", [0], cache=cache)
     total = GroupAggregate("sum", [0], lambda r: r[1], cache=cache)
     out_c, out_s = count.eval(Timestamp(0), delta), total.eval(Timestamp(0), delta)
-    assert cache.get(delta).groups([0]) is cache.get(delta).groups([0])
+    ts = Timestamp(0)
+    assert cache.get(delta, ts).groups([0]) is cache.get(delta, ts).groups([0])
+    # The same timestamp with another delta, or another timestamp, is another batch.
+    assert cache.get(dict(delta), ts) is not cache.get(delta, ts)
+    assert cache.get(delta, Timestamp(1)) is not cache.get(delta, ts)
     assert out_c == {(0, 86): 1, (1, 85): 1, (2, 85): 1}
     assert out_s == {(g, sum(range(g, VECTOR_MIN, 3))): 1 for g in range(3)}
     assert count.vectorised == total.vectorised == 1
