@@ -52,11 +52,13 @@ from merklog.store import Fact, Value, fact_cid
 from . import ast, planner
 from .dataflow import (
     Aggregate,
+    BatchCache,
     Circuit,
     DistinctTrace,
     FeedbackNode,
     Filter,
     FlatMap,
+    GroupAggregate,
     IndexWith,
     Inspect,
     Join,
@@ -207,6 +209,78 @@ def _group(facts: Iterable[tuple[str, Row]]) -> dict[str, set[Row]]:
     return {rel: _as_set(rows) for rel, rows in out.items()}
 
 
+def _op(rows: Iterable[Row], insert: bool) -> tuple[set[Row], bool, bool]:
+    """``(rows as an engine-form set, insert, owned)``: ``owned`` when the set is new
+    (not the caller's :class:`EngineSet`/:class:`RowSet` rows), so the engine may keep it."""
+    out = engine_rows(rows)
+    return out, insert, not isinstance(rows, EngineSet | RowSet)
+
+
+def _apply_one(
+    edb: dict[str, set[Row]], rel: str, rows: set[Row], insert: bool, owned: bool
+) -> Delta:
+    """Apply a relation's only change of an epoch (no events) to the base facts and
+    return its delta: two C-level set operations instead of the general before/after
+    comparison of :func:`_apply_general`."""
+    base = edb.get(rel)
+    if insert:
+        if not base:
+            edb[rel] = rows if owned else set(rows)
+            return dict.fromkeys(rows, 1)
+        new = rows - base
+        base |= new
+        return dict.fromkeys(new, 1)
+    if not base:
+        return {}
+    gone = rows & base
+    base -= gone
+    return dict.fromkeys(gone, -1)
+
+
+def _apply_general(
+    edb: dict[str, set[Row]],
+    ops: list[tuple[str, set[Row], bool, bool]],
+    old_events: Mapping[str, set[Row]],
+    events_now: Mapping[str, set[Row]],
+) -> dict[str, Delta]:
+    """Apply several changes of one relation (in order: deletes before inserts) and the
+    epoch's events, and return each touched relation's delta. Whole-relation set
+    operations (C loops, not per-row Python): the rows the changes touch, whether each
+    was present before, the changes applied, and the difference."""
+    touched: dict[str, set[Row]] = {}
+    for rel, rows, _insert, _owned in ops:
+        t = touched.get(rel)
+        touched[rel] = set(rows) if t is None else t | rows
+    for source in (old_events, events_now):
+        for rel, rows in source.items():
+            t = touched.get(rel)
+            touched[rel] = set(rows) if t is None else t | rows
+    before: dict[str, set[Row]] = {}
+    for rel, rows in touched.items():
+        was = rows & edb[rel] if rel in edb else set()
+        if rel in old_events:
+            was |= rows & old_events[rel]
+        before[rel] = was
+    for rel, rows, insert, _owned in ops:
+        target = edb.setdefault(rel, set())
+        if insert:
+            target |= rows
+        else:
+            target -= rows
+    out: dict[str, Delta] = {}
+    for rel, rows in touched.items():
+        now = rows & edb[rel] if rel in edb else set()
+        if rel in events_now:
+            now |= rows & events_now[rel]
+        was = before[rel]
+        if now == was:
+            continue
+        delta = dict.fromkeys(now - was, 1)
+        delta.update(dict.fromkeys(was - now, -1))
+        out[rel] = delta
+    return out
+
+
 #: An epoch whose changes hold at least this many rows runs with the cyclic garbage
 #: collector paused (see :func:`_gc_paused`).
 GC_PAUSE_ROWS = 20_000
@@ -258,6 +332,9 @@ class AggregateJoin(Operator):
     count/sum; none for min/max) — one operator instead of a join plus an
     antijoin, and no trace of the aggregate side. ``bound`` is the binding column
     that must equal the value when the result variable was already bound.
+    ``source``: the :class:`GroupAggregate` whose output is the aggregate input;
+    when the input is that operator's last output, its ``group -> (old, new)``
+    changes are read directly instead of re-derived from the ``±1`` rows.
     """
 
     idle_when_empty = True
@@ -271,66 +348,94 @@ class AggregateJoin(Operator):
         self.bound = bound
         self.trace: dict[tuple, dict[Row, int]] = {}
         self.values: dict[tuple, Any] = {}
+        self.source: GroupAggregate | None = None
 
     def bind(self, nested: bool) -> None:
         if nested:
             raise CompileError("AggregateJoin runs in the root circuit only")
         super().bind(nested)
 
-    def _consolidate(self, emits: list[tuple[Row, Any, int]]) -> Delta:
-        """The output Z-set of ``(binding, value, weight)`` triples (one loop, no call
-        per triple: this is the hot loop of aggregate epochs)."""
-        out: Delta = {}
-        get = out.get
-        bound = self.bound
-        for row, value, w in emits:
+    def _changes(self, agg: Delta) -> dict[tuple, tuple[Any, Any]]:
+        """Apply the aggregate relation's delta to the ``group -> value`` table and
+        return ``group -> (old, new)`` for the groups whose value really changed
+        (defaults filled in; same value of the same type is no change)."""
+        last = self.source.last if self.source is not None else None
+        if last is not None and last[0] is agg:
+            return self._changes_from(last[1])
+        values, default, n = self.values, self.default, self.ngroups
+        before: dict[tuple, Any] = {}
+        for row, w in agg.items():
+            k, v = row[:n], row[n]
+            if k not in before:
+                before[k] = values.get(k, _MISSING)
+            if w > 0:
+                values[k] = v
+            elif k in values and values[k] == v and type(values[k]) is type(v):
+                del values[k]
+        changed: dict[tuple, tuple[Any, Any]] = {}
+        for k, old in before.items():
+            new = values.get(k, _MISSING)
+            old = default if old is _MISSING else old
+            new = default if new is _MISSING else new
+            if old is new or (old == new and type(old) is type(new)):
+                continue
+            changed[k] = (old, new)
+        return changed
+
+    def _changes_from(self, groups: Mapping[tuple, tuple[Any, Any]]) -> dict[tuple, tuple]:
+        """:meth:`_changes` from the aggregate's own ``group -> (old, new)`` (None: no row)."""
+        values, default = self.values, self.default
+        changed: dict[tuple, tuple[Any, Any]] = {}
+        for k, (old, new) in groups.items():
+            if new is None:
+                values.pop(k, None)
+                new = default
+            else:
+                values[k] = new
+            if old is None:
+                old = default
+            if old is new or (old == new and type(old) is type(new)):
+                continue
+            changed[k] = (old, new)
+        return changed
+
+    def _emit_changed(self, out: Delta, changed: Mapping[tuple, tuple], new: bool) -> None:
+        """For every changed group, its bindings with the new value (``new``) or with the
+        old one and negated weights: ``out[binding + (value,)] = ±weight``."""
+        get, bound = self.trace.get, self.bound
+        which, sign = (1, 1) if new else (0, -1)
+        for k, pair in changed.items():
+            rows = get(k)
+            if not rows:
+                continue
+            value = pair[which]
             if value is _MISSING or value is _NO_VALUE:
                 continue
-            if bound is None:
-                key = (*row, value)
-            elif row[bound] == value:
-                key = row
+            if bound is not None:
+                for r, w in rows.items():
+                    if r[bound] == value:
+                        out[r] = sign * w
+            elif new:
+                for r, w in rows.items():
+                    out[(*r, value)] = w
             else:
-                continue
-            n = get(key, 0) + w
-            if n:
-                out[key] = n
-            else:
-                del out[key]
-        return out
+                for r, w in rows.items():
+                    out[(*r, value)] = -w
 
     def eval(self, ts: Timestamp, bindings: Delta, agg: Delta) -> Delta:
-        emits: list[tuple[Row, Any, int]] = []
-        emit = emits.append
-        values, default, n = self.values, self.default, self.ngroups
-        if agg:
-            before: dict[tuple, Any] = {}
-            for row, w in agg.items():
-                k, v = row[:n], row[n]
-                if k not in before:
-                    before[k] = values.get(k, _MISSING)
-                if w > 0:
-                    values[k] = v
-                elif k in values and values[k] == v and type(values[k]) is type(v):
-                    del values[k]
-            trace = self.trace
-            for k, old in before.items():
-                new = values.get(k, _MISSING)
-                old = default if old is _MISSING else old
-                new = default if new is _MISSING else new
-                if old is new or (old == new and type(old) is type(new)):
-                    continue
-                rows = trace.get(k)
-                if rows:
-                    for r, w in rows.items():
-                        emit((r, old, -w))
-                        emit((r, new, w))
+        """``-B_old ⋈ V_old + B_new ⋈ V_new`` over the groups whose value changed, and
+        ``δB ⋈ V`` over the others. Every output row is written once: rows of different
+        groups differ in their key columns, and a changed group's old and new rows
+        differ in the value — so no consolidation pass is needed."""
+        out: Delta = {}
+        trace = self.trace
+        changed = self._changes(agg) if agg else {}
+        if changed:
+            self._emit_changed(out, changed, new=False)
         if bindings:
-            key_fn, trace = self.key_fn, self.trace
+            key_fn, values, default, bound = self.key_fn, self.values, self.default, self.bound
             for r, w in bindings.items():
                 k = key_fn(r)
-                v = values.get(k, _MISSING)
-                emit((r, default if v is _MISSING else v, w))
                 group = trace.get(k)
                 if group is None:
                     trace[k] = {r: w}
@@ -342,7 +447,22 @@ class AggregateJoin(Operator):
                         del group[r]
                         if not group:
                             del trace[k]
-        return self._consolidate(emits) if emits else {}
+                if k in changed:
+                    continue  # emitted below from the group's updated bindings
+                v = values.get(k, _MISSING)
+                if v is _MISSING:
+                    v = default
+                    if v is _MISSING:
+                        continue
+                elif v is _NO_VALUE:
+                    continue
+                if bound is None:
+                    out[(*r, v)] = w
+                elif r[bound] == v:
+                    out[r] = w
+        if changed:
+            self._emit_changed(out, changed, new=True)
+        return out
 
 
 # ----------------------------------------------------------------------------- scopes
@@ -390,8 +510,11 @@ class InputHandle:
         self.name = name
         self._pending: Delta = {}
 
-    def push(self, delta: Delta) -> None:
-        """Queue ``delta`` (``{row: ±1}``) for the next :meth:`CompiledProgram.step`."""
+    def push(self, delta: Delta, *, owned: bool = False) -> None:
+        """Queue ``delta`` (``{row: ±1}``) for the next :meth:`CompiledProgram.step`.
+
+        ``owned``: the caller hands the dict over and never touches it again, so it
+        is queued as it is instead of copied (the engine's own epoch deltas)."""
         if self._pending:
             for row, w in delta.items():
                 n = self._pending.get(row, 0) + w
@@ -400,7 +523,7 @@ class InputHandle:
                 else:
                     del self._pending[row]
         else:
-            self._pending = dict(delta)
+            self._pending = delta if owned else dict(delta)
 
     def poll(self, ts: Timestamp) -> Delta:
         """The circuit's source callback: hand over the queued delta once."""
@@ -506,6 +629,7 @@ class _Compiler:
         self.next_nodes: dict[str, Node] = {}
         self.async_nodes: dict[str, Node] = {}
         self._helpers: dict[tuple, Node] = {}
+        self._batch_caches: dict[int, BatchCache] = {}
         self._unit: Node | None = None
 
     # -- arithmetic (lazily: programs without terms or comparisons don't need it)
@@ -938,7 +1062,6 @@ class _Compiler:
             raise CompileError(f"aggregate {agg}: grouping variables {missing} are never bound")
         src = self._plan_node(scope, inner)
         idx = {v: i for i, v in enumerate(inner.vars)}
-        key_fn = _key_fn([idx[g] for g in groups])
         value_fn = None
         if isinstance(agg.arg, ast.Var) and agg.arg.name in idx:
             value_fn = itemgetter(idx[agg.arg.name])  # no arithmetic: nothing to skip
@@ -955,17 +1078,30 @@ class _Compiler:
                 except errors:
                     return skip
 
-        indexed = self.root.operator(IndexWith(key_fn), src)
         from .arith import sort_key
 
         node = self.root.operator(
-            Aggregate(agg.func, value_fn, order_key=sort_key, int_bits=self.int_bits),
-            indexed,
+            GroupAggregate(
+                agg.func,
+                [idx[g] for g in groups],
+                value_fn,
+                order_key=sort_key,
+                int_bits=self.int_bits,
+                cache=self._batch_cache(src),
+            ),
+            src,
             label=str(agg),
         )
         if seed is None:
             self._helpers[cache_key] = node
         return node
+
+    def _batch_cache(self, src: Node) -> BatchCache:
+        """One :class:`BatchCache` per stream: aggregates over it read each batch once."""
+        cache = self._batch_caches.get(id(src))
+        if cache is None:
+            cache = self._batch_caches[id(src)] = BatchCache()
+        return cache
 
     def _aggregate(self, scope: _Scope, plan: _Plan, step: planner.Aggregate) -> _Plan:
         agg, groups = step.lit, list(step.groups)
@@ -988,6 +1124,8 @@ class _Compiler:
                 default,
                 idx[result] if bound_result else None,
             )
+            source = getattr(rel, "op", None)
+            op.source = source if isinstance(source, GroupAggregate) else None
             joined = c.operator(op, src, rel, label=f"join {agg}")
             return _Plan(joined, plan.vars + ([] if bound_result else [result]))
         key_vars = groups + ([result] if bound_result else [])
@@ -1171,55 +1309,39 @@ class IncrementalEngine:
         # Every change as whole-relation set operations (C loops, not per-row Python):
         # the rows a relation's changes touch, whether each was present before, the
         # changes applied in order (deletes before inserts), and the difference.
-        ops: list[tuple[str, set[Row], bool]] = []
+        ops: list[tuple[str, set[Row], bool, bool]] = []  # (rel, rows, insert, owned)
         if epoch == 0:
             for rel, rows in _group([(rel, row) for rel, row in self._initial]).items():
-                ops.append((rel, rows, True))
+                ops.append((rel, rows, True, True))
         for source in self.sources:
             polled = source.poll(epoch)
             if polled:
                 ins, dels = polled
-                ops += [(rel, rows, False) for rel, rows in _group(dels).items()]
-                ops += [(rel, rows, True) for rel, rows in _group(ins).items()]
+                ops += [(rel, rows, False, True) for rel, rows in _group(dels).items()]
+                ops += [(rel, rows, True, True) for rel, rows in _group(ins).items()]
         for rel, rows in (deletes or {}).items():
-            ops.append((rel, _as_set(rows), False))
+            ops.append((rel, *_op(rows, False)))
         for rel, rows in (inserts or {}).items():
-            ops.append((rel, _as_set(rows), True))
+            ops.append((rel, *_op(rows, True)))
         events_now = {rel: _as_set(rows) for rel, rows in (events or {}).items()}
-        touched: dict[str, set[Row]] = {}
-        for rel, rows, _insert in ops:
-            t = touched.get(rel)
-            touched[rel] = set(rows) if t is None else t | rows
-        for source in (old_events, events_now):
-            for rel, rows in source.items():
-                t = touched.get(rel)
-                touched[rel] = set(rows) if t is None else t | rows
-        before: dict[str, set[Row]] = {}
-        for rel, rows in touched.items():
-            was = rows & edb[rel] if rel in edb else set()
-            if rel in old_events:
-                was |= rows & old_events[rel]
-            before[rel] = was
-        for rel, rows, insert in ops:
-            target = edb.setdefault(rel, set())
-            if insert:
-                target |= rows
-            else:
-                target -= rows
         self._events = events_now
-        inputs = self.compiled.inputs
         pending: dict[str, Delta] = {}
         extra: dict[str, Delta] = {}
-        for rel, rows in touched.items():
-            now = rows & edb[rel] if rel in edb else set()
-            if rel in events_now:
-                now |= rows & events_now[rel]
-            was = before[rel]
-            if now == was:
-                continue
-            delta = dict.fromkeys(now - was, 1)
-            delta.update(dict.fromkeys(was - now, -1))
-            (pending if rel in inputs else extra)[rel] = delta
+        inputs = self.compiled.inputs
+        by_rel: dict[str, list[tuple[str, set[Row], bool, bool]]] = {}
+        for op in ops:
+            by_rel.setdefault(op[0], []).append(op)
+        general: list[tuple[str, set[Row], bool, bool]] = []
+        for rel, rel_ops in by_rel.items():
+            if len(rel_ops) == 1 and rel not in old_events and rel not in events_now:
+                delta = _apply_one(edb, *rel_ops[0])
+                if delta:
+                    (pending if rel in inputs else extra)[rel] = delta
+            else:
+                general += rel_ops
+        if general or old_events or events_now:
+            for rel, delta in _apply_general(edb, general, old_events, events_now).items():
+                (pending if rel in inputs else extra)[rel] = delta
         arities = self._arity
         for rel, delta in pending.items():
             want = arities.get(rel)
@@ -1230,7 +1352,7 @@ class IncrementalEngine:
                 if any(m < n if rest else m != n for m in lengths):
                     bad = [r for r in delta if (len(r) < n if rest else len(r) != n)]
                     extra[rel] = {r: delta.pop(r) for r in bad}
-            inputs[rel].push(delta)
+            inputs[rel].push(delta, owned=True)
         self.compiled.step()
         self.epoch = epoch
         deltas, outbox = self._collect()

@@ -112,7 +112,8 @@ def engine_rows(rows: Iterable[Row]) -> set[Row]:
     tuples = rows if isinstance(rows, set | frozenset | list) else list(map(tuple, rows))
     types = set(map(type, chain.from_iterable(tuples)))
     if types <= _ENGINE_TYPES:
-        if not isinstance(tuples, set | frozenset) and any(type(t) is not tuple for t in tuples):
+        # One C-level type scan of the rows (lists of lists, namedtuples: copied as tuples).
+        if not isinstance(tuples, set | frozenset) and set(map(type, tuples)) - {tuple}:
             tuples = list(map(tuple, tuples))
         return EngineSet(tuples, mixed=not _ENGINE_ONLY.isdisjoint(types))
     bad = types - _CONVERTIBLE

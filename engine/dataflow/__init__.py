@@ -15,6 +15,8 @@ from .circuit import (
     SinkNode,
     SourceNode,
 )
+from .group_aggregate import GroupAggregate
+from .grouping import VECTOR_MIN, Batch, BatchCache, GroupSums, group_sums
 from .operators import (
     AGGREGATES,
     Z1,
@@ -61,6 +63,8 @@ from .zset import (
 __all__ = [
     "AGGREGATES",
     "Aggregate",
+    "Batch",
+    "BatchCache",
     "ChildNode",
     "Circuit",
     "Consolidate",
@@ -70,6 +74,8 @@ __all__ = [
     "FeedbackNode",
     "Filter",
     "FlatMap",
+    "GroupAggregate",
+    "GroupSums",
     "ImportNode",
     "IndexWith",
     "IndexedZSet",
@@ -90,6 +96,7 @@ __all__ = [
     "SourceNode",
     "Timestamp",
     "Trace",
+    "VECTOR_MIN",
     "TraceAppend",
     "Z1",
     "Z1Trace",
@@ -100,6 +107,7 @@ __all__ = [
     "filter_zset",
     "flatten",
     "from_rows",
+    "group_sums",
     "index_with",
     "join_indexed",
     "map_zset",

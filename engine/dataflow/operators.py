@@ -94,10 +94,14 @@ class FlatMap(Operator):
 
     def eval(self, ts: Timestamp, a: ZSet) -> ZSet:
         out: ZSet = {}
-        fn = self.fn
+        fn, get = self.fn, out.get
         for row, w in a.items():
-            for new in fn(row):
-                add_weight(out, new, w)
+            for new in fn(row):  # add_weight inlined (see map_zset)
+                n = get(new, 0) + w
+                if n:
+                    out[new] = n
+                else:
+                    del out[new]
         return out
 
 

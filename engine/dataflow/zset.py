@@ -84,8 +84,14 @@ def filter_zset(pred: Callable[[Row], bool], a: Mapping[Row, int]) -> ZSet:
 def map_zset(fn: Callable[[Row], Row], a: Mapping[Row, int]) -> ZSet:
     """Rows transformed by ``fn``; rows that collide have their weights added (§2.9.7)."""
     out: ZSet = {}
-    for row, w in a.items():
-        add_weight(out, fn(row), w)
+    get = out.get
+    for row, w in a.items():  # add_weight inlined: this loop runs for every Map
+        new = fn(row)
+        n = get(new, 0) + w
+        if n:
+            out[new] = n
+        else:
+            del out[new]  # n == 0 with w != 0: ``new`` was present
     return out
 
 
