@@ -10,10 +10,13 @@ takes) reads without building a Python tuple per fact; a relation turns into a
 set only when a change touches it or a consumer needs its tuples.
 
 :func:`read_visible` reads the replica's visible set: on a SQLite home over a few
-thousand facts it is one sequential scan of the fact blocks
-(:func:`merklog.replication.bulk.iter_fact_batches`, every block re-hashed) joined
-in memory with the visible CIDs — several times cheaper per fact than looking
-each block up — otherwise :meth:`Replica.visible` (batched lookups).
+thousand facts it is one ordered scan of the fact blocks (through the store's
+documented :class:`~merklog.store.SharedSQLite` offer; every block re-hashed,
+blocks decoded in batches) joined in memory with the visible CIDs
+(:func:`merklog.replication.bulk.iter_visible_cids`) — several times cheaper per
+fact than looking each block up — otherwise :meth:`Replica.visible` (batched
+lookups). The cyclic collector is paused meanwhile: the read allocates millions of
+small objects and no cycles, and collections re-traversing them doubled its cost.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 from merklog.engine.rows import EngineSet, engine_rows
 from merklog.engine.values import row_to_engine
 from merklog.store import Fact
+from merklog.store.codec import gc_paused
 
 Row = tuple
 #: A relation's rows: int64 array (n × arity) or a set of engine-form tuples.
@@ -114,25 +118,76 @@ def read_visible(replica: Any) -> Edb:
     """The replica's visible facts as an :class:`Edb` (see the module docstring)."""
     from merklog.replication import bulk
 
-    store = replica.blockstore
-    if store.shared_sqlite() is not None:
-        visible: set[bytes] = set()
-        for cids in bulk.iter_visible_cids(replica):
-            visible.update(cids)
-        if len(visible) >= SCAN_FROM:
-            grouped: dict[str, list[list[Any]]] = {}
-            found = 0
-            for batch in bulk.iter_fact_batches(replica):
-                for cid, rel, args in batch:
-                    if cid in visible:
-                        found += 1
-                        rows = grouped.get(rel)
-                        if rows is None:
-                            rows = grouped[rel] = []
-                        rows.append(args)
-            if found == len(visible):  # else a block is missing: the lookups say which
-                return Edb({rel: _relation(rows) for rel, rows in grouped.items()})
-    return Edb(_by_relation((fact.rel, fact.args) for _cid, fact in replica.visible()))
+    with gc_paused():  # millions of small lists and tuples, no cycles among them
+        offer = replica.blockstore.shared_sqlite()
+        if offer is not None and offer.conn is replica.conn:
+            visible: set[bytes] = set()
+            for cids in bulk.iter_visible_cids(replica):
+                visible.update(cids)
+            if len(visible) >= SCAN_FROM:
+                grouped = _scan(offer, visible)
+                if grouped is not None:
+                    return Edb({rel: _relation(rows) for rel, rows in grouped.items()})
+        return Edb(_by_relation((fact.rel, fact.args) for _cid, fact in replica.visible()))
+
+
+#: Blocks per scan query: large enough to amortise it, small enough to keep memory flat.
+_SCAN_BATCH = 65_536
+#: dag-cbor, sha2-256 (the prefix of every CID merklog makes); other CIDs use ``verify``.
+_CID_PREFIX = bytes([0x01, 0x71, 0x12, 0x20])
+#: DAG-CBOR's link tag (42): a block holding it (or those bytes by chance) is decoded
+#: by the full fact decoder, which tells links from byte strings.
+_TAG42 = b"\xd8\x2a"
+
+
+def _scan(offer: Any, visible: set[bytes]) -> dict[str, list[Any]] | None:
+    """The visible facts' arguments by relation, from one ordered scan of the fact blocks
+    in the store's ``blocks`` table (the layout :class:`merklog.store.SharedSQLite`
+    documents). Every block kept is re-hashed against its CID; blocks without links
+    are decoded together (``libipld.decode_dag_cbor_multi``), the others one by one.
+    None when some visible fact has no block (the lookups then say which)."""
+    import hashlib
+
+    import libipld
+
+    from merklog.replication.blocks import decode_fact_fast, fast_link
+    from merklog.replication.bulk import FACT_PREFIX
+    from merklog.store import verify
+
+    sql = (
+        f"SELECT cid, data FROM {offer.blocks_table} WHERE cid > ? AND substr(data, 1, 5) = ?"
+        " ORDER BY cid LIMIT ?"
+    )
+    sha256 = hashlib.sha256
+    grouped: dict[str, list[Any]] = {}
+    after = b""
+    while True:
+        with offer.lock:
+            rows = offer.conn.execute(sql, (after, FACT_PREFIX, _SCAN_BATCH)).fetchall()
+        plain: list[bytes] = []
+        for cid, data in rows:
+            if cid not in visible:
+                continue
+            if cid[:4] != _CID_PREFIX or sha256(data).digest() != cid[4:]:
+                verify(fast_link(bytes(cid)), bytes(data), "block store")  # raises if damaged
+            if _TAG42 in data:
+                fact = decode_fact_fast(data)
+                grouped.setdefault(fact.rel, []).append(fact.args)
+            else:
+                plain.append(data)
+        objs = libipld.decode_dag_cbor_multi(b"".join(plain)) if plain else []
+        if len(objs) != len(plain):
+            return None
+        for obj in objs:
+            rel = obj["rel"]
+            rows_of = grouped.get(rel)
+            if rows_of is None:
+                rows_of = grouped[rel] = []
+            rows_of.append(obj["args"])
+        if len(rows) < _SCAN_BATCH:
+            break
+        after = rows[-1][0]
+    return grouped if sum(map(len, grouped.values())) == len(visible) else None
 
 
 def _by_relation(facts: Iterator[tuple[str, tuple]]) -> dict[str, Rows]:

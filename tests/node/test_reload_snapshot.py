@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from merklog.engine.batch import Relations
 from merklog.engine.program import Program
 from merklog.node.edb import SCAN_FROM
 from merklog.node.node import Node
+from merklog.store import CIDMismatch, Link, fact_cid, make_fact
 
 #: Above the bulk scan threshold, so the home is read by the sequential block scan.
 N = SCAN_FROM + 500
@@ -27,7 +30,8 @@ w(X) :- mixed(X), X == 1.
 n(N) :- N := count : mixed(_).
 """
 
-MIXED = [(1,), (1.0,), (True,), ("1",), (b"\x01",)]
+#: Five values Python calls equal or alike, and a CID (its block holds a DAG-CBOR link).
+MIXED = [(1,), (1.0,), (True,), ("1",), (b"\x01",), (fact_cid(make_fact("e", (1,))),)]
 
 
 def _facts() -> list[tuple[str, tuple]]:
@@ -67,15 +71,16 @@ def test_opening_answers_from_the_batch_snapshot_over_int_columns(tmp_path: Path
         for rel in ("q", "c", "s", "w", "n", "mixed"):
             assert node.relation(rel) == expected.engine(rel), rel
         rows = {json.dumps(r) for r in node.query("mixed(X)").to_json()["rows"]}
-        assert len(rows) == 38 + 5
+        assert len(rows) == 38 + 6
         assert {"[1]", "[1.0]", "[true]", '["1"]', '[{"/": {"bytes": "AQ"}}]'} <= rows
+        assert any(type(r[0]) is Link for r in node.query("mixed(X)").rows)
         # == compares numbers exactly (1 == 1.0), never a bool with a number
         assert sorted(json.dumps(r) for r in node.query("w(X)").to_json()["rows"]) == [
             "[1.0]",
             "[1]",
         ]
-        assert node.query("n(N)").rows == [(43,)]
-        assert node.status()["facts"] == 2 * N + 12 + 43
+        assert node.query("n(N)").rows == [(44,)]
+        assert node.status()["facts"] == 2 * N + 12 + 44
         assert node.status()["derived"] == sum(expected.count(r) for r in ("q", "c", "s", "w", "n"))
         node.run_epoch()  # an epoch that changes nothing keeps the snapshot
         assert node.engine.snapshot
@@ -151,3 +156,16 @@ def test_a_running_node_builds_its_incremental_state_at_once(tmp_path: Path) -> 
             assert node.query("c(N)").rows == [(N + 1,)]
 
     asyncio.run(main())
+
+
+def test_a_damaged_block_stops_the_bulk_read(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    victim = fact_cid(make_fact("big", (7,)))
+    conn = sqlite3.connect(home / "store.sqlite")
+    with conn:  # the same length, one byte off: only re-hashing can tell
+        data = conn.execute("SELECT data FROM blocks WHERE cid = ?", (victim.raw,)).fetchone()[0]
+        damaged = data[:-1] + bytes([data[-1] ^ 1])
+        conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (damaged, victim.raw))
+    conn.close()
+    with pytest.raises(CIDMismatch):
+        Node.open(home)
