@@ -22,7 +22,8 @@ small objects and no cycles, and collections re-traversing them doubled its cost
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain
+from itertools import chain, compress
+from operator import itemgetter, methodcaller, not_
 from typing import Any
 
 import numpy as np
@@ -145,49 +146,83 @@ def _scan(offer: Any, visible: set[bytes]) -> dict[str, list[Any]] | None:
     in the store's ``blocks`` table (the layout :class:`merklog.store.SharedSQLite`
     documents). Every block kept is re-hashed against its CID; blocks without links
     are decoded together (``libipld.decode_dag_cbor_multi``), the others one by one.
+    The per-block work runs as C-level ``map``/``compress`` passes over each batch.
     None when some visible fact has no block (the lookups then say which)."""
-    import hashlib
-
     import libipld
 
-    from merklog.replication.blocks import decode_fact_fast, fast_link
     from merklog.replication.bulk import FACT_PREFIX
-    from merklog.store import verify
 
     sql = (
         f"SELECT cid, data FROM {offer.blocks_table} WHERE cid > ? AND substr(data, 1, 5) = ?"
         " ORDER BY cid LIMIT ?"
     )
-    sha256 = hashlib.sha256
     grouped: dict[str, list[Any]] = {}
     after = b""
     while True:
         with offer.lock:
             rows = offer.conn.execute(sql, (after, FACT_PREFIX, _SCAN_BATCH)).fetchall()
-        plain: list[bytes] = []
-        for cid, data in rows:
-            if cid not in visible:
-                continue
-            if cid[:4] != _CID_PREFIX or sha256(data).digest() != cid[4:]:
-                verify(fast_link(bytes(cid)), bytes(data), "block store")  # raises if damaged
-            if _TAG42 in data:
-                fact = decode_fact_fast(data)
-                grouped.setdefault(fact.rel, []).append(fact.args)
-            else:
-                plain.append(data)
-        objs = libipld.decode_dag_cbor_multi(b"".join(plain)) if plain else []
-        if len(objs) != len(plain):
+        kept = list(compress(rows, map(visible.__contains__, map(_first, rows))))
+        cids = list(map(_first, kept))
+        datas = list(map(_second, kept))
+        _check_hashes(cids, datas)
+        linked = list(map(_has_link, datas))
+        if any(linked):
+            _add_linked(grouped, compress(datas, linked))
+            datas = list(compress(datas, map(not_, linked)))
+        objs = libipld.decode_dag_cbor_multi(b"".join(datas)) if datas else []
+        if len(objs) != len(datas):
             return None
-        for obj in objs:
-            rel = obj["rel"]
-            rows_of = grouped.get(rel)
-            if rows_of is None:
-                rows_of = grouped[rel] = []
-            rows_of.append(obj["args"])
+        _add_decoded(grouped, objs)
         if len(rows) < _SCAN_BATCH:
             break
         after = rows[-1][0]
     return grouped if sum(map(len, grouped.values())) == len(visible) else None
+
+
+_first = itemgetter(0)
+_second = itemgetter(1)
+_hash_part = itemgetter(slice(4, None))
+_digest = methodcaller("digest")
+_has_link = methodcaller("__contains__", _TAG42)
+
+
+def _check_hashes(cids: list[bytes], datas: list[bytes]) -> None:
+    """Raise :class:`~merklog.store.CIDMismatch` (or ValueError) unless every block
+    hashes to its CID: sha2-256 of each block at C level, the generic check otherwise."""
+    import hashlib
+
+    from merklog.replication.blocks import fast_link
+    from merklog.store import verify
+
+    fast = all(map(methodcaller("startswith", _CID_PREFIX), cids))
+    if fast and list(map(_digest, map(hashlib.sha256, datas))) == list(map(_hash_part, cids)):
+        return
+    for cid, data in zip(cids, datas, strict=True):
+        verify(fast_link(bytes(cid)), bytes(data), "block store")  # raises at the damaged one
+
+
+def _add_linked(grouped: dict[str, list[Any]], datas: Iterable[bytes]) -> None:
+    """Blocks holding a DAG-CBOR link: the full decoder turns links into CIDs."""
+    from merklog.replication.blocks import decode_fact_fast
+
+    for data in datas:
+        fact = decode_fact_fast(data)
+        grouped.setdefault(fact.rel, []).append(fact.args)
+
+
+def _add_decoded(grouped: dict[str, list[Any]], objs: list[dict[str, Any]]) -> None:
+    """Append decoded ``{"rel", "args"}`` maps to their relation's list: one C-level
+    ``compress`` pass per relation of the batch (few), else a loop."""
+    rels = list(map(itemgetter("rel"), objs))
+    args = list(map(itemgetter("args"), objs))
+    names = set(rels)
+    if len(names) > 8:
+        for rel, a in zip(rels, args, strict=True):
+            grouped.setdefault(rel, []).append(a)
+        return
+    for rel in names:
+        out = grouped.setdefault(rel, [])
+        out.extend(args if len(names) == 1 else compress(args, map(rel.__eq__, rels)))
 
 
 def _by_relation(facts: Iterator[tuple[str, tuple]]) -> dict[str, Rows]:
@@ -205,7 +240,9 @@ def _relation(rows: list[Any]) -> Rows:
     if arity and set(map(len, rows)) == {arity}:
         if set(map(type, chain.from_iterable(rows))) == {int}:
             try:
-                return np.array(rows, dtype=np.int64).reshape(len(rows), arity)
+                flat = np.fromiter(chain.from_iterable(rows), np.int64, len(rows) * arity)
             except OverflowError:  # an int beyond 64 bits: keep Python ints
                 pass
+            else:
+                return flat.reshape(len(rows), arity)
     return engine_rows(map(tuple, rows))
