@@ -169,3 +169,20 @@ def test_a_damaged_block_stops_the_bulk_read(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(CIDMismatch):
         Node.open(home)
+
+
+def test_the_batch_fallback_takes_over_from_the_snapshot_too(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    with Node.open(home) as node:
+        node.load_program(PROGRAM, "p.dl", engine="batch", persist=False)
+        node.run_epoch()
+        assert node.engine.mode == "batch" and node.engine.snapshot
+        changes: list[tuple[str, tuple, int]] = []
+        node.add_sink(lambda _epoch, out: changes.extend((f.rel, f.args, w) for f, w in out))
+        node.write([("big", (-2,))], [("big", (0,))])
+        node.run_epoch()
+        assert not node.engine.snapshot
+        assert sorted(map(repr, changes)) == sorted(
+            map(repr, [("big", (-2,), 1), ("big", (0,), -1), ("q", (-2,), 1), ("q", (0,), -1)])
+        )
+        assert node.query("c(N)").rows == [(N,)]
