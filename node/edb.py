@@ -68,12 +68,13 @@ class Edb:
         return set(map(len, rows))
 
     def rows(self, rel: str) -> set[Row]:
-        """The facts of ``rel`` as a set of engine-form rows (materialised and kept)."""
+        """The facts of ``rel`` as a set of engine-form rows, kept as such from now on
+        (a change is about to touch them)."""
         rows = self._rels.get(rel)
         if rows is None:
             return set()
         if isinstance(rows, np.ndarray):
-            rows = self._rels[rel] = EngineSet(map(tuple, rows.tolist()), mixed=False)
+            rows = self._rels[rel] = _as_set(rows)
         return rows
 
     def base(self) -> dict[str, Rows]:
@@ -82,8 +83,9 @@ class Edb:
         return {rel: rows for rel, rows in self._rels.items() if len(rows)}
 
     def all_rows(self) -> dict[str, set[Row]]:
-        """Every non-empty relation as a set of engine-form rows (materialises arrays)."""
-        return {rel: self.rows(rel) for rel in self.names()}
+        """Every non-empty relation as a set of engine-form rows (shared, do not mutate).
+        Arrays stay arrays here: a later reload evaluates them by columns again."""
+        return {rel: _as_set(rows) for rel, rows in self._rels.items() if len(rows)}
 
     # ------------------------------------------------------------------ changes
     def apply(
@@ -113,6 +115,13 @@ class Edb:
     def _new(self, rel: str) -> set[Row]:
         rows = self._rels[rel] = EngineSet(mixed=True)
         return rows
+
+
+def _as_set(rows: Rows) -> set[Row]:
+    """A relation's rows as an engine-form set (an int64 array's rows are plain ints)."""
+    if isinstance(rows, np.ndarray):
+        return EngineSet(map(tuple, rows.tolist()), mixed=False)
+    return rows
 
 
 def read_visible(replica: Any) -> Edb:
