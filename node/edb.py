@@ -126,19 +126,25 @@ def _as_set(rows: Rows) -> set[Row]:
 
 def read_visible(replica: Any) -> Edb:
     """The replica's visible facts as an :class:`Edb` (see the module docstring)."""
+    with gc_paused():  # millions of small lists and tuples, no cycles among them
+        # The temporaries die with _read's frame, before the collector is back: its
+        # first collection would otherwise traverse every one of them.
+        return _read(replica)
+
+
+def _read(replica: Any) -> Edb:
     from merklog.replication import bulk
 
-    with gc_paused():  # millions of small lists and tuples, no cycles among them
-        offer = replica.blockstore.shared_sqlite()
-        if offer is not None and offer.conn is replica.conn:
-            visible: set[bytes] = set()
-            for cids in bulk.iter_visible_cids(replica):
-                visible.update(cids)
-            if len(visible) >= SCAN_FROM:
-                grouped = _scan(offer, visible)
-                if grouped is not None:
-                    return Edb({rel: _relation(rows) for rel, rows in grouped.items()})
-        return Edb(_by_relation((fact.rel, fact.args) for _cid, fact in replica.visible()))
+    offer = replica.blockstore.shared_sqlite()
+    if offer is not None and offer.conn is replica.conn:
+        visible: set[bytes] = set()
+        for cids in bulk.iter_visible_cids(replica):
+            visible.update(cids)
+        if len(visible) >= SCAN_FROM:
+            grouped = _scan(offer, visible)
+            if grouped is not None:
+                return Edb({rel: _relation(grouped.pop(rel)) for rel in list(grouped)})
+    return Edb(_by_relation((fact.rel, fact.args) for _cid, fact in replica.visible()))
 
 
 #: Blocks per scan query: large enough to amortise it, small enough to keep memory flat.
