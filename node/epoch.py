@@ -80,9 +80,11 @@ class EpochDriver:
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         #: Stored facts as the engine has them, by relation (int64 arrays or engine-form rows).
         self.edb = Edb()
-        #: Keep a reload epoch's batch snapshot through epochs that change nothing (a
-        #: one-shot command never builds incremental state); False once the node runs.
-        self.keep_snapshot = True
+        #: Hand the stored facts to the incremental engine at the next epoch even if it
+        #: changes nothing (set when the node starts running). Otherwise a reload's batch
+        #: snapshot lasts until an epoch changes something: a one-shot command never
+        #: builds incremental state, and a program load answers from the snapshot.
+        self.warm_up = False
         self.subs: list[Subscription] = []
         self.sinks: list[Sink] = []
         self._carry: dict[str, set[tuple]] = {}
@@ -183,9 +185,10 @@ class EpochDriver:
                     deletes,
                     events,
                     base=self.edb.all_rows,
-                    keep_snapshot=self.keep_snapshot,
+                    keep_snapshot=not self.warm_up,
                     want_deltas=listened,
                 )
+                self.warm_up = self.warm_up and engine.snapshot
             nxt = engine.next_tuples()
             # Send each @async tuple once while its body keeps holding (also across restarts).
             # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.

@@ -181,7 +181,7 @@ class Node:
         The first epoch of the loop hands the stored facts to the incremental engine
         (opening evaluated them in one batch, ADR 0070), so the first write after
         start-up finds incremental state ready."""
-        self.epochs.keep_snapshot = False
+        self.epochs.warm_up = True
         self.tasks.start()
         self.wake()
         from . import ipfs_sync

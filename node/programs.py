@@ -21,8 +21,8 @@ evaluates it from scratch with the batch evaluator (columnar over int64 arrays
 where it can, as ``merklog eval`` does) and keeps the result as a *snapshot*
 that answers queries, counts and the epoch's ``@next``/``@async`` output. The
 per-epoch engine gets the whole base only at the first later epoch that changes
-something (:meth:`ProgramRunner.step`), or at once when the node runs (see
-ADR 0070): a one-shot command on a stopped home never builds incremental state.
+something (:meth:`ProgramRunner.step`), or at once when the node starts running
+(ADR 0070): a one-shot command on a stopped home never builds incremental state.
 """
 
 from __future__ import annotations

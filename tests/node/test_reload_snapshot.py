@@ -154,6 +154,17 @@ def test_a_running_node_builds_its_incremental_state_at_once(tmp_path: Path) -> 
             await node.write_async(node.coerce_facts(["big(-5)."]), [])
             await node.settled()
             assert node.query("c(N)").rows == [(N + 1,)]
+            # A program loaded while running answers from its snapshot; the first change
+            # after it feeds the incremental engine.
+            node.load_program(PROGRAM + "d(X) :- big(X), X < 0.\n", "p2.dl")
+            node.run_epoch()
+            await asyncio.sleep(0.3)  # idle loop epochs keep the snapshot
+            assert node.engine.snapshot
+            assert node.query("d(X)").rows == [(-5,)]
+            await node.write_async(node.coerce_facts(["big(-6)."]), [])
+            await node.settled()
+            assert not node.engine.snapshot
+            assert sorted(node.query("d(X)").rows) == [(-6,), (-5,)]
 
     asyncio.run(main())
 
