@@ -95,7 +95,11 @@ def test_first_change_feeds_the_engine_and_deltas_are_against_the_snapshot(
         node.add_sink(lambda _epoch, out: changes.extend((f.rel, f.args, w) for f, w in out))
         live: list[tuple[str, list, list]] = []
         node.subscribe("q(X)", lambda ev, added, removed: live.append((ev, added, removed)))
-        node.write([("big", (-1,)), ("mixed", (1.5,))], [("big", (1,)), ("mixed", (True,))])
+        # 2.0 beside the int column of big: a new, different value (the array becomes a set)
+        node.write(
+            [("big", (-1,)), ("big", (2.0,)), ("mixed", (1.5,))],
+            [("big", (1,)), ("mixed", (True,))],
+        )
         node.run_epoch()
         assert not node.engine.snapshot
         assert sorted(map(repr, changes)) == sorted(
@@ -103,21 +107,27 @@ def test_first_change_feeds_the_engine_and_deltas_are_against_the_snapshot(
                 repr,
                 [
                     ("big", (-1,), 1),
+                    ("big", (2.0,), 1),
+                    ("q", (2.0,), 1),
+                    ("c", (N,), -1),
+                    ("c", (N + 1,), 1),
                     ("big", (1,), -1),
                     ("q", (-1,), 1),
                     ("q", (1,), -1),
                     ("mixed", (1.5,), 1),
                     ("mixed", (True,), -1),
-                    # c and n keep their values: big and mixed keep their sizes
+                    # n keeps its value: mixed keeps its size
                 ],
             )
         )
-        assert repr(live) == repr([("result", [(0,), (1,), (2,)], []), ("delta", [(-1,)], [(1,)])])
+        assert repr(live) == repr(
+            [("result", [(0,), (1,), (2,)], []), ("delta", [(2.0,), (-1,)], [(1,)])]
+        )
         # and from here on the incremental engine agrees with a batch evaluation
         facts = _facts()
         facts = [f for f in facts if f not in (("big", (1,)),)]
         facts = [f for f in facts if not (f[0] == "mixed" and f[1][0] is True)]
-        facts += [("big", (-1,)), ("mixed", (1.5,))]
+        facts += [("big", (-1,)), ("big", (2.0,)), ("mixed", (1.5,))]
         grouped: dict[str, list[tuple]] = {}
         for rel, args in facts:
             grouped.setdefault(rel, []).append(args)
