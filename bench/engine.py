@@ -30,7 +30,9 @@ the evaluation: the engine core without I/O or start-up.
 **Node path (``--node``).** A home holding the aggregate workload's 1M
 ``sale`` facts (written once, untimed): ``merklog load`` of the program (a fresh
 process: open the store, evaluate) and the first ``merklog query``, beside
-``merklog eval`` over the same facts as TSV files.
+``merklog eval`` over the same facts as TSV files; then ``merklog node run`` on
+that home and the same two commands reaching it over HTTP (client wall time,
+server CPU time read from /proc). ``--node-only`` skips the other workloads.
 """
 
 from __future__ import annotations
@@ -466,11 +468,87 @@ def in_memory(engine: str, name: str, data_path: str, repeat: int, timeout: floa
 NODE_QUERY = "stats(G, C, S)"
 
 
-def node_path(scale: float, repeat: int, timeout: float, tmp: Path) -> None:
+def _rows_csv(text: str) -> list[tuple[int, ...]]:
+    """The rows of ``merklog query --csv`` output (header skipped), sorted."""
+    return sorted(tuple(int(f) for f in line.split(",")) for line in text.splitlines()[1:])
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user+sys) a running process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_idle(pid: int, timeout: float, quiet: float = 1.0) -> float:
+    """Wait until process ``pid`` used no CPU for ``quiet`` seconds; its CPU seconds then."""
+    deadline = time.monotonic() + timeout
+    last = _proc_cpu(pid)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = _proc_cpu(pid)
+        if now - last < 0.02:
+            return now
+        last = now
+    raise RuntimeError("the node did not settle")
+
+
+def running_node(home: Path, prog: Path, timeout: float) -> tuple[dict, dict, dict, str]:
+    """``merklog node run`` on ``home``; then ``merklog load`` and ``merklog query`` as fresh
+    processes that reach it over HTTP. Returns (start-up, load, query) figures — wall of
+    each client process, CPU of the server meanwhile — and the query's output."""
+    from merklog.node.runtime import read_runfile
+
+    merklog = merklog_command()
+    start = time.perf_counter()
+    server = subprocess.Popen(
+        [*merklog, "--home", str(home), "node", "run", "--port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not read_runfile(home):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("merklog node run did not start")
+            time.sleep(0.05)
+        ready = time.perf_counter() - start
+        cpu = _wait_idle(server.pid, timeout)  # the first loop epoch builds incremental state
+        started = {"time": ready, "settled": time.perf_counter() - start, "cpu": cpu}
+        steps = []
+        for cmd in (["load", str(prog)], ["query", NODE_QUERY, "--csv"]):
+            before = _proc_cpu(server.pid)
+            t0 = time.perf_counter()
+            proc = subprocess.run(
+                [*merklog, "--home", str(home), *cmd],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise RuntimeError(f"merklog {cmd[0]} over HTTP failed:\n{proc.stderr}")
+            steps.append({"time": wall, "cpu": _proc_cpu(server.pid) - before, "out": proc.stdout})
+            _wait_idle(server.pid, timeout)  # a loaded program's incremental state (untimed)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    return started, steps[0], steps[1], steps[1]["out"]
+
+
+def node_path(
+    scale: float, repeat: int, timeout: float, tmp: Path, reuse: Path | None = None
+) -> None:
     # ``repeat`` fresh processes each for load, query and eval (the node path is slow:
     # --node-repeat defaults to 1)
     """``merklog load`` + first ``merklog query`` over a home holding the aggregate facts,
-    beside ``merklog eval`` on the same facts as TSV files."""
+    beside ``merklog eval`` on the same facts as TSV files; then the same two commands
+    against ``merklog node run`` on that home (over HTTP)."""
     from merklog.node.node import Node
 
     data = generate("aggregate", scale)
@@ -480,16 +558,22 @@ def node_path(scale: float, repeat: int, timeout: float, tmp: Path) -> None:
     prog = tmp / "stats.dl"
     prog.write_text(AGG, encoding="utf-8")
     start = time.perf_counter()
-    node = Node.open(home)
-    try:
-        for rel, arr in data.items():
-            rows = [tuple(r) for r in arr.tolist()]
-            for i in range(0, len(rows), 200_000):
-                node.write([(rel, r) for r in rows[i : i + 200_000]])
-    finally:
-        node.close()
     stored = sum(len(a) for a in data.values())
-    print(f"node path: {stored:,} facts stored in {time.perf_counter() - start:.1f} s (untimed)")
+    if reuse is not None:  # a home written by an earlier run at this scale: copied
+        shutil.copytree(reuse, home)
+        print(f"node path: a copy of {reuse} ({stored:,} facts expected; the answers are checked)")
+    else:
+        node = Node.open(home)
+        try:
+            for rel, arr in data.items():
+                rows = [tuple(r) for r in arr.tolist()]
+                for i in range(0, len(rows), 200_000):
+                    node.write([(rel, r) for r in rows[i : i + 200_000]])
+        finally:
+            node.close()
+        print(
+            f"node path: {stored:,} facts stored in {time.perf_counter() - start:.1f} s (untimed)"
+        )
     merklog = merklog_command()
     load = min(
         (
@@ -501,7 +585,7 @@ def node_path(scale: float, repeat: int, timeout: float, tmp: Path) -> None:
     query_cmd = [*merklog, "--home", str(home), "query", NODE_QUERY, "--csv"]
     query = min((run_process(query_cmd, timeout) for _ in range(repeat)), key=lambda r: r["time"])
     out = subprocess.run(query_cmd, capture_output=True, text=True, check=True).stdout
-    node_rows = sorted(tuple(int(f) for f in line.split(",")) for line in out.splitlines()[1:])
+    node_rows = _rows_csv(out)
     evaluated = whole_process("merklog", "aggregate", work, repeat, timeout)
     eval_rows = sorted(
         tuple(int(f) for f in line.split("\t"))
@@ -509,6 +593,8 @@ def node_path(scale: float, repeat: int, timeout: float, tmp: Path) -> None:
     )
     agree = node_rows == eval_rows
     total = load["time"] + query["time"]
+    total_cpu = load["cpu"] + query["cpu"]
+    print(f"load average after the stopped-home steps: {load_avg()}")
     print()
     print("| path | wall s | CPU s | peak RSS MB |")
     print("|---|---:|---:|---:|")
@@ -525,9 +611,27 @@ def node_path(scale: float, repeat: int, timeout: float, tmp: Path) -> None:
         f"| {evaluated['cpu']:.2f} | {evaluated['rss_mb']:.0f} |"
     )
     print(
-        f"\nnode load + first query / eval: {total / evaluated['time']:.1f}x wall; "
-        f"results agree: {'yes' if agree else 'NO'}"
+        f"\nnode load + first query / eval: {total / evaluated['time']:.1f}x wall, "
+        f"{total_cpu / evaluated['cpu']:.1f}x CPU; results agree: {'yes' if agree else 'NO'}",
+        flush=True,
     )
+    try:
+        started, http_load, http_query, http_out = running_node(home, prog, timeout)
+    except RuntimeError as exc:  # e.g. the CLI's HTTP timeout: reported, not fatal
+        print(f"\nRunning node: {str(exc).strip()}")
+    else:
+        agree &= _rows_csv(http_out) == eval_rows
+        print(
+            "\nRunning node (`merklog node run`; client wall, server CPU):\n\n"
+            "| step | wall s | server CPU s |\n|---|---:|---:|\n"
+            f"| start-up until listening | {started['time']:.2f} | - |\n"
+            f"| start-up until idle (incremental state built) | {started['settled']:.2f} "
+            f"| {started['cpu']:.2f} |\n"
+            f"| `merklog load` over HTTP | {http_load['time']:.2f} | {http_load['cpu']:.2f} |\n"
+            f"| first `merklog query` over HTTP | {http_query['time']:.2f} "
+            f"| {http_query['cpu']:.2f} |\n\nresults agree: {'yes' if agree else 'NO'}; "
+            f"load average: {load_avg()}"
+        )
     if not agree:
         raise RuntimeError("node path and merklog eval disagree")
 
@@ -550,12 +654,16 @@ def main() -> int:
     parser.add_argument("--skip-in-memory", action="store_true", help="whole-process table only")
     parser.add_argument("--node", action="store_true", help="also time the node path")
     parser.add_argument("--node-repeat", type=int, default=1, help="fresh-process runs per step")
+    parser.add_argument("--node-only", action="store_true", help="the node path alone")
+    parser.add_argument(
+        "--node-home", type=Path, help="copy this home (written by an earlier run) for --node"
+    )
     parser.add_argument("--child", nargs=3, metavar=("ENGINE", "WORKLOAD", "DATA"))
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return 0
-    names = args.only or list(WORKLOADS)
+    names = [] if args.node_only else args.only or list(WORKLOADS)
     print(f"load average at start: {load_avg()} ({os.cpu_count()} CPUs)", flush=True)
     compile_sources()
     whole_rows, memory_rows = [], []
@@ -587,42 +695,47 @@ def main() -> int:
                 ok &= agree
                 memory_rows.append((name, mem, agree))
         print(f"\nload average at end: {load_avg()}\n")
-        print(
-            "Whole process (TSV files in, result file out; wall = best of "
-            f"{args.repeat} fresh processes):\n"
-        )
-        print(
-            "| workload | rows | merklog s | duckdb s | python s | merklog/duckdb "
-            "| python/merklog | CPU s merklog/duckdb/python | peak RSS MB merklog/duckdb/python "
-            "| RSS merklog/duckdb | agree |"
-        )
-        print("|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|")
-        for name, res, agree in whole_rows:
-            m, d, p = res["merklog"], res["duckdb"], res["python"]
-            print(
-                f"| {name} | {m['rows']:,} | {m['time']:.2f} | {d['time']:.2f} | {p['time']:.2f} "
-                f"| {m['time'] / d['time']:.2f}x | {p['time'] / m['time']:.1f}x "
-                f"| {m['cpu']:.2f}/{d['cpu']:.2f}/{p['cpu']:.2f} "
-                f"| {m['rss_mb']:.0f}/{d['rss_mb']:.0f}/{p['rss_mb']:.0f} "
-                f"| {m['rss_mb'] / d['rss_mb']:.2f}x | {'yes' if agree else 'NO'} |"
-            )
-        if memory_rows:
-            print("\nIn memory (evaluation only, data loaded before the clock starts):\n")
-            print("| workload | merklog s | duckdb s | python s | merklog/duckdb | agree |")
-            print("|---|---:|---:|---:|---:|---|")
-            for name, res, agree in memory_rows:
-                m, d, p = res["merklog"], res["duckdb"], res["python"]
-                print(
-                    f"| {name} | {m['time']:.3f} | {d['time']:.3f} | {p['time']:.3f} "
-                    f"| {m['time'] / d['time']:.2f}x | {'yes' if agree else 'NO'} |"
-                )
-        if args.node:
+        if whole_rows:
+            print_tables(whole_rows, memory_rows, args.repeat)
+        if args.node or args.node_only:
             print()
-            node_path(args.scale, args.node_repeat, args.timeout, tmp)
+            node_path(args.scale, args.node_repeat, args.timeout, tmp, args.node_home)
     if not ok:
         print("RESULTS DISAGREE", file=sys.stderr)
         return 1
     return 0
+
+
+def print_tables(whole_rows: list, memory_rows: list, repeat: int) -> None:
+    """The whole-process and in-memory tables (markdown)."""
+    print(
+        f"Whole process (TSV files in, result file out; wall = best of {repeat} fresh processes):\n"
+    )
+    print(
+        "| workload | rows | merklog s | duckdb s | python s | merklog/duckdb "
+        "| python/merklog | CPU s merklog/duckdb/python | peak RSS MB merklog/duckdb/python "
+        "| RSS merklog/duckdb | agree |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|")
+    for name, res, agree in whole_rows:
+        m, d, p = res["merklog"], res["duckdb"], res["python"]
+        print(
+            f"| {name} | {m['rows']:,} | {m['time']:.2f} | {d['time']:.2f} | {p['time']:.2f} "
+            f"| {m['time'] / d['time']:.2f}x | {p['time'] / m['time']:.1f}x "
+            f"| {m['cpu']:.2f}/{d['cpu']:.2f}/{p['cpu']:.2f} "
+            f"| {m['rss_mb']:.0f}/{d['rss_mb']:.0f}/{p['rss_mb']:.0f} "
+            f"| {m['rss_mb'] / d['rss_mb']:.2f}x | {'yes' if agree else 'NO'} |"
+        )
+    if memory_rows:
+        print("\nIn memory (evaluation only, data loaded before the clock starts):\n")
+        print("| workload | merklog s | duckdb s | python s | merklog/duckdb | agree |")
+        print("|---|---:|---:|---:|---:|---|")
+        for name, res, agree in memory_rows:
+            m, d, p = res["merklog"], res["duckdb"], res["python"]
+            print(
+                f"| {name} | {m['time']:.3f} | {d['time']:.3f} | {p['time']:.3f} "
+                f"| {m['time'] / d['time']:.2f}x | {'yes' if agree else 'NO'} |"
+            )
 
 
 if __name__ == "__main__":

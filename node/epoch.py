@@ -22,7 +22,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from merklog.engine.values import row_to_engine
@@ -30,6 +30,7 @@ from merklog.store import Fact
 
 from . import epochstate, queries, storage
 from .config import Config
+from .edb import Edb
 from .metrics import NodeMetrics
 from .subscriptions import Row, Subscription
 
@@ -77,8 +78,13 @@ class EpochDriver:
         self._seq = 0
         self._done_seq = 0
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
-        #: Stored facts as the engine has them, by relation (engine-form rows).
-        self.edb: dict[str, set[tuple]] = {}
+        #: Stored facts as the engine has them, by relation (int64 arrays or engine-form rows).
+        self.edb = Edb()
+        #: Hand the stored facts to the incremental engine at the next epoch even if it
+        #: changes nothing (set when the node starts running). Otherwise a reload's batch
+        #: snapshot lasts until an epoch changes something: a one-shot command never
+        #: builds incremental state, and a program load answers from the snapshot.
+        self.warm_up = False
         self.subs: list[Subscription] = []
         self.sinks: list[Sink] = []
         self._carry: dict[str, set[tuple]] = {}
@@ -89,14 +95,14 @@ class EpochDriver:
         self.epoch = 0
 
     # ------------------------------------------------------------------ restart
-    def restore(self, visible: Iterable[tuple[Any, Fact]]) -> None:
+    def restore(self, facts: Edb) -> None:
         """Resume from the store: the epoch number and carry-over of the last committed
-        epoch, and the whole visible set (``(cid, fact)`` pairs) as the first epoch's EDB."""
+        epoch, and the whole visible set (read in bulk: :func:`.edb.read_visible`) as the
+        EDB of the first epoch, a reload."""
         self.state = epochstate.load(storage.store_conn(self.node.store))
         self.epoch = self.state.epoch
         self._reload = True
-        for _cid, fact in visible:
-            self._pending.append((fact, +1))
+        self.edb = facts
 
     def resume(self, digest: str) -> None:
         """Keep the restored ``@next`` tuples and sent ``@async`` keys only if the program
@@ -157,27 +163,8 @@ class EpochDriver:
                 changes, self._pending = self._pending, []
                 taken_seq = self._seq
             epoch = self.epoch + 1
-            before: dict[tuple[str, tuple], bool] = {}
-            for fact, weight in changes:
-                rows = self.edb.setdefault(fact.rel, set())
-                args = row_to_engine(fact.args)  # engine form: p(1), p(1.0), p(true) differ
-                key = (fact.rel, args)
-                if key not in before:
-                    before[key] = args in rows
-                if weight > 0:
-                    rows.add(args)
-                else:
-                    rows.discard(args)
-            inserts: dict[str, list[tuple]] = {}
-            deletes: dict[str, list[tuple]] = {}
+            inserts, deletes = self.edb.apply(changes)
             reload, self._reload = self._reload, False
-            if reload:  # a fresh engine: the whole EDB is new to it
-                inserts = {rel: list(rows) for rel, rows in self.edb.items() if rows}
-            else:
-                for (rel, args), was in before.items():
-                    now = args in self.edb.get(rel, ())
-                    if now != was:
-                        (inserts if now else deletes).setdefault(rel, []).append(args)
             events: dict[str, set[tuple]] = {
                 rel: set(map(row_to_engine, rows)) for rel, rows in self._carry.items()
             }
@@ -188,7 +175,20 @@ class EpochDriver:
             for _cid, fact in messages:
                 events.setdefault(fact.rel, set()).add(row_to_engine(fact.args))
             engine = node.engine
-            deltas, outbox = engine.step(inserts, deletes, events)
+            listened = bool(self.subs or self.sinks)
+            if reload:  # a fresh program over the whole EDB: a batch evaluation
+                outbox = engine.evaluate_all(self.edb.base(), events)
+                deltas: dict = {}
+            else:
+                deltas, outbox = engine.step(
+                    inserts,
+                    deletes,
+                    events,
+                    base=self.edb.all_rows,
+                    keep_snapshot=not self.warm_up,
+                    want_deltas=listened,
+                )
+                self.warm_up = self.warm_up and engine.snapshot
             nxt = engine.next_tuples()
             # Send each @async tuple once while its body keeps holding (also across restarts).
             # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.
@@ -222,8 +222,15 @@ class EpochDriver:
                     sub.deliver(set(self.evaluate(sub.query)[1]), epoch=epoch)
             sinks = list(self.sinks)
             self.subs = [s for s in self.subs if not s.closed]
+            if sinks and reload:  # every tuple is new to a listener of the old program
+                deltas = engine.all_new()
         self._settle(taken_seq)
-        out = [(Fact(rel, row), w) for rel, d in deltas.items() for row, w in d.items()]
+        # Facts for the sinks only when there are sinks: a reload's deltas are every tuple.
+        out = (
+            [(Fact(rel, row), w) for rel, d in deltas.items() for row, w in d.items()]
+            if sinks
+            else []
+        )
         if out:
             for sink in sinks:
                 try:
@@ -232,7 +239,7 @@ class EpochDriver:
                     log.exception("user sink failed")
         metrics = node.metrics
         metrics.subscribers.set(len(self.subs))
-        metrics.facts.set(sum(len(r) for r in self.edb.values()))
+        metrics.facts.set(len(self.edb))
         metrics.derived.set(self.derived_count())
         metrics.epochs.inc()
         metrics.epoch_seconds.observe(time.perf_counter() - t0)
@@ -275,7 +282,7 @@ class EpochDriver:
     def fact_count(self) -> int:
         """Stored facts the engine sees."""
         with self.mutex:
-            return sum(len(r) for r in self.edb.values())
+            return len(self.edb)
 
     def derived_count(self) -> int:
         """Tuples in relations the program's rules define (rule heads)."""

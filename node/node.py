@@ -33,7 +33,7 @@ from merklog.store import Error as MerklogError
 from merklog.store import Fact, Link, fact_cid, make_fact
 
 from . import dataset as dataset_mod
-from . import programs, programstore, queries, querycheck, storage, writes
+from . import edb, programs, programstore, queries, querycheck, storage, writes
 from .config import Config
 from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError
@@ -126,7 +126,7 @@ class Node:
         # Restart: the visible set is the EDB (fed whole to the first epoch), the epoch
         # number and @next carry-over come from the last committed epoch.
         self.engine: Any = programs.empty_program()
-        self.epochs.restore(self.replica.visible())
+        self.epochs.restore(edb.read_visible(self.replica))
         programstore.restore(self, config.path("node.program"))
         self.epochs.resume(self.engine.digest)
         self.run_epoch()
@@ -176,8 +176,14 @@ class Node:
         self.close()
 
     def start(self) -> None:
-        """Run the epoch loop, ``@async`` delivery and automatic sync in this event loop."""
+        """Run the epoch loop, ``@async`` delivery and automatic sync in this event loop.
+
+        The first epoch of the loop hands the stored facts to the incremental engine
+        (opening evaluated them in one batch, ADR 0070), so the first write after
+        start-up finds incremental state ready."""
+        self.epochs.warm_up = True
         self.tasks.start()
+        self.wake()
         from . import ipfs_sync
 
         task = ipfs_sync.start(self)  # heads over pubsub when the store is on IPFS
@@ -407,7 +413,7 @@ class Node:
             querycheck.require_known(
                 q,
                 querycheck.program_arities(self.engine.checked.program),
-                self.epochs.edb,
+                self.epochs.edb.arities,
                 {TICK_REL: {1}} if self.config.get("node.tick") else None,
             )
         columns, rows = querycheck.evaluate(self._evaluate, q)

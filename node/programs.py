@@ -14,17 +14,27 @@ after a restart) and returns the output deltas. Only when the incremental
 compiler rejects a construct (:class:`~merklog.engine.incremental.CompileError`)
 does the runner fall back to re-running the batch evaluator each epoch and
 diffing — logged as a warning naming the reason.
+
+A *reload* epoch — the first after a home is opened or a program is loaded —
+does not feed the whole store through that engine. :meth:`ProgramRunner.evaluate_all`
+evaluates it from scratch with the batch evaluator (columnar over int64 arrays
+where it can, as ``merklog eval`` does) and keeps the result as a *snapshot*
+that answers queries, counts and the epoch's ``@next``/``@async`` output. The
+per-epoch engine gets the whole base only at the first later epoch that changes
+something (:meth:`ProgramRunner.step`), or at once when the node starts running
+(ADR 0070): a one-shot command on a stopped home never builds incremental state.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from merklog.engine import ast
-from merklog.engine.rows import DeltaMap, RowSet
+from merklog.engine.rows import DeltaMap, RowSet, engine_rows
 from merklog.engine.values import row_to_engine
 from merklog.store import Fact
 
@@ -137,6 +147,17 @@ class _Incremental:
         ]
 
 
+@dataclass
+class _Snapshot:
+    """A reload epoch evaluated from scratch by the batch evaluator."""
+
+    relations: Any  # merklog.engine.batch.Relations (columnar relations stay arrays)
+    next: dict[str, RowSet]
+    outbox: Outbox
+    #: The epoch had one-epoch events: the next epoch withdraws them, so it is not idle.
+    had_events: bool
+
+
 class ProgramRunner:
     """A checked program (possibly empty) evaluated epoch by epoch over deltas.
 
@@ -173,6 +194,7 @@ class ProgramRunner:
             )
             self.mode = "batch"
             self._impl = _BatchFallback(checked)
+        self._snapshot: _Snapshot | None = None
 
     def check_fact(self, fact: Fact) -> None:
         """Refuse (NodeInputError) a fact that does not fit the program's ``.decl``
@@ -181,32 +203,126 @@ class ProgramRunner:
         if why is not None:
             raise NodeInputError(f"{fact} does not fit: {why}")
 
+    def evaluate_all(self, base: Mapping[str, Any], events: Mapping[str, Iterable[Row]]) -> Outbox:
+        """A reload epoch: the program over the whole ``base`` (relation → int64 array or
+        engine-form rows) and this epoch's ``events``, evaluated from scratch by the batch
+        evaluator; returns the ``@async`` outbox. The result is kept as the snapshot
+        that :meth:`relation`, :meth:`count`, :meth:`next_tuples` and :meth:`async_live`
+        answer from until :meth:`step` hands the base to the per-epoch engine."""
+        from merklog.engine.batch import BatchEvaluator, as_rel
+
+        checked = self.checked
+        strata = [list(s.rules) for s in checked.strata if not s.temporal]
+        evaluator = BatchEvaluator(checked.program.rules, strata=strata, int_bits=checked.int_bits)
+        db: dict[str, Any] = dict(base)
+        inline: dict[str, list[Row]] = {}
+        for rel, row in checked.program.facts:
+            inline.setdefault(rel, []).append(tuple(row))
+        for source in (inline, events):
+            for rel, rows in source.items():
+                extra = engine_rows(rows)  # engine form before rows meet in a set
+                if not extra:
+                    continue
+                db[rel] = set(as_rel(db[rel]).tuples) | extra if rel in db else extra
+        result = evaluator.step(db)
+        outbox = list(result.outbox)
+        self._snapshot = _Snapshot(result.relations, result.next_tuples, outbox, bool(events))
+        return outbox
+
+    @property
+    def snapshot(self) -> bool:
+        """Whether the last epoch's state is a batch snapshot (:meth:`evaluate_all`)."""
+        return self._snapshot is not None
+
     def step(
         self,
         inserts: Mapping[str, Iterable[Row]],
         deletes: Mapping[str, Iterable[Row]],
         events: Mapping[str, Iterable[Row]],
+        base: Callable[[], Mapping[str, Iterable[Row]]] | None = None,
+        keep_snapshot: bool = True,
+        want_deltas: bool = True,
     ) -> tuple[Deltas, Outbox]:
         """One epoch: apply base changes (deletes first) and this epoch's events; return
-        ``({relation: {row: +1 | -1}}, [(destination, @async Fact), …])``."""
-        return self._impl.step(inserts, deletes, events)
+        ``({relation: {row: +1 | -1}}, [(destination, @async Fact), …])``.
+
+        After :meth:`evaluate_all`, ``base()`` gives the whole base *with* this epoch's
+        changes applied. An epoch that changes nothing (no changes, no events now or in
+        the snapshot's epoch, no ``@next`` tuples from it) keeps the snapshot when
+        ``keep_snapshot``; otherwise the per-epoch engine is fed the whole base and the
+        returned deltas are against the snapshot (computed only when ``want_deltas``;
+        else empty)."""
+        snap = self._snapshot
+        if snap is None:
+            return self._impl.step(inserts, deletes, events)
+        carried = {rel: rows for rel, rows in snap.next.items() if rows}
+        if keep_snapshot and not (inserts or deletes or events or snap.had_events or carried):
+            return {}, []
+        if base is None:
+            raise ValueError("the first epoch after a snapshot needs the whole base")
+        # The snapshot's @next tuples hold now: one-epoch events to the fresh engine, as
+        # the tuples restored after a restart are.
+        now = {rel: engine_rows(rows) for rel, rows in events.items()}
+        for rel, rows in carried.items():
+            now[rel] = now[rel] | rows.engine if rel in now else set(rows.engine)
+        fresh, outbox = self._impl.step(base(), {}, now)
+        self._snapshot = None
+        if not want_deltas:
+            return {}, outbox
+        return _against(snap.relations, fresh), outbox
 
     def async_live(self) -> list[Fact]:
         """``@async`` tuples whose rule body holds now (each is sent once per episode);
         a list, since ``Fact`` equality would merge ``m(1)``, ``m(1.0)`` and ``m(true)``."""
+        if self._snapshot is not None:
+            return [fact for _dest, fact in self._snapshot.outbox]
         return self._impl.async_live()
 
     def relation(self, rel: str) -> set[Row]:
         """Current tuples of ``rel``: stored, event, ``@next`` and derived alike."""
+        snap = self._snapshot
+        if snap is not None:
+            return set(snap.relations.engine(rel)) if rel in snap.relations else set()
         return self._impl.relation(rel)
 
     def count(self, rel: str) -> int:
         """Number of tuples in ``rel`` without copying it."""
+        if self._snapshot is not None:
+            return self._snapshot.relations.count(rel)
         return self._impl.count(rel)
 
     def next_tuples(self) -> dict[str, set[Row]]:
         """Tuples the ``@next`` rules derived in the last epoch (true at the next one)."""
+        if self._snapshot is not None:
+            return dict(self._snapshot.next)
         return self._impl.next_tuples()
+
+    def all_new(self) -> Deltas:
+        """Every tuple of every relation as a ``+1`` delta: what a reload epoch changed
+        for a listener that saw the previous program (built only when someone listens)."""
+        snap = self._snapshot
+        if snap is None:
+            raise ValueError("all_new() follows evaluate_all()")
+        rels = snap.relations
+        return {
+            rel: DeltaMap(dict.fromkeys(rels.engine(rel), 1)) for rel in rels if rels.count(rel)
+        }
+
+
+def _against(old: Any, fresh: Deltas) -> Deltas:
+    """Deltas of a fresh engine's first epoch (every tuple ``+1``, against nothing) turned
+    into deltas against the snapshot ``old`` (a Relations) the epoch follows."""
+    out: Deltas = {}
+    for rel in set(fresh) | set(old):
+        d = fresh.get(rel)
+        items = () if d is None else d.engine.items() if isinstance(d, DeltaMap) else d.items()
+        now = {r for r, w in items if w > 0}  # engine-form keys
+        was = old.engine(rel) if rel in old else set()
+        change = dict.fromkeys(now - was, 1)
+        change.update(dict.fromkeys(was - now, -1))
+        if change:
+            out[rel] = DeltaMap(change)
+    return out
 
 
 def check(text: str, source: str = "<program>") -> Any:

@@ -33,32 +33,29 @@ def program_arities(program: Any) -> dict[str, set[int]]:
     return out
 
 
-def _data_has(rows: Iterable[tuple], arity: int, rest: bool) -> bool:
-    return any(len(r) == arity or (rest and len(r) > arity) for r in rows)
-
-
 def require_known(
     query: Iterable[ast.BodyLiteral],
     program: Mapping[str, set[int]],
-    data: Mapping[str, Iterable[tuple]],
+    data: Callable[[str], set[int]],
     extra: Mapping[str, set[int]] | None = None,
 ) -> None:
     """Raise :class:`UnknownRelation` for the first atom of ``query`` whose relation and
-    arity neither ``program``, ``data`` (visible facts by relation) nor ``extra`` has."""
+    arity neither ``program``, ``data`` (the arities of the visible facts of a relation)
+    nor ``extra`` has."""
     for lit in query:
         for atom, _polarity in ast.body_atoms(lit):
             rel, n, rest = atom.rel, len(atom.args), atom.rest
             known = set(program.get(rel, ())) | set((extra or {}).get(rel, ()))
             if n in known or (rest and any(k >= n for k in known)):
                 continue
-            if _data_has(data.get(rel, ()), n, rest):
+            stored = data(rel)
+            if n in stored or (rest and any(k > n for k in stored)):
                 continue
-            arities = known | {len(r) for r in data.get(rel, ())}
+            arities = known | stored
             if arities:
                 have = ", ".join(f"{rel}/{k}" for k in sorted(arities))
                 raise UnknownRelation(
-                    f"unknown relation {rel}/{n}: {rel} exists here as {have} only;"
-                    " check the query"
+                    f"unknown relation {rel}/{n}: {rel} exists here as {have} only; check the query"
                 )
             raise UnknownRelation(
                 f"unknown relation {rel}/{n}: no visible fact has it and the program does not"
