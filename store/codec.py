@@ -24,7 +24,7 @@ import libipld
 
 from .errors import InvalidBlock, InvalidValue
 from .link import Link
-from .values import INT64_MAX, INT64_MIN, Value, check_args, check_relation
+from .values import INT64_MAX, INT64_MIN, Value, check_args, check_relation, format_value
 
 
 class Fact(NamedTuple):
@@ -34,9 +34,7 @@ class Fact(NamedTuple):
     args: tuple[Value, ...]
 
     def __str__(self) -> str:
-        from .values import format_value
-
-        return f"{self.rel}({', '.join(format_value(v) for v in self.args)})"
+        return f"{self.rel}({', '.join(map(format_value, self.args))})"
 
 
 def make_fact(rel: str, args: Sequence[Any]) -> Fact:
