@@ -109,11 +109,11 @@ class ORSet(ReplicaState):
         }
         live = [f for f in asserted if f.raw not in killed] if killed else asserted
         if visible_at_start is None:
-            ask = live
+            live = ask = sorted(live, key=_raw_of)  # changes noted in CID order, as before
         else:
-            ask = [f for f in live if f in visible_at_start] if visible_at_start else []
+            ask = sorted((f for f in live if f in visible_at_start), key=_raw_of)
         visible_before: set[bytes] = set()
-        for chunk in _chunks(sorted(ask, key=_raw_of)):
+        for chunk in _chunks(ask):
             marks = ",".join("?" * len(chunk))
             visible_before.update(
                 bytes(r[0])
