@@ -11,7 +11,9 @@ Measures in one run, on the same generated facts:
 - durable ingest into SQLiteBlockStore (WAL, synchronous=FULL) in batch transactions,
 - the user paths, each a whole process: ``merklog put -f FILE`` on a stopped home, the
   same command while ``merklog node run`` serves that home (chunks of Datalog text over
-  its HTTP API), and ``POST /v1/facts`` with JSON fact bodies if the node offers them,
+  its HTTP API), and ``POST /v1/facts`` with Datalog text bodies and with JSON fact
+  bodies, each on a fresh running node (the CPU column of every running-node path
+  adds the node's own CPU, read with psutil from its pid before and after),
 - ``merklog put -f FILE`` on a stopped home whose blocks live on a js-ipfs daemon on
   loopback (``--ipfs-api``, else a private daemon from tests/ipfs; ``--no-ipfs`` skips
   it), beside that daemon's own floor: one raw ``dag/import`` of as many fact blocks of
@@ -61,16 +63,32 @@ def rate(count: int, seconds: float) -> float:
 
 
 class Timer:
-    """Wall-clock and process-CPU seconds of a block (the machine may be shared: both matter)."""
+    """Wall-clock and CPU seconds of a block (the machine may be shared: both matter).
+
+    CPU is this process's, its finished children's (user paths run as subprocesses)
+    and, with ``server`` (a running node's pid), that server's own CPU over the block:
+    a write through a running node costs CPU in the node too, and leaving it out made
+    the running-node CPU column meaningless."""
+
+    def __init__(self, server: int | None = None) -> None:
+        self.server = server
+        self.server_cpu = 0.0
 
     @staticmethod
     def _cpu() -> float:
-        """CPU seconds of this process and of its finished children (user paths run as
-        subprocesses; the node's own CPU is not counted until it exits)."""
         t = os.times()
         return t.user + t.system + t.children_user + t.children_system
 
+    def _server_cpu(self) -> float:
+        if self.server is None:
+            return 0.0
+        import psutil
+
+        t = psutil.Process(self.server).cpu_times()
+        return t.user + t.system
+
     def __enter__(self) -> Timer:
+        self.server_cpu = self._server_cpu()
         self.wall = time.perf_counter()
         self.cpu = self._cpu()
         return self
@@ -78,6 +96,8 @@ class Timer:
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.wall
         self.cpu = self._cpu() - self.cpu
+        self.server_cpu = self._server_cpu() - self.server_cpu
+        self.cpu += self.server_cpu
 
 
 def bench_reference(facts: list) -> Timer:
@@ -120,11 +140,12 @@ def write_datalog(facts: list, path: Path) -> None:
             out.write(f"{fact}.\n")
 
 
-def bench_put_file(home: Path, path: Path) -> Timer:
-    """``merklog put -f FILE``: the whole process, as a user runs it."""
+def bench_put_file(home: Path, path: Path, server: int | None = None) -> Timer:
+    """``merklog put -f FILE``: the whole process, as a user runs it (plus the CPU of the
+    node serving ``home``, if ``server`` is its pid)."""
     import subprocess
 
-    with Timer() as t:
+    with Timer(server) as t:
         subprocess.run(
             [*MERKLOG, "--home", str(home), "put", "-f", str(path)],
             check=True,
@@ -149,9 +170,8 @@ def start_node(home: Path) -> tuple[object, str]:
     raise RuntimeError("node did not start")
 
 
-def bench_json_api(url: str, token: str, facts: list, chunk: int = 20_000) -> Timer | None:
-    """``POST /v1/facts`` with JSON fact bodies (``{"assert": [{"rel", "args"}]}``), if the
-    node has them."""
+def _poster(url: str, token: str):
+    """``post(body) -> facts the node says it asserted`` (-1 on an HTTP error)."""
     import json
     import urllib.error
     import urllib.request
@@ -169,6 +189,16 @@ def bench_json_api(url: str, token: str, facts: list, chunk: int = 20_000) -> Ti
         except urllib.error.HTTPError:
             return -1
 
+    return post
+
+
+def bench_json_api(
+    url: str, token: str, facts: list, server: int, chunk: int = 20_000
+) -> Timer | None:
+    """``POST /v1/facts`` with JSON fact bodies (``{"assert": [{"rel", "args"}]}``), if the
+    node has them; CPU counts this client and the node (``server``)."""
+    post = _poster(url, token)
+
     def plain(v: object) -> object:
         return v if not isinstance(v, bytes | Link) else None
 
@@ -177,12 +207,24 @@ def bench_json_api(url: str, token: str, facts: list, chunk: int = 20_000) -> Ti
     probe = {"assert": [{"rel": "probe", "args": [1]}]}
     if post(probe) != 1:  # this node has no JSON fact form (yet)
         return None
-    with Timer() as t:
+    with Timer(server) as t:
         for i in range(0, len(facts), chunk):
             part = facts[i : i + chunk]
             body = {"assert": [{"rel": f.rel, "args": list(f.args)} for f in part]}
             if post(body) != len(part):
                 raise RuntimeError("JSON write failed")
+    return t
+
+
+def bench_datalog_api(url: str, token: str, facts: list, server: int, chunk: int = 20_000) -> Timer:
+    """``POST /v1/facts`` with Datalog text bodies (``{"assert": "edge(1, 2).\\n…"}``), the
+    form ``merklog put`` sends; CPU counts this client and the node (``server``)."""
+    post = _poster(url, token)
+    with Timer(server) as t:
+        for i in range(0, len(facts), chunk):
+            part = facts[i : i + chunk]
+            if post({"assert": "".join(f"{f}.\n" for f in part)}) != len(part):
+                raise RuntimeError("Datalog write failed")
     return t
 
 
@@ -271,18 +313,31 @@ def user_paths(
         rows.extend(ipfs_paths(facts, path, directory, ipfs_api))
     running = Path(directory) / "running"
     subprocess.run([*MERKLOG, "--home", str(running), "init"], check=True, capture_output=True)
+    token = tomllib.loads((running / "config.toml").read_text())["api"]["token"]
     proc, url = start_node(running)
+    pid = proc.pid  # type: ignore[attr-defined]
     try:
-        rows.append(
-            ("merklog put -f FILE, running node (HTTP)", len(facts), bench_put_file(running, path))
-        )
-        token = tomllib.loads((running / "config.toml").read_text())["api"]["token"]
-        json_path = bench_json_api(url, token, facts)
-        if json_path is not None:
-            rows.append(("POST /v1/facts JSON bodies, running node", len(facts), json_path))
+        put = bench_put_file(running, path, pid)
+        rows.append(("merklog put -f FILE, running node (HTTP)", len(facts), put))
     finally:
         proc.terminate()  # type: ignore[attr-defined]
         proc.wait()  # type: ignore[attr-defined]
+    # Each HTTP body form on a fresh node: the same facts again would be no-ops.
+    for name, bench in (
+        ("POST /v1/facts Datalog bodies, running node", bench_datalog_api),
+        ("POST /v1/facts JSON bodies, running node", bench_json_api),
+    ):
+        home = Path(directory) / name.split()[2].lower()
+        subprocess.run([*MERKLOG, "--home", str(home), "init"], check=True, capture_output=True)
+        token = tomllib.loads((home / "config.toml").read_text())["api"]["token"]
+        proc, url = start_node(home)
+        try:
+            timer = bench(url, token, facts, proc.pid)  # type: ignore[attr-defined]
+        finally:
+            proc.terminate()  # type: ignore[attr-defined]
+            proc.wait()  # type: ignore[attr-defined]
+        if timer is not None:
+            rows.append((name, len(facts), timer))
     return rows
 
 
@@ -344,12 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     sha_rate = rate(len(facts), sha.wall)
     print()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'measure':<50} {'facts/s wall':>13} {'facts/s CPU':>12} {'÷ fast':>7} {'÷ sha256':>9}")
+    print(
+        f"{'measure':<50} {'facts/s wall':>13} {'facts/s CPU':>12} {'÷ fast':>7} {'÷ sha256':>9}"
+        f" {'wall s':>7} {'CPU s':>7} {'node CPU s':>10}"
+    )
     for name, count, t in rows:
         wall = rate(count, t.wall)
         print(
             f"{name:<50} {wall:>13,.0f} {rate(count, t.cpu):>12,.0f} "
             f"{wall / fast_rate:>7.2f} {wall / sha_rate:>9.3f}"
+            f" {t.wall:>7.2f} {t.cpu:>7.2f} {t.server_cpu if t.server else 0.0:>10.2f}"
         )
     durable_rate = rate(len(facts), durable.wall)
     print()

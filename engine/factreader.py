@@ -18,9 +18,13 @@ parser over the whole text, so every error keeps its exact message and ``line:co
 
 from __future__ import annotations
 
+import json
 import re
+from itertools import chain
+from math import isfinite
 
 from merklog.store import Fact, Link, Value
+from merklog.store.codec import gc_paused
 
 from .errors import ParseError
 from .lexer import INT64_MAX, INT64_MIN, Source, _decode_string
@@ -113,9 +117,70 @@ def _args(raw: str) -> tuple[Value, ...]:
     return tuple(values)
 
 
+# One fact per line, nothing else on it: the argument list is handed to ``json.loads``.
+_LINE = re.compile(r"^[ \t]*([a-z][A-Za-z0-9_]*)[ \t]*\((.*)\)[ \t]*\.[ \t]*\r?$", re.MULTILINE)
+_JSON_VALUE_TYPES = frozenset((int, float, str, bool))
+_new_fact = tuple.__new__
+
+
+def read_fact_lines(text: str) -> tuple[list[Fact], list[str]] | None:
+    """The ground facts of ``text`` and the source line of each, when ``text`` is the
+    bulk shape: one fact per line, blank lines between, arguments written in the
+    common spellings shared with JSON (decimal numbers, ``true``/``false``, strings
+    without backslashes); ``None`` otherwise.
+
+    Why: a per-fact regex and per-value conversion cost ~7 µs a fact; here one
+    ``findall`` splits the lines and one ``json.loads`` converts every argument list at
+    once in C. JSON is used only where its reading of a token is the parser's:
+    any backslash or bracket in the text, a line that is not exactly one fact, a
+    token JSON refuses (``0x1F``, ``007``, ``x"…"``, ``cid"…"``) or one it reads
+    differently (``NaN``, ``null``, an out-of-range number) returns ``None``."""
+    with gc_paused():
+        return _read_fact_lines(text)
+
+
+def _read_fact_lines(text: str) -> tuple[list[Fact], list[str]] | None:
+    if "\\" in text or "[" in text or "]" in text or "{" in text or "}" in text:
+        return None
+    pairs = _LINE.findall(text)
+    lines = text.split("\n")
+    if len(pairs) != len(lines) - lines.count(""):  # a line that is no lone fact
+        return None
+    if not pairs:
+        return [], []
+    rels, raws = zip(*pairs, strict=True)
+    try:
+        values = json.loads("[[" + "],[".join(raws) + "]]", strict=False)
+    except ValueError:  # a token JSON does not read (hex, bytes, CIDs, …): the parser's
+        return None
+    if len(values) != len(raws):
+        return None
+    flat = list(chain.from_iterable(values))
+    kinds = set(map(type, flat))
+    if not kinds <= _JSON_VALUE_TYPES:  # null, …
+        return None
+    if int in kinds:
+        ints = [v for v in flat if type(v) is int]
+        if min(ints) < INT64_MIN or max(ints) > INT64_MAX:
+            return None
+    if float in kinds and not all(map(isfinite, [v for v in flat if type(v) is float])):
+        return None
+    facts = [_new_fact(Fact, (rel, tuple(args))) for rel, args in zip(rels, values, strict=True)]
+    return facts, [line for line in lines if line]
+
+
 def read_ground_facts(text: str) -> list[Fact] | None:
     """The ground facts of ``text`` as the parser would give them, or ``None`` when
     ``text`` holds anything outside the fast subset (then use the full parser)."""
+    with gc_paused():  # a million new tuples: cyclic GC passes would cost as much again
+        bulk = read_fact_lines(text)
+        if bulk is not None:
+            return bulk[0]
+        return _read_per_fact(text)
+
+
+def _read_per_fact(text: str) -> list[Fact] | None:
+    """One regex match per fact (any layout of the fast subset)."""
     facts: list[Fact] = []
     append = facts.append
     pos = 0
@@ -141,4 +206,4 @@ def read_ground_facts(text: str) -> list[Fact] | None:
     return facts
 
 
-__all__ = ["read_ground_facts"]
+__all__ = ["read_fact_lines", "read_ground_facts"]

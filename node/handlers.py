@@ -18,7 +18,7 @@ from merklog.store import Link, StoreError, decode, decode_fact
 
 from . import queries, writes
 from .errors import NodeInputError
-from .jsonvalues import fact_from_json, value_to_json
+from .jsonvalues import facts_from_json, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
 from .middleware import ApiError
 from .node import Node
@@ -242,7 +242,7 @@ def _facts_field(node: Node, body: dict[str, Any], name: str) -> list:
     if isinstance(value, str):
         return node.coerce_facts([value]) if value.strip() else []
     if isinstance(value, list):
-        return [fact_from_json(item, f"{name}[{i}]") for i, item in enumerate(value)]
+        return facts_from_json(value, name)
     raise NodeInputError(
         f'"{name}" must be Datalog text or a list of {{"rel": ..., "args": [...]}} facts'
     )

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+from itertools import chain
 from typing import Any
 
-from merklog.store import Fact, InvalidValue, Link, make_fact
+from merklog.store import Fact, InvalidValue, Link, check_facts, make_fact
 
 from .errors import NodeInputError
 
-__all__ = ["fact_from_json", "fact_to_json", "value_from_json", "value_to_json"]
+__all__ = ["fact_from_json", "fact_to_json", "facts_from_json", "value_from_json", "value_to_json"]
 
 
 def value_to_json(value: Any) -> Any:
@@ -70,3 +71,28 @@ def fact_from_json(obj: Any, where: str = "fact") -> Fact:
 def fact_to_json(fact: Fact) -> dict[str, Any]:
     """The JSON fact form of ``fact`` (the inverse of :func:`fact_from_json`)."""
     return {"rel": fact.rel, "args": [value_to_json(v) for v in fact.args]}
+
+
+_PLAIN = frozenset((int, float, str, bool))
+_NO_ARGS: list = []
+
+
+def facts_from_json(items: list, where: str = "assert") -> list[Fact]:
+    """``[fact_from_json(item, f"{where}[{i}]") ...]`` for a whole request body, in bulk.
+
+    The common body (objects whose ``args`` hold numbers, strings and booleans only)
+    is checked column-wise (:func:`merklog.store.check_facts`) instead of one call chain
+    per value; anything else, or any error, takes the per-item path, so every message
+    names its item exactly as before."""
+    if set(map(type, items)) == {dict}:
+        rels = [item.get("rel") for item in items]
+        arg_lists = [item.get("args", _NO_ARGS) for item in items]
+        if set(map(type, rels)) == {str} and set(map(type, arg_lists)) <= {list}:
+            if set(map(type, chain.from_iterable(arg_lists))) <= _PLAIN:
+                try:
+                    return check_facts(
+                        [Fact(rel, tuple(args)) for rel, args in zip(rels, arg_lists, strict=True)]
+                    )
+                except InvalidValue:
+                    pass  # the per-item path names the item
+    return [fact_from_json(item, f"{where}[{i}]") for i, item in enumerate(items)]

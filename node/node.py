@@ -29,8 +29,9 @@ from merklog.replication.blocks import Assert, Retract
 from merklog.replication.errors import PeerUnreachable
 from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
+from merklog.replication.txn import gc_paused
 from merklog.store import Error as MerklogError
-from merklog.store import Fact, Link, fact_cid, make_fact
+from merklog.store import Fact, Link, check_facts, encode_facts, make_fact
 
 from . import dataset as dataset_mod
 from . import edb, programs, programstore, queries, querycheck, storage, writes
@@ -230,8 +231,11 @@ class Node:
 
     def coerce_facts(self, facts: Iterable[FactLike]) -> list[Fact]:
         """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text."""
+        items = facts if isinstance(facts, list) else list(facts)
+        if items and set(map(type, items)) == {Fact}:  # bulk: one column-wise check
+            return check_facts(items)
         out: list[Fact] = []
-        for item in facts:
+        for item in items:
             if isinstance(item, Fact):
                 out.append(make_fact(item.rel, item.args))
             elif isinstance(item, str):
@@ -264,22 +268,29 @@ class Node:
         except Exception:
             self.metrics.rejected.inc()
             raise
-        result = WriteResult(
-            asserted=[(fact_cid(f), f) for f in add], retracted=[(fact_cid(f), f) for f in rem]
-        )
-        if add or rem:
-            writes.require_writer(self)
-            result.not_visible = writes.not_visible(self.replica, rem)
-            result.delta = self.atomically(self._replica_write, add, rem)
-            if result.delta is not None:
-                self.metrics.deltas.inc()
-            self.metrics.writes.inc(len(add) + len(rem))
-            self.wake()
+        with gc_paused():  # bulk: no cyclic GC passes over the live facts per write
+            enc_add, enc_rem = encode_facts(add), encode_facts(rem)  # each fact encoded once
+            result = WriteResult(
+                asserted=writes.with_cids(enc_add, add), retracted=writes.with_cids(enc_rem, rem)
+            )
+            if add or rem:
+                writes.require_writer(self)
+                result.not_visible = writes.not_visible(self.replica, result.retracted)
+                result.delta = self.atomically(self._replica_write, add, rem, enc_add + enc_rem)
+                if result.delta is not None:
+                    self.metrics.deltas.inc()
+                self.metrics.writes.inc(len(add) + len(rem))
+                self.wake()
         return result
 
-    def _replica_write(self, asserts: list[Fact], retracts: list[Fact]) -> Link | None:
-        """One transaction of as many signed deltas as receivers' limits need; the last CID."""
-        return self.replica.write([Assert(f) for f in asserts] + [Retract(f) for f in retracts])
+    def _replica_write(
+        self, asserts: list[Fact], retracts: list[Fact], encoded: list | None = None
+    ) -> Link | None:
+        """One transaction of as many signed deltas as receivers' limits need; the last CID.
+        ``encoded``: the ``(CID, block)`` of ``asserts + retracts`` (computed once)."""
+        ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]
+        cids = self.replica.write_many(ops, encoded)
+        return cids[-1] if cids else None
 
     async def write_async(self, asserts: list[Fact], retracts: list[Fact]) -> WriteResult:
         """``write`` for the event loop: concurrent callers share one delta and one fsync
@@ -321,12 +332,15 @@ class Node:
                             fut.set_exception(exc)
                     continue
                 missing = {c for c, _f in res.not_visible}
+                at_add = at_rem = 0  # res lists CIDs in all_add / all_rem order
                 for add, rem, fut in batch:
+                    asserted = res.asserted[at_add : at_add + len(add)]
+                    retracted = res.retracted[at_rem : at_rem + len(rem)]
+                    at_add, at_rem = at_add + len(add), at_rem + len(rem)
                     if not fut.done():
-                        retracted = [(fact_cid(f), f) for f in rem]
                         fut.set_result(
                             WriteResult(
-                                asserted=[(fact_cid(f), f) for f in add],
+                                asserted=asserted,
                                 retracted=retracted,
                                 delta=res.delta,
                                 not_visible=[(c, f) for c, f in retracted if c in missing],

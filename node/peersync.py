@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from merklog.replication.auth import AllowList
-from merklog.replication.client import SyncClient
 
 from .config import Config
 from .files import write_private
@@ -93,6 +92,8 @@ async def sync_with(
 ) -> dict[str, Any]:
     """Pull then push with the peer at ``url`` (signed with this node's key);
     ``progress(direction, body bytes, deltas)`` after each request."""
+    from merklog.replication.client import SyncClient  # aiohttp: only when syncing
+
     async with SyncClient(
         replica.identity, timeout=float(cfg.get("sync.timeout")), progress=progress
     ) as client:

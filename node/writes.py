@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from merklog.replication.errors import PeerUnreachable
-from merklog.store import Fact, Link, fact_cid
+from merklog.store import Fact, Link
 
 from .config import ORIGIN
 from .failures import NotAWriter, NotWritableYet
@@ -108,8 +108,14 @@ async def sync_before_first_write_async(node: Any) -> None:
         log.warning("sync with %s before the first write failed: %s", origin, exc)
 
 
-def not_visible(replica: Any, facts: list[Fact]) -> list[tuple[Link, Fact]]:
-    """The facts among ``facts`` that are not visible now, with their CIDs."""
-    cids = [fact_cid(f) for f in facts]
-    visible = replica.visible_among(cids)
-    return [(c, f) for c, f in zip(cids, facts, strict=True) if c not in visible]
+def with_cids(encoded: list[tuple[Link, bytes]], facts: list[Fact]) -> list[tuple[Link, Fact]]:
+    """``(CID, fact)`` pairs from ``encode_facts(facts)`` (no second encoding)."""
+    return [(cid, fact) for (cid, _data), fact in zip(encoded, facts, strict=True)]
+
+
+def not_visible(replica: Any, facts: list[tuple[Link, Fact]]) -> list[tuple[Link, Fact]]:
+    """The ``(CID, fact)`` pairs among ``facts`` whose fact is not visible now."""
+    if not facts:
+        return []
+    visible = replica.visible_among([c for c, _f in facts])
+    return [(c, f) for c, f in facts if c not in visible]

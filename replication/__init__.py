@@ -20,7 +20,6 @@ from .blocks import (
     parse_delta,
     parse_genesis,
 )
-from .client import SyncClient, SyncStats
 from .errors import (
     AuthError,
     CIDMismatchError,
@@ -44,8 +43,31 @@ from .identity import Identity, verify_signature
 from .messages import DeliveryReport, Inbox, Message, Outbox
 from .metrics import Metrics
 from .replica import ApplyResult, ChangeCallback, LogRow, Replica, Summary
-from .server import SYNC_SERVICE, Limits, SyncService, make_sync_app, sync_routes
 from .txn import connect
+
+#: Names served from modules that import aiohttp (~1 s on a loaded machine): loaded on
+#: first use, so ``merklog put`` on a stopped home never imports the HTTP stack.
+_LAZY = {
+    "SyncClient": "client",
+    "SyncStats": "client",
+    "SYNC_SERVICE": "server",
+    "Limits": "server",
+    "SyncService": "server",
+    "make_sync_app": "server",
+    "sync_routes": "server",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_OPS",

@@ -133,8 +133,19 @@ class Acceptance(ReplicaState):
             else:
                 raise MalformedBlock(f"block {cid} is neither a delta, a genesis nor a fact")
 
-    def _accept(self, delta: Delta, facts: dict[Link, tuple[bytes, Fact]]) -> None:
-        """Check the DAG rules for ``delta`` and commit its effects (inside a transaction)."""
+    def _accept(
+        self,
+        delta: Delta,
+        facts: dict[Link, tuple[bytes, Fact]] | list[tuple[Link, bytes, Fact]],
+        local: set[Link] | None = None,
+    ) -> None:
+        """Check the DAG rules for ``delta`` and commit its effects (inside a transaction).
+
+        ``facts``: the fact blocks that came with ``delta`` (CID → (block, fact)).
+        ``local``: ``delta`` was built by this replica's own write, ``facts`` is then the
+        list of ``(CID, block, fact)`` of its asserts in op order, unique, encoded here
+        (stored without re-hashing), and ``local`` holds the facts visible when that
+        write began: the only ones whose visibility must be read again."""
         conn, ds = self.conn, self.ds
         if delta.dataset != self.dataset:
             raise WrongDataset(f"delta {delta.cid} belongs to dataset {delta.dataset}")
@@ -165,17 +176,24 @@ class Acceptance(ReplicaState):
             raise Unauthorized(f"delta {delta.cid}: only the owner may grant or revoke writers")
         # Fact blocks: from the batch, else already stored.
         new_blocks: list[tuple[Link, bytes]] = []
-        asserted = list(dict.fromkeys(delta.asserted))
-        for fcid in asserted:
-            got = facts.get(fcid)
-            if got is not None:
-                new_blocks.append((fcid, got[0]))
-            elif not self.blockstore.has(fcid):
-                raise MissingParents(
-                    f"delta {delta.cid} asserts fact {fcid} whose block is missing"
-                )
-        new_blocks.append((delta.cid, delta.data))
-        self.blockstore.put_many(new_blocks)
+        if local is not None and isinstance(facts, list):
+            asserted = delta.asserted
+            new_blocks = [(cid, data) for cid, data, _fact in facts]
+            new_blocks.append((delta.cid, delta.data))
+            self.blockstore.put_encoded(new_blocks)
+        else:
+            assert isinstance(facts, dict)
+            asserted = list(dict.fromkeys(delta.asserted))
+            for fcid in asserted:
+                got = facts.get(fcid)
+                if got is not None:
+                    new_blocks.append((fcid, got[0]))
+                elif not self.blockstore.has(fcid):
+                    raise MissingParents(
+                        f"delta {delta.cid} asserts fact {fcid} whose block is missing"
+                    )
+            new_blocks.append((delta.cid, delta.data))
+            self.blockstore.put_many(new_blocks)
         # DAG rows.
         conn.execute(
             "INSERT INTO repl_delta VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -202,7 +220,7 @@ class Acceptance(ReplicaState):
                 "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)",
                 (ds, op["key"], delta.cid.raw, delta.clock, 1 if op["op"] == "grant" else 0),
             )
-        self._apply_asserts(delta.cid, asserted, facts)
+        self._apply_asserts(delta.cid, asserted, facts, local)
         for op in delta.ops:
             if op["op"] == "retract":
                 self._apply_retract(delta.cid, op["fact"], op["observed"])

@@ -18,9 +18,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from merklog.store import Fact, InvalidValue, Link, Value, decode, encode, make_fact
 from merklog.store.car import iter_car
@@ -28,6 +26,9 @@ from merklog.store.car import iter_car
 from .auth import sign_headers
 from .errors import CIDMismatchError, Forbidden, MalformedBlock, TooLarge
 from .identity import Identity
+
+if TYPE_CHECKING:  # aiohttp costs ~1 s to import under load: only delivery needs it
+    import aiohttp
 from .limits import MAX_MESSAGE_BYTES, WRITE_MAX_INBOX_BATCH_BYTES
 from .schema import ensure_schema
 from .txn import conn_lock, require_autocommit, transaction
@@ -206,6 +207,8 @@ class Outbox:
     async def _post(
         self, session: aiohttp.ClientSession, url: str, batch: list, timeout: float
     ) -> str | None:
+        import aiohttp
+
         body = b"".join(iter_car([], [(Link(r[1]), r[3]) for r in batch]))
         path = "/v1/inbox"
         headers = sign_headers(self.identity, "POST", path, hashlib.sha256(body).hexdigest())

@@ -25,6 +25,10 @@ from .state import ReplicaState
 ChangeCallback = Callable[[int, Fact, Link], None]
 
 
+def _raw_of(link: Link) -> bytes:
+    return link.raw
+
+
 class ORSet(ReplicaState):
     """The visible set of a replica: reads, subscriptions and the updates of accepted deltas."""
 
@@ -82,8 +86,18 @@ class ORSet(ReplicaState):
         return out
 
     def _apply_asserts(
-        self, delta: Link, asserted: list[Link], facts: dict[Link, tuple[bytes, Fact]]
+        self,
+        delta: Link,
+        asserted: list[Link],
+        facts: dict[Link, tuple[bytes, Fact]] | list[tuple[Link, bytes, Fact]],
+        visible_at_start: set[Link] | None = None,
     ) -> None:
+        """Record ``delta``'s asserts and note the facts they make visible.
+
+        ``visible_at_start`` (a local write, see ``Replica.write_many``; ``facts`` is then
+        the ``(CID, block, fact)`` list aligned with ``asserted``): every asserted fact
+        outside it was invisible before this delta, so only the ones in it are looked
+        up; ``None`` (a replicated delta, ``facts`` by CID): all of them are."""
         if not asserted:
             return
         conn, ds = self.conn, self.ds
@@ -93,9 +107,13 @@ class ORSet(ReplicaState):
                 "SELECT fact FROM repl_retract WHERE ds = ? AND observed = ?", (ds, delta.raw)
             )
         }
-        live = sorted((f for f in asserted if f.raw not in killed), key=lambda f: f.raw)
+        live = [f for f in asserted if f.raw not in killed] if killed else asserted
+        if visible_at_start is None:
+            live = ask = sorted(live, key=_raw_of)  # changes noted in CID order, as before
+        else:
+            ask = sorted((f for f in live if f in visible_at_start), key=_raw_of)
         visible_before: set[bytes] = set()
-        for chunk in _chunks(live):
+        for chunk in _chunks(ask):
             marks = ",".join("?" * len(chunk))
             visible_before.update(
                 bytes(r[0])
@@ -105,14 +123,36 @@ class ORSet(ReplicaState):
                     (ds, *[f.raw for f in chunk]),
                 )
             )
-        conn.executemany(
-            "INSERT INTO repl_assert VALUES (?, ?, ?, ?)",
-            sorted((ds, f.raw, delta.raw, 1 if f.raw in killed else 0) for f in asserted),
-        )
+        draw = delta.raw
+        if killed:
+            rows = [(ds, f.raw, draw, 1 if f.raw in killed else 0) for f in asserted]
+        else:
+            rows = [(ds, f.raw, draw, 0) for f in asserted]
+        rows.sort()
+        conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", rows)
+        changes = self._changes
+        if isinstance(facts, list):  # local: aligned with asserted
+            for f, (_c, _d, fact) in zip(asserted, facts, strict=True):
+                if (killed and f.raw in killed) or (visible_before and f.raw in visible_before):
+                    continue
+                entry = changes.get(f)
+                if entry is None:
+                    changes[f] = [1, fact]
+                else:
+                    entry[0] += 1
+                    entry[1] = fact
+            return
         for f in live:
-            if f.raw not in visible_before:
-                got = facts.get(f)
-                self._note(f, +1, got[1] if got else None)
+            if f.raw in visible_before:
+                continue
+            got = facts.get(f)
+            entry = changes.get(f)
+            if entry is None:
+                changes[f] = [1, got[1] if got else None]
+            else:
+                entry[0] += 1
+                if got:
+                    entry[1] = got[1]
 
     def _apply_retract(self, delta: Link, fact: Link, observed: list[Link]) -> None:
         conn, ds = self.conn, self.ds

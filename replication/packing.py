@@ -8,6 +8,7 @@ rules are testable without a database and written once for every writer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from merklog.store import Link, encode_facts
@@ -33,6 +34,7 @@ _DELTA_BASE = 512
 
 LiveLookup = Callable[[Iterable[Link]], dict[Link, list[Link]]]
 _FACT_OPS = (Assert, Retract)
+_data_of = itemgetter(1)
 
 
 class PlannedOp(NamedTuple):
@@ -45,7 +47,10 @@ class PlannedOp(NamedTuple):
 
 
 def plan_ops(
-    ops: Sequence[Op], live: LiveLookup, owner_check: Callable[[], None]
+    ops: Sequence[Op],
+    live: LiveLookup,
+    owner_check: Callable[[], None],
+    encoded: Sequence[tuple[Link, bytes]] | None = None,
 ) -> list[PlannedOp]:
     """Wire ops for ``ops`` against the state ``live`` describes (visible fact → live
     asserting deltas). Raises TooLarge for an oversized fact before anything is built.
@@ -54,31 +59,45 @@ def plan_ops(
     call (they would only add asserts that a later retract must list), duplicate
     asserts, and retracts of facts not visible now. A retract's observed list is
     split into ops of at most ``WRITE_MAX_OBSERVED`` CIDs.
+
+    ``encoded``: the ``(CID, block)`` of each Assert/Retract op's fact, in op order, when
+    the caller already computed them (``encode_facts``): each fact is encoded once.
     """
     # Encoded per op position: Facts are never dict keys here, because Python's ==
     # would merge edge(1), edge(1.0) and edge(true), which are different facts.
     kinds = [type(op) for op in ops]
-    facts = [op.fact for op, k in zip(ops, kinds, strict=True) if k in _FACT_OPS]
-    encoded = iter(encode_facts(facts))
-    blocks = [next(encoded) if k in _FACT_OPS else None for k in kinds]
-    for op, k, got in zip(ops, kinds, blocks, strict=True):
-        if k is Assert and len(got[1]) > MAX_FACT_BYTES:
-            raise TooLarge(
-                f"fact {op.fact.rel}/{len(op.fact.args)} encodes to {len(got[1])} bytes, over"
-                f" the {MAX_FACT_BYTES}-byte limit for one fact (MAX_FACT_BYTES); store large"
-                " values in several facts"
-            )
+    if encoded is None:
+        encoded = encode_facts(
+            [op.fact for op, k in zip(ops, kinds, strict=True) if k in _FACT_OPS]
+        )
+    if len(kinds) == len(encoded):  # fact ops only (the bulk case): aligned already
+        blocks: list[Any] = list(encoded)
+    else:
+        it = iter(encoded)
+        blocks = [next(it) if k in _FACT_OPS else None for k in kinds]
+    if encoded and max(map(len, map(_data_of, encoded))) > MAX_FACT_BYTES:
+        for op, k, got in zip(ops, kinds, blocks, strict=True):
+            if k is Assert and len(got[1]) > MAX_FACT_BYTES:
+                raise TooLarge(
+                    f"fact {op.fact.rel}/{len(op.fact.args)} encodes to {len(got[1])} bytes,"
+                    f" over the {MAX_FACT_BYTES}-byte limit for one fact (MAX_FACT_BYTES);"
+                    " store large values in several facts"
+                )
     state = live([got[0] for got in blocks if got is not None])
     retracted = {got[0] for k, got in zip(kinds, blocks, strict=True) if k is Retract}
     planned: list[PlannedOp] = []
     append = planned.append
+    # Raw CID bytes as set keys: bytes hash in C (cached), a Link's __hash__ is a Python
+    # call, and this loop runs once per fact of a bulk write.
+    seen_raw: set[bytes] = set()
     seen: set[Any] = set()
     for op, k, got in zip(ops, kinds, blocks, strict=True):
         if k is Assert:
             cid = got[0]
-            if cid in seen or (cid in state and cid not in retracted):
+            raw = cid.raw
+            if raw in seen_raw or (state and cid in state and cid not in retracted):
                 continue
-            seen.add(cid)
+            seen_raw.add(raw)
             append(PlannedOp({"op": "assert", "fact": cid}, _ASSERT_OP, (cid, got[1], op.fact)))
         elif k is Retract:
             cid = got[0]

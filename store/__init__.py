@@ -9,6 +9,7 @@ Knows nothing of the engine, replication or the network.
 from .blockstore import BlockStore, MemoryBlockStore, SharedSQLite, verify
 from .codec import (
     Fact,
+    check_facts,
     decode,
     decode_fact,
     encode,
@@ -48,6 +49,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "Value",
+    "check_facts",
     "check_value",
     "decode",
     "decode_fact",

@@ -66,6 +66,12 @@ class BlockStore(ABC):
     def delete_many(self, cids: Iterable[Link]) -> int:
         """Remove blocks (used by pruning); return how many were removed."""
 
+    def put_encoded(self, blocks: list[tuple[Link, bytes]]) -> int:
+        """``put_many`` for blocks whose CIDs this process has just computed from these
+        very bytes (``encode_facts``, a delta it built): the bulk write path of local
+        writes. Stores may skip re-hashing them; reads verify every block anyway."""
+        return self.put_many(blocks)
+
     def put(self, cid: Link, data: bytes) -> bool:
         """Store one block; True if it was new."""
         return self.put_many([(cid, data)]) == 1

@@ -15,13 +15,16 @@ import gc
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain
+from math import isfinite as _isfinite
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import libipld
 
 from .errors import InvalidBlock, InvalidValue
 from .link import Link
-from .values import Value, check_args, check_relation
+from .values import INT64_MAX, INT64_MIN, Value, check_args, check_relation, format_value
 
 
 class Fact(NamedTuple):
@@ -31,14 +34,57 @@ class Fact(NamedTuple):
     args: tuple[Value, ...]
 
     def __str__(self) -> str:
-        from .values import format_value
-
-        return f"{self.rel}({', '.join(format_value(v) for v in self.args)})"
+        return f"{self.rel}({', '.join(map(format_value, self.args))})"
 
 
 def make_fact(rel: str, args: Sequence[Any]) -> Fact:
     """Validate and build a Fact (raises InvalidValue on any bad part)."""
     return Fact(check_relation(rel), check_args(args, f"{rel}(…)"))
+
+
+_rel_of = itemgetter(0)
+_args_of = itemgetter(1)
+_chain = chain.from_iterable
+#: Relation names already found valid (bounded: names come from user input).
+_GOOD_RELS: set[str] = set()
+_PLAIN_TYPES = frozenset((int, str, bool, bytes, Link))
+
+
+def check_facts(facts: Sequence[Any]) -> list[Fact]:
+    """``[make_fact(f.rel, f.args) for f in facts]`` for many ``Fact``-shaped items, in
+    bulk: types, int64 range, finite floats and ASCII strings are checked column-wise
+    with C-level passes (``map``, ``min``/``max``) instead of one call chain per value.
+    Anything those passes cannot clear (a non-ASCII string, a float 0.0 that may be
+    -0.0, a list of args, an unknown type, …) takes ``make_fact`` per fact, so the
+    result and every error are exactly ``make_fact``'s."""
+    facts = facts if isinstance(facts, list) else list(facts)
+    if not facts:
+        return []
+    if set(map(type, facts)) != {Fact} or set(map(type, map(_args_of, facts))) != {tuple}:
+        return [make_fact(rel, args) for rel, args in facts]
+    try:
+        rels = set(map(_rel_of, facts))
+    except TypeError:  # an unhashable relation: make_fact names it
+        return [make_fact(rel, args) for rel, args in facts]
+    if not rels <= _GOOD_RELS:
+        for rel in rels - _GOOD_RELS:
+            check_relation(rel)  # raises InvalidValue naming the bad name
+        if len(_GOOD_RELS) < 100_000:
+            _GOOD_RELS.update(rels)
+    values = list(_chain(map(_args_of, facts)))
+    kinds = set(map(type, values))
+    slow = not kinds <= _PLAIN_TYPES | {float}
+    if not slow and int in kinds:
+        ints = [v for v in values if type(v) is int]
+        slow = min(ints) < INT64_MIN or max(ints) > INT64_MAX
+    if not slow and str in kinds:
+        slow = not all(map(str.isascii, [v for v in values if type(v) is str]))
+    if not slow and float in kinds:
+        floats = [v for v in values if type(v) is float]
+        slow = not all(map(_isfinite, floats)) or 0.0 in floats
+    if slow:
+        return [make_fact(rel, args) for rel, args in facts]
+    return facts
 
 
 # ---------------------------------------------------------------- generic IPLD

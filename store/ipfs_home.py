@@ -105,6 +105,15 @@ class IPFSHomeStore(SQLiteBlockStore):
             self._outgoing.update(checked)
             return super().put_many(checked)
 
+    def put_encoded(self, blocks: list[tuple[Link, bytes]]) -> int:
+        """Trusted local blocks (see :meth:`BlockStore.put_encoded`): cached and queued
+        for the daemon like ``put_many``'s, without the re-hash."""
+        if not blocks:
+            return 0
+        with self.transaction():
+            self._outgoing.update(blocks)
+            return super().put_encoded(blocks)
+
     def put_facts(self, facts: Iterable[Fact]) -> list[Link]:
         facts = facts if isinstance(facts, list | tuple) else list(facts)
         with self.transaction():

@@ -171,6 +171,14 @@ class SQLiteBlockStore(BlockStore):
 
     def put_many(self, blocks: Iterable[tuple[Link, bytes]]) -> int:
         rows = [(cid.raw, verify(cid, bytes(data), "put")) for cid, data in blocks]
+        return self._insert_blocks(rows)
+
+    def put_encoded(self, blocks: list[tuple[Link, bytes]]) -> int:
+        """Blocks whose CIDs were computed from these bytes in this process: stored
+        without the re-hash ``put_many`` does (one bound row per block, CID order)."""
+        return self._insert_blocks([(cid.raw, data) for cid, data in blocks])
+
+    def _insert_blocks(self, rows: list[tuple[bytes, bytes]]) -> int:
         if not rows:
             return 0
         rows.sort(key=_first)

@@ -75,12 +75,19 @@ def check_args(args: object, where: str = "fact") -> tuple[Value, ...]:
 
 def format_value(value: Value) -> str:
     """Render a value in Datalog literal syntax (the inverse of the engine's constant parser)."""
+    kind = type(value)
+    if kind is int:  # the common kinds first, by exact type: ``put`` renders every value
+        return int.__repr__(value)  # type: ignore[arg-type]
+    if kind is str:
+        if '"' in value or "\\" in value or "\n" in value:  # type: ignore[operator]
+            return _quote(value)  # type: ignore[arg-type]
+        return '"' + value + '"'  # type: ignore[operator]
     if value is True:
         return "true"
     if value is False:
         return "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        return _quote(value)
     if isinstance(value, bytes):
         return 'x"' + value.hex() + '"'
     if isinstance(value, Link):
@@ -89,3 +96,7 @@ def format_value(value: Value) -> str:
         text = repr(value)
         return text if ("." in text or "e" in text or "inf" in text) else text + ".0"
     return str(value)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'

@@ -131,3 +131,61 @@ def test_errors_keep_line_and_column(text: str, line: int, col: int) -> None:
         parse_facts(text)
     assert (err.value.line, err.value.col) == (line, col)
     assert outcome(parse_facts, text) == outcome(parse_facts_general, text)
+
+
+_line_literal = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).map(str),
+    st.integers(-(2**70), 2**70).map(str),  # out of int64: the parser's error
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(["0.0", "-0.0", "1.5e3", "-2E-3", "1e999", "7e0", "1.0", "-0", "007"]),
+    st.text(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters='\\"\n\r\f'),
+        max_size=6,
+    ).map(lambda s: f'"{s}"'),
+    st.sampled_from(["true", "false", "NaN", "Infinity", "-Infinity", "null", 'x"00"']),
+    st.sampled_from(["0x1F", "[1]", "{}", '"[", "]"', "1,", ",", "- 5", "X"]),
+)
+
+
+@st.composite
+def fact_lines(draw: st.DrawFn) -> str:
+    """Texts in the one-fact-per-line shape the JSON bulk path reads, and near misses."""
+    lines = []
+    for _ in range(draw(st.integers(0, 6))):
+        rel = draw(st.sampled_from(["edge", "p", "true", "a_B9", "Bad"]))
+        sep = draw(st.sampled_from([", ", ",", " , ", ",\t"]))
+        args = sep.join(draw(st.lists(_line_literal, max_size=4)))
+        end = draw(st.sampled_from([".", ".", " .", ". ", "", ". % c", ".\r", ". p(1)."]))
+        lines.append(f"{draw(_space)}{rel}({args}){end}")
+        lines.extend([""] * draw(st.integers(0, 1)))
+    return "\n".join(lines) + draw(st.sampled_from(["", "\n"]))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fact_lines())
+def test_json_line_path_equals_the_parser(text: str) -> None:
+    """``1``, ``1.0``, ``true`` and ``"1"`` keep their types; anything JSON reads other
+    than the parser (NaN, null, 007, out-of-range numbers) falls back to the parser."""
+    from merklog.engine.factreader import read_fact_lines
+
+    assert outcome(parse_facts, text) == outcome(parse_facts_general, text)
+    bulk = read_fact_lines(text)
+    if bulk is not None:
+        facts, lines = bulk
+        assert ("ok", typed(facts)) == outcome(parse_facts_general, text)
+        assert len(lines) == len(facts)
+        for line, fact in zip(lines, facts, strict=True):  # each line holds its own fact
+            assert typed(parse_facts_general(line)) == typed([fact])
+
+
+def test_json_line_path_keeps_value_types() -> None:
+    from merklog.engine.factreader import read_fact_lines
+
+    text = 'p(1).\np(1.0).\np(true).\np("1").\n\np(-0.0, 9223372036854775807, "a b").\n'
+    bulk = read_fact_lines(text)
+    assert bulk is not None
+    assert typed(bulk[0]) == typed(
+        [("p", (1,)), ("p", (1.0,)), ("p", (True,)), ("p", ("1",)), ("p", (-0.0, 2**63 - 1, "a b"))]
+    )
+    for fallback in ("p(NaN).", "p(null).", "p(007).", "p(1). p(2).", "p(1e999).", "p([1])."):
+        assert read_fact_lines(fallback) is None, fallback

@@ -89,3 +89,11 @@ def test_memory_store_detects_tampering():
     with pytest.raises(CIDMismatch) as err:
         store.get(cid)
     assert err.value.expected == cid
+
+
+def test_put_encoded_stores_like_put_many(any_store):
+    """The trusted bulk path of local writes stores the same blocks, once."""
+    blocks = fresh_blocks(4)
+    assert any_store.put_encoded(blocks) == 4
+    assert any_store.put_encoded(blocks) == 0
+    assert list(any_store.get_many([c for c, _ in blocks])) == blocks

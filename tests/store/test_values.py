@@ -139,3 +139,53 @@ def test_link_text_is_the_multiformats_base32_form(link):
 
     assert str(link) == str(CID.decode(link.raw).encode("base32"))
     assert Link.parse(str(link)) == link
+
+
+any_value = st.one_of(
+    values,
+    st.integers(min_value=-(2**70), max_value=2**70),  # some outside int64
+    st.floats(),  # NaN, infinities and -0.0 too
+    st.text(st.characters(), max_size=4),  # lone surrogates too
+    st.sampled_from([None, [1], 1j, bytearray(b"\x01")]),
+)
+
+
+def _outcome(fn, facts):
+    try:
+        return ("ok", [(f.rel, [(type(v), repr(v)) for v in f.args]) for f in fn(facts)])
+    except InvalidValue as exc:
+        return ("error", str(exc))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["p", "edge", "Bad name", "", "q_1"]),
+            st.lists(any_value, max_size=4),
+            st.booleans(),
+        ),
+        max_size=6,
+    )
+)
+def test_check_facts_is_make_fact_in_bulk(items) -> None:
+    """The bulk check gives exactly make_fact's facts (types kept: 1, 1.0, true differ;
+    -0.0 becomes 0.0) and make_fact's first error."""
+    from merklog.store import Fact, check_facts
+
+    facts = [Fact(rel, tuple(args) if as_tuple else args) for rel, args, as_tuple in items]
+    assert _outcome(check_facts, facts) == _outcome(
+        lambda fs: [make_fact(f.rel, f.args) for f in fs], facts
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(values, max_size=6))
+def test_format_value_round_trips_through_the_parser(args) -> None:
+    """``str(fact)`` (the rendering ``put`` prints) parses back to the same typed fact."""
+    from merklog.engine.parser import parse_facts_general
+
+    fact = make_fact("p", args)
+    (back,) = parse_facts_general(f"{fact}.")
+    again = make_fact(back.rel, back.args)
+    assert [(type(v), repr(v)) for v in again.args] == [(type(v), repr(v)) for v in fact.args]
