@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from merklog.replication.limits import RECEIVE_MAX_BLOCK_REQUEST
+
 _ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
 
 
@@ -278,6 +280,36 @@ def _paths() -> dict[str, Any]:
                 requestBody=_body("SyncBody"),
             )
         },
+        "/v1/datasets/{id}/blocks": {
+            "post": _op(
+                "Peer route: blocks of the dataset by CID (repairs fetch only what they lack)",
+                PEER,
+                {
+                    "200": {
+                        **_raw(
+                            "application/vnd.ipld.car",
+                            "CAR (root: the genesis) of the asked blocks this node holds"
+                            " intact, in the order asked, bounded in size",
+                        ),
+                        "headers": {
+                            "X-Merklog-Processed": {
+                                "description": (
+                                    "How many of the asked CIDs were looked at; ask again"
+                                    " for the rest. One looked at but absent from the CAR"
+                                    " is not served here."
+                                ),
+                                "schema": {"type": "integer", "minimum": 1},
+                            }
+                        },
+                    },
+                    "400": BAD_INPUT,
+                    "404": NOT_FOUND,
+                    "413": _err("More CIDs than one block request may name"),
+                },
+                parameters=[ds],
+                requestBody=_body("BlockRequest"),
+            )
+        },
         "/v1/datasets/{id}/push": {
             "post": _op(
                 "Peer route: push a CAR of deltas the server lacks",
@@ -402,6 +434,17 @@ def _schemas() -> dict[str, Any]:
         "Heads": obj,
         "SyncBody": obj,
         "PushResult": obj,
+        "BlockRequest": {
+            "type": "object",
+            "required": ["cids"],
+            "properties": {
+                "cids": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "maxItems": RECEIVE_MAX_BLOCK_REQUEST,
+                }
+            },
+        },
         "PeerState": {
             "type": "object",
             "properties": {
