@@ -169,6 +169,7 @@ class Node:
 
     async def __aenter__(self) -> Node:
         self.start()
+        await writes.sync_on_open(self)  # a freshly joined home: receive its grant first
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -250,7 +251,12 @@ class Node:
     def write(
         self, asserts: Iterable[FactLike] = (), retracts: Iterable[FactLike] = ()
     ) -> WriteResult:
-        """Assert and retract in one signed delta; durable on return."""
+        """Assert and retract in one signed delta; durable on return. A freshly joined
+        home first syncs once with its origin, as ``put`` does (ADR 0076)."""
+        writes.sync_before_first_write_here(self)
+        return self._write(asserts, retracts)
+
+    def _write(self, asserts: Iterable[FactLike], retracts: Iterable[FactLike]) -> WriteResult:
         try:
             add = self.coerce_facts(asserts)
             rem = self.coerce_facts(retracts)
@@ -308,7 +314,7 @@ class Node:
                 all_add = [f for a, _, _ in batch for f in a]
                 all_rem = [f for _, r, _ in batch for f in r]
                 try:
-                    res = await loop.run_in_executor(None, self.write, all_add, all_rem)
+                    res = await loop.run_in_executor(None, self._write, all_add, all_rem)
                 except Exception as exc:
                     for _, _, fut in batch:
                         if not fut.done():

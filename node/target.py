@@ -61,7 +61,7 @@ class LocalTarget:
         return self.write_facts(add, rem)
 
     def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]:
-        writes.sync_before_first_write(self.node, lambda url: asyncio.run(self.node.sync(url)))
+        # Node.write syncs a freshly joined home with its origin first (ADR 0037, 0076).
         return self.node.write(asserts, retracts).to_json()
 
     def query(self, q: str) -> dict[str, Any]:
