@@ -316,14 +316,29 @@ async def revoke(request: web.Request) -> web.Response:
 
 
 async def import_car(request: web.Request) -> web.Response:
-    from merklog.store.car import CarDecoder
+    """Apply a CAR (all or nothing). The body is streamed to a temporary file first, not
+    read whole into memory, so a backup larger than ``node.max_body`` imports too (the
+    write token is required); the blocks are then verified and applied on a worker
+    thread in one transaction."""
+    import tempfile
+
+    from merklog.store.car import read_car
 
     node = request.app[NODE_KEY]
-    decoder = CarDecoder()
+    spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
     try:
-        blocks = list(decoder.feed(await request.read()))
-        decoder.close()
-        result = node.import_blocks(blocks)
-    except (StoreError, ReplicationError) as exc:
-        raise ApiError(400, "rejected", str(exc)) from None
+        async for chunk in request.content.iter_chunked(1 << 16):
+            spool.write(chunk)
+        spool.seek(0)
+
+        def apply() -> dict[str, int]:
+            _roots, blocks = read_car(spool)
+            return node.import_blocks(blocks)
+
+        try:
+            result = await asyncio.to_thread(apply)
+        except (StoreError, ReplicationError) as exc:
+            raise ApiError(400, "rejected", str(exc)) from None
+    finally:
+        spool.close()
     return web.json_response(result)

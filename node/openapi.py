@@ -204,9 +204,10 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/import": {
             "post": _op(
-                "Verify and apply the deltas of a CAR (all or nothing)",
+                "Verify and apply the deltas of a CAR (all or nothing); the body is streamed"
+                " to a temporary file, so node.max_body does not bound it",
                 WRITE,
-                {"200": _json("ImportResult"), "400": BAD_INPUT, "413": TOO_LARGE},
+                {"200": _json("ImportResult"), "400": BAD_INPUT},
                 requestBody=_body(media="application/vnd.ipld.car"),
             )
         },

@@ -163,12 +163,12 @@ class RemoteTarget:
         return self._do(self.client.revoke, key)
 
     def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
-        return self._do(self.client.export_car, path)
+        return self._do(self.client.export_car, path, progress)
 
     def import_car(
         self, path: Path, progress: Callable[[int], None] | None = None
     ) -> dict[str, Any]:
-        return self._do(self.client.import_car, path)
+        return self._do(self.client.import_car, path, progress)
 
 
 def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
