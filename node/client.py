@@ -37,6 +37,7 @@ class NodeClient:
         raw: Any = None,
         sink: Any = None,
         length: int | None = None,
+        lines: Callable[[str, int, int], None] | None = None,
     ) -> Any:
         """One request; ``raw`` is a CAR body (bytes, or a file-like object sent as a
         stream of ``length`` bytes), ``sink`` receives a streamed answer."""
@@ -47,10 +48,14 @@ class NodeClient:
         )
         if length is not None:
             req.add_header("Content-Length", str(length))
+        if lines is not None:
+            req.add_header("Accept", "application/x-ndjson")
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                if lines is not None and "ndjson" in resp.headers.get("Content-Type", ""):
+                    return _follow_lines(resp, lines)
                 if sink is not None:
                     while chunk := resp.read(1 << 16):
                         sink.write(chunk)
@@ -96,8 +101,14 @@ class NodeClient:
     def load_program(self, text: str, source: str = "") -> dict[str, Any]:
         return self._call("POST", "/v1/program", {"program": text, "source": source})
 
-    def sync(self, url: str) -> dict[str, Any]:
-        return self._call("POST", "/v1/sync", {"url": url})
+    def sync(
+        self, url: str, progress: Callable[[str, int, int], None] | None = None
+    ) -> dict[str, Any]:
+        """Sync the node with the peer ``url``; with ``progress``, the node streams its
+        progress (JSON lines) and ``progress(direction, bytes, deltas)`` follows it."""
+        if progress is None:
+            return self._call("POST", "/v1/sync", {"url": url})
+        return self._call("POST", "/v1/sync", {"url": url}, lines=progress)
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz")
@@ -137,6 +148,22 @@ class NodeClient:
         with open(path, "rb") as src:
             size = os.fstat(src.fileno()).st_size
             return self._call("POST", "/v1/import", raw=counter.reader(src), length=size)
+
+
+def _follow_lines(resp: Any, progress: Callable[[str, int, int], None]) -> Any:
+    """Read a streamed sync (``{"progress": …}`` lines, then ``{"result": …}`` or a last
+    ``{"error", "detail", "status"}``), calling ``progress`` for each progress line."""
+    for raw in resp:
+        event = json.loads(raw)
+        if "progress" in event:
+            p = event["progress"]
+            progress(p["direction"], int(p["bytes"]), int(p["deltas"]))
+        elif "result" in event:
+            return event["result"]
+        elif "error" in event:
+            message = event["error"] + (f": {event['detail']}" if event.get("detail") else "")
+            raise NodeAPIError(int(event.get("status", 502)), message)
+    raise NodeAPIError(502, "the node ended the sync stream without a result")
 
 
 class _BlockCounter:

@@ -221,9 +221,22 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/sync": {
             "post": _op(
-                "Pull from and push to a peer now",
+                "Pull from and push to a peer now (Accept: application/x-ndjson streams"
+                ' {"progress": {direction, bytes, deltas}} lines, then {"result": …})',
                 WRITE,
-                {"200": _json("SyncResult"), "400": BAD_INPUT, "502": PEER_DOWN},
+                {
+                    "200": {
+                        "description": "OK",
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/SyncResult"}
+                            },
+                            "application/x-ndjson": {"schema": {"type": "string"}},
+                        },
+                    },
+                    "400": BAD_INPUT,
+                    "502": PEER_DOWN,
+                },
                 requestBody=_body("SyncRequest"),
             )
         },

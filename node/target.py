@@ -154,7 +154,7 @@ class RemoteTarget:
         return self._do(self.client.load_program, text, source)
 
     def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
-        return self._do(self.client.sync, url)
+        return self._do(self.client.sync, url, progress)
 
     def grant(self, key: str) -> Any:
         return self._do(self.client.grant, key)
