@@ -50,6 +50,15 @@ def require_writer(node: Any) -> None:
     if can_write(node):
         return
     key = node.identity.public_key.hex()
+    from merklog.replication.authstate import last_revoke
+
+    revoked = last_revoke(node.replica, node.identity.public_key)
+    if revoked is not None:
+        raise NotAWriter(
+            f"this node cannot write: the dataset owner revoked its key {key} (delta"
+            f" {revoked}); its earlier writes stay. Ask the owner to grant it again"
+            f" (`merklog writers grant KEY`), then `merklog sync` and write again."
+        )
     origin = origin_url(node.config)
     synced = origin is not None and bool(node.replica.peer_heads(origin.rstrip("/")))
     hint = (
