@@ -42,6 +42,9 @@ Progress = Callable[[str, int, int], None]
 #: ``progress(blocks so far, block bytes so far)`` of a block fetch.
 BlockProgress = Callable[[int, int], None]
 
+#: Body bytes between two progress calls while a sync response arrives.
+PROGRESS_STEP = 1 << 20
+
 INITIAL_WINDOW = 8
 FULL_WINDOW_AFTER = 1 << 16
 
@@ -220,12 +223,16 @@ class SyncClient:
                     raise error
                 spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
                 size = 0
+                shown = 0
                 async for chunk in resp.content.iter_chunked(1 << 16):
                     size += len(chunk)
                     if size > self.max_body:
                         spool.close()
                         raise TooLarge(f"sync response exceeds {self.max_body} bytes")
                     spool.write(chunk)
+                    if self.progress is not None and size - shown >= PROGRESS_STEP:
+                        shown = size  # bytes as they arrive; deltas once applied
+                        self.progress("pull", stats.bytes_received + size, stats.accepted)
             stats.bytes_received += size
             spool.seek(0)
             try:

@@ -20,7 +20,7 @@ def test_sync_through_a_running_node_reports_real_bytes_and_deltas(
     a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
     a("init")
     rows = tmp_path / "rows.dl"
-    rows.write_text("".join(f'r({i}, {i}.0, "{i}", true).\n' for i in range(5000)))
+    rows.write_text("".join(f'r({i}, {i}.0, "{i}", true).\n' for i in range(30000)))
     a("put", "-f", str(rows))
     a("put", 'v(1). v(1.0). v(true). v("1"). v(x"01").')
     na = node_factory(a.home).start()
@@ -34,7 +34,9 @@ def test_sync_through_a_running_node_reports_real_bytes_and_deltas(
     pulls = [e for e in seen if e[0] == "pull"]
     assert pulls, seen
     assert pulls[-1] == ("pull", stats["bytes_received"], stats["accepted"])
-    assert stats["accepted"] == 3 and stats["bytes_received"] > 5000 * 20
+    assert stats["accepted"] > 1 and stats["bytes_received"] > 2 << 20
+    # bytes are reported while the response arrives (every MiB), not only at its end
+    assert len(pulls) >= 3 and [e[1] for e in pulls] == sorted(e[1] for e in pulls)
     assert len(Cli(b.home)("ls", "v").output.splitlines()) == 5  # via the running node
     assert node_b.proc is not None and node_b.proc.poll() is None
 
