@@ -6,6 +6,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from .errors import NodeError
@@ -29,17 +30,32 @@ class NodeClient:
         self.timeout = timeout
 
     def _call(
-        self, method: str, path: str, body: Any = None, raw: bytes | None = None, sink: Any = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        raw: Any = None,
+        sink: Any = None,
+        length: int | None = None,
+        lines: Callable[[str, int, int], None] | None = None,
     ) -> Any:
+        """One request; ``raw`` is a CAR body (bytes, or a file-like object sent as a
+        stream of ``length`` bytes), ``sink`` receives a streamed answer."""
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header(
             "Content-Type", "application/vnd.ipld.car" if raw is not None else "application/json"
         )
+        if length is not None:
+            req.add_header("Content-Length", str(length))
+        if lines is not None:
+            req.add_header("Accept", "application/x-ndjson")
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                if lines is not None and "ndjson" in resp.headers.get("Content-Type", ""):
+                    return _follow_lines(resp, lines)
                 if sink is not None:
                     while chunk := resp.read(1 << 16):
                         sink.write(chunk)
@@ -85,8 +101,14 @@ class NodeClient:
     def load_program(self, text: str, source: str = "") -> dict[str, Any]:
         return self._call("POST", "/v1/program", {"program": text, "source": source})
 
-    def sync(self, url: str) -> dict[str, Any]:
-        return self._call("POST", "/v1/sync", {"url": url})
+    def sync(
+        self, url: str, progress: Callable[[str, int, int], None] | None = None
+    ) -> dict[str, Any]:
+        """Sync the node with the peer ``url``; with ``progress``, the node streams its
+        progress (JSON lines) and ``progress(direction, bytes, deltas)`` follows it."""
+        if progress is None:
+            return self._call("POST", "/v1/sync", {"url": url})
+        return self._call("POST", "/v1/sync", {"url": url}, lines=progress)
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz")
@@ -97,21 +119,95 @@ class NodeClient:
     def revoke(self, key: str) -> dict[str, Any]:
         return self._call("DELETE", "/v1/writers/" + urllib.parse.quote(key))
 
-    def export_car(self, path: Any) -> int:
-        """Stream the node's CAR export into ``path``; returns the block count."""
+    def export_car(self, path: Any, progress: Callable[[int], None] | None = None) -> int:
+        """Stream the node's CAR export into ``path`` (a temporary file renamed into place);
+        returns the block count, counted as the CAR arrives (``progress(blocks)``)."""
         from pathlib import Path
 
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        with open_private(tmp) as out:
-            self._call("GET", "/v1/export", sink=out)
-        tmp.replace(path)
-        with open(path, "rb") as src:
-            from merklog.store.car import read_car
+        counter = _BlockCounter(progress)
+        try:
+            with open_private(tmp) as out:
+                self._call("GET", "/v1/export", sink=counter.tee(out))
+            counter.close()
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return counter.blocks
 
-            _roots, blocks = read_car(src)
-            return sum(1 for _ in blocks)
+    def import_car(
+        self, path: Any, progress: Callable[[int], None] | None = None
+    ) -> dict[str, Any]:
+        """Send the CAR at ``path`` to ``POST /v1/import`` as a stream (not read whole into
+        memory; larger than ``node.max_body`` is fine), ``progress(blocks)`` as it goes."""
+        import os
 
-    def import_car(self, path: Any) -> dict[str, Any]:
+        counter = _BlockCounter(progress)
         with open(path, "rb") as src:
-            return self._call("POST", "/v1/import", raw=src.read())
+            size = os.fstat(src.fileno()).st_size
+            return self._call("POST", "/v1/import", raw=counter.reader(src), length=size)
+
+
+def _follow_lines(resp: Any, progress: Callable[[str, int, int], None]) -> Any:
+    """Read a streamed sync (``{"progress": …}`` lines, then ``{"result": …}`` or a last
+    ``{"error", "detail", "status"}``), calling ``progress`` for each progress line."""
+    for raw in resp:
+        event = json.loads(raw)
+        if "progress" in event:
+            p = event["progress"]
+            progress(p["direction"], int(p["bytes"]), int(p["deltas"]))
+        elif "result" in event:
+            return event["result"]
+        elif "error" in event:
+            message = event["error"] + (f": {event['detail']}" if event.get("detail") else "")
+            raise NodeAPIError(int(event.get("status", 502)), message)
+    raise NodeAPIError(502, "the node ended the sync stream without a result")
+
+
+class _BlockCounter:
+    """Counts the blocks of a CAR stream passing through (CAR framing only: the node
+    verifies the blocks), calling ``progress(blocks)`` as they complete."""
+
+    def __init__(self, progress: Callable[[int], None] | None) -> None:
+        from merklog.store.car import CarDecoder
+
+        self.decoder = CarDecoder(verify_blocks=False)
+        self.progress = progress
+        self.blocks = 0
+
+    def feed(self, chunk: bytes) -> None:
+        n = len(self.decoder.feed(chunk))
+        if n:
+            # the header is not a block; CarDecoder counts sections after it
+            self.blocks += n
+            if self.progress is not None:
+                self.progress(self.blocks)
+
+    def close(self) -> None:
+        self.decoder.close()
+
+    def tee(self, out: Any) -> Any:
+        """A writable that counts what it passes on to ``out``."""
+        counter = self
+
+        class _Tee:
+            def write(self, chunk: bytes) -> int:
+                counter.feed(chunk)
+                return out.write(chunk)
+
+        return _Tee()
+
+    def reader(self, src: Any) -> Any:
+        """A readable (for urllib's streamed body) that counts what is read from ``src``."""
+        counter = self
+
+        class _Reader:
+            def read(self, size: int = -1) -> bytes:
+                chunk = src.read(size if size and size > 0 else 1 << 16)
+                if chunk:
+                    counter.feed(chunk)
+                return chunk
+
+        return _Reader()

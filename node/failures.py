@@ -72,7 +72,9 @@ class NotAWriter(Failure, Unauthorized):
 
 class NotWritableYet(Failure):
     """A freshly joined home must sync once with the peer it joined from before its
-    first write, and that peer cannot be reached now (HTTP: 503, CLI: exit 4)."""
+    first write, and that sync cannot happen now: the peer cannot be reached (HTTP: 503,
+    CLI: exit 4), or a Python API write runs inside an event loop that cannot wait for it
+    (the message says ``await node.sync(origin)``)."""
 
     exit_code = ExitCode.PEER_UNREACHABLE
     http_status = 503

@@ -6,13 +6,16 @@ and the replica tables against each other and the blocks (heads and parents are
 accepted deltas; every delta and asserted fact has its block). With a peer URL,
 corrupted blocks are deleted and every missing block is fetched from the peer's
 copy of the dataset (verified by hash before it is stored), then the checks run
-again. The store is opened directly, without the epoch loop, so a home whose
+again. Only the wanted blocks travel: they are asked for by CID
+(``POST /v1/datasets/{id}/blocks``, ADR 0075), so a repair costs the bytes of the
+blocks it replaces, not the peer's whole log. The store is opened directly, without the epoch loop, so a home whose
 damage keeps the node from starting can still be checked and repaired.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +32,15 @@ class FsckResult:
     blocks: int = 0
     deltas: int = 0
     repaired: int = 0
+    #: Payload bytes of the repaired blocks, and the requests and HTTP body bytes the
+    #: repair cost (what moved over the network).
+    repaired_bytes: int = 0
+    requests: int = 0
+    bytes_received: int = 0
+    #: Blocks wanted that the peer did not serve (absent or corrupted there too).
+    unavailable: int = 0
+    #: The peer predates the blocks route: its whole log was read instead.
+    from_log: bool = False
 
     @property
     def ok(self) -> bool:
@@ -53,8 +65,13 @@ def _replica(store: Any, identity: Any, dataset: Link) -> Any:
     return Replica.open(store.conn, store, identity, dataset)
 
 
-def fsck(cfg: Any, repair_from: str | None = None) -> FsckResult:
-    """Check the home of ``cfg`` (and repair from ``repair_from``); the store is closed after."""
+def fsck(
+    cfg: Any,
+    repair_from: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FsckResult:
+    """Check the home of ``cfg`` (and repair from ``repair_from``; ``progress(blocks,
+    bytes)`` as repaired blocks arrive); the store is closed after."""
     from merklog.replication.client import SyncClient
     from merklog.replication.consistency import check_replica
     from merklog.replication.errors import NotFound
@@ -79,15 +96,25 @@ def fsck(cfg: Any, repair_from: str | None = None) -> FsckResult:
             store.delete_many([dataset])
             store.put(dataset, genesis)
             result.repaired += 1
+            result.repaired_bytes += len(genesis)
+            result.requests += 1
+            result.bytes_received += len(genesis)
             replica = _replica(store, identity, dataset)
         report = check_replica(replica)
         if repair_from is not None and (report.missing or report.corrupted):
             wanted = report.missing | report.corrupted
-            found = asyncio.run(_fetch(SyncClient(identity), repair_from, replica, wanted))
+            fetch = asyncio.run(
+                _fetch(SyncClient(identity), repair_from, replica, wanted, progress)
+            )
             with store.transaction():
                 store.delete_many(report.corrupted)
-                store.put_many(found.items())
-            result.repaired += len(found)
+                store.put_many(fetch.found.items())
+            result.repaired += len(fetch.found)
+            result.repaired_bytes += fetch.block_bytes
+            result.requests += fetch.requests
+            result.bytes_received += fetch.bytes_received
+            result.unavailable = len(wanted) - len(fetch.found)
+            result.from_log = fetch.from_log
             report = check_replica(replica)
         result.problems.extend(report.problems)
         result.blocks, result.deltas = report.blocks, report.deltas
@@ -101,6 +128,12 @@ async def _genesis(client: Any, url: str, dataset: Link) -> bytes:
         return await client.genesis(url, dataset)
 
 
-async def _fetch(client: Any, url: str, replica: Any, wanted: set[Link]) -> dict[Link, bytes]:
+async def _fetch(
+    client: Any,
+    url: str,
+    replica: Any,
+    wanted: set[Link],
+    progress: Callable[[int, int], None] | None,
+) -> Any:
     async with client:
-        return await client.fetch_blocks(url, replica, wanted)
+        return await client.fetch_blocks(url, replica, wanted, progress)

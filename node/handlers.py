@@ -287,10 +287,64 @@ async def sync_now(request: web.Request) -> web.Response:
     url = node.resolve_peer(url.strip())
     if not url.startswith(("http://", "https://")):
         raise NodeInputError(f"{body['url']!r} is neither a peer in [peers] nor an http(s) URL")
+    if NDJSON in request.headers.get("Accept", ""):
+        return await _sync_streamed(request, node, url)
     try:
         return web.json_response(await node.sync(url))
     except ReplicationError as exc:  # unreachable, refused: the peer's problem
         raise ApiError(502, "peer unreachable", str(exc)) from None
+
+
+#: ``POST /v1/sync`` with ``Accept: application/x-ndjson`` streams its progress.
+NDJSON = "application/x-ndjson"
+
+
+async def _sync_streamed(request: web.Request, node: Node, url: str) -> web.StreamResponse:
+    """The sync as JSON lines: ``{"progress": {"direction", "bytes", "deltas"}}`` after
+    each request body, then ``{"result": stats}``, so ``merklog sync`` through a running
+    node shows real bytes and deltas. A failure before the first line is the usual JSON
+    error status (502); after it, a last line ``{"error", "detail", "status"}``."""
+    events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    def progress(direction: str, size: int, deltas: int) -> None:
+        events.put_nowait({"progress": {"direction": direction, "bytes": size, "deltas": deltas}})
+
+    async def run() -> dict[str, Any]:
+        try:
+            return await node.sync(url, progress)
+        finally:
+            events.put_nowait({})  # wakes the writer below: the sync is over
+
+    task = asyncio.create_task(run())
+    resp: web.StreamResponse | None = None
+    try:
+        while not task.done() or not events.empty():
+            event = await events.get()
+            if not event:
+                continue
+            if resp is None:
+                resp = web.StreamResponse(headers={"Content-Type": NDJSON})
+                await resp.prepare(request)
+            await resp.write(json.dumps(event).encode() + b"\n")
+        try:
+            last: dict[str, Any] = {"result": task.result()}
+        except ReplicationError as exc:
+            if resp is None:
+                raise ApiError(502, "peer unreachable", str(exc)) from None
+            last = {"error": "peer unreachable", "detail": str(exc), "status": 502}
+        except Exception as exc:
+            if resp is None:
+                raise  # the error middleware answers with its status
+            last = {"error": "failed", "detail": str(exc), "status": 500}
+    finally:
+        if not task.done():
+            task.cancel()  # the client went away: stop syncing for it
+    if resp is None:
+        resp = web.StreamResponse(headers={"Content-Type": NDJSON})
+        await resp.prepare(request)
+    await resp.write(json.dumps(last).encode() + b"\n")
+    await resp.write_eof()
+    return resp
 
 
 async def grant(request: web.Request) -> web.Response:
@@ -316,14 +370,29 @@ async def revoke(request: web.Request) -> web.Response:
 
 
 async def import_car(request: web.Request) -> web.Response:
-    from merklog.store.car import CarDecoder
+    """Apply a CAR (all or nothing). The body is streamed to a temporary file first, not
+    read whole into memory, so a backup larger than ``node.max_body`` imports too (the
+    write token is required); the blocks are then verified and applied on a worker
+    thread in one transaction."""
+    import tempfile
+
+    from merklog.store.car import read_car
 
     node = request.app[NODE_KEY]
-    decoder = CarDecoder()
+    spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
     try:
-        blocks = list(decoder.feed(await request.read()))
-        decoder.close()
-        result = node.import_blocks(blocks)
-    except (StoreError, ReplicationError) as exc:
-        raise ApiError(400, "rejected", str(exc)) from None
+        async for chunk in request.content.iter_chunked(1 << 16):
+            spool.write(chunk)
+        spool.seek(0)
+
+        def apply() -> dict[str, int]:
+            _roots, blocks = read_car(spool)
+            return node.import_blocks(blocks)
+
+        try:
+            result = await asyncio.to_thread(apply)
+        except (StoreError, ReplicationError) as exc:
+            raise ApiError(400, "rejected", str(exc)) from None
+    finally:
+        spool.close()
     return web.json_response(result)

@@ -170,6 +170,7 @@ class Node:
 
     async def __aenter__(self) -> Node:
         self.start()
+        await writes.sync_on_open(self)  # a freshly joined home: receive its grant first
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -260,7 +261,12 @@ class Node:
     def write(
         self, asserts: Iterable[FactLike] = (), retracts: Iterable[FactLike] = ()
     ) -> WriteResult:
-        """Assert and retract in one signed delta; durable on return."""
+        """Assert and retract in one signed delta; durable on return. A freshly joined
+        home first syncs once with its origin, as ``put`` does (ADR 0076)."""
+        writes.sync_before_first_write_here(self)
+        return self._write(asserts, retracts)
+
+    def _write(self, asserts: Iterable[FactLike], retracts: Iterable[FactLike]) -> WriteResult:
         try:
             add = self.coerce_facts(asserts)
             rem = self.coerce_facts(retracts)
@@ -325,7 +331,7 @@ class Node:
                 all_add = [f for a, _, _ in batch for f in a]
                 all_rem = [f for _, r, _ in batch for f in r]
                 try:
-                    res = await loop.run_in_executor(None, self.write, all_add, all_rem)
+                    res = await loop.run_in_executor(None, self._write, all_add, all_rem)
                 except Exception as exc:
                     for _, _, fut in batch:
                         if not fut.done():
@@ -510,23 +516,31 @@ class Node:
         self, rel: str | None = None, after: Link | None = None, limit: int = 1000
     ) -> tuple[list[tuple[Link, Fact]], Link | None]:
         """One page of visible facts in CID order, starting after CID ``after``; returns
-        (page, cursor for the next page or None when this was the last)."""
+        (page, cursor for the next page or None when this was the last). Reads forward
+        from the cursor in index order (:func:`~merklog.replication.paging.visible_after`)
+        and batched block reads, so a page never sorts the whole visible set."""
+        from merklog.replication.paging import REL_KEY, rel_prefix, visible_after
         from merklog.store import decode_fact
 
-        cids = sorted(self.replica.visible_cids())
-        if after is not None:
-            import bisect
-
-            cids = cids[bisect.bisect_right(cids, after) :]
         page: list[tuple[Link, Fact]] = []
-        for i, cid in enumerate(cids):
-            fact = decode_fact(self.store.get(cid))
-            if rel is not None and fact.rel != rel:
-                continue
-            page.append((cid, fact))
-            if len(page) == limit:
-                return page, (cid if i + 1 < len(cids) else None)
-        return page, None
+        batch = max(limit, 1000)
+        cursor = after
+        want = rel_prefix(rel) if rel is not None else b""
+        while True:
+            cids = visible_after(self.replica, cursor, batch)
+            for i, (cid, data) in enumerate(self.store.get_many(cids)):
+                if want and data.startswith(REL_KEY) and not data.startswith(want):
+                    continue  # another relation, told by the canonical block's first bytes
+                fact = decode_fact(data)
+                if rel is not None and fact.rel != rel:
+                    continue
+                page.append((cid, fact))
+                if len(page) == limit:
+                    more = i + 1 < len(cids) or bool(visible_after(self.replica, cid, 1))
+                    return page, (cid if more else None)
+            if len(cids) < batch:
+                return page, None
+            cursor = cids[-1]
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
         """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from merklog.replication.limits import RECEIVE_MAX_BLOCK_REQUEST
+
 _ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
 
 
@@ -202,9 +204,10 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/import": {
             "post": _op(
-                "Verify and apply the deltas of a CAR (all or nothing)",
+                "Verify and apply the deltas of a CAR (all or nothing); the body is streamed"
+                " to a temporary file, so node.max_body does not bound it",
                 WRITE,
-                {"200": _json("ImportResult"), "400": BAD_INPUT, "413": TOO_LARGE},
+                {"200": _json("ImportResult"), "400": BAD_INPUT},
                 requestBody=_body(media="application/vnd.ipld.car"),
             )
         },
@@ -218,9 +221,22 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/sync": {
             "post": _op(
-                "Pull from and push to a peer now",
+                "Pull from and push to a peer now (Accept: application/x-ndjson streams"
+                ' {"progress": {direction, bytes, deltas}} lines, then {"result": …})',
                 WRITE,
-                {"200": _json("SyncResult"), "400": BAD_INPUT, "502": PEER_DOWN},
+                {
+                    "200": {
+                        "description": "OK",
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/SyncResult"}
+                            },
+                            "application/x-ndjson": {"schema": {"type": "string"}},
+                        },
+                    },
+                    "400": BAD_INPUT,
+                    "502": PEER_DOWN,
+                },
                 requestBody=_body("SyncRequest"),
             )
         },
@@ -276,6 +292,36 @@ def _paths() -> dict[str, Any]:
                 },
                 parameters=[ds],
                 requestBody=_body("SyncBody"),
+            )
+        },
+        "/v1/datasets/{id}/blocks": {
+            "post": _op(
+                "Peer route: blocks of the dataset by CID (repairs fetch only what they lack)",
+                PEER,
+                {
+                    "200": {
+                        **_raw(
+                            "application/vnd.ipld.car",
+                            "CAR (root: the genesis) of the asked blocks this node holds"
+                            " intact, in the order asked, bounded in size",
+                        ),
+                        "headers": {
+                            "X-Merklog-Processed": {
+                                "description": (
+                                    "How many of the asked CIDs were looked at; ask again"
+                                    " for the rest. One looked at but absent from the CAR"
+                                    " is not served here."
+                                ),
+                                "schema": {"type": "integer", "minimum": 1},
+                            }
+                        },
+                    },
+                    "400": BAD_INPUT,
+                    "404": NOT_FOUND,
+                    "413": _err("More CIDs than one block request may name"),
+                },
+                parameters=[ds],
+                requestBody=_body("BlockRequest"),
             )
         },
         "/v1/datasets/{id}/push": {
@@ -402,6 +448,17 @@ def _schemas() -> dict[str, Any]:
         "Heads": obj,
         "SyncBody": obj,
         "PushResult": obj,
+        "BlockRequest": {
+            "type": "object",
+            "required": ["cids"],
+            "properties": {
+                "cids": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "maxItems": RECEIVE_MAX_BLOCK_REQUEST,
+                }
+            },
+        },
         "PeerState": {
             "type": "object",
             "properties": {

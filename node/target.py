@@ -61,7 +61,7 @@ class LocalTarget:
         return self.write_facts(add, rem)
 
     def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]:
-        writes.sync_before_first_write(self.node, lambda url: asyncio.run(self.node.sync(url)))
+        # Node.write syncs a freshly joined home with its origin first (ADR 0037, 0076).
         return self.node.write(asserts, retracts).to_json()
 
     def query(self, q: str) -> dict[str, Any]:
@@ -154,7 +154,7 @@ class RemoteTarget:
         return self._do(self.client.load_program, text, source)
 
     def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
-        return self._do(self.client.sync, url)
+        return self._do(self.client.sync, url, progress)
 
     def grant(self, key: str) -> Any:
         return self._do(self.client.grant, key)
@@ -163,12 +163,12 @@ class RemoteTarget:
         return self._do(self.client.revoke, key)
 
     def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
-        return self._do(self.client.export_car, path)
+        return self._do(self.client.export_car, path, progress)
 
     def import_car(
         self, path: Path, progress: Callable[[int], None] | None = None
     ) -> dict[str, Any]:
-        return self._do(self.client.import_car, path)
+        return self._do(self.client.import_car, path, progress)
 
 
 def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:

@@ -8,11 +8,17 @@
   syncs once with that origin (``[peers] origin``), so a grant the owner already made
   takes effect; if the origin cannot be reached the write fails with
   :class:`NotWritableYet` naming it (HTTP 503, CLI exit 4).
+- The Python API does the same (``Node.write``, ``assert_``, ``retract``): outside an
+  event loop it syncs there and then; ``async with merklog.open(home)`` syncs when it
+  opens (an unreachable origin is logged, the node still opens); a write made inside a
+  running event loop that still needs the sync cannot wait for it and raises
+  :class:`NotWritableYet` saying ``await node.sync(origin)`` (ADR 0076).
 - ``retract`` reports the facts that were not visible (nothing to retract).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +50,15 @@ def require_writer(node: Any) -> None:
     if can_write(node):
         return
     key = node.identity.public_key.hex()
+    from merklog.replication.authstate import last_revoke
+
+    revoked = last_revoke(node.replica, node.identity.public_key)
+    if revoked is not None:
+        raise NotAWriter(
+            f"this node cannot write: the dataset owner revoked its key {key} (delta"
+            f" {revoked}); its earlier writes stay. Ask the owner to grant it again"
+            f" (`merklog writers grant KEY`), then `merklog sync` and write again."
+        )
     origin = origin_url(node.config)
     synced = origin is not None and bool(node.replica.peer_heads(origin.rstrip("/")))
     hint = (
@@ -119,3 +134,38 @@ def not_visible(replica: Any, facts: list[tuple[Link, Fact]]) -> list[tuple[Link
         return []
     visible = replica.visible_among([c for c, _f in facts])
     return [(c, f) for c, f in facts if c not in visible]
+
+
+def sync_before_first_write_here(node: Any) -> None:
+    """The Python API's form (``Node.write``): sync once with the origin before the first
+    write when needed. Outside an event loop the sync runs here (``asyncio.run``); inside
+    one it cannot be waited for without blocking that loop, so the write is refused with
+    :class:`NotWritableYet` naming the origin and the call that makes it possible.
+    A home that joined from nowhere (the owner's) pays one dict lookup, no query."""
+    if origin_url(node.config) is None:
+        return
+    origin = _must_sync_first(node)
+    if origin is None:
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        sync_before_first_write(node, lambda url: asyncio.run(node.sync(url)))
+        return
+    raise NotWritableYet(
+        f"this node cannot write yet: it joined from {origin} and must sync with it once"
+        f" before its first write (to receive its writer grant), and it has not (the origin"
+        f" was unreachable when the node opened, or the node was opened without"
+        f" `async with`). Inside an event loop that sync cannot run here: `await"
+        f" node.sync({origin!r})`, then write again."
+    )
+
+
+async def sync_on_open(node: Any) -> None:
+    """``async with merklog.open(home)``: a freshly joined home syncs once with its origin
+    now, so writes in the block work; an unreachable origin is logged and the node opens
+    anyway (a later write says why it cannot write yet)."""
+    try:
+        await sync_before_first_write_async(node)
+    except NotWritableYet as exc:
+        log.warning("%s", exc)

@@ -14,9 +14,9 @@ import asyncio
 import hashlib
 import json
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,13 +27,23 @@ from merklog.store import BlockStore, Link
 from .auth import EMPTY_DIGEST, sign_headers
 from .errors import PeerError, PeerUnreachable, TooLarge
 from .identity import Identity
-from .limits import RECEIVE_MAX_BODY, RECEIVE_MAX_SECTION, WRITE_MAX_BATCH_BYTES
+from .limits import (
+    RECEIVE_MAX_BODY,
+    RECEIVE_MAX_SECTION,
+    WRITE_MAX_BATCH_BYTES,
+    WRITE_MAX_BLOCK_REQUEST,
+)
 from .metrics import Metrics
 from .replica import ApplyResult, Replica, Summary
 from .wire import SPOOL_MEMORY, CarReader, spool_deltas
 
 #: ``progress("pull" | "push", body bytes so far, deltas so far)``.
 Progress = Callable[[str, int, int], None]
+#: ``progress(blocks so far, block bytes so far)`` of a block fetch.
+BlockProgress = Callable[[int, int], None]
+
+#: Body bytes between two progress calls while a sync response arrives.
+PROGRESS_STEP = 1 << 20
 
 INITIAL_WINDOW = 8
 FULL_WINDOW_AFTER = 1 << 16
@@ -213,12 +223,16 @@ class SyncClient:
                     raise error
                 spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
                 size = 0
+                shown = 0
                 async for chunk in resp.content.iter_chunked(1 << 16):
                     size += len(chunk)
                     if size > self.max_body:
                         spool.close()
                         raise TooLarge(f"sync response exceeds {self.max_body} bytes")
                     spool.write(chunk)
+                    if self.progress is not None and size - shown >= PROGRESS_STEP:
+                        shown = size  # bytes as they arrive; deltas once applied
+                        self.progress("pull", stats.bytes_received + size, stats.accepted)
             stats.bytes_received += size
             spool.seek(0)
             try:
@@ -293,12 +307,88 @@ class SyncClient:
                 self.progress("push", stats.bytes_sent, stats.deltas_pushed)
         return stats
 
+    async def get_blocks(
+        self,
+        url: str,
+        dataset: Link,
+        wanted: Iterable[Link],
+        progress: BlockProgress | None = None,
+    ) -> BlockFetch:
+        """The ``wanted`` blocks of ``dataset`` the peer holds (``POST …/blocks``, at most
+        ``WRITE_MAX_BLOCK_REQUEST`` CIDs a request, each response bounded by the peer):
+        every block re-hashed against its CID on receipt, nothing applied. CIDs the peer
+        does not serve are left out of ``found``. ``progress(blocks, bytes)`` after each
+        response. A peer without the route raises :class:`PeerError` with status 404."""
+        todo = list(dict.fromkeys(wanted))
+        fetch = BlockFetch()
+        path = f"/v1/datasets/{dataset}/blocks"
+        while todo:
+            ask = todo[:WRITE_MAX_BLOCK_REQUEST]
+            body = json.dumps({"cids": [str(c) for c in ask]}, separators=(",", ":")).encode()
+            headers = self._headers("POST", path, _sha256(body))
+            headers["Content-Type"] = "application/json"
+            spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            try:
+                async with self._request(
+                    "POST", url.rstrip("/") + path, data=body, headers=headers
+                ) as resp:
+                    if resp.status != 200:
+                        raise await self._error(resp)
+                    looked = _processed(resp, len(ask))
+                    size = 0
+                    async for chunk in resp.content.iter_chunked(1 << 16):
+                        size += len(chunk)
+                        if size > self.max_body:
+                            raise TooLarge(f"block response exceeds {self.max_body} bytes")
+                        spool.write(chunk)
+                spool.seek(0)
+                reader = CarReader(spool, self.max_block)
+                await asyncio.to_thread(reader.read_header)
+                got = await asyncio.to_thread(list, reader.blocks())  # re-hashed by CarReader
+            finally:
+                spool.close()
+            asked = set(ask[:looked])
+            for cid, data in got:
+                if cid not in asked:
+                    raise PeerError(f"{url} sent block {cid}, which was not asked for")
+                fetch.found[cid] = data
+                fetch.block_bytes += len(data)
+            fetch.requests += 1
+            fetch.bytes_received += size
+            fetch.bytes_sent += len(body)
+            self.metrics["bytes_in"] += size
+            todo = todo[looked:]
+            if progress is not None:
+                progress(len(fetch.found), fetch.block_bytes)
+        return fetch
+
     async def fetch_blocks(
+        self,
+        url: str,
+        replica: Replica,
+        wanted: Iterable[Link],
+        progress: BlockProgress | None = None,
+    ) -> BlockFetch:
+        """The ``wanted`` blocks (verified) from the peer's copy of the dataset, for repairs
+        (:meth:`get_blocks`); a peer older than the blocks route is read the old way
+        (:meth:`fetch_blocks_from_log`, ``from_log`` set). Nothing is applied."""
+        wanted = set(wanted)
+        try:
+            return await self.get_blocks(url, replica.dataset, wanted, progress)
+        except PeerError as exc:
+            if exc.status not in (404, 405) or exc.code == "not_found":
+                raise  # a 404 not_found is the peer's "dataset not served here"
+        found = await self.fetch_blocks_from_log(url, replica, wanted)
+        fetch = BlockFetch(found, block_bytes=sum(len(b) for b in found.values()), from_log=True)
+        if progress is not None:
+            progress(len(found), fetch.block_bytes)
+        return fetch
+
+    async def fetch_blocks_from_log(
         self, url: str, replica: Replica, wanted: set[Link]
     ) -> dict[Link, bytes]:
-        """The ``wanted`` blocks (verified) from the peer's copy of the dataset, for repairs:
-        asks for its whole log in bounded responses and keeps only those blocks. Nothing is
-        applied; the caller puts them back into its store."""
+        """Repairs from a peer without ``POST …/blocks``: asks for its whole log in
+        bounded sync responses and keeps only the ``wanted`` blocks (verified)."""
         found: dict[Link, bytes] = {}
         if replica.dataset in wanted:
             found[replica.dataset] = await self.genesis(url, replica.dataset)
@@ -339,6 +429,32 @@ class SyncClient:
         if set(their_heads) != set(await asyncio.to_thread(replica.heads)):
             stats += await self.push(url, replica, their_heads)
         return stats
+
+
+@dataclass
+class BlockFetch:
+    """What :meth:`SyncClient.get_blocks` got: the blocks (verified) and what it cost."""
+
+    found: dict[Link, bytes] = field(default_factory=dict)
+    requests: int = 0
+    bytes_sent: int = 0
+    #: HTTP body bytes received (CAR framing included).
+    bytes_received: int = 0
+    #: Payload bytes of the blocks received.
+    block_bytes: int = 0
+    #: The peer had no blocks route: its whole log was read (costs not counted here).
+    from_log: bool = False
+
+
+def _processed(resp: aiohttp.ClientResponse, asked: int) -> int:
+    """How many of the ``asked`` CIDs the peer looked at (``X-Merklog-Processed``)."""
+    try:
+        looked = int(resp.headers.get("X-Merklog-Processed", ""))
+    except ValueError:
+        raise PeerError(f"{resp.url}: block response without X-Merklog-Processed") from None
+    if not 1 <= looked <= asked:
+        raise PeerError(f"{resp.url}: X-Merklog-Processed {looked} outside 1..{asked}")
+    return looked
 
 
 class _Counting:

@@ -19,6 +19,7 @@ fact bytes per delta        ``WRITE_MAX_DELTA_FACT_      ``RECEIVE_MAX_PENDING_B
 fact blocks per delta       ``MAX_OPS``                  ``RECEIVE_MAX_PENDING_BLOCKS``
 CAR body (push / response)  ``WRITE_MAX_BATCH_BYTES``    ``RECEIVE_MAX_BODY``
                             (split into several)         (one delta always fits)
+CIDs per block request      ``WRITE_MAX_BLOCK_REQUEST``  ``RECEIVE_MAX_BLOCK_REQUEST``
 ==========================  ==========================  ==============================
 
 Receiver limits are deliberately larger than writer limits: older writers (before
@@ -73,6 +74,13 @@ RECEIVE_MAX_SUMMARY = 1_000_000
 #: (a CID in JSON is ~62 bytes).
 RECEIVE_MAX_SYNC_REQUEST = 80 << 20
 
+#: CIDs one block request (``POST /v1/datasets/{id}/blocks``, used by ``fsck`` repairs)
+#: names when written here; the caller asks again for the rest.
+WRITE_MAX_BLOCK_REQUEST = 1024
+#: CIDs in one block request a receiver accepts, and the bytes of that JSON request.
+RECEIVE_MAX_BLOCK_REQUEST = 4096
+RECEIVE_MAX_BLOCK_REQUEST_BYTES = 1 << 20
+
 #: An ``@async`` message block (writer and receiver); a larger one is never queued.
 MAX_MESSAGE_BYTES = 64 << 10
 #: Message bytes a writer puts in one ``POST /v1/inbox`` (then it starts another).
@@ -93,6 +101,11 @@ PAIRS: dict[str, tuple[int, int]] = {
         WRITE_MAX_INBOX_BATCH_BYTES + MAX_MESSAGE_BYTES + 256 * 64,
         RECEIVE_MAX_INBOX_BODY,
     ),
+    "block request cids": (WRITE_MAX_BLOCK_REQUEST, RECEIVE_MAX_BLOCK_REQUEST),
+    # a CID in JSON is ~62 bytes; a response is WRITE_MAX_BATCH_BYTES plus at most one
+    # block past that budget (the server always sends at least one).
+    "block request bytes": (WRITE_MAX_BLOCK_REQUEST * 64 + 4096, RECEIVE_MAX_BLOCK_REQUEST_BYTES),
+    "block response": (WRITE_MAX_BATCH_BYTES + RECEIVE_MAX_SECTION, RECEIVE_MAX_BODY),
     "batch bytes": (
         WRITE_MAX_BATCH_BYTES + MAX_DELTA_BYTES + WRITE_MAX_DELTA_FACT_BYTES + 2 * MAX_OPS * 64,
         RECEIVE_MAX_BODY,

@@ -7,6 +7,10 @@ Endpoints (all requests signed, see :mod:`.auth`; errors are 4xx JSON
 - ``GET  /v1/datasets/{id}/genesis``  → the genesis block (dag-cbor bytes)
 - ``POST /v1/datasets/{id}/sync``     JSON ``{"heads": [cid…], "summary": {…}|null}``
   → streamed CAR (roots = our heads) of every block the caller lacks, or 409 ``need_summary``
+- ``POST /v1/datasets/{id}/blocks``   JSON ``{"cids": [cid…]}`` (repairs: the blocks by CID)
+  → CAR (root = the genesis) of the named blocks this replica holds intact, in the
+  order asked, at most ~``max_response`` bytes; header ``X-Merklog-Processed`` = how
+  many of the CIDs were looked at (the caller asks again for the rest)
 - ``POST /v1/datasets/{id}/push``     CAR → ``{"accepted", "duplicates", "facts", "heads"}``
 - ``POST /v1/inbox``                  CAR of ``@async`` message blocks → ``{"accepted", "duplicates"}``
 """
@@ -28,8 +32,11 @@ from merklog.store import Link
 from merklog.store.car import car_header, car_section
 
 from .auth import AllowList, ReplayGuard, SignedRequest, check_digest, verify_request
+from .blockserve import read_blocks
 from .errors import MalformedBlock, NotFound, ReplicationError, RequestTimeout, TooLarge
 from .limits import (
+    RECEIVE_MAX_BLOCK_REQUEST,
+    RECEIVE_MAX_BLOCK_REQUEST_BYTES,
     RECEIVE_MAX_BODY,
     RECEIVE_MAX_INBOX_BODY,
     RECEIVE_MAX_SECTION,
@@ -64,6 +71,9 @@ class Limits:
     #: Deflate sync responses when the caller accepts it: the CIDs in a CAR are
     #: incompressible but fact and delta structure is not.
     compress: bool = True
+    #: CIDs in one block request, and its JSON body in bytes.
+    max_block_request: int = RECEIVE_MAX_BLOCK_REQUEST
+    max_block_request_bytes: int = RECEIVE_MAX_BLOCK_REQUEST_BYTES
 
 
 ReplicaLookup = Mapping[Link, Replica] | Callable[[Link], Replica | None]
@@ -242,6 +252,36 @@ class SyncService:
         self.metrics["sync_requests"] += 1
         return resp
 
+    async def blocks(self, request: web.Request) -> web.StreamResponse:
+        """Blocks by CID (see :mod:`.blockserve`): what a repair lacks, not the whole log."""
+        replica = self.replica(request.match_info["id"])
+        signed = self._authenticate(request, replica.dataset)
+        raw = await self._read_small(request, self.limits.max_block_request_bytes, signed)
+        try:
+            obj = json.loads(raw)
+            if not isinstance(obj["cids"], list):
+                raise TypeError("cids is not a list")
+            cids = [Link.parse(c) for c in obj["cids"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MalformedBlock(f"block request must be JSON {{cids: [cid…]}}: {exc}") from exc
+        if len(cids) > self.limits.max_block_request:
+            raise TooLarge(
+                f"{len(cids)} CIDs in one block request; at most {self.limits.max_block_request}"
+            )
+        looked, found = await asyncio.to_thread(
+            read_blocks, replica, cids, self.limits.max_response
+        )
+        parts = [car_header([replica.dataset])]
+        parts.extend(car_section(c, b) for c, b in found)
+        body = b"".join(parts)
+        self.metrics["bytes_out"] += len(body)
+        self.metrics["blocks_out"] += len(found)
+        self.metrics["block_requests"] += 1
+        return web.Response(
+            body=body,
+            headers={"Content-Type": CAR_TYPE, "X-Merklog-Processed": str(looked)},
+        )
+
     async def push(self, request: web.Request) -> web.StreamResponse:
         replica = self.replica(request.match_info["id"])
         signed = self._authenticate(request, replica.dataset)
@@ -289,6 +329,7 @@ class SyncService:
             web.get("/v1/datasets/{id}/heads", w(self.heads)),
             web.get("/v1/datasets/{id}/genesis", w(self.genesis)),
             web.post("/v1/datasets/{id}/sync", w(self.sync)),
+            web.post("/v1/datasets/{id}/blocks", w(self.blocks)),
             web.post("/v1/datasets/{id}/push", w(self.push)),
             web.post("/v1/inbox", w(self.inbox_post)),
         ]

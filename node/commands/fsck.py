@@ -1,10 +1,34 @@
-"""``merklog fsck [--repair-from URL|PEER]``: check a stopped home; repair blocks from a peer."""
+"""``merklog fsck [--repair-from URL|PEER] [--json]``: check a stopped home; repair the
+missing or corrupted blocks (only those) from a peer, with a progress bar in blocks and
+bytes."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import click
 
 from merklog.node.cli import State, pass_state
+
+
+@contextmanager
+def _repair_bar() -> Iterator[Callable[[int, int], None]]:
+    """``progress(blocks, bytes)`` of the repaired blocks, shown on a terminal (stderr)."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    console = Console(stderr=True)
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("repair: {task.completed} blocks, {task.fields[size]} bytes"),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task("repair", total=None, size=0)
+        yield lambda blocks, size: bar.update(task, completed=blocks, size=size)
 
 
 def register(cli: click.Group) -> None:
@@ -15,12 +39,15 @@ def register(cli: click.Group) -> None:
         default=None,
         help="Fetch missing or corrupted blocks from this peer (a URL or a name in [peers]).",
     )
+    @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
     @pass_state
-    def fsck_cmd(state: State, repair_from: str | None) -> None:
+    def fsck_cmd(state: State, repair_from: str | None, as_json: bool) -> None:
         """Check the store (SQLite integrity, every block re-hashed, replica tables).
 
-        Exit status 0 if the home is whole (after repairs), 5 if problems remain.
-        The node must be stopped.
+        With --repair-from, only the blocks found missing or corrupted are fetched
+        from the peer (by CID, each verified), then the checks run again. Exit status
+        0 if the home is whole (after repairs), 5 if problems remain. The node must be
+        stopped.
         """
         from merklog.node.failures import StoreDamaged
         from merklog.node.fsck import fsck
@@ -40,17 +67,44 @@ def register(cli: click.Group) -> None:
         except HomeBusy as exc:
             raise HomeBusy(f"{exc}: stop it before `merklog fsck`") from None
         try:
-            result = fsck(cfg, repair_from)
+            with _repair_bar() as progress:
+                result = fsck(cfg, repair_from, progress)
         finally:
             lock.release()
-        for problem in result.problems[:20]:
-            click.echo(f"problem: {problem}")
-        if len(result.problems) > 20:
-            click.echo(f"… and {len(result.problems) - 20} more")
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "ok": result.ok,
+                        "problems": result.problems,
+                        "blocks": result.blocks,
+                        "deltas": result.deltas,
+                        "repaired_from": repair_from,
+                        "repaired": result.repaired,
+                        "repaired_bytes": result.repaired_bytes,
+                        "requests": result.requests,
+                        "bytes_received": result.bytes_received,
+                        "unavailable": result.unavailable,
+                        "from_log": result.from_log,
+                    }
+                )
+            )
+        else:
+            for problem in result.problems[:20]:
+                click.echo(f"problem: {problem}")
+            if len(result.problems) > 20:
+                click.echo(f"… and {len(result.problems) - 20} more")
         repaired = (
-            f", {result.repaired} blocks repaired from {repair_from}" if result.repaired else ""
+            f", {result.repaired} blocks repaired from {repair_from}"
+            f" ({result.repaired_bytes} bytes in {result.requests}"
+            f" request{'' if result.requests == 1 else 's'})"
+            if result.repaired
+            else ""
         )
+        if result.unavailable:
+            repaired += f", {result.unavailable} blocks not served by {repair_from}"
         if not result.ok:
             hint = "" if repair_from else "; run `merklog fsck --repair-from URL` with a peer"
             raise StoreDamaged(f"{len(result.problems)} problems remain{repaired}{hint}")
-        click.echo(f"ok: {result.blocks} blocks, {result.deltas} deltas checked{repaired}")
+        if not as_json:
+            click.echo(f"ok: {result.blocks} blocks, {result.deltas} deltas checked{repaired}")

@@ -99,4 +99,9 @@ def register(cli: click.Group) -> None:
             raise click.ClickException(f"cannot serve: {exc}") from None
         finally:
             node.close()
+            # Everything is committed and closed: keep the interpreter's last collection
+            # from walking the whole (possibly huge) heap on the way out (ADR 0078).
+            import gc
+
+            gc.freeze()
         say("stopped", state.log_format)

@@ -168,3 +168,74 @@ def test_the_documented_app_runs_and_prints_what_the_doc_says(tmp_path: Path) ->
     assert out.returncode == 0, out.stderr
     assert out.stdout == expected.group(1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]  # a memory node
+
+
+def _joined(tmp_path: Path, name: str, origin, grant: bool = True) -> Path:
+    """A home made by ``init --join`` (never synced since); the origin grants its key."""
+    import json
+
+    cli = Cli(tmp_path / name)
+    cli("init", "--join", origin.url, "--token", origin.read_token)
+    key = json.loads(cli("status", "--json").output)["key"]
+    if grant:
+        Cli(origin.home)("peers", "add", name, "http://127.0.0.1:9", "--writer", "--key", key)
+    return cli.home
+
+
+def test_python_api_on_a_joined_home_syncs_with_its_origin_before_the_first_write(
+    tmp_path: Path, node_factory
+) -> None:
+    """``merklog.open(home)`` on a freshly joined home writes at once, like ``put`` and
+    ``POST /v1/facts`` (ADR 0037, 0076): plain ``with`` syncs before the first write,
+    ``async with`` when it opens. With the origin down the write raises merklog.Error
+    naming the origin and nothing is written."""
+    import asyncio
+
+    from merklog.node.failures import NotWritableYet
+
+    a = Cli(tmp_path / "a")
+    a("init")
+    origin = node_factory(a.home).start()
+    b_home = _joined(tmp_path, "b", origin)
+    c_home = _joined(tmp_path, "c", origin)
+    with merklog.open(b_home) as node:
+        results = [node.assert_("v", value) for value in MIXED]
+        assert len({r.asserted[0][0] for r in results}) == 5
+        rows = node.query("v(X)").rows
+        assert sorted((type(x).__name__, repr(x)) for (x,) in rows) == sorted(
+            (type(x).__name__, repr(x)) for x in MIXED
+        )
+        asyncio.run(node.sync(origin.url))  # the writes reach the origin: they were valid
+    assert len([line for line in a("ls", "v").output.splitlines() if line]) == 5
+
+    async def in_a_loop() -> list:
+        async with merklog.open(c_home) as node:
+            node.assert_("edge", 1, 2.0)
+            await node.settled()
+            return node.query("edge(X, Y)").rows
+
+    assert asyncio.run(in_a_loop()) == [(1, 2.0)]
+
+    d_home, e_home = _joined(tmp_path, "d", origin), _joined(tmp_path, "e", origin)
+    url = origin.url
+    origin.stop()
+    with merklog.open(d_home) as node, pytest.raises(merklog.Error) as refused:
+        node.assert_("edge", 3, 4)
+    assert isinstance(refused.value, NotWritableYet)
+    assert url in str(refused.value) and "cannot be reached" in str(refused.value)
+
+    async def origin_down() -> str:
+        async with merklog.open(e_home) as node:  # opens although the origin is down
+            try:
+                node.assert_("edge", 5, 6)
+            except merklog.Error as exc:
+                assert isinstance(exc, NotWritableYet)
+                return str(exc)
+            finally:
+                assert node.list_facts() == []
+        raise AssertionError("the write should have been refused")
+
+    message = asyncio.run(origin_down())
+    assert url in message and f"await node.sync({url!r})" in message
+    with merklog.open(d_home) as node:
+        assert node.list_facts() == []

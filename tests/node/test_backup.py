@@ -48,3 +48,47 @@ def test_export_then_restore_into_a_fresh_home(tmp_path: Path, node_factory) -> 
     failed = d("restore", str(broken), ok=False)
     assert failed.exit_code != 0 and "Traceback" not in failed.output
     assert not (tmp_path / "d").exists()
+
+
+def test_export_and_import_through_a_running_node_count_blocks_and_pass_max_body(
+    tmp_path: Path, node_factory
+) -> None:
+    """Through a running node, ``export`` and ``import`` report real progress (blocks, as
+    the CAR streams) and a CAR larger than ``node.max_body`` imports: the body is streamed,
+    not one request body read into memory. A damaged CAR changes nothing."""
+    from merklog.node.target import open_target
+
+    a = Cli(tmp_path / "a")
+    a("--set", "node.max_body=65536", "init")  # a small body limit, kept in config.toml
+    rows = "".join(f'row({i}, {i}.0, "{i}", true, x"{i % 256:02x}").\n' for i in range(3000))
+    (tmp_path / "rows.dl").write_text(rows)
+    a("put", "-f", str(tmp_path / "rows.dl"))
+    backup = tmp_path / "backup.car"
+    a("export", str(backup))
+    assert backup.stat().st_size > 2 * 65536
+    b = Cli(tmp_path / "b")
+    b("--set", "node.max_body=65536", "restore", str(backup))  # same dataset, fewer deltas
+    a("put", 'v(1). v(1.0). v(true). v("1"). v(x"01").')
+    node_a = node_factory(a.home).start()
+    seen: list[int] = []
+    with open_target(a.home) as target:
+        exported = target.export_car(tmp_path / "later.car", seen.append)
+    assert exported == 3000 + 5 + 3  # facts, genesis and the two deltas
+    assert seen and seen[-1] == exported and seen == sorted(seen)
+    node_a.stop()
+
+    assert "max_body = 65536" in (b.home / "config.toml").read_text()
+    node_b = node_factory(b.home).start()
+    damaged = tmp_path / "damaged.car"
+    raw = (tmp_path / "later.car").read_bytes()
+    damaged.write_bytes(raw[:-40] + bytes(40))
+    refused = b("import", str(damaged), ok=False)
+    assert refused.exit_code != 0 and "Traceback" not in refused.output
+    assert len(_facts(b)) == 3000
+    sent: list[int] = []
+    with open_target(b.home) as target:
+        result = target.import_car(tmp_path / "later.car", sent.append)
+    assert result["accepted"] == 1 and result["facts"] == 5
+    assert sent[-1] == exported
+    assert _facts(b) == _facts(a)
+    node_b.stop()

@@ -43,3 +43,66 @@ def test_fsck_finds_and_repairs_blocks_from_a_peer(tmp_path: Path, node_factory)
         'name("n", 1.5, true)',
     ]
     assert "ok:" in b("fsck").output
+
+
+def _requests(node, route: str) -> int:
+    """POSTs the node answered 200 on ``route`` (its request metrics)."""
+    _status, text = node.request("GET", "/metrics")
+    total = 0
+    for line in text.decode().splitlines():
+        if line.startswith("merklog_http_requests_total{") and f'route="{route}"' in line:
+            if 'method="POST"' in line and 'status="200"' in line:
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_repair_fetches_only_the_damaged_blocks(tmp_path: Path, node_factory) -> None:
+    """A repair asks the peer for the damaged blocks by CID: the report and the peer's
+    request metrics show those blocks moved, not the peer's whole log."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    source = tmp_path / "facts.dl"
+    source.write_text(
+        "".join(f'n({i}, {i}.0, "{i}", true, x"{i % 256:02x}").\n' for i in range(3000))
+    )
+    a("put", "-f", str(source))
+    a("put", 'v(1). v(1.0). v(true). v("1"). v(x"01").')  # the last delta: a small one
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    b_key = json.loads(b("status", "--json").output)["key"]
+    a("peers", "add", "b", "http://127.0.0.1:9", "--key", b_key)  # lets b read from a
+    b("sync", na.url)
+    lines = [line.split("\t") for line in b("ls").output.splitlines()]
+    cids = {fact: Link.parse(cid).raw for cid, fact in lines}
+    damaged = [cids["v(1)"], cids["v(1.0)"], cids["v(true)"], cids['n(7, 7.0, "7", true, x"07")']]
+    with sqlite3.connect(b.home / "store.sqlite") as db:
+        sizes = {
+            cid: len(db.execute("SELECT data FROM blocks WHERE cid = ?", (cid,)).fetchone()[0])
+            for cid in damaged
+        }
+        (log_bytes,) = db.execute("SELECT sum(length(data)) FROM blocks").fetchone()
+        (delta,) = db.execute("SELECT cid FROM repl_delta ORDER BY clock DESC LIMIT 1").fetchone()
+        sizes[bytes(delta)] = len(
+            db.execute("SELECT data FROM blocks WHERE cid = ?", (delta,)).fetchone()[0]
+        )
+        (data,) = db.execute("SELECT data FROM blocks WHERE cid = ?", (damaged[0],)).fetchone()
+        db.execute("UPDATE blocks SET data = ? WHERE cid = ?", (b"\x00" + data, damaged[0]))
+        db.execute("UPDATE blocks SET data = ? WHERE cid = ?", (b"\xa0", damaged[1]))
+        db.executemany("DELETE FROM blocks WHERE cid = ?", [(damaged[2],), (damaged[3],)])
+        db.execute("DELETE FROM blocks WHERE cid = ?", (delta,))
+    found = json.loads(b("fsck", "--json", ok=False).output.splitlines()[0])
+    assert not found["ok"] and found["repaired"] == 0
+    syncs_before = _requests(na, "/v1/datasets/{id}/sync")
+    repaired = b("fsck", "--repair-from", na.url, "--json")
+    report = json.loads(repaired.output.splitlines()[0])
+    assert report["ok"] and report["repaired"] == 5 and report["unavailable"] == 0
+    assert report["repaired_bytes"] == sum(sizes.values())
+    assert report["requests"] == 1 and not report["from_log"]
+    # The HTTP body is the five blocks plus CAR framing: far below the log's size.
+    assert report["bytes_received"] < report["repaired_bytes"] + 5 * 64 + 128 < log_bytes // 20
+    assert _requests(na, "/v1/datasets/{id}/blocks") == 1
+    assert _requests(na, "/v1/datasets/{id}/sync") == syncs_before
+    assert "ok:" in b("fsck").output
+    assert b("ls").output == a("ls").output
+    text = b("fsck", "--repair-from", na.url)  # nothing to repair: nothing asked
+    assert "repaired" not in text.output and _requests(na, "/v1/datasets/{id}/blocks") == 1

@@ -1,0 +1,42 @@
+"""Writer revocation from the CLI and over HTTP, with two real nodes on 127.0.0.1: a
+revoked key's earlier writes stay, its later writes are refused saying it was revoked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .conftest import Cli
+
+
+def test_a_revoked_writer_is_told_it_was_revoked(tmp_path: Path, node_factory) -> None:
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    key = json.loads(b("status", "--json").output)["key"]
+    a("peers", "add", "b", "http://127.0.0.1:9", "--writer", "--key", key)
+    b("put", "x(1).", "x(1.0).", 'x("1").')  # syncs with the origin first: granted
+    b("sync", "origin")
+    status, body = na.request("DELETE", f"/v1/writers/{key}")  # revoke over HTTP
+    assert status == 200 and body["delta"]
+    b("sync", "origin")
+    refused = b("put", "x(true).", ok=False)
+    assert refused.exit_code == 7 and "Traceback" not in refused.output
+    assert "revoked" in refused.output and body["delta"] in refused.output
+    assert "has not been made" not in refused.output
+    assert sorted(line.split("\t")[1] for line in a("ls").output.splitlines()) == [
+        'x("1")',
+        "x(1)",
+        "x(1.0)",
+    ]
+    # Granted again from the CLI: the key writes again after a sync.
+    a("writers", "grant", "b")
+    b("sync", "origin")
+    b("put", "x(true).")
+
+    # A key never granted keeps the old answer (ask for a grant), not "revoked".
+    c = Cli(tmp_path / "c")
+    c("init", "--join", na.url, "--token", na.read_token)
+    never = c("put", "x(2).", ok=False)
+    assert never.exit_code == 7 and "revoked" not in never.output
