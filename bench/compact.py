@@ -15,8 +15,11 @@ of them, 20 % re-asserts, so supports and removals are both exercised), then tim
 - the Python floor: pyarrow alone (hash group-by and anti-join in Arrow), in process.
 
 It checks that every engine finds the same number of visible facts, then prints
-the times and the Spark/DuckDB ratios, with the machine load (``uptime``)
-beside them: on a shared machine, compare ratios from the same run only.
+the wall times, the CPU times (a command's CPU is its whole process tree, JVM
+included, as reaped; the in-session job's is the JVM's own; DuckDB's and
+pyarrow's are this process's, all threads) and the Spark/DuckDB ratios, with the
+machine load (``uptime``) beside them: on a shared machine, compare ratios from
+the same run only.
 
     .venv/bin/python bench/compact.py                 # 1M and 5M ops
     .venv/bin/python bench/compact.py --ops 200000    # a quick run
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -73,13 +77,60 @@ def build_home(home: Path, n_ops: int) -> None:
         node.close()
 
 
-def timed(cmd: list[str]) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _child_cpu(parent: int) -> dict[int, float]:
+    """``pid -> CPU seconds`` (its own plus its reaped children's) of every child of
+    ``parent`` (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent:
+                out[int(entry.name)] = sum(int(x) for x in fields[11:15]) / tick
+    return out
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """``(wall, CPU)`` seconds of a whole command. CPU: the command and the children it
+    waited for (rusage), plus the last figure polled (every 0.1 s) of its children it
+    does not wait for - pyspark's JVM, which exits after the Python process."""
+    cpu = _children_cpu()
     t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    seen: dict[int, float] = {}
+    while proc.poll() is None:
+        seen.update(_child_cpu(proc.pid))
+        time.sleep(0.1)
+    _out, err = proc.communicate()
     elapsed = time.perf_counter() - t
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return elapsed
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{err.decode()[-3000:]}")
+    return elapsed, _children_cpu() - cpu + sum(seen.values())
+
+
+def in_process(fn, *args) -> tuple[float, float, int]:
+    """``(wall, CPU of this process, visible rows)`` of an in-process run."""
+    cpu = time.process_time()
+    t = time.perf_counter()
+    _elapsed, n = fn(*args)
+    return time.perf_counter() - t, time.process_time() - cpu, n
+
+
+def jvm_cpu(spark) -> float:
+    """CPU seconds the session's JVM has used so far (Linux /proc)."""
+    pid = spark.sparkContext._gateway.proc.pid
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 DUCKDB_SQL = """
@@ -157,13 +208,15 @@ def run_arrow(export: Path, out: Path) -> tuple[float, int]:
     return time.perf_counter() - t, visible.num_rows
 
 
-def run_spark_job(spark, export: Path, out: Path) -> float:
+def run_spark_job(spark, export: Path, out: Path) -> tuple[float, float]:
+    """``(wall, JVM CPU)`` of the compaction in an already running session."""
     from merklog.node.spark.compact import compact
     from merklog.replication.identity import Identity
 
+    cpu = jvm_cpu(spark)
     t = time.perf_counter()
     compact(spark, [export], out, Identity.from_seed(b"\x01" * 32))
-    return time.perf_counter() - t
+    return time.perf_counter() - t, jvm_cpu(spark) - cpu
 
 
 def main() -> None:
@@ -203,15 +256,16 @@ def main() -> None:
             n_spark = sum(
                 pq.ParquetFile(p).metadata.num_rows for p in manifest.parent.glob("facts/*.parquet")
             )
-            t_job = run_spark_job(spark, export, tmp / "snap2") if spark else float("nan")
-            t_duck, n_duck = run_duckdb(export, tmp / "duck.parquet")
-            t_arrow, n_arrow = run_arrow(export, tmp / "arrow.parquet")
+            nan = (float("nan"), float("nan"))
+            t_job = run_spark_job(spark, export, tmp / "snap2") if spark else nan
+            *t_duck, n_duck = in_process(run_duckdb, export, tmp / "duck.parquet")
+            *t_arrow, n_arrow = in_process(run_arrow, export, tmp / "arrow.parquet")
             assert n_spark == n_duck == n_arrow, (n_spark, n_duck, n_arrow)
-            rows.append((n, t_export, t_cli, t_job, t_duck, t_arrow, n_spark))
+            rows.append((n, t_export, t_cli, t_job, t_duck, t_arrow))
             print(
-                f"{n} ops: export {t_export:.1f}s ({n / t_export:,.0f} ops/s), compact CLI"
-                f" {t_cli:.1f}s, in-session {t_job:.1f}s, DuckDB {t_duck:.1f}s,"
-                f" pyarrow {t_arrow:.1f}s, visible {n_spark}",
+                f"{n} ops: export {t_export[0]:.1f}s ({n / t_export[0]:,.0f} ops/s), compact CLI"
+                f" {t_cli[0]:.1f}s, in-session {t_job[0]:.1f}s, DuckDB {t_duck[0]:.1f}s,"
+                f" pyarrow {t_arrow[0]:.1f}s, visible {n_spark}",
                 flush=True,
             )
         finally:
@@ -220,15 +274,17 @@ def main() -> None:
         spark.stop()
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"\nload: {load}")
+    print("wall s (CPU s)")
     print(
-        "| ops | export s | export ops/s | compact CLI s | Spark job s (warm) | DuckDB s |"
-        " pyarrow s | CLI/DuckDB | job/DuckDB |"
+        "| ops | export | export ops/s | compact CLI | Spark job (warm) | DuckDB | pyarrow |"
+        " CLI/DuckDB wall | CLI/DuckDB CPU | job/DuckDB wall |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n, te, tc, tj, td, ta, _v in rows:
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, te, tc, tj, td, ta in rows:
         print(
-            f"| {n:,} | {te:.1f} | {n / te:,.0f} | {tc:.1f} | {tj:.1f} | {td:.2f} | {ta:.2f}"
-            f" | {tc / td:.1f}× | {tj / td:.1f}× |"
+            f"| {n:,} | {te[0]:.1f} ({te[1]:.1f}) | {n / te[0]:,.0f} | {tc[0]:.1f} ({tc[1]:.1f})"
+            f" | {tj[0]:.1f} ({tj[1]:.1f}) | {td[0]:.2f} ({td[1]:.2f}) | {ta[0]:.2f} ({ta[1]:.2f})"
+            f" | {tc[0] / td[0]:.1f}× | {tc[1] / td[1]:.1f}× | {tj[0] / td[0]:.1f}× |"
         )
 
 

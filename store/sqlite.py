@@ -234,6 +234,29 @@ class SQLiteBlockStore(BlockStore):
         for (raw,) in self._pages("SELECT cid FROM blocks WHERE cid > ? ORDER BY cid LIMIT ?"):
             yield Link._trusted(raw)
 
+    def scan_prefixed(
+        self, prefix: bytes, batch: int = 65_536
+    ) -> Iterator[list[tuple[bytes, bytes]]]:
+        """Every block whose data starts with ``prefix``, as ``(raw CID, data)`` pages of
+        at most ``batch`` in CID order: one keyset-paginated scan, the lock held per page.
+
+        For bulk readers (the Parquet export reads every fact block this way, ~25x
+        cheaper per block than lookups by CID). Blocks are *not* re-hashed here: the
+        caller checks a whole page at once (see ``merklog.node.spark.export``)."""
+        sql = (
+            "SELECT cid, data FROM blocks WHERE cid > ? AND substr(data, 1, ?) = ?"
+            " ORDER BY cid LIMIT ?"
+        )
+        after = b""
+        while True:
+            with self.lock:
+                rows = self.conn.execute(sql, (after, len(prefix), prefix, batch)).fetchall()
+            if rows:
+                yield rows
+            if len(rows) < batch:
+                return
+            after = rows[-1][0]
+
     def _pages(self, sql: str, *params: object) -> Iterator[tuple]:
         """Keyset pagination on a query whose last parameter pair is (after cid, limit)."""
         after = b""

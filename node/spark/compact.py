@@ -89,18 +89,38 @@ def read_ops(spark: Any, inputs: list[str | Path]) -> Any:
 
 
 def snapshot_frame(ops: Any) -> Any:
-    """One row per visible fact: dataset, relation, fact_cid, args, support (sorted, binary)."""
+    """One row per visible fact: dataset, relation, fact_cid, args, support (sorted, binary).
+
+    The tag rows are shuffled by ``(dataset, fact_cid)`` and sorted *before* the
+    aggregate, so it sees each fact's rows together: no partial aggregate runs on
+    the unshuffled input (where nearly every key is distinct, so it only costs), and
+    the aggregate's spill-and-sort fallback finds its input already sorted. Measured
+    at 1M ops on local[2]: ~7 s of JVM CPU instead of ~13 s (ADR 0055). Retract
+    rows drop their relation and arguments before the shuffle (an assert of the
+    same fact carries them, and a fact without one is not visible)."""
     from pyspark.sql import functions as F
 
     is_assert = F.col("op") == "assert"
-    return (
+    tags = (
         ops.where(F.col("op").isin("assert", "retract"))
-        .groupBy("dataset", "fact_cid")
+        .select(
+            "dataset",
+            "fact_cid",
+            F.when(is_assert, F.col("relation")).alias("relation"),
+            F.when(is_assert, F.col("args")).alias("args"),
+            F.when(is_assert, F.col("delta_cid")).alias("asserted"),
+            F.when(~is_assert, F.col("observed")).alias("observed"),
+        )
+        .repartition("dataset", "fact_cid")
+        .sortWithinPartitions("dataset", "fact_cid")
+    )
+    return (
+        tags.groupBy("dataset", "fact_cid")
         .agg(
             F.first("relation", ignorenulls=True).alias("relation"),
             F.first("args", ignorenulls=True).alias("args"),
-            F.collect_set(F.when(is_assert, F.col("delta_cid"))).alias("asserted"),
-            F.collect_set(F.when(~is_assert, F.col("observed"))).alias("observed"),
+            F.collect_set("asserted").alias("asserted"),
+            F.collect_set("observed").alias("observed"),
         )
         .select(
             "dataset",
@@ -114,9 +134,18 @@ def snapshot_frame(ops: Any) -> Any:
 
 
 def deltas_frame(ops: Any) -> Any:
-    """One row per delta: dataset, delta_cid, author, seq, clock, parents."""
-    return ops.select("dataset", "delta_cid", "author", "seq", "clock", "parents").dropDuplicates(
-        ["delta_cid"]
+    """One row per delta: dataset, delta_cid, author, seq, clock, parents.
+
+    Every delta has exactly one row with ``op_index`` 0 (its first op, or the
+    ``none`` row of a delta without ops) and the per-delta columns are equal on
+    all its rows, so only those rows are deduplicated: the aggregate sees one row
+    per delta and input copy instead of one per op."""
+    from pyspark.sql import functions as F
+
+    return (
+        ops.where(F.col("op_index") == 0)
+        .select("dataset", "delta_cid", "author", "seq", "clock", "parents")
+        .dropDuplicates(["delta_cid"])
     )
 
 
