@@ -221,20 +221,16 @@ class SyncClient:
                         window = window * 8 if window * 8 < FULL_WINDOW_AFTER else None
                         continue
                     raise error
-                spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
-                size = 0
                 shown = 0
-                async for chunk in resp.content.iter_chunked(1 << 16):
-                    size += len(chunk)
-                    if size > self.max_body:
-                        spool.close()
-                        raise TooLarge(f"sync response exceeds {self.max_body} bytes")
-                    spool.write(chunk)
+
+                def arrived(size: int) -> None:  # bytes as they arrive; deltas once applied
+                    nonlocal shown
                     if self.progress is not None and size - shown >= PROGRESS_STEP:
-                        shown = size  # bytes as they arrive; deltas once applied
+                        shown = size
                         self.progress("pull", stats.bytes_received + size, stats.accepted)
+
+                spool, size = await self._spool(resp, "sync response", arrived)
             stats.bytes_received += size
-            spool.seek(0)
             try:
                 reader = CarReader(spool, self.max_block)
                 roots = await asyncio.to_thread(reader.read_header)
@@ -327,21 +323,14 @@ class SyncClient:
             body = json.dumps({"cids": [str(c) for c in ask]}, separators=(",", ":")).encode()
             headers = self._headers("POST", path, _sha256(body))
             headers["Content-Type"] = "application/json"
-            spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            async with self._request(
+                "POST", url.rstrip("/") + path, data=body, headers=headers
+            ) as resp:
+                if resp.status != 200:
+                    raise await self._error(resp)
+                looked = _processed(resp, len(ask))
+                spool, size = await self._spool(resp, "block response")
             try:
-                async with self._request(
-                    "POST", url.rstrip("/") + path, data=body, headers=headers
-                ) as resp:
-                    if resp.status != 200:
-                        raise await self._error(resp)
-                    looked = _processed(resp, len(ask))
-                    size = 0
-                    async for chunk in resp.content.iter_chunked(1 << 16):
-                        size += len(chunk)
-                        if size > self.max_body:
-                            raise TooLarge(f"block response exceeds {self.max_body} bytes")
-                        spool.write(chunk)
-                spool.seek(0)
                 reader = CarReader(spool, self.max_block)
                 await asyncio.to_thread(reader.read_header)
                 got = await asyncio.to_thread(list, reader.blocks())  # re-hashed by CarReader
@@ -399,16 +388,13 @@ class SyncClient:
             body = json.dumps({"heads": [str(replica.dataset)], "summary": summary}).encode()
             headers = self._headers("POST", path, _sha256(body))
             headers["Content-Type"] = "application/json"
-            spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            async with self._request(
+                "POST", url.rstrip("/") + path, data=body, headers=headers
+            ) as resp:
+                if resp.status != 200:
+                    raise await self._error(resp)
+                spool, _size = await self._spool(resp, "sync response")
             try:
-                async with self._request(
-                    "POST", url.rstrip("/") + path, data=body, headers=headers
-                ) as resp:
-                    if resp.status != 200:
-                        raise await self._error(resp)
-                    async for chunk in resp.content.iter_chunked(1 << 16):
-                        spool.write(chunk)
-                spool.seek(0)
                 reader = CarReader(spool, self.max_block)
                 roots = await asyncio.to_thread(reader.read_header)
                 got = await asyncio.to_thread(list, reader.blocks())
@@ -422,6 +408,28 @@ class SyncClient:
             if len(received) == before or set(roots) <= set(received):
                 break
         return found
+
+    async def _spool(
+        self, resp: Any, what: str, arrived: Callable[[int], None] | None = None
+    ) -> tuple[Any, int]:
+        """A response body copied to a spooled temporary file (in memory while small),
+        rewound, with its size; more than ``max_body`` bytes raise :class:`TooLarge`
+        (nothing kept). ``arrived(size)`` after each chunk, for progress."""
+        spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+        size = 0
+        try:
+            async for chunk in resp.content.iter_chunked(1 << 16):
+                size += len(chunk)
+                if size > self.max_body:
+                    raise TooLarge(f"{what} exceeds {self.max_body} bytes")
+                spool.write(chunk)
+                if arrived is not None:
+                    arrived(size)
+        except BaseException:
+            spool.close()
+            raise
+        spool.seek(0)
+        return spool, size
 
     async def sync(self, url: str, replica: Replica) -> SyncStats:
         """Both directions: pull what we lack, then push what the peer lacks."""
