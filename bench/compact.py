@@ -276,7 +276,7 @@ def main() -> None:
     print(f"\nload: {load}")
     print("wall s (CPU s)")
     print(
-        "| ops | export | export ops/s | compact CLI | Spark job (warm) | DuckDB | pyarrow |"
+        "| ops | export | export ops/s | compact CLI | Spark job in a running session | DuckDB | pyarrow |"
         " CLI/DuckDB wall | CLI/DuckDB CPU | job/DuckDB wall |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
