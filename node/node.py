@@ -99,6 +99,15 @@ class Node:
             identity = Identity.load_or_create(self.home / IDENTITY_FILE)
         self.identity = identity
         self.store = storage.open_store(config)
+        try:
+            self._open(config)
+        except BaseException:
+            self.store.close()  # a failed open leaves no store handle behind (Python API)
+            raise
+
+    def _open(self, config: Config) -> None:
+        """The rest of :meth:`__init__`, once the store is open: replica, epoch driver,
+        outbox and inbox, the stored program, and the first (reload) epoch."""
         if config.get("store.backend") == "memory":
             # Nothing outlives the process: a memory node owns a fresh dataset each time.
             name = self.home.name if self.home is not None else "memory"

@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from merklog.engine.batch import Relations
@@ -207,3 +208,28 @@ def test_the_batch_fallback_takes_over_from_the_snapshot_too(tmp_path: Path) -> 
             map(repr, [("big", (-2,), 1), ("big", (0,), -1), ("q", (-2,), 1), ("q", (0,), -1)])
         )
         assert node.query("c(N)").rows == [(N,)]
+
+
+def test_a_failed_open_leaves_no_store_handle_behind(tmp_path: Path) -> None:
+    """An app that catches the error of a failed ``Node.open`` (here: a damaged block)
+    keeps running; the store file must not stay open in its process."""
+    home = _home(tmp_path)
+    victim = fact_cid(make_fact("big", (7,)))
+    conn = sqlite3.connect(home / "store.sqlite")
+    with conn:
+        data = conn.execute("SELECT data FROM blocks WHERE cid = ?", (victim.raw,)).fetchone()[0]
+        conn.execute(
+            "UPDATE blocks SET data = ? WHERE cid = ?",
+            (data[:-1] + bytes([data[-1] ^ 1]), victim.raw),
+        )
+    conn.close()
+    store = str((home / "store.sqlite").resolve())
+
+    def open_store_files() -> list[str]:
+        return [f.path for f in psutil.Process().open_files() if f.path.startswith(store)]
+
+    assert open_store_files() == []
+    for _ in range(3):
+        with pytest.raises(CIDMismatch):
+            Node.open(home)
+        assert open_store_files() == []
