@@ -25,7 +25,7 @@ import libipld
 
 from merklog.store import Link, verify
 
-from .blocks import _DAG_CBOR_PREFIX, decode_fact_fast, fast_link
+from .blocks import _DAG_CBOR_PREFIX, fast_link
 from .replica import Replica
 
 #: Deltas per batch: large enough to amortise the query, small enough to keep memory flat.
@@ -99,22 +99,6 @@ def iter_log_batches(replica: Replica, batch: int = DELTA_BATCH) -> Iterator[lis
         yield [_delta(cid.raw, data) for cid, data in blocks]
 
 
-#: DAG-CBOR's link marker (CBOR tag 42); libipld decodes links as plain bytes.
-_TAG42 = b"\xd8\x2a"
-
-
-def _decode_fact(cid: bytes, data: bytes) -> tuple[bytes, str, list[Any]]:
-    """``(cid, relation, args)`` of an accepted (hence valid, canonical) fact block. A block
-    without the tag-42 byte pair holds no link, so libipld's decoding is exact;
-    otherwise (a link, or those two bytes by chance inside a value) the full decoder
-    tells links from byte strings."""
-    obj = libipld.decode_dag_cbor(_checked(cid, data))
-    if _TAG42 not in data:
-        return cid, obj["rel"], obj["args"]
-    fact = decode_fact_fast(data, obj)
-    return cid, fact.rel, list(fact.args)
-
-
 def iter_visible_cids(replica: Replica, batch: int = 65_536) -> Iterator[list[bytes]]:
     """The raw CIDs of every visible fact, sorted, in lists (an index scan, no block reads)."""
     sql = (
@@ -145,40 +129,9 @@ def op_count(replica: Replica) -> int:
 FACT_PREFIX = b"\xa2crel"
 
 
-def iter_fact_batches(
-    replica: Replica, batch: int = 16_384
-) -> Iterator[list[tuple[bytes, str, list[Any]]]]:
-    """Every fact block in the replica's block store (whatever dataset asserted it) as
-    ``(raw CID, relation, args)``, in CID order: one sequential scan, ~25x cheaper per
-    fact than looking facts up one by one. Callers join it to the log by fact CID."""
-    if _shared_sqlite(replica):
-        sql = (
-            "SELECT cid, data FROM blocks WHERE cid > ? AND substr(data, 1, 5) = ?"
-            " ORDER BY cid LIMIT ?"
-        )
-        after = b""
-        while True:
-            with replica._lock:
-                rows = replica.conn.execute(sql, (after, FACT_PREFIX, batch)).fetchall()
-            if rows:
-                yield [_decode_fact(c, d) for c, d in rows]
-            if len(rows) < batch:
-                return
-            after = rows[-1][0]
-    store = replica.blockstore
-    it = iter(sorted(store.iter_cids()))
-    while chunk := list(islice(it, batch)):
-        yield [
-            _decode_fact(cid.raw, data)
-            for cid, data in store.get_many(chunk)
-            if data[:5] == FACT_PREFIX
-        ]
-
-
 __all__ = [
     "FACT_PREFIX",
     "LogDelta",
-    "iter_fact_batches",
     "iter_log_batches",
     "iter_visible_cids",
     "op_count",

@@ -25,12 +25,11 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from merklog.replication.bulk import FACT_PREFIX
 from merklog.store import decode_fact
 
 from .schema import VALUE_TYPE, args_array
 
-#: ``{"rel": …`` - how every fact block starts (a two-entry map, key "rel").
-FACT_PREFIX = b"\xa2crel"
 _ARGS_KEY = np.frombuffer(b"dargs", np.uint8)
 _INT, _FLOAT, _STR, _BYTES, _BOOL = 0, 1, 2, 3, 4
 _TYPE_NAMES = pa.StringArray.from_buffers(
