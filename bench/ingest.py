@@ -155,19 +155,9 @@ def bench_put_file(home: Path, path: Path, server: int | None = None) -> Timer:
 
 
 def start_node(home: Path) -> tuple[object, str]:
-    import subprocess
+    from _node import start_node as start
 
-    proc = subprocess.Popen(
-        [*MERKLOG, "--home", str(home), "node", "run", "--port", "0"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if " listening on " in line:
-            return proc, line.split(" listening on ")[1].strip()
-    raise RuntimeError("node did not start")
+    return start(MERKLOG, home)
 
 
 def _poster(url: str, token: str):

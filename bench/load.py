@@ -27,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import aiohttp
+from _node import start_node as run_node
 
 
 def start_node(home: Path) -> tuple[subprocess.Popen, str, str]:
@@ -36,20 +37,7 @@ def start_node(home: Path) -> tuple[subprocess.Popen, str, str]:
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    proc = subprocess.Popen(
-        [py, "-m", "merklog.node.cli", "--home", str(home), "node", "run", "--port", "0"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stderr is not None
-    url = ""
-    for line in proc.stderr:
-        if " listening on " in line:
-            url = line.split(" listening on ")[1].strip()
-            break
-    if not url:
-        raise SystemExit(f"node failed to start ({proc.wait()})")
+    proc, url = run_node([py, "-m", "merklog.node.cli"], home)
     for _ in range(200):
         try:
             urllib.request.urlopen(url + "/healthz", timeout=1).read()

@@ -26,6 +26,8 @@ import tomllib
 import urllib.request
 from pathlib import Path
 
+from _node import start_node
+
 CLI = [sys.executable, "-m", "merklog.node.cli"]
 
 
@@ -49,20 +51,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def one_run(home: Path, subscribe: bool) -> tuple[float, float]:
     """(wall seconds from SIGTERM to exit, CPU seconds the process spent in that time)."""
-    proc = subprocess.Popen(
-        [*CLI, "--home", str(home), "node", "run", "--port", "0"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stderr is not None
-    url = ""
-    for line in proc.stderr:
-        if " listening on " in line:
-            url = line.split(" listening on ")[1].strip()
-            break
-    if not url:
-        raise SystemExit(f"node failed to start ({proc.wait()})")
+    proc, url = start_node(CLI, home)
     threading.Thread(target=lambda: proc.stderr.read(), daemon=True).start()
     token = tomllib.loads((home / "config.toml").read_text())["api"]["token"]
     if subscribe:
