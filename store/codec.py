@@ -68,7 +68,10 @@ def check_facts(facts: Sequence[Any]) -> list[Fact]:
         return [make_fact(rel, args) for rel, args in facts]
     if not rels <= _GOOD_RELS:
         for rel in rels - _GOOD_RELS:
-            check_relation(rel)  # raises InvalidValue naming the bad name
+            try:
+                check_relation(rel)
+            except InvalidValue:  # make_fact's error for the first bad fact, in input order
+                return [make_fact(rel, args) for rel, args in facts]
         if len(_GOOD_RELS) < 100_000:
             _GOOD_RELS.update(rels)
     values = list(_chain(map(_args_of, facts)))

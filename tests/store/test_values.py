@@ -179,6 +179,18 @@ def test_check_facts_is_make_fact_in_bulk(items) -> None:
     )
 
 
+def test_check_facts_names_the_first_bad_relation_in_input_order() -> None:
+    """Two bad relation names: the error is the first fact's, as make_fact's loop gives
+    it, not whichever a set of names yields first (found by the property above)."""
+    from merklog.store import Fact, check_facts
+
+    facts = [Fact("Bad name", ()), Fact("", ())]
+    for order in (facts, facts[::-1]):
+        assert _outcome(check_facts, order) == _outcome(
+            lambda fs: [make_fact(f.rel, f.args) for f in fs], order
+        )
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(values, max_size=6))
 def test_format_value_round_trips_through_the_parser(args) -> None:
