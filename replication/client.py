@@ -133,6 +133,19 @@ class SyncClient:
         except aiohttp.ClientError as exc:
             raise PeerUnreachable(f"peer {_base(url)} failed mid-request: {exc}") from None
 
+    @asynccontextmanager
+    async def _post_json(
+        self, url: str, path: str, body: bytes
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A signed ``POST`` of a JSON ``body`` to ``path`` on the peer at ``url``; any
+        status but 200 raises the peer's error (:meth:`_error`)."""
+        headers = self._headers("POST", path, _sha256(body))
+        headers["Content-Type"] = "application/json"
+        async with self._request("POST", url.rstrip("/") + path, data=body, headers=headers) as r:
+            if r.status != 200:
+                raise await self._error(r)
+            yield r
+
     def _headers(self, method: str, path: str, digest: str = EMPTY_DIGEST) -> dict[str, str]:
         return sign_headers(self.identity, method, path, digest)
 
@@ -321,13 +334,7 @@ class SyncClient:
         while todo:
             ask = todo[:WRITE_MAX_BLOCK_REQUEST]
             body = json.dumps({"cids": [str(c) for c in ask]}, separators=(",", ":")).encode()
-            headers = self._headers("POST", path, _sha256(body))
-            headers["Content-Type"] = "application/json"
-            async with self._request(
-                "POST", url.rstrip("/") + path, data=body, headers=headers
-            ) as resp:
-                if resp.status != 200:
-                    raise await self._error(resp)
+            async with self._post_json(url, path, body) as resp:
                 looked = _processed(resp, len(ask))
                 spool, size = await self._spool(resp, "block response")
             try:
@@ -386,13 +393,7 @@ class SyncClient:
         while len(found) < len(wanted):
             summary = Summary(received, [], True).to_json() if received else None
             body = json.dumps({"heads": [str(replica.dataset)], "summary": summary}).encode()
-            headers = self._headers("POST", path, _sha256(body))
-            headers["Content-Type"] = "application/json"
-            async with self._request(
-                "POST", url.rstrip("/") + path, data=body, headers=headers
-            ) as resp:
-                if resp.status != 200:
-                    raise await self._error(resp)
+            async with self._post_json(url, path, body) as resp:
                 spool, _size = await self._spool(resp, "sync response")
             try:
                 reader = CarReader(spool, self.max_block)
