@@ -38,8 +38,11 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.compression.codec": "zstd",
 }
-#: JVM flags for short test jobs only (``MERKLOG_SPARK_LIGHT_JVM=1``).
-LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: JVM flags for short test jobs only (``MERKLOG_SPARK_LIGHT_JVM=1``). With C1 alone the JVM
+#: reserves only 48 MiB for compiled code, which one long-lived session fills over a whole
+#: test run ("Out of space in CodeCache for method handle intrinsic" inside a Spark query),
+#: so the code cache gets the size the default tiered JVM reserves.
+LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 
 
 def jvm_defaults() -> dict[str, str]:

@@ -23,6 +23,7 @@ from merklog.node.spark.compact import compact, read_ops, snapshot_frame
 from merklog.node.spark.export import export
 from merklog.node.spark.gen import Simulation
 from merklog.node.spark.schema import decode_args
+from merklog.node.spark.session import LIGHT_JVM
 from merklog.replication.identity import Identity
 
 pytestmark = pytest.mark.spark
@@ -65,7 +66,7 @@ def master_url(tmp_path_factory):
     assert spark_class.exists(), "the pyspark wheel ships bin/spark-class"
     logs = tmp_path_factory.mktemp("cluster")
     port, ui, worker_port, worker_ui = (_free_port() for _ in range(4))
-    light = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    light = LIGHT_JVM
     env = dict(
         os.environ,
         SPARK_HOME=str(home),

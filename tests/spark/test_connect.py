@@ -21,6 +21,7 @@ from merklog.node.spark.compact import read_ops, snapshot_frame
 from merklog.node.spark.export import export
 from merklog.node.spark.gen import Simulation
 from merklog.node.spark.schema import decode_args
+from merklog.node.spark.session import LIGHT_JVM
 
 pytestmark = pytest.mark.spark
 
@@ -65,7 +66,7 @@ def connect_url(tmp_path_factory):
             "--conf",
             "spark.sql.shuffle.partitions=2",
             "--conf",
-            "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            f"spark.driver.extraJavaOptions={LIGHT_JVM}",
         ],
         env=env,
         stdout=log,
