@@ -14,6 +14,7 @@ from typing import Any
 
 from merklog.store import Fact, Link
 
+from . import relindex
 from .blocks import (
     decode_fact_fast,
     fast_link,
@@ -130,6 +131,7 @@ class ORSet(ReplicaState):
             rows = [(ds, f.raw, draw, 0) for f in asserted]
         rows.sort()
         conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", rows)
+        relindex.record(conn, self._relations_of(asserted, facts))
         changes = self._changes
         if isinstance(facts, list):  # local: aligned with asserted
             for f, (_c, _d, fact) in zip(asserted, facts, strict=True):
@@ -153,6 +155,25 @@ class ORSet(ReplicaState):
                 entry[0] += 1
                 if got:
                     entry[1] = got[1]
+
+    def _relations_of(
+        self,
+        asserted: list[Link],
+        facts: dict[Link, tuple[bytes, Fact]] | list[tuple[Link, bytes, Fact]],
+    ) -> list[tuple[int, str, bytes]]:
+        """``repl_rel_fact`` rows of ``asserted``: the relation from the fact at hand, or
+        from the stored block for a fact the batch did not carry (already stored)."""
+        ds = self.ds
+        if isinstance(facts, list):
+            return [
+                (ds, fact.rel, f.raw) for f, (_c, _d, fact) in zip(asserted, facts, strict=True)
+            ]
+        rows = []
+        for f in asserted:
+            got = facts.get(f)
+            rel = got[1].rel if got is not None else decode_fact_fast(self.blockstore.get(f)).rel
+            rows.append((ds, rel, f.raw))
+        return rows
 
     def _apply_retract(self, delta: Link, fact: Link, observed: list[Link]) -> None:
         conn, ds = self.conn, self.ds
