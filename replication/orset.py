@@ -19,6 +19,7 @@ from .blocks import (
     decode_fact_fast,
     fast_link,
 )
+from .factset import FactSet
 from .sqlutil import chunks as _chunks
 from .state import ReplicaState
 
@@ -60,8 +61,10 @@ class ORSet(ReplicaState):
         for cid, data in self.blockstore.get_many(cids):
             yield cid, decode_fact_fast(data)
 
-    def visible_facts(self) -> set[Fact]:
-        return {fact for _cid, fact in self.visible()}
+    def visible_facts(self) -> FactSet:
+        """Every visible fact, keyed by CID (:class:`~.factset.FactSet`): ``p(1)``,
+        ``p(1.0)`` and ``p(true)`` stay three facts, as they are three CIDs."""
+        return FactSet(self.visible())
 
     def subscribe(self, callback: ChangeCallback) -> Callable[[], None]:
         """Call ``callback(+1|-1, fact, cid)`` for every committed visible-set change."""
