@@ -163,3 +163,58 @@ def test_synced_and_restored_homes_page_a_relation_like_the_writer(
     c("restore", str(backup))
     nc = node_factory(c.home).start()
     assert _http_pages(nc, "rare", 3) == writer
+
+
+def test_a_client_that_leaves_mid_block_stream_is_no_server_error(
+    tmp_path: Path, node_factory
+) -> None:
+    """``POST /v1/datasets/{id}/blocks`` streams (ADR 0097): a caller that closes the
+    connection after the first chunk of a ~16 MB answer leaves a healthy node and no
+    error or traceback in its log; the next caller gets every block."""
+    import asyncio
+    import hashlib
+    import json
+    import os
+
+    import aiohttp
+
+    from merklog.replication.auth import sign_headers
+    from merklog.replication.client import SyncClient
+    from merklog.replication.identity import Identity
+
+    home = tmp_path / "home"
+    caller = Identity.generate()
+    with merklog.open(home) as node:
+        for i in range(4):
+            node.write(asserts=[("big", (i, j, os.urandom(800_000))) for j in range(5)])
+        wanted = [c for c, _f in node.list_facts("big")]
+        dataset = node.dataset
+    with (home / "config.toml").open("a") as f:
+        f.write(
+            f'\n[peers.repair]\nurl = "http://127.0.0.1:9"\nkey = "{caller.public_key.hex()}"\n'
+        )
+    proc = node_factory(home).start()
+    path = f"/v1/datasets/{dataset}/blocks"
+    body = json.dumps({"cids": [str(c) for c in wanted]}).encode()
+
+    async def leave_early() -> int:
+        headers = {"Content-Type": "application/json"}
+        headers.update(sign_headers(caller, "POST", path, hashlib.sha256(body).hexdigest()))
+        async with aiohttp.ClientSession() as session:
+            resp = await session.post(proc.url + path, data=body, headers=headers)
+            assert resp.status == 200 and "Content-Length" not in resp.headers
+            first = await resp.content.read(1 << 16)
+            resp.close()  # drop the connection with most of the answer unsent
+            return len(first)
+
+    async def fetch_all():
+        async with SyncClient(caller) as client:
+            return await client.get_blocks(proc.url, dataset, wanted)
+
+    assert asyncio.run(leave_early()) > 0
+    fetch = asyncio.run(fetch_all())
+    assert set(fetch.found) == set(wanted) and fetch.requests == 1
+    status, _ = proc.request("GET", "/healthz", token=None)
+    assert status == 200
+    proc.stop()
+    assert "Traceback" not in proc.stderr_text and "ERROR" not in proc.stderr_text
