@@ -80,3 +80,25 @@ def test_local_applied_and_bootstrapped_replicas_index_alike(tmp_path) -> None:
     install_snapshot_state(c, facts, covered, acl, a.heads())
     assert _page_all(c, "rare", 4) == expected
     assert _page_all(c, "common", 700) == _page_all(a, "common", 1000)
+
+
+def test_record_stores_every_cid_as_a_blob_whatever_its_length(tmp_path) -> None:
+    """One insert per (dataset, relation) run cuts a concatenated blob into rows: CIDs of
+    different lengths go in separate runs, duplicates are ignored, values stay BLOBs."""
+    import sqlite3
+
+    from merklog.replication.relindex import record
+    from merklog.replication.schema import ensure_schema
+
+    conn = sqlite3.connect(tmp_path / "r.sqlite", isolation_level=None)
+    ensure_schema(conn)
+    long = [fact_cid(make_fact("p", [x])).raw for x in MIXED]
+    short = [b"\x01\x55\x00\x03abc", b"\x01\x55\x00\x03abd"]  # identity-hash raw CIDs
+    rows = [(1, "p", r) for r in long] + [(1, "p", r) for r in short] + [(2, "p", long[0])]
+    record(conn, rows)
+    record(conn, rows[:2])  # again: ignored
+    got = conn.execute("SELECT ds, rel, fact, typeof(fact) FROM repl_rel_fact").fetchall()
+    assert sorted(got) == sorted(
+        [(1, "p", r, "blob") for r in long + short] + [(2, "p", long[0], "blob")]
+    )
+    conn.close()
