@@ -469,8 +469,10 @@ class Node:
     async def sync(self, url: str, progress: Callable[[str, int, int], None] | None = None) -> dict:
         """Pull from and push to the peer at ``url``; new facts reach the next epoch.
 
-        A peer that cannot be reached or refuses raises :class:`PeerUnreachable` (logged
-        at WARNING when it starts failing, counted in ``merklog_sync_failures_total``)
+        A peer that cannot be reached or refuses raises :class:`PeerUnreachable` (counted
+        in ``merklog_sync_failures_total``; logged at WARNING when it starts failing on a
+        running node, whose operator reads its log; a one-shot caller such as the CLI's
+        ``sync`` on a stopped home reports the error itself, so there it is only DEBUG)
         and changes nothing here.
         """
         url = url.rstrip("/")
@@ -484,7 +486,8 @@ class Node:
             message = _describe(exc)
             self.metrics.sync_failures.labels(url).inc()
             if state.failed(message):
-                log.warning("sync with %s failed: %s", url, message)
+                level = logging.WARNING if self.tasks.running else logging.DEBUG
+                log.log(level, "sync with %s failed: %s", url, message)
             save_history(self.home, self.peer_sync)
             if isinstance(exc, MerklogError):
                 raise  # already says what happened (unreachable, refused, not a writer)

@@ -87,7 +87,9 @@ def test_not_found_exits_3(ready: Path) -> None:
 
 def test_peer_down_exits_4(ready: Path, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    assert_fails(merklog(ready, "sync", url), ExitCode.PEER_UNREACHABLE, "cannot reach peer")
+    result = merklog(ready, "sync", url)
+    assert_fails(result, ExitCode.PEER_UNREACHABLE, "cannot reach peer")
+    assert result.stderr.strip().count("\n") == 0, result.stderr  # one line, no log echo
     fresh = tmp_path / "fresh"
     assert_fails(merklog(fresh, "init", "--join", url), ExitCode.PEER_UNREACHABLE, url)
     assert not fresh.exists()
