@@ -469,8 +469,10 @@ class Node:
     async def sync(self, url: str, progress: Callable[[str, int, int], None] | None = None) -> dict:
         """Pull from and push to the peer at ``url``; new facts reach the next epoch.
 
-        A peer that cannot be reached or refuses raises :class:`PeerUnreachable` (logged
-        at WARNING when it starts failing, counted in ``merklog_sync_failures_total``)
+        A peer that cannot be reached or refuses raises :class:`PeerUnreachable` (counted
+        in ``merklog_sync_failures_total``; logged at WARNING when it starts failing on a
+        running node, whose operator reads its log; a one-shot caller such as the CLI's
+        ``sync`` on a stopped home reports the error itself, so there it is only DEBUG)
         and changes nothing here.
         """
         url = url.rstrip("/")
@@ -484,7 +486,8 @@ class Node:
             message = _describe(exc)
             self.metrics.sync_failures.labels(url).inc()
             if state.failed(message):
-                log.warning("sync with %s failed: %s", url, message)
+                level = logging.WARNING if self.tasks.running else logging.DEBUG
+                log.log(level, "sync with %s failed: %s", url, message)
             save_history(self.home, self.peer_sync)
             if isinstance(exc, MerklogError):
                 raise  # already says what happened (unreachable, refused, not a writer)
@@ -518,38 +521,42 @@ class Node:
         return name_or_url
 
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
-        """Visible stored facts (optionally of one relation) with their CIDs."""
-        return [(c, f) for c, f in self.replica.visible() if rel is None or f.rel == rel]
+        """Visible stored facts (optionally of one relation: read through its index) with
+        their CIDs, in CID order."""
+        if rel is None:
+            return list(self.replica.visible())
+        out: list[tuple[Link, Fact]] = []
+        after: Link | None = None
+        while True:
+            page, after = self.page_facts(rel, after, 10_000)
+            out += page
+            if after is None:
+                return out
 
     def page_facts(
         self, rel: str | None = None, after: Link | None = None, limit: int = 1000
     ) -> tuple[list[tuple[Link, Fact]], Link | None]:
         """One page of visible facts in CID order, starting after CID ``after``; returns
         (page, cursor for the next page or None when this was the last). Reads forward
-        from the cursor in index order (:func:`~merklog.replication.paging.visible_after`)
-        and batched block reads, so a page never sorts the whole visible set."""
-        from merklog.replication.paging import REL_KEY, rel_prefix, visible_after
-        from merklog.store import decode_fact
+        from the cursor in index order (:mod:`merklog.replication.paging`): the visible
+        set for all facts, the relation's own index with ``rel`` (ADR 0095), so a page
+        costs O(limit) block reads whatever the home holds besides."""
+        from merklog.replication.paging import visible_after, visible_of_relation_after
+        from merklog.store import InvalidBlock, decode_fact
 
+        if rel is None:
+            cids = visible_after(self.replica, after, limit + 1)
+        else:
+            cids = visible_of_relation_after(self.replica, rel, after, limit + 1)
+        more = len(cids) > limit
+        del cids[limit:]
         page: list[tuple[Link, Fact]] = []
-        batch = max(limit, 1000)
-        cursor = after
-        want = rel_prefix(rel) if rel is not None else b""
-        while True:
-            cids = visible_after(self.replica, cursor, batch)
-            for i, (cid, data) in enumerate(self.store.get_many(cids)):
-                if want and data.startswith(REL_KEY) and not data.startswith(want):
-                    continue  # another relation, told by the canonical block's first bytes
-                fact = decode_fact(data)
-                if rel is not None and fact.rel != rel:
-                    continue
-                page.append((cid, fact))
-                if len(page) == limit:
-                    more = i + 1 < len(cids) or bool(visible_after(self.replica, cid, 1))
-                    return page, (cid if more else None)
-            if len(cids) < batch:
-                return page, None
-            cursor = cids[-1]
+        for cid, data in self.store.get_many(cids):
+            fact = decode_fact(data)
+            if rel is not None and fact.rel != rel:
+                raise InvalidBlock(f"fact {cid} is indexed under {rel!r}, not {fact.rel!r}")
+            page.append((cid, fact))
+        return page, (cids[-1] if more and cids else None)
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
         """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""

@@ -14,7 +14,7 @@ from .failures import StoreDamaged
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 _WAY_OUT = (
-    "restore it from a backup (`merklog import BACKUP.car` into a fresh home, see"
+    "restore a backup into a fresh home (`merklog --home NEW_HOME restore BACKUP.car`, see"
     " docs/operations.md) or move the home away and run `merklog init`"
 )
 

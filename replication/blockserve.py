@@ -7,14 +7,20 @@ the dataset names (the genesis, accepted deltas, asserted facts), so a caller
 allowed for one dataset cannot read another dataset's blocks, inbox messages or
 programs that share the store; a block the server holds corrupted is not sent.
 The caller re-hashes every block it receives against its CID anyway.
+
+The response streams (ADR 0097): which CIDs it covers is planned from stored sizes
+first (``X-Merklog-Processed`` is a header, sent before the body), then blocks are
+read, re-hashed and written about 1 MiB at a time, so the server holds one run of
+blocks, not the whole response (up to ~64 MiB).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from merklog.store import BlockNotFound, CIDMismatch, Link
+from merklog.store.car import car_section
 
 from .sqlutil import chunks
 
@@ -39,29 +45,64 @@ def named_blocks(replica: Any, cids: Sequence[Link]) -> set[Link]:
     return out
 
 
-def read_blocks(
+#: What one worker-thread read of a streamed response holds at most: this many bytes of
+#: blocks (plus the one that crosses it) or this many blocks.
+RUN_BYTES = 1 << 20
+RUN_BLOCKS = 256
+
+
+def plan_blocks(
     replica: Any, cids: Sequence[Link], budget: int
-) -> tuple[int, list[tuple[Link, bytes]]]:
-    """Blocks of ``cids`` (in order) this replica names and holds intact, until ``budget``
-    bytes are reached (at least one block is always sent): ``(how many of cids were
-    looked at, [(cid, data), …])``. A CID looked at but not returned is not served
-    here (unknown to the dataset, absent or corrupted); the caller asks again for
-    ``cids[looked_at:]``."""
+) -> tuple[int, list[tuple[Link, int]]]:
+    """Which blocks one response carries, decided before any block is read (so the
+    response can stream): ``(how many of cids were looked at, [(cid, size), …] to send)``.
+
+    CIDs are taken in order while the stored sizes of the blocks to send stay under
+    ``budget`` bytes (at least one block is always sent). A CID looked at but not
+    planned (unknown to the dataset, absent) is not served here; the caller asks again
+    for ``cids[looked_at:]``. Sizes come from :meth:`BlockStore.sizes` (no block read)."""
     named = named_blocks(replica, cids)
-    store = replica.blockstore
-    out: list[tuple[Link, bytes]] = []
-    size = 0
+    sizes = replica.blockstore.sizes([c for c in dict.fromkeys(cids) if c in named])
+    send: list[tuple[Link, int]] = []
+    total = 0
     looked = 0
     for cid in cids:
-        if out and size >= budget:
+        if send and total >= budget:
             break
         looked += 1
-        if cid not in named:
+        size = sizes.get(cid)
+        if size is None:
             continue
+        send.append((cid, size))
+        total += size
+    return looked, send
+
+
+def runs(plan: Sequence[tuple[Link, int]]) -> Iterator[list[Link]]:
+    """The planned CIDs in consecutive runs of about :data:`RUN_BYTES` (or
+    :data:`RUN_BLOCKS` blocks): the memory a streamed response holds at once."""
+    run: list[Link] = []
+    size = 0
+    for cid, n in plan:
+        run.append(cid)
+        size += n
+        if size >= RUN_BYTES or len(run) >= RUN_BLOCKS:
+            yield run
+            run, size = [], 0
+    if run:
+        yield run
+
+
+def read_sections(replica: Any, cids: Sequence[Link]) -> tuple[bytes, int]:
+    """CAR sections of the planned blocks ``cids`` and how many blocks they hold, each
+    re-hashed as it is read: a block found corrupted (or gone since it was planned) is
+    left out, not sent."""
+    store = replica.blockstore
+    out: list[bytes] = []
+    for cid in cids:
         try:
             data = store.get(cid)  # re-hashed on read: a corrupted copy is not served
         except (BlockNotFound, CIDMismatch):
             continue
-        out.append((cid, data))
-        size += len(data)
-    return looked, out
+        out.append(car_section(cid, data))
+    return b"".join(out), len(out)

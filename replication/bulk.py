@@ -50,9 +50,10 @@ class LogDelta(NamedTuple):
     ops: list[dict[str, Any]]
 
 
-def _shared_sqlite(replica: Replica) -> bool:
+def _shared_blocks_table(replica: Replica) -> str | None:
+    """The blocks table of the store's SQLite offer if it is the replica's connection."""
     offer = replica.blockstore.shared_sqlite()
-    return offer is not None and offer.conn is replica.conn
+    return offer.blocks_table if offer is not None and offer.conn is replica.conn else None
 
 
 def _checked(raw: bytes, data: bytes) -> bytes:
@@ -71,9 +72,10 @@ def iter_log_batches(replica: Replica, batch: int = DELTA_BATCH) -> Iterator[lis
     """Every accepted delta of ``replica`` in (clock, CID) order - a topological order -
     in lists of at most ``batch``; the replica's lock is held per batch only."""
     ds = replica.ds
-    if _shared_sqlite(replica):
+    table = _shared_blocks_table(replica)
+    if table is not None:
         sql = (
-            "SELECT d.clock, d.cid, b.data FROM repl_delta d JOIN blocks b ON b.cid = d.cid"
+            f'SELECT d.clock, d.cid, b.data FROM repl_delta d JOIN "{table}" b ON b.cid = d.cid'
             " WHERE d.ds = ? AND (d.clock, d.cid) > (?, ?) ORDER BY d.clock, d.cid LIMIT ?"
         )
         after: tuple[int, bytes] = (0, b"\xff")  # clock 0 is the genesis: skipped

@@ -14,10 +14,12 @@ from typing import Any
 
 from merklog.store import Fact, Link
 
+from . import relindex
 from .blocks import (
     decode_fact_fast,
     fast_link,
 )
+from .factset import FactSet
 from .sqlutil import chunks as _chunks
 from .state import ReplicaState
 
@@ -59,8 +61,10 @@ class ORSet(ReplicaState):
         for cid, data in self.blockstore.get_many(cids):
             yield cid, decode_fact_fast(data)
 
-    def visible_facts(self) -> set[Fact]:
-        return {fact for _cid, fact in self.visible()}
+    def visible_facts(self) -> FactSet:
+        """Every visible fact, keyed by CID (:class:`~.factset.FactSet`): ``p(1)``,
+        ``p(1.0)`` and ``p(true)`` stay three facts, as they are three CIDs."""
+        return FactSet(self.visible())
 
     def subscribe(self, callback: ChangeCallback) -> Callable[[], None]:
         """Call ``callback(+1|-1, fact, cid)`` for every committed visible-set change."""
@@ -130,6 +134,7 @@ class ORSet(ReplicaState):
             rows = [(ds, f.raw, draw, 0) for f in asserted]
         rows.sort()
         conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", rows)
+        relindex.record(conn, self._relations_of(asserted, facts))
         changes = self._changes
         if isinstance(facts, list):  # local: aligned with asserted
             for f, (_c, _d, fact) in zip(asserted, facts, strict=True):
@@ -153,6 +158,25 @@ class ORSet(ReplicaState):
                 entry[0] += 1
                 if got:
                     entry[1] = got[1]
+
+    def _relations_of(
+        self,
+        asserted: list[Link],
+        facts: dict[Link, tuple[bytes, Fact]] | list[tuple[Link, bytes, Fact]],
+    ) -> list[tuple[int, str, bytes]]:
+        """``repl_rel_fact`` rows of ``asserted``: the relation from the fact at hand, or
+        from the stored block for a fact the batch did not carry (already stored)."""
+        ds = self.ds
+        if isinstance(facts, list):
+            return [
+                (ds, fact.rel, f.raw) for f, (_c, _d, fact) in zip(asserted, facts, strict=True)
+            ]
+        rows = []
+        for f in asserted:
+            got = facts.get(f)
+            rel = got[1].rel if got is not None else decode_fact_fast(self.blockstore.get(f)).rel
+            rows.append((ds, rel, f.raw))
+        return rows
 
     def _apply_retract(self, delta: Link, fact: Link, observed: list[Link]) -> None:
         conn, ds = self.conn, self.ds

@@ -1,30 +1,21 @@
-"""Visible fact CIDs in CID order from a cursor: the index range scan behind paged reads
+"""Visible fact CIDs in CID order from a cursor: the index range scans behind paged reads
 (``GET /v1/facts``, ``merklog ls`` through a running node).
 
 ``repl_assert``'s primary key is ``(ds, fact, delta)``, so "the next ``limit`` distinct
 visible fact CIDs after ``after``" is one range scan of that index: a page costs
 O(limit · log n), not a sort of the whole visible set (which made every page of a
-450,000-fact home take seconds, and following all pages quadratic).
+450,000-fact home take seconds, and following all pages quadratic). A page of one
+relation scans that relation's rows of ``repl_rel_fact`` (:mod:`.relindex`) instead,
+so it never reads another relation's facts (ADR 0095).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from merklog.store import Link, encode
+from merklog.store import Link
 
 from .blocks import fast_link
-
-#: How a canonical dag-cbor fact block ``{"rel": …, "args": …}`` starts: a 2-entry map
-#: whose first key is ``"rel"`` (dag-cbor sorts keys by length first).
-REL_KEY = b"\xa2crel"
-
-
-def rel_prefix(rel: str) -> bytes:
-    """The first bytes of every canonical fact block of relation ``rel``: a page filtered
-    by relation skips other relations' blocks without decoding them (a block not
-    starting with :data:`REL_KEY` is decoded as before)."""
-    return REL_KEY + encode(rel)
 
 
 def visible_after(replica: Any, after: Link | None, limit: int) -> list[Link]:
@@ -35,5 +26,21 @@ def visible_after(replica: Any, after: Link | None, limit: int) -> list[Link]:
             "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND fact > ? AND killed = 0"
             " ORDER BY fact LIMIT ?",
             (replica.ds, after.raw if after is not None else b"", limit),
+        ).fetchall()
+    return [fast_link(bytes(r[0])) for r in rows]
+
+
+def visible_of_relation_after(replica: Any, rel: str, after: Link | None, limit: int) -> list[Link]:
+    """Up to ``limit`` visible fact CIDs of relation ``rel`` greater than ``after``,
+    ascending: a range scan of ``repl_rel_fact``'s ``(ds, rel, fact)`` key with one
+    ``repl_assert`` primary-key probe per row passed (retracted facts of ``rel`` are
+    skipped there; other relations' facts are never touched)."""
+    with replica._lock:
+        rows = replica.conn.execute(
+            "SELECT r.fact FROM repl_rel_fact r WHERE r.ds = ? AND r.rel = ? AND r.fact > ?"
+            " AND EXISTS (SELECT 1 FROM repl_assert a"
+            " WHERE a.ds = r.ds AND a.fact = r.fact AND a.killed = 0)"
+            " ORDER BY r.fact LIMIT ?",
+            (replica.ds, rel, after.raw if after is not None else b"", limit),
         ).fetchall()
     return [fast_link(bytes(r[0])) for r in rows]

@@ -195,20 +195,21 @@ class Reconciliation(ReplicaState):
                 data = self.blockstore.get(cid)
                 facts = _asserted_facts(data)
                 if shared:  # SQLiteBlockStore on our connection: batched reads
-                    blocks = self._sqlite_blocks(facts)
+                    assert offer is not None
+                    blocks = self._sqlite_blocks(facts, offer.blocks_table)
                 else:
                     blocks = list(self.blockstore.get_many(facts))
                 blocks.append((cid, data))
             yield from blocks
 
-    def _sqlite_blocks(self, cids: list[Link]) -> list[tuple[Link, bytes]]:
-        """Blocks read straight from the shared SQLite store's blocks table
-        (:class:`merklog.store.SharedSQLite`), ``IN`` batches, re-hashed like any read."""
+    def _sqlite_blocks(self, cids: list[Link], table: str) -> list[tuple[Link, bytes]]:
+        """Blocks read straight from the shared SQLite store's blocks table (named by its
+        :class:`merklog.store.SharedSQLite` offer), ``IN`` batches, re-hashed like any read."""
         out = []
         for chunk in _chunks(cids):
             marks = ",".join("?" * len(chunk))
             rows = self.conn.execute(
-                f"SELECT cid, data FROM blocks WHERE cid IN ({marks})", [c.raw for c in chunk]
+                f'SELECT cid, data FROM "{table}" WHERE cid IN ({marks})', [c.raw for c in chunk]
             ).fetchall()
             if len(rows) != len(chunk):
                 found = {bytes(r[0]) for r in rows}

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from merklog.store import BlockNotFound, BlockStore, Fact, Link
 
+from . import relindex
 from .acceptance import MAX_PENDING_BLOCKS, MAX_PENDING_BYTES, Acceptance, ApplyResult
 from .blocks import (
     Assert,
@@ -104,8 +105,10 @@ class Replica(Acceptance, ORSet, Reconciliation):
                 )
                 self.ds = int(cur.lastrowid)
                 self._init_genesis()
+                relindex.mark_complete(conn, self.ds)
             else:
                 self.ds = int(row[0])
+                relindex.ensure_index(conn, blockstore, self.ds)  # once, for older homes
 
     # ------------------------------------------------------------ opening
 

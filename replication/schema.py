@@ -6,6 +6,8 @@ The tables *are* the log relations of docs/crdt.md: ``repl_delta`` = delta/4,
 ``repl_parent`` = parent/2, ``repl_assert`` = asserts/2, ``repl_retract`` = retracts/3.
 ``repl_assert.killed`` caches "some retract observes this assert", so the visible
 set is ``SELECT DISTINCT fact FROM repl_assert WHERE killed = 0``.
+``repl_rel_fact`` indexes asserted facts by relation and ``repl_index`` records which
+datasets' indexes are complete (see :mod:`.relindex`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ CREATE TABLE IF NOT EXISTS repl_inbox (
     rel TEXT NOT NULL, data BLOB NOT NULL, received REAL NOT NULL, consumed INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS repl_inbox_pending ON repl_inbox (consumed, id);
+CREATE TABLE IF NOT EXISTS repl_rel_fact (
+    ds INTEGER NOT NULL, rel TEXT NOT NULL, fact BLOB NOT NULL, PRIMARY KEY (ds, rel, fact)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repl_index (
+    ds INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY (ds, name)
+) WITHOUT ROWID;
 """
 
 

@@ -8,9 +8,9 @@ Endpoints (all requests signed, see :mod:`.auth`; errors are 4xx JSON
 - ``POST /v1/datasets/{id}/sync``     JSON ``{"heads": [cid…], "summary": {…}|null}``
   → streamed CAR (roots = our heads) of every block the caller lacks, or 409 ``need_summary``
 - ``POST /v1/datasets/{id}/blocks``   JSON ``{"cids": [cid…]}`` (repairs: the blocks by CID)
-  → CAR (root = the genesis) of the named blocks this replica holds intact, in the
-  order asked, at most ~``max_response`` bytes; header ``X-Merklog-Processed`` = how
-  many of the CIDs were looked at (the caller asks again for the rest)
+  → streamed CAR (root = the genesis) of the named blocks this replica holds intact,
+  in the order asked, at most ~``max_response`` bytes; header ``X-Merklog-Processed``
+  = how many of the CIDs were looked at (the caller asks again for the rest)
 - ``POST /v1/datasets/{id}/push``     CAR → ``{"accepted", "duplicates", "facts", "heads"}``
 - ``POST /v1/inbox``                  CAR of ``@async`` message blocks → ``{"accepted", "duplicates"}``
 """
@@ -32,7 +32,7 @@ from merklog.store import Link
 from merklog.store.car import car_header, car_section
 
 from .auth import AllowList, ReplayGuard, SignedRequest, check_digest, verify_request
-from .blockserve import read_blocks
+from .blockserve import plan_blocks, read_sections, runs
 from .errors import MalformedBlock, NotFound, ReplicationError, RequestTimeout, TooLarge
 from .limits import (
     RECEIVE_MAX_BLOCK_REQUEST,
@@ -268,19 +268,28 @@ class SyncService:
             raise TooLarge(
                 f"{len(cids)} CIDs in one block request; at most {self.limits.max_block_request}"
             )
-        looked, found = await asyncio.to_thread(
-            read_blocks, replica, cids, self.limits.max_response
+        looked, plan = await asyncio.to_thread(plan_blocks, replica, cids, self.limits.max_response)
+        # Streamed (ADR 0097): the plan fixed what this response covers, so the header
+        # goes first and blocks follow one run (~1 MiB) at a time, re-hashed as read.
+        resp = web.StreamResponse(
+            headers={"Content-Type": CAR_TYPE, "X-Merklog-Processed": str(looked)}
         )
-        parts = [car_header([replica.dataset])]
-        parts.extend(car_section(c, b) for c, b in found)
-        body = b"".join(parts)
-        self.metrics["bytes_out"] += len(body)
-        self.metrics["blocks_out"] += len(found)
+        await resp.prepare(request)
+        header = car_header([replica.dataset])
+        await resp.write(header)
+        sent = len(header)
+        served = 0
+        for run in runs(plan):
+            body, count = await asyncio.to_thread(read_sections, replica, run)
+            if body:
+                await resp.write(body)
+                sent += len(body)
+            served += count
+        await resp.write_eof()
+        self.metrics["bytes_out"] += sent
+        self.metrics["blocks_out"] += served
         self.metrics["block_requests"] += 1
-        return web.Response(
-            body=body,
-            headers={"Content-Type": CAR_TYPE, "X-Merklog-Processed": str(looked)},
-        )
+        return resp
 
     async def push(self, request: web.Request) -> web.StreamResponse:
         replica = self.replica(request.match_info["id"])

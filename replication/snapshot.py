@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from merklog.store import Fact, Link, encode_fact
 
+from . import relindex
 from .errors import InvalidDelta
 from .replica import Replica
 
@@ -87,6 +88,7 @@ def install_snapshot_state(
                 conn.executemany(
                     "INSERT INTO repl_assert (ds, fact, delta, killed) VALUES (?, ?, ?, 0)", asserts
                 )
+                relindex.record(conn, ((ds, fact.rel, cid.raw) for cid, fact in visible))
                 if heads:
                     conn.execute("DELETE FROM repl_head WHERE ds = ?", (ds,))
                     conn.executemany(

@@ -91,6 +91,19 @@ class BlockStore(ABC):
         """The subset of ``cids`` that is present."""
         return {cid for cid in cids if self.has(cid)}
 
+    def sizes(self, cids: Iterable[Link]) -> dict[Link, int]:
+        """The stored size in bytes of each of ``cids`` that is present (not verified:
+        a reader that sends the block re-hashes it then). Lets a server plan a bounded
+        response before reading any block (``POST …/blocks``); stores that keep sizes
+        answer without reading the data."""
+        out: dict[Link, int] = {}
+        for cid in cids:
+            try:
+                out[cid] = len(self.get(cid))
+            except (BlockNotFound, CIDMismatch):
+                continue
+        return out
+
     def __len__(self) -> int:
         return sum(1 for _ in self.iter_cids())
 
@@ -138,6 +151,10 @@ class MemoryBlockStore(BlockStore):
 
     def has(self, cid: Link) -> bool:
         return cid in self._blocks
+
+    def sizes(self, cids: Iterable[Link]) -> dict[Link, int]:
+        blocks = self._blocks
+        return {cid: len(blocks[cid]) for cid in cids if cid in blocks}
 
     def iter_cids(self) -> Iterator[Link]:
         return iter(list(self._blocks))

@@ -230,6 +230,21 @@ class SQLiteBlockStore(BlockStore):
             found.update(by_raw[r[0]] for r in rows)
         return found
 
+    def sizes(self, cids: Iterable[Link]) -> dict[Link, int]:
+        """Stored sizes from ``length(data)``, which SQLite answers from the record
+        header without reading a large block's overflow pages."""
+        out: dict[Link, int] = {}
+        it = iter(cids)
+        while chunk := list(islice(it, _IN_CHUNK)):
+            by_raw = {c.raw: c for c in chunk}
+            marks = ",".join("?" * len(by_raw))
+            with self.lock:
+                rows = self.conn.execute(
+                    f"SELECT cid, length(data) FROM blocks WHERE cid IN ({marks})", list(by_raw)
+                ).fetchall()
+            out.update((by_raw[bytes(raw)], int(size)) for raw, size in rows)
+        return out
+
     def iter_cids(self) -> Iterator[Link]:
         for (raw,) in self._pages("SELECT cid FROM blocks WHERE cid > ? ORDER BY cid LIMIT ?"):
             yield Link._trusted(raw)

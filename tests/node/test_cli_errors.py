@@ -87,7 +87,9 @@ def test_not_found_exits_3(ready: Path) -> None:
 
 def test_peer_down_exits_4(ready: Path, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    assert_fails(merklog(ready, "sync", url), ExitCode.PEER_UNREACHABLE, "cannot reach peer")
+    result = merklog(ready, "sync", url)
+    assert_fails(result, ExitCode.PEER_UNREACHABLE, "cannot reach peer")
+    assert result.stderr.strip().count("\n") == 0, result.stderr  # one line, no log echo
     fresh = tmp_path / "fresh"
     assert_fails(merklog(fresh, "init", "--join", url), ExitCode.PEER_UNREACHABLE, url)
     assert not fresh.exists()
@@ -117,6 +119,24 @@ def test_damaged_store_exits_5(ready: Path, damage) -> None:
     damage(ready / "store.sqlite")
     for args in (("status",), ("query", "edge(X, Y)"), ("node", "run", "--port", "0")):
         assert_fails(merklog(ready, *args), ExitCode.STORE_DAMAGED, "store")
+
+
+def test_a_damaged_store_names_a_way_out_that_works(ready: Path, tmp_path: Path) -> None:
+    """The message of a damaged store names the command that restores a backup into a
+    fresh home (it named `merklog import`, which refuses a home that is not initialised)."""
+    import re
+
+    backup = tmp_path / "backup.car"
+    assert merklog(ready, "export", str(backup)).returncode == 0
+    before = merklog(ready, "ls").stdout
+    _empty(ready / "store.sqlite")
+    failed = merklog(ready, "status")
+    assert_fails(failed, ExitCode.STORE_DAMAGED, "restore BACKUP.car")
+    found = re.search(r"`merklog --home NEW_HOME (\w+) BACKUP\.car`", failed.stderr)
+    assert found is not None, failed.stderr
+    fresh = tmp_path / "fresh"
+    assert merklog(fresh, found.group(1), str(backup)).returncode == 0
+    assert merklog(fresh, "ls").stdout == before != ""
 
 
 def test_every_home_command_reports_a_damaged_store(ready: Path, tmp_path: Path) -> None:

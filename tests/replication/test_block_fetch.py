@@ -195,3 +195,53 @@ async def test_a_peer_without_the_blocks_route_is_read_the_old_way(tmp_path) -> 
     finally:
         await runner.cleanup()
         blocks.close()
+
+
+async def test_a_large_response_streams_in_bounded_memory(server) -> None:
+    """40 blocks of ~800 kB (one response of ~32 MB) leave the server a run of about
+    1 MiB at a time: the response is chunked and the process's traced allocations
+    while serving and reading it stay far below its size; every block arrives intact."""
+    import os
+    import tracemalloc
+
+    from merklog.store.car import car_header, car_section
+
+    srv = await server()
+    caller = Identity.generate()
+    replica = srv.create("big")
+    srv.allow.allow(caller.public_key)
+    facts = [make_fact("big", [i, os.urandom(800_000)]) for i in range(40)]
+    for i in range(0, 40, 8):
+        replica.assert_facts(facts[i : i + 8])
+    wanted = [fact_cid(f) for f in facts]
+    expected = hashlib.sha256(car_header([replica.dataset]))
+    for cid in wanted:
+        expected.update(car_section(cid, srv.blocks.get(cid)))
+    del facts
+    path = f"/v1/datasets/{replica.dataset}/blocks"
+    body = json.dumps({"cids": [str(c) for c in wanted]}).encode()
+    headers = {"Content-Type": "application/json"}
+    headers.update(sign_headers(caller, "POST", path, hashlib.sha256(body).hexdigest()))
+    got = hashlib.sha256()
+    size = 0
+    async with aiohttp.ClientSession() as session:
+        tracemalloc.start()
+        try:
+            async with session.post(srv.url + path, data=body, headers=headers) as resp:
+                assert resp.status == 200
+                assert resp.headers["X-Merklog-Processed"] == "40"
+                assert "Content-Length" not in resp.headers
+                assert resp.headers.get("Transfer-Encoding") == "chunked"
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    got.update(chunk)
+                    size += len(chunk)
+            _now, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert size > 32_000_000 and got.digest() == expected.digest()
+    assert peak < 16 << 20, f"serving {size} bytes peaked at {peak} traced bytes"
+    assert srv.metrics["blocks_out"] == 40 and srv.metrics["bytes_out"] == size
+    async with SyncClient(caller) as client:  # the receiver's checks: sizes, re-hashing
+        fetch = await client.get_blocks(srv.url, replica.dataset, wanted)
+    assert fetch.requests == 1 and set(fetch.found) == set(wanted)
+    assert all(srv.blocks.get(c) == d for c, d in fetch.found.items())

@@ -68,6 +68,28 @@ def test_add_wins_concurrent_assert_and_retract():
     assert a.visible_facts() == b.visible_facts() == set()
 
 
+def test_visible_facts_keep_value_identity():
+    """p(1), p(1.0), p(true), p("1") and p(x"01") are five facts (five CIDs): Python's
+    == merges the first three, so visible_facts() must not be a plain set of Facts."""
+    a, b = new_replicas(2)
+    mixed = [make_fact("p", [x]) for x in (1, 1.0, True, "1", b"\x01")]
+    a.assert_facts(mixed)
+    pull(b, a)
+    assert len(a.visible_facts()) == len(b.visible_facts()) == 5
+    assert a.visible_facts() == b.visible_facts()
+    a.retract_facts([make_fact("p", [1])])
+    visible = a.visible_facts()
+    assert len(visible) == 4
+    assert make_fact("p", [1]) not in visible
+    assert make_fact("p", [1.0]) in visible and make_fact("p", [True]) in visible
+    assert visible != b.visible_facts()  # b still holds p(1)
+    pull(b, a)
+    assert b.visible_facts() == visible
+    # a plain set has already merged p(1.0) and p(true): it is not the same set of facts
+    assert visible != {make_fact("p", [x]) for x in (1.0, True, "1", b"\x01")}
+    assert [f.args for f in visible] == [f.args for _c, f in a.visible()]  # CID order
+
+
 def test_concurrent_revoke_is_decided_by_causal_past():
     owner, w, third = new_replicas(3, writers=[1])
     owner.revoke(w.identity.public_key)

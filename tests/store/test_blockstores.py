@@ -97,3 +97,16 @@ def test_put_encoded_stores_like_put_many(any_store):
     assert any_store.put_encoded(blocks) == 4
     assert any_store.put_encoded(blocks) == 0
     assert list(any_store.get_many([c for c, _ in blocks])) == blocks
+
+
+def test_sizes_of_present_blocks(any_store):
+    """``sizes`` gives each present block's stored size (a server plans a bounded
+    answer from them, ADR 0097); absent CIDs are left out."""
+    token = os.urandom(8).hex()
+    blocks = [encode_fact(make_fact("t", [token, v])) for v in (1, 1.0, True, "1", b"\x01")]
+    big = encode_fact(make_fact("t", [token, os.urandom(200_000)]))
+    any_store.put_many([*blocks, big])
+    absent = encode_fact(make_fact("t", [token, "never stored"]))[0]
+    sizes = any_store.sizes([c for c, _ in blocks] + [big[0], absent])
+    assert sizes == {cid: len(data) for cid, data in [*blocks, big]}
+    assert len(sizes) == 6  # five values == would merge into three, each its own block

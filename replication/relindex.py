@@ -1,0 +1,156 @@
+"""The per-relation index of a replica's asserted facts: ``GET /v1/facts?rel=`` pages
+that cost O(page) whatever the other relations hold (ADR 0095).
+
+``repl_rel_fact(ds, rel, fact)`` holds one row per fact some accepted delta of the
+dataset asserts (or a bootstrap installed), written in the transaction that records
+the assert (``ORSet._apply_asserts``, ``install_snapshot_state``). It is insert-only:
+a page of relation ``R`` walks ``R``'s rows from the cursor and keeps the facts that
+are visible now (one primary-key probe of ``repl_assert`` each), so retracted facts of
+``R`` are skipped at read time and facts of other relations are never touched.
+
+Homes made before the index existed are backfilled once when the replica opens
+(:func:`ensure_index`): every asserted fact's block is read for its relation name.
+``repl_index`` records which datasets have a complete index; a block that cannot be
+read (missing or corrupted, see ``merklog fsck``) leaves the dataset unmarked, so the
+backfill runs again at the next open, after a repair.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+import libipld
+
+from merklog.store import BlockNotFound, BlockStore, CIDMismatch, Link
+
+from .blocks import fast_link
+
+log = logging.getLogger(__name__)
+
+#: The name of this index in ``repl_index`` (a dataset listed there is complete).
+INDEX = "rel_fact"
+#: Asserted facts read per backfill batch.
+BACKFILL_BATCH = 10_000
+#: How a canonical dag-cbor fact block ``{"rel": …, "args": …}`` starts: a 2-entry map
+#: whose first key is ``"rel"`` (dag-cbor sorts keys by length first).
+REL_KEY = b"\xa2crel"
+
+#: One statement per (dataset, relation) run: the run's CIDs (all ``?2`` bytes long) come
+#: as one concatenated blob ``?5`` and a recursive CTE cuts it into rows inside SQLite.
+#: Binding one Python row per fact cost about three times as much CPU (0.19 s against
+#: 0.07 s per 100,000 rows), and this insert sits on every write path.
+_INSERT_RUN = """
+WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + ?2 FROM run WHERE i + ?2 < ?1)
+INSERT OR IGNORE INTO repl_rel_fact (ds, rel, fact) SELECT ?3, ?4, substr(?5, i + 1, ?2) FROM run
+"""
+
+
+def record(conn: sqlite3.Connection, rows: Iterable[tuple[int, str, bytes]]) -> None:
+    """Index ``(ds, relation, raw fact CID)`` rows (inside the caller's transaction): one
+    insert per relation, its CIDs in key order (an in-order pass over the index pages)."""
+    runs: dict[tuple[int, str, int], list[bytes]] = {}
+    for ds, rel, raw in rows:
+        key = (ds, rel, len(raw))
+        run = runs.get(key)
+        if run is None:
+            runs[key] = [raw]
+        else:
+            run.append(raw)
+    for (ds, rel, size), raws in runs.items():
+        raws.sort()
+        blob = b"".join(raws)
+        conn.execute(_INSERT_RUN, (len(blob), size, ds, rel, blob))
+
+
+def mark_complete(conn: sqlite3.Connection, ds: int) -> None:
+    """Record that dataset ``ds``'s index holds every asserted fact (a new dataset's
+    empty index, or a finished backfill)."""
+    conn.execute("INSERT OR IGNORE INTO repl_index (ds, name) VALUES (?, ?)", (ds, INDEX))
+
+
+def fact_relation(data: bytes) -> str | None:
+    """The relation name of a fact block, or None if ``data`` is not one.
+
+    Canonical blocks are read from their first bytes (``a2 63 "rel"`` then the name as a
+    CBOR text string); anything else is decoded."""
+    if data.startswith(REL_KEY) and len(data) > 6:
+        head = data[5]
+        if 0x60 <= head <= 0x77:
+            start, size = 6, head - 0x60
+        elif head == 0x78:
+            start, size = 7, data[6]
+        elif head == 0x79 and len(data) > 8:
+            start, size = 8, int.from_bytes(data[6:8], "big")
+        else:
+            start, size = 0, -1
+        if size >= 0 and start + size <= len(data):
+            try:
+                return data[start : start + size].decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+    try:
+        obj = libipld.decode_dag_cbor(data)
+    except Exception:  # not decodable: not a fact
+        return None
+    if isinstance(obj, dict) and set(obj) == {"rel", "args"} and isinstance(obj["rel"], str):
+        return obj["rel"]
+    return None
+
+
+def ensure_index(conn: sqlite3.Connection, blockstore: BlockStore, ds: int) -> int:
+    """Backfill dataset ``ds``'s index unless it is complete (inside the caller's
+    transaction); returns how many facts were indexed."""
+    done = conn.execute(
+        "SELECT 1 FROM repl_index WHERE ds = ? AND name = ?", (ds, INDEX)
+    ).fetchone()
+    if done is not None:
+        return 0
+    sql = "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND fact > ? ORDER BY fact LIMIT ?"
+    after = b""
+    indexed = unreadable = 0
+    while True:
+        raws = [bytes(r[0]) for r in conn.execute(sql, (ds, after, BACKFILL_BATCH))]
+        if not raws:
+            break
+        rows, bad = _relations(blockstore, [fast_link(r) for r in raws])
+        record(conn, ((ds, rel, cid.raw) for cid, rel in rows))
+        indexed += len(rows)
+        unreadable += bad
+        if len(raws) < BACKFILL_BATCH:
+            break
+        after = raws[-1]
+    if unreadable:
+        log.warning(
+            "%d asserted fact block(s) could not be read while indexing facts by relation;"
+            " run `merklog fsck --repair-from PEER` (the index is completed at the next open)",
+            unreadable,
+        )
+    else:
+        mark_complete(conn, ds)
+    if indexed:
+        log.info("indexed %d facts by relation (once, for a home made before that index)", indexed)
+    return indexed
+
+
+def _relations(blockstore: BlockStore, cids: Sequence[Link]) -> tuple[list[tuple[Link, str]], int]:
+    """``(cid, relation)`` of each readable fact block, and how many could not be read."""
+    out: list[tuple[Link, str]] = []
+    try:
+        blocks = list(blockstore.get_many(cids))
+    except (BlockNotFound, CIDMismatch):
+        blocks = []
+        for cid in cids:  # one bad block: read the others one by one
+            try:
+                blocks.append((cid, blockstore.get(cid)))
+            except (BlockNotFound, CIDMismatch):
+                continue
+    bad = len(cids) - len(blocks)
+    for cid, data in blocks:
+        rel = fact_relation(data)
+        if rel is None:
+            bad += 1
+        else:
+            out.append((cid, rel))
+    return out, bad
