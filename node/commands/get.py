@@ -40,10 +40,16 @@ def register(cli: click.Group) -> None:
     @click.argument("rel", required=False)
     @pass_state
     def ls(state: State, rel: str | None) -> None:
-        """List visible facts (of relation REL) as "CID<TAB>fact"."""
+        """List visible facts (of relation REL) as "CID<TAB>fact".
+
+        Exits 3 when REL has no visible facts (a mistyped name, or every fact retracted)."""
         from merklog.node.cliutil import guard, target
+        from merklog.node.failures import ExitCode, Failure
 
         with target(state) as t:
             facts = guard(lambda: t.facts(rel))
+        if rel is not None and not facts:
+            # Like ``query`` of an unknown relation: a typo must not look like an empty answer.
+            raise Failure(f"no visible facts of relation {rel!r}", ExitCode.NOT_FOUND)
         for item in sorted(facts, key=lambda i: i["fact"]):
             click.echo(f"{item['cid']}\t{item['fact']}")

@@ -42,6 +42,18 @@ def test_put_prints_each_cid_then_get_and_ls(run) -> None:
     ]
 
 
+def test_ls_of_a_relation_without_visible_facts_exits_3(run) -> None:
+    run("init")
+    run("put", "edge(1, 2).", "p(1).", "p(1.0).", "p(true).")
+    assert len(run("ls", "p").output.splitlines()) == 3
+    typo = run("ls", "edgee", ok=False)
+    assert typo.exit_code == 3
+    assert "no visible facts of relation 'edgee'" in typo.output
+    run("retract", "edge(1, 2).")
+    assert run("ls", "edge", ok=False).exit_code == 3
+    assert len(run("ls").output.splitlines()) == 3  # no REL: an empty list is an answer
+
+
 def test_put_reads_a_file(run, tmp_path: Path) -> None:
     run("init")
     f = tmp_path / "facts.dl"
