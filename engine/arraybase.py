@@ -1,0 +1,275 @@
+"""A relation's base facts held as an int64 matrix plus a small overlay of changes.
+
+The incremental engine keeps each input relation's base facts as a set, so an
+epoch's inserts and deletes become exact ``±1`` deltas (set semantics). For a
+relation loaded in bulk from int64 columns (a node's stored facts, ADR 0070), a
+set of a million tuples costs a tuple, a hash and a set slot per row — most of
+the initial load. :class:`ArrayBase` keeps the loaded matrix as it is and answers
+the set questions the epoch driver asks about a *small* batch of rows:
+
+- which of these rows are present (:meth:`ArrayBase.present`): rows with a
+  non-int value (``Float``, ``Bool``, strings, bytes, CIDs), ints outside int64 or
+  another length are never in the matrix, so ``1.0``, ``true`` and ``"1"`` never
+  match an int ``1`` (value identity, ADR 0001); the rest are looked up in a
+  sorted index of 64-bit row hashes and then *compared column by column*, so a
+  hash collision can cost time but never change an answer;
+- the overlay: rows inserted since (``added``, a set) and matrix rows deleted
+  since (``removed``, a set), so a change costs O(k log n), never O(n).
+
+The sorted index is built on the first lookup (one ``numpy.sort`` of n keys); a
+bulk load that never meets a later change never pays for it. Distinct rows are
+required: :func:`distinct_rows` proves it cheaply (a strictly increasing column)
+or removes duplicates through the same index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Set
+
+import numpy as np
+
+Row = tuple
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: Up to this many rows are looked up one by one in Python ints, more in one numpy pass.
+_FEW = 16
+_SEED = np.uint64(0x9E3779B97F4A7C15)
+_MIX = np.uint64(0xBF58476D1CE4E5B9)
+_SHIFT = np.uint64(31)
+
+
+def row_hashes(matrix: np.ndarray) -> np.ndarray:
+    """A 64-bit hash per row of an int64 matrix (column-wise multiply-xorshift)."""
+    u = matrix.view(np.uint64)
+    h = np.full(matrix.shape[0], _SEED, dtype=np.uint64)
+    for j in range(matrix.shape[1]):
+        h ^= u[:, j]
+        h *= _MIX
+        h ^= h >> _SHIFT
+    return h
+
+
+_M64 = 2**64 - 1
+_SEED_INT, _MIX_INT, _SHIFT_INT = int(_SEED), int(_MIX), int(_SHIFT)
+
+
+def row_hash(row: Row) -> int:
+    """:func:`row_hashes` of one row of Python ints (the same value, without numpy's
+    fixed per-call cost: lookups of a few rows stay in microseconds)."""
+    h = _SEED_INT
+    for v in row:
+        h ^= v & _M64
+        h = (h * _MIX_INT) & _M64
+        h ^= h >> _SHIFT_INT
+    return h
+
+
+def _strictly_increasing_column(matrix: np.ndarray) -> bool:
+    """True if some column strictly increases (then the rows are distinct)."""
+    if matrix.shape[0] < 2:
+        return True
+    for j in range(matrix.shape[1]):
+        col = matrix[:, j]
+        if bool((col[1:] > col[:-1]).all()):
+            return True
+    return False
+
+
+class _Index:
+    """Sorted keys ``(hash high bits) | row index`` of a matrix: one sort, no argsort."""
+
+    __slots__ = ("keys", "low", "high")
+
+    def __init__(self, matrix: np.ndarray) -> None:
+        n = matrix.shape[0]
+        bits = max(1, (n - 1).bit_length())
+        self.low = np.uint64((1 << bits) - 1)
+        self.high = ~self.low
+        keys = row_hashes(matrix) & self.high
+        keys |= np.arange(n, dtype=np.uint64)
+        keys.sort()
+        self.keys = keys
+
+    def find(self, matrix: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """For each query row, its row index in ``matrix``, or -1."""
+        keys, low, high = self.keys, self.low, self.high
+        q = row_hashes(queries) & high
+        pos = np.searchsorted(keys, q)
+        n = len(keys)
+        out = np.full(len(queries), -1, dtype=np.int64)
+        if not n:
+            return out
+        cand = keys[np.minimum(pos, n - 1)]
+        same = ((cand & high) == q) & (pos < n)
+        r = (cand & low).astype(np.int64)
+        eq = same & (matrix[r] == queries).all(axis=1)
+        out[eq] = r[eq]
+        # A first candidate with the same high bits but another row: a hash collision;
+        # scan the run of equal high bits after it (rare; exact either way).
+        for i in np.flatnonzero(same & ~eq).tolist():
+            j = int(pos[i]) + 1
+            while j < n and (int(keys[j]) & int(high)) == int(q[i]):
+                c = int(keys[j]) & int(low)
+                if np.array_equal(matrix[c], queries[i]):
+                    out[i] = c
+                    break
+                j += 1
+        return out
+
+    def find_one(self, matrix: np.ndarray, row: Row) -> bool:
+        """Is ``row`` (Python ints of the matrix's arity, inside int64) a matrix row?"""
+        keys = self.keys
+        high, low = int(self.high), int(self.low)
+        q = row_hash(row) & high
+        j, n = int(keys.searchsorted(q)), len(keys)
+        want = list(row)
+        while j < n:
+            key = int(keys[j])
+            if key & high != q:
+                return False
+            if matrix[key & low].tolist() == want:
+                return True
+            j += 1
+        return False
+
+    def duplicates(self, matrix: np.ndarray) -> np.ndarray:
+        """Row indices that repeat an earlier-indexed equal row."""
+        keys, high, low = self.keys, self.high, self.low
+        hk = keys & high
+        same = np.flatnonzero(hk[1:] == hk[:-1])
+        if not len(same):
+            return np.empty(0, dtype=np.int64)
+        runs: dict[int, list[int]] = {}
+        for s in same.tolist():
+            for j in (s, s + 1):
+                runs.setdefault(int(hk[j]), []).append(int(keys[j] & low))
+        dup: list[int] = []
+        for members in runs.values():
+            seen: dict[Row, int] = {}
+            for r in sorted(set(members)):
+                row = tuple(matrix[r].tolist())
+                if row in seen:
+                    dup.append(r)
+                else:
+                    seen[row] = r
+        return np.array(sorted(dup), dtype=np.int64)
+
+
+def distinct_rows(matrix: np.ndarray) -> np.ndarray:
+    """``matrix`` without repeated rows (first occurrence kept; the same array when
+    its rows are already distinct, which a strictly increasing column proves in O(n))."""
+    if _strictly_increasing_column(matrix):
+        return matrix
+    dup = _Index(matrix).duplicates(matrix)
+    if not len(dup):
+        return matrix
+    keep = np.ones(matrix.shape[0], dtype=bool)
+    keep[dup] = False
+    return matrix[keep]
+
+
+def _as_int_row(row: Row, arity: int) -> bool:
+    """Could ``row`` (engine form) be a row of an int64 matrix of ``arity`` columns?"""
+    if len(row) != arity:
+        return False
+    for v in row:
+        if type(v) is not int or not _INT64_MIN <= v <= _INT64_MAX:
+            return False
+    return True
+
+
+class ArrayBase(Set):
+    """A set of engine-form rows: the distinct rows of an int64 matrix, plus ``added``,
+    minus ``removed`` (see the module docstring). Read as a :class:`~collections.abc.Set`;
+    changed only through :meth:`add_new` and :meth:`remove_present`."""
+
+    __slots__ = ("matrix", "added", "removed", "_index")
+
+    def __init__(self, matrix: np.ndarray) -> None:
+        """``matrix``: n x arity int64 with distinct rows (see :func:`distinct_rows`)."""
+        self.matrix = matrix
+        self.added: set[Row] = set()
+        self.removed: set[Row] = set()
+        self._index: _Index | None = None
+
+    def _in_matrix(self, rows: list[Row]) -> list[bool]:
+        """Whether each row (engine form) is a row of the matrix."""
+        arity = self.matrix.shape[1]
+        out = [False] * len(rows)
+        cand = [i for i, r in enumerate(rows) if _as_int_row(r, arity)]
+        if not cand or not self.matrix.shape[0]:
+            return out
+        if self._index is None:
+            self._index = _Index(self.matrix)
+        if len(cand) <= _FEW:
+            for i in cand:
+                out[i] = self._index.find_one(self.matrix, rows[i])
+            return out
+        queries = np.array([rows[i] for i in cand], dtype=np.int64).reshape(len(cand), arity)
+        found = self._index.find(self.matrix, queries)
+        for i, f in zip(cand, found.tolist(), strict=True):
+            out[i] = f >= 0
+        return out
+
+    def present(self, rows: Iterable[Row]) -> set[Row]:
+        """The given rows that are in the set."""
+        rows = list(rows)
+        added, removed = self.added, self.removed
+        rest = [r for r in rows if r not in added and r not in removed]
+        out = {r for r in rows if r in added}
+        for r, hit in zip(rest, self._in_matrix(rest), strict=True):
+            if hit:
+                out.add(r)
+        return out
+
+    def add_new(self, rows: Iterable[Row]) -> None:
+        """Add rows known to be absent."""
+        removed = self.removed
+        for r in rows:
+            if r in removed:
+                removed.discard(r)
+            else:
+                self.added.add(r)
+
+    def remove_present(self, rows: Iterable[Row]) -> None:
+        """Remove rows known to be present."""
+        added = self.added
+        for r in rows:
+            if r in added:
+                added.discard(r)
+            else:
+                self.removed.add(r)
+
+    def to_set(self) -> set[Row]:
+        """Every row as a new set of tuples (O(n): for whole-relation reads)."""
+        out = set(map(tuple, self.matrix.tolist()))
+        out -= self.removed
+        out |= self.added
+        return out
+
+    # -- Set
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Row]) -> set[Row]:
+        """Results of the :class:`~collections.abc.Set` operators are plain sets."""
+        return set(it)
+
+    def __contains__(self, row: object) -> bool:
+        if not isinstance(row, tuple):
+            return False
+        return bool(self.present([row]))
+
+    def __iter__(self) -> Iterator[Row]:
+        removed = self.removed
+        for r in map(tuple, self.matrix.tolist()):
+            if r not in removed:
+                yield r
+        yield from self.added
+
+    def __len__(self) -> int:
+        return int(self.matrix.shape[0]) - len(self.removed) + len(self.added)
+
+    def __repr__(self) -> str:
+        return f"ArrayBase({self.matrix.shape[0]} rows, +{len(self.added)}, -{len(self.removed)})"
+
+
+__all__ = ["ArrayBase", "distinct_rows", "row_hashes"]
