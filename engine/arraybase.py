@@ -25,6 +25,7 @@ or removes duplicates through the same index.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Set
+from itertools import chain
 
 import numpy as np
 
@@ -121,7 +122,7 @@ class _Index:
         keys = self.keys
         high, low = int(self.high), int(self.low)
         q = row_hash(row) & high
-        j, n = int(keys.searchsorted(q)), len(keys)
+        j, n = int(keys.searchsorted(np.uint64(q))), len(keys)
         want = list(row)
         while j < n:
             key = int(keys[j])
@@ -195,31 +196,39 @@ class ArrayBase(Set):
     def _in_matrix(self, rows: list[Row]) -> list[bool]:
         """Whether each row (engine form) is a row of the matrix."""
         arity = self.matrix.shape[1]
-        out = [False] * len(rows)
-        cand = [i for i, r in enumerate(rows) if _as_int_row(r, arity)]
-        if not cand or not self.matrix.shape[0]:
-            return out
+        if not rows or not self.matrix.shape[0]:
+            return [False] * len(rows)
         if self._index is None:
             self._index = _Index(self.matrix)
+        index = self._index
+        if len(rows) > _FEW and set(map(len, rows)) == {arity}:
+            if set(map(type, chain.from_iterable(rows))) == {int}:
+                try:  # one C pass; a value outside int64 raises instead of wrapping
+                    flat = np.fromiter(chain.from_iterable(rows), np.int64, len(rows) * arity)
+                except OverflowError:
+                    pass
+                else:
+                    found = index.find(self.matrix, flat.reshape(len(rows), arity))
+                    return (found >= 0).tolist()
+        out = [False] * len(rows)
+        cand = [i for i, r in enumerate(rows) if _as_int_row(r, arity)]
         if len(cand) <= _FEW:
             for i in cand:
-                out[i] = self._index.find_one(self.matrix, rows[i])
+                out[i] = index.find_one(self.matrix, rows[i])
             return out
         queries = np.array([rows[i] for i in cand], dtype=np.int64).reshape(len(cand), arity)
-        found = self._index.find(self.matrix, queries)
+        found = index.find(self.matrix, queries)
         for i, f in zip(cand, found.tolist(), strict=True):
             out[i] = f >= 0
         return out
 
     def present(self, rows: Iterable[Row]) -> set[Row]:
         """The given rows that are in the set."""
-        rows = list(rows)
+        rows = rows if isinstance(rows, set | frozenset) else set(rows)
         added, removed = self.added, self.removed
-        rest = [r for r in rows if r not in added and r not in removed]
-        out = {r for r in rows if r in added}
-        for r, hit in zip(rest, self._in_matrix(rest), strict=True):
-            if hit:
-                out.add(r)
+        out = rows & added if added else set()
+        rest = list(rows - added - removed if added or removed else rows)
+        out.update(r for r, hit in zip(rest, self._in_matrix(rest), strict=True) if hit)
         return out
 
     def add_new(self, rows: Iterable[Row]) -> None:

@@ -484,6 +484,32 @@ class AggregateJoin(Operator):
                 for r, w in rows.items():
                     out[(*r, value)] = -w
 
+    def _emit_both(self, out: Delta, changed: Mapping[tuple, tuple]) -> None:
+        """:meth:`_emit_changed` old then new in one pass, for an epoch whose bindings did
+        not change (``B_old = B_new``: only the aggregate moved)."""
+        get, bound = self.trace.get, self.bound
+        for k, (old, new) in changed.items():
+            rows = get(k)
+            if not rows:
+                continue
+            has_old = old is not _MISSING and old is not _NO_VALUE
+            has_new = new is not _MISSING and new is not _NO_VALUE
+            if bound is not None:
+                for r, w in rows.items():
+                    v = r[bound]
+                    if has_old and v == old:
+                        out[r] = -w
+                    if has_new and v == new:
+                        out[r] = out.get(r, 0) + w
+                        if not out[r]:
+                            del out[r]
+                continue
+            for r, w in rows.items():
+                if has_old:
+                    out[(*r, old)] = -w
+                if has_new:
+                    out[(*r, new)] = w
+
     def eval(self, ts: Timestamp, bindings: Delta, agg: Delta) -> Delta:
         """``-B_old ⋈ V_old + B_new ⋈ V_new`` over the groups whose value changed, and
         ``δB ⋈ V`` over the others. Every output row is written once: rows of different
@@ -492,6 +518,9 @@ class AggregateJoin(Operator):
         out: Delta = {}
         trace = self.trace
         changed = self._changes(agg) if agg else {}
+        if changed and not bindings:
+            self._emit_both(out, changed)
+            return out
         if changed:
             self._emit_changed(out, changed, new=False)
         if bindings:
