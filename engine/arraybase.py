@@ -79,7 +79,7 @@ def _strictly_increasing_column(matrix: np.ndarray) -> bool:
 class _Index:
     """Sorted keys ``(hash high bits) | row index`` of a matrix: one sort, no argsort."""
 
-    __slots__ = ("keys", "low", "high")
+    __slots__ = ("keys", "low", "high", "starts", "shift")
 
     def __init__(self, matrix: np.ndarray) -> None:
         n = matrix.shape[0]
@@ -90,12 +90,38 @@ class _Index:
         keys |= np.arange(n, dtype=np.uint64)
         keys.sort()
         self.keys = keys
+        # A directory of ~16-key buckets by the top hash bits: a lookup reads its bucket
+        # (one or two cache lines) instead of binary-searching n keys (a cache miss per
+        # level once the index outgrows the CPU caches).
+        dbits = min(max(0, (n // 16).bit_length()), 64 - bits)
+        self.shift = np.uint64(64 - dbits)
+        if dbits:
+            top = (keys >> self.shift).astype(np.intp)
+            counts = np.bincount(top, minlength=1 << dbits)
+            self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        else:
+            self.starts = np.array([0, n], dtype=np.int64)
+
+    def _positions(self, q: np.ndarray) -> np.ndarray:
+        """``numpy.searchsorted(keys, q)`` through the bucket directory."""
+        keys, starts = self.keys, self.starts
+        b = (q >> self.shift).astype(np.intp) if len(starts) > 2 else np.zeros(len(q), np.intp)
+        lo, hi = starts[b], starts[b + 1]
+        width = int((hi - lo).max()) if len(q) else 0
+        if width > 256:
+            return np.searchsorted(keys, q)
+        if not width:
+            return lo
+        idx = lo[:, None] + np.arange(width)
+        inside = idx < hi[:, None]
+        cand = keys[np.minimum(idx, len(keys) - 1)]
+        return lo + ((cand < q[:, None]) & inside).sum(axis=1)
 
     def find(self, matrix: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """For each query row, its row index in ``matrix``, or -1."""
         keys, low, high = self.keys, self.low, self.high
         q = row_hashes(queries) & high
-        pos = np.searchsorted(keys, q)
+        pos = self._positions(q)
         n = len(keys)
         out = np.full(len(queries), -1, dtype=np.int64)
         if not n:
