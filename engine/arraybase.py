@@ -25,7 +25,6 @@ or removes duplicates through the same index.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Set
-from itertools import chain
 
 import numpy as np
 
@@ -65,6 +64,59 @@ def row_hash(row: Row) -> int:
     return h
 
 
+_P61 = np.int64(2**61 - 1)
+_XX1 = np.uint64(11400714785074694791)
+_XX2 = np.uint64(14029467366897019727)
+_XX5 = np.uint64(2870177450012600261)
+
+
+def tuple_hashes(matrix: np.ndarray) -> np.ndarray:
+    """CPython's ``hash(tuple(row))`` of every row of an int64 matrix, as uint64.
+
+    The int hash (``v mod 2**61-1`` with the sign, ``-1`` mapped to ``-2``) and the
+    xxHash-style tuple combination of ``Objects/tupleobject.c``, column-wise. With
+    it a lookup hashes its rows with the built-in ``hash`` (C speed) instead of a
+    Python-level loop; :class:`_Index` checks it against ``hash`` on sample rows
+    and falls back to :func:`row_hashes` if an interpreter hashes otherwise."""
+    n, k = matrix.shape
+    acc = np.full(n, _XX5, dtype=np.uint64)
+    for j in range(k):
+        v = matrix[:, j]
+        neg = v < 0
+        r = np.where(neg, ((-(v + 1)) % _P61 + 1) % _P61, v % _P61)  # |v| mod P, no overflow
+        lane = np.where(neg, -r, r)
+        lane[lane == -1] = -2
+        acc += lane.view(np.uint64) * _XX2
+        acc = (acc << np.uint64(31)) | (acc >> np.uint64(33))
+        acc *= _XX1
+    acc += np.uint64(k ^ (2870177450012600261 ^ 3527539))
+    acc[acc == np.uint64(2**64 - 1)] = np.uint64(1546275796)
+    return acc
+
+
+def _signed_row_hash(row: Row) -> int:
+    """:func:`row_hash` as a signed 64-bit int (the range of the built-in ``hash``)."""
+    h = row_hash(row)
+    return h - 2**64 if h >= 2**63 else h
+
+
+#: Rows :class:`_Index` hashes with both ``hash`` and :func:`tuple_hashes` to check they
+#: agree (edges of the int hash: ``-1``, the modulus, int64's bounds).
+_PROBES = np.array(
+    [[0, -1, 1], [-2, 2**61 - 1, 2**61], [-(2**61) + 1, -(2**61), 2**63 - 1],
+     [-(2**63), -(2**63) + 1, 2**62], [7, -(2**62), 12345678901234]],
+    dtype=np.int64,
+)  # fmt: skip
+
+
+def _builtin_hash_matches(matrix: np.ndarray) -> bool:
+    for m in (_PROBES[:, : matrix.shape[1]], matrix[:64]):
+        want = np.array([hash(r) for r in map(tuple, m.tolist())], dtype=np.int64)
+        if not (tuple_hashes(m) == want.view(np.uint64)).all():
+            return False
+    return True
+
+
 def _strictly_increasing_column(matrix: np.ndarray) -> bool:
     """True if some column strictly increases (then the rows are distinct)."""
     if matrix.shape[0] < 2:
@@ -77,16 +129,28 @@ def _strictly_increasing_column(matrix: np.ndarray) -> bool:
 
 
 class _Index:
-    """Sorted keys ``(hash high bits) | row index`` of a matrix: one sort, no argsort."""
+    """Sorted keys ``(hash high bits) | row index`` of a matrix (one sort, no argsort),
+    a directory of ~16-key buckets by the top bits, and a bit filter of the hashes.
 
-    __slots__ = ("keys", "low", "high", "starts", "shift")
+    A lookup hashes its rows (the built-in ``hash`` when it equals
+    :func:`tuple_hashes`), drops the rows whose filter bit is clear — most absent
+    rows, at about 1/32 of a bit per row of false positives — and looks the rest
+    up in their bucket, comparing candidate rows column by column."""
+
+    __slots__ = (
+        "keys", "low", "high", "starts", "shift", "bits", "filter", "fmask", "hash_one"
+    )  # fmt: skip
 
     def __init__(self, matrix: np.ndarray) -> None:
         n = matrix.shape[0]
+        builtin = _builtin_hash_matches(matrix)
+        #: ``row -> signed 64-bit hash`` equal to the matrix hashes (as int64).
+        self.hash_one = hash if builtin else _signed_row_hash
+        hashes = tuple_hashes(matrix) if builtin else row_hashes(matrix)
         bits = max(1, (n - 1).bit_length())
         self.low = np.uint64((1 << bits) - 1)
         self.high = ~self.low
-        keys = row_hashes(matrix) & self.high
+        keys = hashes & self.high
         keys |= np.arange(n, dtype=np.uint64)
         keys.sort()
         self.keys = keys
@@ -101,6 +165,23 @@ class _Index:
             self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         else:
             self.starts = np.array([0, n], dtype=np.int64)
+        # The filter: 32 bits per row, set at each row's low hash bits.
+        m = 1 << max(6, (32 * n - 1).bit_length())
+        self.fmask = m - 1
+        slot = (hashes & np.uint64(m - 1)).astype(np.int64)
+        self.bits = np.zeros(m >> 3, dtype=np.uint8)
+        np.bitwise_or.at(self.bits, slot >> 3, (1 << (slot & 7)).astype(np.uint8))
+        self.filter = self.bits.tobytes()  # scalar reads from Python: no numpy call
+
+    def maybe(self, h: int) -> bool:
+        """Could a row with (unsigned) hash ``h`` be in the matrix? (False: surely not.)"""
+        i = h & self.fmask
+        return bool(self.filter[i >> 3] >> (i & 7) & 1)
+
+    def maybe_many(self, hashes: np.ndarray) -> np.ndarray:
+        """:meth:`maybe` of many unsigned hashes at once (a bool array)."""
+        slot = (hashes & np.uint64(self.fmask)).astype(np.int64)
+        return ((self.bits[slot >> 3] >> (slot & 7).astype(np.uint8)) & 1).astype(bool)
 
     def _positions(self, q: np.ndarray) -> np.ndarray:
         """``numpy.searchsorted(keys, q)`` through the bucket directory."""
@@ -117,10 +198,10 @@ class _Index:
         cand = keys[np.minimum(idx, len(keys) - 1)]
         return lo + ((cand < q[:, None]) & inside).sum(axis=1)
 
-    def find(self, matrix: np.ndarray, queries: np.ndarray) -> np.ndarray:
-        """For each query row, its row index in ``matrix``, or -1."""
+    def find(self, matrix: np.ndarray, queries: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+        """For each query row (with its unsigned hash), its row index in ``matrix``, or -1."""
         keys, low, high = self.keys, self.low, self.high
-        q = row_hashes(queries) & high
+        q = hashes & high
         pos = self._positions(q)
         n = len(keys)
         out = np.full(len(queries), -1, dtype=np.int64)
@@ -143,18 +224,22 @@ class _Index:
                 j += 1
         return out
 
-    def find_one(self, matrix: np.ndarray, row: Row) -> bool:
-        """Is ``row`` (Python ints of the matrix's arity, inside int64) a matrix row?"""
+    def find_one(self, matrix: np.ndarray, row: Row, h: int) -> bool:
+        """Is ``row`` (Python ints of the matrix's arity, inside int64; unsigned hash
+        ``h``) a matrix row?"""
         keys = self.keys
         high, low = int(self.high), int(self.low)
-        q = row_hash(row) & high
-        j, n = int(keys.searchsorted(np.uint64(q))), len(keys)
+        q = h & high
+        starts = self.starts
+        b = q >> int(self.shift) if len(starts) > 2 else 0
+        j, n = int(starts[b]), len(keys)
         want = list(row)
         while j < n:
             key = int(keys[j])
-            if key & high != q:
+            kh = key & high
+            if kh > q:
                 return False
-            if matrix[key & low].tolist() == want:
+            if kh == q and matrix[key & low].tolist() == want:
                 return True
             j += 1
         return False
@@ -221,31 +306,35 @@ class ArrayBase(Set):
 
     def _in_matrix(self, rows: list[Row]) -> list[bool]:
         """Whether each row (engine form) is a row of the matrix."""
-        arity = self.matrix.shape[1]
-        if not rows or not self.matrix.shape[0]:
-            return [False] * len(rows)
-        if self._index is None:
-            self._index = _Index(self.matrix)
-        index = self._index
-        if len(rows) > _FEW and set(map(len, rows)) == {arity}:
-            if set(map(type, chain.from_iterable(rows))) == {int}:
-                try:  # one C pass; a value outside int64 raises instead of wrapping
-                    flat = np.fromiter(chain.from_iterable(rows), np.int64, len(rows) * arity)
-                except OverflowError:
-                    pass
-                else:
-                    found = index.find(self.matrix, flat.reshape(len(rows), arity))
-                    return (found >= 0).tolist()
+        matrix = self.matrix
+        arity = matrix.shape[1]
         out = [False] * len(rows)
-        cand = [i for i, r in enumerate(rows) if _as_int_row(r, arity)]
-        if len(cand) <= _FEW:
-            for i in cand:
-                out[i] = index.find_one(self.matrix, rows[i])
+        if not rows or not matrix.shape[0]:
             return out
-        queries = np.array([rows[i] for i in cand], dtype=np.int64).reshape(len(cand), arity)
-        found = index.find(self.matrix, queries)
-        for i, f in zip(cand, found.tolist(), strict=True):
-            out[i] = f >= 0
+        if self._index is None:
+            self._index = _Index(matrix)
+        index = self._index
+        hash_one = index.hash_one
+        if hash_one is not hash:  # the fallback hash reads ints only
+            pos = [i for i, r in enumerate(rows) if _as_int_row(r, arity)]
+            sub = [rows[i] for i in pos]
+        else:
+            pos, sub = range(len(rows)), rows
+        if len(sub) <= _FEW:
+            for i, r in zip(pos, sub, strict=True):
+                h = hash_one(r) & _M64
+                if index.maybe(h) and _as_int_row(r, arity):
+                    out[i] = index.find_one(matrix, r, h)
+            return out
+        hashes = np.fromiter(map(hash_one, sub), np.int64, len(sub)).view(np.uint64)
+        hits = [j for j in np.flatnonzero(index.maybe_many(hashes)).tolist()
+                if _as_int_row(sub[j], arity)]  # fmt: skip
+        if not hits:
+            return out
+        queries = np.array([sub[j] for j in hits], dtype=np.int64).reshape(len(hits), arity)
+        found = index.find(matrix, queries, hashes[hits])
+        for j, f in zip(hits, found.tolist(), strict=True):
+            out[pos[j]] = f >= 0
         return out
 
     def present(self, rows: Iterable[Row]) -> set[Row]:

@@ -18,7 +18,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from merklog.engine.arraybase import ArrayBase, distinct_rows
+from merklog.engine import arraybase
+from merklog.engine.arraybase import ArrayBase, distinct_rows, tuple_hashes
 from merklog.engine.batch import BatchEvaluator
 from merklog.engine.dataflow import GroupAggregate
 from merklog.engine.dataflow.columns import ColumnBatch
@@ -167,3 +168,38 @@ def test_array_inputs_keep_value_identity_and_stay_columnar() -> None:
     other = IncrementalEngine(Program.parse("c(N) :- N := count : p(_, _).").checked)
     other.step(inserts={"p": np.zeros((4, 3), dtype=np.int64)})
     assert other.relation("c") == {(0,)} and len(other.relation("p")) == 1
+
+
+def test_tuple_hashes_are_the_builtin_hash_of_the_rows() -> None:
+    rng = np.random.default_rng(7)
+    edges = np.array([0, 1, -1, -2, 2**61 - 1, 2**61, -(2**61), 2**63 - 1, -(2**63)])
+    for arity in (1, 2, 3, 4):
+        m = np.concatenate([
+            rng.integers(-(2**63), 2**63 - 1, size=(3000, arity), dtype=np.int64),
+            rng.choice(edges, size=(500, arity)).astype(np.int64),
+        ])  # fmt: skip
+        want = np.array([hash(r) for r in map(tuple, m.tolist())], dtype=np.int64)
+        assert (tuple_hashes(m) == want.view(np.uint64)).all()
+
+
+def _lookups_agree_with_a_set(base: ArrayBase, m: np.ndarray) -> None:
+    rows = list(map(tuple, m.tolist()))
+    twins = [(Float(float(r[0])), *r[1:]) for r in rows[:40]] + [(TRUE, *r[1:]) for r in rows[:9]]
+    absent = [(r[0], r[1] + 1000) for r in rows[:300]] + [(2**63, 0), ("1", 1)]
+    probe = rows[:300] + twins + absent
+    assert base.present(probe) == set(rows[:300])
+    for r in rows[:10] + twins[:10] + absent[:10]:  # the one-by-one path
+        assert (r in base) == (r in set(rows))
+
+
+def test_lookups_are_exact_with_the_builtin_and_the_fallback_hash(monkeypatch) -> None:
+    m = np.stack([np.arange(5000) % 97 - 48, np.arange(5000) // 97], axis=1)
+    base = ArrayBase(m)
+    _lookups_agree_with_a_set(base, m)
+    assert base._index is not None and base._index.hash_one is hash
+    # An interpreter whose hash() differs from tuple_hashes (a fault this one cannot
+    # produce): the index checks, then hashes rows its own way; answers stay exact.
+    monkeypatch.setattr(arraybase, "_builtin_hash_matches", lambda matrix: False)
+    other = ArrayBase(m)
+    _lookups_agree_with_a_set(other, m)
+    assert other._index is not None and other._index.hash_one is not hash
