@@ -5,7 +5,9 @@
     python bench/incremental.py --only aggregate --repeats 200
 
 Workloads (deterministic, seed 42), each loaded once into an
-:class:`~merklog.engine.incremental.IncrementalEngine` (in chunks, like a node ingesting):
+:class:`~merklog.engine.incremental.IncrementalEngine` as one epoch of int64 arrays
+(what a node holds its stored facts as, ADR 0070/0090) and, beside it, into another
+as Python tuples in chunks of 100k (skip with ``--no-tuple-load``):
 
 - aggregate: ``stats(G, C, S) :- grp(G), C := count : sale(_, G, _), S := sum A : sale(_, G, A).``
   over 1M ``sale`` facts in 1,000 groups (the workload of ``bench/engine.py``);
@@ -20,9 +22,10 @@ of an epoch, robust to a shared machine; "cpu us/change": that divided by k,
 beside the goal max(1 ms, k x 2 us)), and the speedup over a full
 batch recomputation of the same program on the same data in the same process
 (``Program.evaluate`` on numpy columns — the batch evaluator's fastest path).
-The header line gives the initial load (wall and CPU) beside one batch evaluation
-of the same data, and their ratio; the next line splits the load's CPU into the
-engine's ``step`` calls and the benchmark building the fact tuples from numpy. Goals (issue 10): initial load ≤ 2× a batch
+The header line gives the columnar initial load (wall and CPU) beside one batch
+evaluation of the same data, and their ratio; the next line the tuple-fed load,
+split into the engine's ``step`` calls and building the tuples from numpy; the
+next the CPU of the first change after the load (it builds the base's index). Goals (issue 10): initial load ≤ 2× a batch
 evaluation; an epoch of k changes on the 1M aggregation ≤ max(1 ms, k × 2 µs);
 cost growing with k, not with the database.
 """
