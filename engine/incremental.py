@@ -200,7 +200,10 @@ def _term_vars(term: ast.Term) -> set[str]:
 
 def _as_set(rows: Iterable[Row]) -> set[Row]:
     """A new set of the rows in engine form (one C-level type scan when nothing needs
-    converting: :func:`merklog.engine.rows.engine_rows`)."""
+    converting: :func:`merklog.engine.rows.engine_rows`). A numpy array's rows are read
+    as plain values (ints stay ints, floats become ``Float``, bools ``Bool``)."""
+    if isinstance(rows, np.ndarray):
+        rows = list(map(tuple, rows.tolist()))
     out = engine_rows(rows)
     return set(out) if out is rows or isinstance(out, EngineSet) else out
 

@@ -164,6 +164,11 @@ def test_array_inputs_keep_value_identity_and_stay_columnar() -> None:
     engine.step(deletes={"p": np.array([[1, 2]])})
     assert engine.relation("p") == {(3, 4), (1.0, 2.0), (True, False)}
     assert (1, 2) not in engine.relation("p") and (1.0, 2.0) in engine.relation("p")
+    # Events may be arrays too (one epoch only; read as tuples).
+    engine.step(events={"p": np.array([[1, 2], [5, 6]])})
+    assert engine.relation("c") == {(5,)}
+    engine.step()
+    assert engine.relation("c") == {(3,)}
     # Rows of another arity than the program reads are kept but never counted.
     other = IncrementalEngine(Program.parse("c(N) :- N := count : p(_, _).").checked)
     other.step(inserts={"p": np.zeros((4, 3), dtype=np.int64)})
