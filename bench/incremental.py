@@ -5,7 +5,9 @@
     python bench/incremental.py --only aggregate --repeats 200
 
 Workloads (deterministic, seed 42), each loaded once into an
-:class:`~merklog.engine.incremental.IncrementalEngine` (in chunks, like a node ingesting):
+:class:`~merklog.engine.incremental.IncrementalEngine` as one epoch of int64 arrays
+(what a node holds its stored facts as, ADR 0070/0090) and, beside it, into another
+as Python tuples in chunks of 100k (skip with ``--no-tuple-load``):
 
 - aggregate: ``stats(G, C, S) :- grp(G), C := count : sale(_, G, _), S := sum A : sale(_, G, A).``
   over 1M ``sale`` facts in 1,000 groups (the workload of ``bench/engine.py``);
@@ -20,9 +22,10 @@ of an epoch, robust to a shared machine; "cpu us/change": that divided by k,
 beside the goal max(1 ms, k x 2 us)), and the speedup over a full
 batch recomputation of the same program on the same data in the same process
 (``Program.evaluate`` on numpy columns — the batch evaluator's fastest path).
-The header line gives the initial load (wall and CPU) beside one batch evaluation
-of the same data, and their ratio; the next line splits the load's CPU into the
-engine's ``step`` calls and the benchmark building the fact tuples from numpy. Goals (issue 10): initial load ≤ 2× a batch
+The header line gives the columnar initial load (wall and CPU) beside one batch
+evaluation of the same data, and their ratio; the next line the tuple-fed load,
+split into the engine's ``step`` calls and building the tuples from numpy; the
+next the CPU of the first change after the load (it builds the base's index). Goals (issue 10): initial load ≤ 2× a batch
 evaluation; an epoch of k changes on the 1M aggregation ≤ max(1 ms, k × 2 µs);
 cost growing with k, not with the database.
 """
@@ -74,25 +77,42 @@ def rows(array: np.ndarray) -> list[tuple]:
 
 
 def load(
-    engine: IncrementalEngine, data: dict[str, np.ndarray], chunk: int = 100_000
+    engine: IncrementalEngine, data: dict[str, np.ndarray], columnar: bool, chunk: int = 100_000
 ) -> tuple[float, float, float]:
-    """Bulk-load in epochs of ``chunk`` facts, then freeze the loaded objects out of the
-    cyclic GC (what a long-running node does after ingest: otherwise full collections
-    over millions of long-lived trace entries land on random small epochs).
+    """The initial load. ``columnar``: one epoch with the int64 arrays themselves (what a
+    node holds its stored facts as and feeds at its first incremental epoch, ADR 0070;
+    the engine keeps them columnar, ADR 0090). Otherwise the pre-0090 way: Python
+    tuples built from numpy, fed in epochs of ``chunk`` facts.
+    Afterwards the loaded objects are frozen out of the cyclic GC (what a long-running
+    node does after ingest: otherwise full collections over millions of long-lived
+    trace entries land on random small epochs).
     Returns (wall s, CPU s, CPU s inside ``engine.step``: the rest is building tuples)."""
     start, cpu = time.perf_counter(), time.process_time()
     in_step = 0.0
-    for rel, array in data.items():
-        for i in range(0, len(array), chunk):
-            batch = rows(array[i : i + chunk])
-            c0 = time.process_time()
-            engine.step(inserts={rel: batch})
-            in_step += time.process_time() - c0
-            del batch
+    if columnar:
+        engine.step(inserts=dict(data))
+        in_step = time.process_time() - cpu
+    else:
+        for rel, array in data.items():
+            for i in range(0, len(array), chunk):
+                batch = rows(array[i : i + chunk])
+                c0 = time.process_time()
+                engine.step(inserts={rel: batch})
+                in_step += time.process_time() - c0
+                del batch
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     gc.collect()
     gc.freeze()
     return elapsed, cpu, in_step
+
+
+def first_change(engine: IncrementalEngine, rel: str, batch: list[tuple]) -> float:
+    """CPU s of the first epoch after the load (insert then delete ``batch``): after a
+    columnar load it builds the base's row-hash index (ADR 0090), once."""
+    c0 = time.process_time()
+    engine.step(inserts={rel: batch})
+    engine.step(deletes={rel: batch})
+    return time.process_time() - c0
 
 
 def recompute(
@@ -142,24 +162,35 @@ def measure(
 
 
 def report(
-    title: str, db: str, load: tuple[float, float, float], batch: tuple[float, float], lat: dict
+    title: str,
+    db: str,
+    load: tuple[float, float, float],
+    tuple_load: tuple[float, float, float] | None,
+    first: float,
+    batch: tuple[float, float],
+    lat: dict,
 ) -> None:
     """Print one workload's table. ``load``: (wall s, CPU s, CPU s in ``step``) of the
-    incremental initial load; ``batch``: (wall s, CPU s) of one full batch evaluation;
-    goal columns per issue 10."""
-    (load_s, load_cpu, step_cpu), (batch_s, batch_cpu) = load, batch
+    columnar initial load, ``tuple_load`` the same fed as tuples in chunks (None when
+    skipped); ``first``: CPU s of the first change after the load; ``batch``: (wall s,
+    CPU s) of one full batch evaluation; goal columns per issue 10."""
+    (load_s, load_cpu, _step_cpu), (batch_s, batch_cpu) = load, batch
     rss = psutil.Process().memory_info().rss / 2**20
     print(f"\n## {title}  ({db})")
     print(
-        f"initial load: {load_s:.2f} s wall, {load_cpu:.2f} s cpu   "
-        f"batch evaluation: {batch_s * 1e3:.1f} ms wall, {batch_cpu * 1e3:.1f} ms cpu   "
-        f"load/batch: {load_s / batch_s:.0f}x wall, {load_cpu / max(batch_cpu, 1e-9):.0f}x cpu "
-        f"(goal <= 2x)   process RSS: {rss:.0f} MiB"
+        f"initial load (int64 arrays, one epoch): {load_s * 1e3:.0f} ms wall, "
+        f"{load_cpu * 1e3:.0f} ms cpu   batch evaluation: {batch_s * 1e3:.1f} ms wall, "
+        f"{batch_cpu * 1e3:.1f} ms cpu   load/batch: {load_s / batch_s:.1f}x wall, "
+        f"{load_cpu / max(batch_cpu, 1e-9):.1f}x cpu (goal <= 2x)   process RSS: {rss:.0f} MiB"
     )
-    print(
-        f"  of which engine.step: {step_cpu:.2f} s cpu ({step_cpu / max(batch_cpu, 1e-9):.0f}x "
-        f"batch cpu); building the fact tuples from numpy: {load_cpu - step_cpu:.2f} s cpu"
-    )
+    if tuple_load is not None:
+        t_s, t_cpu, t_step = tuple_load
+        print(
+            f"  fed as tuples in 100k chunks instead: {t_s:.2f} s wall, {t_cpu:.2f} s cpu, "
+            f"of which engine.step {t_step:.2f} s cpu ({t_step / max(batch_cpu, 1e-9):.0f}x "
+            f"batch cpu), building the tuples from numpy {t_cpu - t_step:.2f} s cpu"
+        )
+    print(f"  first change after the load (insert+delete 1 fact): {first * 1e3:.1f} ms cpu")
     print(
         f"{'k':>6} {'insert ms':>11} {'delete ms':>11} {'cpu ms':>9} {'cpu us/change':>14} "
         f"{'goal ms':>8} {'ins speedup':>12} {'del speedup':>12}"
@@ -178,14 +209,24 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=101, help="epochs per size for k=1")
     ap.add_argument("--only", choices=["aggregate", "closure"])
+    ap.add_argument(
+        "--no-tuple-load", action="store_true", help="skip the tuple-fed load beside it"
+    )
     args = ap.parse_args()
     repeats = {k: max(5, args.repeats // (1 + k // 10)) for k in SIZES}
     rnd = random.Random(42)
 
     if args.only in (None, "aggregate"):
         data, n = aggregate_data(args.scale)
+        tuple_load = None
+        if not args.no_tuple_load:
+            engine = IncrementalEngine(Program.parse(AGG).checked)
+            tuple_load = load(engine, data, columnar=False)
+            gc.unfreeze()
+            del engine
+            gc.collect()
         engine = IncrementalEngine(Program.parse(AGG).checked)
-        load_s = load(engine, data)
+        load_s = load(engine, data, columnar=True)
         assert engine.count("stats") == 1000
         batch = recompute(AGG, data, "stats")
         counter = [10**9]
@@ -194,17 +235,25 @@ def main() -> int:
             counter[0] += k
             return [(counter[0] + i, rnd.randrange(1000), rnd.randint(1, 999)) for i in range(k)]
 
+        first = first_change(engine, "sale", new_sales(1))
         lat = measure(engine, "sale", new_sales, repeats)
         report("aggregate: count+sum per group", f"{n:,} sale facts, 1,000 groups", load_s,
-               batch, lat)  # fmt: skip
+               tuple_load, first, batch, lat)  # fmt: skip
         gc.unfreeze()
         del engine
         gc.collect()
 
     if args.only in (None, "closure"):
         data, chains = closure_data(args.scale)
+        tuple_load = None
+        if not args.no_tuple_load:
+            engine = IncrementalEngine(Program.parse(TC).checked)
+            tuple_load = load(engine, data, columnar=False)
+            gc.unfreeze()
+            del engine
+            gc.collect()
         engine = IncrementalEngine(Program.parse(TC).checked)
-        load_s = load(engine, data)
+        load_s = load(engine, data, columnar=True)
         assert engine.count("path") == chains * 15
         batch = recompute(TC, data, "path")
         width = 6
@@ -218,10 +267,11 @@ def main() -> int:
                 for a, b in zip(picks[:k], picks[k:], strict=True)
             ]
 
+        first = first_change(engine, "edge", bridges(1))
         lat = measure(engine, "edge", bridges, repeats, max_k=chains // 2)
         assert engine.count("path") == chains * 15  # every bridge was retracted exactly
         report("closure: path over 5-edge chains", f"{len(data['edge']):,} edges, "
-               f"{chains * 15:,} paths", load_s, batch, lat)  # fmt: skip
+               f"{chains * 15:,} paths", load_s, tuple_load, first, batch, lat)  # fmt: skip
     print(f"\npython {sys.version.split()[0]}, repeats for k=1: {repeats[1]}")
     return 0
 

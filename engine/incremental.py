@@ -47,9 +47,12 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
+
 from merklog.store import Fact, Value, fact_cid
 
 from . import ast, planner
+from .arraybase import ArrayBase, distinct_rows
 from .dataflow import (
     Aggregate,
     BatchCache,
@@ -69,6 +72,7 @@ from .dataflow import (
     Plus,
     Timestamp,
 )
+from .dataflow.columns import ColumnBatch
 from .errors import EngineError
 from .io import Sink, Source
 from .rows import DeltaMap, EngineSet, RowSet, engine_rows
@@ -196,7 +200,10 @@ def _term_vars(term: ast.Term) -> set[str]:
 
 def _as_set(rows: Iterable[Row]) -> set[Row]:
     """A new set of the rows in engine form (one C-level type scan when nothing needs
-    converting: :func:`merklog.engine.rows.engine_rows`)."""
+    converting: :func:`merklog.engine.rows.engine_rows`). A numpy array's rows are read
+    as plain values (ints stay ints, floats become ``Float``, bools ``Bool``)."""
+    if isinstance(rows, np.ndarray):
+        rows = list(map(tuple, rows.tolist()))
     out = engine_rows(rows)
     return set(out) if out is rows or isinstance(out, EngineSet) else out
 
@@ -209,37 +216,94 @@ def _group(facts: Iterable[tuple[str, Row]]) -> dict[str, set[Row]]:
     return {rel: _as_set(rows) for rel, rows in out.items()}
 
 
-def _op(rows: Iterable[Row], insert: bool) -> tuple[set[Row], bool, bool]:
+def _int_matrix(rows: Any) -> np.ndarray | None:
+    """``rows`` as an n x arity int64 matrix if it is a 2-D numpy array of ints (the
+    columnar input: every value a real int), else None."""
+    if not isinstance(rows, np.ndarray) or rows.ndim != 2:
+        return None
+    if rows.dtype.kind == "i":
+        return rows.astype(np.int64, copy=False)
+    if rows.dtype.kind == "u" and (not rows.size or int(rows.max()) < 2**63):
+        return rows.astype(np.int64)
+    return None
+
+
+def _op(rows: Iterable[Row], insert: bool) -> tuple[Any, bool, bool]:
     """``(rows as an engine-form set, insert, owned)``: ``owned`` when the set is new
-    (not the caller's :class:`EngineSet`/:class:`RowSet` rows), so the engine may keep it."""
+    (not the caller's :class:`EngineSet`/:class:`RowSet` rows), so the engine may keep it.
+    An int64 matrix stays a matrix (see :func:`_apply_one`); any other 2-D array is
+    read row by row (floats become ``Float``, bools ``Bool``: never ints)."""
+    matrix = _int_matrix(rows)
+    if matrix is not None:
+        return matrix, insert, True
+    if isinstance(rows, np.ndarray):
+        rows = list(map(tuple, rows.tolist()))
     out = engine_rows(rows)
     return out, insert, not isinstance(rows, EngineSet | RowSet)
 
 
+def _row_set(rows: Any) -> set[Row]:
+    """An op's rows as a set of engine-form tuples (a matrix's rows are plain ints)."""
+    if isinstance(rows, np.ndarray):
+        return set(map(tuple, rows.tolist()))
+    return rows
+
+
+def _present(base: set[Row] | ArrayBase, rows: set[Row]) -> set[Row]:
+    """The rows of ``rows`` that are in ``base``."""
+    return base.present(rows) if isinstance(base, ArrayBase) else rows & base
+
+
+def _insert(base: set[Row] | ArrayBase, rows: set[Row]) -> set[Row]:
+    """Add ``rows`` to ``base``; return the ones that were new."""
+    if isinstance(base, ArrayBase):
+        new = rows - base.present(rows)
+        base.add_new(new)
+        return new
+    new = rows - base
+    base |= new
+    return new
+
+
+def _delete(base: set[Row] | ArrayBase, rows: set[Row]) -> set[Row]:
+    """Remove ``rows`` from ``base``; return the ones that were there."""
+    if isinstance(base, ArrayBase):
+        gone = base.present(rows)
+        base.remove_present(gone)
+        return gone
+    gone = rows & base
+    base -= gone
+    return gone
+
+
 def _apply_one(
-    edb: dict[str, set[Row]], rel: str, rows: set[Row], insert: bool, owned: bool
-) -> Delta:
+    edb: dict[str, set[Row] | ArrayBase], rel: str, rows: Any, insert: bool, owned: bool
+) -> Delta | ColumnBatch:
     """Apply a relation's only change of an epoch (no events) to the base facts and
     return its delta: two C-level set operations instead of the general before/after
-    comparison of :func:`_apply_general`."""
+    comparison of :func:`_apply_general`. An int64 matrix inserted into an empty
+    relation becomes its :class:`ArrayBase` and the delta a :class:`ColumnBatch`:
+    no tuple is built for it (ADR 0090)."""
     base = edb.get(rel)
+    if isinstance(rows, np.ndarray):
+        if insert and not base:
+            matrix = distinct_rows(rows)
+            edb[rel] = ArrayBase(matrix)
+            return ColumnBatch(matrix, 1) if len(matrix) else {}
+        rows = _row_set(rows)
     if insert:
         if not base:
             edb[rel] = rows if owned else set(rows)
             return dict.fromkeys(rows, 1)
-        new = rows - base
-        base |= new
-        return dict.fromkeys(new, 1)
+        return dict.fromkeys(_insert(base, rows), 1)
     if not base:
         return {}
-    gone = rows & base
-    base -= gone
-    return dict.fromkeys(gone, -1)
+    return dict.fromkeys(_delete(base, rows), -1)
 
 
 def _apply_general(
-    edb: dict[str, set[Row]],
-    ops: list[tuple[str, set[Row], bool, bool]],
+    edb: dict[str, set[Row] | ArrayBase],
+    ops: list[tuple[str, Any, bool, bool]],
     old_events: Mapping[str, set[Row]],
     events_now: Mapping[str, set[Row]],
 ) -> dict[str, Delta]:
@@ -247,8 +311,9 @@ def _apply_general(
     epoch's events, and return each touched relation's delta. Whole-relation set
     operations (C loops, not per-row Python): the rows the changes touch, whether each
     was present before, the changes applied, and the difference."""
+    ops = [(rel, _row_set(rows), insert, owned) for rel, rows, insert, owned in ops]
     touched: dict[str, set[Row]] = {}
-    for rel, rows, _insert, _owned in ops:
+    for rel, rows, _ins, _owned in ops:
         t = touched.get(rel)
         touched[rel] = set(rows) if t is None else t | rows
     for source in (old_events, events_now):
@@ -257,19 +322,19 @@ def _apply_general(
             touched[rel] = set(rows) if t is None else t | rows
     before: dict[str, set[Row]] = {}
     for rel, rows in touched.items():
-        was = rows & edb[rel] if rel in edb else set()
+        was = _present(edb[rel], rows) if rel in edb else set()
         if rel in old_events:
             was |= rows & old_events[rel]
         before[rel] = was
     for rel, rows, insert, _owned in ops:
         target = edb.setdefault(rel, set())
         if insert:
-            target |= rows
+            _insert(target, rows)
         else:
-            target -= rows
+            _delete(target, rows)
     out: dict[str, Delta] = {}
     for rel, rows in touched.items():
-        now = rows & edb[rel] if rel in edb else set()
+        now = _present(edb[rel], rows) if rel in edb else set()
         if rel in events_now:
             now |= rows & events_now[rel]
         was = before[rel]
@@ -422,6 +487,32 @@ class AggregateJoin(Operator):
                 for r, w in rows.items():
                     out[(*r, value)] = -w
 
+    def _emit_both(self, out: Delta, changed: Mapping[tuple, tuple]) -> None:
+        """:meth:`_emit_changed` old then new in one pass, for an epoch whose bindings did
+        not change (``B_old = B_new``: only the aggregate moved)."""
+        get, bound = self.trace.get, self.bound
+        for k, (old, new) in changed.items():
+            rows = get(k)
+            if not rows:
+                continue
+            has_old = old is not _MISSING and old is not _NO_VALUE
+            has_new = new is not _MISSING and new is not _NO_VALUE
+            if bound is not None:
+                for r, w in rows.items():
+                    v = r[bound]
+                    if has_old and v == old:
+                        out[r] = -w
+                    if has_new and v == new:
+                        out[r] = out.get(r, 0) + w
+                        if not out[r]:
+                            del out[r]
+                continue
+            for r, w in rows.items():
+                if has_old:
+                    out[(*r, old)] = -w
+                if has_new:
+                    out[(*r, new)] = w
+
     def eval(self, ts: Timestamp, bindings: Delta, agg: Delta) -> Delta:
         """``-B_old ⋈ V_old + B_new ⋈ V_new`` over the groups whose value changed, and
         ``δB ⋈ V`` over the others. Every output row is written once: rows of different
@@ -430,6 +521,9 @@ class AggregateJoin(Operator):
         out: Delta = {}
         trace = self.trace
         changed = self._changes(agg) if agg else {}
+        if changed and not bindings:
+            self._emit_both(out, changed)
+            return out
         if changed:
             self._emit_changed(out, changed, new=False)
         if bindings:
@@ -516,6 +610,8 @@ class InputHandle:
         ``owned``: the caller hands the dict over and never touches it again, so it
         is queued as it is instead of copied (the engine's own epoch deltas)."""
         if self._pending:
+            if isinstance(self._pending, ColumnBatch):
+                self._pending = dict(self._pending.rows())
             for row, w in delta.items():
                 n = self._pending.get(row, 0) + w
                 if n:
@@ -1063,8 +1159,10 @@ class _Compiler:
         src = self._plan_node(scope, inner)
         idx = {v: i for i, v in enumerate(inner.vars)}
         value_fn = None
+        value_col = None
         if isinstance(agg.arg, ast.Var) and agg.arg.name in idx:
-            value_fn = itemgetter(idx[agg.arg.name])  # no arithmetic: nothing to skip
+            value_col = idx[agg.arg.name]
+            value_fn = itemgetter(value_col)  # no arithmetic: nothing to skip
         elif agg.arg is not None:
             term = self._term(agg.arg, idx)
             _ops, _cmp, errors = (
@@ -1088,6 +1186,7 @@ class _Compiler:
                 order_key=sort_key,
                 int_bits=self.int_bits,
                 cache=self._batch_cache(src),
+                value_col=value_col,
             ),
             src,
             label=str(agg),
@@ -1197,7 +1296,7 @@ class IncrementalEngine:
         self.rules = rules
         self.sources: list[Source] = list(sources)
         self.sinks: list[Sink] = list(sinks)
-        self._edb: dict[str, set[Row]] = {}
+        self._edb: dict[str, set[Row] | ArrayBase] = {}
         self._events: dict[str, set[Row]] = {}
         self._state: dict[str, dict[Row, int]] = {}
         self._async_state: dict[str, dict[Row, int]] = {}
@@ -1309,7 +1408,7 @@ class IncrementalEngine:
         # Every change as whole-relation set operations (C loops, not per-row Python):
         # the rows a relation's changes touch, whether each was present before, the
         # changes applied in order (deletes before inserts), and the difference.
-        ops: list[tuple[str, set[Row], bool, bool]] = []  # (rel, rows, insert, owned)
+        ops: list[tuple[str, Any, bool, bool]] = []  # (rel, rows, insert, owned)
         if epoch == 0:
             for rel, rows in _group([(rel, row) for rel, row in self._initial]).items():
                 ops.append((rel, rows, True, True))
@@ -1328,10 +1427,10 @@ class IncrementalEngine:
         pending: dict[str, Delta] = {}
         extra: dict[str, Delta] = {}
         inputs = self.compiled.inputs
-        by_rel: dict[str, list[tuple[str, set[Row], bool, bool]]] = {}
+        by_rel: dict[str, list[tuple[str, Any, bool, bool]]] = {}
         for op in ops:
             by_rel.setdefault(op[0], []).append(op)
-        general: list[tuple[str, set[Row], bool, bool]] = []
+        general: list[tuple[str, Any, bool, bool]] = []
         for rel, rel_ops in by_rel.items():
             if len(rel_ops) == 1 and rel not in old_events and rel not in events_now:
                 delta = _apply_one(edb, *rel_ops[0])
@@ -1348,6 +1447,12 @@ class IncrementalEngine:
             if want is not None:
                 # Rows of another arity than the program reads never reach the circuit.
                 n, rest = want
+                if isinstance(delta, ColumnBatch):
+                    if delta.arity < n if rest else delta.arity != n:
+                        extra[rel] = delta.rows()
+                        continue
+                    inputs[rel].push(delta, owned=True)
+                    continue
                 lengths = set(map(len, delta))  # one C-level pass; usually {n}
                 if any(m < n if rest else m != n for m in lengths):
                     bad = [r for r in delta if (len(r) < n if rest else len(r) != n)]

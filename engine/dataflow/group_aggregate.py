@@ -11,12 +11,15 @@ update the same per-group state, so they can alternate from epoch to epoch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
+from ..arith import INT64_MAX as _INT64_MAX
+from ..arith import INT64_MIN as _INT64_MIN
 from ..arith import ExactSum
-from .grouping import VECTOR_MIN, BatchCache, GroupSums, group_sums
+from .columns import ColumnBatch
+from .grouping import VECTOR_MIN, BatchCache, GroupSums, column_group_sums, group_sums
 from .operators import Aggregate, _Group
 from .timestamp import Timestamp
 from .zset import Row, ZSet, index_with
@@ -38,8 +41,9 @@ class GroupAggregate(Aggregate):
     Input: Z-set deltas of binding rows; ``key_cols`` are the grouping columns.
     Output: as :class:`Aggregate`, deltas of ``{key + (result,): 1}``.
     ``cache``: shared by the aggregates over one stream, so a batch is read once.
-    ``vectorised`` and ``per_tuple`` count the batches each path took (tests
-    check both are exercised).
+    ``columnar``, ``vectorised`` and ``per_tuple`` count the batches each path took
+    (tests check each is exercised): a :class:`ColumnBatch` is grouped straight from
+    its int64 columns (ADR 0090), a large tuple batch through ``group_sums``.
     """
 
     def __init__(
@@ -51,14 +55,19 @@ class GroupAggregate(Aggregate):
         int_bits: int = 64,
         vector_min: int = VECTOR_MIN,
         cache: BatchCache | None = None,
+        value_col: int | None = None,
     ) -> None:
         super().__init__(func, value_fn, order_key=order_key, int_bits=int_bits)
         self.key_cols = tuple(key_cols)
         self.key_fn = _tuple_key(self.key_cols)
         self.vector_min = vector_min
         self.cache = cache if cache is not None else BatchCache()
+        #: The column ``value_fn`` reads when it is a plain column (a :class:`ColumnBatch`
+        #: is then summed straight from that column).
+        self.value_col = value_col
         self.vectorised = 0
         self.per_tuple = 0
+        self.columnar = 0
         #: ``(output, {group: (old, new)})`` of the last batch folded by :meth:`_apply`
         #: (None after a general-path batch): a consumer that receives exactly that
         #: output object may read the group changes instead of re-deriving them.
@@ -67,6 +76,14 @@ class GroupAggregate(Aggregate):
     def eval(self, ts: Timestamp, delta: ZSet) -> ZSet:  # type: ignore[override]
         self.last = None
         if self.func in ("count", "sum"):
+            if isinstance(delta, ColumnBatch) and (
+                self.func == "count" or self.value_col is not None
+            ):
+                col = self.value_col if self.func == "sum" else None
+                sums = column_group_sums(delta, self.key_cols, col, self.cache, ts)
+                if sums is not None:
+                    self.columnar += 1
+                    return self._apply(sums)
             if len(delta) >= self.vector_min:
                 value_fn = self.value_fn if self.func == "sum" else None
                 sums = group_sums(delta, self.key_cols, value_fn, self.cache, ts)
@@ -110,37 +127,114 @@ class GroupAggregate(Aggregate):
         return GroupSums(list(acc), [t[0] for t in totals], [t[1] for t in totals])
 
     def _apply(self, batch: GroupSums) -> ZSet:
-        """Fold per-group totals into the group state; emit the changed results."""
-        out: ZSet = {}
+        """Fold per-group totals into the group state; emit the changed results.
+
+        The output is a :class:`ChangedGroups` (built into rows only if a consumer
+        reads them: an :class:`~merklog.engine.incremental.AggregateJoin` reads the
+        ``group -> (old, new)`` changes instead)."""
         changes: dict[tuple, tuple[Any, Any]] = {}
-        groups, result = self.groups, self._result
-        is_sum = self.func == "sum"
-        sums = batch.sums if is_sum and batch.sums is not None else [0] * len(batch.keys)
-        for key, dn, ds in zip(batch.keys, batch.counts, sums, strict=True):
-            if not dn and not ds:
-                continue
-            g = groups.get(key)
-            if g is None:
-                g = groups[key] = _Group()
-                if is_sum:
+        groups = self.groups
+        get = groups.get
+        if self.func == "count":
+            for key, dn in zip(batch.keys, batch.counts, strict=True):
+                if not dn:
+                    continue
+                g = get(key)
+                if g is None:
+                    g = groups[key] = _Group()
+                old = g.value
+                n = g.n = g.n + dn
+                if n > 0:
+                    g.value = n
+                    changes[key] = (old, n)
+                else:
+                    del groups[key]
+                    g.value = None
+                    if old is not None:
+                        changes[key] = (old, None)
+        else:
+            result, no_value, wide = self._result, self.NO_VALUE, self.int_bits != 64
+            sums = batch.sums if batch.sums is not None else [0] * len(batch.keys)
+            for key, dn, ds in zip(batch.keys, batch.counts, sums, strict=True):
+                if not dn and not ds:
+                    continue
+                g = get(key)
+                if g is None:
+                    g = groups[key] = _Group()
                     g.total = ExactSum()
-            old = g.value
-            g.n += dn
-            if ds:
-                g.total.itotal += ds  # type: ignore[union-attr]
-            n = g.n
-            new = g.value = (n if n > 0 else None) if not is_sum else result(g)
-            if n <= 0:
-                del groups[key]
-            if old != new or type(old) is not type(new):
+                old = g.value
+                n = g.n = g.n + dn
+                t = g.total
+                if ds:
+                    t.itotal += ds  # type: ignore[union-attr]
+                if n <= 0:
+                    new = None
+                    del groups[key]
+                elif wide or t.nother or t.nfloat:  # type: ignore[union-attr]
+                    new = result(g)
+                else:  # an int sum: the value unless it leaves int64 (ExactSum.result)
+                    total = t.itotal  # type: ignore[union-attr]
+                    new = total if _INT64_MIN <= total <= _INT64_MAX else no_value
+                g.value = new
+                if old is new or (old == new and type(old) is type(new)):
+                    continue
                 changes[key] = (old, new)
-                # Keys are distinct within a batch and old differs from new: no collisions.
-                if old is not None:
-                    out[(*key, old)] = -1
-                if new is not None:
-                    out[(*key, new)] = 1
+        out = ChangedGroups(changes)
         self.last = (out, changes)
-        return out
+        return out  # type: ignore[return-value]
 
 
-__all__ = ["GroupAggregate"]
+class ChangedGroups(Mapping):
+    """The output Z-set of a batch: ``(*group, old): -1`` and ``(*group, new): +1`` per
+    changed group, built from ``group -> (old, new)`` on first read (keys are distinct
+    within a batch and old differs from new, so no two entries collide)."""
+
+    __slots__ = ("changes", "_rows")
+
+    def __init__(self, changes: dict[tuple, tuple[Any, Any]]) -> None:
+        self.changes = changes
+        self._rows: dict[tuple, int] | None = None
+
+    def rows(self) -> dict[tuple, int]:
+        d = self._rows
+        if d is None:
+            d = self._rows = {}
+            for key, (old, new) in self.changes.items():
+                if old is not None:
+                    d[(*key, old)] = -1
+                if new is not None:
+                    d[(*key, new)] = 1
+        return d
+
+    def __bool__(self) -> bool:
+        return bool(self.changes)  # a change has an old or a new row
+
+    def __len__(self) -> int:
+        return len(self.rows())
+
+    def __iter__(self):
+        return iter(self.rows())
+
+    def __getitem__(self, row: tuple) -> int:
+        return self.rows()[row]
+
+    def __contains__(self, row: object) -> bool:
+        return row in self.rows()
+
+    def get(self, row: tuple, default: Any = None) -> Any:
+        return self.rows().get(row, default)
+
+    def items(self):  # type: ignore[override]
+        return self.rows().items()
+
+    def keys(self):  # type: ignore[override]
+        return self.rows().keys()
+
+    def values(self):  # type: ignore[override]
+        return self.rows().values()
+
+    def __repr__(self) -> str:
+        return f"ChangedGroups({self.rows()!r})"
+
+
+__all__ = ["ChangedGroups", "GroupAggregate"]

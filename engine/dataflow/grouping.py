@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .columns import ColumnBatch
 from .zset import Row
 
 #: Batches of at least this many rows take the vectorised path (below it the fixed
@@ -127,13 +128,111 @@ class BatchCache:
         self._batch: Batch | None = None
         self._seen: tuple[Any, int, int] | None = None
 
-    def get(self, delta: Mapping[Row, int], ts: Any = None) -> Batch:
+    def get(self, delta: Mapping[Row, int], ts: Any = None) -> Any:
+        """The :class:`Batch` (or, for a :class:`ColumnBatch`, the :class:`ColumnReader`)
+        of ``delta``, shared with the other aggregates over the stream."""
         seen = (ts, id(delta), len(delta))
         batch = self._batch
         if batch is None or ts is None or seen != self._seen:
-            batch = self._batch = Batch(delta)
+            batch = ColumnReader(delta) if isinstance(delta, ColumnBatch) else Batch(delta)
+            self._batch = batch
             self._seen = seen
         return batch
+
+
+def _factorise_column(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct values, each row's code)`` of an int64 column: a ``bincount`` over the
+    value range when it is small next to the column, else pyarrow's hash encoding."""
+    n = len(col)
+    lo, hi = int(col.min()), int(col.max())
+    if hi - lo <= 4 * n + 1024:
+        off = col - np.int64(lo)  # exact: 0 <= col - lo <= hi - lo
+        present = np.bincount(off, minlength=hi - lo + 1) > 0
+        remap = np.cumsum(present) - 1
+        return np.flatnonzero(present).astype(np.int64) + np.int64(lo), remap[off]
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(pa.array(col))
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.intp)
+    return enc.dictionary.to_numpy(zero_copy_only=False).astype(np.int64), codes
+
+
+class ColumnReader:
+    """Group codes of a :class:`ColumnBatch`, per tuple of key columns, computed once.
+
+    Keys leave as tuples of Python ints, the engine form of ints: an int64 column
+    only ever holds real ints (ADR 0090), so no float or bool can meet them here."""
+
+    __slots__ = ("batch", "_groups")
+
+    def __init__(self, batch: ColumnBatch) -> None:
+        self.batch = batch
+        self._groups: dict[tuple[int, ...], tuple[list[tuple], np.ndarray] | None] = {}
+
+    def groups(self, key_cols: Sequence[int]) -> tuple[list[tuple], np.ndarray] | None:
+        """The distinct group keys and each row's group code (None if the combined code
+        of several key columns would not fit int64: the caller reads rows instead)."""
+        cols = tuple(key_cols)
+        if cols in self._groups:
+            return self._groups[cols]
+        n = len(self.batch)
+        out: tuple[list[tuple], np.ndarray] | None
+        if not cols or not n:
+            out = ([()] if n else [], np.zeros(n, dtype=np.intp))
+        else:
+            parts = [_factorise_column(self.batch.column(c)) for c in cols]
+            if len(parts) == 1:
+                uniq, codes = parts[0]
+                out = ([(v,) for v in uniq.tolist()], codes)
+            else:
+                size = 1
+                for uniq, _codes in parts:
+                    size *= len(uniq)
+                if size >= 2**62:
+                    out = None
+                else:
+                    combined = np.zeros(n, dtype=np.int64)
+                    for uniq, codes in parts:
+                        combined *= len(uniq)
+                        combined += codes
+                    ucomb, codes = _factorise_column(combined)
+                    decoded = []
+                    rest = ucomb
+                    for uniq, _codes in reversed(parts):
+                        decoded.append(uniq[rest % len(uniq)].tolist())
+                        rest = rest // len(uniq)
+                    keys = list(zip(*reversed(decoded), strict=True))
+                    out = (keys, codes)
+        self._groups[cols] = out
+        return out
+
+
+def column_group_sums(
+    delta: ColumnBatch,
+    key_cols: Sequence[int],
+    value_col: int | None = None,
+    cache: BatchCache | None = None,
+    ts: Any = None,
+) -> GroupSums | None:
+    """:func:`group_sums` of a :class:`ColumnBatch`, read straight from its columns (the
+    batch's weight is the same for every row). None if a sum could leave int64."""
+    reader = cache.get(delta, ts) if cache is not None else ColumnReader(delta)
+    grouped = reader.groups(key_cols)
+    if grouped is None:
+        return None
+    keys, codes = grouped
+    n, w = len(delta), delta.weight
+    counts = np.bincount(codes, minlength=len(keys)).astype(np.int64) * w
+    sums = None
+    if value_col is not None:
+        v = delta.column(value_col)
+        if _span(v) * abs(w) * max(n, 1) >= _INT64_BOUND:
+            return None
+        acc = np.zeros(len(keys), dtype=np.int64)
+        np.add.at(acc, codes, v)
+        sums = (acc * w).tolist()
+    return GroupSums(keys, counts.tolist(), sums)
 
 
 def group_sums(
@@ -174,4 +273,12 @@ def group_sums(
     return GroupSums(keys, counts.tolist(), sums)
 
 
-__all__ = ["VECTOR_MIN", "Batch", "BatchCache", "GroupSums", "group_sums"]
+__all__ = [
+    "VECTOR_MIN",
+    "Batch",
+    "BatchCache",
+    "ColumnReader",
+    "GroupSums",
+    "column_group_sums",
+    "group_sums",
+]
