@@ -79,13 +79,9 @@ class Edb:
 
     def base(self) -> dict[str, Rows]:
         """Every non-empty relation as it is held (arrays or sets; shared, do not mutate):
-        the input of a batch evaluation."""
+        the input of a batch evaluation, and of the incremental engine's first epoch, which
+        keeps an int64 array as its columnar base instead of a tuple per fact."""
         return {rel: rows for rel, rows in self._rels.items() if len(rows)}
-
-    def all_rows(self) -> dict[str, set[Row]]:
-        """Every non-empty relation as a set of engine-form rows (shared, do not mutate).
-        Arrays stay arrays here: a later reload evaluates them by columns again."""
-        return {rel: _as_set(rows) for rel, rows in self._rels.items() if len(rows)}
 
     # ------------------------------------------------------------------ changes
     def apply(

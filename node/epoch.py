@@ -184,7 +184,7 @@ class EpochDriver:
                     inserts,
                     deletes,
                     events,
-                    base=self.edb.all_rows,
+                    base=self.edb.base,
                     keep_snapshot=not self.warm_up,
                     want_deltas=listened,
                 )

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from merklog.engine import ast
 from merklog.engine.rows import DeltaMap, RowSet, engine_rows
 from merklog.engine.values import row_to_engine
@@ -49,6 +51,14 @@ Outbox = list[tuple[Any, Fact]]
 
 class ProgramError(NodeInputError):
     """A program failed to parse or a static check (text is ``SOURCE:LINE:COL: …``)."""
+
+
+def _engine_form(rows: Iterable[Row]) -> Iterable[Row]:
+    """Rows in engine form; an int64 fact matrix (how the node holds an all-int relation,
+    see :mod:`merklog.node.edb`) has plain-int rows already."""
+    if isinstance(rows, np.ndarray):
+        return map(tuple, rows.tolist())
+    return map(row_to_engine, rows)
 
 
 class _BatchFallback:
@@ -75,9 +85,9 @@ class _BatchFallback:
         events: Mapping[str, Iterable[Row]],
     ) -> tuple[Deltas, Outbox]:
         for rel, rows in deletes.items():
-            self.base.setdefault(rel, set()).difference_update(map(row_to_engine, rows))
+            self.base.setdefault(rel, set()).difference_update(_engine_form(rows))
         for rel, rows in inserts.items():
-            self.base.setdefault(rel, set()).update(map(row_to_engine, rows))
+            self.base.setdefault(rel, set()).update(_engine_form(rows))
         db = {rel: set(rows) for rel, rows in self.base.items()}
         for source in (events, self.next):
             for rel, rows in source.items():
