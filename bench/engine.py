@@ -492,10 +492,16 @@ def _wait_idle(pid: int, timeout: float, quiet: float = 1.0) -> float:
     raise RuntimeError("the node did not settle")
 
 
-def running_node(home: Path, prog: Path, timeout: float) -> tuple[dict, dict, dict, str]:
-    """``merklog node run`` on ``home``; then ``merklog load`` and ``merklog query`` as fresh
-    processes that reach it over HTTP. Returns (start-up, load, query) figures — wall of
-    each client process, CPU of the server meanwhile — and the query's output."""
+#: A write after the load, then its retraction: the first changing epoch builds the
+#: incremental state from the stored facts (ADR 0070); the retraction is an ordinary epoch.
+NODE_WRITE = "sale(-1, 0, 5)."
+
+
+def running_node(home: Path, prog: Path, timeout: float) -> tuple[dict, list[dict], str]:
+    """``merklog node run`` on ``home``; then, as fresh processes that reach it over HTTP,
+    ``merklog load``, ``query``, ``put`` of one fact, ``retract`` of it and ``query`` again.
+    Returns the start-up figures and one per step — wall of each client process, CPU of
+    the server meanwhile — and the last query's output (the first query's answer again)."""
     from merklog.node.runtime import read_runfile
 
     merklog = merklog_command()
@@ -516,7 +522,13 @@ def running_node(home: Path, prog: Path, timeout: float) -> tuple[dict, dict, di
         cpu = _wait_idle(server.pid, timeout)  # the first loop epoch builds incremental state
         started = {"time": ready, "settled": time.perf_counter() - start, "cpu": cpu}
         steps = []
-        for cmd in (["load", str(prog)], ["query", NODE_QUERY, "--csv"]):
+        for cmd in (
+            ["load", str(prog)],
+            ["query", NODE_QUERY, "--csv"],
+            ["put", NODE_WRITE],
+            ["retract", NODE_WRITE],
+            ["query", NODE_QUERY, "--csv"],
+        ):
             before = _proc_cpu(server.pid)
             t0 = time.perf_counter()
             proc = subprocess.run(
@@ -529,8 +541,8 @@ def running_node(home: Path, prog: Path, timeout: float) -> tuple[dict, dict, di
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
                 raise RuntimeError(f"merklog {cmd[0]} over HTTP failed:\n{proc.stderr}")
+            _wait_idle(server.pid, timeout)  # the epoch a write wakes runs after the answer
             steps.append({"time": wall, "cpu": _proc_cpu(server.pid) - before, "out": proc.stdout})
-            _wait_idle(server.pid, timeout)  # a loaded program's incremental state (untimed)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -538,7 +550,7 @@ def running_node(home: Path, prog: Path, timeout: float) -> tuple[dict, dict, di
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    return started, steps[0], steps[1], steps[1]["out"]
+    return started, steps, steps[-1]["out"]
 
 
 def node_path(
@@ -616,21 +628,28 @@ def node_path(
         flush=True,
     )
     try:
-        started, http_load, http_query, http_out = running_node(home, prog, timeout)
+        started, steps, http_out = running_node(home, prog, timeout)
     except RuntimeError as exc:  # e.g. the CLI's HTTP timeout: reported, not fatal
         print(f"\nRunning node: {str(exc).strip()}")
     else:
-        agree &= _rows_csv(http_out) == eval_rows
+        agree &= _rows_csv(steps[1]["out"]) == eval_rows and _rows_csv(http_out) == eval_rows
+        names = (
+            "`merklog load` over HTTP",
+            "first `merklog query` over HTTP",
+            f"first write after the load: `merklog put '{NODE_WRITE}'` and its epoch",
+            "`merklog retract` of it and its epoch",
+            "`merklog query` again",
+        )
+        rows = "".join(
+            f"| {name} | {step['time']:.2f} | {step['cpu']:.2f} |\n"
+            for name, step in zip(names, steps, strict=True)
+        )
         print(
-            "\nRunning node (`merklog node run`; client wall, server CPU):\n\n"
+            "\nRunning node (`merklog node run`; client wall, server CPU until idle):\n\n"
             "| step | wall s | server CPU s |\n|---|---:|---:|\n"
             f"| start-up until listening | {started['time']:.2f} | - |\n"
-            f"| start-up until idle (incremental state built) | {started['settled']:.2f} "
-            f"| {started['cpu']:.2f} |\n"
-            f"| `merklog load` over HTTP | {http_load['time']:.2f} | {http_load['cpu']:.2f} |\n"
-            f"| first `merklog query` over HTTP | {http_query['time']:.2f} "
-            f"| {http_query['cpu']:.2f} |\n\nresults agree: {'yes' if agree else 'NO'}; "
-            f"load average: {load_avg()}"
+            f"| start-up until idle | {started['settled']:.2f} | {started['cpu']:.2f} |\n"
+            f"{rows}\nresults agree: {'yes' if agree else 'NO'}; load average: {load_avg()}"
         )
     if not agree:
         raise RuntimeError("node path and merklog eval disagree")
