@@ -65,8 +65,13 @@ class Column:
         """A column of engine-form values. Engine-form ``==``/``hash`` keep ``1``,
         ``1.0`` and ``true`` apart, so the dictionary holds each distinct non-integer
         value once."""
-        if set(map(type, values)) <= {int}:
+        kinds = set(map(type, values))
+        if kinds <= {int}:
             return cls(np.array(values, dtype=_I64), None, None, [])
+        n = len(values)
+        if len(kinds) == 1 and kinds <= {str, Float}:  # one kind: the rows are the dictionary
+            every = np.ones(n, dtype=bool)
+            return cls(np.zeros(n, dtype=_I64), every, np.arange(n, dtype=_I64), list(values))
         ids: dict[Any, int] = {}
         setdefault = ids.setdefault
         idx = np.array(
@@ -85,6 +90,9 @@ class Column:
 
 def _split(values: list) -> dict[int, np.ndarray]:
     """Dictionary positions of each type rank (CIDs: any type not named in ``_KIND``)."""
+    types = set(map(type, values))
+    if len(types) == 1:  # one kind (the common case): no pass per value
+        return {_KIND.get(types.pop(), _CID): np.arange(len(values))}
     kinds = np.array([_KIND.get(type(v), _CID) for v in values], dtype=np.int8)
     return {k: np.flatnonzero(kinds == k) for k in np.unique(kinds).tolist()}
 
@@ -112,7 +120,7 @@ def _dict_keys(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     """Sort keys (rank, float, int, is-float) of every dictionary entry."""
     import pyarrow.compute as pc
 
-    from .arrowbuf import from_strs
+    from .arrowbuf import from_strs, to_numpy
 
     m = len(values)
     rank = np.zeros(m, dtype=np.int8)
@@ -121,13 +129,15 @@ def _dict_keys(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     tkey = np.zeros(m, dtype=np.int8)
     for kind, pos in _split(values).items():
         rank[pos] = kind
-        sub = [values[i] for i in pos]
+        sub = values if len(pos) == len(values) else [values[i] for i in pos]
         if kind == _NUMBER:
             fkey[pos] = np.array(sub, dtype=np.float64)
             tkey[pos] = 1
         elif kind == _STR:
-            order = pc.sort_indices(from_strs(sub))  # UTF-8 byte order = code point order
-            ikey[pos] = _dense_codes(np.asarray(order, dtype=_I64))
+            # UTF-8 byte order is code point order; equal strings (a dictionary of one
+            # kind may repeat them) get equal ranks
+            ranks = pc.rank(from_strs(sub), sort_keys="ascending", tiebreaker="dense")
+            ikey[pos] = to_numpy(ranks, np.uint64).astype(_I64)  # to_numpy: no pandas
         elif kind == _BOOL:
             ikey[pos] = [1 if bool(v) else 0 for v in sub]
         else:  # bytes and CIDs: rare in bulk, ordered by their own sort key
@@ -194,7 +204,7 @@ def dictionary_text(col: Column, format_field: Callable[[Any], str]) -> Any:
     parts = []
     positions = []
     for kind, pos in _split(values).items():
-        sub = [values[i] for i in pos]
+        sub = values if len(pos) == len(values) else [values[i] for i in pos]
         if kind == _STR:
             parts.append(from_strs(sub))
         elif kind == _NUMBER:
@@ -215,6 +225,8 @@ def column_text(col: Column, table: Any) -> Any:
 
     from .arrowbuf import from_ints, from_mask
 
+    if col.mask is not None and col.mask.all():  # no ints: the dictionary's text alone
+        return table.take(from_ints(col.idx))
     ints = from_ints(col.ints).cast(pa.string())
     if col.mask is None:
         return ints

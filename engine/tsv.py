@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from merklog.store import Link, Value
+from merklog.store.codec import gc_paused
 
 from .arrowbuf import from_ints as _from_ints
 from .arrowbuf import str_scalar as _str_scalar
@@ -472,7 +473,9 @@ def write_relation(path: Path, relations: Any, rel: str, sort: bool = False) -> 
 
     path = Path(path)
     encoded = relations.encoded_columns(rel) if rel in relations else None
-    with open(path, "wb") as fh:
+    # gc paused: splitting a million tuples into columns allocates no cycles, and
+    # collections triggered by it re-traverse every live row (twice the writer's CPU)
+    with open(path, "wb") as fh, gc_paused():
         if encoded is not None and encoded[0]:
             raw, decoder = encoded
             cols = [Column.encoded(c, decoder) for c in raw]

@@ -73,3 +73,15 @@ def test_encoded_columns_sort_like_tuples(tmp_path) -> None:
         assert write_relation(path, rels, "q", sort=True) == len(values)
         out[backend] = path.read_text()
     assert out["tuple"] == out["columnar"] == "false\ntrue\n-2\n0.5\n1\n1.0\n1\na\n01\n"
+
+
+def test_one_kind_columns_with_repeated_values_break_ties_on_the_next_column() -> None:
+    """A column of strings only (or floats only) is its own dictionary, repeats
+    included: equal values must get equal keys so the next column decides."""
+    rows = rows_of(
+        [("b", 1.0, 3), ("a", 2.5, 1), ("a", 0.5, 2), ("é", 0.5, 0), ("a", 0.5, 1), ("Z", -0.0, 9)]
+    )
+    cols = [Column.of_values(c) for c in zip(*rows, strict=True)]
+    assert cols[0].mask is not None and cols[0].mask.all() and len(cols[0].values) == len(rows)
+    got = [rows[i] for i in row_order(cols)]
+    assert [tuple(map(repr, r)) for r in got] == [tuple(map(repr, r)) for r in sort_rows(rows)]
