@@ -316,8 +316,9 @@ def body_atoms(lit: BodyLiteral) -> Iterator[tuple[Atom, str]]:
                 yield atom, "agg"
 
 
-def grouping_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
-    """Variables of ``agg``'s body also visible in the rest of the rule body (its groups)."""
+def outside_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
+    """Variables of the rule body visible outside ``agg`` (another aggregate's body is
+    its own scope: only its result is visible)."""
     outside: set[str] = set()
     for lit in body:
         if lit is agg:
@@ -326,7 +327,12 @@ def grouping_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
             outside.add(lit.result.name)
         else:
             outside.update(v.name for v in literal_vars(lit))
-    return {v.name for inner in agg.body for v in literal_vars(inner)} & outside
+    return outside
+
+
+def grouping_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
+    """Variables of ``agg``'s body also visible in the rest of the rule body (its groups)."""
+    return {v.name for inner in agg.body for v in literal_vars(inner)} & outside_vars(body, agg)
 
 
 def atom_bound_vars(body: Iterable[BodyLiteral]) -> set[str]:
