@@ -25,21 +25,8 @@ from typing import Literal as TypingLiteral
 
 from merklog.store import Value, format_value
 
+from .pos import NOPOS, Pos
 from .values import from_engine, to_engine
-
-
-@dataclass(frozen=True, slots=True)
-class Pos:
-    """A 1-based source position."""
-
-    line: int
-    col: int
-
-    def __str__(self) -> str:
-        return f"{self.line}:{self.col}"
-
-
-NOPOS = Pos(0, 0)
 
 # --------------------------------------------------------------------- terms
 

@@ -50,7 +50,7 @@ from merklog.store.codec import gc_paused
 from .arrowbuf import from_ints as _from_ints
 from .arrowbuf import str_scalar as _str_scalar
 from .arrowbuf import to_numpy as _to_numpy
-from .errors import FactFileError
+from .errors import FactFileError, FieldError
 from .outcols import float_text
 from .values import Bool
 
@@ -81,10 +81,6 @@ def int_range(column_type: str, int_bits: int) -> tuple[int, int]:
     if column_type == "unsigned":
         return 0, min(2**int_bits - 1, INT64_MAX)
     return -(2 ** (int_bits - 1)), 2 ** (int_bits - 1) - 1
-
-
-class FieldError(ValueError):
-    """A field that does not fit its declared column type (position added by the reader)."""
 
 
 # ----------------------------------------------------------------------------- one field
@@ -185,7 +181,7 @@ def _read_rows(
             except FieldError as err:
                 col = sum(len(f) + 1 for f in fields[:j]) + 1
                 raise _error(
-                    path, number, col, f"column {j + 1}: {err}", _type_hint(kind)
+                    path, number, col, f"column {j + 1}: {err.message}", _type_hint(kind)
                 ) from None
         rows.append(tuple(row))
     return rows
