@@ -80,7 +80,9 @@ class _Fallback(Exception):
 # ---------------------------------------------------------------- tier 1: JSON
 
 
-def _json_args(raws: tuple[str, ...] | list[str]) -> list[list[Value]] | None:
+def _json_args(
+    raws: tuple[str, ...] | list[str], int_min: int = INT64_MIN, int_max: int = INT64_MAX
+) -> list[list[Value]] | None:
     """Every argument list of ``raws`` converted by one ``json.loads``, or ``None``
     when any token is one JSON refuses (``0x1F``, ``007``, ``x"…"``) or reads
     otherwise than the parser (``NaN``, ``null``, a number out of int64 or of float
@@ -97,7 +99,7 @@ def _json_args(raws: tuple[str, ...] | list[str]) -> list[list[Value]] | None:
         return None
     if int in kinds:
         ints = [v for v in flat if type(v) is int]
-        if min(ints) < INT64_MIN or max(ints) > INT64_MAX:
+        if min(ints) < int_min or max(ints) > int_max:
             return None
     if float in kinds and not all(map(isfinite, [v for v in flat if type(v) is float])):
         return None
@@ -251,7 +253,9 @@ def read_ground_facts(text: str) -> list[Fact] | None:
             return None
 
 
-def split_fact_lines(text: str) -> tuple[list[tuple[Pos, Fact]], str]:
+def split_fact_lines(
+    text: str, int_min: int = INT64_MIN, int_max: int = INT64_MAX
+) -> tuple[list[tuple[Pos, Fact]], str]:
     """The parser's front: the lines of a program that hold only ground facts (one or
     several, with ``%`` / ``//`` comments) and start a clause become facts with the
     ``line:col`` of each; they are blanked out of the returned text, so the parser
@@ -259,14 +263,16 @@ def split_fact_lines(text: str) -> tuple[list[tuple[Pos, Fact]], str]:
     returned whole (the comment may span lines).
 
     Why: inline facts and ``.dl`` fact files would otherwise cost the tokeniser and
-    an AST per fact; the parser still sees every line this reader does not take."""
+    an AST per fact; the parser still sees every line this reader does not take.
+    ``int_min``/``int_max``: the dialect's integer literal range (Soufflé: 32 bits); a
+    line with a literal outside it is left to the parser, which reports it."""
     if "/*" in text:
         return [], text
     with gc_paused():
-        return _split_fact_lines(text)
+        return _split_fact_lines(text, int_min, int_max)
 
 
-def _split_fact_lines(text: str) -> tuple[list[tuple[Pos, Fact]], str]:
+def _split_fact_lines(text: str, int_min: int, int_max: int) -> tuple[list[tuple[Pos, Fact]], str]:
     lines = text.split("\n")
     found: list[tuple[int, int, Fact]] = []  # (line index, column, fact)
     json_rows: list[tuple[int, int, str]] = []  # tier-1 candidates: (index, column, rel)
@@ -281,16 +287,16 @@ def _split_fact_lines(text: str) -> tuple[list[tuple[Pos, Fact]], str]:
                 json_rows.append((i, m.start(1) + 1, m.group(1)))  # ends with ".": at_start
                 json_raws.append(m.group(2))
                 continue
-            if _take_line(lines, i, found):
+            if _take_line(lines, i, found, int_min, int_max):
                 continue
         stripped = line.strip()
         if not stripped or stripped[0] == "%" or stripped.startswith("//"):
             continue
         at_start = stripped.endswith(".") and not stripped.endswith("...")
-    values = _json_args(json_raws) if json_raws else []
+    values = _json_args(json_raws, int_min, int_max) if json_raws else []
     if values is None:  # some token JSON does not read as the parser: tier 2 decides
         for i, _, _ in json_rows:
-            _take_line(lines, i, found)
+            _take_line(lines, i, found, int_min, int_max)
     else:
         found.extend(
             (i, col, _new_fact(Fact, (rel, tuple(args))))
@@ -304,9 +310,11 @@ def _split_fact_lines(text: str) -> tuple[list[tuple[Pos, Fact]], str]:
     return [(Pos(i + 1, col), fact) for i, col, fact in found], "\n".join(lines)
 
 
-def _take_line(lines: list[str], i: int, found: list[tuple[int, int, Fact]]) -> bool:
-    """Tier 2 on line ``i``: when it holds only ground facts (and comments), add them
-    to ``found``, blank the line and say so."""
+def _take_line(
+    lines: list[str], i: int, found: list[tuple[int, int, Fact]], int_min: int, int_max: int
+) -> bool:
+    """Tier 2 on line ``i``: when it holds only ground facts (and comments) with ints in
+    ``[int_min, int_max]``, add them to ``found``, blank the line and say so."""
     line = lines[i]
     matches = _facts_at(line, 0, len(line))
     if not matches:
@@ -315,6 +323,11 @@ def _take_line(lines: list[str], i: int, found: list[tuple[int, int, Fact]]) -> 
         facts = [(i, m.start(1) + 1, _match_fact(m)) for m in matches]
     except _Fallback:
         return False
+    if int_min != INT64_MIN or int_max != INT64_MAX:  # a narrower dialect (Soufflé)
+        for _, _, fact in facts:
+            for v in fact.args:
+                if type(v) is int and not int_min <= v <= int_max:
+                    return False
     found.extend(facts)
     lines[i] = ""
     return True

@@ -12,6 +12,8 @@ core grammar itself stays strict.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from merklog.store import Fact, Value
 
 from .ast import (
@@ -515,27 +517,23 @@ def head_hint(tok: Token) -> str:
 def parse_program(text: str) -> Program:
     """Parse a whole merklog program (facts and rules)."""
     fast, rest = split_fact_lines(text)
-    prog = Parser(rest).parse_program()
+    return with_fact_lines(Parser(rest).parse_program(), fast)
+
+
+def with_fact_lines(prog: Program, fast: list[tuple[Pos, Fact]]) -> Program:
+    """``prog`` (parsed from the text :func:`split_fact_lines` left) with the facts the
+    reader took, every fact in source order with its position."""
     if not fast:
         return prog
     if not prog.facts:  # every fact was on a line the reader took: already in order
-        return Program(
-            rules=prog.rules,
-            facts=tuple(f for _, f in fast),
-            declarations=prog.declarations,
-            dialect=prog.dialect,
-            fact_positions=tuple(p for p, _ in fast),
+        merged = fast
+    else:
+        merged = sorted(
+            [*fast, *zip(prog.fact_positions, prog.facts, strict=True)],
+            key=lambda pf: (pf[0].line, pf[0].col),
         )
-    merged = sorted(
-        [*fast, *zip(prog.fact_positions, prog.facts, strict=True)],
-        key=lambda pf: (pf[0].line, pf[0].col),
-    )
-    return Program(
-        rules=prog.rules,
-        facts=tuple(f for _, f in merged),
-        declarations=prog.declarations,
-        dialect=prog.dialect,
-        fact_positions=tuple(p for p, _ in merged),
+    return replace(
+        prog, facts=tuple(f for _, f in merged), fact_positions=tuple(p for p, _ in merged)
     )
 
 

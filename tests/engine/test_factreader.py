@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from merklog.engine.errors import ParseError
+from merklog.engine.errors import EngineError, ParseError
 from merklog.engine.factreader import read_ground_facts, split_fact_lines
 from merklog.engine.parser import Parser, parse_facts, parse_facts_general, parse_program
 from merklog.store import Link
@@ -213,8 +213,8 @@ def program_outcome(parse, text: str):
     its error with ``line:col``."""
     try:
         prog = parse(text)
-    except ParseError as exc:
-        return ("error", str(exc), exc.line, exc.col)
+    except EngineError as exc:  # syntax, or a later check such as an undeclared relation
+        return ("error", type(exc).__name__, str(exc), exc.line, exc.col)
     positions = [(p.line, p.col) for p in prog.fact_positions]
     return ("ok", typed(prog.facts), positions, prog.rules, prog.declarations)
 
@@ -311,3 +311,45 @@ def test_program_errors_keep_line_and_column() -> None:
     with pytest.raises(ParseError) as err:
         parse_program(text)
     assert (err.value.line, err.value.col) == (2, 9)
+
+
+_souffle_literal = st.one_of(
+    _literal,
+    st.sampled_from(["2147483647", "-2147483648", "2147483648", "-2147483649", "0x7fffffff"]),
+)
+_souffle_rules = st.sampled_from(
+    [
+        "r(x) :- p(x, _).",
+        "r(x) :-",
+        "  p(x, 2), x > 1.",
+        ".output r",
+        "p(1, 2) :- q(1).",
+        "z(1, 2).",  # undeclared: the parser's error, at its position
+        "p(x, 1).",
+    ]
+)
+
+
+@st.composite
+def souffle_texts(draw: st.DrawFn) -> str:
+    lines = [".decl p(a: number, b: number)", ".decl q(a: number)", ".decl r(a: number)"]
+    for _ in range(draw(st.integers(0, 6))):
+        if draw(st.booleans()):
+            lines.append(draw(_souffle_rules))
+            continue
+        rel = draw(st.sampled_from(["p", "q", "r"]))
+        args = ", ".join(draw(st.lists(_souffle_literal, max_size=2)))
+        lines.append(f"{draw(_space)}{rel}({args}).{draw(st.sampled_from(['', ' // c', ' ']))}")
+    return "\n".join(lines)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(souffle_texts())
+def test_souffle_program_facts_read_as_its_parser_reads_them(text: str) -> None:
+    """The Soufflé frontend takes fact lines through the same reader, with its 32-bit
+    integer range: same facts, positions, rules and errors as its parser alone."""
+    from merklog.engine.souffle import SouffleParser, parse_souffle
+
+    assert program_outcome(parse_souffle, text) == program_outcome(
+        lambda t: SouffleParser(t).parse_program(), text
+    )
