@@ -27,6 +27,16 @@ Goals: merklog <= 1.0x DuckDB's wall time (milestone <= 1.5x), peak RSS <= 2x.
 already in memory (numpy arrays, DuckDB tables, Python tuple lists) times only
 the evaluation: the engine core without I/O or start-up.
 
+**Typed output (``--typed``).** The five workloads are integers only; this one
+writes strings and floats, sorted: ``label(Id, Name, Score)`` with 200k rows
+(``--scale``) of random names and scores (a tenth of them whole floats such as
+``3.0``), and ``hi(N, S) :- label(_, N, S), S > 500.0.`` written with
+``merklog eval --sorted`` (strings in code point order, then by score), beside DuckDB
+(``SELECT DISTINCT ... ORDER BY``, its default binary collation, 1 thread) and a plain-Python
+script (read, filter, set, sort, write), each a fresh process, best of ``--repeat``.
+Results are compared as (name, float score) rows in file order, so both the order and
+that every float reads back as the same float are checked.
+
 **Node path (``--node``).** A home holding the aggregate workload's 1M
 ``sale`` facts (written once, untimed): ``merklog load`` of the program (a fresh
 process: open the store, evaluate) and the first ``merklog query``, beside
@@ -467,6 +477,113 @@ def in_memory(engine: str, name: str, data_path: str, repeat: int, timeout: floa
 
 NODE_QUERY = "stats(G, C, S)"
 
+# ----------------------------------------------------------------------------- typed output
+
+TYPED = "hi(N, S) :- label(_, N, S), S > 500.0.\n"
+TYPED_SQL = """
+import sys, duckdb
+facts, out = sys.argv[1], sys.argv[2]
+con = duckdb.connect()
+con.execute("SET threads=1")
+con.execute(
+    f"CREATE TABLE label AS SELECT * FROM read_csv('{facts}', delim='\\t', header=false, "
+    "auto_detect=false, columns={'id': 'BIGINT', 'n': 'VARCHAR', 's': 'DOUBLE'}, quote='')"
+)
+con.execute(
+    f"COPY (SELECT DISTINCT n, s FROM label WHERE s > 500.0 ORDER BY n, s) "
+    f"TO '{out}' (DELIMITER '\\t', HEADER false, QUOTE '')"
+)
+"""
+TYPED_FLOOR = """
+import sys
+facts, out = sys.argv[1], sys.argv[2]
+rows = set()
+with open(facts, encoding="utf-8") as fh:
+    for line in fh:
+        _id, name, score = line.rstrip("\\n").split("\\t")
+        if float(score) > 500.0:
+            rows.add((name, float(score)))
+with open(out, "w", encoding="utf-8") as fh:
+    fh.writelines(f"{n}\\t{s!r}\\n" for n, s in sorted(rows))
+"""
+
+
+def typed_facts(path: Path, scale: float) -> int:
+    """``label.facts``: id, a name of 4-12 letters (some repeated), a score in
+    [0, 1000) of which a tenth are whole floats written ``3.0``."""
+    rng = np.random.default_rng(42)
+    n = int(200_000 * scale)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZéü"))
+    lens = rng.integers(4, 13, size=n // 2)
+    names = ["".join(rng.choice(letters, size=k)) for k in lens]
+    scores = np.round(rng.random(n) * 1000, 3)
+    scores[::10] = np.floor(scores[::10])
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n):
+            fh.write(f"{i}\t{names[i % len(names)]}\t{float(scores[i])!r}\n")
+    return n
+
+
+def read_typed(path: Path) -> list[tuple[str, float]]:
+    """(name, score) rows in file order; a score that is not a float literal fails."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        name, score = line.split("\t")
+        if not any(c in score for c in ".eE"):
+            raise RuntimeError(f"{path}: score {score!r} does not read back as a float")
+        rows.append((name, float(score)))
+    return rows
+
+
+def typed_workload(scale: float, repeat: int, timeout: float, tmp: Path) -> bool:
+    """``merklog eval --sorted`` on strings and floats vs DuckDB vs the Python floor."""
+    work = tmp / "typed"
+    facts = work / "facts"
+    facts.mkdir(parents=True)
+    n = typed_facts(facts / "label.facts", scale)
+    prog = work / "typed.dl"
+    prog.write_text(TYPED, encoding="utf-8")
+    out = work / "out"
+    cmds = {
+        "merklog": [*merklog_command(), "eval", str(prog), "--facts", str(facts)]
+        + ["--out", str(out), "--output", "hi", "--sorted"],
+        "duckdb": [
+            sys.executable,
+            "-c",
+            TYPED_SQL,
+            str(facts / "label.facts"),
+            str(out / "hi.csv"),
+        ],
+        "python": [
+            sys.executable,
+            "-c",
+            TYPED_FLOOR,
+            str(facts / "label.facts"),
+            str(out / "hi.csv"),
+        ],
+    }
+    results, rows = {}, {}
+    for engine, cmd in cmds.items():
+        runs = []
+        for _ in range(repeat):
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            runs.append(run_process(cmd, timeout))
+        results[engine] = min(runs, key=lambda r: r["time"])
+        rows[engine] = read_typed(out / "hi.csv")
+    agree = rows["merklog"] == rows["duckdb"] == rows["python"]
+    d = results["duckdb"]
+    print(f"Typed output ({n:,} label facts; {len(rows['merklog']):,} sorted result rows):\n")
+    print("| engine | wall s | CPU s | peak RSS MB | wall / DuckDB | CPU / DuckDB |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for engine, r in results.items():
+        print(
+            f"| {engine} | {r['time']:.2f} | {r['cpu']:.2f} | {r['rss_mb']:.0f} "
+            f"| {r['time'] / d['time']:.2f}x | {r['cpu'] / d['cpu']:.2f}x |"
+        )
+    print(f"\nsame rows in the same order: {'yes' if agree else 'NO'}")
+    return agree
+
 
 def _rows_csv(text: str) -> list[tuple[int, ...]]:
     """The rows of ``merklog query --csv`` output (header skipped), sorted."""
@@ -677,12 +794,15 @@ def main() -> int:
     parser.add_argument(
         "--node-home", type=Path, help="copy this home (written by an earlier run) for --node"
     )
+    parser.add_argument("--typed", action="store_true", help="also time sorted string/float output")
     parser.add_argument("--child", nargs=3, metavar=("ENGINE", "WORKLOAD", "DATA"))
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return 0
-    names = [] if args.node_only else args.only or list(WORKLOADS)
+    names = [] if args.node_only else args.only if args.only is not None else list(WORKLOADS)
+    if args.typed and args.only is None:
+        names = []  # --typed alone: the typed workload only (add --only NAME for others)
     print(f"load average at start: {load_avg()} ({os.cpu_count()} CPUs)", flush=True)
     compile_sources()
     whole_rows, memory_rows = [], []
@@ -716,6 +836,9 @@ def main() -> int:
         print(f"\nload average at end: {load_avg()}\n")
         if whole_rows:
             print_tables(whole_rows, memory_rows, args.repeat)
+        if args.typed:
+            print()
+            ok &= typed_workload(args.scale, args.repeat, args.timeout, tmp)
         if args.node or args.node_only:
             print()
             node_path(args.scale, args.node_repeat, args.timeout, tmp, args.node_home)

@@ -25,21 +25,8 @@ from typing import Literal as TypingLiteral
 
 from merklog.store import Value, format_value
 
+from .pos import NOPOS, Pos
 from .values import from_engine, to_engine
-
-
-@dataclass(frozen=True, slots=True)
-class Pos:
-    """A 1-based source position."""
-
-    line: int
-    col: int
-
-    def __str__(self) -> str:
-        return f"{self.line}:{self.col}"
-
-
-NOPOS = Pos(0, 0)
 
 # --------------------------------------------------------------------- terms
 
@@ -316,8 +303,9 @@ def body_atoms(lit: BodyLiteral) -> Iterator[tuple[Atom, str]]:
                 yield atom, "agg"
 
 
-def grouping_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
-    """Variables of ``agg``'s body also visible in the rest of the rule body (its groups)."""
+def outside_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
+    """Variables of the rule body visible outside ``agg`` (another aggregate's body is
+    its own scope: only its result is visible)."""
     outside: set[str] = set()
     for lit in body:
         if lit is agg:
@@ -326,7 +314,12 @@ def grouping_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
             outside.add(lit.result.name)
         else:
             outside.update(v.name for v in literal_vars(lit))
-    return {v.name for inner in agg.body for v in literal_vars(inner)} & outside
+    return outside
+
+
+def grouping_vars(body: Iterable[BodyLiteral], agg: Aggregate) -> set[str]:
+    """Variables of ``agg``'s body also visible in the rest of the rule body (its groups)."""
+    return {v.name for inner in agg.body for v in literal_vars(inner)} & outside_vars(body, agg)
 
 
 def atom_bound_vars(body: Iterable[BodyLiteral]) -> set[str]:

@@ -55,6 +55,7 @@ from .ast import (
     Var,
     body_atoms,
     literal_vars,
+    outside_vars,
     term_vars,
 )
 from .errors import (
@@ -229,16 +230,9 @@ def _scope(
 
     # Aggregates: grouping variables must be bound by the rest of this scope.
     for agg in aggregates:
-        outside: set[str] = set()
-        for lit in lits:
-            if isinstance(lit, Aggregate):
-                # another aggregate's body is its own scope; only its result is visible
-                if lit is not agg:
-                    outside.add(lit.result.name)
-            else:
-                outside.update(v.name for v in literal_vars(lit))
+        # the one definition of an aggregate's scope and groups, shared with the planner
         inner_vars = {v.name for lit in agg.body for v in literal_vars(lit)}
-        _check_aggregate(agg, inner_vars, outside, bound, rule, local_of)
+        _check_aggregate(agg, inner_vars, outside_vars(lits, agg), bound, rule, local_of)
 
     for lit in lits:
         if isinstance(lit, Positive):
@@ -278,7 +272,7 @@ def _check_aggregate(
     rule: Rule,
     local_of: dict[str, Aggregate],
 ) -> None:
-    grouping = inner_vars & outside
+    grouping = inner_vars & outside  # = ast.grouping_vars(body, agg)
     for lit in agg.body:
         for v in literal_vars(lit):
             if v.name in grouping and v.name not in bound and not v.anonymous:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from merklog.store.errors import Error
 
-from .ast import NOPOS, Pos
+from .pos import NOPOS, Pos
 
 
 class EngineError(Error):
@@ -164,6 +164,30 @@ class FactFileError(EngineError, ValueError):
     path: str = ""
 
 
+class NotAValueError(EngineError, TypeError, ValueError):
+    """A Python object given to the engine as a value that is not a merklog value
+    (a list, ``None``, …): facts passed to :meth:`Program.evaluate` or converted to
+    engine form. Also a ``TypeError``/``ValueError``, as it was before it had a code."""
+
+    code = "not_a_value"
+    default_hint = "values are int, float, str, bytes, bool or a CID"
+
+
+class UnknownDialectError(EngineError, ValueError):
+    """A dialect name other than ``auto``, ``merklog`` or ``souffle``."""
+
+    code = "unknown_dialect"
+    default_hint = "use auto, merklog or souffle"
+
+
+class FieldError(EngineError, ValueError):
+    """A TSV field that does not fit its declared column type (the reader adds the
+    file, line and column: :class:`FactFileError`)."""
+
+    code = "bad_field"
+    default_hint = "see docs/evaluation.md, field grammar"
+
+
 __all__ = [
     "AggregateScopeError",
     "ArityError",
@@ -171,9 +195,12 @@ __all__ = [
     "DeclarationError",
     "EngineError",
     "FactFileError",
+    "FieldError",
     "NextRuleFinitenessError",
+    "NotAValueError",
     "ParseError",
     "RangeRestrictionError",
+    "UnknownDialectError",
     "UnknownRelationError",
     "UnstratifiableError",
     "UnsafeNegationError",

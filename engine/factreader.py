@@ -1,9 +1,13 @@
-"""Fast reader for bulk ground facts (``merklog put -f``, Datalog write bodies).
+"""The one reader of ground facts ``rel(v1, v2, …).`` (ADRs 0035 and 0100).
 
-A file of ground facts ``rel(v1, v2, …).`` is read by one compiled regular
-expression per fact instead of the general lexer and recursive-descent parser
-(:mod:`merklog.engine.parser`), which cost ~85 µs a fact. It accepts exactly a
-subset of the grammar and yields the same values the parser does:
+Every place that reads Datalog ground facts goes through this module: ``merklog put``
+(:func:`read_fact_lines`), the node's Datalog write bodies and ``parse_facts``
+(:func:`read_ground_facts`), and the parser, which hands it a program's fact lines
+before tokenising the rest (:func:`split_fact_lines`) -- ``merklog eval``'s ``.dl``
+fact files and programs with inline facts take that path. The full lexer and
+recursive-descent parser (:mod:`merklog.engine.parser`, ~85 µs a fact) remain the one
+definition of the grammar and of every error; this reader accepts exactly a subset
+of it and yields the values the parser does:
 
 - integers (decimal, ``0x…``, ``0b…``, optionally negated) within int64,
 - floats (``1.5``, ``2e3``, negated; ``-0.0`` stays ``-0.0`` as the parser gives it,
@@ -11,9 +15,19 @@ subset of the grammar and yields the same values the parser does:
 - ``true``/``false``, strings with the lexer's escapes, ``x"…"`` bytes, ``cid"…"`` links,
 - blank lines and ``%`` / ``//`` comments between facts.
 
+It has two tiers, used in this order on each text:
+
+1. **JSON lines**: when every line is one fact whose arguments are written in the
+   spellings JSON shares with the parser (decimal numbers, ``true``/``false``, strings
+   without backslashes), one ``findall`` splits the lines and one ``json.loads``
+   converts every argument list in C (~2 µs a fact).
+2. **One regular expression per fact** (``_FACT``) and a split of its arguments, for
+   every other spelling and layout (~7 µs a fact).
+
 Anything else (a rule, a variable, ``/* */`` comments, an out-of-range number, a bad
-escape …) makes :func:`read_ground_facts` return ``None`` and the caller runs the full
-parser over the whole text, so every error keeps its exact message and ``line:col``.
+escape …) is left to the parser: :func:`read_ground_facts` returns ``None`` and the
+caller parses the whole text, and :func:`split_fact_lines` leaves that line in the
+text. So every error keeps the parser's exact message and ``line:col``.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ from math import isfinite
 from merklog.store import Fact, Link, Value
 from merklog.store.codec import gc_paused
 
+from .ast import Pos
 from .errors import ParseError
 from .lexer import INT64_MAX, INT64_MIN, Source, _decode_string
 
@@ -38,7 +53,9 @@ _ARG = (
     r'|"(?:[^"\\\n]|\\.)*"'
     r"|true|false"
 )
-_GAP = r"(?:[ \t\r\n\f]+|%[^\n]*|//[^\n]*)*"
+# Possessive: a comment runs to the end of its line, never giving back what it holds
+# (with backtracking, ``% p(1).`` read as a blank ``%`` and then the fact ``p(1)``).
+_GAP = r"(?:[ \t\r\n\f]++|%[^\n]*+|//[^\n]*+)*+"
 _FACT = re.compile(
     rf"{_GAP}([a-z][A-Za-z0-9_]*)[ \t]*\([ \t]*"
     rf"((?:(?:{_ARG})[ \t]*,[ \t]*)*(?:{_ARG}))?[ \t]*\)[ \t]*\.(?![.a-z])"
@@ -47,9 +64,49 @@ _END = re.compile(rf"{_GAP}\Z")
 _ARGS = re.compile(_ARG)
 _NOSRC = Source("")
 
+# Tier 1: one fact per line, nothing else on it; the argument list goes to ``json.loads``.
+_LINE_BODY = r"[ \t]*([a-z][A-Za-z0-9_]*)[ \t]*\((.*)\)[ \t]*\.[ \t]*\r?"
+_LINES = re.compile(rf"^{_LINE_BODY}$", re.MULTILINE)
+_ONE_LINE = re.compile(_LINE_BODY)
+_JSON_VALUE_TYPES = frozenset((int, float, str, bool))
+_JSON_UNSAFE = re.compile(r"[\\\[\]{}]")  # JSON reads these otherwise than the parser
+_new_fact = tuple.__new__
+
 
 class _Fallback(Exception):
     """The text leaves the fast subset: the full parser decides."""
+
+
+# ---------------------------------------------------------------- tier 1: JSON
+
+
+def _json_args(
+    raws: tuple[str, ...] | list[str], int_min: int = INT64_MIN, int_max: int = INT64_MAX
+) -> list[list[Value]] | None:
+    """Every argument list of ``raws`` converted by one ``json.loads``, or ``None``
+    when any token is one JSON refuses (``0x1F``, ``007``, ``x"…"``) or reads
+    otherwise than the parser (``NaN``, ``null``, a number out of int64 or of float
+    range). The caller has excluded backslashes and brackets."""
+    try:
+        values = json.loads("[[" + "],[".join(raws) + "]]", strict=False)
+    except ValueError:
+        return None
+    if len(values) != len(raws):
+        return None
+    flat = list(chain.from_iterable(values))
+    kinds = set(map(type, flat))
+    if not kinds <= _JSON_VALUE_TYPES:  # null, …
+        return None
+    if int in kinds:
+        ints = [v for v in flat if type(v) is int]
+        if min(ints) < int_min or max(ints) > int_max:
+            return None
+    if float in kinds and not all(map(isfinite, [v for v in flat if type(v) is float])):
+        return None
+    return values
+
+
+# ---------------------------------------------------------------- tier 2: one regex a fact
 
 
 def _number(tok: str) -> Value:
@@ -117,10 +174,36 @@ def _args(raw: str) -> tuple[Value, ...]:
     return tuple(values)
 
 
-# One fact per line, nothing else on it: the argument list is handed to ``json.loads``.
-_LINE = re.compile(r"^[ \t]*([a-z][A-Za-z0-9_]*)[ \t]*\((.*)\)[ \t]*\.[ \t]*\r?$", re.MULTILINE)
-_JSON_VALUE_TYPES = frozenset((int, float, str, bool))
-_new_fact = tuple.__new__
+def _match_fact(m: re.Match[str]) -> Fact:
+    """The fact of one ``_FACT`` match (raises ``_Fallback`` on a value the parser refuses)."""
+    rel, raw = m.groups()
+    if raw is None:
+        return Fact(rel, ())
+    if "," not in raw and raw.isdigit():
+        value = int(raw)
+        if value > INT64_MAX:
+            raise _Fallback
+        return Fact(rel, (value,))
+    return Fact(rel, _args(raw))
+
+
+def _facts_at(text: str, pos: int, end: int) -> list[re.Match[str]] | None:
+    """The ``_FACT`` matches that cover ``text[pos:end]`` exactly (comments and blanks
+    between them), or ``None`` when something else is there."""
+    matches = []
+    match = _FACT.match
+    while True:
+        m = match(text, pos, end)
+        if m is None:
+            break
+        matches.append(m)
+        pos = m.end()
+    if _END.match(text, pos, end) is None:
+        return None
+    return matches
+
+
+# ---------------------------------------------------------------- entry points
 
 
 def read_fact_lines(text: str) -> tuple[list[Fact], list[str]] | None:
@@ -129,41 +212,26 @@ def read_fact_lines(text: str) -> tuple[list[Fact], list[str]] | None:
     common spellings shared with JSON (decimal numbers, ``true``/``false``, strings
     without backslashes); ``None`` otherwise.
 
-    Why: a per-fact regex and per-value conversion cost ~7 µs a fact; here one
-    ``findall`` splits the lines and one ``json.loads`` converts every argument list at
-    once in C. JSON is used only where its reading of a token is the parser's:
-    any backslash or bracket in the text, a line that is not exactly one fact, a
-    token JSON refuses (``0x1F``, ``007``, ``x"…"``, ``cid"…"``) or one it reads
-    differently (``NaN``, ``null``, an out-of-range number) returns ``None``."""
+    Why: ``merklog put`` through a running node sends each chunk of facts as the
+    input's own lines; and this shape is read by tier 1 alone (one ``findall``, one
+    ``json.loads``), ~2 µs a fact."""
     with gc_paused():
         return _read_fact_lines(text)
 
 
 def _read_fact_lines(text: str) -> tuple[list[Fact], list[str]] | None:
+    # memchr-fast on a whole text (a regex search over megabytes costs more)
     if "\\" in text or "[" in text or "]" in text or "{" in text or "}" in text:
         return None
-    pairs = _LINE.findall(text)
+    pairs = _LINES.findall(text)
     lines = text.split("\n")
     if len(pairs) != len(lines) - lines.count(""):  # a line that is no lone fact
         return None
     if not pairs:
         return [], []
     rels, raws = zip(*pairs, strict=True)
-    try:
-        values = json.loads("[[" + "],[".join(raws) + "]]", strict=False)
-    except ValueError:  # a token JSON does not read (hex, bytes, CIDs, …): the parser's
-        return None
-    if len(values) != len(raws):
-        return None
-    flat = list(chain.from_iterable(values))
-    kinds = set(map(type, flat))
-    if not kinds <= _JSON_VALUE_TYPES:  # null, …
-        return None
-    if int in kinds:
-        ints = [v for v in flat if type(v) is int]
-        if min(ints) < INT64_MIN or max(ints) > INT64_MAX:
-            return None
-    if float in kinds and not all(map(isfinite, [v for v in flat if type(v) is float])):
+    values = _json_args(raws)
+    if values is None:
         return None
     facts = [_new_fact(Fact, (rel, tuple(args))) for rel, args in zip(rels, values, strict=True)]
     return facts, [line for line in lines if line]
@@ -171,39 +239,98 @@ def _read_fact_lines(text: str) -> tuple[list[Fact], list[str]] | None:
 
 def read_ground_facts(text: str) -> list[Fact] | None:
     """The ground facts of ``text`` as the parser would give them, or ``None`` when
-    ``text`` holds anything outside the fast subset (then use the full parser)."""
+    ``text`` holds anything outside the reader's subset (then use the full parser)."""
     with gc_paused():  # a million new tuples: cyclic GC passes would cost as much again
-        bulk = read_fact_lines(text)
+        bulk = _read_fact_lines(text)
         if bulk is not None:
             return bulk[0]
-        return _read_per_fact(text)
+        matches = _facts_at(text, 0, len(text))
+        if matches is None:
+            return None
+        try:
+            return [_match_fact(m) for m in matches]
+        except _Fallback:
+            return None
 
 
-def _read_per_fact(text: str) -> list[Fact] | None:
-    """One regex match per fact (any layout of the fast subset)."""
-    facts: list[Fact] = []
-    append = facts.append
-    pos = 0
+def split_fact_lines(
+    text: str, int_min: int = INT64_MIN, int_max: int = INT64_MAX
+) -> tuple[list[tuple[Pos, Fact]], str]:
+    """The parser's front: the lines of a program that hold only ground facts (one or
+    several, with ``%`` / ``//`` comments) and start a clause become facts with the
+    ``line:col`` of each; they are blanked out of the returned text, so the parser
+    reads the rest with unchanged line numbers. A program with ``/*`` comments is
+    returned whole (the comment may span lines).
+
+    Why: inline facts and ``.dl`` fact files would otherwise cost the tokeniser and
+    an AST per fact; the parser still sees every line this reader does not take.
+    ``int_min``/``int_max``: the dialect's integer literal range (Soufflé: 32 bits); a
+    line with a literal outside it is left to the parser, which reports it."""
+    if "/*" in text:
+        return [], text
+    with gc_paused():
+        return _split_fact_lines(text, int_min, int_max)
+
+
+def _split_fact_lines(text: str, int_min: int, int_max: int) -> tuple[list[tuple[Pos, Fact]], str]:
+    lines = text.split("\n")
+    found: list[tuple[int, int, Fact]] = []  # (line index, column, fact)
+    json_rows: list[tuple[int, int, str]] = []  # tier-1 candidates: (index, column, rel)
+    json_raws: list[str] = []
+    at_start = True
+    one_line = _ONE_LINE.fullmatch
+    unsafe = _JSON_UNSAFE.search
+    for i, line in enumerate(lines):
+        if at_start and "(" in line:
+            m = one_line(line)
+            if m is not None and ")" not in m.group(2) and unsafe(m.group(2)) is None:
+                json_rows.append((i, m.start(1) + 1, m.group(1)))  # ends with ".": at_start
+                json_raws.append(m.group(2))
+                continue
+            if _take_line(lines, i, found, int_min, int_max):
+                continue
+        stripped = line.strip()
+        if not stripped or stripped[0] == "%" or stripped.startswith("//"):
+            continue
+        at_start = stripped.endswith(".") and not stripped.endswith("...")
+    values = _json_args(json_raws, int_min, int_max) if json_raws else []
+    if values is None:  # some token JSON does not read as the parser: tier 2 decides
+        for i, _, _ in json_rows:
+            _take_line(lines, i, found, int_min, int_max)
+    else:
+        found.extend(
+            (i, col, _new_fact(Fact, (rel, tuple(args))))
+            for (i, col, rel), args in zip(json_rows, values, strict=True)
+        )
+        for i, _, _ in json_rows:
+            lines[i] = ""
+    if not found:
+        return [], text
+    found.sort(key=lambda f: (f[0], f[1]))
+    return [(Pos(i + 1, col), fact) for i, col, fact in found], "\n".join(lines)
+
+
+def _take_line(
+    lines: list[str], i: int, found: list[tuple[int, int, Fact]], int_min: int, int_max: int
+) -> bool:
+    """Tier 2 on line ``i``: when it holds only ground facts (and comments) with ints in
+    ``[int_min, int_max]``, add them to ``found``, blank the line and say so."""
+    line = lines[i]
+    matches = _facts_at(line, 0, len(line))
+    if not matches:
+        return False
     try:
-        for m in _FACT.finditer(text):
-            if m.start() != pos:  # something between two facts that is no fact
-                return None
-            pos = m.end()
-            rel, raw = m.groups()
-            if raw is None:
-                append(Fact(rel, ()))
-            elif "," not in raw and raw.isdigit():
-                value = int(raw)
-                if value > INT64_MAX:
-                    raise _Fallback
-                append(Fact(rel, (value,)))
-            else:
-                append(Fact(rel, _args(raw)))
+        facts = [(i, m.start(1) + 1, _match_fact(m)) for m in matches]
     except _Fallback:
-        return None
-    if _END.match(text, pos) is None:
-        return None
-    return facts
+        return False
+    if int_min != INT64_MIN or int_max != INT64_MAX:  # a narrower dialect (Soufflé)
+        for _, _, fact in facts:
+            for v in fact.args:
+                if type(v) is int and not int_min <= v <= int_max:
+                    return False
+    found.extend(facts)
+    lines[i] = ""
+    return True
 
 
-__all__ = ["read_fact_lines", "read_ground_facts"]
+__all__ = ["read_fact_lines", "read_ground_facts", "split_fact_lines"]

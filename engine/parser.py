@@ -12,7 +12,7 @@ core grammar itself stays strict.
 
 from __future__ import annotations
 
-import re
+from dataclasses import replace
 
 from merklog.store import Fact, Value
 
@@ -34,7 +34,7 @@ from .ast import (
     Var,
 )
 from .errors import ParseError
-from .factreader import read_ground_facts
+from .factreader import read_ground_facts, split_fact_lines
 from .lexer import INT64_MAX, INT64_MIN, Source, Token, tokenize
 
 #: Column types of a merklog ``.decl`` (also in merklog.engine.schema, which checks facts).
@@ -182,60 +182,8 @@ class Parser:
         return Declaration(str(name_tok.value), tuple(columns), self.pos(at))  # type: ignore[arg-type]
 
     def statement(self, rules: list[Rule], facts: list[Fact]) -> None:
-        if self.fast_fact(facts):
-            return
+        """One clause (a fact, or rules); dialects override :meth:`clause`."""
         self.clause(rules, facts)
-
-    def fast_fact(self, facts: list[Fact]) -> bool:
-        """``rel(c1, …, cn).`` with literal constants: skip building AST nodes."""
-        toks = self.toks
-        i = self.i
-        tok = toks[i]
-        if not (tok.kind == "REL" or tok.kind == "NAME"):
-            return False
-        nxt = toks[i + 1]
-        if not (nxt.kind == "OP" and nxt.value == "("):
-            return False
-        j = i + 2
-        values: list[Value] = []
-        if toks[j].kind == "OP" and toks[j].value == ")":
-            j += 1
-        else:
-            while True:
-                t = toks[j]
-                kind = t.kind
-                if kind in _LITERAL_KINDS:
-                    value = t.value
-                    j += 1
-                elif kind == "NAME" and (t.value == "true" or t.value == "false"):
-                    value = t.value == "true"
-                    j += 1
-                elif kind == "OP" and t.value == "-" and toks[j + 1].kind in ("INT", "FLOAT"):
-                    value = -toks[j + 1].value  # type: ignore[operator]
-                    t = toks[j + 1]
-                    j += 2
-                else:
-                    return False
-                if type(value) is int:
-                    self.check_int(t, value)
-                values.append(value)  # type: ignore[arg-type]
-                sep = toks[j]
-                if sep.kind != "OP":
-                    return False
-                if sep.value == ",":
-                    j += 1
-                    continue
-                if sep.value == ")":
-                    j += 1
-                    break
-                return False
-        end = toks[j]
-        if not (end.kind == "OP" and end.value == "."):
-            return False
-        facts.append(Fact(tok.value, tuple(values)))  # type: ignore[arg-type]
-        self.fact_pos.append(self.pos(tok))
-        self.i = j + 1
-        return True
 
     def clause(self, rules: list[Rule], facts: list[Fact]) -> None:
         start = self.peek()
@@ -566,62 +514,26 @@ def head_hint(tok: Token) -> str:
 # ---------------------------------------------------------------- public entry points
 
 
-_SIMPLE_VALUE = r'(?:-?\d{1,18}|"[^"\\\n]*")'
-_SIMPLE_FACT = re.compile(
-    rf"[ \t]*([a-z][A-Za-z0-9_]*)\([ \t]*"
-    rf"((?:{_SIMPLE_VALUE}[ \t]*,[ \t]*)*{_SIMPLE_VALUE})?[ \t]*\)[ \t]*\.[ \t]*"
-)
-_SIMPLE_ARG = re.compile(r'-?\d+|"[^"\\\n]*"')
-
-
-def _split_simple_facts(text: str) -> tuple[list[tuple[Pos, Fact]], str]:
-    """Fast path for bulk data: whole lines ``rel(int|"str", …).`` that start a clause
-    become facts without tokenising; they are blanked out of the text (line
-    numbers of everything else are unchanged). Programs with ``/*`` skip this."""
-    if "/*" in text:
-        return [], text
-    lines = text.split("\n")
-    facts: list[tuple[Pos, Fact]] = []
-    at_start = True
-    fullmatch = _SIMPLE_FACT.fullmatch
-    findall = _SIMPLE_ARG.findall
-    for i, line in enumerate(lines):
-        if at_start and "(" in line:
-            m = fullmatch(line)
-            if m is not None:
-                raw = m.group(2)
-                args: tuple[Value, ...] = ()
-                if raw:
-                    args = tuple(int(tok) if tok[0] != '"' else tok[1:-1] for tok in findall(raw))
-                col = len(line) - len(line.lstrip(" \t")) + 1
-                facts.append((Pos(i + 1, col), Fact(m.group(1), args)))
-                lines[i] = ""
-                continue
-        stripped = line.strip()
-        if not stripped or stripped[0] == "%" or stripped.startswith("//"):
-            continue
-        at_start = stripped.endswith(".") and not stripped.endswith("...")
-    if not facts:
-        return [], text
-    return facts, "\n".join(lines)
-
-
 def parse_program(text: str) -> Program:
     """Parse a whole merklog program (facts and rules)."""
-    fast, rest = _split_simple_facts(text)
-    prog = Parser(rest).parse_program()
+    fast, rest = split_fact_lines(text)
+    return with_fact_lines(Parser(rest).parse_program(), fast)
+
+
+def with_fact_lines(prog: Program, fast: list[tuple[Pos, Fact]]) -> Program:
+    """``prog`` (parsed from the text :func:`split_fact_lines` left) with the facts the
+    reader took, every fact in source order with its position."""
     if not fast:
         return prog
-    merged = sorted(
-        [*fast, *zip(prog.fact_positions, prog.facts, strict=True)],
-        key=lambda pf: (pf[0].line, pf[0].col),
-    )
-    return Program(
-        rules=prog.rules,
-        facts=tuple(f for _, f in merged),
-        declarations=prog.declarations,
-        dialect=prog.dialect,
-        fact_positions=tuple(p for p, _ in merged),
+    if not prog.facts:  # every fact was on a line the reader took: already in order
+        merged = fast
+    else:
+        merged = sorted(
+            [*fast, *zip(prog.fact_positions, prog.facts, strict=True)],
+            key=lambda pf: (pf[0].line, pf[0].col),
+        )
+    return replace(
+        prog, facts=tuple(f for _, f in merged), fact_positions=tuple(p for p, _ in merged)
     )
 
 
@@ -669,7 +581,7 @@ def parse_query_body(text: str) -> tuple[BodyLiteral, ...]:
 def parse_facts(text: str) -> list[Fact]:
     """Parse ground facts ``rel(c, …).`` (for ``merklog put``); rules and variables are errors.
 
-    Bulk data takes the regex fast path of :mod:`merklog.engine.factreader`; any text
+    Bulk data takes the ground-fact reader (:mod:`merklog.engine.factreader`); any text
     outside its subset goes through :func:`parse_facts_general` (same values, and the
     errors with their ``line:col``)."""
     fast = read_ground_facts(text)
@@ -683,8 +595,6 @@ def parse_facts_general(text: str) -> list[Fact]:
     p = Parser(text)
     facts: list[Fact] = []
     while p.peek().kind != "EOF":
-        if p.fast_fact(facts):
-            continue
         start = p.peek()
         rules: list[Rule] = []
         before = len(facts)

@@ -30,6 +30,7 @@ from merklog.store.codec import gc_paused
 
 from . import ast
 from .batch import BatchEvaluator, Relations, Row, as_rel, sort_rows
+from .errors import NotAValueError, UnknownDialectError
 from .io import Sink, Source
 from .rows import RowSet, engine_rows
 from .values import row_from_engine, row_to_engine
@@ -61,7 +62,9 @@ def parse_text(text: str, dialect: str = "auto") -> ast.Program:
 
         return parse_souffle(text)
     if dialect != "merklog":
-        raise ValueError(f"unknown dialect {dialect!r} (expected auto, merklog or souffle)")
+        raise UnknownDialectError(
+            f"unknown dialect {dialect!r} (expected auto, merklog or souffle)"
+        )
     from .parser import parse_program
 
     return parse_program(text)
@@ -89,8 +92,8 @@ def normalise_facts(facts: FactsInput) -> dict[str, Any]:
             continue
         try:
             out[rel] = engine_rows(rows)
-        except TypeError as exc:
-            raise ValueError(f"facts for {rel}: {exc}") from None
+        except NotAValueError as exc:
+            raise NotAValueError(f"facts for {rel}: {exc.message}") from None
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from merklog.store import Link
 
+from .errors import NotAValueError
 from .values import Bool, Float, row_from_engine, row_to_engine, to_engine
 
 Row = tuple
@@ -93,7 +94,7 @@ def engine_row_list(rows: Iterable[Row]) -> list[Row]:
     bad = types - _CONVERTIBLE
     if bad:
         name = sorted(t.__name__ for t in bad)[0]
-        raise TypeError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
+        raise NotAValueError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
     return _convert(tuples)
 
 
@@ -119,7 +120,7 @@ def engine_rows(rows: Iterable[Row]) -> set[Row]:
     bad = types - _CONVERTIBLE
     if bad:
         name = sorted(t.__name__ for t in bad)[0]
-        raise TypeError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
+        raise NotAValueError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
     return EngineSet(_convert(list(map(tuple, tuples))), mixed=True)
 
 

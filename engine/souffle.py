@@ -51,8 +51,9 @@ from .ast import (
     body_atoms,
 )
 from .errors import ParseError, UnknownRelationError, UnsupportedError
+from .factreader import split_fact_lines
 from .lexer import Source, Token, tokenize
-from .parser import Parser, describe, parse_query
+from .parser import Parser, describe, parse_query, with_fact_lines
 from .souffle_scope import resolve_aggregate_scopes
 
 INT32_MIN = -(2**31)
@@ -150,7 +151,9 @@ class SouffleParser(Parser):
 
     # ------------------------------------------------------------ program
 
-    def parse_program(self) -> Program:
+    def parse_program(self, check: bool = True) -> Program:
+        """The program; ``check=False`` leaves :meth:`check_declared` to the caller
+        (:func:`parse_souffle` adds the fact lines the reader took first)."""
         rules: list[Rule] = []
         facts: list[Fact] = []
         while self.peek().kind != "EOF":
@@ -172,7 +175,8 @@ class SouffleParser(Parser):
             dialect="souffle",
             fact_positions=tuple(self.fact_pos),
         )
-        self.check_declared(program)
+        if check:
+            self.check_declared(program)
         return program
 
     def check_declared(self, program: Program) -> None:
@@ -511,8 +515,12 @@ class SouffleParser(Parser):
 
 def parse_souffle(text: str) -> Program:
     """Parse a Soufflé program into a merklog :class:`Program` (``dialect="souffle"``)."""
+    fast, rest = split_fact_lines(text, INT32_MIN, INT32_MAX)  # the one ground-fact reader
     try:
-        return SouffleParser(text).parse_program()
+        parser = SouffleParser(rest)
+        program = with_fact_lines(parser.parse_program(check=False), fast)
+        parser.check_declared(program)
+        return program
     except RecursionError:
         raise ParseError("program is nested too deeply", 1, 1) from None
 

@@ -25,8 +25,9 @@ dialect's integer width (32 bits) -- anything else is an error naming the file,
 line and column, as Soufflé's "Error converting <…> in column … in line …";
 ``float`` takes a decimal float, finite; ``symbol`` takes the text unchanged.
 
-Writing: ints in decimal, floats in Python's shortest round-trip form that
-always has a ``.`` or an exponent (``1.0``, never ``1``), strings raw, bools
+Writing: ints in decimal, floats in the shortest round-trip form (pyarrow's, so
+whole columns format at once: ``1e-7``, ``0.000025``, ``1e+16``) that always has a
+``.`` or an exponent (``1.0``, never ``1``), strings raw, bools
 ``true``/``false``, bytes as hex, CIDs as text. So ``1`` and ``1.0`` stay two
 rows and every int and float reads back as itself. A nullary relation that
 holds is written as ``()`` (as Soufflé does), one that does not as an empty
@@ -44,8 +45,13 @@ from typing import Any
 import numpy as np
 
 from merklog.store import Link, Value
+from merklog.store.codec import gc_paused
 
-from .errors import FactFileError
+from .arrowbuf import from_ints as _from_ints
+from .arrowbuf import str_scalar as _str_scalar
+from .arrowbuf import to_numpy as _to_numpy
+from .errors import FactFileError, FieldError
+from .outcols import float_text
 from .values import Bool
 
 Row = tuple[Any, ...]
@@ -75,10 +81,6 @@ def int_range(column_type: str, int_bits: int) -> tuple[int, int]:
     if column_type == "unsigned":
         return 0, min(2**int_bits - 1, INT64_MAX)
     return -(2 ** (int_bits - 1)), 2 ** (int_bits - 1) - 1
-
-
-class FieldError(ValueError):
-    """A field that does not fit its declared column type (position added by the reader)."""
 
 
 # ----------------------------------------------------------------------------- one field
@@ -119,68 +121,13 @@ def format_field(value: Any) -> str:
         return str(value)
     if kind is bool or kind is Bool:
         return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(float(value))
+    if isinstance(value, float):  # the column writer's own text, one value long
+        return str(float_text(np.array([value], dtype=np.float64))[0])
     if kind is bytes:
         return value.hex()
     if kind is Link:
         return str(value)
     return str(value)
-
-
-# ----------------------------------------------------------------------------- arrow <-> numpy
-# pyarrow imports pandas (about half a second of CPU, more than a small evaluation)
-# the first time pa.array(), pa.scalar() or .to_numpy() runs. merklog eval never needs
-# pandas, so these helpers move data through raw buffers instead.
-
-
-def _to_numpy(arr: Any, dtype: Any) -> np.ndarray:
-    """A null-free int64/float64 pyarrow (chunked) array as a numpy array (no pandas)."""
-    if hasattr(arr, "combine_chunks"):
-        arr = arr.combine_chunks()
-    if len(arr) == 0:
-        return np.empty(0, dtype=dtype)
-    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * 8)
-
-
-def _from_ints(values: np.ndarray) -> Any:
-    """An int64 numpy array as a pyarrow array (zero-copy, no pandas)."""
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
-
-
-def _from_mask(mask: np.ndarray) -> Any:
-    """A numpy bool array as a pyarrow boolean array (no pandas)."""
-    import pyarrow as pa
-
-    bits = np.packbits(mask, bitorder="little")
-    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
-
-
-def _from_strs(values: Sequence[str]) -> Any:
-    """Python strings as a pyarrow string array (no pandas)."""
-    import pyarrow as pa
-
-    encoded = [v.encode("utf-8") for v in values]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    if offsets[-1] >= 2**31:
-        return pa.Array.from_buffers(
-            pa.large_string(),
-            len(encoded),
-            [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))],
-        )
-    return pa.Array.from_buffers(
-        pa.string(),
-        len(encoded),
-        [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))],
-    )
-
-
-def _str_scalar(text: str) -> Any:
-    return _from_strs([text])[0]
 
 
 # ----------------------------------------------------------------------------- reading
@@ -234,7 +181,7 @@ def _read_rows(
             except FieldError as err:
                 col = sum(len(f) + 1 for f in fields[:j]) + 1
                 raise _error(
-                    path, number, col, f"column {j + 1}: {err}", _type_hint(kind)
+                    path, number, col, f"column {j + 1}: {err.message}", _type_hint(kind)
                 ) from None
         rows.append(tuple(row))
     return rows
@@ -470,30 +417,6 @@ def _int_order(cols: list[np.ndarray]) -> np.ndarray:
     return np.argsort(packer.pack(cols), kind="stable")
 
 
-def _string_column(values: Sequence[Any]) -> Any:
-    """Values of one output column as a pyarrow string array (ints formatted by pyarrow)."""
-    import pyarrow as pa
-
-    if all(type(v) is int for v in values):
-        return _from_ints(np.array(values, dtype=np.int64)).cast(pa.string())
-    return _from_strs([format_field(v) for v in values])
-
-
-def _decoded_strings(col: np.ndarray, decoder: tuple[int, list]) -> Any:
-    """An encoded int64 column (ids <= base stand for ``values[base - id]``) as strings."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    base, values = decoder
-    mask = col <= base
-    ints = _from_ints(col).cast(pa.string())
-    if not mask.any():
-        return ints
-    table = _from_strs([format_field(v) for v in values])
-    idx = np.where(mask, base - col, 0)
-    return pc.if_else(_from_mask(mask), table.take(_from_ints(idx)), ints)
-
-
 #: Rows formatted and written per batch (bounds the memory the text needs).
 WRITE_BATCH = 1 << 20
 
@@ -538,39 +461,46 @@ def write_relation(path: Path, relations: Any, rel: str, sort: bool = False) -> 
     """Write relation ``rel`` of ``relations`` (a :class:`~merklog.engine.batch.Relations`)
     to ``path``, tab-separated, one tuple a line; rows sorted (by
     :func:`~merklog.engine.batch.sort_rows`' order) only when ``sort``. Returns the row count.
-    """
-    from .batch import sort_rows
+
+    Every path is columnar (ADR 0101): the columnar executor's int64 columns as they
+    are, the tuple executor's rows after one dictionary encoding per column; sorting is
+    ``np.lexsort`` over :mod:`merklog.engine.outcols`' keys, text is pyarrow's."""
+    from .outcols import Column, column_text, dictionary_text, row_order
 
     path = Path(path)
     encoded = relations.encoded_columns(rel) if rel in relations else None
-    with open(path, "wb") as fh:
+    # gc paused: splitting a million tuples into columns allocates no cycles, and
+    # collections triggered by it re-traverse every live row (twice the writer's CPU)
+    with open(path, "wb") as fh, gc_paused():
         if encoded is not None and encoded[0]:
-            cols, decoder = encoded
-            n = len(cols[0])
-            if decoder is None:
-                if sort:
-                    order = _int_order(cols)
-                    cols = [c[order] for c in cols]
-                for start in range(0, n, WRITE_BATCH):
-                    _write_ints(fh, [c[start : start + WRITE_BATCH] for c in cols])
-                return n
-            if not sort:
-                for start in range(0, n, WRITE_BATCH):
-                    part = [c[start : start + WRITE_BATCH] for c in cols]
-                    _write_strings(fh, [_decoded_strings(c, decoder) for c in part])
-                return n
-        # Engine-form rows: 1, 1.0 and true are distinct members (plain values collapse).
-        rows: Any = relations.engine(rel) if rel in relations else ()
-        if not rows:
-            return 0
-        rows = sort_rows(rows) if sort else list(rows)
-        if len(rows[0]) == 0:
-            fh.write(b"()\n")  # a nullary relation that holds, written as Soufflé does
-            return 1
-        for start in range(0, len(rows), WRITE_BATCH):
-            part = rows[start : start + WRITE_BATCH]
-            _write_strings(fh, [_string_column(c) for c in zip(*part, strict=True)])
-        return len(rows)
+            raw, decoder = encoded
+            cols = [Column.encoded(c, decoder) for c in raw]
+        else:
+            # Engine-form rows: 1, 1.0 and true are distinct members (plain values collapse).
+            rows: Any = relations.engine(rel) if rel in relations else ()
+            if not rows:
+                return 0
+            if len(next(iter(rows))) == 0:
+                fh.write(b"()\n")  # a nullary relation that holds, written as Soufflé does
+                return 1
+            cols = [Column.of_values(c) for c in zip(*rows, strict=True)]
+        n = len(cols[0].ints)
+        ints_only = all(c.mask is None for c in cols)
+        if sort:
+            order = _int_order([c.ints for c in cols]) if ints_only else row_order(cols)
+            cols = [c.take(order) for c in cols]
+        tables = [dictionary_text(c, format_field) for c in cols]  # each dictionary's text once
+        for start in range(0, n, WRITE_BATCH):
+            part = (
+                cols
+                if n <= WRITE_BATCH
+                else [c.take(slice(start, start + WRITE_BATCH)) for c in cols]
+            )
+            if ints_only:
+                _write_ints(fh, [c.ints for c in part])
+            else:
+                _write_strings(fh, [column_text(c, t) for c, t in zip(part, tables, strict=True)])
+        return n
 
 
 __all__ = [

@@ -33,6 +33,8 @@ from typing import Any
 
 from merklog.store import Link
 
+from .errors import NotAValueError
+
 __all__ = [
     "FALSE",
     "TRUE",
@@ -147,7 +149,7 @@ def to_engine(value: Any) -> EValue:
         return Float(value)
     if kind is Float or kind is Bool:
         return value
-    raise TypeError(f"{kind.__name__} is not a merklog value")
+    raise NotAValueError(f"{kind.__name__} is not a merklog value")
 
 
 def from_engine(value: EValue) -> Any:
@@ -196,4 +198,4 @@ def value_type(value: EValue) -> str:
         return "bytes"
     if kind is Link:
         return "cid"
-    raise TypeError(f"{kind.__name__} is not a merklog value")
+    raise NotAValueError(f"{kind.__name__} is not a merklog value")
