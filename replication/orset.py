@@ -10,6 +10,7 @@ subscribers hear them only after it committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import Any
 
 from merklog.store import Fact, Link
@@ -27,6 +28,10 @@ ChangeCallback = Callable[[int, Fact, Link], None]
 
 def _raw_of(link: Link) -> bytes:
     return link.raw
+
+
+#: Sort key of a ``repl_assert`` row ``(ds, fact, delta, killed)`` of one dataset: the fact.
+_fact_key = itemgetter(1)
 
 
 class ORSet(ReplicaState):
@@ -128,8 +133,12 @@ class ORSet(ReplicaState):
             rows = [(ds, f.raw, draw, 1 if f.raw in killed else 0) for f in asserted]
         else:
             rows = [(ds, f.raw, draw, 0) for f in asserted]
-        rows.sort()
-        conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", rows)
+        deferred = self._deferred
+        if deferred is not None and deferred.asserts is not None:
+            deferred.asserts.extend(rows)  # inserted once, sorted, when the write ends
+        else:
+            rows.sort(key=_fact_key)  # one bytes comparison per step, not a tuple's
+            conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", rows)
         changes = self._changes
         if isinstance(facts, list):  # local: aligned with asserted
             for f, (_c, _d, fact) in zip(asserted, facts, strict=True):

@@ -56,6 +56,7 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
     from merklog.node.failures import NotVisible
     from merklog.node.queries import parse_facts
     from merklog.node.target import LocalTarget, load_config
+    from merklog.store.codec import gc_paused
 
     text = facts_text(facts, file)
     bulk = read_fact_lines(text)  # one fact per line: the facts and their own lines
@@ -68,6 +69,9 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
     console = Console(stderr=True)
     verb = "retract" if retract else "put"
     with (
+        # No cyclic GC passes over the parsed facts: the results (a dict per fact) and
+        # their output lines made collections re-walk millions of live objects.
+        gc_paused(),
         target(state) as t,
         Progress(
             TextColumn(verb),
