@@ -180,7 +180,10 @@ class Acceptance(ReplicaState):
             asserted = delta.asserted
             new_blocks = [(cid, data) for cid, data, _fact in facts]
             new_blocks.append((delta.cid, delta.data))
-            self.blockstore.put_encoded(new_blocks)
+            if self._deferred is not None:  # stored once, sorted, when the write ends
+                self._deferred.blocks.extend(new_blocks)
+            else:
+                self.blockstore.put_encoded(new_blocks)
         else:
             assert isinstance(facts, dict)
             asserted = list(dict.fromkeys(delta.asserted))

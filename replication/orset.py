@@ -10,6 +10,7 @@ subscribers hear them only after it committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
 from typing import Any
 
 from merklog.store import Fact, Link
@@ -29,6 +30,10 @@ ChangeCallback = Callable[[int, Fact, Link], None]
 
 def _raw_of(link: Link) -> bytes:
     return link.raw
+
+
+#: Sort key of a ``repl_assert`` row ``(ds, fact, delta, killed)`` of one dataset: the fact.
+_fact_key = itemgetter(1)
 
 
 class ORSet(ReplicaState):
@@ -132,8 +137,14 @@ class ORSet(ReplicaState):
             rows = [(ds, f.raw, draw, 1 if f.raw in killed else 0) for f in asserted]
         else:
             rows = [(ds, f.raw, draw, 0) for f in asserted]
-        rows.sort()
-        conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", rows)
+        deferred = self._deferred
+        if deferred is not None and deferred.asserts is not None:
+            deferred.asserts.extend(rows)  # inserted once, sorted, when the write ends
+        else:
+            rows.sort(key=_fact_key)  # one bytes comparison per step, not a tuple's
+            conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", rows)
+        # The per-relation index (ADR 0095) is insert-only and read against visibility,
+        # so it is written now even when the assert rows wait for the end of the write.
         relindex.record(conn, self._relations_of(asserted, facts))
         changes = self._changes
         if isinstance(facts, list):  # local: aligned with asserted

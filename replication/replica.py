@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from merklog.store import BlockNotFound, BlockStore, Fact, Link
@@ -48,6 +49,18 @@ from .packing import pack_ops, plan_ops
 from .reconcile import Reconciliation, Summary
 from .schema import ensure_schema
 from .txn import conn_lock, connect, gc_paused, require_autocommit, transaction
+
+
+class _Deferred(NamedTuple):
+    """What a local write stores when its last delta is in (see ``_write_locked``):
+    ``(CID, block)`` pairs, and ``repl_assert`` rows (None: inserted per delta)."""
+
+    blocks: list[tuple[Link, bytes]]
+    asserts: list[tuple[int, bytes, bytes, int]] | None
+
+
+#: Sort key of a ``repl_assert`` row ``(ds, fact, delta, killed)`` of one dataset.
+_fact_key = itemgetter(1)
 
 
 class LogRow(NamedTuple):
@@ -93,6 +106,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         self._lock = conn_lock(conn, blockstore)
         self._subscribers: list[ChangeCallback] = []
         self._changes: dict[Link, list[Any]] = {}
+        self._deferred: _Deferred | None = None
         with self._lock, self._tx():
             ensure_schema(conn)
             row = conn.execute(
@@ -268,6 +282,11 @@ class Replica(Acceptance, ORSet, Reconciliation):
         if not planned:
             return []
         out: list[Link] = []
+        # A call without retracts never reads back its own asserts, so its blocks and
+        # assert rows go in once, sorted by CID, when its last delta is accepted: one
+        # in-order pass over each random-key B-tree instead of one per delta.
+        retracts = any(p.wire["op"] == "retract" for p in planned)
+        self._deferred = _Deferred([], None if retracts else [])
         try:
             with self._tx():
                 for group in pack_ops(planned, len(self.heads())):
@@ -281,10 +300,24 @@ class Replica(Acceptance, ORSet, Reconciliation):
                     blocks = [p.block for p in group if p.block]
                     self._accept(delta, blocks, visible_at_start)
                     out.append(delta.cid)
+                self._flush_deferred()
         except BaseException:
             self._changes = {}  # rolled back: nothing to tell subscribers
             raise
+        finally:
+            self._deferred = None
         return out
+
+    def _flush_deferred(self) -> None:
+        """Store the blocks and ``repl_assert`` rows a local write deferred (in its
+        transaction), each sorted by CID."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is None:
+            return
+        self.blockstore.put_encoded(deferred.blocks)
+        if deferred.asserts:
+            deferred.asserts.sort(key=_fact_key)
+            self.conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", deferred.asserts)
 
     def _owner_check(self) -> None:
         if self.identity.public_key != self.genesis.owner:

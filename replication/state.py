@@ -29,3 +29,6 @@ class ReplicaState:
     _lock: Any
     _subscribers: list[Any]
     _changes: dict[Link, list[Any]]
+    #: During a local bulk write (``Replica.write_many``): the fact/delta blocks and the
+    #: ``repl_assert`` rows of its deltas, inserted once, sorted, when the call ends.
+    _deferred: Any

@@ -12,7 +12,7 @@ from merklog.replication.blocks import Assert, Grant, Retract, Revoke, build_del
 from merklog.replication.errors import MissingParents, Unauthorized
 from merklog.replication.identity import Identity, verify_signature
 from merklog.replication.replica import Replica
-from merklog.store import Link, MemoryBlockStore, make_fact
+from merklog.store import Link, MemoryBlockStore, fact_cid, make_fact
 from merklog.store.sqlite import SQLiteBlockStore
 
 from .repl_support import memory_conn, new_replicas, pull, seeded_identity
@@ -157,6 +157,35 @@ def test_failed_batch_leaves_no_blocks_with_sqlite_store(tmp_path):
     assert len(store) == n_blocks
     assert r.delta_count() == 0 and r.visible_cids() == set()
     assert store.integrity_check() == []
+    store.close()
+
+
+def test_write_of_several_deltas_stores_every_block_and_assert(tmp_path):
+    """One call packed into several deltas stores its blocks and assert rows once, at the
+    end (ADR 0080): every fact is visible, every block is there, the file is sound and a
+    peer accepts all of it; a call that also retracts keeps the per-delta path. Facts are
+    compared by CID: Python's == would merge p(1), p(1.0) and p(true)."""
+    from merklog.replication.limits import MAX_OPS
+
+    owner = Identity.generate()
+    store = SQLiteBlockStore(tmp_path / "w.sqlite")
+    r = Replica.create(store.conn, store, owner, "bulk")
+    values = [1, 1.0, True, "1", b"\x01"]  # five values, five facts each round
+    facts = [make_fact("p", [i // 5, values[i % 5]]) for i in range(2 * MAX_OPS + 10)]
+    cids = r.assert_facts(facts)
+    assert len(cids) == 3
+    assert r.visible_cids() == {fact_cid(f) for f in facts}
+    assert len(r.visible_cids()) == len(facts)
+    assert store.has_many(r.visible_cids()) == r.visible_cids()
+    assert all(store.has(c) for c in cids)
+    assert store.integrity_check() == []
+    gone, new = facts[:7], [make_fact("q", [v]) for v in values]
+    r.write_many([Assert(f) for f in new] + [Retract(f) for f in gone])
+    expected = {fact_cid(f) for f in facts[7:] + new}
+    assert r.visible_cids() == expected and len(expected) == len(facts) - 7 + 5
+    peer = Replica.open(memory_conn(), MemoryBlockStore(), owner, r.dataset, r.genesis.data)
+    assert pull(peer, r) == 4
+    assert peer.visible_cids() == expected and peer.heads() == r.heads()
     store.close()
 
 
