@@ -19,15 +19,16 @@ spirit; here the columns are only a transport, never a trace.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
+
+from .lazydelta import LazyDelta
 
 Row = tuple
 
 
-class ColumnBatch(Mapping):
+class ColumnBatch(LazyDelta):
     """``{row: weight}`` for the distinct rows of ``matrix`` (n x arity, int64).
 
     ``weight`` is the weight of every row (non-zero). The tuple view is built
@@ -65,30 +66,9 @@ class ColumnBatch(Mapping):
             d = self._dict = dict.fromkeys(map(tuple, self.matrix.tolist()), self.weight)
         return d
 
-    # -- Mapping
+    # -- LazyDelta: the row count without building the rows
     def __len__(self) -> int:
         return int(self.matrix.shape[0])
-
-    def __iter__(self) -> Iterator[Row]:
-        return iter(self.rows())
-
-    def __getitem__(self, row: Row) -> int:
-        return self.rows()[row]
-
-    def __contains__(self, row: object) -> bool:
-        return row in self.rows()
-
-    def get(self, row: Row, default: Any = None) -> Any:
-        return self.rows().get(row, default)
-
-    def items(self):  # type: ignore[override]
-        return self.rows().items()
-
-    def keys(self):  # type: ignore[override]
-        return self.rows().keys()
-
-    def values(self):  # type: ignore[override]
-        return self.rows().values()
 
     def __repr__(self) -> str:
         return f"ColumnBatch({len(self)} rows x {self.arity}, weight {self.weight})"

@@ -11,7 +11,7 @@ update the same per-group state, so they can alternate from epoch to epoch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..arith import INT64_MIN as _INT64_MIN
 from ..arith import ExactSum
 from .columns import ColumnBatch
 from .grouping import VECTOR_MIN, BatchCache, GroupSums, column_group_sums, group_sums
+from .lazydelta import LazyDelta
 from .operators import Aggregate, _Group
 from .timestamp import Timestamp
 from .zset import Row, ZSet, index_with
@@ -184,7 +185,7 @@ class GroupAggregate(Aggregate):
         return out  # type: ignore[return-value]
 
 
-class ChangedGroups(Mapping):
+class ChangedGroups(LazyDelta):
     """The output Z-set of a batch: ``(*group, old): -1`` and ``(*group, new): +1`` per
     changed group, built from ``group -> (old, new)`` on first read (keys are distinct
     within a batch and old differs from new, so no two entries collide)."""
@@ -208,30 +209,6 @@ class ChangedGroups(Mapping):
 
     def __bool__(self) -> bool:
         return bool(self.changes)  # a change has an old or a new row
-
-    def __len__(self) -> int:
-        return len(self.rows())
-
-    def __iter__(self):
-        return iter(self.rows())
-
-    def __getitem__(self, row: tuple) -> int:
-        return self.rows()[row]
-
-    def __contains__(self, row: object) -> bool:
-        return row in self.rows()
-
-    def get(self, row: tuple, default: Any = None) -> Any:
-        return self.rows().get(row, default)
-
-    def items(self):  # type: ignore[override]
-        return self.rows().items()
-
-    def keys(self):  # type: ignore[override]
-        return self.rows().keys()
-
-    def values(self):  # type: ignore[override]
-        return self.rows().values()
 
     def __repr__(self) -> str:
         return f"ChangedGroups({self.rows()!r})"
