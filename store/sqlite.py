@@ -217,33 +217,27 @@ class SQLiteBlockStore(BlockStore):
             row = self.conn.execute("SELECT 1 FROM blocks WHERE cid = ?", (cid.raw,)).fetchone()
         return row is not None
 
-    def has_many(self, cids: Iterable[Link]) -> set[Link]:
-        found: set[Link] = set()
+    def _select_in(self, columns: str, cids: Iterable[Link]) -> Iterator[tuple[Link, tuple]]:
+        """``SELECT cid, {columns} FROM blocks`` for the stored ones of ``cids``, asked in
+        chunks of ``_IN_CHUNK``: each row as (its CID, the other columns)."""
         it = iter(cids)
         while chunk := list(islice(it, _IN_CHUNK)):
             by_raw = {c.raw: c for c in chunk}
             marks = ",".join("?" * len(by_raw))
             with self.lock:
                 rows = self.conn.execute(
-                    f"SELECT cid FROM blocks WHERE cid IN ({marks})", list(by_raw)
+                    f"SELECT cid, {columns} FROM blocks WHERE cid IN ({marks})", list(by_raw)
                 ).fetchall()
-            found.update(by_raw[r[0]] for r in rows)
-        return found
+            for raw, *rest in rows:
+                yield by_raw[bytes(raw)], tuple(rest)
+
+    def has_many(self, cids: Iterable[Link]) -> set[Link]:
+        return {cid for cid, _ in self._select_in("1", cids)}
 
     def sizes(self, cids: Iterable[Link]) -> dict[Link, int]:
         """Stored sizes from ``length(data)``, which SQLite answers from the record
         header without reading a large block's overflow pages."""
-        out: dict[Link, int] = {}
-        it = iter(cids)
-        while chunk := list(islice(it, _IN_CHUNK)):
-            by_raw = {c.raw: c for c in chunk}
-            marks = ",".join("?" * len(by_raw))
-            with self.lock:
-                rows = self.conn.execute(
-                    f"SELECT cid, length(data) FROM blocks WHERE cid IN ({marks})", list(by_raw)
-                ).fetchall()
-            out.update((by_raw[bytes(raw)], int(size)) for raw, size in rows)
-        return out
+        return {cid: int(size) for cid, (size,) in self._select_in("length(data)", cids)}
 
     def iter_cids(self) -> Iterator[Link]:
         for (raw,) in self._pages("SELECT cid FROM blocks WHERE cid > ? ORDER BY cid LIMIT ?"):
