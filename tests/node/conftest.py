@@ -193,3 +193,15 @@ def init_home(home: Path, *args: str) -> None:
 @pytest.fixture
 def _sigchld_default() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+def all_pages(node, rel, limit):
+    """Every page of ``rel`` (None: all relations) by ``Node.page_facts``: the facts in
+    order and the number of pages it took."""
+    out, after, pages = [], None, 0
+    while True:
+        page, after = node.page_facts(rel, after, limit)
+        out += page
+        pages += 1
+        if after is None:
+            return out, pages

@@ -9,17 +9,9 @@ from pathlib import Path
 import merklog
 from merklog.store import fact_cid, make_fact
 
+from .conftest import all_pages
+
 MIXED = [1, 1.0, True, "1", b"\x01"]
-
-
-def _all_pages(node, rel, limit):
-    out, after, pages = [], None, 0
-    while True:
-        page, after = node.page_facts(rel, after, limit)
-        out += page
-        pages += 1
-        if after is None:
-            return out, pages
 
 
 def test_pages_list_exactly_the_visible_facts_in_cid_order(tmp_path: Path) -> None:
@@ -31,12 +23,12 @@ def test_pages_list_exactly_the_visible_facts_in_cid_order(tmp_path: Path) -> No
         visible = sorted(node.list_facts(), key=lambda cf: cf[0])
         assert len(visible) == 2599 + 4 + 2
         for limit in (700, 1000, 5000):
-            listed, _pages = _all_pages(node, None, limit)
+            listed, _pages = all_pages(node, None, limit)
             assert listed == visible
-        v_pages, pages = _all_pages(node, "v", 3)
+        v_pages, pages = all_pages(node, "v", 3)
         assert [f for _c, f in v_pages] == [f for _c, f in visible if f.rel == "v"]
         assert pages == 2 and fact_cid(make_fact("v", [True])) not in dict(v_pages)
-        n_pages, pages = _all_pages(node, "n", 700)  # pages cross the 1,000-CID read batches
+        n_pages, pages = all_pages(node, "n", 700)  # pages cross the 1,000-CID read batches
         assert len(n_pages) == 2599 and pages == 4
         assert [c for c, _f in n_pages] == sorted(c for c, _f in n_pages)
         # a page ends exactly at the last fact: no cursor to an empty page

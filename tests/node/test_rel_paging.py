@@ -11,21 +11,11 @@ from pathlib import Path
 import merklog
 from merklog.store import fact_cid, make_fact
 
-from .conftest import Cli
+from .conftest import Cli, all_pages
 
 #: Five values that Python's == would merge into fewer: each is its own fact and CID.
 MIXED = [1, 1.0, True, "1", b"\x01"]
 RARE = [make_fact("rare", [x]) for x in MIXED] + [make_fact("rare", [x, "y"]) for x in MIXED]
-
-
-def _pages(node, rel, limit):
-    out, after, pages = [], None, 0
-    while True:
-        page, after = node.page_facts(rel, after, limit)
-        out += page
-        pages += 1
-        if after is None:
-            return out, pages
 
 
 def _drop_blocks_of(store: Path, rel_other_than: str) -> int:
@@ -61,7 +51,7 @@ def test_a_rare_relation_pages_without_reading_other_relations(tmp_path: Path) -
         # Once open (which reads every visible fact), the other relations' blocks go.
         assert _drop_blocks_of(home / "store.sqlite", "rare") == 3000  # retracted ones too
         for limit in (1, 3, 8, 1000):
-            listed, pages = _pages(node, "rare", limit)
+            listed, pages = all_pages(node, "rare", limit)
             assert [c for c, _f in listed] == expected
             assert pages == -(-len(expected) // limit)
         assert {c: f for c, f in listed} == {
@@ -96,7 +86,7 @@ def test_an_old_home_is_indexed_when_it_opens(tmp_path: Path, caplog) -> None:
         conn.execute("DELETE FROM blocks WHERE cid = ?", (gone.raw,))
     conn.close()
     with merklog.open(home) as node:
-        listed, _ = _pages(node, "rare", 4)
+        listed, _ = all_pages(node, "rare", 4)
         assert [c for c, _f in listed] == expected
     assert "1 asserted fact block(s) could not be read while indexing" in caplog.text
     conn = sqlite3.connect(store)
@@ -105,9 +95,9 @@ def test_an_old_home_is_indexed_when_it_opens(tmp_path: Path, caplog) -> None:
         conn.execute("INSERT INTO blocks (cid, data) VALUES (?, ?)", (gone.raw, kept))
     conn.close()
     with merklog.open(home) as node:
-        listed, _ = _pages(node, "rare", 4)
+        listed, _ = all_pages(node, "rare", 4)
         assert [c for c, _f in listed] == expected
-        common, _ = _pages(node, "common", 1000)
+        common, _ = all_pages(node, "common", 1000)
         assert len(common) == 2500
     conn = sqlite3.connect(store)
     assert conn.execute("SELECT count(*) FROM repl_index").fetchone()[0] == 1
