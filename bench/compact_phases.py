@@ -7,10 +7,11 @@ files, the manifest - with timers, so the figures are those of the real code pat
 For every phase it prints wall seconds, this process's CPU (the driver: Python,
 pyarrow, py4j) and the JVM's CPU (read from /proc), with the load beside them.
 
-    .venv/bin/python bench/compact_phases.py EXPORT_DIR [--light] [--java-opts '...'] [--conf K=V]
+    .venv/bin/python bench/compact_phases.py EXPORT_DIR [--light|--jvm-defaults] [--java-opts=...] [--conf K=V]
 
-``--light`` uses the test JVM flags (``MERKLOG_SPARK_LIGHT_JVM=1``); ``--java-opts``
-passes other flags to the driver JVM, to compare JIT and GC settings on one export.
+``--light`` puts the light JVM flags on every JVM (``MERKLOG_SPARK_LIGHT_JVM=1``),
+``--jvm-defaults`` on none (``=0``: C2, G1); ``--java-opts=...`` passes other flags to
+the driver JVM, to compare JIT and GC settings on one export.
 """
 
 from __future__ import annotations
@@ -53,15 +54,16 @@ class Phases:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("export", type=Path)
-    ap.add_argument("--light", action="store_true", help="the test JVM flags")
+    ap.add_argument("--light", action="store_true", help="the light JVM flags on every JVM")
+    ap.add_argument("--jvm-defaults", action="store_true", help="the JVM's own defaults (C2, G1)")
     ap.add_argument("--java-opts", default=None, help="driver JVM flags to use instead")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if args.light:
-        os.environ["MERKLOG_SPARK_LIGHT_JVM"] = "1"
+    if args.light or args.jvm_defaults:
+        os.environ["MERKLOG_SPARK_LIGHT_JVM"] = "1" if args.light else "0"
     ph = Phases()
     import merklog.node.spark.compact as mod
     from merklog.node.spark.session import build_session

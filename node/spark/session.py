@@ -8,11 +8,14 @@ One place decides how a job reaches Spark:
 - ``remote="sc://host:15002"``: Spark Connect; the client is thin, the package
   is shipped with ``SparkSession.addArtifacts(..., pyfile=True)``.
 
-The defaults are the measured ones: UI off, few shuffle partitions, and the
-JVM's own compiler and collector (C2, G1). The fast-starting JVM flags
-(``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC``) save a second on tiny jobs but
-cost 30-50% on real ones, so they are used only when ``MERKLOG_SPARK_LIGHT_JVM=1``
-(the test suite sets it).
+The defaults are the measured ones: UI off, few shuffle partitions, and, for the
+JVM that runs a local job, C1 only with the serial collector
+(``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC``): a ``merklog compact`` is one
+fresh JVM per command, and on a small machine C2's compiler threads and G1's
+concurrent threads cost more CPU than they save in a job of that length (ADR
+0085 has the figures at 1M and 5M ops). Executors of a cluster are long-lived
+JVMs and keep the JVM's own defaults (C2, G1). ``MERKLOG_SPARK_LIGHT_JVM=1``
+puts the light flags on every JVM (the test suite sets it), ``=0`` on none.
 
 Quiet by default: the driver JVM is started with its stderr sent to a log file
 (:func:`spark_log_path`), so its banners and warnings (``WARNING: Using incubator
@@ -38,19 +41,23 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.compression.codec": "zstd",
 }
-#: JVM flags for short test jobs only (``MERKLOG_SPARK_LIGHT_JVM=1``). With C1 alone the JVM
-#: reserves only 48 MiB for compiled code, which one long-lived session fills over a whole
+#: JVM flags of one-shot jobs: C1 only and the serial collector (ADR 0085). With C1 alone the
+#: JVM reserves only 48 MiB for compiled code, which one long-lived session fills over a whole
 #: test run ("Out of space in CodeCache for method handle intrinsic" inside a Spark query),
 #: so the code cache gets the size the default tiered JVM reserves.
 LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 
 
 def jvm_defaults() -> dict[str, str]:
-    """The session settings for this process: LOCAL_DEFAULTS, plus the light JVM flags
-    when ``MERKLOG_SPARK_LIGHT_JVM=1``."""
+    """The session settings: LOCAL_DEFAULTS, and the light JVM flags on the driver JVM
+    (which runs the tasks too when the master is ``local``); a cluster's
+    executors keep the JVM's defaults. ``MERKLOG_SPARK_LIGHT_JVM=1`` puts the light flags
+    on executors too, ``=0`` leaves every JVM at its defaults."""
     settings = dict(LOCAL_DEFAULTS)
-    if os.environ.get("MERKLOG_SPARK_LIGHT_JVM") == "1":
+    light = os.environ.get("MERKLOG_SPARK_LIGHT_JVM")
+    if light != "0":
         settings["spark.driver.extraJavaOptions"] = LIGHT_JVM
+    if light == "1":
         settings["spark.executor.extraJavaOptions"] = LIGHT_JVM
     return settings
 
