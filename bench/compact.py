@@ -13,8 +13,9 @@ of them, 20 % re-asserts, so supports and removals are both exercised), then tim
 - DuckDB computing the same visible facts with their supports from the same export
   and writing them as zstd Parquet (in process: DuckDB has no start-up to speak of);
 - the Python floor: pyarrow alone (hash group-by and anti-join in Arrow), in process;
-- with ``--jvm-defaults-too``, the compact CLI once more with the JVM's own flags
-  (``MERKLOG_SPARK_LIGHT_JVM=0``: C2, G1) on the same export (ADR 0085).
+- with ``--other-jvm``, the compact CLI once more on the same export with the JVM flags
+  its input size did not pick (C2 and G1 below ``LIGHT_MAX_ROWS`` op rows, C1 and the
+  serial collector from there on; ADR 0085).
 
 It checks that every engine finds the same number of visible facts, then prints
 the wall times, the CPU times (a command's CPU is its whole process tree, JVM
@@ -42,6 +43,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from merklog.node.spark.session import LIGHT_MAX_ROWS
 
 MERKLOG = [sys.executable, "-m", "merklog.node.cli"]
 ENV = dict(
@@ -228,9 +231,10 @@ def main() -> None:
     ap.add_argument("--ops", type=int, nargs="*", default=[1_000_000, 5_000_000])
     ap.add_argument("--no-session", action="store_true", help="skip the in-session Spark job")
     ap.add_argument(
-        "--jvm-defaults-too",
+        "--other-jvm",
         action="store_true",
-        help="also time the compact CLI with the JVM's default flags (MERKLOG_SPARK_LIGHT_JVM=0)",
+        help="also time the compact CLI with the JVM flags its input size did not pick"
+        " (MERKLOG_SPARK_LIGHT_JVM=1 or 0, ADR 0085)",
     )
     ap.add_argument(
         "--workdir",
@@ -261,7 +265,7 @@ def main() -> None:
             )
             nan = (float("nan"), float("nan"))
             t_c2 = nan
-            if args.jvm_defaults_too:
+            if args.other_jvm:
                 t_c2 = timed(
                     [
                         *MERKLOG,
@@ -272,7 +276,7 @@ def main() -> None:
                         "--out",
                         str(tmp / "c2"),
                     ],
-                    env=dict(ENV, MERKLOG_SPARK_LIGHT_JVM="0"),
+                    env=dict(ENV, MERKLOG_SPARK_LIGHT_JVM="0" if n < LIGHT_MAX_ROWS else "1"),
                 )
             [manifest] = snap.glob("dataset=*/MANIFEST_CID")
             n_spark = sum(
@@ -298,7 +302,7 @@ def main() -> None:
     print("wall s (CPU s)")
     print(
         "| ops | export | export ops/s | compact CLI | Spark job in a running session | DuckDB | pyarrow |"
-        " CLI/DuckDB wall | CLI/DuckDB CPU | job/DuckDB wall | compact CLI, JVM defaults |"
+        " CLI/DuckDB wall | CLI/DuckDB CPU | job/DuckDB wall | compact CLI, other JVM flags |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, te, tc, tj, td, ta, t2 in rows:

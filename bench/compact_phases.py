@@ -9,6 +9,7 @@ pyarrow, py4j) and the JVM's CPU (read from /proc), with the load beside them.
 
     .venv/bin/python bench/compact_phases.py EXPORT_DIR [--light|--jvm-defaults] [--java-opts=...] [--conf K=V]
 
+Without a flag the input's size picks the JVM flags, as in the CLI (ADR 0085);
 ``--light`` puts the light JVM flags on every JVM (``MERKLOG_SPARK_LIGHT_JVM=1``),
 ``--jvm-defaults`` on none (``=0``: C2, G1); ``--java-opts=...`` passes other flags to
 the driver JVM, to compare JIT and GC settings on one export.
@@ -73,7 +74,8 @@ def main() -> None:
     conf = dict(item.split("=", 1) for item in args.conf)
     if args.java_opts:
         conf["spark.driver.extraJavaOptions"] = args.java_opts
-    spark = build_session(master=args.master, conf=conf)
+    # as the CLI does: the input's size picks the JVM flags unless --light/--jvm-defaults
+    spark = build_session(master=args.master, conf=conf, input_rows=mod.input_rows([args.export]))
     ph.spark = spark
     ph.j = 0.0
     ph.mark("JVM + SparkSession start")
