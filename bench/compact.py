@@ -12,7 +12,10 @@ of them, 20 % re-asserts, so supports and removals are both exercised), then tim
   or process start), for scale;
 - DuckDB computing the same visible facts with their supports from the same export
   and writing them as zstd Parquet (in process: DuckDB has no start-up to speak of);
-- the Python floor: pyarrow alone (hash group-by and anti-join in Arrow), in process.
+- the Python floor: pyarrow alone (hash group-by and anti-join in Arrow), in process;
+- with ``--other-jvm``, the compact CLI once more on the same export with the JVM flags
+  its input size did not pick (C2 and G1 below ``LIGHT_MAX_ROWS`` op rows, C1 and the
+  serial collector from there on; ADR 0085).
 
 It checks that every engine finds the same number of visible facts, then prints
 the wall times, the CPU times (a command's CPU is its whole process tree, JVM
@@ -40,6 +43,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from merklog.node.spark.session import LIGHT_MAX_ROWS
 
 MERKLOG = [sys.executable, "-m", "merklog.node.cli"]
 ENV = dict(
@@ -99,13 +104,13 @@ def _child_cpu(parent: int) -> dict[int, float]:
     return out
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """``(wall, CPU)`` seconds of a whole command. CPU: the command and the children it
     waited for (rusage), plus the last figure polled (every 0.1 s) of its children it
     does not wait for - pyspark's JVM, which exits after the Python process."""
     cpu = _children_cpu()
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or ENV)
     seen: dict[int, float] = {}
     while proc.poll() is None:
         seen.update(_child_cpu(proc.pid))
@@ -226,6 +231,12 @@ def main() -> None:
     ap.add_argument("--ops", type=int, nargs="*", default=[1_000_000, 5_000_000])
     ap.add_argument("--no-session", action="store_true", help="skip the in-session Spark job")
     ap.add_argument(
+        "--other-jvm",
+        action="store_true",
+        help="also time the compact CLI with the JVM flags its input size did not pick"
+        " (MERKLOG_SPARK_LIGHT_JVM=1 or 0, ADR 0085)",
+    )
+    ap.add_argument(
         "--workdir",
         type=Path,
         default=None,
@@ -252,16 +263,30 @@ def main() -> None:
             t_cli = timed(
                 [*MERKLOG, "--home", str(home), "compact", str(export), "--out", str(snap)]
             )
+            nan = (float("nan"), float("nan"))
+            t_c2 = nan
+            if args.other_jvm:
+                t_c2 = timed(
+                    [
+                        *MERKLOG,
+                        "--home",
+                        str(home),
+                        "compact",
+                        str(export),
+                        "--out",
+                        str(tmp / "c2"),
+                    ],
+                    env=dict(ENV, MERKLOG_SPARK_LIGHT_JVM="0" if n < LIGHT_MAX_ROWS else "1"),
+                )
             [manifest] = snap.glob("dataset=*/MANIFEST_CID")
             n_spark = sum(
                 pq.ParquetFile(p).metadata.num_rows for p in manifest.parent.glob("facts/*.parquet")
             )
-            nan = (float("nan"), float("nan"))
             t_job = run_spark_job(spark, export, tmp / "snap2") if spark else nan
             *t_duck, n_duck = in_process(run_duckdb, export, tmp / "duck.parquet")
             *t_arrow, n_arrow = in_process(run_arrow, export, tmp / "arrow.parquet")
             assert n_spark == n_duck == n_arrow, (n_spark, n_duck, n_arrow)
-            rows.append((n, t_export, t_cli, t_job, t_duck, t_arrow))
+            rows.append((n, t_export, t_cli, t_job, t_duck, t_arrow, t_c2))
             print(
                 f"{n} ops: export {t_export[0]:.1f}s ({n / t_export[0]:,.0f} ops/s), compact CLI"
                 f" {t_cli[0]:.1f}s, in-session {t_job[0]:.1f}s, DuckDB {t_duck[0]:.1f}s,"
@@ -277,14 +302,15 @@ def main() -> None:
     print("wall s (CPU s)")
     print(
         "| ops | export | export ops/s | compact CLI | Spark job in a running session | DuckDB | pyarrow |"
-        " CLI/DuckDB wall | CLI/DuckDB CPU | job/DuckDB wall |"
+        " CLI/DuckDB wall | CLI/DuckDB CPU | job/DuckDB wall | compact CLI, other JVM flags |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n, te, tc, tj, td, ta in rows:
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, te, tc, tj, td, ta, t2 in rows:
         print(
             f"| {n:,} | {te[0]:.1f} ({te[1]:.1f}) | {n / te[0]:,.0f} | {tc[0]:.1f} ({tc[1]:.1f})"
             f" | {tj[0]:.1f} ({tj[1]:.1f}) | {td[0]:.2f} ({td[1]:.2f}) | {ta[0]:.2f} ({ta[1]:.2f})"
-            f" | {tc[0] / td[0]:.1f}× | {tc[1] / td[1]:.1f}× | {tj[0] / td[0]:.1f}× |"
+            f" | {tc[0] / td[0]:.1f}× | {tc[1] / td[1]:.1f}× | {tj[0] / td[0]:.1f}×"
+            f" | {t2[0]:.1f} ({t2[1]:.1f}) |"
         )
 
 

@@ -60,8 +60,25 @@ def _absolute(item: str | Path) -> str:
     return str(Path(text).expanduser().resolve())
 
 
+def _input_rows(inputs: list[str]) -> int | None:
+    """Op rows of local inputs from their Parquet footers, which size the JVM's flags
+    (None when unknown: a URL, or files the job itself will report as unreadable)."""
+    import pyarrow as pa
+
+    from merklog.node.spark.compact import input_rows
+
+    try:
+        return input_rows(inputs)
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+
+
 def _session(
-    master: str | None, remote: str | None, confs: tuple[str, ...], verbose: int = 0
+    master: str | None,
+    remote: str | None,
+    confs: tuple[str, ...],
+    verbose: int = 0,
+    input_rows: int | None = None,
 ) -> Any:
     from merklog.node.spark.session import build_session
 
@@ -72,7 +89,9 @@ def _session(
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--conf")
         conf[key.strip()] = value.strip()
     try:
-        return build_session(master=master, remote=remote, conf=conf, quiet=not verbose)
+        return build_session(
+            master=master, remote=remote, conf=conf, quiet=not verbose, input_rows=input_rows
+        )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -192,12 +211,11 @@ def register(cli: click.Group) -> None:
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
         identity = _identity(state.home)
-        spark = _session(master, remote, confs, state.verbose)
+        sources = [_absolute(i) for i in inputs]
+        spark = _session(master, remote, confs, state.verbose, _input_rows(sources))
         try:
             with spark_progress(spark, "compact"):
-                results = compact(
-                    spark, [_absolute(i) for i in inputs], _absolute(out), identity, prune=prune
-                )
+                results = compact(spark, sources, _absolute(out), identity, prune=prune)
         except CompactError as exc:
             raise click.ClickException(str(exc)) from None
         for res in results:
@@ -260,11 +278,12 @@ def register(cli: click.Group) -> None:
         for item in inputs:
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="--input")
-        spark = _session(master, remote, confs, state.verbose)
+        sources = [_absolute(i) for i in inputs]
+        spark = _session(master, remote, confs, state.verbose, _input_rows(sources))
         target = Path(_absolute(out))
         try:
             with spark_progress(spark, "analyze"):
-                ops = read_ops(spark, [_absolute(i) for i in inputs])
+                ops = read_ops(spark, sources)
                 base = relations_from_snapshot(snapshot_frame(ops), used_relations(parsed))
                 result = evaluate(spark, parsed, base)
                 written = write_outputs(result, output_relations(parsed), target, fmt)

@@ -25,6 +25,7 @@ import math
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,15 @@ class OpsWriter:
 _FACT_TABLE = pa.schema([("fact_cid", pa.binary()), ("relation", pa.string()), ("args", ARGS_TYPE)])
 #: OPS_SCHEMA without the fact columns a join fills in.
 _LOG_SCHEMA = pa.schema([f for f in OPS_SCHEMA if f.name not in ("relation", "args")])
+#: A delta's op map as Arrow reads it: the op columns of OPS_SCHEMA under the map's keys.
+_OP_STRUCT = pa.struct(
+    [
+        ("op", pa.string()),
+        ("fact", pa.binary()),
+        ("observed", pa.list_(pa.binary())),
+        ("key", pa.binary()),
+    ]
+)
 
 
 def fact_table(facts: Sequence[tuple[bytes, str, Sequence[Any]]]) -> pa.Table:
@@ -155,12 +165,13 @@ def log_table(dataset: str, deltas: list[LogDelta]) -> pa.Table:
     starts = np.cumsum(counts) - counts
     n = int(counts.sum())
     take = indices(np.repeat(np.arange(len(deltas), dtype=np.int32), counts))
-    ops = [op for d in deltas for op in d.ops]
 
     def per_delta(values: list[Any], typ: pa.DataType) -> pa.Array:
         return pa.array(values, typ).take(take)
 
     op_index = (np.arange(n, dtype=np.int64) - np.repeat(starts, counts)).astype(np.int32)
+    # the op maps become one struct array in a single C++ pass (a missing key is null)
+    op_fields = pa.array([op for d in deltas for op in d.ops], _OP_STRUCT)
     columns = [
         pa.repeat(pa.scalar(dataset, pa.string()), n),
         binary_array([d.cid for d in deltas]).take(take),
@@ -169,10 +180,7 @@ def log_table(dataset: str, deltas: list[LogDelta]) -> pa.Table:
         per_delta([d.seq for d in deltas], pa.int64()),
         per_delta([d.parents for d in deltas], pa.list_(pa.binary())),
         pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(op_index.tobytes())]),
-        str_array([op["op"] for op in ops]),
-        pa.array([op.get("fact") for op in ops], pa.binary()),
-        pa.array([op.get("observed") for op in ops], pa.list_(pa.binary())),
-        pa.array([op.get("key") for op in ops], pa.binary()),
+        *(op_fields.field(i) for i in range(_OP_STRUCT.num_fields)),
     ]
     return pa.Table.from_arrays(columns, schema=_LOG_SCHEMA)
 
@@ -340,6 +348,11 @@ def _summary(out: Path, n_ops: int, datasets: Iterable[str], counts: dict[str, i
     return summary
 
 
+def _write_visible(shown: FactsWriter, dataset: str, facts: pa.Table, wanted: pa.Array) -> None:
+    """Append the facts whose CID is in ``wanted`` (the visible ones) to ``shown``."""
+    shown.write(dataset, facts.filter(pc.is_in(facts["fact_cid"], wanted)))
+
+
 def _op_batches(batches: Iterable[list[LogDelta]], ops: int = 65_536) -> Iterator[list]:
     """Regroup delta batches so each holds about ``ops`` ops (deltas carry 1 to 4096)."""
     out: list[LogDelta] = []
@@ -393,11 +406,15 @@ def export_replica(
             visible.add(pa.table({"fact_cid": pa.array(cids, pa.binary())}), "fact_cid")
         ops = OpsWriter(out)
         shown = FactsWriter(out)
-        for i in range(k):
-            part_facts = facts.read(i)
-            ops.write(with_facts(log.read(i), part_facts))
-            wanted = visible.read(i).column("fact_cid").combine_chunks()
-            shown.write(dataset, part_facts.filter(pc.is_in(part_facts["fact_cid"], wanted)))
+        # the visible facts are filtered and written on a second thread while this one joins
+        # and writes the ops: both are Arrow C++ work that releases the GIL
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            for i in range(k):
+                part_facts = facts.read(i)
+                wanted = visible.read(i).column("fact_cid").combine_chunks()
+                pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
+                ops.write(with_facts(log.read(i), part_facts))
+                pending.result()
         n_ops = ops.close()
         counts = shown.close()
     finally:

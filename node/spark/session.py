@@ -8,11 +8,16 @@ One place decides how a job reaches Spark:
 - ``remote="sc://host:15002"``: Spark Connect; the client is thin, the package
   is shipped with ``SparkSession.addArtifacts(..., pyfile=True)``.
 
-The defaults are the measured ones: UI off, few shuffle partitions, and the
-JVM's own compiler and collector (C2, G1). The fast-starting JVM flags
-(``-XX:TieredStopAtLevel=1 -XX:+UseSerialGC``) save a second on tiny jobs but
-cost 30-50% on real ones, so they are used only when ``MERKLOG_SPARK_LIGHT_JVM=1``
-(the test suite sets it).
+The defaults are the measured ones: UI off, few shuffle partitions, and the JVM
+flags by input size. A ``merklog compact`` is one fresh JVM per command: below
+:data:`LIGHT_MAX_ROWS` input rows the driver JVM (which runs the tasks of a local
+job) gets C1 only and the serial collector (``-XX:TieredStopAtLevel=1
+-XX:+UseSerialGC``), because C2's compiler threads and G1's concurrent threads cost
+more CPU at start than they save in a short job; above it, and when the size is
+unknown, the JVM's own defaults (C2, G1) win on the longer job (ADR 0085 has the
+figures at 1M and 5M ops). Executors of a cluster keep the JVM's defaults.
+``MERKLOG_SPARK_LIGHT_JVM=1`` puts the light flags on every JVM whatever the size
+(the test suite sets it), ``=0`` on none.
 
 Quiet by default: the driver JVM is started with its stderr sent to a log file
 (:func:`spark_log_path`), so its banners and warnings (``WARNING: Using incubator
@@ -38,19 +43,29 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.compression.codec": "zstd",
 }
-#: JVM flags for short test jobs only (``MERKLOG_SPARK_LIGHT_JVM=1``). With C1 alone the JVM
-#: reserves only 48 MiB for compiled code, which one long-lived session fills over a whole
+#: JVM flags of one-shot jobs: C1 only and the serial collector (ADR 0085). With C1 alone the
+#: JVM reserves only 48 MiB for compiled code, which one long-lived session fills over a whole
 #: test run ("Out of space in CodeCache for method handle intrinsic" inside a Spark query),
 #: so the code cache gets the size the default tiered JVM reserves.
 LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 
 
-def jvm_defaults() -> dict[str, str]:
-    """The session settings for this process: LOCAL_DEFAULTS, plus the light JVM flags
-    when ``MERKLOG_SPARK_LIGHT_JVM=1``."""
+#: Input op rows below which a job's driver JVM gets the light flags: measured on 2 cores, a
+#: cold compaction of 1M ops used ~22 % less CPU with them and one of 5M ops ~28 % more.
+LIGHT_MAX_ROWS = 2_000_000
+
+
+def jvm_defaults(input_rows: int | None = None) -> dict[str, str]:
+    """The session settings for a job over ``input_rows`` op rows (None: unknown):
+    LOCAL_DEFAULTS, plus the light JVM flags on the driver JVM (which runs the tasks
+    too when the master is ``local``) when the input is known to be small. A cluster's
+    executors keep the JVM's defaults. ``MERKLOG_SPARK_LIGHT_JVM=1`` puts the light flags
+    on every JVM whatever the size, ``=0`` leaves every JVM at its defaults."""
     settings = dict(LOCAL_DEFAULTS)
-    if os.environ.get("MERKLOG_SPARK_LIGHT_JVM") == "1":
+    light = os.environ.get("MERKLOG_SPARK_LIGHT_JVM")
+    if light == "1" or (light != "0" and input_rows is not None and input_rows < LIGHT_MAX_ROWS):
         settings["spark.driver.extraJavaOptions"] = LIGHT_JVM
+    if light == "1":
         settings["spark.executor.extraJavaOptions"] = LIGHT_JVM
     return settings
 
@@ -117,6 +132,7 @@ def build_session(
     conf: dict[str, str] | None = None,
     ship_code: bool | None = None,
     quiet: bool = True,
+    input_rows: int | None = None,
 ) -> Any:
     """Create (or reuse) a SparkSession for ``master`` or a Spark Connect ``remote``.
 
@@ -125,13 +141,15 @@ def build_session(
     ``ship_code`` (default: on for anything but ``local[...]``) ships the merklog
     package to executors so Python UDFs can import it on a real cluster.
     ``quiet`` keeps the JVM's own output off the terminal (see :func:`spark_log_path`).
+    ``input_rows`` (the job's input op rows, when known) picks the JVM flags
+    (:func:`jvm_defaults`); it only matters when this call starts the JVM.
     """
     _prepare_env()
     from pyspark.sql import SparkSession
 
     if master and remote:
         raise ValueError("give either master (spark://…, local[*]) or remote (sc://…), not both")
-    settings = jvm_defaults()
+    settings = jvm_defaults(input_rows)
     settings.update(conf or {})
     if remote:
         builder = SparkSession.builder.remote(remote).appName(app_name)

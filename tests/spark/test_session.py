@@ -1,0 +1,73 @@
+"""Which JVM flags a session asks for (ADR 0085): the light flags on the driver for an
+input known to be small, the JVM's defaults otherwise; ``MERKLOG_SPARK_LIGHT_JVM=1`` puts
+them on every JVM, ``=0`` on none. The CLI sizes the input from the Parquet footers."""
+
+from __future__ import annotations
+
+import pytest
+
+from merklog.node.commands.spark_cmds import _input_rows
+from merklog.node.spark.export import write_ops
+from merklog.node.spark.session import LIGHT_JVM, LIGHT_MAX_ROWS, LOCAL_DEFAULTS, jvm_defaults
+
+DRIVER = "spark.driver.extraJavaOptions"
+EXECUTOR = "spark.executor.extraJavaOptions"
+
+
+@pytest.fixture
+def auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MERKLOG_SPARK_LIGHT_JVM", raising=False)
+
+
+def test_small_input_gets_the_light_driver(auto) -> None:
+    settings = jvm_defaults(LIGHT_MAX_ROWS - 1)
+    assert settings[DRIVER] == LIGHT_JVM
+    assert EXECUTOR not in settings  # a cluster's long-lived executors keep C2 and G1
+    assert {k: v for k, v in settings.items() if k != DRIVER} == LOCAL_DEFAULTS
+
+
+@pytest.mark.parametrize("rows", [LIGHT_MAX_ROWS, 5 * LIGHT_MAX_ROWS, None])
+def test_large_or_unknown_input_gets_the_jvm_defaults(auto, rows) -> None:
+    assert jvm_defaults(rows) == LOCAL_DEFAULTS
+
+
+@pytest.mark.parametrize("rows", [0, LIGHT_MAX_ROWS, None])
+def test_light_everywhere_when_asked(monkeypatch: pytest.MonkeyPatch, rows) -> None:
+    monkeypatch.setenv("MERKLOG_SPARK_LIGHT_JVM", "1")
+    settings = jvm_defaults(rows)
+    assert settings[DRIVER] == settings[EXECUTOR] == LIGHT_JVM
+
+
+def test_jvm_defaults_when_light_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MERKLOG_SPARK_LIGHT_JVM", "0")
+    assert jvm_defaults(10) == LOCAL_DEFAULTS
+
+
+def test_light_flags_pin_c1_serial_gc_and_a_full_code_cache() -> None:
+    flags = LIGHT_JVM.split()
+    assert "-XX:TieredStopAtLevel=1" in flags
+    assert "-XX:+UseSerialGC" in flags
+    assert "-XX:ReservedCodeCacheSize=240m" in flags
+
+
+def _rows(n: int) -> list[dict]:
+    return [
+        {"dataset": "ds", "delta_cid": bytes([i % 256]) * 36, "clock": i, "op": "none"}
+        for i in range(n)
+    ]
+
+
+def test_cli_sizes_inputs_from_parquet_footers(tmp_path) -> None:
+    write_ops(_rows(7), tmp_path / "a", file_rows=3, batch_rows=3)  # several files
+    write_ops(_rows(5), tmp_path / "b")
+    assert _input_rows([str(tmp_path / "a"), str(tmp_path / "b")]) == 12
+    assert _input_rows([str(tmp_path / "a" / "ops")]) == 7
+
+
+def test_cli_size_is_unknown_for_urls_and_unreadable_files(tmp_path) -> None:
+    write_ops(_rows(3), tmp_path / "a")
+    assert _input_rows([str(tmp_path / "a"), "hdfs://nn/exports/b"]) is None
+    bad = tmp_path / "bad" / "ops"
+    bad.mkdir(parents=True)
+    (bad / "part-00000.parquet").write_bytes(b"not parquet")
+    assert _input_rows([str(tmp_path / "bad")]) is None
