@@ -635,9 +635,13 @@ class MultiAggregateJoin(Operator):
                 new_of[k] = None
         return {k: (None, v) for k, v in new_of.items()}
 
-    def _changes(self, aggs: Sequence[Delta]) -> dict[tuple, tuple[tuple | None, tuple | None]]:
+    def _changes(
+        self, aggs: Sequence[Delta], out: Delta | None = None
+    ) -> dict[tuple, tuple[tuple | None, tuple | None]]:
         """Fold the aggregates' deltas into the value table; return ``group -> (old,
-        new)`` value tuples of the groups whose tuple changed (None: not joinable)."""
+        new)`` value tuples of the groups whose tuple changed (None: not joinable).
+        ``out``: the epoch changed no binding, so each changed group's rows are emitted
+        into ``out`` straight away (``-B ⋈ old + B ⋈ new``) and nothing is returned."""
         values, defaults = self.values, self.defaults
         staged: dict[tuple, tuple[tuple, list]] = {}
         saw_blocker = False
@@ -660,22 +664,34 @@ class MultiAggregateJoin(Operator):
         # Engine values never compare equal across types (ADR 0001), so tuple ``==``
         # is value identity; the type check is only reached when it says equal.
         default_types = tuple(map(type, defaults))
+        check = self.always_check or saw_blocker or self.nblocked
+        blocked, pop = self._blocked, values.pop
+        get = self.trace.get
         for k, (old, new_list) in staged.items():
             new = tuple(new_list)
             if old == new and tuple(map(type, old)) == tuple(map(type, new)):
                 continue
             if new == defaults and tuple(map(type, new)) == default_types:
-                values.pop(k, None)
+                pop(k, None)
             else:
                 values[k] = new
-            changed[k] = (old, new)
-        if self.always_check or saw_blocker or self.nblocked:
-            blocked = self._blocked
-            for k, (old, new) in changed.items():
+            o, n = old, new
+            if check:
                 b_old, b_new = blocked(old), blocked(new)
                 if b_old or b_new:
-                    changed[k] = (None if b_old else old, None if b_new else new)
+                    o, n = (None if b_old else old), (None if b_new else new)
                     self.nblocked += b_new - b_old
+            if out is None:
+                changed[k] = (o, n)
+                continue
+            # No binding changed this epoch: emit the group's rows right here.
+            rows = get(k)
+            if rows:
+                for r, w in rows.items():
+                    if o is not None:
+                        out[r + o] = -w
+                    if n is not None:
+                        out[r + n] = w
         return changed
 
     def _blocked(self, vals: tuple) -> bool:
@@ -692,20 +708,12 @@ class MultiAggregateJoin(Operator):
         different groups differ in their key columns, a group's old and new rows in
         at least one value)."""
         out: Delta = {}
+        if not bindings:
+            self._changes(aggs, out)
+            return out
         changed = self._changes(aggs) if any(aggs) else {}
         trace = self.trace
         get = trace.get
-        if changed and not bindings:
-            for k, (old, new) in changed.items():
-                rows = get(k)
-                if not rows:
-                    continue
-                for r, w in rows.items():
-                    if old is not None:
-                        out[r + old] = -w
-                    if new is not None:
-                        out[r + new] = w
-            return out
         for k, (old, _new) in changed.items():
             rows = get(k)
             if rows and old is not None:
