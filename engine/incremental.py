@@ -559,6 +559,195 @@ class AggregateJoin(Operator):
         return out
 
 
+class MultiAggregateJoin(Operator):
+    """Extend each binding with the values of several aggregates grouped by the same
+    variables (root circuit only): ``B ⋈ V1 ⋈ … ⋈ Vm`` as one operator.
+
+    A rule such as ``stats(G, C, S) :- grp(G), C := count : …, S := sum A : ….``
+    would otherwise chain one :class:`AggregateJoin` per aggregate, and every changed
+    group would cost a retraction and an insertion in each link and in the
+    intermediate stream between them. Here the state is one ``group -> value
+    tuple`` table, and a group whose tuple changed emits its bindings once with the
+    old tuple (negated) and once with the new one (ADR 0091).
+
+    Inputs: the bindings' delta, then one ``(*group, value)`` delta per aggregate.
+    ``defaults``: each aggregate's value for a group without rows (0 for count/sum,
+    ``_MISSING`` for min/max: no row joins). ``sources``: the :class:`GroupAggregate`
+    behind each aggregate input, whose ``group -> (old, new)`` is read directly when
+    the input is its last output (as :class:`AggregateJoin` does).
+    """
+
+    idle_when_empty = True
+
+    def __init__(
+        self,
+        key_fn: Callable[[Row], tuple],
+        ngroups: int,
+        defaults: Sequence[Any],
+        sources: Sequence[GroupAggregate | None],
+    ) -> None:
+        self.key_fn = key_fn
+        self.ngroups = ngroups
+        self.defaults = tuple(defaults)
+        self.sources = tuple(sources)
+        #: A value that blocks a join: ``_MISSING`` (a min/max group without rows) or
+        #: ``_NO_VALUE`` (an int sum out of range derives nothing). With a min/max
+        #: every tuple is checked; otherwise only while some group's tuple holds a
+        #: ``_NO_VALUE`` (``nblocked`` of them) or this epoch brings one.
+        self.always_check = any(d is _MISSING for d in self.defaults)
+        self.nblocked = 0
+        self.trace: dict[tuple, dict[Row, int]] = {}
+        #: Aggregate deltas read from their source's ``group -> (old, new)`` (``direct``)
+        #: or re-derived from the ``±1`` rows (``rederived``): tests check both run.
+        self.direct = 0
+        self.rederived = 0
+        #: group -> the aggregates' current values (groups whose values are all the
+        #: defaults are absent).
+        self.values: dict[tuple, tuple] = {}
+
+    def bind(self, nested: bool) -> None:
+        if nested:
+            raise CompileError("MultiAggregateJoin runs in the root circuit only")
+        super().bind(nested)
+
+    def _side(self, i: int, agg: Delta) -> Mapping[tuple, tuple[Any, Any]]:
+        """Aggregate ``i``'s changed groups as ``group -> (_, new)`` (new None: no row)."""
+        source = self.sources[i]
+        last = source.last if source is not None else None
+        if last is not None and last[0] is agg:
+            self.direct += 1
+            return last[1]
+        self.rederived += 1
+        n, values, default = self.ngroups, self.values, self.defaults[i]
+        new_of: dict[tuple, Any] = {}
+        for row, w in agg.items():
+            k, v = row[:n], row[n]
+            if w > 0:
+                new_of[k] = v
+                continue
+            cur = new_of.get(k, _MISSING)
+            if cur is _MISSING and k not in new_of:
+                t = values.get(k)
+                cur = default if t is None else t[i]
+            elif cur is None:
+                continue
+            if cur == v and type(cur) is type(v):
+                new_of[k] = None
+        return {k: (None, v) for k, v in new_of.items()}
+
+    def _changes(
+        self, aggs: Sequence[Delta], out: Delta | None = None
+    ) -> dict[tuple, tuple[tuple | None, tuple | None]]:
+        """Fold the aggregates' deltas into the value table; return ``group -> (old,
+        new)`` value tuples of the groups whose tuple changed (None: not joinable).
+        ``out``: the epoch changed no binding, so each changed group's rows are emitted
+        into ``out`` straight away (``-B ⋈ old + B ⋈ new``) and nothing is returned."""
+        values, defaults = self.values, self.defaults
+        staged: dict[tuple, tuple[tuple, list]] = {}
+        saw_blocker = False
+        for i, agg in enumerate(aggs):
+            if not agg:
+                continue
+            default = defaults[i]
+            for k, pair in self._side(i, agg).items():
+                e = staged.get(k)
+                if e is None:
+                    t = values.get(k, defaults)
+                    e = staged[k] = (t, list(t))
+                new = pair[1]
+                if new is None:
+                    new = default
+                elif new is _NO_VALUE:
+                    saw_blocker = True
+                e[1][i] = new
+        changed: dict[tuple, tuple[tuple | None, tuple | None]] = {}
+        # Engine values never compare equal across types (ADR 0001), so tuple ``==``
+        # is value identity; the type check is only reached when it says equal.
+        default_types = tuple(map(type, defaults))
+        check = self.always_check or saw_blocker or self.nblocked
+        blocked, pop = self._blocked, values.pop
+        get = self.trace.get
+        for k, (old, new_list) in staged.items():
+            new = tuple(new_list)
+            if old == new and tuple(map(type, old)) == tuple(map(type, new)):
+                continue
+            if new == defaults and tuple(map(type, new)) == default_types:
+                pop(k, None)
+            else:
+                values[k] = new
+            o, n = old, new
+            if check:
+                b_old, b_new = blocked(old), blocked(new)
+                if b_old or b_new:
+                    o, n = (None if b_old else old), (None if b_new else new)
+                    self.nblocked += b_new - b_old
+            if out is None:
+                changed[k] = (o, n)
+                continue
+            # No binding changed this epoch: emit the group's rows right here.
+            rows = get(k)
+            if rows:
+                for r, w in rows.items():
+                    if o is not None:
+                        out[r + o] = -w
+                    if n is not None:
+                        out[r + n] = w
+        return changed
+
+    def _blocked(self, vals: tuple) -> bool:
+        """True if some aggregate has no value to join for this group (no row for
+        min/max, an int sum out of range)."""
+        for v in vals:
+            if v is _MISSING or v is _NO_VALUE:
+                return True
+        return False
+
+    def eval(self, ts: Timestamp, bindings: Delta, *aggs: Delta) -> Delta:
+        """``-B_old ⋈ V_old + B_new ⋈ V_new`` over the groups whose value tuple changed,
+        ``δB ⋈ V`` over the others; every output row is written once (rows of
+        different groups differ in their key columns, a group's old and new rows in
+        at least one value)."""
+        out: Delta = {}
+        if not bindings:
+            self._changes(aggs, out)
+            return out
+        changed = self._changes(aggs) if any(aggs) else {}
+        trace = self.trace
+        get = trace.get
+        for k, (old, _new) in changed.items():
+            rows = get(k)
+            if rows and old is not None:
+                for r, w in rows.items():
+                    out[r + old] = -w
+        if bindings:
+            key_fn, values, defaults = self.key_fn, self.values.get, self.defaults
+            for r, w in bindings.items():
+                k = key_fn(r)
+                group = get(k)
+                if group is None:
+                    trace[k] = {r: w}
+                else:
+                    c = group.get(r, 0) + w
+                    if c:
+                        group[r] = c
+                    else:
+                        del group[r]
+                        if not group:
+                            del trace[k]
+                if k in changed:
+                    continue  # emitted below from the group's updated bindings
+                vals = values(k, defaults)
+                if (self.always_check or self.nblocked) and self._blocked(vals):
+                    continue
+                out[r + vals] = w
+        for k, (_old, new) in changed.items():
+            rows = get(k)
+            if rows and new is not None:
+                for r, w in rows.items():
+                    out[r + new] = w
+        return out
+
+
 # ----------------------------------------------------------------------------- scopes
 
 
@@ -871,6 +1060,8 @@ class _Compiler:
                     assert isinstance(t, ast.Const)
                     ns[f"c{len(ns)}"] = to_engine(t.value)
                     parts.append(f"c{len(ns) - 1}")
+            if parts == [f"r[{i}]" for i in range(len(plan.vars))] and plan.node is not None:
+                return src  # the head is the binding itself: no projection (ADR 0091)
             fn = _lambda("lambda r: " + _tuple_src(parts), ns)
             return scope.circuit.operator(Map(fn), src, label=label)
         fns = [self._term(t, idx) for t in terms]
@@ -912,7 +1103,16 @@ class _Compiler:
         binding). Expression arguments were planned as fresh variables + equalities
         (``expr_keys=False``), so atoms here hold variables and constants only."""
         plan = start if start is not None else _Plan(None, [])
-        for step in body.steps:
+        steps = list(body.steps)
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            i += 1
+            fused = self._fusable(scope, plan, steps, i - 1)
+            if len(fused) > 1:
+                plan = self._aggregates(scope, plan, fused)
+                i += len(fused) - 1
+                continue
             if isinstance(step, planner.Scan):
                 plan = self._positive(scope, plan, step.lit)
             elif isinstance(step, planner.Exists):
@@ -1201,6 +1401,48 @@ class _Compiler:
         if cache is None:
             cache = self._batch_caches[id(src)] = BatchCache()
         return cache
+
+    def _fusable(
+        self, scope: _Scope, plan: _Plan, steps: Sequence[planner.Step], i: int
+    ) -> list[planner.Aggregate]:
+        """The run of aggregate steps from ``steps[i]`` that one
+        :class:`MultiAggregateJoin` can join (ADR 0091): root circuit, the same
+        grouping variables, none correlated, each binding a new, distinct result."""
+        run: list[planner.Aggregate] = []
+        if scope.circuit.nested:
+            return run
+        seen = set(plan.vars)
+        for step in steps[i:]:
+            if not isinstance(step, planner.Aggregate):
+                break
+            groups = list(step.groups)
+            result = step.lit.result.name
+            if (run and tuple(groups) != run[0].groups) or result in seen:
+                break
+            if self._correlated(step.lit, groups):
+                break
+            run.append(step)
+            seen.add(result)
+        return run
+
+    def _aggregates(self, scope: _Scope, plan: _Plan, steps: Sequence[planner.Aggregate]) -> _Plan:
+        """Several aggregates over the same groups joined to the bindings at once."""
+        c = scope.circuit
+        src = self._plan_node(scope, plan)
+        idx = {v: i for i, v in enumerate(plan.vars)}
+        groups = list(steps[0].groups)
+        key_fn = _key_fn([idx[g] for g in groups])
+        rels, defaults, sources = [], [], []
+        for step in steps:
+            rel = self._agg_relation(step)
+            op = getattr(rel, "op", None)
+            rels.append(rel)
+            defaults.append(0 if step.lit.func in ("count", "sum") else _MISSING)
+            sources.append(op if isinstance(op, GroupAggregate) else None)
+        label = "join " + ", ".join(str(s.lit) for s in steps)
+        join = MultiAggregateJoin(key_fn, len(groups), defaults, sources)
+        joined = c.operator(join, src, *rels, label=label)
+        return _Plan(joined, plan.vars + [s.lit.result.name for s in steps])
 
     def _aggregate(self, scope: _Scope, plan: _Plan, step: planner.Aggregate) -> _Plan:
         agg, groups = step.lit, list(step.groups)
