@@ -6,8 +6,12 @@ engine form (:mod:`merklog.engine.values`), so ``p(1)``, ``p(1.0)``,
 ``p(true)``, ``p("1")`` and ``p(x"01")`` stay five rows. Floats and bools never
 enter an int64 array. The arrays are what the batch evaluator's columnar path
 (:meth:`merklog.engine.batch.BatchEvaluator.step`, the path ``merklog eval``
-takes) reads without building a Python tuple per fact; a relation turns into a
-set only when a change touches it or a consumer needs its tuples.
+takes) reads without building a Python tuple per fact. A change keeps an all-int
+relation columnar (ADR 0103): the matrix becomes the engine's
+:class:`~merklog.engine.arraybase.ArrayBase`, the change's rows are looked up
+together through its hash index and kept in its overlay, and :meth:`Edb.base` hands
+on one int64 matrix with the overlay folded in. Only a relation that gains a row
+with a non-int value (``p(1.0)`` beside int ``p`` facts) becomes a set.
 
 :func:`read_visible` reads the replica's visible set: on a SQLite home over a few
 thousand facts it is one ordered scan of the fact blocks (through the store's
