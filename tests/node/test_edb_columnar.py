@@ -14,12 +14,17 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from merklog.engine.arraybase import ArrayBase
 from merklog.engine.program import Program
 from merklog.engine.values import row_to_engine
+from merklog.node import edb as edb_module
+from merklog.node.edb import Edb
 from merklog.node.node import Node
+from merklog.store import Fact
 
 PROGRAM = """
 q(X, Y) :- p(X, Y), !r(X).
@@ -121,3 +126,37 @@ def test_a_float_beside_int_rows_is_a_new_row_and_the_relation_leaves_the_matrix
         assert node.query("c(N)").rows == [(52,)]
         # p(1, 7) is still there: w holds 1 and 1.0 (== compares numbers exactly), not true
         assert sorted(map(repr, node.relation("w"))) == ["(1,)", "(Float(1.0),)"]
+
+
+def test_a_grown_overlay_is_folded_into_a_new_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(edb_module, "FOLD_FROM", 3)
+    edb = Edb({"p": np.arange(20, dtype=np.int64).reshape(10, 2)})  # rows (0,1) .. (18,19)
+    model = {(2 * i, 2 * i + 1) for i in range(10)}
+    # a row added then removed in one batch, a removal then a re-add: net nothing
+    changes = [((100, 101), 1), ((100, 101), -1), ((0, 1), -1), ((0, 1), 1)]
+    changes += [((2, 3), -1), ((4, 5), -1), ((-1, -1), 1), ((7, 7), 1), ((8, 9), 1)]
+    inserts, deletes = edb.apply((Fact("p", args), w) for args, w in changes)
+    assert inserts == {"p": [(-1, -1), (7, 7)]} and deletes == {"p": [(2, 3), (4, 5)]}
+    model = (model - {(2, 3), (4, 5)}) | {(-1, -1), (7, 7)}
+    held = edb.base()["p"]
+    assert isinstance(held, np.ndarray) and set(map(tuple, held.tolist())) == model
+    assert len(held) == len(model)  # distinct rows
+    # four overlay rows > FOLD_FROM: folded in apply, so base() hands over the stored matrix
+    assert edb.base()["p"] is held
+    edb.apply([(Fact("p", (1.0, 1)), 1), (Fact("p", (True, 3)), 1)])
+    assert edb.arities("p") == {2}
+    # rows with a float and a bool never enter the matrix: the relation becomes a set
+    mixed = edb.base()["p"]
+    assert not isinstance(mixed, np.ndarray)
+    assert mixed == model | {row_to_engine((1.0, 1)), row_to_engine((True, 3))}
+    assert (1, 1) not in mixed and (6, 7) in mixed
+
+
+def test_folded_drops_removed_rows_and_refuses_non_int_rows() -> None:
+    base = ArrayBase(np.array([[1, 2], [3, 4], [5, 6]], dtype=np.int64))
+    assert base.folded() is base.matrix
+    base.remove_present([(3, 4)])
+    base.add_new([(2**63 - 1, -(2**63))])
+    assert sorted(map(tuple, base.folded().tolist())) == [(1, 2), (5, 6), (2**63 - 1, -(2**63))]
+    base.add_new([row_to_engine((1.0, 2))])
+    assert base.folded() is None
