@@ -369,6 +369,42 @@ class ArrayBase(Set):
             else:
                 self.removed.add(r)
 
+    def folded(self) -> np.ndarray | None:
+        """The set as one int64 matrix with distinct rows (the matrix itself while the
+        overlay is empty; else a new one: matrix rows not removed, then the added rows),
+        or None when an added row is not a row of int64 values of the matrix's arity
+        (``1.0``, ``true``, ``"1"``: such a row never enters an int64 column). O(n) numpy
+        work plus O(k) for the overlay: for handing the whole relation on, columnar."""
+        added, removed, matrix = self.added, self.removed, self.matrix
+        if not added and not removed:
+            return matrix
+        arity = matrix.shape[1]
+        if not all(_as_int_row(r, arity) for r in added):
+            return None
+        kept = matrix
+        if removed:
+            gone = list(removed)  # matrix rows (remove_present's contract): all found
+            keep = np.ones(matrix.shape[0], dtype=bool)
+            keep[self._positions(gone)] = False
+            kept = matrix[keep]
+        if not added:
+            return kept
+        extra = np.array(list(added), dtype=np.int64).reshape(len(added), arity)
+        return np.concatenate([kept, extra])
+
+    def _positions(self, rows: list[Row]) -> np.ndarray:
+        """Row indices in the matrix of ``rows`` (int rows of the matrix's arity; -1 for
+        a row that is not there)."""
+        if self._index is None:
+            self._index = _Index(self.matrix)
+        index = self._index
+        queries = np.array(rows, dtype=np.int64).reshape(len(rows), self.matrix.shape[1])
+        if index.hash_one is hash:
+            hashes = np.fromiter(map(hash, rows), np.int64, len(rows)).view(np.uint64)
+        else:
+            hashes = row_hashes(queries)
+        return index.find(self.matrix, queries, hashes)
+
     def to_set(self) -> set[Row]:
         """Every row as a new set of tuples (O(n): for whole-relation reads)."""
         out = set(map(tuple, self.matrix.tolist()))

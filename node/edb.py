@@ -6,8 +6,12 @@ engine form (:mod:`merklog.engine.values`), so ``p(1)``, ``p(1.0)``,
 ``p(true)``, ``p("1")`` and ``p(x"01")`` stay five rows. Floats and bools never
 enter an int64 array. The arrays are what the batch evaluator's columnar path
 (:meth:`merklog.engine.batch.BatchEvaluator.step`, the path ``merklog eval``
-takes) reads without building a Python tuple per fact; a relation turns into a
-set only when a change touches it or a consumer needs its tuples.
+takes) reads without building a Python tuple per fact. A change keeps an all-int
+relation columnar (ADR 0103): the matrix becomes the engine's
+:class:`~merklog.engine.arraybase.ArrayBase`, the change's rows are looked up
+together through its hash index and kept in its overlay, and :meth:`Edb.base` hands
+on one int64 matrix with the overlay folded in. Only a relation that gains a row
+with a non-int value (``p(1.0)`` beside int ``p`` facts) becomes a set.
 
 :func:`read_visible` reads the replica's visible set: on a SQLite home over a few
 thousand facts it is one ordered scan of the fact blocks (through the store's
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from merklog.engine.arraybase import ArrayBase
 from merklog.engine.rows import EngineSet, engine_rows
 from merklog.engine.values import row_to_engine
 from merklog.store import Fact
@@ -42,10 +47,15 @@ SCAN_FROM = 4096
 
 
 class Edb:
-    """Stored facts by relation (arrays or engine-form sets, see the module docstring)."""
+    """Stored facts by relation (see the module docstring): an all-int relation as an
+    :class:`~merklog.engine.arraybase.ArrayBase` (its int64 matrix plus the overlay of
+    rows added and removed since), any other as an engine-form set."""
 
     def __init__(self, rels: Mapping[str, Rows] | None = None) -> None:
-        self._rels: dict[str, Rows] = dict(rels or {})
+        self._rels: dict[str, ArrayBase | set[Row]] = {
+            rel: ArrayBase(rows) if isinstance(rows, np.ndarray) else rows
+            for rel, rows in (rels or {}).items()
+        }
 
     # ------------------------------------------------------------------ reads
     def __contains__(self, rel: object) -> bool:
@@ -63,61 +73,88 @@ class Edb:
         rows = self._rels.get(rel)
         if rows is None or len(rows) == 0:
             return set()
-        if isinstance(rows, np.ndarray):
-            return {rows.shape[1]}
+        if isinstance(rows, ArrayBase):
+            matrix = rows.matrix
+            out = set(map(len, rows.added))
+            if matrix.shape[0] > len(rows.removed):
+                out.add(matrix.shape[1])
+            return out
         return set(map(len, rows))
 
-    def rows(self, rel: str) -> set[Row]:
-        """The facts of ``rel`` as a set of engine-form rows, kept as such from now on
-        (a change is about to touch them)."""
-        rows = self._rels.get(rel)
-        if rows is None:
-            return set()
-        if isinstance(rows, np.ndarray):
-            rows = self._rels[rel] = _as_set(rows)
-        return rows
-
     def base(self) -> dict[str, Rows]:
-        """Every non-empty relation as it is held (arrays or sets; shared, do not mutate):
-        the input of a batch evaluation, and of the incremental engine's first epoch, which
-        keeps an int64 array as its columnar base instead of a tuple per fact."""
-        return {rel: rows for rel, rows in self._rels.items() if len(rows)}
+        """Every non-empty relation as an int64 array (an all-int relation, its overlay
+        folded in) or an engine-form set (shared, do not mutate): the input of a batch
+        evaluation, and of the incremental engine's first epoch, which keeps an int64
+        array as its columnar base instead of a tuple per fact (ADR 0090, ADR 0103).
+
+        A relation whose overlay holds a row that is not all int64 (``p(1.0)`` beside
+        int ``p`` facts) is a set from now on: such a value never enters an int64 column."""
+        out: dict[str, Rows] = {}
+        for rel, rows in self._rels.items():
+            if not len(rows):
+                continue
+            if isinstance(rows, ArrayBase):
+                matrix = rows.folded()
+                if matrix is None:
+                    rows = self._rels[rel] = EngineSet(rows.to_set(), mixed=True)
+                else:
+                    rows = matrix
+            out[rel] = rows
+        return out
 
     # ------------------------------------------------------------------ changes
     def apply(
         self, changes: Iterable[tuple[Fact, int]]
     ) -> tuple[dict[str, list[Row]], dict[str, list[Row]]]:
         """Apply visible-set changes (``+1`` now visible, ``-1`` no longer) in order and
-        return the net ``(inserts, deletes)`` per relation, rows in engine form."""
-        before: dict[tuple[str, Row], bool] = {}
+        return the net ``(inserts, deletes)`` per relation, rows in engine form.
+
+        A row's last change decides whether it is there after; whether it was there
+        before is asked once per relation for all its changed rows together (an
+        all-int relation answers through its matrix's hash index, ADR 0103)."""
+        final: dict[str, dict[Row, bool]] = {}
         for fact, weight in changes:
-            rows = self.rows(fact.rel) if fact.rel in self._rels else self._new(fact.rel)
-            args = row_to_engine(fact.args)  # engine form: p(1), p(1.0), p(true) differ
-            key = (fact.rel, args)
-            if key not in before:
-                before[key] = args in rows
-            if weight > 0:
-                rows.add(args)
-            else:
-                rows.discard(args)
+            rel = final.get(fact.rel)
+            if rel is None:
+                rel = final[fact.rel] = {}
+            # engine form: p(1), p(1.0), p(true) are three keys
+            rel[row_to_engine(fact.args)] = weight > 0
         inserts: dict[str, list[Row]] = {}
         deletes: dict[str, list[Row]] = {}
-        for (rel, args), was in before.items():
-            now = args in self._rels[rel]
-            if now != was:
-                (inserts if now else deletes).setdefault(rel, []).append(args)
+        for name, last in final.items():
+            rows = self._rels.get(name)
+            if rows is None:
+                rows = self._rels[name] = EngineSet(mixed=True)
+            if isinstance(rows, ArrayBase):
+                was = rows.present(last.keys())
+            else:
+                was = rows & last.keys()
+            ins = [r for r, now in last.items() if now and r not in was]
+            dels = [r for r, now in last.items() if not now and r in was]
+            if isinstance(rows, ArrayBase):
+                rows.remove_present(dels)
+                rows.add_new(ins)
+                if len(rows.added) + len(rows.removed) > max(FOLD_FROM, rows.matrix.shape[0] // 8):
+                    self._fold(name, rows)
+            else:
+                rows.difference_update(dels)
+                rows.update(ins)
+            if ins:
+                inserts[name] = ins
+            if dels:
+                deletes[name] = dels
         return inserts, deletes
 
-    def _new(self, rel: str) -> set[Row]:
-        rows = self._rels[rel] = EngineSet(mixed=True)
-        return rows
+    def _fold(self, rel: str, rows: ArrayBase) -> None:
+        """Fold a grown overlay into a new matrix (its index is rebuilt on the next
+        lookup), so a lookup stays O(k log n) and the overlay's sets stay small."""
+        matrix = rows.folded()
+        if matrix is not None:
+            self._rels[rel] = ArrayBase(matrix)
 
 
-def _as_set(rows: Rows) -> set[Row]:
-    """A relation's rows as an engine-form set (an int64 array's rows are plain ints)."""
-    if isinstance(rows, np.ndarray):
-        return EngineSet(map(tuple, rows.tolist()), mixed=False)
-    return rows
+#: An overlay of more rows than this (and than an eighth of the matrix) is folded in.
+FOLD_FROM = 65_536
 
 
 def read_visible(replica: Any) -> Edb:
