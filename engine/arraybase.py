@@ -275,14 +275,21 @@ class _Index:
 def distinct_rows(matrix: np.ndarray) -> np.ndarray:
     """``matrix`` without repeated rows (first occurrence kept; the same array when
     its rows are already distinct, which a strictly increasing column proves in O(n))."""
+    return _distinct(matrix)[0]
+
+
+def _distinct(matrix: np.ndarray) -> tuple[np.ndarray, _Index | None]:
+    """:func:`distinct_rows`, and the index the duplicate check built when it is valid
+    for the result (the matrix had no repeated rows), so nobody builds it twice."""
     if _strictly_increasing_column(matrix):
-        return matrix
-    dup = _Index(matrix).duplicates(matrix)
+        return matrix, None
+    index = _Index(matrix)
+    dup = index.duplicates(matrix)
     if not len(dup):
-        return matrix
+        return matrix, index
     keep = np.ones(matrix.shape[0], dtype=bool)
     keep[dup] = False
-    return matrix[keep]
+    return matrix[keep], None
 
 
 def _as_int_row(row: Row, arity: int) -> bool:
@@ -308,6 +315,16 @@ class ArrayBase(Set):
         self.added: set[Row] = set()
         self.removed: set[Row] = set()
         self._index: _Index | None = None
+
+    @classmethod
+    def of_distinct_rows(cls, matrix: np.ndarray) -> ArrayBase:
+        """The base of ``matrix``'s distinct rows (:func:`distinct_rows`), keeping the hash
+        index the duplicate check built: a node's stored facts are distinct but in CID
+        order, so the check builds the index the first lookup would build again."""
+        distinct, index = _distinct(matrix)
+        base = cls(distinct)
+        base._index = index
+        return base
 
     def _in_matrix(self, rows: list[Row]) -> list[bool]:
         """Whether each row (engine form) is a row of the matrix."""

@@ -52,7 +52,7 @@ import numpy as np
 from merklog.store import Fact, Value, fact_cid
 
 from . import ast, planner
-from .arraybase import ArrayBase, distinct_rows
+from .arraybase import ArrayBase
 from .dataflow import (
     Aggregate,
     BatchCache,
@@ -287,9 +287,8 @@ def _apply_one(
     base = edb.get(rel)
     if isinstance(rows, np.ndarray):
         if insert and not base:
-            matrix = distinct_rows(rows)
-            edb[rel] = ArrayBase(matrix)
-            return ColumnBatch(matrix, 1) if len(matrix) else {}
+            base = edb[rel] = ArrayBase.of_distinct_rows(rows)
+            return ColumnBatch(base.matrix, 1) if len(base.matrix) else {}
         rows = _row_set(rows)
     if insert:
         if not base:

@@ -150,6 +150,23 @@ def test_distinct_rows_removes_repeats_without_a_sorted_column() -> None:
     assert distinct_rows(ordered) is ordered  # a strictly increasing column proves it
 
 
+def test_a_base_built_from_unsorted_distinct_rows_answers_lookups_exactly() -> None:
+    """A node's stored facts come distinct but in CID order: the duplicate check's index
+    is kept for the base's lookups, which must stay exact (and apart from 1.0/true)."""
+    rng = np.random.default_rng(2)
+    rows = {tuple(r) for r in rng.integers(-(2**62), 2**62, size=(3000, 2)).tolist()}
+    m = np.array(sorted(rows, key=lambda r: (r[1], r[0]))[::-1], dtype=np.int64)
+    m[:, [0, 1]] = m[:, [1, 0]]  # no column strictly increasing
+    base = ArrayBase.of_distinct_rows(m)
+    assert base.matrix is m and len(base) == len(m)
+    stored = [tuple(r) for r in m[:50].tolist()]
+    twins = [(Float(float(a)), b) for a, b in stored[:10]] + [(TRUE, b) for _a, b in stored[:10]]
+    absent = [(a + 1, b) for a, b in stored if (a + 1, b) not in set(map(tuple, m.tolist()))]
+    assert base.present(stored + twins + absent) == set(stored)
+    repeated = ArrayBase.of_distinct_rows(np.concatenate([m, m[:7]]))
+    assert len(repeated) == len(m) and repeated.present(stored) == set(stored)
+
+
 def test_array_inputs_keep_value_identity_and_stay_columnar() -> None:
     engine = IncrementalEngine(Program.parse("c(N) :- N := count : p(_, _).").checked)
     engine.step(inserts={"p": np.array([[1, 2], [1, 2], [3, 4]], dtype=np.uint8)})
