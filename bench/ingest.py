@@ -161,7 +161,8 @@ def start_node(home: Path) -> tuple[object, str]:
 
 
 def _poster(url: str, token: str):
-    """``post(body) -> facts the node says it asserted`` (-1 on an HTTP error)."""
+    """``post(body) -> facts the node says it asserted`` (-1 on an HTTP error). A bulk
+    writer has its facts: it asks for their CIDs alone (``?answer=cids``, ADR 0082)."""
     import json
     import urllib.error
     import urllib.request
@@ -169,7 +170,7 @@ def _poster(url: str, token: str):
     def post(body: dict) -> int:
         """How many facts the node says it asserted (-1 on an HTTP error)."""
         req = urllib.request.Request(
-            url + "/v1/facts", data=json.dumps(body).encode(), method="POST"
+            url + "/v1/facts?answer=cids", data=json.dumps(body).encode(), method="POST"
         )
         req.add_header("Content-Type", "application/json")
         req.add_header("Authorization", f"Bearer {token}")

@@ -73,8 +73,11 @@ class NodeClient:
         except (urllib.error.URLError, OSError) as exc:
             raise NodeAPIError(0, f"cannot reach node at {self.url}: {exc}") from None
 
-    def write(self, asserts: str = "", retracts: str = "") -> dict[str, Any]:
-        return self._call("POST", "/v1/facts", {"assert": asserts, "retract": retracts})
+    def write(self, asserts: str = "", retracts: str = "", answer: str = "full") -> dict[str, Any]:
+        """``POST /v1/facts``; ``answer="cids"`` asks for the CIDs alone (in input order)
+        instead of ``{"cid", "fact"}`` per fact (ADR 0082)."""
+        path = "/v1/facts" if answer == "full" else "/v1/facts?answer=" + answer
+        return self._call("POST", path, {"assert": asserts, "retract": retracts})
 
     def query(self, q: str) -> dict[str, Any]:
         return self._call("POST", "/v1/query", {"q": q})

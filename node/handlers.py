@@ -15,6 +15,7 @@ from aiohttp import web
 
 from merklog.replication.errors import ReplicationError
 from merklog.store import Link, StoreError, decode, decode_fact
+from merklog.store.codec import gc_paused
 
 from . import queries, writes
 from .errors import NodeInputError
@@ -36,8 +37,13 @@ FACTS_PAGE_MAX = 10000
 
 async def json_body(request: web.Request) -> dict[str, Any]:
     """The request body as a JSON object (NodeInputError otherwise)."""
+    return json_object(await request.read())
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """``raw`` as a JSON object (NodeInputError otherwise)."""
     try:
-        body = await request.json()
+        body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise NodeInputError(f"request body is not JSON: {exc}") from exc
     if not isinstance(body, dict):
@@ -248,11 +254,28 @@ def _facts_field(node: Node, body: dict[str, Any], name: str) -> list:
     )
 
 
+def _write_body(node: Node, raw: bytes) -> tuple[list, list]:
+    """The checked facts of a ``POST /v1/facts`` body: ``(asserts, retracts)``. No cyclic
+    GC passes over the body's objects meanwhile (none of them form cycles)."""
+    with gc_paused():
+        body = json_object(raw)
+        return _facts_field(node, body, "assert"), _facts_field(node, body, "retract")
+
+
+#: ``POST /v1/facts?answer=``: ``full`` (default) answers ``{"cid", "fact"}`` per fact,
+#: ``cids`` the CIDs alone in input order (ADR 0082).
+WRITE_ANSWERS = ("full", "cids")
+
+
 async def write_facts(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    body = await json_body(request)
-    add = _facts_field(node, body, "assert")
-    rem = _facts_field(node, body, "retract")
+    answer = request.query.get("answer", "full")
+    if answer not in WRITE_ANSWERS:
+        raise NodeInputError(f"answer={answer!r}: expected one of {', '.join(WRITE_ANSWERS)}")
+    raw = await request.read()
+    # Decoding and checking a 200k-fact body takes a second or more: on a worker thread,
+    # so the event loop keeps serving other requests meanwhile (ADR 0082).
+    add, rem = await asyncio.get_running_loop().run_in_executor(None, _write_body, node, raw)
     if add or rem:  # a freshly joined home syncs once with its origin first
         await writes.sync_before_first_write_async(node)
     try:
@@ -260,7 +283,7 @@ async def write_facts(request: web.Request) -> web.Response:
     except ReplicationError as exc:  # e.g. this key is not (yet) a writer
         raise ApiError(403, "refused", str(exc)) from None
     await node.settled()  # read-your-writes: the answer comes after the epoch that saw it
-    return web.json_response(result.to_json())
+    return web.json_response(result.to_json(answer))
 
 
 async def load_program(request: web.Request) -> web.Response:

@@ -154,6 +154,14 @@ def _paths() -> dict[str, Any]:
                     ),
                 },
                 requestBody=_body("Write"),
+                parameters=[
+                    _q(
+                        "answer",
+                        "`full` (default): `{cid, fact}` per fact; `cids`: the CIDs alone, in"
+                        " input order (a bulk writer has the facts; ADR 0082)",
+                        required=False,
+                    )
+                ],
             ),
         },
         "/v1/blocks/{cid}": {
@@ -353,6 +361,8 @@ _VALUE = {
 def _schemas() -> dict[str, Any]:
     obj = {"type": "object"}
     fact_ref = {"$ref": "#/components/schemas/FactRef"}
+    # ``POST /v1/facts?answer=cids`` lists the CIDs alone (ADR 0082).
+    fact_or_cid = {"oneOf": [fact_ref, {"type": "string", "description": "A fact CID"}]}
     facts = {
         "oneOf": [
             {"type": "string", "description": "Datalog facts, e.g. edge(1, 2)."},
@@ -382,9 +392,10 @@ def _schemas() -> dict[str, Any]:
         "WriteResult": {
             "type": "object",
             "properties": {
-                "asserted": {"type": "array", "items": fact_ref},
-                "retracted": {"type": "array", "items": fact_ref},
+                "asserted": {"type": "array", "items": fact_or_cid},
+                "retracted": {"type": "array", "items": fact_or_cid},
                 "delta": {"type": ["string", "null"]},
+                "not_visible": {"type": "array", "items": fact_ref},
             },
         },
         "FactRef": {

@@ -31,8 +31,10 @@ class TargetError(Failure):
 
 
 class Target(Protocol):
-    def write(self, asserts: str, retracts: str) -> dict[str, Any]: ...
-    def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]: ...
+    def write(self, asserts: str, retracts: str, answer: str = "full") -> dict[str, Any]: ...
+    def write_facts(
+        self, asserts: list[Fact], retracts: list[Fact], answer: str = "full"
+    ) -> dict[str, Any]: ...
     def query(self, q: str) -> dict[str, Any]: ...
     def facts(self, rel: str | None) -> list[dict[str, str]]: ...
     def block(self, cid: str) -> dict[str, Any]: ...
@@ -55,14 +57,16 @@ class LocalTarget:
     def __init__(self, node: Node) -> None:
         self.node = node
 
-    def write(self, asserts: str, retracts: str) -> dict[str, Any]:
+    def write(self, asserts: str, retracts: str, answer: str = "full") -> dict[str, Any]:
         add = self.node.coerce_facts([asserts]) if asserts.strip() else []
         rem = self.node.coerce_facts([retracts]) if retracts.strip() else []
-        return self.write_facts(add, rem)
+        return self.write_facts(add, rem, answer)
 
-    def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]:
+    def write_facts(
+        self, asserts: list[Fact], retracts: list[Fact], answer: str = "full"
+    ) -> dict[str, Any]:
         # Node.write syncs a freshly joined home with its origin first (ADR 0037, 0076).
-        return self.node.write(asserts, retracts).to_json()
+        return self.node.write(asserts, retracts).to_json(answer)
 
     def query(self, q: str) -> dict[str, Any]:
         return self.node.query(q).to_json()
@@ -114,9 +118,9 @@ class RemoteTarget:
         except NodeAPIError as exc:
             raise TargetError(str(exc), exit_code_for_status(exc.status)) from None
 
-    def write(self, asserts: str, retracts: str) -> dict[str, Any]:
+    def write(self, asserts: str, retracts: str, answer: str = "full") -> dict[str, Any]:
         try:
-            return self._do(self.client.write, asserts, retracts)
+            return self._do(self.client.write, asserts, retracts, answer)
         except TargetError as exc:
             origin = writes.origin_url(self.config)
             if exc.exit_code != ExitCode.NOT_A_WRITER or origin is None:
@@ -126,12 +130,16 @@ class RemoteTarget:
             self._do(self.client.sync, origin)
         except TargetError:
             pass
-        return self._do(self.client.write, asserts, retracts)
+        return self._do(self.client.write, asserts, retracts, answer)
 
-    def write_facts(self, asserts: list[Fact], retracts: list[Fact]) -> dict[str, Any]:
+    def write_facts(
+        self, asserts: list[Fact], retracts: list[Fact], answer: str = "full"
+    ) -> dict[str, Any]:
         """Parsed facts sent as Datalog text (``str(fact)`` is the one rendering and
         parses back to the same fact)."""
-        return self.write("".join(f"{f}.\n" for f in asserts), "".join(f"{f}.\n" for f in retracts))
+        return self.write(
+            "".join(f"{f}.\n" for f in asserts), "".join(f"{f}.\n" for f in retracts), answer
+        )
 
     def query(self, q: str) -> dict[str, Any]:
         try:

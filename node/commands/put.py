@@ -30,6 +30,8 @@ CHUNK_BYTES = 4 << 20
 BAR_FACTS = 20_000
 #: Facts per transaction on a stopped home (the progress bar advances per chunk).
 LOCAL_CHUNK_FACTS = 200_000
+#: The write answer put asks for: CIDs alone, in input order (it renders the facts itself).
+CIDS = "cids"
 
 
 def chunks(
@@ -96,18 +98,19 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
         else:
             parts = _remote_chunks(parsed, bulk[1] if bulk is not None else None, max_bytes)
         for chunk, lines in parts:
+            # The answer lists CIDs alone, in input order: the facts are rendered here,
+            # not by the node and then decoded from its JSON (ADR 0082).
             if lines is not None:  # the input's own lines of these facts
                 body = "\n".join(lines) + "\n"
-                result = t.write("", body) if retract else t.write(body, "")
+                result = t.write("", body, CIDS) if retract else t.write(body, "", CIDS)
             else:
-                result = t.write_facts([], chunk) if retract else t.write_facts(chunk, [])
+                result = (
+                    t.write_facts([], chunk, CIDS) if retract else t.write_facts(chunk, [], CIDS)
+                )
             gone = {item["cid"] for item in result.get("not_visible") or []}
             missing.extend(result.get("not_visible") or [])
-            out = [
-                f"{item['cid']}\t{item['fact']}"
-                for item in result["retracted" if retract else "asserted"]
-                if item["cid"] not in gone
-            ]
+            cids = result["retracted" if retract else "asserted"]
+            out = [f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone]
             if out:
                 click.echo("\n".join(out))
             bar.advance(task, len(chunk))

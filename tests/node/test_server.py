@@ -205,3 +205,29 @@ def test_cli_right_after_node_start_neither_races_nor_fails(home: Path, node_fac
         _, q = node.request("GET", "/v1/query?q=n(X)")
         assert q["rows"] == [[k] for k in range(i + 1)]
         node.stop()
+
+
+def test_write_answer_cids_lists_the_full_answers_cids(home: Path, node_factory) -> None:
+    """``POST /v1/facts?answer=cids`` answers the CIDs alone, in input order, equal to the
+    full answer's; 1, 1.0, true, "1" and x"01" stay five facts with five CIDs; a retract
+    of a fact that is not visible is still named in full; a bad ``answer`` is a 400 that
+    writes nothing; ``put`` through the node prints the same lines as the full answer."""
+    run = Cli(home)
+    run("init")
+    node = node_factory(home).start()
+    text = 'v(1). v(1.0). v(true). v("1"). v(x"01").'
+    _, full = node.request("POST", "/v1/facts", {"assert": text})
+    status, cids = node.request("POST", "/v1/facts?answer=cids", {"assert": text})
+    assert status == 200
+    assert cids["asserted"] == [item["cid"] for item in full["asserted"]]
+    assert len(set(cids["asserted"])) == 5
+    status, body = node.request("POST", "/v1/facts?answer=cids", {"retract": 'v(1). v("nope").'})
+    assert status == 200 and body["retracted"][0] == full["asserted"][0]["cid"]
+    assert [item["fact"] for item in body["not_visible"]] == ['v("nope")']
+    status, body = node.request("POST", "/v1/facts?answer=short", {"assert": "w(1)."})
+    assert status == 400 and "answer" in body["detail"]
+    _, page = node.request("GET", "/v1/facts?rel=w")
+    assert page["facts"] == []
+    out = run("put", "u(2).", 'u("2").', "u(2.0).").output.splitlines()
+    _, again = node.request("POST", "/v1/facts", {"assert": 'u(2). u("2"). u(2.0).'})
+    assert out == [f"{item['cid']}\t{item['fact']}" for item in again["asserted"]]
