@@ -26,6 +26,7 @@ small objects and no cycles, and collections re-traversing them doubled its cost
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import suppress
 from itertools import chain, compress
 from operator import itemgetter, methodcaller, not_
 from typing import Any
@@ -287,10 +288,7 @@ def _relation(rows: list[Any]) -> Rows:
     arity = len(rows[0])
     if arity and set(map(len, rows)) == {arity}:
         if set(map(type, chain.from_iterable(rows))) == {int}:
-            try:
+            with suppress(OverflowError):  # an int beyond 64 bits: keep Python ints
                 flat = np.fromiter(chain.from_iterable(rows), np.int64, len(rows) * arity)
-            except OverflowError:  # an int beyond 64 bits: keep Python ints
-                pass
-            else:
                 return flat.reshape(len(rows), arity)
     return engine_rows(map(tuple, rows))
