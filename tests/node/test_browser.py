@@ -29,6 +29,9 @@ ARGS = [
     "--disable-sync",
 ]
 BOX = "document.querySelector('input[data-id=\"{}\"]')"
+# Null-safe: a predicate that throws (the list not rendered yet) fails the wait at once.
+CHECKED = "(" + BOX + "?.checked === true)"
+UNCHECKED = "(" + BOX + "?.checked === false)"
 
 
 @pytest.fixture
@@ -86,7 +89,7 @@ def test_click_shows_live_on_the_same_page(tmp_path: Path, node_factory, browser
     assert not box_state(page, "milk")
     page.locator('input[data-id="milk"]').click()
     page.wait_for_function(
-        BOX.format("milk") + ".checked && document.querySelector('label.done') !== null "
+        CHECKED.format("milk") + " && document.querySelector('label.done') !== null "
         "&& document.getElementById('pending').textContent === '0'",
         timeout=15000,
     )
@@ -98,7 +101,7 @@ def test_click_shows_live_on_the_same_page(tmp_path: Path, node_factory, browser
     while node.request("GET", "/v1/query?q=done(X)")[1]["rows"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert node.request("GET", "/v1/query?q=done(X)")[1]["rows"] == []
-    page.wait_for_function("!" + BOX.format("milk") + ".checked", timeout=15000)
+    page.wait_for_function(UNCHECKED.format("milk"), timeout=15000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "checklist-one-node.png"))
     page.close()
@@ -133,10 +136,10 @@ def test_edits_while_the_node_is_down_are_kept_and_replayed(
     page.goto(f"{node.url}/#token={node.token}")
     page.wait_for_function(
         "document.getElementById('pending').textContent === '0' && "
-        + BOX.format("milk")
-        + ".checked && "
-        + BOX.format("bike")
-        + ".checked && document.querySelector('label.pending') === null",
+        + CHECKED.format("milk")
+        + " && "
+        + CHECKED.format("bike")
+        + " && document.querySelector('label.pending') === null",
         timeout=20000,
     )
     assert indicator(page) == "online"
@@ -169,7 +172,7 @@ def test_two_devices_ticking_the_same_item_apart_end_ticked(
     # Sync from page B's button; both pages follow live.
     pb.fill("#peer", "a")
     pb.click("#sync button")
-    everything = " && ".join(BOX.format(i) + ".checked" for i in ("bread", "milk", "bike"))
+    everything = " && ".join(CHECKED.format(i) for i in ("bread", "milk", "bike"))
     for page in (pa, pb):
         page.wait_for_function(everything, timeout=15000)
     for node in (na, nb):
