@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from merklog.engine.batch import BatchEvaluator
 from merklog.engine.errors import EngineError
 from merklog.engine.incremental import GC_PAUSE_ROWS, IncrementalEngine
 from merklog.engine.program import Program
 from merklog.engine.values import row_to_engine
+
+from .incremental_check import assert_matches_batch
 
 TEXT = """
 seen(V) :- p(_, V).
@@ -54,11 +55,7 @@ def _rows(rng: random.Random, n: int, groups: int) -> set[tuple]:
 
 
 def _check(engine: IncrementalEngine, base: dict[str, set[tuple]], checked) -> None:
-    strata = [list(s.rules) for s in checked.strata if not s.temporal]
-    reference = BatchEvaluator(checked.program.rules, strata=strata).evaluate(base)
-    for rel in RELS:
-        want = reference.engine(rel) if rel in reference else set()
-        assert engine.relation(rel).engine == want, rel
+    assert_matches_batch(engine, base, checked, RELS)
 
 
 @settings(max_examples=3, deadline=None)

@@ -18,11 +18,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from merklog.engine.batch import BatchEvaluator
 from merklog.engine.dataflow import VECTOR_MIN
 from merklog.engine.incremental import AggregateJoin, IncrementalEngine, MultiAggregateJoin
 from merklog.engine.program import Program
 from merklog.engine.values import row_to_engine
+
+from .incremental_check import assert_matches_batch
 
 TEXT = """
 stats(G, C, S) :- grp(G), C := count : p(G, _), S := sum V : p(G, V).
@@ -61,11 +62,7 @@ def _facts(rng: random.Random, n: int, kind: str) -> set[tuple]:
 
 
 def _check(engine: IncrementalEngine, base: dict[str, set[tuple]], checked) -> None:
-    strata = [list(s.rules) for s in checked.strata if not s.temporal]
-    reference = BatchEvaluator(checked.program.rules, strata=strata).evaluate(base)
-    for rel in RELS:
-        want = reference.engine(rel) if rel in reference else set()
-        assert engine.relation(rel).engine == want, rel
+    assert_matches_batch(engine, base, checked, RELS)
 
 
 def _ops(engine: IncrementalEngine, kind: type) -> list:
