@@ -174,15 +174,19 @@ class Outbox:
     async def deliver(
         self, session: aiohttp.ClientSession, now: float | None = None, timeout: float = 10.0
     ) -> DeliveryReport:
-        """Try every due message once, batched per destination; failures back off."""
+        """Try every due message once, batched per destination; failures back off.
+
+        The store work runs in a worker thread: the connection's lock may be held for
+        seconds by a large write in another thread, and waiting for it on the event loop
+        would stall every request the node serves meanwhile."""
         now = time.time() if now is None else now
         report = DeliveryReport()
         by_url: dict[str, list[tuple[int, bytes, str, bytes, int]]] = {}
-        for row in self._due(now):
+        for row in await asyncio.to_thread(self._due, now):
             try:
                 url = self.resolve(row[2])
             except ValueError as exc:
-                self._failed([row], now, str(exc))
+                await asyncio.to_thread(self._failed, [row], now, str(exc))
                 report.failed += 1
                 report.errors.append(str(exc))
                 continue
@@ -191,15 +195,10 @@ class Outbox:
             for batch in _batches(rows):
                 error = await self._post(session, url, batch, timeout)
                 if error is None:
-                    with self._lock, transaction(self.conn, self.blockstore):
-                        self.conn.executemany(
-                            "UPDATE repl_outbox SET delivered = ?, attempts = attempts + 1"
-                            " WHERE id = ?",
-                            [(time.time(), r[0]) for r in batch],
-                        )
+                    await asyncio.to_thread(self._delivered, batch)
                     report.delivered += len(batch)
                 else:
-                    self._failed(batch, now, error)
+                    await asyncio.to_thread(self._failed, batch, now, error)
                     report.failed += len(batch)
                     report.errors.append(error)
         return report
@@ -223,6 +222,13 @@ class Outbox:
                 return f"{url}: HTTP {resp.status} {(await resp.text())[:200]}"
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return f"{url}: {type(exc).__name__}: {exc}"
+
+    def _delivered(self, rows: list) -> None:
+        with self._lock, transaction(self.conn, self.blockstore):
+            self.conn.executemany(
+                "UPDATE repl_outbox SET delivered = ?, attempts = attempts + 1 WHERE id = ?",
+                [(time.time(), r[0]) for r in rows],
+            )
 
     def _failed(self, rows: list, now: float, error: str) -> None:
         with self._lock, transaction(self.conn, self.blockstore):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import threading
 import time
 
 from aiohttp import ClientSession, web
@@ -11,6 +13,7 @@ from merklog.replication.auth import AllowList, sign_headers
 from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox, encode_message
 from merklog.replication.server import SYNC_SERVICE, make_sync_app
+from merklog.replication.txn import conn_lock
 from merklog.store import make_fact
 from merklog.store.car import iter_car
 from merklog.store.sqlite import SQLiteBlockStore
@@ -104,4 +107,35 @@ async def test_inbox_rejects_spoofed_sender(tmp_path):
         assert inbox.pending() == []
     finally:
         await runner.cleanup()
+        store.close()
+
+
+async def test_delivery_waits_for_the_store_off_the_event_loop(tmp_path):
+    """A large write holds the store's lock in a worker thread for seconds; a delivery
+    pass that waited for it on the event loop would stall every request meanwhile. Here
+    the writer only lets go when a coroutine on the loop tells it to: with the wait on
+    the loop, that coroutine could not run and the writer would time out."""
+    ident = Identity.generate()
+    store = SQLiteBlockStore(tmp_path / "a.sqlite")
+    try:
+        outbox = Outbox(store.conn, ident, blockstore=store)
+        outbox.put("http://127.0.0.1:9", "m", [1])  # nothing listens: the pass fails
+        lock = conn_lock(store.conn, store)
+        held, release = threading.Event(), threading.Event()
+
+        def long_write() -> bool:
+            with lock:
+                held.set()
+                return not release.wait(10)  # True: nobody on the loop could release it
+
+        writer = asyncio.get_running_loop().run_in_executor(None, long_write)
+        await asyncio.to_thread(held.wait)
+        async with ClientSession() as session:
+            delivery = asyncio.create_task(outbox.deliver(session, timeout=2))
+            await asyncio.sleep(0.05)  # the pass starts and waits for the store
+            release.set()
+            assert await writer is False
+            report = await delivery
+        assert report.failed == 1 and outbox.pending_count() == 1
+    finally:
         store.close()
