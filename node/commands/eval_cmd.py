@@ -70,6 +70,12 @@ def register(cli: click.Group) -> None:
         from merklog.engine.program import Program
         from merklog.engine.tsv import read_facts_dir, write_relation
 
+        from ..cli import end_without_teardown
+
+        # Every file this command writes is closed before it returns, and it starts no
+        # thread or connection: the process may end without interpreter teardown.
+        end_without_teardown()
+
         def fail(message: str) -> None:
             click.echo(message, err=True)
             sys.exit(1)
