@@ -37,6 +37,12 @@ script (read, filter, set, sort, write), each a fresh process, best of ``--repea
 Results are compared as (name, float score) rows in file order, so both the order and
 that every float reads back as the same float are checked.
 
+**Start-up (``--startup N``).** ``merklog eval`` of a one-fact program beside DuckDB
+reading and writing the same one-row TSV, ``python -c "import numpy, pyarrow.csv"``
+(the imports eval cannot avoid) and ``python -c pass``, each a fresh process, the
+four interleaved ``N`` times; median CPU (user+sys from ``getrusage``, microsecond
+resolution) and wall. This is the fixed cost every workload above pays.
+
 **Node path (``--node``).** A home holding the aggregate workload's 1M
 ``sale`` facts (written once, untimed): ``merklog load`` of the program (a fresh
 process: open the store, evaluate) and the first ``merklog query``, beside
@@ -775,6 +781,74 @@ def node_path(
 # ----------------------------------------------------------------------------- driver
 
 
+def cpu_run(cmd: list[str], timeout: float) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one run of ``cmd`` (``getrusage`` of children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(
+        cmd,
+        check=True,
+        timeout=timeout,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return cpu, wall
+
+
+def startup(runs: int, timeout: float, tmp: Path) -> None:
+    """The fixed cost of a process: ``merklog eval`` of one fact beside DuckDB on one row."""
+    import statistics
+
+    work = tmp / "startup"
+    facts = work / "facts"
+    facts.mkdir(parents=True)
+    (facts / "edge.facts").write_text("1\t2\n", encoding="utf-8")
+    prog = work / "prog.dl"
+    prog.write_text("path(X, Y) :- edge(X, Y).\n", encoding="utf-8")
+    spec = {
+        "inputs": [("edge", COLUMNS["edge"], str(facts / "edge.facts"))],
+        "sql": "CREATE TABLE result AS SELECT x, y FROM edge",
+        "out": str(work / "duckdb.csv"),
+    }
+    cmds = {
+        "`merklog eval` (1 fact)": [
+            *merklog_command(),
+            "eval",
+            str(prog),
+            "--facts",
+            str(facts),
+            "--out",
+            str(work / "o"),
+        ],
+        "DuckDB (1 row, read_csv + COPY)": [sys.executable, "-c", DUCKDB_SCRIPT, json.dumps(spec)],
+        '`python -c "import numpy, pyarrow.csv"`': [
+            sys.executable,
+            "-c",
+            "import numpy, pyarrow.csv",
+        ],
+        "`python -c pass`": [sys.executable, "-c", "pass"],
+    }
+    measured: dict[str, list[tuple[float, float]]] = {name: [] for name in cmds}
+    for _ in range(runs):
+        for name, cmd in cmds.items():
+            measured[name].append(cpu_run(cmd, timeout))
+    duck = statistics.median(cpu for cpu, _wall in measured["DuckDB (1 row, read_csv + COPY)"])
+    print(
+        f"Start-up (fresh processes, {runs} interleaved runs each, medians; "
+        f"load average after: {load_avg()}):\n"
+    )
+    print("| process | CPU s | wall s | CPU / DuckDB |")
+    print("|---|---:|---:|---:|")
+    for name, values in measured.items():
+        cpu = statistics.median(c for c, _w in values)
+        wall = statistics.median(w for _c, w in values)
+        print(f"| {name} | {cpu:.3f} | {wall:.3f} | {cpu / duck:.2f}x |")
+
+
 def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -795,14 +869,21 @@ def main() -> int:
         "--node-home", type=Path, help="copy this home (written by an earlier run) for --node"
     )
     parser.add_argument("--typed", action="store_true", help="also time sorted string/float output")
+    parser.add_argument(
+        "--startup",
+        type=int,
+        metavar="N",
+        default=0,
+        help="also time start-up: eval of one fact vs DuckDB, N interleaved runs",
+    )
     parser.add_argument("--child", nargs=3, metavar=("ENGINE", "WORKLOAD", "DATA"))
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return 0
     names = [] if args.node_only else args.only if args.only is not None else list(WORKLOADS)
-    if args.typed and args.only is None:
-        names = []  # --typed alone: the typed workload only (add --only NAME for others)
+    if (args.typed or args.startup) and args.only is None:
+        names = []  # --typed / --startup alone: only those (add --only NAME for others)
     print(f"load average at start: {load_avg()} ({os.cpu_count()} CPUs)", flush=True)
     compile_sources()
     whole_rows, memory_rows = [], []
@@ -839,6 +920,9 @@ def main() -> int:
         if args.typed:
             print()
             ok &= typed_workload(args.scale, args.repeat, args.timeout, tmp)
+        if args.startup:
+            print()
+            startup(args.startup, args.timeout, tmp)
         if args.node or args.node_only:
             print()
             node_path(args.scale, args.node_repeat, args.timeout, tmp, args.node_home)
