@@ -19,8 +19,10 @@ running DuckDB (``SET threads=1``) that reads the same TSVs with ``read_csv`` an
 writes with ``COPY ... TO``; and ``bench/floor.py``, a plain-Python semi-naive
 loop. Wall time and CPU time (user+sys) cover the whole process (start-up,
 imports, reading, evaluation, writing); peak RSS is the process's ``ru_maxrss``.
-Best of ``--repeat`` runs. The result files are read back and compared as
-(row count, order-independent checksum); the run fails loudly on a mismatch.
+Best of ``--repeat`` runs, the engines taking turns within each repetition (so
+a change of the machine's load falls on all of them alike). The result files are
+read back and compared as (row count, order-independent checksum); the run fails
+loudly on a mismatch.
 Goals: merklog <= 1.0x DuckDB's wall time (milestone <= 1.5x), peak RSS <= 2x.
 
 **In memory (secondary).** Each engine in its own process with the data
@@ -411,8 +413,8 @@ def read_result(path: Path) -> tuple[int, int]:
     return summarise([np.asarray(c.to_numpy(), dtype=np.int64) for c in table.columns])
 
 
-def whole_process(engine: str, name: str, work: Path, repeat: int, timeout: float) -> dict:
-    """Best of ``repeat`` fresh-process runs of ``engine`` on workload ``name``."""
+def whole_process_command(engine: str, name: str, work: Path) -> tuple[list[str], Path, Path]:
+    """(command, output directory, result file) of ``engine`` on workload ``name``."""
     text, sql, out = WORKLOADS[name]
     facts = work / "facts"
     target = work / f"out-{engine}"
@@ -421,30 +423,45 @@ def whole_process(engine: str, name: str, work: Path, repeat: int, timeout: floa
         prog.write_text(text, encoding="utf-8")
         cmd = [*merklog_command(), "eval", str(prog), "--facts", str(facts)]
         cmd += ["--out", str(target), "--output", out]
-        result_file = target / f"{out}.csv"
     elif engine == "duckdb":
-        target.mkdir(exist_ok=True)
-        result_file = target / f"{out}.csv"
         inputs = [
             (rel, COLUMNS[rel], str(facts / f"{rel}.facts"))
             for rel in sorted(p.stem for p in facts.glob("*.facts"))
         ]
-        spec = json.dumps({"inputs": inputs, "sql": sql, "out": str(result_file)})
+        spec = json.dumps({"inputs": inputs, "sql": sql, "out": str(target / f"{out}.csv")})
         cmd = [sys.executable, "-c", DUCKDB_SCRIPT, spec]
     else:
-        target.mkdir(exist_ok=True)
-        result_file = target / f"{out}.csv"
-        cmd = [sys.executable, str(ROOT / "bench" / "floor.py"), name, str(facts), str(result_file)]
-    runs = []
+        result = target / f"{out}.csv"
+        cmd = [sys.executable, str(ROOT / "bench" / "floor.py"), name, str(facts), str(result)]
+    return cmd, target, target / f"{out}.csv"
+
+
+def whole_processes(
+    engines: tuple[str, ...], name: str, work: Path, repeat: int, timeout: float
+) -> dict[str, dict]:
+    """Best of ``repeat`` fresh-process runs of each engine on workload ``name``.
+
+    The engines take turns within each repetition (merklog, DuckDB, Python, then
+    again), so a change in the machine's load during the run falls on all of them
+    alike instead of on whichever engine's block it hits."""
+    commands = {e: whole_process_command(e, name, work) for e in engines}
+    runs: dict[str, list[dict]] = {e: [] for e in engines}
     for _ in range(repeat):
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir()
-        run = run_process(cmd, timeout)
-        run["rows"], run["checksum"] = read_result(result_file)
-        runs.append(run)
-    if len({(r["rows"], r["checksum"]) for r in runs}) != 1:
-        raise RuntimeError(f"{engine}/{name}: runs disagree with each other")
-    return min(runs, key=lambda r: r["time"])
+        for engine, (cmd, target, result_file) in commands.items():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            run = run_process(cmd, timeout)
+            run["rows"], run["checksum"] = read_result(result_file)
+            runs[engine].append(run)
+    for engine, done in runs.items():
+        if len({(r["rows"], r["checksum"]) for r in done}) != 1:
+            raise RuntimeError(f"{engine}/{name}: runs disagree with each other")
+    return {e: min(done, key=lambda r: r["time"]) for e, done in runs.items()}
+
+
+def whole_process(engine: str, name: str, work: Path, repeat: int, timeout: float) -> dict:
+    """Best of ``repeat`` fresh-process runs of ``engine`` on workload ``name``."""
+    return whole_processes((engine,), name, work, repeat, timeout)[engine]
 
 
 # ----------------------------------------------------------------------------- in memory
@@ -894,7 +911,7 @@ def main() -> int:
             data = generate(name, args.scale)
             work = tmp / name
             write_tsv(work / "facts", data)
-            res = {e: whole_process(e, name, work, args.repeat, args.timeout) for e in ENGINES}
+            res = whole_processes(ENGINES, name, work, args.repeat, args.timeout)
             agree = len({(r["rows"], r["checksum"]) for r in res.values()}) == 1
             ok &= agree
             whole_rows.append((name, res, agree))
