@@ -427,3 +427,30 @@ def test_eval_ends_without_interpreter_teardown_and_keeps_its_output(tmp_path: P
     other = entry("--version")
     assert other.returncode == 0
     assert "teardown" in other.stdout
+
+
+def test_eval_loads_numpy_with_one_blas_thread_unless_told(tmp_path: Path) -> None:
+    """``merklog eval`` sets ``OPENBLAS_NUM_THREADS=1`` before numpy loads (ADR 0109):
+    OpenBLAS's worker threads spin at start-up and evaluation uses no BLAS routine.
+    A value the user set is kept."""
+    import os
+
+    prog = write(tmp_path / "p.dl", "q(X) :- p(X).\n")
+    write(tmp_path / "facts" / "p.facts", "1\n")
+    script = (
+        "import os, sys\n"
+        "from merklog.node.cli import run\n"
+        "assert 'numpy' not in sys.modules\n"
+        "assert run(['eval', sys.argv[1], '--facts', sys.argv[2], '--out', sys.argv[3]]) == 0\n"
+        "assert 'numpy' in sys.modules\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    args = [sys.executable, "-c", script, str(prog), str(tmp_path / "facts"), str(tmp_path / "o")]
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run(args, capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["1"]
+    told = subprocess.run(
+        args, capture_output=True, text=True, check=True, env={**env, "OPENBLAS_NUM_THREADS": "2"}
+    )
+    assert told.stdout.split() == ["2"]
+    assert lines(tmp_path / "o" / "q.csv") == ["1"]
