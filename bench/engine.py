@@ -40,8 +40,9 @@ Results are compared as (name, float score) rows in file order, so both the orde
 that every float reads back as the same float are checked.
 
 **Start-up (``--startup N``).** ``merklog eval`` of a one-fact program beside DuckDB
-reading and writing the same one-row TSV, ``python -c "import numpy, pyarrow.csv"``
-(the imports eval cannot avoid) and ``python -c pass``, each a fresh process, the
+reading and writing the same one-row TSV, a ``python -c`` importing numpy (with one
+BLAS thread, as eval does) and ``pyarrow.csv`` (the imports eval cannot avoid) and
+``python -c pass``, each a fresh process, the
 four interleaved ``N`` times; median CPU (user+sys from ``getrusage``, microsecond
 resolution) and wall. This is the fixed cost every workload above pays.
 
@@ -842,10 +843,10 @@ def startup(runs: int, timeout: float, tmp: Path) -> None:
             str(work / "o"),
         ],
         "DuckDB (1 row, read_csv + COPY)": [sys.executable, "-c", DUCKDB_SCRIPT, json.dumps(spec)],
-        '`python -c "import numpy, pyarrow.csv"`': [
+        "`python -c` importing numpy (one BLAS thread) and pyarrow.csv": [
             sys.executable,
             "-c",
-            "import numpy, pyarrow.csv",
+            "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; import numpy, pyarrow.csv",
         ],
         "`python -c pass`": [sys.executable, "-c", "pass"],
     }
