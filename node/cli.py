@@ -169,6 +169,8 @@ def end_without_teardown() -> None:
 
 def run(args: list[str] | None = None) -> int:
     """Run the command line (``args``, default ``sys.argv[1:]``); its exit status."""
+    global _end_without_teardown
+    _end_without_teardown = False  # what this run's command asks, not an earlier one's
     try:
         cli.main(args=args, prog_name="merklog")
     except SystemExit as exc:
