@@ -19,8 +19,10 @@ running DuckDB (``SET threads=1``) that reads the same TSVs with ``read_csv`` an
 writes with ``COPY ... TO``; and ``bench/floor.py``, a plain-Python semi-naive
 loop. Wall time and CPU time (user+sys) cover the whole process (start-up,
 imports, reading, evaluation, writing); peak RSS is the process's ``ru_maxrss``.
-Best of ``--repeat`` runs. The result files are read back and compared as
-(row count, order-independent checksum); the run fails loudly on a mismatch.
+Best of ``--repeat`` runs, the engines taking turns within each repetition (so
+a change of the machine's load falls on all of them alike). The result files are
+read back and compared as (row count, order-independent checksum); the run fails
+loudly on a mismatch.
 Goals: merklog <= 1.0x DuckDB's wall time (milestone <= 1.5x), peak RSS <= 2x.
 
 **In memory (secondary).** Each engine in its own process with the data
@@ -36,6 +38,13 @@ writes strings and floats, sorted: ``label(Id, Name, Score)`` with 200k rows
 script (read, filter, set, sort, write), each a fresh process, best of ``--repeat``.
 Results are compared as (name, float score) rows in file order, so both the order and
 that every float reads back as the same float are checked.
+
+**Start-up (``--startup N``).** ``merklog eval`` of a one-fact program beside DuckDB
+reading and writing the same one-row TSV, a ``python -c`` importing numpy (with one
+BLAS thread, as eval does) and ``pyarrow.csv`` (the imports eval cannot avoid) and
+``python -c pass``, each a fresh process, the
+four interleaved ``N`` times; median CPU (user+sys from ``getrusage``, microsecond
+resolution) and wall. This is the fixed cost every workload above pays.
 
 **Node path (``--node``).** A home holding the aggregate workload's 1M
 ``sale`` facts (written once, untimed): ``merklog load`` of the program (a fresh
@@ -405,8 +414,8 @@ def read_result(path: Path) -> tuple[int, int]:
     return summarise([np.asarray(c.to_numpy(), dtype=np.int64) for c in table.columns])
 
 
-def whole_process(engine: str, name: str, work: Path, repeat: int, timeout: float) -> dict:
-    """Best of ``repeat`` fresh-process runs of ``engine`` on workload ``name``."""
+def whole_process_command(engine: str, name: str, work: Path) -> tuple[list[str], Path, Path]:
+    """(command, output directory, result file) of ``engine`` on workload ``name``."""
     text, sql, out = WORKLOADS[name]
     facts = work / "facts"
     target = work / f"out-{engine}"
@@ -415,30 +424,45 @@ def whole_process(engine: str, name: str, work: Path, repeat: int, timeout: floa
         prog.write_text(text, encoding="utf-8")
         cmd = [*merklog_command(), "eval", str(prog), "--facts", str(facts)]
         cmd += ["--out", str(target), "--output", out]
-        result_file = target / f"{out}.csv"
     elif engine == "duckdb":
-        target.mkdir(exist_ok=True)
-        result_file = target / f"{out}.csv"
         inputs = [
             (rel, COLUMNS[rel], str(facts / f"{rel}.facts"))
             for rel in sorted(p.stem for p in facts.glob("*.facts"))
         ]
-        spec = json.dumps({"inputs": inputs, "sql": sql, "out": str(result_file)})
+        spec = json.dumps({"inputs": inputs, "sql": sql, "out": str(target / f"{out}.csv")})
         cmd = [sys.executable, "-c", DUCKDB_SCRIPT, spec]
     else:
-        target.mkdir(exist_ok=True)
-        result_file = target / f"{out}.csv"
-        cmd = [sys.executable, str(ROOT / "bench" / "floor.py"), name, str(facts), str(result_file)]
-    runs = []
+        result = target / f"{out}.csv"
+        cmd = [sys.executable, str(ROOT / "bench" / "floor.py"), name, str(facts), str(result)]
+    return cmd, target, target / f"{out}.csv"
+
+
+def whole_processes(
+    engines: tuple[str, ...], name: str, work: Path, repeat: int, timeout: float
+) -> dict[str, dict]:
+    """Best of ``repeat`` fresh-process runs of each engine on workload ``name``.
+
+    The engines take turns within each repetition (merklog, DuckDB, Python, then
+    again), so a change in the machine's load during the run falls on all of them
+    alike instead of on whichever engine's block it hits."""
+    commands = {e: whole_process_command(e, name, work) for e in engines}
+    runs: dict[str, list[dict]] = {e: [] for e in engines}
     for _ in range(repeat):
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir()
-        run = run_process(cmd, timeout)
-        run["rows"], run["checksum"] = read_result(result_file)
-        runs.append(run)
-    if len({(r["rows"], r["checksum"]) for r in runs}) != 1:
-        raise RuntimeError(f"{engine}/{name}: runs disagree with each other")
-    return min(runs, key=lambda r: r["time"])
+        for engine, (cmd, target, result_file) in commands.items():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            run = run_process(cmd, timeout)
+            run["rows"], run["checksum"] = read_result(result_file)
+            runs[engine].append(run)
+    for engine, done in runs.items():
+        if len({(r["rows"], r["checksum"]) for r in done}) != 1:
+            raise RuntimeError(f"{engine}/{name}: runs disagree with each other")
+    return {e: min(done, key=lambda r: r["time"]) for e, done in runs.items()}
+
+
+def whole_process(engine: str, name: str, work: Path, repeat: int, timeout: float) -> dict:
+    """Best of ``repeat`` fresh-process runs of ``engine`` on workload ``name``."""
+    return whole_processes((engine,), name, work, repeat, timeout)[engine]
 
 
 # ----------------------------------------------------------------------------- in memory
@@ -775,6 +799,74 @@ def node_path(
 # ----------------------------------------------------------------------------- driver
 
 
+def cpu_run(cmd: list[str], timeout: float) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one run of ``cmd`` (``getrusage`` of children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(
+        cmd,
+        check=True,
+        timeout=timeout,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return cpu, wall
+
+
+def startup(runs: int, timeout: float, tmp: Path) -> None:
+    """The fixed cost of a process: ``merklog eval`` of one fact beside DuckDB on one row."""
+    import statistics
+
+    work = tmp / "startup"
+    facts = work / "facts"
+    facts.mkdir(parents=True)
+    (facts / "edge.facts").write_text("1\t2\n", encoding="utf-8")
+    prog = work / "prog.dl"
+    prog.write_text("path(X, Y) :- edge(X, Y).\n", encoding="utf-8")
+    spec = {
+        "inputs": [("edge", COLUMNS["edge"], str(facts / "edge.facts"))],
+        "sql": "CREATE TABLE result AS SELECT x, y FROM edge",
+        "out": str(work / "duckdb.csv"),
+    }
+    cmds = {
+        "`merklog eval` (1 fact)": [
+            *merklog_command(),
+            "eval",
+            str(prog),
+            "--facts",
+            str(facts),
+            "--out",
+            str(work / "o"),
+        ],
+        "DuckDB (1 row, read_csv + COPY)": [sys.executable, "-c", DUCKDB_SCRIPT, json.dumps(spec)],
+        "`python -c` importing numpy (one BLAS thread) and pyarrow.csv": [
+            sys.executable,
+            "-c",
+            "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; import numpy, pyarrow.csv",
+        ],
+        "`python -c pass`": [sys.executable, "-c", "pass"],
+    }
+    measured: dict[str, list[tuple[float, float]]] = {name: [] for name in cmds}
+    for _ in range(runs):
+        for name, cmd in cmds.items():
+            measured[name].append(cpu_run(cmd, timeout))
+    duck = statistics.median(cpu for cpu, _wall in measured["DuckDB (1 row, read_csv + COPY)"])
+    print(
+        f"Start-up (fresh processes, {runs} interleaved runs each, medians; "
+        f"load average after: {load_avg()}):\n"
+    )
+    print("| process | CPU s | wall s | CPU / DuckDB |")
+    print("|---|---:|---:|---:|")
+    for name, values in measured.items():
+        cpu = statistics.median(c for c, _w in values)
+        wall = statistics.median(w for _c, w in values)
+        print(f"| {name} | {cpu:.3f} | {wall:.3f} | {cpu / duck:.2f}x |")
+
+
 def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -795,14 +887,21 @@ def main() -> int:
         "--node-home", type=Path, help="copy this home (written by an earlier run) for --node"
     )
     parser.add_argument("--typed", action="store_true", help="also time sorted string/float output")
+    parser.add_argument(
+        "--startup",
+        type=int,
+        metavar="N",
+        default=0,
+        help="also time start-up: eval of one fact vs DuckDB, N interleaved runs",
+    )
     parser.add_argument("--child", nargs=3, metavar=("ENGINE", "WORKLOAD", "DATA"))
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return 0
     names = [] if args.node_only else args.only if args.only is not None else list(WORKLOADS)
-    if args.typed and args.only is None:
-        names = []  # --typed alone: the typed workload only (add --only NAME for others)
+    if (args.typed or args.startup) and args.only is None:
+        names = []  # --typed / --startup alone: only those (add --only NAME for others)
     print(f"load average at start: {load_avg()} ({os.cpu_count()} CPUs)", flush=True)
     compile_sources()
     whole_rows, memory_rows = [], []
@@ -813,7 +912,7 @@ def main() -> int:
             data = generate(name, args.scale)
             work = tmp / name
             write_tsv(work / "facts", data)
-            res = {e: whole_process(e, name, work, args.repeat, args.timeout) for e in ENGINES}
+            res = whole_processes(ENGINES, name, work, args.repeat, args.timeout)
             agree = len({(r["rows"], r["checksum"]) for r in res.values()}) == 1
             ok &= agree
             whole_rows.append((name, res, agree))
@@ -839,6 +938,9 @@ def main() -> int:
         if args.typed:
             print()
             ok &= typed_workload(args.scale, args.repeat, args.timeout, tmp)
+        if args.startup:
+            print()
+            startup(args.startup, args.timeout, tmp)
         if args.node or args.node_only:
             print()
             node_path(args.scale, args.node_repeat, args.timeout, tmp, args.node_home)

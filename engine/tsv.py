@@ -215,48 +215,97 @@ def _first_line(data: bytes) -> tuple[int, bytes] | None:
 _LOOSE_INT_BYTES = (b" ", b"x", b"X", b"+", b"\v", b"\f")
 
 
+#: Bytes per block of the streamed int reader: pyarrow's working memory (one parsed
+#: block and its converted batch) stays a few MB whatever the size of the file.
+STREAM_BLOCK = 1 << 20
+
+
+def _csv_options(types: list[Any], block_size: int) -> dict[str, Any]:
+    """pyarrow CSV options for the TSV grammar: tabs, no quoting or escapes, no nulls,
+    empty lines skipped, one column of each given type."""
+    import pyarrow.csv as pacsv
+
+    names = [f"c{j}" for j in range(len(types))]
+    return {
+        "read_options": pacsv.ReadOptions(
+            column_names=names, use_threads=False, block_size=block_size
+        ),
+        "parse_options": pacsv.ParseOptions(
+            delimiter="\t",
+            quote_char=False,
+            escape_char=False,
+            double_quote=False,
+            newlines_in_values=False,
+            ignore_empty_lines=True,
+        ),
+        "convert_options": pacsv.ConvertOptions(
+            column_types=dict(zip(names, types, strict=True)),
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+            null_values=[],
+            check_utf8=True,
+        ),
+    }
+
+
 def _arrow_read(data: bytes, types: list[Any]) -> Any:
     """The file as a pyarrow table of the given column types (None when pyarrow refuses it)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    names = [f"c{j}" for j in range(len(types))]
     try:
-        return pacsv.read_csv(
-            pa.py_buffer(data),
-            read_options=pacsv.ReadOptions(
-                column_names=names, use_threads=False, block_size=1 << 24
-            ),
-            parse_options=pacsv.ParseOptions(
-                delimiter="\t",
-                quote_char=False,
-                escape_char=False,
-                double_quote=False,
-                newlines_in_values=False,
-                ignore_empty_lines=True,
-            ),
-            convert_options=pacsv.ConvertOptions(
-                column_types=dict(zip(names, types, strict=True)),
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-                null_values=[],
-                check_utf8=True,
-            ),
-        )
+        return pacsv.read_csv(pa.py_buffer(data), **_csv_options(types, 1 << 24))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None  # ragged lines, bad UTF-8, a non-int in an int column ...
 
 
-def _arrow_columns(data: bytes, first: bytes, kinds: list[str]) -> list[Any] | None:
+def _arrow_int_matrix(data: bytes, width: int) -> np.ndarray | None:
+    """The file as an ``(n, width)`` int64 matrix in Fortran order (None when some field
+    is not an int pyarrow reads exactly, or a line is ragged).
+
+    pyarrow's streaming reader parses a block at a time and each batch is copied
+    straight into its rows of the matrix, which is allocated once from the file's line
+    count: the columns are never held twice (a whole pyarrow table and then the
+    matrix) and pyarrow's memory pool never grows to the file's size.
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    rows = data.count(b"\n") + (not data.endswith(b"\n"))  # empty lines make it an upper bound
+    out = np.empty((rows, width), dtype=np.int64, order="F")
+    pos = 0
+    try:
+        reader = pacsv.open_csv(
+            pa.py_buffer(data), **_csv_options([pa.int64()] * width, STREAM_BLOCK)
+        )
+        for batch in reader:
+            end = pos + batch.num_rows
+            if end > rows:  # not a line per row after all: let the reference reader judge
+                return None
+            for j in range(width):
+                out[pos:end, j] = _to_numpy(batch.column(j), I64)
+            pos = end
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    return out if pos == rows else np.asfortranarray(out[:pos])
+
+
+def _arrow_columns(data: bytes, first: bytes, kinds: list[str]) -> np.ndarray | list[Any] | None:
     """Columns of the file: int64 where the first line suggests ints and that is exact,
-    pyarrow strings elsewhere (None when pyarrow cannot take the file)."""
+    pyarrow strings elsewhere (None when pyarrow cannot take the file). A file of ints
+    only comes back as one int64 matrix (:func:`_arrow_int_matrix`)."""
     import pyarrow as pa
 
     guess = [
         kind in ("any", "number") and _INT_RE.match(text) is not None
         for kind, text in zip(kinds, first.decode("utf-8", "replace").split("\t"), strict=True)
     ]
-    if any(guess) and not any(b in data for b in _LOOSE_INT_BYTES):
+    exact = not any(b in data for b in _LOOSE_INT_BYTES)
+    if all(guess) and exact:
+        matrix = _arrow_int_matrix(data, len(kinds))
+        if matrix is not None:
+            return matrix
+    elif any(guess) and exact:
         table = _arrow_read(data, [pa.int64() if g else pa.string() for g in guess])
         if table is not None:
             return [
@@ -321,6 +370,16 @@ def _column(col: Any, kind: str, int_bits: int) -> np.ndarray | list | None:
     return [parse_field(text) for text in col.to_pylist()]
 
 
+def _fits(matrix: np.ndarray, kinds: list[str], int_bits: int) -> bool:
+    """Whether every typed integer column of ``matrix`` is within its declared range."""
+    for j, kind in enumerate(kinds):
+        if kind in ("number", "unsigned") and len(matrix):
+            lo, hi = int_range(kind, int_bits)
+            if int(matrix[:, j].min()) < lo or int(matrix[:, j].max()) > hi:
+                return False
+    return True
+
+
 def read_relation(
     path: Path,
     arity: int | None = None,
@@ -359,6 +418,10 @@ def read_relation(
         columns = _arrow_columns(data, first[1], kinds)
     if columns is None:
         return _read_rows(path, data, width, column_types, int_bits)
+    if isinstance(columns, np.ndarray):
+        if "number" not in kinds or _fits(columns, kinds, int_bits):
+            return columns
+        return _read_rows(path, data, width, column_types, int_bits)  # say which field
     cols: list[np.ndarray | list] = []
     for col, kind in zip(columns, kinds, strict=True):
         got = col if isinstance(col, np.ndarray) else _column(col, kind, int_bits)

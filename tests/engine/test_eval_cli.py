@@ -379,12 +379,8 @@ def test_eval_loads_no_node_or_network_machinery(tmp_path: Path) -> None:
     write(tmp_path / "facts" / "p.facts", "1\n")
     script = (
         "import sys\n"
-        "from merklog.node.cli import main\n"
-        "sys.argv = ['merklog', 'eval', sys.argv[1], '--facts', sys.argv[2], '--out', sys.argv[3]]\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit:\n"
-        "    pass\n"
+        "from merklog.node.cli import run\n"
+        "assert run(['eval', sys.argv[1], '--facts', sys.argv[2], '--out', sys.argv[3]]) == 0\n"
         "heavy = ['merklog.node.config', 'merklog.node.commands.put', 'aiohttp', 'pyspark',\n"
         "         'merklog.node.commands.spark_cmds', 'cryptography', 'rich']\n"
         "print(' '.join(m for m in heavy if m in sys.modules) or 'none')\n"
@@ -396,4 +392,65 @@ def test_eval_loads_no_node_or_network_machinery(tmp_path: Path) -> None:
         check=True,
     )
     assert out.stdout.strip().splitlines()[-1] == "none"
+    assert lines(tmp_path / "o" / "q.csv") == ["1"]
+
+
+def test_eval_ends_without_interpreter_teardown_and_keeps_its_output(tmp_path: Path) -> None:
+    """The console entry ends ``merklog eval`` with ``os._exit`` (ADR 0107): results and
+    messages are complete, the exit status is kept, and exit-time handlers (the
+    teardown it skips) run only for commands that did not ask for it."""
+    prog = write(tmp_path / "p.dl", TC)
+    write(tmp_path / "facts" / "edge.facts", "1\t2\n2\t3\n")
+    script = (
+        "import atexit, sys\n"
+        "from merklog.node.cli import main\n"
+        "atexit.register(lambda: print('teardown', flush=True))\n"
+        "sys.argv = ['merklog', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+
+    def entry(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120
+        )
+
+    ok = entry("eval", str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert ok.returncode == 0, ok.stderr
+    assert "teardown" not in ok.stdout
+    assert ok.stderr.strip() == f"wrote 1 relations to {tmp_path / 'o'}"
+    assert sorted(lines(tmp_path / "o" / "path.csv")) == ["1\t2", "1\t3", "2\t3"]
+    bad = write(tmp_path / "bad.dl", "p(X) :- .\n")
+    failed = entry("eval", str(bad), "--facts", str(tmp_path / "facts"))
+    assert failed.returncode == 1
+    assert failed.stderr.startswith(f"{bad}:1:")
+    assert "teardown" not in failed.stdout
+    other = entry("--version")
+    assert other.returncode == 0
+    assert "teardown" in other.stdout
+
+
+def test_eval_loads_numpy_with_one_blas_thread_unless_told(tmp_path: Path) -> None:
+    """``merklog eval`` sets ``OPENBLAS_NUM_THREADS=1`` before numpy loads (ADR 0109):
+    OpenBLAS's worker threads spin at start-up and evaluation uses no BLAS routine.
+    A value the user set is kept."""
+    import os
+
+    prog = write(tmp_path / "p.dl", "q(X) :- p(X).\n")
+    write(tmp_path / "facts" / "p.facts", "1\n")
+    script = (
+        "import os, sys\n"
+        "from merklog.node.cli import run\n"
+        "assert 'numpy' not in sys.modules\n"
+        "assert run(['eval', sys.argv[1], '--facts', sys.argv[2], '--out', sys.argv[3]]) == 0\n"
+        "assert 'numpy' in sys.modules\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    args = [sys.executable, "-c", script, str(prog), str(tmp_path / "facts"), str(tmp_path / "o")]
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run(args, capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["1"]
+    told = subprocess.run(
+        args, capture_output=True, text=True, check=True, env={**env, "OPENBLAS_NUM_THREADS": "2"}
+    )
+    assert told.stdout.split() == ["2"]
     assert lines(tmp_path / "o" / "q.csv") == ["1"]
