@@ -149,37 +149,48 @@ class CountSumJoin(Operator):
     # one group column (an int hashes faster than a 1-tuple, and the batch's column is
     # read without building the tuples).
     def _new_id(self, ikey: Any) -> int:
-        key = (ikey,) if self._single else ikey
-        if self._free:
-            g = self._free.pop()
-            self._keys[g] = key
+        return self._new_ids([ikey])[0]
+
+    def _new_ids(self, ikeys: Sequence[Any]) -> list[int]:
+        """Fresh ids for new id keys (freed ids first), the state arrays grown once."""
+        free, ids = self._free, []
+        while free and len(ids) < len(ikeys):
+            ids.append(free.pop())
+        start = len(self._keys)
+        more = len(ikeys) - len(ids)
+        if more:
+            ids += range(start, start + more)
+            self._keys += [None] * more
+            self._ikeys += [None] * more
+            if start + more > len(self._n):
+                cap = 1 << (start + more - 1).bit_length()
+                self._n = self._grown(self._n, cap)
+                self._bw = self._grown(self._bw, cap)
+                self._s = [self._grown(s, cap) for s in self._s]
+        single = self._single
+        for g, ikey in zip(ids, ikeys, strict=True):
+            self._keys[g] = (ikey,) if single else ikey
             self._ikeys[g] = ikey
-        else:
-            g = len(self._keys)
-            self._keys.append(key)
-            self._ikeys.append(ikey)
-            if g >= len(self._n):
-                cap = 2 * len(self._n)
-                self._n = np.resize(self._n, cap)
-                self._n[g:] = 0
-                self._bw = np.resize(self._bw, cap)
-                self._bw[g:] = 0
-                for j, s in enumerate(self._s):
-                    s = self._s[j] = np.resize(s, cap)
-                    s[g:] = 0
-        self._gid[ikey] = g
-        return g
+            self._gid[ikey] = g
+        return ids
+
+    @staticmethod
+    def _grown(a: np.ndarray, cap: int) -> np.ndarray:
+        out = np.zeros(cap, dtype=a.dtype)
+        out[: len(a)] = a
+        return out
 
     def _ids(self, ikeys: Sequence[Any]) -> list[int]:
         """The id of each id key (key tuple, or its value with one group column), new keys
         given fresh ids."""
         ids = list(map(self._gid.get, ikeys))
         if None in ids:
-            get = self._gid.get
-            for i, g in enumerate(ids):
-                if g is None:
-                    g = get(ikeys[i])  # a key repeated in ``ikeys``
-                    ids[i] = self._new_id(ikeys[i]) if g is None else g
+            at = [i for i, g in enumerate(ids) if g is None]
+            new = list(dict.fromkeys(ikeys[i] for i in at))  # a key may repeat
+            self._new_ids(new)
+            get = self._gid.__getitem__
+            for i in at:
+                ids[i] = get(ikeys[i])
         return ids
 
     def _drop(self, g: int) -> None:
