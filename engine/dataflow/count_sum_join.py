@@ -62,6 +62,19 @@ VECTOR_ROWS = 48
 _tuple_add = tuple.__add__
 
 
+def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.unique(a, return_inverse=True)`` by one sort (``numpy.unique`` imports
+    ``numpy.ma`` on its first call: milliseconds a first epoch need not pay)."""
+    order = np.argsort(a, kind="stable")
+    ordered = a[order]
+    first = np.empty(len(a), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(len(a), dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
 def _wrap32(a: np.ndarray) -> np.ndarray:
     """int64 totals wrapped two's complement to int32 (the Soufflé dialect's ``sum``)."""
     return ((a + np.int64(2**31)) & np.int64(0xFFFFFFFF)) - np.int64(2**31)
@@ -399,7 +412,7 @@ class CountSumJoin(Operator):
             where = gids
             size = cap
         else:
-            touched, where = np.unique(gids, return_inverse=True)
+            touched, where = _unique(gids)
             size = len(touched)
         if type(w) is int:
             dn = np.bincount(where, minlength=size).astype(np.int64)
@@ -446,7 +459,7 @@ class CountSumJoin(Operator):
             ikeys = list(map(itemgetter(0), brows)) if self._single else brows
             bdw = np.fromiter(bindings.values(), dtype=np.int64, count=len(brows))
             ids_b = np.array(self._ids(ikeys), dtype=np.intp)
-            touched = np.unique(np.concatenate([ids_s, ids_b]))
+            touched = _unique(np.concatenate([ids_s, ids_b]))[0]
             at_s = np.searchsorted(touched, ids_s)
             dn_t = np.zeros(len(touched), np.int64)
             dn_t[at_s] = dn

@@ -223,3 +223,31 @@ def test_souffle_sums_wrap_at_32_bits_in_both_paths(seed: int, sizes: list[int])
     joins = _joins(engine)
     assert len(joins) == 1
     assert joins[0].vectorised + joins[0].per_group > 1
+
+
+def test_small_vectorised_epochs_over_many_groups() -> None:
+    """Thousands of groups and epochs of ~60 rows: the numpy path sorts the epoch's group
+    ids instead of scanning every group's slot; keys and values of mixed types."""
+    rng = random.Random(5)
+    checked = Program.parse(TEXT).checked
+    engine = IncrementalEngine(checked)
+    keys = [row_to_engine((k,))[0] for k in [*range(1500), *map(float, range(600)), "x", True]]
+    base: dict[str, set[tuple]] = {
+        "grp": {(k,) for k in keys if rng.random() < 0.8},
+        "p": {(rng.choice(keys), rng.randrange(-50, 50)) for _ in range(3000)},
+        "q": set(),
+        "r": set(),
+    }
+    engine.step(inserts={rel: list(rows) for rel, rows in base.items()})
+    joins = _joins(engine)
+    before = sum(j.vectorised for j in joins)
+    for kind in ["int", "int", "mixed", "int", "big", "int"]:
+        gone = set(rng.sample(sorted(base["p"], key=repr), 30))
+        new: set[tuple] = set()
+        while len(new) < 30:
+            new.add(row_to_engine((rng.choice(keys), _value(rng, kind))))
+        new -= gone
+        base["p"] = (base["p"] - gone) | new
+        engine.step(deletes={"p": list(gone)}, inserts={"p": list(new)})
+        assert_matches_batch(engine, base, checked, RELS)
+    assert sum(j.vectorised for j in joins) > before + 4
