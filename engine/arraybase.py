@@ -25,6 +25,7 @@ or removes duplicates through the same index.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Set
+from itertools import compress
 
 import numpy as np
 
@@ -365,26 +366,30 @@ class ArrayBase(Set):
         added, removed = self.added, self.removed
         out = rows & added if added else set()
         rest = list(rows - added - removed if added or removed else rows)
-        out.update(r for r, hit in zip(rest, self._in_matrix(rest), strict=True) if hit)
+        out.update(compress(rest, self._in_matrix(rest)))
         return out
 
     def add_new(self, rows: Iterable[Row]) -> None:
         """Add rows known to be absent."""
+        rows = rows if isinstance(rows, set | frozenset) else set(rows)
         removed = self.removed
-        for r in rows:
-            if r in removed:
-                removed.discard(r)
-            else:
-                self.added.add(r)
+        back = rows & removed if removed else ()
+        if back:
+            removed -= back
+            self.added |= rows - back
+        else:
+            self.added |= rows
 
     def remove_present(self, rows: Iterable[Row]) -> None:
         """Remove rows known to be present."""
+        rows = rows if isinstance(rows, set | frozenset) else set(rows)
         added = self.added
-        for r in rows:
-            if r in added:
-                added.discard(r)
-            else:
-                self.removed.add(r)
+        undone = rows & added if added else ()
+        if undone:
+            added -= undone
+            self.removed |= rows - undone
+        else:
+            self.removed |= rows
 
     def folded(self) -> np.ndarray | None:
         """The set as one int64 matrix with distinct rows (the matrix itself while the

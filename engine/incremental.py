@@ -41,9 +41,11 @@ enter the circuit: relations are name/arity.
 from __future__ import annotations
 
 import gc
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import compress, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -57,6 +59,7 @@ from .dataflow import (
     Aggregate,
     BatchCache,
     Circuit,
+    CountSumJoin,
     DistinctTrace,
     FeedbackNode,
     Filter,
@@ -73,6 +76,7 @@ from .dataflow import (
     Timestamp,
 )
 from .dataflow.columns import ColumnBatch
+from .dataflow.lazydelta import SignedRows
 from .errors import EngineError
 from .io import Sink, Source
 from .rows import DeltaMap, EngineSet, RowSet, engine_rows
@@ -384,6 +388,7 @@ def _gc_paused(pause: bool) -> Iterator[None]:
 # ----------------------------------------------------------------------------- operators
 
 _MISSING: Any = object()
+_positive = (0).__lt__  # w -> w > 0, a C call (for map over weights)
 _NO_VALUE: Any = Aggregate.NO_VALUE  # a non-empty group whose sum has no value
 
 
@@ -842,6 +847,9 @@ class CompiledProgram:
     async_outputs: dict[str, OutputHandle]
     next_outputs: dict[str, OutputHandle]
     inputs_only: frozenset[str]
+    #: Root relations whose current contents are their distinct operator's rows of
+    #: positive weight: read there instead of kept a second time by the driver.
+    views: dict[str, DistinctTrace] = field(default_factory=dict)
 
     def step(self) -> None:
         """Evaluate one epoch: consume the pushed inputs, refresh every output handle."""
@@ -876,8 +884,13 @@ def compile_program(
             handle.delta = delta
 
     root.sink(receive, *nodes, label="outputs")
+    views = {
+        n: op
+        for n, op in compiler.derived.items()
+        if n in relations and getattr(rel_nodes[n], "op", None) is op
+    }
     return CompiledProgram(
-        root, compiler.inputs, relations, async_outputs, next_outputs, inputs_only
+        root, compiler.inputs, relations, async_outputs, next_outputs, inputs_only, views
     )
 
 
@@ -1108,6 +1121,11 @@ class _Compiler:
             step = steps[i]
             i += 1
             fused = self._fusable(scope, plan, steps, i - 1)
+            joined = self._count_sum(scope, plan, fused) if fused else None
+            if joined is not None:
+                plan = joined
+                i += len(fused) - 1
+                continue
             if len(fused) > 1:
                 plan = self._aggregates(scope, plan, fused)
                 i += len(fused) - 1
@@ -1338,25 +1356,10 @@ class _Compiler:
         node = self._helpers.get(cache_key) if seed is None else None
         if node is not None:
             return node
-        if seed is None and self._correlated(agg, groups):
-            raise CompileError(
-                f"aggregate {agg}: a grouping variable is bound only outside the aggregate; "
-                "inside a recursive stratum this correlated aggregate is not supported "
-                "incrementally"
-            )
-        scope = _Scope(self, self.root, {})
-        scope.keep_rest = True
         if seed is not None:
-            inner = self._body(scope, step.inner, _Plan(seed, list(groups)))
-        elif step.inner_free is not None:
-            inner = self._body(scope, step.inner_free)
+            src, idx = self._agg_body(step, _Plan(seed, list(groups)))
         else:
-            raise CompileError(f"aggregate {agg}: its grouping variables are never bound")
-        missing = [g for g in groups if g not in inner.vars]
-        if missing:
-            raise CompileError(f"aggregate {agg}: grouping variables {missing} are never bound")
-        src = self._plan_node(scope, inner)
-        idx = {v: i for i, v in enumerate(inner.vars)}
+            src, idx = self._agg_input(step)
         value_fn = None
         value_col = None
         if isinstance(agg.arg, ast.Var) and agg.arg.name in idx:
@@ -1393,6 +1396,77 @@ class _Compiler:
         if seed is None:
             self._helpers[cache_key] = node
         return node
+
+    def _agg_input(self, step: planner.Aggregate) -> tuple[Node, dict[str, int]]:
+        """The root stream an uncorrelated aggregate folds, and the column of each of its
+        variables: compiled once per aggregate, whichever operator then folds it."""
+        agg, groups = step.lit, list(step.groups)
+        cache_key = ("agg input", agg, tuple(groups))
+        hit = self._helpers.get(cache_key)
+        if hit is not None:
+            return hit  # type: ignore[return-value]
+        if self._correlated(agg, groups):
+            raise CompileError(
+                f"aggregate {agg}: a grouping variable is bound only outside the aggregate; "
+                "inside a recursive stratum this correlated aggregate is not supported "
+                "incrementally"
+            )
+        out = self._agg_body(step, None)
+        self._helpers[cache_key] = out  # type: ignore[assignment]
+        return out
+
+    def _agg_body(self, step: planner.Aggregate, seed: _Plan | None) -> tuple[Node, dict[str, int]]:
+        """Compile an aggregate's body (from ``seed``'s bindings for a correlated one)."""
+        agg, groups = step.lit, list(step.groups)
+        scope = _Scope(self, self.root, {})
+        scope.keep_rest = True
+        if seed is not None:
+            inner = self._body(scope, step.inner, seed)
+        elif step.inner_free is not None:
+            inner = self._body(scope, step.inner_free)
+        else:
+            raise CompileError(f"aggregate {agg}: its grouping variables are never bound")
+        missing = [g for g in groups if g not in inner.vars]
+        if missing:
+            raise CompileError(f"aggregate {agg}: grouping variables {missing} are never bound")
+        return self._plan_node(scope, inner), {v: i for i, v in enumerate(inner.vars)}
+
+    def _count_sum(
+        self, scope: _Scope, plan: _Plan, steps: Sequence[planner.Aggregate]
+    ) -> _Plan | None:
+        """A fusable run (:meth:`_fusable`) as one :class:`CountSumJoin` (ADR 0104) when
+        every aggregate is a ``count`` or a ``sum`` of a variable over the same stream,
+        grouped by the same columns, and the bindings are exactly the groups; else None."""
+        groups = list(steps[0].groups)
+        if plan.vars != groups or any(s.lit.func not in ("count", "sum") for s in steps):
+            return None
+        if any(s.lit.func == "sum" and not isinstance(s.lit.arg, ast.Var) for s in steps):
+            return None
+        inputs = [self._agg_input(s) for s in steps]
+        src, idx0 = inputs[0]
+        key_cols = [idx0[g] for g in groups]
+        value_cols: list[int | None] = []
+        for step, (node, idx) in zip(steps, inputs, strict=True):
+            if node is not src or [idx[g] for g in groups] != key_cols:
+                return None
+            arg = step.lit.arg
+            if step.lit.func == "sum":
+                assert isinstance(arg, ast.Var)
+                if arg.name not in idx:
+                    return None
+                value_cols.append(idx[arg.name])
+            else:
+                value_cols.append(None)
+        op = CountSumJoin(
+            [s.lit.func for s in steps],
+            key_cols,
+            value_cols,
+            int_bits=self.int_bits,
+            cache=self._batch_cache(src),
+        )
+        label = "join " + ", ".join(str(s.lit) for s in steps)
+        joined = scope.circuit.operator(op, self._plan_node(scope, plan), src, label=label)
+        return _Plan(joined, plan.vars + [s.lit.result.name for s in steps])
 
     def _batch_cache(self, src: Node) -> BatchCache:
         """One :class:`BatchCache` per stream: aggregates over it read each batch once."""
@@ -1554,6 +1628,10 @@ class IncrementalEngine:
         """Read the output handles after a step into the engine's state."""
 
         def apply(state: dict[Row, int], delta: Delta) -> None:
+            if type(delta) is SignedRows:  # C-level: no Python loop per row
+                deque(map(state.pop, delta.neg, repeat(None, len(delta.neg))), maxlen=0)
+                state.update(dict.fromkeys(delta.pos, 1))
+                return
             for row, w in delta.items():
                 if w > 0:
                     state[row] = 1
@@ -1563,11 +1641,12 @@ class IncrementalEngine:
         compiled = self.compiled
         deltas: dict[str, Delta] = {}
         outbox: list[tuple[Value, Fact]] = []
+        views = compiled.views
         for name, handle in compiled.relations.items():
             delta = handle.delta
             if delta:
                 deltas[name] = delta
-                if name not in compiled.inputs_only:
+                if name not in compiled.inputs_only and name not in views:
                     apply(self._state.setdefault(name, {}), delta)
         for name, handle in compiled.async_outputs.items():
             delta = handle.delta
@@ -1719,6 +1798,10 @@ class IncrementalEngine:
     def relation(self, name: str) -> RowSet:
         """The current contents of a relation (base facts, events and derived tuples),
         a copy: plain values when iterated, engine identity for ``in``/``len``/``==``."""
+        view = self.compiled.views.get(name)
+        if view is not None:
+            counts = view.integrated()
+            return RowSet(set(compress(counts, map(_positive, counts.values()))))
         if name in self._state:
             return RowSet(set(self._state[name]))
         rows = set(self._edb.get(name, ()))
@@ -1730,6 +1813,9 @@ class IncrementalEngine:
 
     def count(self, name: str) -> int:
         """Number of tuples in a relation, without copying it."""
+        view = self.compiled.views.get(name)
+        if view is not None:
+            return sum(map(_positive, view.integrated().values()))
         if name in self._state:
             return len(self._state[name])
         edb = self._edb.get(name, set())

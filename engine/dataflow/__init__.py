@@ -15,6 +15,7 @@ from .circuit import (
     SinkNode,
     SourceNode,
 )
+from .count_sum_join import CountSumJoin
 from .group_aggregate import GroupAggregate
 from .grouping import VECTOR_MIN, Batch, BatchCache, GroupSums, group_sums
 from .operators import (
@@ -63,6 +64,7 @@ from .zset import (
 __all__ = [
     "AGGREGATES",
     "Aggregate",
+    "CountSumJoin",
     "Batch",
     "BatchCache",
     "ChildNode",

@@ -273,12 +273,79 @@ def group_sums(
     return GroupSums(keys, counts.tolist(), sums)
 
 
+@dataclass(frozen=True, slots=True)
+class GroupTotals:
+    """A batch reduced per group as int64 arrays: ``keys[i]`` (a tuple) has total weight
+    ``counts[i]`` and, per summed column ``j``, total ``value x weight`` ``sums[j][i]``."""
+
+    keys: list[tuple]
+    counts: np.ndarray
+    sums: list[np.ndarray]
+
+
+def group_totals(
+    delta: Mapping[Row, int],
+    key_cols: Sequence[int],
+    value_cols: Sequence[int],
+    cache: BatchCache | None = None,
+    ts: Any = None,
+) -> GroupTotals | None:
+    """Per-group total weight and total ``row[c] x weight`` for each column ``c`` of
+    ``value_cols``, as int64 arrays: :func:`column_group_sums` / :func:`group_sums`
+    for several summed columns at once, the keys factorised once. None when a summed
+    value is not an ``int`` (exact type) or a total could leave int64: the caller
+    then aggregates row by row in exact arithmetic."""
+    if isinstance(delta, ColumnBatch):
+        reader = cache.get(delta, ts) if cache is not None else ColumnReader(delta)
+        grouped = reader.groups(key_cols)
+        if grouped is None:
+            return None
+        keys, codes = grouped
+        n, w = len(delta), delta.weight
+        counts = np.bincount(codes, minlength=len(keys)).astype(np.int64) * w
+        sums = []
+        for c in value_cols:
+            v = delta.column(c)
+            if _span(v) * abs(w) * max(n, 1) >= _INT64_BOUND:
+                return None
+            acc = np.zeros(len(keys), dtype=np.int64)
+            np.add.at(acc, codes, v)
+            sums.append(acc * w)
+        return GroupTotals(keys, counts, sums)
+    batch = cache.get(delta, ts) if cache is not None else Batch(delta)
+    n = len(batch.rows)
+    weighted = batch.weights()
+    if weighted is None:
+        return None
+    w, wspan = weighted
+    if wspan * n >= _INT64_BOUND:
+        return None
+    values = []
+    for c in value_cols:
+        v = _int64(list(map(itemgetter(c), batch.rows)), n)
+        # Every partial sum of value x weight stays below n * |v| * |w| < 2**63.
+        if v is None or _span(v) * wspan * n >= _INT64_BOUND:
+            return None
+        values.append(v)
+    keys, codes = batch.groups(key_cols)
+    counts = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(counts, codes, w)
+    sums = []
+    for v in values:
+        acc = np.zeros(len(keys), dtype=np.int64)
+        np.add.at(acc, codes, v * w)
+        sums.append(acc)
+    return GroupTotals(keys, counts, sums)
+
+
 __all__ = [
     "VECTOR_MIN",
     "Batch",
     "BatchCache",
     "ColumnReader",
     "GroupSums",
+    "GroupTotals",
     "column_group_sums",
     "group_sums",
+    "group_totals",
 ]

@@ -45,3 +45,32 @@ class LazyDelta(Mapping):
 
     def values(self):  # type: ignore[override]
         return self.rows().values()
+
+
+class SignedRows(LazyDelta):
+    """A delta whose weights are all ±1, held as two lists: ``neg`` (weight -1) and
+    ``pos`` (+1), rows distinct and the lists disjoint. Producers that know this shape
+    (:class:`~merklog.engine.dataflow.CountSumJoin`) hand it on, and consumers that know
+    it (the root :class:`~merklog.engine.dataflow.DistinctTrace`, the engine's state)
+    apply it with C-level set and dict operations instead of a Python loop per row;
+    anyone else reads the ordinary dict, built once on first use."""
+
+    __slots__ = ("neg", "pos", "_rows")
+
+    def __init__(self, neg: list[tuple], pos: list[tuple]) -> None:
+        self.neg = neg
+        self.pos = pos
+        self._rows: dict[tuple, int] | None = None
+
+    def rows(self) -> dict[tuple, int]:
+        d = self._rows
+        if d is None:
+            d = self._rows = dict.fromkeys(self.neg, -1)
+            d.update(dict.fromkeys(self.pos, 1))
+        return d
+
+    def __len__(self) -> int:
+        return len(self.neg) + len(self.pos)
+
+    def __repr__(self) -> str:
+        return f"SignedRows({self.rows()!r})"

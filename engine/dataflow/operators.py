@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Mapping
+from itertools import repeat
 from typing import Any
 
 from ..arith import ExactSum, NoBinding
+from .lazydelta import SignedRows
 from .timestamp import Timestamp
 from .trace import NestedTrace, Trace
 from .zset import (
@@ -433,6 +435,8 @@ class DistinctTrace(Operator):
     def eval(self, ts: Timestamp, delta: ZSet) -> ZSet:
         if self.nested:
             return self._eval_nested(ts.iteration, delta)
+        if type(delta) is SignedRows and self._apply_signed(delta):
+            return delta
         out: ZSet = {}
         counts = self.counts
         for row, w in delta.items():
@@ -448,6 +452,23 @@ class DistinctTrace(Operator):
             elif new > 0:
                 out[row] = 1
         return out
+
+    def _apply_signed(self, delta: SignedRows) -> bool:
+        """Root circuit: apply a ``±1`` delta whose every ``-1`` row has weight 1 here and
+        every ``+1`` row is absent — then the output is the delta itself — with C-level
+        dict operations (no Python loop per row). False, and nothing changed, otherwise
+        (the caller takes the general loop)."""
+        counts = self.counts
+        neg, pos = delta.neg, delta.pos
+        if not counts.keys().isdisjoint(pos):
+            return False
+        if neg:
+            old = list(map(counts.pop, neg, repeat(None, len(neg))))
+            if old.count(1) != len(neg):  # put back what was taken
+                counts.update((r, w) for r, w in zip(neg, old, strict=True) if w is not None)
+                return False
+        counts.update(dict.fromkeys(pos, 1))
+        return True
 
     def _eval_nested(self, i: int, delta: ZSet) -> ZSet:
         rows = self.scheduled.pop(i, None)

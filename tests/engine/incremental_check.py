@@ -17,4 +17,4 @@ def assert_matches_batch(
     reference = BatchEvaluator(checked.program.rules, strata=strata).evaluate(base)
     for rel in rels:
         want = reference.engine(rel) if rel in reference else set()
-        assert engine.relation(rel).engine == want, rel
+        assert engine.relation(rel).engine == want, (rel, engine.relation(rel).engine ^ want)

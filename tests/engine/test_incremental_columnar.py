@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from merklog.engine import arraybase
 from merklog.engine.arraybase import ArrayBase, distinct_rows, tuple_hashes
 from merklog.engine.batch import BatchEvaluator
-from merklog.engine.dataflow import GroupAggregate
+from merklog.engine.dataflow import CountSumJoin, GroupAggregate
 from merklog.engine.dataflow.columns import ColumnBatch
 from merklog.engine.incremental import IncrementalEngine
 from merklog.engine.program import Program
@@ -33,9 +33,10 @@ total(N, S) :- N := count : p(_, _), S := sum V : p(_, V).
 by2(G, H, C) :- q(G, H), C := count : r(G, H, _).
 big(G, V) :- p(G, V), V > 500.
 lonely(G) :- grp(G), !p(G, 1).
+wide(G, H, C, S) :- q(G, H), C := count : p(G, _), S := sum V : p(G, V).
 """
 
-RELS = ("stats", "total", "by2", "big", "lonely", "p", "r")
+RELS = ("stats", "total", "by2", "big", "lonely", "wide", "p", "r")
 KEYS = [0, 1, 1.0, True, False, "1", b"\x01", 2, 0.5, -3]
 MIXED = [1, 1.0, True, "1", b"\x01", 0.5, -0.0, 2**62, 7, 501, 501.0]
 
@@ -119,11 +120,14 @@ def test_columnar_load_then_mixed_epochs_equal_a_fresh_batch_run(
             engine.step(deletes={"p": list(gone_p), "r": list(gone_r)})
             engine.step(inserts={"p": list(new_p)})
         _check(engine, base, checked)
-    aggs = [n.op for n in engine.circuit.nodes if isinstance(getattr(n, "op", None),
-                                                            GroupAggregate)]  # fmt: skip
+    ops = [getattr(node, "op", None) for node in engine.circuit.nodes]
+    aggs = [op for op in ops if isinstance(op, GroupAggregate)]
+    joins = [op for op in ops if isinstance(op, CountSumJoin)]
     if n:
         assert sum(op.columnar for op in aggs) > 0
+        assert sum(op.columnar for op in joins) > 0
     assert sum(op.per_tuple for op in aggs) > 0
+    assert sum(op.per_group for op in joins) > 0
 
 
 def test_matrix_rows_never_match_other_types() -> None:

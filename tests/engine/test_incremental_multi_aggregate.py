@@ -18,7 +18,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from merklog.engine.dataflow import VECTOR_MIN
+from merklog.engine.dataflow import VECTOR_MIN, CountSumJoin
 from merklog.engine.incremental import AggregateJoin, IncrementalEngine, MultiAggregateJoin
 from merklog.engine.program import Program
 from merklog.engine.values import row_to_engine
@@ -111,7 +111,10 @@ def test_fused_aggregate_joins_equal_a_fresh_batch_run(seed: int, epochs: list) 
     base["p"] = set()
     _check(engine, base, checked)
     joins = _ops(engine, MultiAggregateJoin)
-    assert len(joins) == 5  # stats, four, pairs, rev, total; ``same`` binds C twice
+    assert len(joins) == 2  # four (min/max), pairs (bindings not the groups); ``same``
+    # binds C twice. stats, rev, total and same's count fold count/sum into one
+    # CountSumJoin each (ADR 0104)
+    assert len(_ops(engine, CountSumJoin)) == 4
     assert sum(j.direct for j in joins) > 0  # count/sum: the GroupAggregate's changes
     assert sum(j.rederived for j in joins) > 0  # min/max: re-derived from the rows
     assert any(op.bound is not None for op in _ops(engine, AggregateJoin))
