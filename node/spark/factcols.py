@@ -229,6 +229,36 @@ def binary_array(values: Sequence[bytes]) -> pa.Array:
     )
 
 
+def valid_mask(array: pa.Array) -> np.ndarray:
+    """Which values of ``array`` are not null, as a numpy bool array read from the validity
+    bitmap (``to_numpy`` on an Arrow array imports pandas first)."""
+    n = len(array)
+    bitmap = array.buffers()[0]
+    if bitmap is None or not array.null_count:
+        return np.ones(n, np.bool_)
+    bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), bitorder="little")
+    return bits[array.offset : array.offset + n].astype(np.bool_)
+
+
+def int_values(array: pa.Array) -> np.ndarray:
+    """The values of an int32/int64 Arrow array without nulls as a numpy view."""
+    dtype = np.int32 if array.type == pa.int32() else np.int64
+    data = np.frombuffer(array.buffers()[1], dtype)
+    return data[array.offset : array.offset + len(array)]
+
+
+def repeat_string(word: str, n: int) -> pa.Array:
+    """``n`` copies of ``word`` as a string array, built from buffers (``pa.repeat`` needs
+    a ``pa.scalar``, which imports pandas)."""
+    raw = word.encode()
+    offsets = np.arange(n + 1, dtype=np.int64) * len(raw)
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise OverflowError("too many values for 32-bit offsets")
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(raw * n)
+    )
+
+
 def fact_columns(datas: Sequence[bytes]) -> tuple[np.ndarray, pa.Array, pa.ListArray]:
     """Decode fact blocks (each a valid, hash-checked fact block) into ``(order,
     relations, args)``: ``relations[i]`` and ``args[i]`` belong to ``datas[order[i]]``.
@@ -254,4 +284,12 @@ def fact_columns(datas: Sequence[bytes]) -> tuple[np.ndarray, pa.Array, pa.ListA
     return order, relations, args
 
 
-__all__ = ["FACT_PREFIX", "binary_array", "fact_columns", "indices"]
+__all__ = [
+    "FACT_PREFIX",
+    "binary_array",
+    "fact_columns",
+    "indices",
+    "int_values",
+    "repeat_string",
+    "valid_mask",
+]
