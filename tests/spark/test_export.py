@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from merklog.node.spark.export import export_replica
+from merklog.node.spark.export import export_replica, fact_positions
 from merklog.node.spark.schema import decode_args
 from merklog.replication.bulk import iter_log_batches
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
-from merklog.store import CIDMismatch, Fact, Link, MemoryBlockStore, SQLiteBlockStore, make_fact
+from merklog.store import (
+    CIDMismatch,
+    Fact,
+    Link,
+    MemoryBlockStore,
+    SQLiteBlockStore,
+    fact_cid,
+    make_fact,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # mixed value types that Python's == would merge (1 == 1.0 == True) stay apart
 MIXED = [
@@ -121,3 +137,70 @@ def test_corrupted_block_is_detected_not_exported(tmp_path):
     rep.conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (b"\xa0", cid.raw))
     with pytest.raises(CIDMismatch):
         export_replica(rep, tmp_path / "out")
+
+
+def test_export_of_every_op_shape_equals_the_log(tmp_path):
+    """Retracts observing two asserts, a delta mixing asserts and retracts (decoded by
+    libipld), grants and revokes: the export is still the replica's log row for row."""
+    from tests.spark.test_deltacols import replica_with_every_shape
+
+    rep = replica_with_every_shape(tmp_path)
+    export_replica(rep, tmp_path / "out")
+    assert _exported(tmp_path / "out") == _reference(rep)
+    observed = [len(r[9]) for r in _reference(rep) if r[5] == "retract"]
+    assert 2 in observed and 1 in observed
+
+
+def test_corrupted_fact_block_is_detected(tmp_path):
+    """A fact block whose bytes were swapped for another valid fact's (same prefix, so the
+    fact scan reads it) fails the page's hash check."""
+    rep = _replica(tmp_path, "sqlite")
+    rep.assert_facts([make_fact("n", (1,)), make_fact("n", (2,))])
+    one, two = fact_cid(make_fact("n", (1,))), fact_cid(make_fact("n", (2,)))
+    data = rep.blockstore.get(two)
+    rep.conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (data, one.raw))
+    with pytest.raises(CIDMismatch, match=str(one)):
+        export_replica(rep, tmp_path / "out")
+
+
+def _cid_array(values) -> pa.Array:
+    return pa.array(values, pa.binary())
+
+
+def test_fact_positions_equal_index_in():
+    cids = [Link.for_dag_cbor(bytes([0xA1, i])).raw for i in range(50)]
+    value_set = _cid_array(cids[:40])
+    wanted = _cid_array([cids[3], None, cids[45], cids[39], cids[0], cids[3]])
+    got = fact_positions(wanted, value_set)
+    assert got.to_pylist() == pc.index_in(wanted, value_set=value_set).to_pylist()
+    assert got.to_pylist() == [3, None, None, 39, 0, 3]
+    # a slice (non-zero offset) of both sides
+    assert fact_positions(wanted[1:], value_set[5:]).to_pylist() == [None, None, 34, None, None]
+    # other widths, and two CIDs sharing the 64 bits searched: index_in's answer still
+    short = _cid_array([b"\x01\x55\x00\x01x", *cids[:3]])
+    assert fact_positions(_cid_array([b"\x01\x55\x00\x01x"]), short).to_pylist() == [0]
+    twin = cids[7][:12] + bytes(24)
+    clash = _cid_array([cids[7], twin])
+    assert fact_positions(_cid_array([twin, cids[7]]), clash).to_pylist() == [1, 0]
+    assert fact_positions(_cid_array([]), value_set).to_pylist() == []
+    assert fact_positions(wanted, _cid_array([])).to_pylist() == [None] * 6
+
+
+def test_export_command_does_not_import_pandas(tmp_path):
+    """pyarrow imports pandas (~0.3 s of CPU) on pa.array, pa.scalar or to_numpy: the
+    export builds its arrays from buffers, so an export whose deltas and facts take the
+    column-wise paths never pays for it (a mixed delta or a link value may)."""
+    script = (
+        "import sys\n"
+        "from merklog.node.spark.export import export_replica\n"
+        "from tests.spark.test_deltacols import replica_with_every_shape\n"
+        "from pathlib import Path\n"
+        f"rep = replica_with_every_shape(Path({str(tmp_path)!r}), mixed=False)\n"
+        "assert 'pandas' not in sys.modules\n"
+        f"export_replica(rep, Path({str(tmp_path / 'out')!r}))\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "False"
