@@ -6,12 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from merklog.node.spark.export import export_replica, fact_positions
+from merklog.node.spark.export import export_replica
 from merklog.node.spark.schema import decode_args
 from merklog.replication.bulk import iter_log_batches
 from merklog.replication.identity import Identity
@@ -161,29 +159,6 @@ def test_corrupted_fact_block_is_detected(tmp_path):
     rep.conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (data, one.raw))
     with pytest.raises(CIDMismatch, match=str(one)):
         export_replica(rep, tmp_path / "out")
-
-
-def _cid_array(values) -> pa.Array:
-    return pa.array(values, pa.binary())
-
-
-def test_fact_positions_equal_index_in():
-    cids = [Link.for_dag_cbor(bytes([0xA1, i])).raw for i in range(50)]
-    value_set = _cid_array(cids[:40])
-    wanted = _cid_array([cids[3], None, cids[45], cids[39], cids[0], cids[3]])
-    got = fact_positions(wanted, value_set)
-    assert got.to_pylist() == pc.index_in(wanted, value_set=value_set).to_pylist()
-    assert got.to_pylist() == [3, None, None, 39, 0, 3]
-    # a slice (non-zero offset) of both sides
-    assert fact_positions(wanted[1:], value_set[5:]).to_pylist() == [None, None, 34, None, None]
-    # other widths, and two CIDs sharing the 64 bits searched: index_in's answer still
-    short = _cid_array([b"\x01\x55\x00\x01x", *cids[:3]])
-    assert fact_positions(_cid_array([b"\x01\x55\x00\x01x"]), short).to_pylist() == [0]
-    twin = cids[7][:12] + bytes(24)
-    clash = _cid_array([cids[7], twin])
-    assert fact_positions(_cid_array([twin, cids[7]]), clash).to_pylist() == [1, 0]
-    assert fact_positions(_cid_array([]), value_set).to_pylist() == []
-    assert fact_positions(wanted, _cid_array([])).to_pylist() == [None] * 6
 
 
 def test_export_command_does_not_import_pandas(tmp_path):
