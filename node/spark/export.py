@@ -341,7 +341,10 @@ class FactsWriter:
                 part = self.base / f"relation={rel}"
                 part.mkdir(parents=True, exist_ok=True)
                 writer = pq.ParquetWriter(
-                    part / "part-0.parquet", _FACT_FILE_SCHEMA, compression="zstd"
+                    part / "part-0.parquet",
+                    _FACT_FILE_SCHEMA,
+                    compression="zstd",
+                    write_statistics=["dataset"],
                 )
                 self.writers[rel] = writer
             writer.write_table(table)
