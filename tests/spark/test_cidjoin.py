@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from merklog.node.spark.cidjoin import _search, lookup, member
+from merklog.node.cidsearch import search
+from merklog.node.spark.cidjoin import lookup, member
 from merklog.store import Link
 
 
@@ -48,7 +49,7 @@ def test_bucket_search_equals_searchsorted():
             ]
         )
         assert queries.dtype == np.uint64
-        assert np.array_equal(_search(keys, queries), np.searchsorted(keys, queries))
+        assert np.array_equal(search(keys, queries), np.searchsorted(keys, queries))
 
 
 def test_member_marks_values_in_the_set():
