@@ -8,13 +8,12 @@ Layout of an export directory (readable by Spark, DuckDB and pyarrow alike)::
     DIR/export.json                         counts, dataset ids, format version
     DIR/genesis.cbor                        the dataset's genesis block (replica exports)
 
-A replica is exported column-wise: accepted deltas come from the store in
-batches (:mod:`merklog.replication.bulk`; signatures were checked at acceptance
-and are not checked again), each batch becomes one Arrow record batch whose
-per-delta columns are gathered with ``take`` and whose arguments are encoded once
-per distinct fact (:func:`~.schema.args_array`). CIDs stay raw bytes throughout.
-Memory stays flat whatever the log size, and ``progress(rows_so_far)`` is
-called after every batch.
+A replica is exported column-wise, without Python work per op or per value: fact
+blocks are parsed by :mod:`.factcols`, delta blocks sliced by op shape by
+:mod:`.deltacols` (signatures were checked at acceptance and are not checked
+again; hashes are), ops joined with their facts by :mod:`.cidjoin`. CIDs stay raw
+bytes throughout. Memory is bounded by a partition of the log (see
+:func:`export_replica`), and ``progress(rows_so_far)`` is called after every batch.
 """
 
 from __future__ import annotations
@@ -35,12 +34,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from merklog.replication.bulk import LogDelta, iter_delta_blocks, iter_visible_cids, op_count
+from merklog.replication.bulk import iter_delta_blocks, iter_visible_cids, op_count
 from merklog.replication.replica import Replica
 from merklog.store import Fact, Link, SQLiteBlockStore, StoreError, fact_cid, verify
 
 from .cidjoin import lookup, member
-from .deltacols import OP_STRUCT, DeltaColumns, delta_columns, log_columns
+from .deltacols import delta_columns, log_columns
 from .factcols import (
     FACT_PREFIX,
     binary_array,
@@ -160,15 +159,6 @@ def fact_table(facts: Sequence[tuple[bytes, str, Sequence[Any]]]) -> pa.Table:
         ],
         schema=_FACT_TABLE,
     )
-
-
-def log_table(dataset: str, deltas: list[LogDelta]) -> pa.Table:
-    """One row per op of decoded ``deltas`` (OPS_SCHEMA minus relation and args)."""
-    cols = [
-        DeltaColumns(d.author, d.seq, d.clock, d.parents, *pa.array(d.ops, OP_STRUCT).flatten())
-        for d in deltas
-    ]
-    return log_columns(dataset, [d.cid for d in deltas], cols, _LOG_SCHEMA)
 
 
 def log_blocks_table(dataset: str, blocks: Sequence[tuple[bytes, bytes]]) -> pa.Table:
