@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from merklog.replication.bulk import iter_delta_blocks, iter_visible_cids, op_count
 from merklog.replication.replica import Replica
 from merklog.store import Fact, Link, SQLiteBlockStore, StoreError, fact_cid, verify
+from merklog.store.codec import gc_paused
 
 from .cidjoin import lookup, member
 from .deltacols import delta_columns, log_columns
@@ -234,24 +235,29 @@ def with_facts(log: pa.Table, facts: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=OPS_SCHEMA)
 
 
-def _last_byte(column: pa.Array) -> np.ndarray:
-    """The last byte of every value of a binary column (0 for null or empty values)."""
+def _digest_byte(column: pa.Array) -> np.ndarray:
+    """Byte 4 of every value of a binary column - the first digest byte of a CIDv1
+    dag-cbor/sha2-256 CID, uniform, and non-decreasing along CIDs in sorted order - or 0
+    for null or shorter values."""
     if column.offset:
         column = pa.concat_arrays([column])  # a copy that starts at offset 0
     bufs = column.buffers()
     offsets = np.frombuffer(bufs[1], np.int32, len(column) + 1)
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
-    last = data[np.maximum(offsets[1:] - 1, 0)] if len(data) else np.zeros(len(column), np.uint8)
-    empty = offsets[1:] == offsets[:-1]
+    at = np.minimum(offsets[:-1] + 4, max(len(data) - 1, 0))
+    byte = data[at] if len(data) else np.zeros(len(column), np.uint8)
+    short = offsets[1:] - offsets[:-1] <= 4
     if column.null_count:
-        empty |= ~valid_mask(column)
-    return np.where(empty, 0, last).astype(np.int16)
+        short |= ~valid_mask(column)
+    return np.where(short, 0, byte).astype(np.int64)
 
 
 class _Partitions:
-    """Tables split by the last byte of a CID column into ``k`` partitions: kept in memory
-    when ``k == 1``, else spilled to Arrow IPC files under ``tmp`` (a Grace hash join, so a
-    join of the log with the facts needs memory for one partition only)."""
+    """Tables split into ``k`` partitions by the first digest byte of a CID column (byte
+    ranges, so CID-sorted input - the facts, the visible CIDs - splits into slices, no
+    copy): kept in memory when ``k == 1``, else spilled to Arrow IPC files under ``tmp``
+    (a Grace hash join, so a join of the log with the facts needs memory for one
+    partition only)."""
 
     def __init__(self, k: int, tmp: Path, name: str, schema: pa.Schema) -> None:
         self.k, self.schema = k, schema
@@ -263,9 +269,13 @@ class _Partitions:
         if self.k == 1:
             self.tables[0].append(table)
             return
-        parts = _last_byte(table.column(key).combine_chunks()) % self.k
-        for i in range(self.k):
-            sub = table.take(indices(np.nonzero(parts == i)[0]))
+        parts = _digest_byte(table.column(key).combine_chunks()) * self.k // 256
+        if bool((parts[1:] >= parts[:-1]).all()):  # sorted: each partition is a slice
+            bounds = np.searchsorted(parts, np.arange(self.k + 1)).tolist()
+            subs = [table.slice(bounds[i], bounds[i + 1] - bounds[i]) for i in range(self.k)]
+        else:
+            subs = [table.take(indices(np.nonzero(parts == i)[0])) for i in range(self.k)]
+        for i, sub in enumerate(subs):
             if sub.num_rows:
                 if i not in self.writers:
                     self.writers[i] = pa.ipc.new_file(self.paths[i], self.schema)
@@ -394,44 +404,46 @@ def export_replica(
 
     Three sequential reads, no per-op store query: every fact block (one scan of the
     block store in CID order), the accepted deltas (in causal order), the visible fact
-    CIDs (an index scan). Ops get their relation and arguments by an Arrow hash join on
-    the fact CID, done per partition of at most ``partition_ops`` ops so memory stays
-    bounded; with one partition the ops keep the log's (clock, CID) order."""
+    CIDs (an index scan). Ops get their relation and arguments by a lookup of the fact
+    CID (:mod:`.cidjoin`), done per partition of at most ``partition_ops`` ops so memory
+    stays bounded; with one partition the ops keep the log's (clock, CID) order. The
+    cyclic collector is paused: the reads make many small objects and no cycles."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dataset = str(replica.dataset)
     k = max(1, math.ceil(op_count(replica) / partition_ops))
     tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
     try:
-        facts = _Partitions(k, tmp, "facts", _FACT_TABLE)
-        for cids, datas in _fact_pages(replica):
-            facts.add(fact_page_table(cids, datas), "fact_cid")
-        log = _Partitions(k, tmp, "log", _LOG_SCHEMA)
-        seen = 0
-        for blocks in _block_batches(iter_delta_blocks(replica, batch=64)):
-            table = log_blocks_table(dataset, blocks)
-            log.add(table, "fact_cid")
-            seen += table.num_rows
-            if progress:
-                progress(seen)
-        visible = _Partitions(k, tmp, "visible", pa.schema([("fact_cid", pa.binary())]))
-        n_visible = 0
-        for cids in iter_visible_cids(replica):
-            n_visible += len(cids)
-            visible.add(pa.table({"fact_cid": binary_array(cids)}), "fact_cid")
-        ops = OpsWriter(out)
-        shown = FactsWriter(out)
-        # the visible facts are filtered and written on a second thread while this one joins
-        # and writes the ops: both are Arrow C++ work that releases the GIL
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            for i in range(k):
-                part_facts = facts.read(i)
-                wanted = visible.read(i).column("fact_cid").combine_chunks()
-                pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
-                ops.write(with_facts(log.read(i), part_facts))
-                pending.result()
-        n_ops = ops.close()
-        counts = shown.close()
+        with gc_paused():  # many small objects, no cycles
+            facts = _Partitions(k, tmp, "facts", _FACT_TABLE)
+            for cids, datas in _fact_pages(replica):
+                facts.add(fact_page_table(cids, datas), "fact_cid")
+            log = _Partitions(k, tmp, "log", _LOG_SCHEMA)
+            seen = 0
+            for blocks in _block_batches(iter_delta_blocks(replica, batch=64)):
+                table = log_blocks_table(dataset, blocks)
+                log.add(table, "fact_cid")
+                seen += table.num_rows
+                if progress:
+                    progress(seen)
+            visible = _Partitions(k, tmp, "visible", pa.schema([("fact_cid", pa.binary())]))
+            n_visible = 0
+            for cids in iter_visible_cids(replica):
+                n_visible += len(cids)
+                visible.add(pa.table({"fact_cid": binary_array(cids)}), "fact_cid")
+            ops = OpsWriter(out)
+            shown = FactsWriter(out)
+            # the visible facts are filtered and written on a second thread while this one joins
+            # and writes the ops: both are Arrow C++ work that releases the GIL
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                for i in range(k):
+                    part_facts = facts.read(i)
+                    wanted = visible.read(i).column("fact_cid").combine_chunks()
+                    pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
+                    ops.write(with_facts(log.read(i), part_facts))
+                    pending.result()
+            n_ops = ops.close()
+            counts = shown.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if sum(counts.values()) != n_visible:
