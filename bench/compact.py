@@ -26,6 +26,8 @@ the same run only.
 
     .venv/bin/python bench/compact.py                 # 1M and 5M ops
     .venv/bin/python bench/compact.py --ops 200000    # a quick run
+    .venv/bin/python bench/compact.py --ops 1000000 --workdir /tmp/spark1m --export-only 3
+                                                      # the export command alone, 3 runs
 """
 
 from __future__ import annotations
@@ -224,6 +226,46 @@ def run_spark_job(spark, export: Path, out: Path) -> tuple[float, float]:
     return time.perf_counter() - t, jvm_cpu(spark) - cpu
 
 
+def export_only(sizes: list[int], workdir: Path | None, runs: int) -> None:
+    """Time the whole ``merklog parquet export`` command ``runs`` times per size on a copy
+    of the home (opening a home may write to it; the original stays untouched)."""
+    import statistics
+
+    for n in sizes:
+        keep = workdir / str(n) if workdir else None
+        tmp = Path(tempfile.mkdtemp(prefix="merklog-bench-export-"))
+        try:
+            home = tmp / "home"
+            if keep and (keep / "home" / "config.toml").exists():
+                shutil.copytree(keep / "home", home)
+            else:
+                build_home(home, n)
+            # one untimed run first: a home built by an older version gets its per-relation
+            # fact index on first open (ADR 0095), a one-time migration, not the export
+            warm = [*MERKLOG, "--home", str(home), "parquet", "export", str(tmp / "warm")]
+            subprocess.run(warm, check=True, capture_output=True, env=ENV)
+            shutil.rmtree(tmp / "warm")
+            times = []
+            for _ in range(runs):
+                shutil.rmtree(tmp / "export", ignore_errors=True)
+                cmd = [*MERKLOG, "--home", str(home), "parquet", "export", str(tmp / "export")]
+                times.append(timed(cmd))
+                load = subprocess.run(["uptime"], capture_output=True, text=True).stdout
+                print(
+                    f"{n:,} ops: export {times[-1][0]:.2f}s wall, {times[-1][1]:.2f}s CPU,"
+                    f" {n / times[-1][0]:,.0f} ops/s; load {load.split('average:')[-1].strip()}",
+                    flush=True,
+                )
+            wall = statistics.median(t[0] for t in times)
+            cpu = statistics.median(t[1] for t in times)
+            print(
+                f"{n:,} ops, median of {runs}: {wall:.2f}s wall, {cpu:.2f}s CPU,"
+                f" {n / wall:,.0f} ops/s (wall), {n / cpu:,.0f} ops per CPU second"
+            )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -242,7 +284,17 @@ def main() -> None:
         default=None,
         help="keep the built homes here and reuse them on the next run (building is not timed)",
     )
+    ap.add_argument(
+        "--export-only",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="time only `merklog parquet export`, RUNS times per size (median printed)",
+    )
     args = ap.parse_args()
+    if args.export_only:
+        export_only(args.ops, args.workdir, args.export_only)
+        return
 
     spark = None
     if not args.no_session:

@@ -19,7 +19,8 @@ documented :class:`~merklog.store.SharedSQLite` offer; every block re-hashed,
 blocks decoded in batches) joined in memory with the visible CIDs
 (:func:`merklog.replication.bulk.iter_visible_cids`) — several times cheaper per
 fact than looking each block up — otherwise :meth:`Replica.visible` (batched
-lookups). The cyclic collector is paused meanwhile: the read allocates millions of
+lookups). The scan is column-wise first (:mod:`.factscan`, ADR 0118: all-int
+relations go straight into int64 matrices); the per-fact scan remains its fallback. The cyclic collector is paused meanwhile: the read allocates millions of
 small objects and no cycles, and collections re-traversing them doubled its cost.
 """
 
@@ -171,10 +172,14 @@ def _read(replica: Any) -> Edb:
 
     offer = replica.blockstore.shared_sqlite()
     if offer is not None and offer.conn is replica.conn:
-        visible: set[bytes] = set()
-        for cids in bulk.iter_visible_cids(replica):
-            visible.update(cids)
-        if len(visible) >= SCAN_FROM:
+        cids = list(chain.from_iterable(bulk.iter_visible_cids(replica)))
+        if len(cids) >= SCAN_FROM:
+            from merklog.node.factscan import scan_visible
+
+            columns = scan_visible(offer, cids)  # int64 matrices without a row per fact
+            if columns is not None:
+                return Edb({rel: _relation(rows) for rel, rows in columns.items()})
+            visible = set(cids)
             grouped = _scan(offer, visible)
             if grouped is not None:
                 return Edb({rel: _relation(grouped.pop(rel)) for rel in list(grouped)})
@@ -284,7 +289,10 @@ def _by_relation(facts: Iterator[tuple[str, tuple]]) -> dict[str, Rows]:
 def _relation(rows: list[Any]) -> Rows:
     """One relation's distinct fact arguments as an int64 array when they are all plain
     ints of one arity that fit 64 bits (``bool`` is not ``int`` here), else an
-    engine-form set. The type scan runs in C (``map`` over ``chain``)."""
+    engine-form set. The type scan runs in C (``map`` over ``chain``). An int64 matrix
+    (from :mod:`.factscan`) is already the former."""
+    if isinstance(rows, np.ndarray):
+        return rows
     arity = len(rows[0])
     if arity and set(map(len, rows)) == {arity}:
         if set(map(type, chain.from_iterable(rows))) == {int}:

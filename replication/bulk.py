@@ -64,13 +64,23 @@ def _checked(raw: bytes, data: bytes) -> bytes:
 
 
 def _delta(raw: bytes, data: bytes) -> LogDelta:
-    obj = libipld.decode_dag_cbor(_checked(raw, data))
+    obj = libipld.decode_dag_cbor(data)
     return LogDelta(bytes(raw), obj["author"], obj["seq"], obj["clock"], obj["parents"], obj["ops"])
 
 
 def iter_log_batches(replica: Replica, batch: int = DELTA_BATCH) -> Iterator[list[LogDelta]]:
     """Every accepted delta of ``replica`` in (clock, CID) order - a topological order -
     in lists of at most ``batch``; the replica's lock is held per batch only."""
+    for rows in iter_delta_blocks(replica, batch):
+        yield [_delta(raw, data) for raw, data in rows]
+
+
+def iter_delta_blocks(
+    replica: Replica, batch: int = DELTA_BATCH
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    """Every accepted delta of ``replica`` as ``(raw CID, block)`` pairs, hash-checked but
+    not decoded, in (clock, CID) order and lists of at most ``batch`` (for readers that
+    decode the blocks themselves, such as the Parquet export's column-wise decoder)."""
     ds = replica.ds
     table = _shared_blocks_table(replica)
     if table is not None:
@@ -84,7 +94,7 @@ def iter_log_batches(replica: Replica, batch: int = DELTA_BATCH) -> Iterator[lis
                 rows = replica.conn.execute(sql, (ds, *after, batch)).fetchall()
             if not rows:
                 return
-            yield [_delta(raw, data) for _clock, raw, data in rows]
+            yield [(bytes(raw), _checked(raw, data)) for _clock, raw, data in rows]
             if len(rows) < batch:
                 return
             after = (rows[-1][0], rows[-1][1])
@@ -98,7 +108,7 @@ def iter_log_batches(replica: Replica, batch: int = DELTA_BATCH) -> Iterator[lis
     it = iter(cids)
     while chunk := list(islice(it, batch)):
         blocks = replica.blockstore.get_many(Link(c) for c in chunk)
-        yield [_delta(cid.raw, data) for cid, data in blocks]
+        yield [(cid.raw, _checked(cid.raw, data)) for cid, data in blocks]
 
 
 def iter_visible_cids(replica: Replica, batch: int = 65_536) -> Iterator[list[bytes]]:
@@ -134,6 +144,7 @@ FACT_PREFIX = b"\xa2crel"
 __all__ = [
     "FACT_PREFIX",
     "LogDelta",
+    "iter_delta_blocks",
     "iter_log_batches",
     "iter_visible_cids",
     "op_count",

@@ -8,13 +8,12 @@ Layout of an export directory (readable by Spark, DuckDB and pyarrow alike)::
     DIR/export.json                         counts, dataset ids, format version
     DIR/genesis.cbor                        the dataset's genesis block (replica exports)
 
-A replica is exported column-wise: accepted deltas come from the store in
-batches (:mod:`merklog.replication.bulk`; signatures were checked at acceptance
-and are not checked again), each batch becomes one Arrow record batch whose
-per-delta columns are gathered with ``take`` and whose arguments are encoded once
-per distinct fact (:func:`~.schema.args_array`). CIDs stay raw bytes throughout.
-Memory stays flat whatever the log size, and ``progress(rows_so_far)`` is
-called after every batch.
+A replica is exported column-wise, without Python work per op or per value: fact
+blocks are parsed by :mod:`.factcols`, delta blocks sliced by op shape by
+:mod:`.deltacols` (signatures were checked at acceptance and are not checked
+again; hashes are), ops joined with their facts by :mod:`.cidjoin`. CIDs stay raw
+bytes throughout. Memory is bounded by a partition of the log (see
+:func:`export_replica`), and ``progress(rows_so_far)`` is called after every batch.
 """
 
 from __future__ import annotations
@@ -27,19 +26,30 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from merklog.replication.bulk import LogDelta, iter_log_batches, iter_visible_cids, op_count
+from merklog.replication.bulk import iter_delta_blocks, iter_visible_cids, op_count
 from merklog.replication.replica import Replica
 from merklog.store import Fact, Link, SQLiteBlockStore, StoreError, fact_cid, verify
+from merklog.store.codec import gc_paused
 
-from .factcols import FACT_PREFIX, binary_array, fact_columns, indices
+from .cidjoin import lookup, member
+from .deltacols import delta_columns, log_columns
+from .factcols import (
+    FACT_PREFIX,
+    binary_array,
+    fact_columns,
+    indices,
+    int_values,
+    repeat_string,
+    valid_mask,
+)
 from .schema import ARGS_TYPE, FACTS_SCHEMA, OPS_SCHEMA, args_array, encode_args, str_array
 
 FORMAT_VERSION = 2
@@ -47,10 +57,13 @@ FORMAT_VERSION = 2
 GENESIS_FILE = "genesis.cbor"
 Progress = Callable[[int], None]
 #: Dictionary pages only where values repeat (CID columns are all distinct: a dictionary
-#: there costs ~35% more write time for nothing).
+#: there costs ~35% more write time for nothing). Min/max statistics only on the columns
+#: a reader filters on: on CIDs, keys and lists they cost ~18% of the write (0.13 s of
+#: CPU per million ops) and prune nothing, as digests are spread uniformly.
 PARQUET_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
     "use_dictionary": ["dataset", "op", "relation"],
+    "write_statistics": ["dataset", "clock", "seq", "op_index", "op", "relation"],
 }
 _FACT_FILE_SCHEMA = FACTS_SCHEMA.remove(FACTS_SCHEMA.get_field_index("relation"))
 
@@ -135,15 +148,6 @@ class OpsWriter:
 _FACT_TABLE = pa.schema([("fact_cid", pa.binary()), ("relation", pa.string()), ("args", ARGS_TYPE)])
 #: OPS_SCHEMA without the fact columns a join fills in.
 _LOG_SCHEMA = pa.schema([f for f in OPS_SCHEMA if f.name not in ("relation", "args")])
-#: A delta's op map as Arrow reads it: the op columns of OPS_SCHEMA under the map's keys.
-_OP_STRUCT = pa.struct(
-    [
-        ("op", pa.string()),
-        ("fact", pa.binary()),
-        ("observed", pa.list_(pa.binary())),
-        ("key", pa.binary()),
-    ]
-)
 
 
 def fact_table(facts: Sequence[tuple[bytes, str, Sequence[Any]]]) -> pa.Table:
@@ -158,44 +162,36 @@ def fact_table(facts: Sequence[tuple[bytes, str, Sequence[Any]]]) -> pa.Table:
     )
 
 
-def log_table(dataset: str, deltas: list[LogDelta]) -> pa.Table:
-    """One row per op of ``deltas`` (OPS_SCHEMA minus relation and args); per-delta
-    columns are converted once per delta and gathered with Arrow ``take``."""
-    counts = np.fromiter((len(d.ops) for d in deltas), np.int64, len(deltas))
-    starts = np.cumsum(counts) - counts
-    n = int(counts.sum())
-    take = indices(np.repeat(np.arange(len(deltas), dtype=np.int32), counts))
-
-    def per_delta(values: list[Any], typ: pa.DataType) -> pa.Array:
-        return pa.array(values, typ).take(take)
-
-    op_index = (np.arange(n, dtype=np.int64) - np.repeat(starts, counts)).astype(np.int32)
-    # the op maps become one struct array in a single C++ pass (a missing key is null)
-    op_fields = pa.array([op for d in deltas for op in d.ops], _OP_STRUCT)
-    columns = [
-        pa.repeat(pa.scalar(dataset, pa.string()), n),
-        binary_array([d.cid for d in deltas]).take(take),
-        binary_array([d.author for d in deltas]).take(take),
-        per_delta([d.clock for d in deltas], pa.int64()),
-        per_delta([d.seq for d in deltas], pa.int64()),
-        per_delta([d.parents for d in deltas], pa.list_(pa.binary())),
-        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(op_index.tobytes())]),
-        *(op_fields.field(i) for i in range(_OP_STRUCT.num_fields)),
-    ]
-    return pa.Table.from_arrays(columns, schema=_LOG_SCHEMA)
+def log_blocks_table(dataset: str, blocks: Sequence[tuple[bytes, bytes]]) -> pa.Table:
+    """One row per op of hash-checked delta blocks ``(raw CID, data)``, decoded column-wise
+    (:mod:`.deltacols`)."""
+    deltas = [delta_columns(data) for _cid, data in blocks]
+    return log_columns(dataset, [cid for cid, _data in blocks], deltas, _LOG_SCHEMA)
 
 
-_DAG_CBOR_SHA256 = b"\x01\x71\x12\x20"
+_PREFIX_U8 = np.frombuffer(b"\x01\x71\x12\x20", np.uint8)  # CIDv1, dag-cbor, sha2-256
+
+
+_DIGEST = methodcaller("digest")
 
 
 def _checked(cids: list[bytes], datas: list[bytes]) -> None:
-    """Raise unless every block hashes to its CID (one sha2-256 per block; other hash
-    functions go through the store's generic check). Signatures are not checked
-    again: the replica checked them when it accepted the deltas."""
-    sha256 = hashlib.sha256
+    """Raise unless every block hashes to its CID. A page of dag-cbor/sha2-256 CIDs is
+    checked at once: the digests (hashlib, iterated in C) are joined and compared with
+    the CIDs' digest bytes as one numpy comparison; any other page, or a mismatch, goes
+    block by block through the store's generic check, which names the bad block.
+    Signatures are not checked again: the replica checked them when it accepted the
+    deltas."""
+    raw = b"".join(cids)
+    if bool((np.fromiter(map(len, cids), np.int64, len(cids)) == 36).all()):
+        table = np.frombuffer(raw, np.uint8).reshape(len(cids), 36)
+        digests = np.frombuffer(b"".join(map(_DIGEST, map(hashlib.sha256, datas))), np.uint8)
+        if bool((table[:, :4] == _PREFIX_U8).all()) and np.array_equal(
+            table[:, 4:].reshape(-1), digests
+        ):
+            return
     for cid, data in zip(cids, datas, strict=True):
-        if cid[:4] != _DAG_CBOR_SHA256 or sha256(data).digest() != cid[4:]:
-            verify(Link(cid), data, "block store")
+        verify(Link(cid), data, "block store")
 
 
 def _fact_pages(replica: Replica, batch: int = 65_536) -> Iterator[tuple[list[bytes], list[bytes]]]:
@@ -228,8 +224,9 @@ def fact_page_table(cids: list[bytes], datas: list[bytes]) -> pa.Table:
 def with_facts(log: pa.Table, facts: pa.Table) -> pa.Table:
     """OPS_SCHEMA rows: ``log`` rows with relation and args joined from ``facts`` by fact
     CID (null where the store lacks the fact: a retract of a fact never received)."""
-    value_set = facts.column("fact_cid").combine_chunks()
-    where = pc.index_in(log.column("fact_cid"), value_set=value_set)
+    where = lookup(
+        log.column("fact_cid").combine_chunks(), facts.column("fact_cid").combine_chunks()
+    )
     extra = {
         "relation": facts.column("relation").take(where),
         "args": facts.column("args").take(where),
@@ -238,24 +235,29 @@ def with_facts(log: pa.Table, facts: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=OPS_SCHEMA)
 
 
-def _last_byte(column: pa.Array) -> np.ndarray:
-    """The last byte of every value of a binary column (0 for null or empty values)."""
+def _digest_byte(column: pa.Array) -> np.ndarray:
+    """Byte 4 of every value of a binary column - the first digest byte of a CIDv1
+    dag-cbor/sha2-256 CID, uniform, and non-decreasing along CIDs in sorted order - or 0
+    for null or shorter values."""
     if column.offset:
         column = pa.concat_arrays([column])  # a copy that starts at offset 0
     bufs = column.buffers()
     offsets = np.frombuffer(bufs[1], np.int32, len(column) + 1)
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
-    last = data[np.maximum(offsets[1:] - 1, 0)] if len(data) else np.zeros(len(column), np.uint8)
-    empty = offsets[1:] == offsets[:-1]
+    at = np.minimum(offsets[:-1] + 4, max(len(data) - 1, 0))
+    byte = data[at] if len(data) else np.zeros(len(column), np.uint8)
+    short = offsets[1:] - offsets[:-1] <= 4
     if column.null_count:
-        empty |= ~np.asarray(column.is_valid().to_numpy(zero_copy_only=False))
-    return np.where(empty, 0, last).astype(np.int16)
+        short |= ~valid_mask(column)
+    return np.where(short, 0, byte).astype(np.int64)
 
 
 class _Partitions:
-    """Tables split by the last byte of a CID column into ``k`` partitions: kept in memory
-    when ``k == 1``, else spilled to Arrow IPC files under ``tmp`` (a Grace hash join, so a
-    join of the log with the facts needs memory for one partition only)."""
+    """Tables split into ``k`` partitions by the first digest byte of a CID column (byte
+    ranges, so CID-sorted input - the facts, the visible CIDs - splits into slices, no
+    copy): kept in memory when ``k == 1``, else spilled to Arrow IPC files under ``tmp``
+    (a Grace hash join, so a join of the log with the facts needs memory for one
+    partition only)."""
 
     def __init__(self, k: int, tmp: Path, name: str, schema: pa.Schema) -> None:
         self.k, self.schema = k, schema
@@ -267,9 +269,13 @@ class _Partitions:
         if self.k == 1:
             self.tables[0].append(table)
             return
-        parts = _last_byte(table.column(key).combine_chunks()) % self.k
-        for i in range(self.k):
-            sub = table.take(indices(np.nonzero(parts == i)[0]))
+        parts = _digest_byte(table.column(key).combine_chunks()) * self.k // 256
+        if bool((parts[1:] >= parts[:-1]).all()):  # sorted: each partition is a slice
+            bounds = np.searchsorted(parts, np.arange(self.k + 1)).tolist()
+            subs = [table.slice(bounds[i], bounds[i + 1] - bounds[i]) for i in range(self.k)]
+        else:
+            subs = [table.take(indices(np.nonzero(parts == i)[0])) for i in range(self.k)]
+        for i, sub in enumerate(subs):
             if sub.num_rows:
                 if i not in self.writers:
                     self.writers[i] = pa.ipc.new_file(self.paths[i], self.schema)
@@ -289,21 +295,32 @@ class _Partitions:
         return table
 
 
-def facts_tables(dataset: str, facts: pa.Table) -> dict[str, pa.Table]:
-    """Facts (a :func:`fact_table`) as one FACTS_SCHEMA-minus-relation table per relation."""
+def facts_tables(
+    dataset: str, facts: pa.Table, rows: np.ndarray | None = None
+) -> dict[str, pa.Table]:
+    """Facts (a :func:`fact_table`), or its ``rows`` only, as one FACTS_SCHEMA-minus-relation
+    table per relation, each in the facts' order: one ``take`` of the rows sorted by
+    relation, then a slice per relation."""
+    encoded = facts.column("relation").combine_chunks().dictionary_encode()
+    codes = int_values(encoded.indices)
+    names = encoded.dictionary.to_pylist()
+    if rows is None:
+        rows = np.arange(facts.num_rows)
+    codes = codes[rows]
+    if len(names) > 1:
+        rows = rows[np.argsort(codes, kind="stable")]
+    if len(rows) != facts.num_rows or len(names) > 1:
+        facts = facts.take(indices(rows.astype(np.int64)))
     out = {}
-    relations = facts.column("relation")
-    names = pc.unique(relations).to_pylist()
-    for rel in names:
-        part = facts if len(names) == 1 else facts.filter(pc.equal(relations, rel))
-        out[rel] = pa.Table.from_arrays(
-            [
-                pa.repeat(pa.scalar(dataset, pa.string()), part.num_rows),
-                part.column("fact_cid"),
-                part.column("args"),
-            ],
-            schema=_FACT_FILE_SCHEMA,
-        )
+    start = 0
+    for rel, count in zip(names, np.bincount(codes, minlength=len(names)).tolist(), strict=True):
+        if count:
+            part = facts.slice(start, count)
+            out[rel] = pa.Table.from_arrays(
+                [repeat_string(dataset, count), part.column("fact_cid"), part.column("args")],
+                schema=_FACT_FILE_SCHEMA,
+            )
+            start += count
     return out
 
 
@@ -316,15 +333,18 @@ class FactsWriter:
         self.writers: dict[str, pq.ParquetWriter] = {}
         self.counts: dict[str, int] = {}
 
-    def write(self, dataset: str, facts: pa.Table) -> None:
-        """Append a :func:`fact_table` of visible facts."""
-        for rel, table in facts_tables(dataset, facts).items():
+    def write(self, dataset: str, facts: pa.Table, rows: np.ndarray | None = None) -> None:
+        """Append a :func:`fact_table` of visible facts (or only its ``rows``)."""
+        for rel, table in facts_tables(dataset, facts, rows).items():
             writer = self.writers.get(rel)
             if writer is None:
                 part = self.base / f"relation={rel}"
                 part.mkdir(parents=True, exist_ok=True)
                 writer = pq.ParquetWriter(
-                    part / "part-0.parquet", _FACT_FILE_SCHEMA, compression="zstd"
+                    part / "part-0.parquet",
+                    _FACT_FILE_SCHEMA,
+                    compression="zstd",
+                    write_statistics=["dataset"],
                 )
                 self.writers[rel] = writer
             writer.write_table(table)
@@ -350,18 +370,23 @@ def _summary(out: Path, n_ops: int, datasets: Iterable[str], counts: dict[str, i
 
 def _write_visible(shown: FactsWriter, dataset: str, facts: pa.Table, wanted: pa.Array) -> None:
     """Append the facts whose CID is in ``wanted`` (the visible ones) to ``shown``."""
-    shown.write(dataset, facts.filter(pc.is_in(facts["fact_cid"], wanted)))
+    visible = member(facts.column("fact_cid").combine_chunks(), wanted)
+    shown.write(dataset, facts, np.nonzero(visible)[0])
 
 
-def _op_batches(batches: Iterable[list[LogDelta]], ops: int = 65_536) -> Iterator[list]:
-    """Regroup delta batches so each holds about ``ops`` ops (deltas carry 1 to 4096)."""
-    out: list[LogDelta] = []
+def _block_batches(
+    batches: Iterable[list[tuple[bytes, bytes]]], size: int = 4 << 20
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    """Regroup delta block batches so each holds about ``size`` bytes of blocks (~70k ops):
+    deltas carry 1 to 4096 ops, and a record batch per few ops would cost more than it
+    carries."""
+    out: list[tuple[bytes, bytes]] = []
     n = 0
     for batch in batches:
-        for delta in batch:
-            out.append(delta)
-            n += len(delta.ops)
-            if n >= ops:
+        for block in batch:
+            out.append(block)
+            n += len(block[1])
+            if n >= size:
                 yield out
                 out, n = [], 0
     if out:
@@ -379,44 +404,46 @@ def export_replica(
 
     Three sequential reads, no per-op store query: every fact block (one scan of the
     block store in CID order), the accepted deltas (in causal order), the visible fact
-    CIDs (an index scan). Ops get their relation and arguments by an Arrow hash join on
-    the fact CID, done per partition of at most ``partition_ops`` ops so memory stays
-    bounded; with one partition the ops keep the log's (clock, CID) order."""
+    CIDs (an index scan). Ops get their relation and arguments by a lookup of the fact
+    CID (:mod:`.cidjoin`), done per partition of at most ``partition_ops`` ops so memory
+    stays bounded; with one partition the ops keep the log's (clock, CID) order. The
+    cyclic collector is paused: the reads make many small objects and no cycles."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dataset = str(replica.dataset)
     k = max(1, math.ceil(op_count(replica) / partition_ops))
     tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
     try:
-        facts = _Partitions(k, tmp, "facts", _FACT_TABLE)
-        for cids, datas in _fact_pages(replica):
-            facts.add(fact_page_table(cids, datas), "fact_cid")
-        log = _Partitions(k, tmp, "log", _LOG_SCHEMA)
-        seen = 0
-        for deltas in _op_batches(iter_log_batches(replica, batch=64)):
-            table = log_table(dataset, deltas)
-            log.add(table, "fact_cid")
-            seen += table.num_rows
-            if progress:
-                progress(seen)
-        visible = _Partitions(k, tmp, "visible", pa.schema([("fact_cid", pa.binary())]))
-        n_visible = 0
-        for cids in iter_visible_cids(replica):
-            n_visible += len(cids)
-            visible.add(pa.table({"fact_cid": pa.array(cids, pa.binary())}), "fact_cid")
-        ops = OpsWriter(out)
-        shown = FactsWriter(out)
-        # the visible facts are filtered and written on a second thread while this one joins
-        # and writes the ops: both are Arrow C++ work that releases the GIL
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            for i in range(k):
-                part_facts = facts.read(i)
-                wanted = visible.read(i).column("fact_cid").combine_chunks()
-                pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
-                ops.write(with_facts(log.read(i), part_facts))
-                pending.result()
-        n_ops = ops.close()
-        counts = shown.close()
+        with gc_paused():  # many small objects, no cycles
+            facts = _Partitions(k, tmp, "facts", _FACT_TABLE)
+            for cids, datas in _fact_pages(replica):
+                facts.add(fact_page_table(cids, datas), "fact_cid")
+            log = _Partitions(k, tmp, "log", _LOG_SCHEMA)
+            seen = 0
+            for blocks in _block_batches(iter_delta_blocks(replica, batch=64)):
+                table = log_blocks_table(dataset, blocks)
+                log.add(table, "fact_cid")
+                seen += table.num_rows
+                if progress:
+                    progress(seen)
+            visible = _Partitions(k, tmp, "visible", pa.schema([("fact_cid", pa.binary())]))
+            n_visible = 0
+            for cids in iter_visible_cids(replica):
+                n_visible += len(cids)
+                visible.add(pa.table({"fact_cid": binary_array(cids)}), "fact_cid")
+            ops = OpsWriter(out)
+            shown = FactsWriter(out)
+            # the visible facts are filtered and written on a second thread while this one joins
+            # and writes the ops: both are Arrow C++ work that releases the GIL
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                for i in range(k):
+                    part_facts = facts.read(i)
+                    wanted = visible.read(i).column("fact_cid").combine_chunks()
+                    pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
+                    ops.write(with_facts(log.read(i), part_facts))
+                    pending.result()
+            n_ops = ops.close()
+            counts = shown.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if sum(counts.values()) != n_visible:

@@ -131,7 +131,7 @@ def encode_args(args: Sequence[Value]) -> list[dict[str, Any]]:
 
 #: The struct field of each Python value type, in VALUE_TYPE order after ``type``.
 _FIELDS: dict[type, int] = {int: 0, float: 1, str: 2, bytes: 3, bool: 4, Link: 5}
-_FIELD_NAMES = pa.array(["int", "float", "str", "bytes", "bool", "link"], pa.string())
+_FIELD_NAMES = ("int", "float", "str", "bytes", "bool", "link")
 _FIELD_TYPES = [VALUE_TYPE.field(i).type for i in range(1, 7)]
 
 
@@ -156,7 +156,7 @@ def args_array(rows: Sequence[Sequence[Value]]) -> pa.ListArray:
         codes = [_FIELDS[type(v)] for v in values]
     n = len(values)
     present = set(codes)
-    fields = [_FIELD_NAMES.take(pa.array(codes, pa.int8()))]
+    fields = [pa.array(_FIELD_NAMES, pa.string()).take(pa.array(codes, pa.int8()))]
     for code, typ in enumerate(_FIELD_TYPES):
         if code not in present:
             fields.append(pa.nulls(n, typ))

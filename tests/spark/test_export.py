@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -10,7 +14,17 @@ from merklog.node.spark.schema import decode_args
 from merklog.replication.bulk import iter_log_batches
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
-from merklog.store import CIDMismatch, Fact, Link, MemoryBlockStore, SQLiteBlockStore, make_fact
+from merklog.store import (
+    CIDMismatch,
+    Fact,
+    Link,
+    MemoryBlockStore,
+    SQLiteBlockStore,
+    fact_cid,
+    make_fact,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # mixed value types that Python's == would merge (1 == 1.0 == True) stay apart
 MIXED = [
@@ -121,3 +135,47 @@ def test_corrupted_block_is_detected_not_exported(tmp_path):
     rep.conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (b"\xa0", cid.raw))
     with pytest.raises(CIDMismatch):
         export_replica(rep, tmp_path / "out")
+
+
+def test_export_of_every_op_shape_equals_the_log(tmp_path):
+    """Retracts observing two asserts, a delta mixing asserts and retracts (decoded by
+    libipld), grants and revokes: the export is still the replica's log row for row."""
+    from tests.spark.test_deltacols import replica_with_every_shape
+
+    rep = replica_with_every_shape(tmp_path)
+    export_replica(rep, tmp_path / "out")
+    assert _exported(tmp_path / "out") == _reference(rep)
+    observed = [len(r[9]) for r in _reference(rep) if r[5] == "retract"]
+    assert 2 in observed and 1 in observed
+
+
+def test_corrupted_fact_block_is_detected(tmp_path):
+    """A fact block whose bytes were swapped for another valid fact's (same prefix, so the
+    fact scan reads it) fails the page's hash check."""
+    rep = _replica(tmp_path, "sqlite")
+    rep.assert_facts([make_fact("n", (1,)), make_fact("n", (2,))])
+    one, two = fact_cid(make_fact("n", (1,))), fact_cid(make_fact("n", (2,)))
+    data = rep.blockstore.get(two)
+    rep.conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (data, one.raw))
+    with pytest.raises(CIDMismatch, match=str(one)):
+        export_replica(rep, tmp_path / "out")
+
+
+def test_export_command_does_not_import_pandas(tmp_path):
+    """pyarrow imports pandas (~0.3 s of CPU) on pa.array, pa.scalar or to_numpy: the
+    export builds its arrays from buffers, so an export whose deltas and facts take the
+    column-wise paths never pays for it (a mixed delta or a link value may)."""
+    script = (
+        "import sys\n"
+        "from merklog.node.spark.export import export_replica\n"
+        "from tests.spark.test_deltacols import replica_with_every_shape\n"
+        "from pathlib import Path\n"
+        f"rep = replica_with_every_shape(Path({str(tmp_path)!r}), mixed=False)\n"
+        "assert 'pandas' not in sys.modules\n"
+        f"export_replica(rep, Path({str(tmp_path / 'out')!r}))\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,92 @@
+"""The column-wise read of the visible set (node/factscan.py) holds exactly what the
+per-fact scan holds: int64 matrices for all-int relations, and every other relation -
+mixed value types, links, two arities, no arguments - as the same rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from merklog.node import edb, factscan
+from merklog.node.node import Node
+from merklog.replication import bulk
+from merklog.store import Link, fact_cid, make_fact
+from merklog.store.codec import gc_paused
+
+N = edb.SCAN_FROM + 300
+
+#: values Python's == merges (1 == 1.0 == True) stay apart; a link; int64 extremes
+MIXED = [(1,), (1.0,), (True,), ("1",), (b"\x01",), (fact_cid(make_fact("e", (1,))),)]
+
+
+def _facts() -> list[tuple[str, tuple]]:
+    rng = np.random.default_rng(11)
+    facts: list[tuple[str, tuple]] = [("big", (i,)) for i in range(N)]
+    facts += [("sale", (i, int(g), int(a))) for i, (g, a) in enumerate(rng.integers(-9, 9, (N, 2)))]
+    facts += [("ext", (-(2**63), 2**63 - 1)), ("ext", (0, -1))]
+    facts += [("mixed", (i,)) for i in range(2, 40)] + [("mixed", r) for r in MIXED]
+    facts += [("arity", (1,)), ("arity", (1, 2))]  # two arities: rows
+    facts += [("flag", ())]  # no arguments
+    facts += [("txt", ("é", "")), ("flt", (0.5, -0.0, 1e300))]
+    return facts
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    with Node.open(tmp_path / "h") as n:
+        n.write(_facts())
+    with Node.open(tmp_path / "h") as n:
+        yield n
+
+
+def _both(node: Node) -> tuple[dict, dict]:
+    replica = node.replica
+    offer = replica.blockstore.shared_sqlite()
+    cids = [c for page in bulk.iter_visible_cids(replica) for c in page]
+    with gc_paused():
+        fast = factscan.scan_visible(offer, cids)
+        slow = edb._scan(offer, set(cids))
+    assert fast is not None and slow is not None
+    return (
+        {rel: edb._relation(rows) for rel, rows in fast.items()},
+        {rel: edb._relation(rows) for rel, rows in slow.items()},
+    )
+
+
+def test_column_scan_holds_what_the_per_fact_scan_holds(node: Node) -> None:
+    fast, slow = _both(node)
+    assert fast.keys() == slow.keys()
+    for rel in slow:
+        if isinstance(slow[rel], np.ndarray):
+            assert isinstance(fast[rel], np.ndarray), rel
+            assert fast[rel].dtype == np.int64 and fast[rel].shape == slow[rel].shape
+            key = lambda m: sorted(map(tuple, m.tolist()))  # noqa: E731
+            assert key(fast[rel]) == key(slow[rel]), rel
+        else:
+            assert not isinstance(fast[rel], np.ndarray), rel
+            assert fast[rel] == slow[rel], rel
+    matrices = {rel for rel, rows in fast.items() if isinstance(rows, np.ndarray)}
+    assert matrices == {"big", "sale", "ext"}
+    assert len(fast["mixed"]) == 38 + 6  # 1, 1.0, true, "1", x"01" and a link: six rows
+    assert any(type(v) is Link for row in fast["mixed"] for v in row)
+
+
+def test_the_node_opens_through_the_column_scan(node: Node, monkeypatch) -> None:
+    calls = []
+    real = factscan.scan_visible
+    monkeypatch.setattr(factscan, "scan_visible", lambda *a: calls.append(1) or real(*a))
+    held = edb.read_visible(node.replica).base()
+    assert calls == [1]
+    assert isinstance(held["sale"], np.ndarray) and held["sale"].shape == (N, 3)
+    assert not isinstance(held["mixed"], np.ndarray)
+
+
+def test_a_visible_fact_without_its_block_leaves_it_to_the_per_fact_read(node: Node) -> None:
+    replica = node.replica
+    offer = replica.blockstore.shared_sqlite()
+    cids = [c for page in bulk.iter_visible_cids(replica) for c in page]
+    missing = Link.for_dag_cbor(b"\xa2crelanemptyeargs\x80").raw
+    assert factscan.scan_visible(offer, sorted([*cids, missing])) is None
+    assert factscan.scan_visible(offer, [*cids, b"\x01\x55\x00"]) is None  # another CID kind

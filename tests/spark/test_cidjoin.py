@@ -1,0 +1,58 @@
+"""CID lookups by 64 digest bits (node/spark/cidjoin.py) answer what pc.index_in answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from merklog.node.cidsearch import search
+from merklog.node.spark.cidjoin import lookup, member
+from merklog.store import Link
+
+
+def _cid_array(values) -> pa.Array:
+    return pa.array(values, pa.binary())
+
+
+def test_cid_lookup_equals_index_in():
+    cids = [Link.for_dag_cbor(bytes([0xA1, i])).raw for i in range(50)]
+    value_set = _cid_array(cids[:40])
+    wanted = _cid_array([cids[3], None, cids[45], cids[39], cids[0], cids[3]])
+    got = lookup(wanted, value_set)
+    assert got.to_pylist() == pc.index_in(wanted, value_set=value_set).to_pylist()
+    assert got.to_pylist() == [3, None, None, 39, 0, 3]
+    # a slice (non-zero offset) of both sides
+    assert lookup(wanted[1:], value_set[5:]).to_pylist() == [None, None, 34, None, None]
+    # other widths, and two CIDs sharing the 64 bits searched: index_in's answer still
+    short = _cid_array([b"\x01\x55\x00\x01x", *cids[:3]])
+    assert lookup(_cid_array([b"\x01\x55\x00\x01x"]), short).to_pylist() == [0]
+    twin = cids[7][:12] + bytes(24)
+    clash = _cid_array([cids[7], twin])
+    assert lookup(_cid_array([twin, cids[7]]), clash).to_pylist() == [1, 0]
+    assert lookup(_cid_array([]), value_set).to_pylist() == []
+    assert lookup(wanted, _cid_array([])).to_pylist() == [None] * 6
+
+
+def test_bucket_search_equals_searchsorted():
+    rng = np.random.default_rng(7)
+    top = np.iinfo(np.uint64).max
+    for n in (1, 2, 3, 1000, 70_000):
+        keys = np.unique(rng.integers(0, top, n, dtype=np.uint64, endpoint=True))
+        keys[0] = 0
+        queries = np.concatenate(
+            [
+                keys,
+                keys + np.uint64(1),
+                rng.integers(0, top, 5000, dtype=np.uint64),
+                np.array([0, top], np.uint64),
+            ]
+        )
+        assert queries.dtype == np.uint64
+        assert np.array_equal(search(keys, queries), np.searchsorted(keys, queries))
+
+
+def test_member_marks_values_in_the_set():
+    cids = [Link.for_dag_cbor(bytes([0xA1, i])).raw for i in range(10)]
+    got = member(_cid_array([cids[1], None, cids[9]]), _cid_array(cids[:5]))
+    assert got.tolist() == [True, False, False]
