@@ -10,6 +10,7 @@ other commands; anything else (``--help``, other names) loads them all.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import pkgutil
@@ -145,8 +146,17 @@ def _load_commands() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="merklog")
+    """Console-script entry point.
+
+    When the command ends (``cli`` leaves through ``SystemExit``) every live object is
+    moved to the permanent generation (``gc.freeze``), so the interpreter's final
+    collection does not walk a heap the process is about to drop: after ``put -f`` of
+    1M facts that walk was ~4% of the command's CPU (ADR 0110; ADR 0078 does the same
+    for ``node run``). Reference counting still frees objects and atexit handlers run."""
+    try:
+        cli(prog_name="merklog")
+    finally:
+        gc.freeze()
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ subscribers hear them only after it committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from operator import itemgetter
 from typing import Any
 
 from merklog.store import Fact, Link
 
 from . import relindex
+from .assertrows import insert_asserts
 from .blocks import (
     decode_fact_fast,
     fast_link,
@@ -30,10 +30,6 @@ ChangeCallback = Callable[[int, Fact, Link], None]
 
 def _raw_of(link: Link) -> bytes:
     return link.raw
-
-
-#: Sort key of a ``repl_assert`` row ``(ds, fact, delta, killed)`` of one dataset: the fact.
-_fact_key = itemgetter(1)
 
 
 class ORSet(ReplicaState):
@@ -141,11 +137,13 @@ class ORSet(ReplicaState):
         if deferred is not None and deferred.asserts is not None:
             deferred.asserts.extend(rows)  # inserted once, sorted, when the write ends
         else:
-            rows.sort(key=_fact_key)  # one bytes comparison per step, not a tuple's
-            conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", rows)
-        # The per-relation index (ADR 0095) is insert-only and read against visibility,
-        # so it is written now even when the assert rows wait for the end of the write.
-        relindex.record(conn, self._relations_of(asserted, facts))
+            insert_asserts(conn, rows)  # sorted, one statement per run (ADR 0110)
+        # The per-relation index (ADR 0095) is insert-only and nothing in a local write
+        # reads it: a local write stores its rows once, sorted, when it ends (ADR 0110).
+        if deferred is not None:
+            deferred.relations.extend(self._relations_of(asserted, facts))
+        else:
+            relindex.record(conn, self._relations_of(asserted, facts))
         changes = self._changes
         if isinstance(facts, list):  # local: aligned with asserted
             for f, (_c, _d, fact) in zip(asserted, facts, strict=True):
