@@ -208,6 +208,8 @@ def test_set_cache_mb_changes_only_the_page_cache(tmp_path):
     assert store.conn.execute("PRAGMA cache_size").fetchone()[0] == -512 * 1024
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    pages = store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    assert pages == sqlite_module.WAL_CHECKPOINT_PAGES
     cid, data = encode_fact(make_fact("p", [1.0]))
     store.put_many([(cid, data)])
     assert store.get(cid) == data
