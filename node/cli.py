@@ -145,6 +145,11 @@ def _load_commands() -> None:
         _register(info.name)
 
 
+#: True in the console-script process (``main``), which ends when its command does;
+#: False when ``cli`` is invoked in-process (tests' CliRunner, embedding apps).
+ONE_SHOT = False
+
+
 def main() -> None:
     """Console-script entry point.
 
@@ -153,6 +158,8 @@ def main() -> None:
     collection does not walk a heap the process is about to drop: after ``put -f`` of
     1M facts that walk was ~4% of the command's CPU (ADR 0110; ADR 0078 does the same
     for ``node run``). Reference counting still frees objects and atexit handlers run."""
+    global ONE_SHOT
+    ONE_SHOT = True
     try:
         cli(prog_name="merklog")
     finally:
