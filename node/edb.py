@@ -130,7 +130,10 @@ class Edb:
             if isinstance(rows, ArrayBase):
                 was = rows.present(last.keys())
             else:
-                was = rows & last.keys()
+                # Iterates the changed rows, not the relation: ``set & dict_keys`` walked
+                # every row of the relation (a subclass of set is not "exactly" a set to
+                # the dict view), O(relation) per epoch (ADR 0110).
+                was = rows.intersection(last)
             ins = [r for r, now in last.items() if now and r not in was]
             dels = [r for r, now in last.items() if not now and r in was]
             if isinstance(rows, ArrayBase):

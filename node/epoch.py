@@ -23,9 +23,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, Protocol
 
 from merklog.engine.values import row_to_engine
+from merklog.replication.txn import gc_paused
 from merklog.store import Fact
 
 from . import epochstate, queries, storage
@@ -37,6 +39,9 @@ from .subscriptions import Row, Subscription
 log = logging.getLogger("merklog.node.node")
 
 TICK_REL = "tick"
+#: An epoch taking this many visible-set changes pauses the cyclic GC while it turns them
+#: into engine rows and steps the engine (the engine's own threshold, ADR 0017).
+GC_PAUSE_CHANGES = 20_000
 
 #: ``sink(epoch, changes)``: called after every epoch that changed something.
 Sink = Callable[[int, list[tuple[Fact, int]]], None]
@@ -163,32 +168,35 @@ class EpochDriver:
                 changes, self._pending = self._pending, []
                 taken_seq = self._seq
             epoch = self.epoch + 1
-            inserts, deletes = self.edb.apply(changes)
-            reload, self._reload = self._reload, False
-            events: dict[str, set[tuple]] = {
-                rel: set(map(row_to_engine, rows)) for rel, rows in self._carry.items()
-            }
-            self._carry = {}
-            if node.config.get("node.tick"):
-                events.setdefault(TICK_REL, set()).add((epoch,))
-            messages = [(m.cid, m.fact) for m in node.inbox.pending()]
-            for _cid, fact in messages:
-                events.setdefault(fact.rel, set()).add(row_to_engine(fact.args))
-            engine = node.engine
-            listened = bool(self.subs or self.sinks)
-            if reload:  # a fresh program over the whole EDB: a batch evaluation
-                outbox = engine.evaluate_all(self.edb.base(), events)
-                deltas: dict = {}
-            else:
-                deltas, outbox = engine.step(
-                    inserts,
-                    deletes,
-                    events,
-                    base=self.edb.base,
-                    keep_snapshot=not self.warm_up,
-                    want_deltas=listened,
-                )
-                self.warm_up = self.warm_up and engine.snapshot
+            # A bulk write's changes: no cyclic GC passes while they become engine rows and
+            # go through the engine (nothing here is cyclic; ADR 0017, ADR 0110).
+            with gc_paused() if len(changes) >= GC_PAUSE_CHANGES else nullcontext():
+                inserts, deletes = self.edb.apply(changes)
+                reload, self._reload = self._reload, False
+                events: dict[str, set[tuple]] = {
+                    rel: set(map(row_to_engine, rows)) for rel, rows in self._carry.items()
+                }
+                self._carry = {}
+                if node.config.get("node.tick"):
+                    events.setdefault(TICK_REL, set()).add((epoch,))
+                messages = [(m.cid, m.fact) for m in node.inbox.pending()]
+                for _cid, fact in messages:
+                    events.setdefault(fact.rel, set()).add(row_to_engine(fact.args))
+                engine = node.engine
+                listened = bool(self.subs or self.sinks)
+                if reload:  # a fresh program over the whole EDB: a batch evaluation
+                    outbox = engine.evaluate_all(self.edb.base(), events)
+                    deltas: dict = {}
+                else:
+                    deltas, outbox = engine.step(
+                        inserts,
+                        deletes,
+                        events,
+                        base=self.edb.base,
+                        keep_snapshot=not self.warm_up,
+                        want_deltas=listened,
+                    )
+                    self.warm_up = self.warm_up and engine.snapshot
             nxt = engine.next_tuples()
             # Send each @async tuple once while its body keeps holding (also across restarts).
             # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.

@@ -10,12 +10,12 @@ subscribers hear them only after it committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from operator import itemgetter
 from typing import Any
 
 from merklog.store import Fact, Link
 
 from . import relindex
+from .assertrows import insert_asserts
 from .blocks import (
     decode_fact_fast,
     fast_link,
@@ -24,16 +24,22 @@ from .factset import FactSet
 from .sqlutil import chunks as _chunks
 from .state import ReplicaState
 
+#: From this many CIDs on, a visibility lookup sends them as one blob (``_LIVE_RUN``).
+_BLOB_LOOKUP = 1000
+#: The live asserts of a sorted run of CIDs (``?1`` blob length, ``?2`` CID length,
+#: ``?3`` ds, ``?4`` the CIDs back to back): the run drives, one key probe per CID.
+_LIVE_RUN = """
+WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + ?2 FROM run WHERE i + ?2 < ?1)
+SELECT a.fact, a.delta FROM run CROSS JOIN repl_assert AS a
+WHERE a.ds = ?3 AND a.fact = substr(?4, run.i + 1, ?2) AND a.killed = 0
+"""
+
 #: Callback signature for visible-set changes: (+1 | -1, fact, fact CID).
 ChangeCallback = Callable[[int, Fact, Link], None]
 
 
 def _raw_of(link: Link) -> bytes:
     return link.raw
-
-
-#: Sort key of a ``repl_assert`` row ``(ds, fact, delta, killed)`` of one dataset: the fact.
-_fact_key = itemgetter(1)
 
 
 class ORSet(ReplicaState):
@@ -80,15 +86,36 @@ class ORSet(ReplicaState):
         return self._live_asserts_many([fact]).get(fact, [])
 
     def _live_asserts_many(self, facts: Iterable[Link]) -> dict[Link, list[Link]]:
-        """For each of ``facts`` that is visible: its live asserting deltas, sorted."""
+        """For each of ``facts`` that is visible: its live asserting deltas, sorted.
+
+        The CIDs are probed in sorted order (an in-order walk of ``repl_assert``'s key);
+        a bulk lookup sends each run of equal-length CIDs as one blob that SQLite cuts
+        itself (no bound parameter per CID, ADR 0110)."""
         out: dict[Link, list[Link]] = {}
-        for chunk in _chunks(list(dict.fromkeys(facts))):
-            marks = ",".join("?" * len(chunk))
-            for fact, delta in self.conn.execute(
-                f"SELECT fact, delta FROM repl_assert WHERE ds = ? AND killed = 0"
-                f" AND fact IN ({marks})",
-                (self.ds, *[f.raw for f in chunk]),
-            ):
+        runs: dict[int, set[bytes]] = {}
+        for f in facts:
+            raw = f.raw
+            run = runs.get(len(raw))
+            if run is None:
+                runs[len(raw)] = {raw}
+            else:
+                run.add(raw)
+        for size, run in runs.items():
+            raws = sorted(run)
+            if len(raws) < _BLOB_LOOKUP or size == 0:
+                rows: Iterable[tuple[bytes, bytes]] = (
+                    row
+                    for chunk in _chunks(raws)
+                    for row in self.conn.execute(
+                        "SELECT fact, delta FROM repl_assert WHERE ds = ? AND killed = 0"
+                        f" AND fact IN ({','.join('?' * len(chunk))})",
+                        (self.ds, *chunk),
+                    )
+                )
+            else:
+                blob = b"".join(raws)
+                rows = self.conn.execute(_LIVE_RUN, (len(blob), size, self.ds, blob))
+            for fact, delta in rows:
                 out.setdefault(fast_link(bytes(fact)), []).append(fast_link(bytes(delta)))
         for observed in out.values():
             observed.sort()
@@ -141,11 +168,13 @@ class ORSet(ReplicaState):
         if deferred is not None and deferred.asserts is not None:
             deferred.asserts.extend(rows)  # inserted once, sorted, when the write ends
         else:
-            rows.sort(key=_fact_key)  # one bytes comparison per step, not a tuple's
-            conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", rows)
-        # The per-relation index (ADR 0095) is insert-only and read against visibility,
-        # so it is written now even when the assert rows wait for the end of the write.
-        relindex.record(conn, self._relations_of(asserted, facts))
+            insert_asserts(conn, rows)  # sorted, one statement per run (ADR 0110)
+        # The per-relation index (ADR 0095) is insert-only and nothing in a local write
+        # reads it: a local write stores its rows once, sorted, when it ends (ADR 0110).
+        if deferred is not None:
+            deferred.relations.extend(self._relations_of(asserted, facts))
+        else:
+            relindex.record(conn, self._relations_of(asserted, facts))
         changes = self._changes
         if isinstance(facts, list):  # local: aligned with asserted
             for f, (_c, _d, fact) in zip(asserted, facts, strict=True):

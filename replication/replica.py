@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from merklog.store import BlockNotFound, BlockStore, Fact, Link
 
 from . import relindex
 from .acceptance import MAX_PENDING_BLOCKS, MAX_PENDING_BYTES, Acceptance, ApplyResult
+from .assertrows import insert_asserts
 from .blocks import (
     Assert,
     Delta,
@@ -53,14 +53,13 @@ from .txn import conn_lock, connect, gc_paused, require_autocommit, transaction
 
 class _Deferred(NamedTuple):
     """What a local write stores when its last delta is in (see ``_write_locked``):
-    ``(CID, block)`` pairs, and ``repl_assert`` rows (None: inserted per delta)."""
+    ``(CID, block)`` pairs, ``repl_assert`` rows (None: inserted per delta) and
+    ``repl_rel_fact`` rows (the index is insert-only and nothing in the call reads it,
+    so it always waits: one sorted pass per relation instead of one per delta)."""
 
     blocks: list[tuple[Link, bytes]]
     asserts: list[tuple[int, bytes, bytes, int]] | None
-
-
-#: Sort key of a ``repl_assert`` row ``(ds, fact, delta, killed)`` of one dataset.
-_fact_key = itemgetter(1)
+    relations: list[tuple[int, str, bytes]]
 
 
 class LogRow(NamedTuple):
@@ -286,7 +285,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         # assert rows go in once, sorted by CID, when its last delta is accepted: one
         # in-order pass over each random-key B-tree instead of one per delta.
         retracts = any(p.wire["op"] == "retract" for p in planned)
-        self._deferred = _Deferred([], None if retracts else [])
+        self._deferred = _Deferred([], None if retracts else [], [])
         try:
             with self._tx():
                 for group in pack_ops(planned, len(self.heads())):
@@ -309,15 +308,15 @@ class Replica(Acceptance, ORSet, Reconciliation):
         return out
 
     def _flush_deferred(self) -> None:
-        """Store the blocks and ``repl_assert`` rows a local write deferred (in its
-        transaction), each sorted by CID."""
+        """Store the blocks, ``repl_assert`` and ``repl_rel_fact`` rows a local write
+        deferred (in its transaction), each sorted by key."""
         deferred, self._deferred = self._deferred, None
         if deferred is None:
             return
         self.blockstore.put_encoded(deferred.blocks)
         if deferred.asserts:
-            deferred.asserts.sort(key=_fact_key)
-            self.conn.executemany("INSERT INTO repl_assert VALUES (?, ?, ?, ?)", deferred.asserts)
+            insert_asserts(self.conn, deferred.asserts)
+        relindex.record(self.conn, deferred.relations)
 
     def _owner_check(self) -> None:
         if self.identity.public_key != self.genesis.owner:

@@ -61,6 +61,32 @@ def test_put_reads_a_file(run, tmp_path: Path) -> None:
     assert len(run("put", "-f", str(f)).output.splitlines()) == 2
 
 
+def test_bulk_put_on_a_stopped_home_raises_its_page_cache(run, tmp_path: Path, monkeypatch) -> None:
+    """A large ``put -f`` on a stopped home asks its store for a larger page cache
+    (ADR 0110; the threshold is lowered here) and still writes every mixed-type fact."""
+    from merklog.node.commands import put
+    from merklog.store.sqlite import SQLiteBlockStore
+
+    sizes: list[int] = []
+    real = SQLiteBlockStore.set_cache_mb
+
+    def spy(store: SQLiteBlockStore, cache_mb: int) -> None:
+        sizes.append(cache_mb)
+        real(store, cache_mb)
+
+    monkeypatch.setattr(SQLiteBlockStore, "set_cache_mb", spy)
+    monkeypatch.setattr(put, "BULK_CACHE_FACTS", 5)
+    run("init")
+    f = tmp_path / "facts.dl"
+    f.write_text('p(1).\np(1.0).\np(true).\np("1").\np(x"01").\n')
+    out = run("put", "-f", str(f)).output.splitlines()
+    assert sizes == [put.BULK_CACHE_MB]
+    assert len({line.split("\t")[0] for line in out}) == 5
+    f.write_text("p(2).\n")
+    run("put", "-f", str(f))
+    assert sizes == [put.BULK_CACHE_MB]  # a small write keeps the default
+
+
 def test_retract_removes_from_ls(run) -> None:
     run("init")
     run("put", "edge(1, 2).", "edge(2, 3).")

@@ -102,3 +102,57 @@ def test_record_stores_every_cid_as_a_blob_whatever_its_length(tmp_path) -> None
         [(1, "p", r, "blob") for r in long + short] + [(2, "p", long[0], "blob")]
     )
     conn.close()
+
+
+def test_one_call_of_several_deltas_with_a_retract_indexes_every_assert(tmp_path) -> None:
+    """A local write defers its index rows to its end (ADR 0110) whether or not it holds
+    a retract (its assert rows then go in per delta): every asserted fact of every delta
+    is indexed once, pages see the visible ones, and a peer accepts the deltas."""
+    from merklog.replication.blocks import Assert, Retract
+    from merklog.replication.limits import MAX_OPS
+
+    owner = Identity.generate()
+    a = _replica(tmp_path, "a", owner)
+    rare = [make_fact("rare", [x]) for x in MIXED]
+    a.assert_facts(rare[:2])
+    common = [make_fact("common", [i, MIXED[i % 5]]) for i in range(2 * MAX_OPS + 10)]
+    deltas = a.write_many([Assert(f) for f in common + rare[2:]] + [Retract(rare[0])])
+    assert len(deltas) >= 3
+    indexed = a.conn.execute(
+        "SELECT rel, count(*) FROM repl_rel_fact WHERE ds = ? GROUP BY rel", (a.ds,)
+    ).fetchall()
+    assert sorted(indexed) == [("common", len(common)), ("rare", len(rare))]
+    assert _page_all(a, "rare", 2) == sorted(map(fact_cid, rare[1:]))
+    assert _page_all(a, "common", 1000) == sorted(map(fact_cid, common))
+    assert a.conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    b = _replica(tmp_path, "b", Identity.generate(), a.genesis)
+    b.apply_blocks(a.missing_for([a.dataset]))
+    assert b.visible_facts() == a.visible_facts()
+    assert _page_all(b, "rare", 3) == _page_all(a, "rare", 3)
+
+
+def test_insert_asserts_cuts_runs_of_any_cid_length_and_refuses_duplicates(tmp_path) -> None:
+    """``insert_asserts`` sends each (ds, killed, CID lengths) run as one blob: rows of
+    mixed-type facts and CIDs of different lengths all land as BLOBs with their flags,
+    and a duplicate primary key fails as a plain INSERT would."""
+    import sqlite3
+
+    from merklog.replication.assertrows import insert_asserts
+    from merklog.replication.schema import ensure_schema
+
+    conn = sqlite3.connect(tmp_path / "a.sqlite", isolation_level=None)
+    ensure_schema(conn)
+    facts = [fact_cid(make_fact("p", [x])).raw for x in MIXED]
+    delta = fact_cid(make_fact("d", ["delta"])).raw
+    short = b"\x01\x55\x00\x03abc"  # an identity-hash raw CID
+    rows = [(1, f, delta, i % 2) for i, f in enumerate(facts)]
+    rows += [(1, short, delta, 0), (1, facts[0], short, 0), (2, facts[0], delta, 0)]
+    assert insert_asserts(conn, rows) == len(rows)
+    got = conn.execute(
+        "SELECT ds, fact, delta, killed, typeof(fact), typeof(delta) FROM repl_assert"
+    ).fetchall()
+    assert sorted(got) == sorted((*r, "blob", "blob") for r in rows)
+    assert len({r[1] for r in rows[:5]}) == 5  # 1, 1.0, true, "1", x"01": five CIDs
+    with pytest.raises(sqlite3.IntegrityError):
+        insert_asserts(conn, [(1, facts[2], delta, 0)])
+    conn.close()

@@ -189,6 +189,29 @@ def test_write_of_several_deltas_stores_every_block_and_assert(tmp_path):
     store.close()
 
 
+def test_bulk_write_of_visible_facts_adds_no_assert(tmp_path):
+    """A write of thousands of facts looks their visibility up in one blob query
+    (ADR 0110): the already-visible ones (mixed types, so ``==`` would merge them) add
+    no assert row, the others one each, and a retracted one is asserted again."""
+    from merklog.replication.orset import _BLOB_LOOKUP
+
+    owner = Identity.generate()
+    store = SQLiteBlockStore(tmp_path / "v.sqlite")
+    r = Replica.create(store.conn, store, owner, "bulk")
+    values = [1, 1.0, True, "1", b"\x01"]
+    old = [make_fact("p", [i // 5, values[i % 5]]) for i in range(2 * _BLOB_LOOKUP)]
+    r.assert_facts(old)
+    r.retract_facts(old[:3])
+    (before,) = r.conn.execute("SELECT count(*) FROM repl_assert").fetchone()
+    new = [make_fact("p", [i, values[i % 5]]) for i in range(10**6, 10**6 + _BLOB_LOOKUP)]
+    assert len(r.visible_among([fact_cid(f) for f in old + new])) == len(old) - 3
+    r.write_many([Assert(f) for f in old + new])
+    (after,) = r.conn.execute("SELECT count(*) FROM repl_assert").fetchone()
+    assert after - before == len(new) + 3
+    assert r.visible_cids() == {fact_cid(f) for f in old + new}
+    store.close()
+
+
 def test_state_survives_reopen(tmp_path):
     ident = Identity.generate()
     store = SQLiteBlockStore(tmp_path / "r.sqlite")

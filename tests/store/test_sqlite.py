@@ -198,3 +198,19 @@ def test_get_many_batches_in_order_and_verifies(sqlite_store, monkeypatch):
     missing, _ = encode_fact(make_fact("nope", [1]))
     with pytest.raises(BlockNotFound):
         list(sqlite_store.get_many([cids[0], missing]))
+
+
+def test_set_cache_mb_changes_only_the_page_cache(tmp_path):
+    """A bulk writer raises its connection's page cache (ADR 0110); durability stays."""
+    store = SQLiteBlockStore(tmp_path / "c.sqlite")
+    assert store.conn.execute("PRAGMA cache_size").fetchone()[0] == -128 * 1024
+    store.set_cache_mb(512)
+    assert store.conn.execute("PRAGMA cache_size").fetchone()[0] == -512 * 1024
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    pages = store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    assert pages == sqlite_module.WAL_CHECKPOINT_PAGES
+    cid, data = encode_fact(make_fact("p", [1.0]))
+    store.put_many([(cid, data)])
+    assert store.get(cid) == data
+    store.close()
