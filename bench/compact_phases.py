@@ -80,7 +80,16 @@ def main() -> None:
     ph.j = 0.0
     ph.mark("JVM + SparkSession start")
 
-    for name in ("_write", "_write_facts", "_place", "_place_facts", "_read", "_find_genesis", "build_manifest", "file_link"):
+    for name in (
+        "_write",
+        "_write_facts",
+        "_place",
+        "_place_facts",
+        "_read",
+        "_find_genesis",
+        "build_manifest",
+        "file_link",
+    ):
         inner = getattr(mod, name)
 
         def wrapped(*a, _inner=inner, _name=name, **kw):
