@@ -368,9 +368,9 @@ def compact(
     try:
         with _job_conf(spark, settings):
             ops = read_ops(spark, inputs)
-            _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
-            deltas_files = _staged_files(staging, "deltas")
             if prune:
+                _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
+                deltas_files = _staged_files(staging, "deltas")
                 unstable = _unstable(deltas_files)
                 if unstable:
                     drop = spark.createDataFrame([(c,) for c in unstable], "delta_cid binary")
@@ -378,6 +378,9 @@ def compact(
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
             _write_facts(snapshot_frame(ops), staging / "facts")
+            if not prune:  # after the facts job, which warms up the scan and the writer
+                _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
+                deltas_files = _staged_files(staging, "deltas")
             with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
                 _write(acl_frame(ops), staging / "acl", ["delta_cid", "op_index"])
         acl_files = _staged_files(staging, "acl")
