@@ -17,6 +17,10 @@ of them, 20 % re-asserts, so supports and removals are both exercised), then tim
   its input size did not pick (C2 and G1 below ``LIGHT_MAX_ROWS`` op rows, C1 and the
   serial collector from there on; ADR 0085).
 
+The compact CLI maps the class-data-sharing archive of its JVM flags (ADR 0114); the
+first ``compact`` of a flag set dumps it, so run one ``merklog compact`` per flag set
+before timing steady-state figures (or set ``MERKLOG_SPARK_CDS=0`` to time without it).
+
 It checks that every engine finds the same number of visible facts, then prints
 the wall times, the CPU times (a command's CPU is its whole process tree, JVM
 included, as reaped; the in-session job's is the JVM's own; DuckDB's and

@@ -80,7 +80,16 @@ def main() -> None:
     ph.j = 0.0
     ph.mark("JVM + SparkSession start")
 
-    for name in ("_write", "_place", "_read", "_find_genesis", "build_manifest", "file_link"):
+    for name in (
+        "_write",
+        "_write_facts",
+        "_place",
+        "_place_facts",
+        "_read",
+        "_find_genesis",
+        "build_manifest",
+        "file_link",
+    ):
         inner = getattr(mod, name)
 
         def wrapped(*a, _inner=inner, _name=name, **kw):
@@ -89,6 +98,10 @@ def main() -> None:
             label = _name
             if _name == "_write":
                 label = f"Spark job: write {Path(str(a[1])).name}"
+            elif _name == "_write_facts":
+                label = "Spark job: write facts"
+            elif _name == "_place_facts":
+                label = "pyarrow split + re-encode of facts (_place_facts)"
             elif _name == "_place":
                 label = "pyarrow re-encode (_place)"
             elif _name == "_read":

@@ -11,13 +11,12 @@ Add-wins OR-set, relationally (docs/crdt.md)::
     visible(ds, F)  :- live(ds, F, _).
 
 Everything about one fact - its asserting deltas and the deltas its retracts
-observed - lives in the rows with its ``(dataset, fact_cid)``, so the whole
-computation is one ``groupBy(dataset, fact_cid)``: ``collect_set`` of the
-asserting delta CIDs, ``collect_set`` of the observed lists, and
-``array_except`` of the two is the fact's *support* (the asserting deltas not
-yet removed). A fact is visible iff its support is not empty. Duplicated input
-rows need no ``dropDuplicates``: the sets absorb them, and Spark aggregates
-partially before the shuffle.
+observed - lives in the rows with its ``(fact_cid, dataset)``, so the whole
+computation is one ``groupBy(fact_cid, dataset)``: ``collect_list`` of the
+asserting delta CIDs, ``collect_list`` of the observed lists, and
+``array_except`` of the two (a set) is the fact's *support* (the asserting deltas
+not yet removed). A fact is visible iff its support is not empty. Duplicated
+input rows need no ``dropDuplicates``: ``array_except`` absorbs them.
 
 The snapshot keeps, per visible fact, its support: that is the whole OR-set
 state, so a retract arriving after the snapshot (which lists the asserts it
@@ -64,6 +63,8 @@ OPS_DDL = (
 )
 #: Input op rows per output partition (and file): the file count depends on the input only.
 ROWS_PER_PARTITION = 262_144
+#: The facts job's shuffle and sort key (fact_cid first: see :func:`snapshot_frame`).
+FACT_KEY = ("fact_cid", "dataset")
 _STAGING = "_compact_staging"
 
 
@@ -91,43 +92,47 @@ def read_ops(spark: Any, inputs: list[str | Path]) -> Any:
 def snapshot_frame(ops: Any) -> Any:
     """One row per visible fact: dataset, relation, fact_cid, args, support (sorted, binary).
 
-    The tag rows are shuffled by ``(dataset, fact_cid)`` and sorted *before* the
-    aggregate, so it sees each fact's rows together: no partial aggregate runs on
-    the unshuffled input (where nearly every key is distinct, so it only costs), and
-    the aggregate's spill-and-sort fallback finds its input already sorted. Measured
-    at 1M ops on local[2]: ~7 s of JVM CPU instead of ~13 s (ADR 0055). Retract
-    rows drop their relation and arguments before the shuffle (an assert of the
-    same fact carries them, and a fact without one is not visible)."""
+    The tag rows are shuffled by ``(fact_cid, dataset)`` and sorted by the same keys
+    *before* the aggregate, so it sees each fact's rows together: no partial
+    aggregate runs on the unshuffled input (where nearly every key is distinct, so it
+    only costs) and the sort aggregate needs no sort of its own (ADR 0055). The key
+    starts with ``fact_cid``, not ``dataset``: Spark sorts on an 8-byte prefix of the
+    first key, and a dataset's rows all share theirs, which left every comparison to
+    the full rows (ADR 0114). ``collect_list`` and ``array_except`` (whose result is
+    a set) replace ``collect_set``, and ``sort_array`` the lambda comparator of
+    ``array_sort``. Retract rows drop their relation and arguments before the shuffle
+    (an assert of the same fact carries them, and a fact without one is not visible).
+    The output is ordered by ``(fact_cid, dataset)`` within each partition."""
     from pyspark.sql import functions as F
 
     is_assert = F.col("op") == "assert"
     tags = (
         ops.where(F.col("op").isin("assert", "retract"))
         .select(
-            "dataset",
             "fact_cid",
+            "dataset",
             F.when(is_assert, F.col("relation")).alias("relation"),
             F.when(is_assert, F.col("args")).alias("args"),
             F.when(is_assert, F.col("delta_cid")).alias("asserted"),
             F.when(~is_assert, F.col("observed")).alias("observed"),
         )
-        .repartition("dataset", "fact_cid")
-        .sortWithinPartitions("dataset", "fact_cid")
+        .repartition(*FACT_KEY)
+        .sortWithinPartitions(*FACT_KEY)
     )
     return (
-        tags.groupBy("dataset", "fact_cid")
+        tags.groupBy(*FACT_KEY)
         .agg(
             F.first("relation", ignorenulls=True).alias("relation"),
             F.first("args", ignorenulls=True).alias("args"),
-            F.collect_set("asserted").alias("asserted"),
-            F.collect_set("observed").alias("observed"),
+            F.collect_list("asserted").alias("asserted"),
+            F.collect_list("observed").alias("observed"),
         )
         .select(
             "dataset",
             "relation",
             "fact_cid",
             "args",
-            F.array_sort(F.array_except("asserted", F.flatten("observed"))).alias("support"),
+            F.sort_array(F.array_except("asserted", F.flatten("observed"))).alias("support"),
         )
         .where(F.size("support") > 0)
     )
@@ -244,6 +249,16 @@ def _write(df: Any, path: Path, sort: list[str]) -> None:
     ).partitionBy("dataset").parquet(str(path))
 
 
+def _write_facts(df: Any, path: Path) -> None:
+    """Stage the facts as one uncompressed file per shuffle partition, in the aggregate's
+    ``(fact_cid, dataset)`` order: no ``partitionBy("dataset")``, whose required
+    dataset-first order would sort every partition again (on a useless prefix);
+    :func:`_place_facts` splits the files by dataset instead."""
+    df.sortWithinPartitions(*FACT_KEY).write.mode("overwrite").option(
+        "compression", "none"
+    ).parquet(str(path))
+
+
 def _staged_files(staging: Path, role: str) -> dict[str, list[Path]]:
     """``dataset → files`` Spark wrote under ``staging/role/dataset=<ds>/``, in partition order."""
     root = staging / role
@@ -282,6 +297,42 @@ def _place(files: list[Path], dest: Path) -> None:
         f.unlink()
 
 
+def _place_facts(staging: Path, out: Path, datasets: list[str]) -> dict[str, int]:
+    """Split the staged facts files by dataset and re-encode each dataset's rows as
+    ``out/dataset=<ds>/facts/part-NNNNN.parquet`` (pinned settings, as :func:`_place`),
+    in partition order, one file per partition that holds rows of it. A staged file is
+    sorted by ``(fact_cid, dataset)``, so each dataset's slice is sorted by fact_cid.
+    Returns ``dataset → support tags``."""
+    root = staging / "facts"
+    if not root.is_dir():
+        raise CompactError(
+            f"Spark wrote its output where this process cannot see it ({root} is missing):"
+            " with --remote or a cluster, --out must be a directory both sides share"
+        )
+    placed = {ds: 0 for ds in datasets}
+    support = {ds: 0 for ds in datasets}
+    for ds in datasets:
+        (out / f"dataset={ds}" / "facts").mkdir(parents=True, exist_ok=True)
+    for f in sorted(root.glob("part-*.parquet")):
+        table = pq.read_table(f).replace_schema_metadata(None)
+        f.unlink()
+        if table.num_rows == 0:
+            continue
+        column = table.column("dataset")
+        for ds in sorted(pc.unique(column).to_pylist()):
+            if ds not in placed:
+                continue
+            part = table if len(placed) == 1 else table.filter(pc.equal(column, ds))
+            if part.num_rows == 0:
+                continue
+            dest = out / f"dataset={ds}" / "facts"
+            part = part.select(["relation", "fact_cid", "args", "support"])
+            pq.write_table(part, dest / f"part-{placed[ds]:05d}.parquet", **SNAPSHOT_PARQUET)
+            placed[ds] += 1
+            support[ds] += int(pc.sum(pc.list_value_length(part.column("support"))).as_py() or 0)
+    return support
+
+
 def _read(files: list[Path], columns: list[str]) -> pa.Table:
     tables = [pq.read_table(f, columns=columns) for f in files]
     if not tables:
@@ -317,32 +368,37 @@ def compact(
     try:
         with _job_conf(spark, settings):
             ops = read_ops(spark, inputs)
-            _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
-            deltas_files = _staged_files(staging, "deltas")
             if prune:
+                _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
+                deltas_files = _staged_files(staging, "deltas")
                 unstable = _unstable(deltas_files)
                 if unstable:
                     drop = spark.createDataFrame([(c,) for c in unstable], "delta_cid binary")
                     ops = ops.join(F.broadcast(drop), "delta_cid", "left_anti")
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
-            _write(snapshot_frame(ops), staging / "facts", ["fact_cid"])
+            _write_facts(snapshot_frame(ops), staging / "facts")
+            if not prune:  # after the facts job, which warms up the scan and the writer
+                _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
+                deltas_files = _staged_files(staging, "deltas")
             with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
                 _write(acl_frame(ops), staging / "acl", ["delta_cid", "op_index"])
-        facts_files = _staged_files(staging, "facts")
         acl_files = _staged_files(staging, "acl")
+        datasets = sorted(ds for ds in deltas_files if deltas_files[ds])
+        for ds in datasets:
+            shutil.rmtree(out / f"dataset={ds}", ignore_errors=True)
+        support = _place_facts(staging, out, datasets)
         results = [
             _snapshot(
                 out,
                 ds,
                 deltas_files[ds],
-                facts_files.get(ds, []),
+                support[ds],
                 acl_files.get(ds, []),
                 identity,
                 inputs,
             )
-            for ds in sorted(deltas_files)
-            if deltas_files[ds]
+            for ds in datasets
         ]
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -368,21 +424,18 @@ def _snapshot(
     out: Path,
     dataset: str,
     deltas: list[Path],
-    facts: list[Path],
+    n_support: int,
     acl: list[Path],
     identity: Identity,
     inputs: list[str | Path],
 ) -> SnapshotResult:
-    """Place one dataset's staged files, then build and sign its manifest."""
+    """Place one dataset's staged deltas and grants, then build and sign its manifest
+    (its facts are already placed: :func:`_place_facts`)."""
     ds_dir = out / f"dataset={dataset}"
-    if ds_dir.exists():
-        shutil.rmtree(ds_dir)
     delta_table = _read(deltas, ["delta_cid", "parents", "clock"])
     heads = heads_of(delta_table)
     max_clock = int(pc.max(delta_table.column("clock")).as_py() or 0)
-    support = _read(facts, ["support"]).column("support") if facts else None
-    n_support = int(pc.sum(pc.list_value_length(support)).as_py() or 0) if support else 0
-    for role, files in (("deltas", deltas), ("facts", facts), ("acl", acl)):
+    for role, files in (("deltas", deltas), ("acl", acl)):
         _place(files, ds_dir / role)
     entries = []
     genesis = _find_genesis(inputs, dataset)

@@ -115,3 +115,36 @@ def test_same_inputs_and_key_give_the_same_manifest_cid(spark, tmp_path):
         second.directory / "manifest.cbor"
     ).read_bytes()
     assert not (tmp_path / "s1" / "_compact_staging").exists()
+
+
+def test_several_datasets_in_one_job_are_split_into_sorted_snapshots(spark, tmp_path):
+    """The facts are staged once for all datasets (no partitionBy) and split per dataset while
+    re-encoded: each dataset gets its own facts, in files numbered in partition order and
+    each sorted by fact_cid."""
+    sims = [Simulation(peers=2, pool=40, seed=s).run(150) for s in (21, 22)]
+    assert sims[0].dataset != sims[1].dataset
+    dirs = []
+    for k, sim in enumerate(sims):
+        sim.sync_all()
+        d = tmp_path / f"ds{k}"
+        export(sim.log_rows(0), [(sim.dataset, f) for f in sim.visible(0)], d)
+        dirs.append(d)
+    key = Identity.from_seed(b"\x07" * 32)
+    results = compact(spark, dirs, tmp_path / "snap", key, rows_per_partition=60)
+    assert sorted(str(r.dataset) for r in results) == sorted(str(s.dataset) for s in sims)
+    for res in results:
+        [sim] = [s for s in sims if str(s.dataset) == res.dataset]
+        files = sorted((res.directory / "facts").glob("*.parquet"))
+        assert len(files) > 1
+        assert [f.name for f in files] == [f"part-{i:05d}.parquet" for i in range(len(files))]
+        rows = []
+        for f in files:
+            table = pq.read_table(f)
+            assert table.column_names == ["relation", "fact_cid", "args", "support"]
+            cids = table.column("fact_cid").to_pylist()
+            assert cids == sorted(cids)
+            rows.extend(table.to_pylist())
+        assert {Fact(r["relation"], decode_args(r["args"])) for r in rows} == sim.visible(0)
+        assert res.manifest["facts"] == len(rows)
+        assert res.manifest["support"] == sum(len(r["support"]) for r in rows)
+        verify_files(res.manifest, res.directory)
