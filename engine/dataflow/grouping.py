@@ -235,6 +235,22 @@ def column_group_sums(
     return GroupSums(keys, counts.tolist(), sums)
 
 
+def _weighted_rows(
+    delta: Mapping[Row, int], cache: BatchCache | None, ts: Any
+) -> tuple[Batch, int, np.ndarray, int] | None:
+    """The batch of ``delta`` with its rows, row count, int64 weights and their largest
+    magnitude; None when the weights alone could leave int64 (exact arithmetic then)."""
+    batch = cache.get(delta, ts) if cache is not None else Batch(delta)
+    n = len(batch.rows)
+    weighted = batch.weights()
+    if weighted is None:
+        return None
+    w, wspan = weighted
+    if wspan * n >= _INT64_BOUND:
+        return None
+    return batch, n, w, wspan
+
+
 def group_sums(
     delta: Mapping[Row, int],
     key_cols: Sequence[int],
@@ -248,14 +264,10 @@ def group_sums(
     docstring); the caller then aggregates tuple by tuple. ``cache`` and ``ts`` (the
     stream's timestamp) let aggregates over one stream share the batch's reading.
     """
-    batch = cache.get(delta, ts) if cache is not None else Batch(delta)
-    n = len(batch.rows)
-    weighted = batch.weights()
-    if weighted is None:
+    read = _weighted_rows(delta, cache, ts)
+    if read is None:
         return None
-    w, wspan = weighted
-    if wspan * n >= _INT64_BOUND:
-        return None
+    batch, n, w, wspan = read
     keys, codes = batch.groups(key_cols)
     counts = np.zeros(len(keys), dtype=np.int64)
     np.add.at(counts, codes, w)
@@ -312,14 +324,10 @@ def group_totals(
             np.add.at(acc, codes, v)
             sums.append(acc * w)
         return GroupTotals(keys, counts, sums)
-    batch = cache.get(delta, ts) if cache is not None else Batch(delta)
-    n = len(batch.rows)
-    weighted = batch.weights()
-    if weighted is None:
+    read = _weighted_rows(delta, cache, ts)
+    if read is None:
         return None
-    w, wspan = weighted
-    if wspan * n >= _INT64_BOUND:
-        return None
+    batch, n, w, wspan = read
     values = []
     for c in value_cols:
         v = _int64(list(map(itemgetter(c), batch.rows)), n)
