@@ -208,6 +208,21 @@ class ColumnReader:
         return out
 
 
+def _column_groups(
+    delta: ColumnBatch, key_cols: Sequence[int], cache: BatchCache | None, ts: Any
+) -> tuple[list[tuple], np.ndarray, int, int, np.ndarray] | None:
+    """The groups of a :class:`ColumnBatch` read from its columns: the keys, each row's
+    group code, the row count, the batch's one weight and each group's total weight.
+    None when the key columns cannot be grouped column-wise."""
+    reader = cache.get(delta, ts) if cache is not None else ColumnReader(delta)
+    grouped = reader.groups(key_cols)
+    if grouped is None:
+        return None
+    keys, codes = grouped
+    n, w = len(delta), delta.weight
+    return keys, codes, n, w, np.bincount(codes, minlength=len(keys)).astype(np.int64) * w
+
+
 def column_group_sums(
     delta: ColumnBatch,
     key_cols: Sequence[int],
@@ -217,13 +232,10 @@ def column_group_sums(
 ) -> GroupSums | None:
     """:func:`group_sums` of a :class:`ColumnBatch`, read straight from its columns (the
     batch's weight is the same for every row). None if a sum could leave int64."""
-    reader = cache.get(delta, ts) if cache is not None else ColumnReader(delta)
-    grouped = reader.groups(key_cols)
+    grouped = _column_groups(delta, key_cols, cache, ts)
     if grouped is None:
         return None
-    keys, codes = grouped
-    n, w = len(delta), delta.weight
-    counts = np.bincount(codes, minlength=len(keys)).astype(np.int64) * w
+    keys, codes, n, w, counts = grouped
     sums = None
     if value_col is not None:
         v = delta.column(value_col)
@@ -308,13 +320,10 @@ def group_totals(
     value is not an ``int`` (exact type) or a total could leave int64: the caller
     then aggregates row by row in exact arithmetic."""
     if isinstance(delta, ColumnBatch):
-        reader = cache.get(delta, ts) if cache is not None else ColumnReader(delta)
-        grouped = reader.groups(key_cols)
+        grouped = _column_groups(delta, key_cols, cache, ts)
         if grouped is None:
             return None
-        keys, codes = grouped
-        n, w = len(delta), delta.weight
-        counts = np.bincount(codes, minlength=len(keys)).astype(np.int64) * w
+        keys, codes, n, w, counts = grouped
         sums = []
         for c in value_cols:
             v = delta.column(c)

@@ -26,7 +26,7 @@ from merklog.engine.incremental import IncrementalEngine, MultiAggregateJoin
 from merklog.engine.program import Program
 from merklog.engine.values import row_to_engine
 
-from .incremental_check import assert_matches_batch
+from .incremental_check import KEYS, MIXED, assert_matches_batch, summed_value
 
 TEXT = """
 stats(G, C, S) :- grp(G), C := count : p(G, _), S := sum V : p(G, V).
@@ -39,20 +39,11 @@ wide(G, H, C) :- q(G, H), C := count : p(G, _).
 """
 
 RELS = ("stats", "two", "cnt", "sums", "total", "many", "wide", "p", "q", "r", "grp")
-KEYS = [0, 1, 1.0, True, False, "1", b"\x01", 2, 0.5, "a", -3]
-MIXED = [1, 1.0, True, "1", b"\x01", 0.5, -0.0, 2**62, -(2**63), 7, 1e16, -1e16]
-BIG = [2**62, 2**63 - 1]
+MIXED_SUMS = [*MIXED, 1e16, -1e16]
 
 
 def _value(rng: random.Random, kind: str) -> object:
-    i = rng.randrange(-1000, 1000)
-    if kind == "mixed" and rng.random() < 0.5:
-        return rng.choice(MIXED)
-    if kind == "mixed":
-        return rng.choice([i, float(i), str(i)])
-    if kind == "big":
-        return rng.choice(BIG) - abs(i) if rng.random() < 0.5 else -rng.choice(BIG) + abs(i)
-    return i
+    return summed_value(rng, kind, mixed=MIXED_SUMS)
 
 
 def _facts(rng: random.Random, n: int, kind: str, arity: int) -> set[tuple]:

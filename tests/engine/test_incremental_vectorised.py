@@ -28,7 +28,7 @@ from merklog.engine.incremental import AggregateJoin, IncrementalEngine
 from merklog.engine.program import Program
 from merklog.engine.values import TRUE, Float, row_to_engine
 
-from .incremental_check import assert_matches_batch
+from .incremental_check import KEYS, assert_matches_batch, summed_value
 
 TEXT = """
 stats(G, C, S) :- grp(G), C := count : p(G, _), S := sum V : p(G, V).
@@ -41,23 +41,10 @@ lonely(G) :- grp(G), !p(G, 1).
 """
 
 RELS = ("stats", "dbl", "low", "total", "by2", "exact", "lonely", "p", "q", "r")
-KEYS = [0, 1, 1.0, True, False, "1", b"\x01", 2, 0.5, "a", -3]
-MIXED = [1, 1.0, True, "1", b"\x01", 0.5, -0.0, 2**62, -(2**63), 7]
-BIG = [2**62, 2**63 - 1]
 
 
 def _value(rng: random.Random, kind: str) -> object:
-    """A summed value: an int, one of the mixed values (floats, bools, strings, bytes
-    next to ints) or an int near the int64 bounds, plus enough variety that epochs
-    hold hundreds of distinct rows."""
-    i = rng.randrange(-1000, 1000)
-    if kind == "mixed" and rng.random() < 0.5:
-        return rng.choice(MIXED)
-    if kind == "mixed":
-        return rng.choice([i, float(i), str(i)])
-    if kind == "big":
-        return rng.choice(BIG) - abs(i) if rng.random() < 0.5 else -rng.choice(BIG) + abs(i)
-    return i
+    return summed_value(rng, kind)
 
 
 def _facts(rng: random.Random, n: int, kind: str) -> set[tuple]:
