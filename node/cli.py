@@ -169,7 +169,12 @@ def end_without_teardown() -> None:
 
 
 def run(args: list[str] | None = None) -> int:
-    """Run the command line (``args``, default ``sys.argv[1:]``); its exit status."""
+    """Run the command line (``args``, default ``sys.argv[1:]``); its exit status.
+
+    Before any command loads numpy, OpenBLAS is held to one thread unless the user set
+    ``OPENBLAS_NUM_THREADS``: its worker threads spin for 40-90 ms of CPU at import and
+    no merklog command calls a BLAS routine (ADR 0109)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     global _end_without_teardown
     _end_without_teardown = False  # what this run's command asks, not an earlier one's
     try:

@@ -9,7 +9,6 @@ or fact file prints ``FILE:line:col: message`` on stderr, exits 1 and writes not
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -66,9 +65,6 @@ def register(cli: click.Group) -> None:
         only: tuple[str, ...],
     ) -> None:
         """Evaluate PROGRAM over the fact files in --facts; write results to --out."""
-        # Before numpy loads: its OpenBLAS starts a worker thread per core that spins for
-        # ~0.05 s of CPU, and evaluation calls no BLAS routine (ADR 0109).
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         from merklog.engine.ast import body_atoms
         from merklog.engine.errors import EngineError, FactFileError
         from merklog.engine.program import Program

@@ -429,14 +429,27 @@ def test_eval_ends_without_interpreter_teardown_and_keeps_its_output(tmp_path: P
     assert "teardown" in other.stdout
 
 
-def test_eval_loads_numpy_with_one_blas_thread_unless_told(tmp_path: Path) -> None:
-    """``merklog eval`` sets ``OPENBLAS_NUM_THREADS=1`` before numpy loads (ADR 0109):
-    OpenBLAS's worker threads spin at start-up and evaluation uses no BLAS routine.
-    A value the user set is kept."""
+def test_commands_load_numpy_with_one_blas_thread_unless_told(tmp_path: Path) -> None:
+    """The command line sets ``OPENBLAS_NUM_THREADS=1`` before any command loads numpy
+    (ADR 0109): OpenBLAS's worker threads spin at start-up and no command uses a BLAS
+    routine. A value the user set is kept."""
     import os
 
     prog = write(tmp_path / "p.dl", "q(X) :- p(X).\n")
     write(tmp_path / "facts" / "p.facts", "1\n")
+    version = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os; from merklog.node.cli import run; run(['--version'])"
+            "; print(os.environ.get('OPENBLAS_NUM_THREADS'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"},
+    )
+    assert version.stdout.split()[-1] == "1"  # every command, not only eval
     script = (
         "import os, sys\n"
         "from merklog.node.cli import run\n"
