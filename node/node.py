@@ -20,18 +20,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from merklog.engine.values import row_from_engine
-from merklog.replication.blocks import Assert, Retract
 from merklog.replication.errors import PeerUnreachable
 from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
-from merklog.replication.txn import gc_paused
 from merklog.store import Error as MerklogError
-from merklog.store import Fact, Link, check_facts, encode_facts, make_fact
+from merklog.store import Fact, Link
 
 from . import dataset as dataset_mod
 from . import edb, programs, programstore, queries, querycheck, storage, writes
@@ -46,38 +44,9 @@ from .peersync import PeerSync, load_history, save_history, sync_with
 from .runtime import HomeLock
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
+from .writes import FactLike, WriteResult
 
 log = logging.getLogger(__name__)
-
-FactLike = Fact | tuple | str
-
-
-@dataclass
-class WriteResult:
-    """What a write produced: the fact CIDs (in input order) and the delta that carries them."""
-
-    asserted: list[tuple[Link, Fact]] = field(default_factory=list)
-    retracted: list[tuple[Link, Fact]] = field(default_factory=list)
-    delta: Link | None = None
-    #: Retracted facts that were not visible (nothing was retracted for them).
-    not_visible: list[tuple[Link, Fact]] = field(default_factory=list)
-
-    def to_json(self, answer: str = "full") -> dict[str, Any]:
-        """The HTTP answer. ``"full"``: ``{"cid", "fact"}`` per fact; ``"cids"``: the CIDs
-        alone, in input order (the caller has the facts; a 200k-fact write renders no
-        fact and answers a third of the bytes, ADR 0082). ``not_visible`` is always full."""
-        if answer == "cids":
-            asserted: list = [str(c) for c, _f in self.asserted]
-            retracted: list = [str(c) for c, _f in self.retracted]
-        else:
-            asserted = [{"cid": str(c), "fact": str(f)} for c, f in self.asserted]
-            retracted = [{"cid": str(c), "fact": str(f)} for c, f in self.retracted]
-        return {
-            "asserted": asserted,
-            "retracted": retracted,
-            "delta": str(self.delta) if self.delta else None,
-            "not_visible": [{"cid": str(c), "fact": str(f)} for c, f in self.not_visible],
-        }
 
 
 @dataclass
@@ -134,8 +103,8 @@ class Node:
         self.peer_sync: dict[str, PeerSync] = load_history(self.home)
         self.tasks = BackgroundTasks(self)
         self.url: str | None = None
-        self._write_queue: list = []
-        self._flushing = False
+        #: Group commit of ``write_async`` (its queue of waiting requests).
+        self._group_commit = writes.GroupCommit(self)
         self.program_text = ""
         conn = storage.store_conn(self.store)
         self.outbox = Outbox(
@@ -250,31 +219,12 @@ class Node:
 
     def coerce_facts(self, facts: Iterable[FactLike]) -> list[Fact]:
         """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text."""
-        items = facts if isinstance(facts, list) else list(facts)
-        if items and set(map(type, items)) == {Fact}:  # bulk: one column-wise check
-            return check_facts(items)
-        out: list[Fact] = []
-        for item in items:
-            if isinstance(item, Fact):
-                out.append(make_fact(item.rel, item.args))
-            elif isinstance(item, str):
-                out.extend(queries.parse_facts(item))
-            else:
-                rel, args = item
-                out.append(make_fact(rel, args))
-        return out
+        return writes.coerce_facts(facts)
 
     def check_declared(self, facts: list[Fact]) -> None:
         """Refuse (NodeInputError, nothing stored) the first fact that does not fit the
-        loaded program's ``.decl`` declarations. One set lookup per fact when a
-        relation is undeclared, so bulk ``put`` of undeclared relations stays cheap."""
-        engine = self.engine
-        declared = engine.checked.schema.declarations
-        if not declared:
-            return
-        for fact in facts:
-            if fact.rel in declared:
-                engine.check_fact(fact)
+        loaded program's ``.decl`` declarations (see :func:`.writes.check_declared`)."""
+        writes.check_declared(self.engine, facts)
 
     def write(
         self, asserts: Iterable[FactLike] = (), retracts: Iterable[FactLike] = ()
@@ -287,100 +237,16 @@ class Node:
     def _write(
         self, asserts: Iterable[FactLike], retracts: Iterable[FactLike], checked: bool = False
     ) -> WriteResult:
-        """``checked``: ``asserts``/``retracts`` are lists of facts already checked
-        (``coerce_facts``, ``facts_from_json``) and declared-checked, as ``write_async``
-        takes them: not checked a second time (a 200k-fact request paid it twice)."""
-        try:
-            if checked:
-                add, rem = list(asserts), list(retracts)
-            else:
-                add = self.coerce_facts(asserts)
-                rem = self.coerce_facts(retracts)
-                self.check_declared(add)
-        except Exception:
-            self.metrics.rejected.inc()
-            raise
-        with gc_paused():  # bulk: no cyclic GC passes over the live facts per write
-            enc_add, enc_rem = encode_facts(add), encode_facts(rem)  # each fact encoded once
-            result = WriteResult(
-                asserted=writes.with_cids(enc_add, add), retracted=writes.with_cids(enc_rem, rem)
-            )
-            if add or rem:
-                writes.require_writer(self)
-                result.not_visible = writes.not_visible(self.replica, result.retracted)
-                result.delta = self.atomically(self._replica_write, add, rem, enc_add + enc_rem)
-                if result.delta is not None:
-                    self.metrics.deltas.inc()
-                self.metrics.writes.inc(len(add) + len(rem))
-                self.wake()
-        return result
-
-    def _replica_write(
-        self, asserts: list[Fact], retracts: list[Fact], encoded: list | None = None
-    ) -> Link | None:
-        """One transaction of as many signed deltas as receivers' limits need; the last CID.
-        ``encoded``: the ``(CID, block)`` of ``asserts + retracts`` (computed once)."""
-        ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]
-        cids = self.replica.write_many(ops, encoded)
-        return cids[-1] if cids else None
+        """One durable write without the first-write sync (see :func:`.writes.write_facts`;
+        ``checked``: the facts are already checked, as ``write_async`` hands them)."""
+        return writes.write_facts(self, asserts, retracts, checked)
 
     async def write_async(self, asserts: list[Fact], retracts: list[Fact]) -> WriteResult:
         """``write`` for the event loop: concurrent callers share one delta and one fsync
-        (group commit) while the commit itself runs on a worker thread. ``asserts`` and
-        ``retracts`` are checked facts (from :meth:`coerce_facts` or ``facts_from_json``)."""
-        try:
-            self.check_declared(asserts)  # before queueing: a misfit fails only its request
-        except Exception:
-            self.metrics.rejected.inc()
-            raise
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[WriteResult] = loop.create_future()
-        self._write_queue.append((asserts, retracts, fut))
-        if not self._flushing:
-            self._flushing = True
-            loop.create_task(self._flush_writes())
-        return await fut
-
-    async def _flush_writes(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while self._write_queue:
-                batch: list = []
-                adds: set[Fact] = set()
-                while self._write_queue:
-                    add, rem, fut = self._write_queue[0]
-                    # A retract in the same delta would not observe an assert of it: cut here.
-                    if batch and (adds.intersection(rem) or len(batch) >= 256):
-                        break
-                    self._write_queue.pop(0)
-                    batch.append((add, rem, fut))
-                    adds.update(add)
-                all_add = [f for a, _, _ in batch for f in a]
-                all_rem = [f for _, r, _ in batch for f in r]
-                try:
-                    res = await loop.run_in_executor(None, self._write, all_add, all_rem, True)
-                except Exception as exc:
-                    for _, _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    continue
-                missing = {c for c, _f in res.not_visible}
-                at_add = at_rem = 0  # res lists CIDs in all_add / all_rem order
-                for add, rem, fut in batch:
-                    asserted = res.asserted[at_add : at_add + len(add)]
-                    retracted = res.retracted[at_rem : at_rem + len(rem)]
-                    at_add, at_rem = at_add + len(add), at_rem + len(rem)
-                    if not fut.done():
-                        fut.set_result(
-                            WriteResult(
-                                asserted=asserted,
-                                retracted=retracted,
-                                delta=res.delta,
-                                not_visible=[(c, f) for c, f in retracted if c in missing],
-                            )
-                        )
-        finally:
-            self._flushing = False
+        (group commit, :class:`.writes.GroupCommit`) while the commit itself runs on a
+        worker thread. ``asserts`` and ``retracts`` are checked facts (from
+        :meth:`coerce_facts` or ``facts_from_json``)."""
+        return await self._group_commit.write(asserts, retracts)
 
     def assert_(self, *fact: Any) -> WriteResult:
         """Assert one typed fact: ``node.assert_("edge", 1, 2)`` is ``edge(1, 2)``.
