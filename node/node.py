@@ -16,23 +16,19 @@ the HTTP server in :mod:`.server`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from merklog.engine.values import row_from_engine
-from merklog.replication.errors import PeerUnreachable
 from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
-from merklog.store import Error as MerklogError
 from merklog.store import Fact, Link
 
 from . import dataset as dataset_mod
-from . import edb, programs, programstore, queries, querycheck, storage, writes
+from . import edb, peersync, programs, programstore, queries, querycheck, storage, writes
 from .config import Config
 from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError
@@ -40,7 +36,7 @@ from .files import open_private
 from .homeinit import IDENTITY_FILE, init_home
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
-from .peersync import PeerSync, load_history, save_history, sync_with
+from .peersync import PeerSync, load_history
 from .runtime import HomeLock
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
@@ -359,35 +355,7 @@ class Node:
         ``sync`` on a stopped home reports the error itself, so there it is only DEBUG)
         and changes nothing here.
         """
-        url = url.rstrip("/")
-        state = self.peer_sync.setdefault(url, PeerSync(url))
-        state.attempt()
-        try:
-            stats = await sync_with(self.served_replica, url, self.config, progress)
-        except (asyncio.CancelledError, NodeInputError):
-            raise
-        except Exception as exc:
-            message = _describe(exc)
-            self.metrics.sync_failures.labels(url).inc()
-            if state.failed(message):
-                level = logging.WARNING if self.tasks.running else logging.DEBUG
-                log.log(level, "sync with %s failed: %s", url, message)
-            save_history(self.home, self.peer_sync)
-            if isinstance(exc, MerklogError):
-                raise  # already says what happened (unreachable, refused, not a writer)
-            raise PeerUnreachable(f"sync with {url} failed: {message}") from exc
-        if state.failures:
-            log.info("sync with %s works again", url)
-        state.succeeded()
-        save_history(self.home, self.peer_sync)
-        self.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
-        self.metrics.sync_bytes.labels("out").inc(stats.get("bytes_out", 0))
-        self.metrics.deltas.inc(stats.get("deltas_in", 0))
-        self.last_sync = {"url": url, "at": time.time(), **stats}
-        self.wake()
-        if not self.tasks.running:
-            self.run_epoch()
-        return stats
+        return await peersync.sync_node(self, url, progress)
 
     def resolve_peer(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the URL itself."""
@@ -549,16 +517,7 @@ class Node:
     def peer_status(self) -> list[dict[str, Any]]:
         """Sync state of every configured peer (added at run time too) and of every URL
         synced ad hoc: last attempt, last success, last error, deltas behind."""
-        names = {url: name for name, url in self.peer_urls().items()}
-        out = []
-        for url in sorted(set(names) | set(self.peer_sync)):
-            state = self.peer_sync.get(url) or PeerSync(url)
-            try:
-                behind = self.replica.unsynced_count(url)
-            except Exception:  # a status read must never fail on one peer's record
-                behind = None
-            out.append(state.to_json(names.get(url), behind))
-        return out
+        return peersync.peer_status(self)
 
 
 def _public_key(key_hex: str) -> bytes:
@@ -577,14 +536,6 @@ def _typed_or_many(items: tuple[Any, ...]) -> list[FactLike]:
     if items and isinstance(items[0], str) and items[0].isidentifier():
         return [(items[0], items[1:])]
     return list(items)
-
-
-def _describe(exc: BaseException) -> str:
-    """One line naming what went wrong with a peer (no traceback, no repr noise)."""
-    text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, TimeoutError):
-        text = "timed out"
-    return text.splitlines()[0]
 
 
 def _row_key(row: Row) -> tuple:

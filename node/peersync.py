@@ -10,6 +10,7 @@ written since.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -20,11 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from merklog.replication.auth import AllowList
+from merklog.replication.errors import PeerUnreachable
+from merklog.store import Error as MerklogError
 
 from .config import Config
+from .errors import NodeInputError
 from .files import write_private
 
 log = logging.getLogger(__name__)
+#: A node's sync outcomes log under the node's name, as before they moved here.
+node_log = logging.getLogger("merklog.node.node")
 
 #: The file in a home holding the per-peer sync history.
 STATE_FILE = "peersync.json"
@@ -103,6 +109,72 @@ async def sync_with(
     out["bytes_out"] = stats.bytes_sent
     out["deltas_in"] = stats.accepted
     return out
+
+
+async def sync_node(
+    node: Any, url: str, progress: Callable[[str, int, int], None] | None = None
+) -> dict[str, Any]:
+    """``Node.sync``: one sync run of ``node`` with ``url``, recorded in its per-peer
+    history (saved to the home), its metrics and ``last_sync``; then an epoch is asked
+    for (run here when no epoch loop runs).
+
+    A failure is counted in ``merklog_sync_failures_total`` and logged once when the
+    peer starts failing (WARNING on a running node, DEBUG for a one-shot caller, who
+    reports it itself); a :class:`merklog.Error` is raised as is, anything else as
+    :class:`PeerUnreachable` naming the URL."""
+    url = url.rstrip("/")
+    state = node.peer_sync.setdefault(url, PeerSync(url))
+    state.attempt()
+    try:
+        stats = await sync_with(node.served_replica, url, node.config, progress)
+    except (asyncio.CancelledError, NodeInputError):
+        raise
+    except Exception as exc:
+        message = describe(exc)
+        node.metrics.sync_failures.labels(url).inc()
+        if state.failed(message):
+            level = logging.WARNING if node.tasks.running else logging.DEBUG
+            node_log.log(level, "sync with %s failed: %s", url, message)
+        save_history(node.home, node.peer_sync)
+        if isinstance(exc, MerklogError):
+            raise  # already says what happened (unreachable, refused, not a writer)
+        raise PeerUnreachable(f"sync with {url} failed: {message}") from exc
+    if state.failures:
+        node_log.info("sync with %s works again", url)
+    state.succeeded()
+    save_history(node.home, node.peer_sync)
+    node.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
+    node.metrics.sync_bytes.labels("out").inc(stats.get("bytes_out", 0))
+    node.metrics.deltas.inc(stats.get("deltas_in", 0))
+    node.last_sync = {"url": url, "at": time.time(), **stats}
+    node.wake()
+    if not node.tasks.running:
+        node.run_epoch()
+    return stats
+
+
+def peer_status(node: Any) -> list[dict[str, Any]]:
+    """``Node.peer_status``: sync state of every configured peer (added at run time too)
+    and of every URL synced ad hoc: last attempt, last success, last error, deltas
+    behind (``None`` when the replica cannot tell)."""
+    names = {url: name for name, url in node.peer_urls().items()}
+    out = []
+    for url in sorted(set(names) | set(node.peer_sync)):
+        state = node.peer_sync.get(url) or PeerSync(url)
+        try:
+            behind = node.replica.unsynced_count(url)
+        except Exception:  # a status read must never fail on one peer's record
+            behind = None
+        out.append(state.to_json(names.get(url), behind))
+    return out
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming what went wrong with a peer (no traceback, no repr noise)."""
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, TimeoutError):
+        text = "timed out"
+    return text.splitlines()[0]
 
 
 def config_allow_list(cfg: Config) -> Any:
