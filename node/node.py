@@ -16,7 +16,6 @@ the HTTP server in :mod:`.server`.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +40,6 @@ from .runtime import HomeLock
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
 from .writes import FactLike, WriteResult
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
