@@ -185,6 +185,20 @@ def node_factory() -> Iterator:
         p.stop(signal.SIGKILL)
 
 
+def peered_pair(tmp_path: Path, node_factory, *, writer: bool = True) -> tuple:
+    """Two running nodes: ``a`` made the dataset, ``b`` joined it from ``a``; each lists
+    the other as a peer (``b`` as a writer unless ``writer`` is False). Returns
+    ``(a, b, na, nb)``: the two homes' CLIs and their node processes."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    nb = node_factory(b.home).start()
+    a("peers", "add", "b", nb.url, *(["--writer"] if writer else []), "--token", nb.read_token)
+    b("peers", "add", "a", na.url, "--token", na.read_token)
+    return a, b, na, nb
+
+
 def init_home(home: Path, *args: str) -> None:
     result = Cli(home)("init", *args)
     assert result.exit_code == 0

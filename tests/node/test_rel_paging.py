@@ -11,7 +11,7 @@ from pathlib import Path
 import merklog
 from merklog.store import fact_cid, make_fact
 
-from .conftest import Cli, all_pages
+from .conftest import Cli, all_pages, peered_pair
 
 #: Five values that Python's == would merge into fewer: each is its own fact and CID.
 MIXED = [1, 1.0, True, "1", b"\x01"]
@@ -122,13 +122,7 @@ def _http_pages(proc, rel: str, limit: int) -> list[dict]:
 def test_synced_and_restored_homes_page_a_relation_like_the_writer(
     tmp_path: Path, node_factory
 ) -> None:
-    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
-    a("init")
-    na = node_factory(a.home).start()
-    b("init", "--join", na.url, "--token", na.read_token)
-    nb = node_factory(b.home).start()
-    a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)
-    b("peers", "add", "a", na.url, "--token", na.read_token)
+    a, b, na, nb = peered_pair(tmp_path, node_factory)
     lines = [f'common({i}, {i}.0, "{i}").' for i in range(1500)]
     lines += ["rare(1).", "rare(1.0).", "rare(true).", 'rare("1").', 'rare(x"01").']
     src = tmp_path / "facts.dl"

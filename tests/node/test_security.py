@@ -17,7 +17,7 @@ import pytest
 
 from merklog.node.server import ROUTES
 
-from .conftest import Cli
+from .conftest import Cli, peered_pair
 
 
 def _mode(path: Path) -> int:
@@ -175,13 +175,7 @@ def test_openapi_lists_every_route_of_the_router(tmp_path: Path) -> None:
 
 
 def test_writer_revocation_from_cli_and_http(tmp_path: Path, node_factory) -> None:
-    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
-    a("init")
-    na = node_factory(a.home).start()
-    b("init", "--join", na.url, "--token", na.read_token)
-    nb = node_factory(b.home).start()
-    a("peers", "add", "b", nb.url, "--token", nb.read_token)
-    b("peers", "add", "a", na.url, "--token", na.read_token)
+    a, b, na, nb = peered_pair(tmp_path, node_factory, writer=False)
     assert "granted" in a("writers", "grant", "b").output
     b("sync", "a")
     b("put", "edge(1, 2).")

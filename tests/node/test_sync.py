@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .conftest import Cli
+from .conftest import Cli, peered_pair
 
 
 def _facts(run: Cli) -> list[str]:
@@ -12,13 +12,7 @@ def _facts(run: Cli) -> list[str]:
 
 
 def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
-    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
-    a("init")
-    na = node_factory(a.home).start()
-    b("init", "--join", na.url, "--token", na.read_token)
-    nb = node_factory(b.home).start()
-    a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)
-    b("peers", "add", "a", na.url, "--token", na.read_token)
+    a, b, na, nb = peered_pair(tmp_path, node_factory)
     a("put", "edge(1, 2).")
     # B's first write: it syncs once with the node it joined from, receives the grant
     # made there, then writes (no "not a writer in the causal past" surprise).
