@@ -26,12 +26,11 @@ from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
 from merklog.store import Fact, Link
 
+from . import carfiles, edb, peersync, programs, programstore, queries, querycheck, storage, writes
 from . import dataset as dataset_mod
-from . import edb, peersync, programs, programstore, queries, querycheck, storage, writes
 from .config import Config
 from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError
-from .files import open_private
 from .homeinit import IDENTITY_FILE, init_home
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
@@ -409,67 +408,21 @@ class Node:
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
         """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""
-        genesis = self.dataset
-
-        def blocks() -> Iterable[tuple[Link, bytes]]:
-            yield genesis, self.store.get(genesis)
-            yield from self.replica.missing_for([self.replica.dataset])
-
-        return self.heads(), blocks()
+        return carfiles.export_blocks(self.store, self.replica, self.dataset)
 
     def export_car(self, path: str | Path, progress: Callable[[int], None] | None = None) -> int:
         """Write the replica to a CAR file (atomically); returns the number of blocks."""
-        from merklog.store.car import write_car
-
-        roots, blocks = self.export_blocks()
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        count = 0
-
-        def counted() -> Iterable[tuple[Link, bytes]]:
-            nonlocal count
-            for item in blocks:
-                count += 1
-                if progress is not None and count % 1000 == 0:
-                    progress(count)
-                yield item
-
-        try:
-            with open_private(tmp) as out:
-                write_car(out, roots, counted())
-            tmp.replace(path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written backup
-            raise
-        return count
+        return carfiles.export_car(self.store, self.replica, self.dataset, path, progress)
 
     def import_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
         """Verify and apply blocks (all or nothing); the next epoch sees the new facts."""
-        genesis = self.dataset
-        applied = self.atomically(
-            self.replica.apply_blocks, ((c, d) for c, d in blocks if c != genesis)
-        )
-        result = applied.to_json()
-        self.metrics.deltas.inc(result.get("accepted", 0))
-        self.wake()
-        if not self.tasks.running:
-            self.run_epoch()
-        return result
+        return carfiles.import_blocks(self, blocks)
 
     def import_car(
         self, path: str | Path, progress: Callable[[int], None] | None = None
     ) -> dict[str, int]:
-        from merklog.store.car import read_car
-
-        def counted(blocks: Iterable[tuple[Link, bytes]]) -> Iterable[tuple[Link, bytes]]:
-            for i, block in enumerate(blocks, 1):
-                if progress is not None and i % 1000 == 0:
-                    progress(i)
-                yield block
-
-        with open(path, "rb") as src:
-            _roots, blocks = read_car(src)
-            return self.import_blocks(counted(blocks))
+        """Verify and apply the blocks of a CAR file (see :meth:`import_blocks`)."""
+        return carfiles.import_car(self, path, progress)
 
     def grant(self, key_hex: str) -> str | None:
         """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""
