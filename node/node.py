@@ -36,6 +36,7 @@ from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
 from .peersync import PeerSync, load_history
 from .runtime import HomeLock
+from .status import node_status
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
 from .writes import FactLike, WriteResult
@@ -299,10 +300,6 @@ class Node:
         acknowledged before this call is then visible to queries and live queries)."""
         await self.epochs.settled(timeout)
 
-    def _derived_count(self) -> int:
-        """Tuples in relations the program's rules define (rule heads)."""
-        return self.epochs.derived_count()
-
     # ------------------------------------------------------------------ queries
     def relation(self, rel: str) -> set[tuple]:
         """Current tuples of ``rel`` (stored, derived, or this epoch's events)."""
@@ -448,21 +445,9 @@ class Node:
         return self.replica.heads()
 
     def status(self) -> dict[str, Any]:
-        facts = self.epochs.fact_count()
-        derived = self._derived_count()
-        return {
-            "dataset": str(self.dataset),
-            "key": self.identity.public_key.hex(),
-            "heads": sorted(str(h) for h in self.heads()),
-            "epoch": self.epoch,
-            "facts": facts,
-            "derived": derived,
-            "program": bool(self.program_text),
-            "engine": self.engine.mode,
-            "outbox_pending": self.outbox.pending_count(),
-            "peers": self.peer_status(),
-            "last_sync": self.last_sync,
-        }
+        """Dataset, key, heads, epoch, fact counts, program, outbox and peers (see
+        :mod:`.status`)."""
+        return node_status(self)
 
     def peer_status(self) -> list[dict[str, Any]]:
         """Sync state of every configured peer (added at run time too) and of every URL
