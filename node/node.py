@@ -26,7 +26,18 @@ from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
 from merklog.store import Fact, Link
 
-from . import carfiles, edb, peersync, programs, programstore, queries, querycheck, storage, writes
+from . import (
+    carfiles,
+    edb,
+    factpages,
+    peersync,
+    programs,
+    programstore,
+    queries,
+    querycheck,
+    storage,
+    writes,
+)
 from . import dataset as dataset_mod
 from .config import Config
 from .epoch import TICK_REL, EpochDriver, Sink
@@ -368,40 +379,16 @@ class Node:
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
         """Visible stored facts (optionally of one relation: read through its index) with
         their CIDs, in CID order."""
-        if rel is None:
-            return list(self.replica.visible())
-        out: list[tuple[Link, Fact]] = []
-        after: Link | None = None
-        while True:
-            page, after = self.page_facts(rel, after, 10_000)
-            out += page
-            if after is None:
-                return out
+        return factpages.list_facts(self.replica, self.store, rel)
 
     def page_facts(
         self, rel: str | None = None, after: Link | None = None, limit: int = 1000
     ) -> tuple[list[tuple[Link, Fact]], Link | None]:
         """One page of visible facts in CID order, starting after CID ``after``; returns
         (page, cursor for the next page or None when this was the last). Reads forward
-        from the cursor in index order (:mod:`merklog.replication.paging`): the visible
-        set for all facts, the relation's own index with ``rel`` (ADR 0095), so a page
-        costs O(limit) block reads whatever the home holds besides."""
-        from merklog.replication.paging import visible_after, visible_of_relation_after
-        from merklog.store import InvalidBlock, decode_fact
-
-        if rel is None:
-            cids = visible_after(self.replica, after, limit + 1)
-        else:
-            cids = visible_of_relation_after(self.replica, rel, after, limit + 1)
-        more = len(cids) > limit
-        del cids[limit:]
-        page: list[tuple[Link, Fact]] = []
-        for cid, data in self.store.get_many(cids):
-            fact = decode_fact(data)
-            if rel is not None and fact.rel != rel:
-                raise InvalidBlock(f"fact {cid} is indexed under {rel!r}, not {fact.rel!r}")
-            page.append((cid, fact))
-        return page, (cids[-1] if more and cids else None)
+        from the cursor in index order, so a page costs O(limit) block reads whatever the
+        home holds besides (see :mod:`.factpages`)."""
+        return factpages.page_facts(self.replica, self.store, rel, after, limit)
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
         """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""
