@@ -30,6 +30,7 @@ from . import (
     carfiles,
     edb,
     factpages,
+    grants,
     peersync,
     programs,
     programstore,
@@ -410,17 +411,17 @@ class Node:
 
     def grant(self, key_hex: str) -> str | None:
         """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""
-        cid = self.replica.grant(_public_key(key_hex))
+        cid = grants.grant(self.replica, key_hex)
         self.wake()
-        return str(cid) if cid else None
+        return cid
 
     def revoke(self, key_hex: str) -> str | None:
         """Stop the Ed25519 public key ``key_hex`` from writing (owner only). Deltas it
         signed before (in the causal past of the revoke) stay; later ones are refused by
         every replica that has seen the revoke."""
-        cid = self.replica.revoke(_public_key(key_hex))
+        cid = grants.revoke(self.replica, key_hex)
         self.wake()
-        return str(cid) if cid else None
+        return cid
 
     @property
     def served_replica(self) -> Any:
@@ -440,16 +441,6 @@ class Node:
         """Sync state of every configured peer (added at run time too) and of every URL
         synced ad hoc: last attempt, last success, last error, deltas behind."""
         return peersync.peer_status(self)
-
-
-def _public_key(key_hex: str) -> bytes:
-    try:
-        key = bytes.fromhex(key_hex)
-    except (ValueError, TypeError):
-        key = b""
-    if len(key) != 32:
-        raise NodeInputError(f"{key_hex!r} is not a 64-digit hex Ed25519 public key")
-    return key
 
 
 def _typed_or_many(items: tuple[Any, ...]) -> list[FactLike]:
