@@ -191,22 +191,11 @@ class Node:
     def peer_urls(self) -> dict[str, str]:
         """``{name: url}`` of the peers in ``[peers]``, re-read from config.toml so peers
         added while the node runs (``merklog peers add``) count."""
-        peers = Config.load(self.home).peers if self.home is not None else self.config.peers
-        out: dict[str, str] = {}
-        for name, peer in peers.items():
-            url = peer.get("url") if isinstance(peer, dict) else peer
-            if isinstance(url, str) and url:
-                out[name] = url.rstrip("/")
-        return out
+        return peersync.peer_urls(self.config)
 
     def _resolve_destination(self, dest: Any) -> str:
         """An ``@async`` head's first argument: a peer name from ``[peers]`` or a URL."""
-        url = self.resolve_peer(str(dest)) if isinstance(dest, str) else ""
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"@async destination {dest!r} is neither a peer name in [peers] nor a URL"
-            )
-        return url.rstrip("/")
+        return peersync.async_destination(self.config, dest)
 
     def _on_message(self, message: Any) -> None:
         self.metrics.async_messages.labels("received").inc()
@@ -364,18 +353,7 @@ class Node:
 
     def resolve_peer(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the URL itself."""
-        peer = self.config.peers.get(name_or_url)
-        if (
-            peer is None
-            and self.home is not None
-            and not name_or_url.startswith(("http://", "https://"))
-        ):
-            peer = Config.load(self.home).peers.get(name_or_url)  # added since start
-        if isinstance(peer, dict):
-            return str(peer["url"])
-        if isinstance(peer, str):
-            return peer
-        return name_or_url
+        return peersync.resolve_peer(self.config, name_or_url)
 
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
         """Visible stored facts (optionally of one relation: read through its index) with
