@@ -5,18 +5,32 @@ blocks in clock order, rooted at the heads. ``restore`` creates a fresh home tha
 follows the genesis found in the CAR (all or nothing, like ``init``), optionally
 with the node key saved next to the backup (``identity.pem`` is a secret and is
 not part of the CAR), then verifies and applies every block in one transaction.
+
+The node that applies the blocks comes from the caller (``open_node``, the CLI passes
+:class:`~.node.Node`): the node facade delegates its CAR work to :mod:`.carfiles`, and
+nothing below the facade imports it, so there is no import cycle, lazy or not.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from merklog.store import Link
 
+from .config import Config
 from .failures import ExitCode, Failure
-from .homeinit import Join, initialise
+from .homeinit import IDENTITY_FILE, Join, initialise
+from .runtime import HomeLock
+
+
+class Restoring(Protocol):
+    """The node a restore applies the backup to (a :class:`~.node.Node`)."""
+
+    def import_car(self, path: Path) -> dict[str, int]: ...
+    def close(self) -> None: ...
 
 
 def read_genesis(car: Path) -> tuple[Link, bytes]:
@@ -35,13 +49,15 @@ def read_genesis(car: Path) -> tuple[Link, bytes]:
 
 
 def restore(
-    home: Path, car: Path, identity: Path | None, overrides: dict[str, Any]
+    home: Path,
+    car: Path,
+    identity: Path | None,
+    overrides: dict[str, Any],
+    open_node: Callable[[Config, HomeLock], Restoring],
 ) -> dict[str, Any]:
     """Create ``home`` from the backup ``car`` (and key file ``identity``); returns the
-    import counts plus ``dataset``. Refuses a home that is already initialised."""
-    from .node import IDENTITY_FILE, Node
-    from .runtime import HomeLock
-
+    import counts plus ``dataset``. Refuses a home that is already initialised.
+    ``open_node(config, lock)`` opens the fresh home's node (and owns the lock)."""
     if (home / "config.toml").exists():
         raise Failure(
             f"{home} is already a merklog home; restore into a new --home (or import the"
@@ -55,7 +71,7 @@ def restore(
             shutil.copyfile(identity, home / IDENTITY_FILE)
             (home / IDENTITY_FILE).chmod(0o600)
         cfg, _ = initialise(home, overrides, Join("", dataset, genesis, None), existed)
-        node = Node(cfg, lock)
+        node = open_node(cfg, lock)
         try:
             result = node.import_car(car)
         finally:

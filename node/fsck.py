@@ -51,7 +51,7 @@ def _open(cfg: Any) -> tuple[Any, Any]:
     from merklog.replication.identity import Identity
     from merklog.store.sqlite import SQLiteBlockStore
 
-    from .node import IDENTITY_FILE
+    from .homeinit import IDENTITY_FILE
 
     if cfg.get("store.backend") != "sqlite":
         raise Failure("fsck checks SQLite stores only", ExitCode.BAD_INPUT)

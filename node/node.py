@@ -26,17 +26,29 @@ from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
 from merklog.store import Fact, Link
 
+from . import (
+    carfiles,
+    edb,
+    factpages,
+    grants,
+    peersync,
+    programs,
+    programstore,
+    queries,
+    querycheck,
+    storage,
+    writes,
+)
 from . import dataset as dataset_mod
-from . import edb, peersync, programs, programstore, queries, querycheck, storage, writes
 from .config import Config
 from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError
-from .files import open_private
 from .homeinit import IDENTITY_FILE, init_home
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
 from .peersync import PeerSync, load_history
 from .runtime import HomeLock
+from .status import node_status
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
 from .writes import FactLike, WriteResult
@@ -179,22 +191,11 @@ class Node:
     def peer_urls(self) -> dict[str, str]:
         """``{name: url}`` of the peers in ``[peers]``, re-read from config.toml so peers
         added while the node runs (``merklog peers add``) count."""
-        peers = Config.load(self.home).peers if self.home is not None else self.config.peers
-        out: dict[str, str] = {}
-        for name, peer in peers.items():
-            url = peer.get("url") if isinstance(peer, dict) else peer
-            if isinstance(url, str) and url:
-                out[name] = url.rstrip("/")
-        return out
+        return peersync.peer_urls(self.config)
 
     def _resolve_destination(self, dest: Any) -> str:
         """An ``@async`` head's first argument: a peer name from ``[peers]`` or a URL."""
-        url = self.resolve_peer(str(dest)) if isinstance(dest, str) else ""
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"@async destination {dest!r} is neither a peer name in [peers] nor a URL"
-            )
-        return url.rstrip("/")
+        return peersync.async_destination(self.config, dest)
 
     def _on_message(self, message: Any) -> None:
         self.metrics.async_messages.labels("received").inc()
@@ -300,10 +301,6 @@ class Node:
         acknowledged before this call is then visible to queries and live queries)."""
         await self.epochs.settled(timeout)
 
-    def _derived_count(self) -> int:
-        """Tuples in relations the program's rules define (rule heads)."""
-        return self.epochs.derived_count()
-
     # ------------------------------------------------------------------ queries
     def relation(self, rel: str) -> set[tuple]:
         """Current tuples of ``rel`` (stored, derived, or this epoch's events)."""
@@ -356,134 +353,53 @@ class Node:
 
     def resolve_peer(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the URL itself."""
-        peer = self.config.peers.get(name_or_url)
-        if (
-            peer is None
-            and self.home is not None
-            and not name_or_url.startswith(("http://", "https://"))
-        ):
-            peer = Config.load(self.home).peers.get(name_or_url)  # added since start
-        if isinstance(peer, dict):
-            return str(peer["url"])
-        if isinstance(peer, str):
-            return peer
-        return name_or_url
+        return peersync.resolve_peer(self.config, name_or_url)
 
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
         """Visible stored facts (optionally of one relation: read through its index) with
         their CIDs, in CID order."""
-        if rel is None:
-            return list(self.replica.visible())
-        out: list[tuple[Link, Fact]] = []
-        after: Link | None = None
-        while True:
-            page, after = self.page_facts(rel, after, 10_000)
-            out += page
-            if after is None:
-                return out
+        return factpages.list_facts(self.replica, self.store, rel)
 
     def page_facts(
         self, rel: str | None = None, after: Link | None = None, limit: int = 1000
     ) -> tuple[list[tuple[Link, Fact]], Link | None]:
         """One page of visible facts in CID order, starting after CID ``after``; returns
         (page, cursor for the next page or None when this was the last). Reads forward
-        from the cursor in index order (:mod:`merklog.replication.paging`): the visible
-        set for all facts, the relation's own index with ``rel`` (ADR 0095), so a page
-        costs O(limit) block reads whatever the home holds besides."""
-        from merklog.replication.paging import visible_after, visible_of_relation_after
-        from merklog.store import InvalidBlock, decode_fact
-
-        if rel is None:
-            cids = visible_after(self.replica, after, limit + 1)
-        else:
-            cids = visible_of_relation_after(self.replica, rel, after, limit + 1)
-        more = len(cids) > limit
-        del cids[limit:]
-        page: list[tuple[Link, Fact]] = []
-        for cid, data in self.store.get_many(cids):
-            fact = decode_fact(data)
-            if rel is not None and fact.rel != rel:
-                raise InvalidBlock(f"fact {cid} is indexed under {rel!r}, not {fact.rel!r}")
-            page.append((cid, fact))
-        return page, (cids[-1] if more and cids else None)
+        from the cursor in index order, so a page costs O(limit) block reads whatever the
+        home holds besides (see :mod:`.factpages`)."""
+        return factpages.page_facts(self.replica, self.store, rel, after, limit)
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
         """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""
-        genesis = self.dataset
-
-        def blocks() -> Iterable[tuple[Link, bytes]]:
-            yield genesis, self.store.get(genesis)
-            yield from self.replica.missing_for([self.replica.dataset])
-
-        return self.heads(), blocks()
+        return carfiles.export_blocks(self.store, self.replica, self.dataset)
 
     def export_car(self, path: str | Path, progress: Callable[[int], None] | None = None) -> int:
         """Write the replica to a CAR file (atomically); returns the number of blocks."""
-        from merklog.store.car import write_car
-
-        roots, blocks = self.export_blocks()
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        count = 0
-
-        def counted() -> Iterable[tuple[Link, bytes]]:
-            nonlocal count
-            for item in blocks:
-                count += 1
-                if progress is not None and count % 1000 == 0:
-                    progress(count)
-                yield item
-
-        try:
-            with open_private(tmp) as out:
-                write_car(out, roots, counted())
-            tmp.replace(path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written backup
-            raise
-        return count
+        return carfiles.export_car(self.store, self.replica, self.dataset, path, progress)
 
     def import_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
         """Verify and apply blocks (all or nothing); the next epoch sees the new facts."""
-        genesis = self.dataset
-        applied = self.atomically(
-            self.replica.apply_blocks, ((c, d) for c, d in blocks if c != genesis)
-        )
-        result = applied.to_json()
-        self.metrics.deltas.inc(result.get("accepted", 0))
-        self.wake()
-        if not self.tasks.running:
-            self.run_epoch()
-        return result
+        return carfiles.import_blocks(self, blocks)
 
     def import_car(
         self, path: str | Path, progress: Callable[[int], None] | None = None
     ) -> dict[str, int]:
-        from merklog.store.car import read_car
-
-        def counted(blocks: Iterable[tuple[Link, bytes]]) -> Iterable[tuple[Link, bytes]]:
-            for i, block in enumerate(blocks, 1):
-                if progress is not None and i % 1000 == 0:
-                    progress(i)
-                yield block
-
-        with open(path, "rb") as src:
-            _roots, blocks = read_car(src)
-            return self.import_blocks(counted(blocks))
+        """Verify and apply the blocks of a CAR file (see :meth:`import_blocks`)."""
+        return carfiles.import_car(self, path, progress)
 
     def grant(self, key_hex: str) -> str | None:
         """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""
-        cid = self.replica.grant(_public_key(key_hex))
+        cid = grants.grant(self.replica, key_hex)
         self.wake()
-        return str(cid) if cid else None
+        return cid
 
     def revoke(self, key_hex: str) -> str | None:
         """Stop the Ed25519 public key ``key_hex`` from writing (owner only). Deltas it
         signed before (in the causal past of the revoke) stay; later ones are refused by
         every replica that has seen the revoke."""
-        cid = self.replica.revoke(_public_key(key_hex))
+        cid = grants.revoke(self.replica, key_hex)
         self.wake()
-        return str(cid) if cid else None
+        return cid
 
     @property
     def served_replica(self) -> Any:
@@ -495,36 +411,14 @@ class Node:
         return self.replica.heads()
 
     def status(self) -> dict[str, Any]:
-        facts = self.epochs.fact_count()
-        derived = self._derived_count()
-        return {
-            "dataset": str(self.dataset),
-            "key": self.identity.public_key.hex(),
-            "heads": sorted(str(h) for h in self.heads()),
-            "epoch": self.epoch,
-            "facts": facts,
-            "derived": derived,
-            "program": bool(self.program_text),
-            "engine": self.engine.mode,
-            "outbox_pending": self.outbox.pending_count(),
-            "peers": self.peer_status(),
-            "last_sync": self.last_sync,
-        }
+        """Dataset, key, heads, epoch, fact counts, program, outbox and peers (see
+        :mod:`.status`)."""
+        return node_status(self)
 
     def peer_status(self) -> list[dict[str, Any]]:
         """Sync state of every configured peer (added at run time too) and of every URL
         synced ad hoc: last attempt, last success, last error, deltas behind."""
         return peersync.peer_status(self)
-
-
-def _public_key(key_hex: str) -> bytes:
-    try:
-        key = bytes.fromhex(key_hex)
-    except (ValueError, TypeError):
-        key = b""
-    if len(key) != 32:
-        raise NodeInputError(f"{key_hex!r} is not a 64-digit hex Ed25519 public key")
-    return key
 
 
 def _typed_or_many(items: tuple[Any, ...]) -> list[FactLike]:

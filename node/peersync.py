@@ -1,5 +1,6 @@
-"""Syncing with peers: one sync run, who may sync with us, and the per-peer sync state
-of a running node (what ``status`` shows for each peer).
+"""Syncing with peers: one sync run, who may sync with us, the peers' URLs by name from
+``[peers]`` (re-read so peers added at run time count), and the per-peer sync state of
+a running node (what ``status`` shows for each peer).
 
 Kept by the node and saved after every attempt to ``peersync.json`` in the home
 (written atomically, owner-only) so ``status`` on a stopped home and after a restart
@@ -175,6 +176,42 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         text = "timed out"
     return text.splitlines()[0]
+
+
+def peer_urls(config: Config) -> dict[str, str]:
+    """``{name: url}`` of the peers in ``[peers]``, re-read from config.toml so peers
+    added while the node runs (``merklog peers add``) count."""
+    peers = Config.load(config.home).peers if config.home is not None else config.peers
+    out: dict[str, str] = {}
+    for name, peer in peers.items():
+        url = peer.get("url") if isinstance(peer, dict) else peer
+        if isinstance(url, str) and url:
+            out[name] = url.rstrip("/")
+    return out
+
+
+def resolve_peer(config: Config, name_or_url: str) -> str:
+    """A configured peer's URL by name, or the URL itself."""
+    peer = config.peers.get(name_or_url)
+    if (
+        peer is None
+        and config.home is not None
+        and not name_or_url.startswith(("http://", "https://"))
+    ):
+        peer = Config.load(config.home).peers.get(name_or_url)  # added since start
+    if isinstance(peer, dict):
+        return str(peer["url"])
+    if isinstance(peer, str):
+        return peer
+    return name_or_url
+
+
+def async_destination(config: Config, dest: Any) -> str:
+    """An ``@async`` head's first argument: a peer name from ``[peers]`` or a URL."""
+    url = resolve_peer(config, str(dest)) if isinstance(dest, str) else ""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"@async destination {dest!r} is neither a peer name in [peers] nor a URL")
+    return url.rstrip("/")
 
 
 def config_allow_list(cfg: Config) -> Any:

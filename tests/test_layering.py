@@ -183,3 +183,31 @@ def test_no_import_cycles_between_modules_lazy_imports_included() -> None:
         inside = sorted({str(e) for e in EDGES if e.source in members and e.target in members})
         report.append("cycle " + " <-> ".join(comp) + ":\n    " + "\n    ".join(inside))
     assert not cycles, "\n".join(report)
+
+
+#: The modules built on top of the ``Node`` facade: the package root, ``merklog.open``,
+#: the HTTP server and its handlers, and the CLI. Everything else in ``node/`` is a part
+#: the facade wires together and receives what it needs, so it never imports node.py
+#: (which would be a cycle as soon as the facade delegates to it).
+ABOVE_THE_FACADE = (
+    "merklog.node.public",
+    "merklog.node.api",
+    "merklog.node.server",
+    "merklog.node.handlers",
+    "merklog.node.target",
+    "merklog.node.commands.",
+)
+
+
+def test_only_the_layers_above_the_node_facade_import_it() -> None:
+    bad = sorted(
+        str(e)
+        for e in EDGES
+        if e.target == "merklog.node.node"
+        and e.source != "merklog.node.node"
+        and not any(
+            e.source == above or (above.endswith(".") and e.source.startswith(above))
+            for above in ABOVE_THE_FACADE
+        )
+    )
+    assert not bad, "a part of the node imports the facade node.py:\n  " + "\n  ".join(bad)

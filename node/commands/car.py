@@ -65,8 +65,9 @@ def register(cli: click.Group) -> None:
     def restore(state: State, file: Path, identity: Path | None) -> None:
         """Create a new home from a backup CAR (made by `merklog export`)."""
         from merklog.node.backup import restore as do_restore
+        from merklog.node.node import Node
 
-        stats = do_restore(state.home, file, identity, dict(state.overrides))
+        stats = do_restore(state.home, file, identity, dict(state.overrides), Node)
         click.echo(
             f"restored {state.home} from {file}: " + ", ".join(f"{k} {v}" for k, v in stats.items())
         )

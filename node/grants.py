@@ -1,0 +1,39 @@
+"""Who may write: granting and revoking writer keys (``merklog writers grant|revoke``,
+``POST /v1/writers``, ``DELETE /v1/writers/{key}``, ``Node.grant`` / ``Node.revoke``).
+
+The owner's signed grant or revoke is a delta of the replica like any write; a revoke
+keeps the deltas the key signed before it (in its causal past) and every replica that
+has seen it refuses later ones. This module checks the key given by a user and hands
+the grant to the replica; the node delegates here and wakes its epoch loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import NodeInputError
+
+
+def grant(replica: Any, key_hex: str) -> str | None:
+    """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only); the CID
+    of the grant delta, or None when there was nothing to change."""
+    cid = replica.grant(public_key(key_hex))
+    return str(cid) if cid else None
+
+
+def revoke(replica: Any, key_hex: str) -> str | None:
+    """Stop the Ed25519 public key ``key_hex`` from writing (owner only); the CID of the
+    revoke delta, or None when there was nothing to change."""
+    cid = replica.revoke(public_key(key_hex))
+    return str(cid) if cid else None
+
+
+def public_key(key_hex: str) -> bytes:
+    """The 32 bytes of a hex Ed25519 public key, or NodeInputError naming what was given."""
+    try:
+        key = bytes.fromhex(key_hex)
+    except (ValueError, TypeError):
+        key = b""
+    if len(key) != 32:
+        raise NodeInputError(f"{key_hex!r} is not a 64-digit hex Ed25519 public key")
+    return key

@@ -1,0 +1,48 @@
+"""``Node.status()`` / ``GET /v1/status`` / ``merklog status``: one dict that says what a
+node holds and how it is doing — dataset, key, heads, epoch, stored and derived fact
+counts, program and engine mode, pending ``@async`` messages, and per-peer sync state
+(from :mod:`.peersync`). The node delegates here; this module reads the node through
+:class:`Owner` and does not import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from merklog.store import Link
+
+
+class Owner(Protocol):
+    """What the status needs of its node."""
+
+    dataset: Link
+    identity: Any
+    epochs: Any
+    engine: Any
+    outbox: Any
+    program_text: str
+    last_sync: dict[str, Any] | None
+
+    @property
+    def epoch(self) -> int: ...
+    def heads(self) -> list[Link]: ...
+    def peer_status(self) -> list[dict[str, Any]]: ...
+
+
+def node_status(node: Owner) -> dict[str, Any]:
+    """The node's status (see the module docstring); fields as ``GET /v1/status`` answers."""
+    facts = node.epochs.fact_count()
+    derived = node.epochs.derived_count()  # tuples in relations the program's rules define
+    return {
+        "dataset": str(node.dataset),
+        "key": node.identity.public_key.hex(),
+        "heads": sorted(str(h) for h in node.heads()),
+        "epoch": node.epoch,
+        "facts": facts,
+        "derived": derived,
+        "program": bool(node.program_text),
+        "engine": node.engine.mode,
+        "outbox_pending": node.outbox.pending_count(),
+        "peers": node.peer_status(),
+        "last_sync": node.last_sync,
+    }
