@@ -218,7 +218,7 @@ def _with_sig(unsigned_bytes: bytes, raw: dict[str, Any], sig: bytes) -> bytes:
     The signature is written as a byte string whatever it holds: encoding it through
     libipld would turn a signature that happens to parse as a binary CID (about one in
     a thousand) into a link, which sent such deltas (~1.3 s for 4,096 ops) through the
-    reference encoder (ADR 0119). ``raw``: the unsigned map as encoded (7 keys)."""
+    reference encoder (ADR 0121). ``raw``: the unsigned map as encoded (7 keys)."""
     if unsigned_bytes[0] != 0xA7:
         raise InvalidDelta("an unsigned delta is a map of 7 keys")
     tail = libipld.encode_dag_cbor({k: raw[k] for k in _AFTER_SIG})  # a map of 5: 1-byte head

@@ -10,6 +10,7 @@ subscribers hear them only after it committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 from typing import Any
 
 from merklog.store import Fact, Link
@@ -40,6 +41,9 @@ ChangeCallback = Callable[[int, Fact, Link], None]
 
 def _raw_of(link: Link) -> bytes:
     return link.raw
+
+
+_raw_attr = attrgetter("raw")
 
 
 class ORSet(ReplicaState):
@@ -92,14 +96,18 @@ class ORSet(ReplicaState):
         a bulk lookup sends each run of equal-length CIDs as one blob that SQLite cuts
         itself (no bound parameter per CID, ADR 0110)."""
         out: dict[Link, list[Link]] = {}
+        raws_in = list(map(_raw_attr, facts))
+        sizes = set(map(len, raws_in))
         runs: dict[int, set[bytes]] = {}
-        for f in facts:
-            raw = f.raw
-            run = runs.get(len(raw))
-            if run is None:
-                runs[len(raw)] = {raw}
-            else:
-                run.add(raw)
+        if len(sizes) == 1:  # the bulk case: C-level passes, no Python step per CID
+            runs[sizes.pop()] = set(raws_in)
+        else:
+            for raw in raws_in:
+                run = runs.get(len(raw))
+                if run is None:
+                    runs[len(raw)] = {raw}
+                else:
+                    run.add(raw)
         for size, run in runs.items():
             raws = sorted(run)
             if len(raws) < _BLOB_LOOKUP or size == 0:

@@ -1,5 +1,5 @@
 """A signed delta's bytes are the canonical DAG-CBOR of its fields, whatever its signature
-holds (ADR 0119: the signature is spliced into the unsigned encoding, never encoded as
+holds (ADR 0121: the signature is spliced into the unsigned encoding, never encoded as
 a link even when its 64 bytes happen to parse as a binary CID)."""
 
 from __future__ import annotations
