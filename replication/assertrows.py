@@ -15,6 +15,8 @@ import sqlite3
 from collections.abc import Iterable
 from operator import add, itemgetter
 
+from .sqlutil import sorted_blob
+
 #: ``?1`` blob length, ``?2`` record size, ``?3`` fact CID length, ``?4`` ds,
 #: ``?5`` killed, ``?6`` the sorted records; ``?7`` delta CID length.
 _INSERT_RUN = """
@@ -42,8 +44,8 @@ def insert_asserts(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes, by
                 [(ds, r[:fact_len], r[fact_len:], killed) for r in sorted(records)],
             )
         else:
-            records.sort()  # fixed-size records: byte order is (fact, delta) order
-            blob = b"".join(records)
+            # Fixed-size records: byte order is (fact, delta) order.
+            blob, _count = sorted_blob(records, fact_len + delta_len)
             conn.execute(
                 _INSERT_RUN,
                 (len(blob), fact_len + delta_len, fact_len, ds, killed, blob, delta_len),

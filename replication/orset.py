@@ -23,6 +23,7 @@ from .blocks import (
 )
 from .factset import FactSet
 from .sqlutil import chunks as _chunks
+from .sqlutil import sorted_blob
 from .state import ReplicaState
 
 #: From this many CIDs on, a visibility lookup sends them as one blob (``_LIVE_RUN``).
@@ -109,9 +110,14 @@ class ORSet(ReplicaState):
                 else:
                     run.add(raw)
         for size, run in runs.items():
-            raws = sorted(run)
-            if len(raws) < _BLOB_LOOKUP or size == 0:
-                rows: Iterable[tuple[bytes, bytes]] = (
+            if len(run) >= _BLOB_LOOKUP and size > 0:
+                blob, _count = sorted_blob(list(run), size)  # a set: unique already
+                rows: Iterable[tuple[bytes, bytes]] = self.conn.execute(
+                    _LIVE_RUN, (len(blob), size, self.ds, blob)
+                )
+            else:
+                raws = sorted(run)
+                rows = (
                     row
                     for chunk in _chunks(raws)
                     for row in self.conn.execute(
@@ -120,9 +126,6 @@ class ORSet(ReplicaState):
                         (self.ds, *chunk),
                     )
                 )
-            else:
-                blob = b"".join(raws)
-                rows = self.conn.execute(_LIVE_RUN, (len(blob), size, self.ds, blob))
             for fact, delta in rows:
                 out.setdefault(fast_link(bytes(fact)), []).append(fast_link(bytes(delta)))
         for observed in out.values():

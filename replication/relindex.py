@@ -28,6 +28,7 @@ import libipld
 from merklog.store import BlockNotFound, BlockStore, CIDMismatch, Link
 
 from .blocks import fast_link
+from .sqlutil import sorted_blob
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,7 @@ def record(conn: sqlite3.Connection, rows: Iterable[tuple[int, str, bytes]]) -> 
             else:
                 run.append(raw)
     for (ds, rel, size), raws in runs.items():
-        raws.sort()
-        blob = b"".join(raws)
+        blob, _count = sorted_blob(raws, size)
         conn.execute(_INSERT_RUN, (len(blob), size, ds, rel, blob))
 
 
