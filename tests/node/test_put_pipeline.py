@@ -1,6 +1,7 @@
-"""``put -f`` writes chunk k+1 while it prints chunk k (ADR 0119): the output keeps the
-input's order, every chunk is still one durable write, and on a stopped home nothing
-after a failed chunk is written."""
+"""``put -f`` through a running node sends chunk k+1 while it prints chunk k (ADR 0119):
+the output keeps the input's order, every chunk is still one durable write, and with
+one writer (a stopped home writes inline; ``retract`` keeps one request in flight)
+nothing after a failed chunk is written."""
 
 from __future__ import annotations
 
@@ -74,3 +75,36 @@ def test_running_node_put_in_many_requests_prints_in_input_order(
     assert [fact + "." for _cid, fact in printed] == lines
     assert len({cid for cid, _f in printed}) == len(lines)
     assert len(run("ls", "v").output.splitlines()) == len(lines)
+
+
+@pytest.mark.parametrize("writers", [0, 1])
+def test_serial_writers_send_nothing_after_a_failed_chunk(writers: int) -> None:
+    sent: list[int] = []
+
+    def write(chunk: list, lines: object) -> dict:
+        sent.append(chunk[0])
+        if chunk[0] == 2:
+            raise ValueError("refused")
+        return {"n": chunk[0]}
+
+    got = []
+    with pytest.raises(ValueError, match="refused"):
+        for part, result in put.pipelined(write, (([i], None) for i in range(6)), writers):
+            got.append((part[0][0], result["n"]))
+    assert got == [(0, 0), (1, 1)] and sent == [0, 1, 2]
+
+
+def test_two_writers_answer_in_input_order() -> None:
+    import threading
+    import time
+
+    threads = set()
+
+    def write(chunk: list, lines: object) -> dict:
+        threads.add(threading.get_ident())
+        time.sleep(0.01 * (chunk[0] % 3))  # later chunks may finish first
+        return {"n": chunk[0]}
+
+    got = [(p[0][0], r["n"]) for p, r in put.pipelined(write, (([i], None) for i in range(9)), 2)]
+    assert got == [(i, i) for i in range(9)]
+    assert threading.get_ident() not in threads  # written on worker threads
