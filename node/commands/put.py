@@ -13,7 +13,9 @@ progress bar on a terminal counts facts.
   holds: 200k-fact requests cost the node a third less CPU per fact than 20k ones at
   1M facts (ADR 0081). A file with one
   fact per line is sent as its own lines (the node parses them as the client did);
-  other inputs are sent as each parsed fact's rendering.
+  other inputs are sent as each parsed fact's rendering. ``put`` keeps two requests
+  in flight (the node decodes one while it writes the other) and prints a chunk's
+  CIDs while the next one is written; ``retract`` keeps one (ADR 0119).
 """
 
 from __future__ import annotations
