@@ -108,3 +108,33 @@ def test_two_writers_answer_in_input_order() -> None:
     got = [(p[0][0], r["n"]) for p, r in put.pipelined(write, (([i], None) for i in range(9)), 2)]
     assert got == [(i, i) for i in range(9)]
     assert threading.get_ident() not in threads  # written on worker threads
+
+
+def test_running_node_put_with_a_refused_request_fails_cleanly(
+    home: Path, tmp_path: Path, node_factory
+) -> None:
+    """Two requests in flight and one refused (a ``.decl`` misfit): one clear line, exit
+    2, the printed CIDs are a prefix of the input in order and all of them are stored;
+    nothing before the refused request is lost."""
+    run = Cli(home)
+    run("--set", "node.max_body=8192", "init")
+    prog = tmp_path / "p.dl"
+    prog.write_text(".decl edge(src: int, dst: int).\npath(X, Y) :- edge(X, Y).\n")
+    run("load", str(prog))
+    node_factory(home).start()
+    lines = [f"edge({i}, {i + 1})." for i in range(1200)]
+    lines[700] = "edge(700, 1.0)."  # the int column gets a float: refused
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    result = run("put", "-f", str(data), ok=False)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "edge(700, 1.0) does not fit" in result.output
+    printed = [fact + "." for _cid, fact in _printed(result.output)]
+    assert 0 < len(printed) <= 700 and printed == lines[: len(printed)]
+    stored = {json.dumps(row) for row in _rows(run)}
+    assert all(json.dumps([i, i + 1]) in stored for i in range(len(printed)))
+    assert json.dumps([700, 1.0]) not in stored
+
+
+def _rows(run: Cli) -> list:
+    return json.loads(run("query", "--json", "edge(X, Y)").output)["rows"]
