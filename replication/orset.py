@@ -10,6 +10,7 @@ subscribers hear them only after it committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 from typing import Any
 
 from merklog.store import Fact, Link
@@ -22,6 +23,7 @@ from .blocks import (
 )
 from .factset import FactSet
 from .sqlutil import chunks as _chunks
+from .sqlutil import sorted_blob
 from .state import ReplicaState
 
 #: From this many CIDs on, a visibility lookup sends them as one blob (``_LIVE_RUN``).
@@ -40,6 +42,9 @@ ChangeCallback = Callable[[int, Fact, Link], None]
 
 def _raw_of(link: Link) -> bytes:
     return link.raw
+
+
+_raw_attr = attrgetter("raw")
 
 
 class ORSet(ReplicaState):
@@ -92,18 +97,27 @@ class ORSet(ReplicaState):
         a bulk lookup sends each run of equal-length CIDs as one blob that SQLite cuts
         itself (no bound parameter per CID, ADR 0110)."""
         out: dict[Link, list[Link]] = {}
+        raws_in = list(map(_raw_attr, facts))
+        sizes = set(map(len, raws_in))
         runs: dict[int, set[bytes]] = {}
-        for f in facts:
-            raw = f.raw
-            run = runs.get(len(raw))
-            if run is None:
-                runs[len(raw)] = {raw}
-            else:
-                run.add(raw)
+        if len(sizes) == 1:  # the bulk case: C-level passes, no Python step per CID
+            runs[sizes.pop()] = set(raws_in)
+        else:
+            for raw in raws_in:
+                run = runs.get(len(raw))
+                if run is None:
+                    runs[len(raw)] = {raw}
+                else:
+                    run.add(raw)
         for size, run in runs.items():
-            raws = sorted(run)
-            if len(raws) < _BLOB_LOOKUP or size == 0:
-                rows: Iterable[tuple[bytes, bytes]] = (
+            if len(run) >= _BLOB_LOOKUP and size > 0:
+                blob, _count = sorted_blob(list(run), size)  # a set: unique already
+                rows: Iterable[tuple[bytes, bytes]] = self.conn.execute(
+                    _LIVE_RUN, (len(blob), size, self.ds, blob)
+                )
+            else:
+                raws = sorted(run)
+                rows = (
                     row
                     for chunk in _chunks(raws)
                     for row in self.conn.execute(
@@ -112,9 +126,6 @@ class ORSet(ReplicaState):
                         (self.ds, *chunk),
                     )
                 )
-            else:
-                blob = b"".join(raws)
-                rows = self.conn.execute(_LIVE_RUN, (len(blob), size, self.ds, blob))
             for fact, delta in rows:
                 out.setdefault(fast_link(bytes(fact)), []).append(fast_link(bytes(delta)))
         for observed in out.values():

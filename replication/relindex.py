@@ -20,12 +20,15 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterable, Sequence
+from itertools import compress
+from operator import itemgetter
 
 import libipld
 
 from merklog.store import BlockNotFound, BlockStore, CIDMismatch, Link
 
 from .blocks import fast_link
+from .sqlutil import sorted_blob
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +53,45 @@ INSERT OR IGNORE INTO repl_rel_fact (ds, rel, fact) SELECT ?3, ?4, substr(?5, i 
 def record(conn: sqlite3.Connection, rows: Iterable[tuple[int, str, bytes]]) -> None:
     """Index ``(ds, relation, raw fact CID)`` rows (inside the caller's transaction): one
     insert per relation, its CIDs in key order (an in-order pass over the index pages)."""
-    runs: dict[tuple[int, str, int], list[bytes]] = {}
-    for ds, rel, raw in rows:
-        key = (ds, rel, len(raw))
-        run = runs.get(key)
-        if run is None:
-            runs[key] = [raw]
-        else:
-            run.append(raw)
+    rows = rows if isinstance(rows, list) else list(rows)
+    runs = _few_runs(rows)
+    if runs is None:
+        runs = {}
+        for ds, rel, raw in rows:
+            key = (ds, rel, len(raw))
+            run = runs.get(key)
+            if run is None:
+                runs[key] = [raw]
+            else:
+                run.append(raw)
     for (ds, rel, size), raws in runs.items():
-        raws.sort()
-        blob = b"".join(raws)
+        blob, _count = sorted_blob(raws, size)
         conn.execute(_INSERT_RUN, (len(blob), size, ds, rel, blob))
+
+
+#: Up to this many relations in one write, :func:`record` splits its rows by relation
+#: with one C-level pass per relation instead of one Python step per row (ADR 0121).
+_FEW_RELATIONS = 16
+
+
+def _few_runs(rows: list) -> dict[tuple[int, str, int], list[bytes]] | None:
+    """:func:`record`'s runs when ``rows`` hold one dataset, CIDs of one length and at
+    most ``_FEW_RELATIONS`` relations (the bulk case), else None."""
+    if not rows:
+        return {}
+    datasets = set(map(itemgetter(0), rows))
+    rels = list(map(itemgetter(1), rows))
+    raws = list(map(itemgetter(2), rows))
+    names = set(rels)
+    sizes = set(map(len, raws))
+    if len(datasets) != 1 or len(sizes) != 1 or len(names) > _FEW_RELATIONS:
+        return None
+    if not all(type(name) is str for name in names):
+        return None
+    (ds,), (size,) = datasets, sizes
+    if len(names) == 1:
+        return {(ds, rels[0], size): raws}
+    return {(ds, name, size): list(compress(raws, map(name.__eq__, rels))) for name in names}
 
 
 def mark_complete(conn: sqlite3.Connection, ds: int) -> None:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from merklog.store import BlockStore, SharedSQLite
+from merklog.store.codec import resume_gc
 
 # Keyed by id(conn): connections cannot be weakly referenced; a reused id merely shares a lock.
 _locks: dict[int, threading.RLock] = {}
@@ -109,4 +110,4 @@ def gc_paused() -> Iterator[None]:
         with _gc_guard:
             _gc_depth -= 1
             if _gc_depth == 0 and _gc_was_enabled:
-                gc.enable()
+                resume_gc()  # survivors to the oldest generation, unscanned (ADR 0120)

@@ -13,12 +13,14 @@ progress bar on a terminal counts facts.
   holds: 200k-fact requests cost the node a third less CPU per fact than 20k ones at
   1M facts (ADR 0081). A file with one
   fact per line is sent as its own lines (the node parses them as the client did);
-  other inputs are sent as each parsed fact's rendering.
+  other inputs are sent as each parsed fact's rendering. ``put`` keeps two requests
+  in flight (the node decodes one while it writes the other) and prints a chunk's
+  CIDs while the next one is written; ``retract`` keeps one (ADR 0119).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import click
 
@@ -120,16 +122,22 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
             parts: Iterator = ((c, None) for c in chunks(parsed, LOCAL_CHUNK_FACTS, None))
         else:
             parts = _remote_chunks(parsed, bulk[1] if bulk is not None else None, max_bytes)
-        for chunk, lines in parts:
+        # A running node's put keeps two requests in flight, so the node decodes one body
+        # while it writes the other and this process renders an answer meanwhile; its
+        # retract keeps one (chunks observe each other in order). A home opened here
+        # writes inline: a writer thread measured 2.5% more CPU and no wall gain on a
+        # busy machine (ADR 0119).
+        writers = 0 if isinstance(t, LocalTarget) else (1 if retract else 2)
+
+        def write(chunk: list, lines: list[str] | None) -> dict:
             # The answer lists CIDs alone, in input order: the facts are rendered here,
             # not by the node and then decoded from its JSON (ADR 0082).
             if lines is not None:  # the input's own lines of these facts
                 body = "\n".join(lines) + "\n"
-                result = t.write("", body, CIDS) if retract else t.write(body, "", CIDS)
-            else:
-                result = (
-                    t.write_facts([], chunk, CIDS) if retract else t.write_facts(chunk, [], CIDS)
-                )
+                return t.write("", body, CIDS) if retract else t.write(body, "", CIDS)
+            return t.write_facts([], chunk, CIDS) if retract else t.write_facts(chunk, [], CIDS)
+
+        for (chunk, _lines), result in pipelined(write, parts, writers):
             gone = {item["cid"] for item in result.get("not_visible") or []}
             missing.extend(result.get("not_visible") or [])
             cids = result["retracted" if retract else "asserted"]
@@ -141,6 +149,48 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
         shown = ", ".join(item["fact"] for item in missing[:3])
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
+
+
+def pipelined(
+    write: Callable[[list, list[str] | None], dict], parts: Iterator, writers: int
+) -> Iterator[tuple[tuple, dict]]:
+    """``(part, write(*part))`` for each of ``parts``, in input order, with at most
+    ``writers`` writes in flight on worker threads. A part is sent only once the write
+    before it returned, and before the caller renders that write's answer: while chunk
+    k's CIDs are rendered and printed, chunk k+1 is already being written (SQLite and a
+    socket wait release the GIL, so the two share the cores instead of taking turns).
+
+    ``writers=0``: each write runs inline, before its answer is yielded. With one writer
+    the writes are exactly as serial as that: nothing after a failed chunk is sent.
+    With two, the chunk after a failed one may already be in flight."""
+    if writers == 0:
+        for part in parts:
+            yield part, write(*part)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = iter(parts)
+    pending: deque = deque()
+
+    def refill() -> None:
+        while len(pending) < writers:
+            part = next(todo, None)
+            if part is None:
+                return
+            pending.append((part, pool.submit(write, *part)))
+
+    with ThreadPoolExecutor(max_workers=writers, thread_name_prefix="put") as pool:
+        try:
+            refill()
+            while pending:
+                part, fut = pending.popleft()
+                result = fut.result()
+                refill()  # the next write starts before this answer is rendered
+                yield part, result
+        finally:
+            for _part, fut in pending:
+                fut.cancel()  # a part still queued is never written
 
 
 def _remote_chunks(parsed: list, lines: list[str] | None, max_bytes: int) -> Iterator:

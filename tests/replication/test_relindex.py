@@ -156,3 +156,29 @@ def test_insert_asserts_cuts_runs_of_any_cid_length_and_refuses_duplicates(tmp_p
     with pytest.raises(sqlite3.IntegrityError):
         insert_asserts(conn, [(1, facts[2], delta, 0)])
     conn.close()
+
+
+@pytest.mark.parametrize("relations", [1, 3, 17])  # 17: over _FEW_RELATIONS, row by row
+def test_bulk_rows_go_in_whichever_way_they_are_split(tmp_path, relations: int) -> None:
+    """The bulk forms of ``record`` and ``insert_asserts`` (one dataset, one CID length,
+    few relations: split with C-level passes, ADR 0121) store exactly the rows given,
+    as the row-by-row form does for anything else."""
+    import sqlite3
+
+    from merklog.replication.assertrows import insert_asserts
+    from merklog.replication.relindex import record
+    from merklog.replication.schema import ensure_schema
+
+    conn = sqlite3.connect(tmp_path / "b.sqlite", isolation_level=None)
+    ensure_schema(conn)
+    facts = [make_fact(f"r{i % relations}", [i, MIXED[i % 5]]) for i in range(400)]
+    raws = [fact_cid(f).raw for f in facts]
+    delta = fact_cid(make_fact("d", ["delta"])).raw
+    record(conn, [(1, f.rel, r) for f, r in zip(facts, raws, strict=True)])
+    assert insert_asserts(conn, [(1, r, delta, 0) for r in raws]) == len(raws)
+    assert insert_asserts(conn, []) == 0
+    got = conn.execute("SELECT ds, rel, fact, typeof(fact) FROM repl_rel_fact").fetchall()
+    assert sorted(got) == sorted((1, f.rel, r, "blob") for f, r in zip(facts, raws, strict=True))
+    got = conn.execute("SELECT ds, fact, delta, killed, typeof(fact) FROM repl_assert").fetchall()
+    assert sorted(got) == sorted((1, r, delta, 0, "blob") for r in raws)
+    conn.close()
