@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from merklog.store import Fact, Link, fact_cid
-from merklog.store.codec import gc_paused
+from merklog.store.gcpause import gc_paused
 
 from . import ast, planner
 from .arith import NoBinding, make_arith, make_compare, negate, sort_key, sum_values

@@ -38,7 +38,7 @@ from itertools import chain
 from math import isfinite
 
 from merklog.store import Fact, Link, Value
-from merklog.store.codec import gc_paused
+from merklog.store.gcpause import gc_paused
 
 from .ast import Pos
 from .errors import ParseError

@@ -40,10 +40,9 @@ enter the circuit: relations are name/arity.
 
 from __future__ import annotations
 
-import gc
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import itemgetter
@@ -52,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from merklog.store import Fact, Value, fact_cid
+from merklog.store.gcpause import gc_paused
 
 from . import ast, planner
 from .arraybase import ArrayBase
@@ -350,7 +350,8 @@ def _apply_general(
 
 
 #: An epoch whose changes hold at least this many rows runs with the cyclic garbage
-#: collector paused (see :func:`_gc_paused`).
+#: collector paused (``merklog.store.gcpause.gc_paused``): a bulk load allocates millions
+#: of long-lived tuples and dicts and no cycles, and collections over them found nothing.
 GC_PAUSE_ROWS = 20_000
 
 
@@ -363,26 +364,6 @@ def _sized_rows(*maps: Mapping[str, Iterable[Row]] | None) -> int:
         for rows in m.values()
         if hasattr(rows, "__len__")
     )
-
-
-@contextmanager
-def _gc_paused(pause: bool) -> Iterator[None]:
-    """Pause CPython's cyclic collector for a large epoch.
-
-    A bulk load allocates millions of long-lived tuples and dicts (traces, groups);
-    every 700 allocations the collector scans the young generation and, every few
-    of those, the ever-growing older ones, so a 1M-row load spent about 30% of its
-    CPU in collections that find no cycles (nothing the engine builds is cyclic;
-    reference counting frees it). Paused only around large epochs and restored
-    afterwards, so small epochs and the rest of the process are unaffected."""
-    if not pause or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 # ----------------------------------------------------------------------------- operators
@@ -1713,7 +1694,7 @@ class IncrementalEngine:
         Sources are polled first; sinks receive the :class:`EpochResult` last.
         """
         large = _sized_rows(inserts, deletes, events) >= GC_PAUSE_ROWS
-        with _gc_paused(large):
+        with gc_paused() if large else nullcontext():
             return self._step(inserts, deletes, events)
 
     def _step(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from merklog.store import Fact, Value
-from merklog.store.codec import gc_paused
+from merklog.store.gcpause import gc_paused
 
 from . import ast
 from .batch import BatchEvaluator, Relations, Row, as_rel, sort_rows

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from merklog.store import Link, Value
-from merklog.store.codec import gc_paused
+from merklog.store.gcpause import gc_paused
 
 from .arrowbuf import from_ints as _from_ints
 from .arrowbuf import str_scalar as _str_scalar

@@ -38,7 +38,7 @@ from merklog.engine.arraybase import ArrayBase
 from merklog.engine.rows import EngineSet, engine_rows
 from merklog.engine.values import row_to_engine
 from merklog.store import Fact
-from merklog.store.codec import gc_paused
+from merklog.store.gcpause import gc_paused
 
 Row = tuple
 #: A relation's rows: int64 array (n × arity) or a set of engine-form tuples.

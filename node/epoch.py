@@ -27,8 +27,8 @@ from contextlib import nullcontext
 from typing import Any, Protocol
 
 from merklog.engine.values import row_to_engine
-from merklog.replication.txn import gc_paused
 from merklog.store import Fact
+from merklog.store.gcpause import gc_paused
 
 from . import epochstate, queries, storage
 from .config import Config

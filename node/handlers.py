@@ -15,7 +15,7 @@ from aiohttp import web
 
 from merklog.replication.errors import ReplicationError
 from merklog.store import Link, StoreError, decode, decode_fact
-from merklog.store.codec import gc_paused
+from merklog.store.gcpause import gc_paused
 
 from . import queries, writes
 from .errors import NodeInputError

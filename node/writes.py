@@ -31,8 +31,8 @@ from typing import Any
 
 from merklog.replication.blocks import Assert, Retract
 from merklog.replication.errors import PeerUnreachable
-from merklog.replication.txn import gc_paused
 from merklog.store import Fact, Link, check_facts, encode_facts, make_fact
+from merklog.store.gcpause import gc_paused
 
 from . import queries
 from .config import ORIGIN

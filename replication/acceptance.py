@@ -18,6 +18,7 @@ from typing import Any
 import libipld
 
 from merklog.store import Fact, Link
+from merklog.store.gcpause import gc_paused
 
 from .blocks import (
     Delta,
@@ -37,7 +38,6 @@ from .errors import (
 from .limits import RECEIVE_MAX_PENDING_BLOCKS, RECEIVE_MAX_PENDING_BYTES
 from .sqlutil import chunks as _chunks
 from .state import ReplicaState
-from .txn import gc_paused
 
 #: Fact blocks a batch may carry ahead of the delta that asserts them (see .limits).
 MAX_PENDING_BLOCKS = RECEIVE_MAX_PENDING_BLOCKS

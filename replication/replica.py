@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from merklog.store import BlockNotFound, BlockStore, Fact, Link
+from merklog.store.gcpause import gc_paused
 
 from . import relindex
 from .acceptance import MAX_PENDING_BLOCKS, MAX_PENDING_BYTES, Acceptance, ApplyResult
@@ -48,7 +49,7 @@ from .orset import ChangeCallback, ORSet
 from .packing import pack_ops, plan_ops
 from .reconcile import Reconciliation, Summary
 from .schema import ensure_schema
-from .txn import conn_lock, connect, gc_paused, require_autocommit, transaction
+from .txn import conn_lock, connect, require_autocommit, transaction
 
 
 class _Deferred(NamedTuple):

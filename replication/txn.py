@@ -8,7 +8,6 @@ blocks and the visible-state update commit together.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import os
 import sqlite3
@@ -18,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from merklog.store import BlockStore, SharedSQLite
-from merklog.store.codec import resume_gc
 
 # Keyed by id(conn): connections cannot be weakly referenced; a reused id merely shares a lock.
 _locks: dict[int, threading.RLock] = {}
@@ -85,29 +83,3 @@ def transaction(conn: sqlite3.Connection, blockstore: Any = None) -> Iterator[No
     conn.execute(f"RELEASE {name}")
 
 
-_gc_guard = threading.Lock()
-_gc_depth = 0
-_gc_was_enabled = False
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC during bulk work (process-wide, re-entrant across threads).
-
-    Applying 100k facts allocates millions of short-lived acyclic objects; with the
-    collector running, each generation-2 pass rescans everything alive and bulk
-    ingest turns quadratic. Reference counting still frees everything promptly.
-    """
-    global _gc_depth, _gc_was_enabled
-    with _gc_guard:
-        if _gc_depth == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_depth += 1
-    try:
-        yield
-    finally:
-        with _gc_guard:
-            _gc_depth -= 1
-            if _gc_depth == 0 and _gc_was_enabled:
-                resume_gc()  # survivors to the oldest generation, unscanned (ADR 0120)

@@ -11,10 +11,8 @@ holding such byte strings take the reference path; tests check byte identity.
 
 from __future__ import annotations
 
-import gc
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from itertools import chain
 from math import isfinite as _isfinite
 from operator import itemgetter
@@ -23,6 +21,7 @@ from typing import Any, NamedTuple
 import libipld
 
 from .errors import InvalidBlock, InvalidValue
+from .gcpause import gc_paused
 from .link import Link
 from .values import INT64_MAX, INT64_MIN, Value, check_args, check_relation, format_value
 
@@ -214,41 +213,6 @@ def encode_fact(fact: Fact) -> tuple[Link, bytes]:
     """Block bytes and CID of a fact, computed once (the hot path of ingest)."""
     data = fact_block(fact)
     return Link._trusted(_DAG_CBOR_SHA256 + _sha256(data).digest()), data
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector around a bulk loop that creates no cycles.
-
-    Encoding a million facts allocates millions of small tracked objects (Links,
-    tuples); each allocation burst triggers collections that re-traverse every
-    live object, which costs more than the encoding itself.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            resume_gc()
-
-
-def resume_gc() -> None:
-    """Re-enable the cyclic collector after a bulk pause, with the objects that survived
-    the pause moved to the oldest generation unscanned (``gc.freeze`` then
-    ``gc.unfreeze``: two O(1) list splices, and the allocation counter reset).
-
-    ``gc.enable()`` alone left the pause's allocation count pending, so the next
-    allocation started a young collection over every survivor (a 200k-fact request's
-    rows), and the promotions it made brought full collections sooner: 4% of a running
-    node's CPU under ``put -f`` of 1M facts (py-spy, ADR 0120). Nothing is frozen for
-    good: the next full collection scans (and frees) them as usual. A heap someone froze
-    on purpose (``put`` and the CLI freeze theirs before exit, ADR 0110) stays frozen:
-    then this is the plain ``gc.enable()``."""
-    if gc.get_freeze_count() == 0:
-        gc.freeze()
-        gc.unfreeze()
-    gc.enable()
 
 
 def encode_facts(facts: Iterable[Fact]) -> list[tuple[Link, bytes]]:

@@ -27,8 +27,9 @@ from operator import itemgetter
 import libipld
 
 from .blockstore import BlockStore, SharedSQLite, verify
-from .codec import Fact, decode_fact, encode_facts, gc_paused
+from .codec import Fact, decode_fact, encode_facts
 from .errors import BlockNotFound, CIDMismatch, InvalidBlock, StoreError
+from .gcpause import gc_paused
 from .link import Link
 
 SCHEMA_VERSION = 1

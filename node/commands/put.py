@@ -70,7 +70,7 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
     import gc
 
     from merklog.node import cli
-    from merklog.store.codec import gc_paused
+    from merklog.store.gcpause import gc_paused
 
     with gc_paused():
         try:

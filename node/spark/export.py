@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from merklog.replication.bulk import iter_delta_blocks, iter_visible_cids, op_count
 from merklog.replication.replica import Replica
 from merklog.store import Fact, Link, SQLiteBlockStore, StoreError, fact_cid, verify
-from merklog.store.codec import gc_paused
+from merklog.store.gcpause import gc_paused
 
 from .cidjoin import lookup, member
 from .deltacols import delta_columns, log_columns

@@ -13,7 +13,7 @@ from merklog.node import edb, factscan
 from merklog.node.node import Node
 from merklog.replication import bulk
 from merklog.store import Link, fact_cid, make_fact
-from merklog.store.codec import gc_paused
+from merklog.store.gcpause import gc_paused
 
 N = edb.SCAN_FROM + 300
 

@@ -1,26 +1,24 @@
-"""Leaving a bulk GC pause (ADR 0120): the collector is on again, the pause's survivors
-are not pending for a young collection, and cyclic garbage is still collected."""
+"""The one bulk GC pause (``merklog.store.gcpause``, ADR 0120): leaving it, the collector
+is on again, the pause's survivors are not pending for a young collection, and cyclic
+garbage is still collected; pauses nest, also across threads."""
 
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 
-import pytest
-
-from merklog.replication.txn import gc_paused as replica_gc_paused
-from merklog.store.codec import gc_paused as store_gc_paused
+from merklog.store.gcpause import gc_paused
 
 
 class _Node:
     other: object = None
 
 
-@pytest.mark.parametrize("pause", [store_gc_paused, replica_gc_paused])
-def test_leaving_a_pause_promotes_survivors_without_losing_cycles(pause) -> None:
+def test_leaving_a_pause_promotes_survivors_without_losing_cycles() -> None:
     assert gc.isenabled()
     gc.collect()
-    with pause():
+    with gc_paused():
         assert not gc.isenabled()
         rows = [(i, str(i)) for i in range(50_000)]  # survivors of the bulk work
         a, b = _Node(), _Node()
@@ -40,7 +38,7 @@ def test_leaving_a_pause_promotes_survivors_without_losing_cycles(pause) -> None
 def test_a_pause_inside_a_disabled_collector_leaves_it_disabled() -> None:
     gc.disable()
     try:
-        with store_gc_paused(), replica_gc_paused():
+        with gc_paused(), gc_paused():
             pass
         assert not gc.isenabled()
     finally:
@@ -52,11 +50,34 @@ def test_a_frozen_heap_stays_frozen_after_a_pause() -> None:
     gc.freeze()  # as put and the CLI do before exit (ADR 0110)
     try:
         frozen = gc.get_freeze_count()
-        with store_gc_paused():
+        with gc_paused():
             pass
-        with replica_gc_paused():
+        with gc_paused(), gc_paused():
             pass
         assert gc.get_freeze_count() == frozen and gc.isenabled()
     finally:
         gc.unfreeze()
     assert len(kept) == 1_000
+
+
+def test_pauses_nest_across_threads_the_last_to_end_resumes() -> None:
+    """A bulk write on a worker thread and an epoch on the loop thread overlap: the first
+    to end must not switch the collector back on under the other."""
+    entered, release = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def worker() -> None:
+        with gc_paused():
+            entered.set()
+            release.wait(10)
+            seen.append(gc.isenabled())
+
+    t = threading.Thread(target=worker)
+    with gc_paused():
+        t.start()
+        assert entered.wait(10)
+    assert not gc.isenabled()  # the worker's pause is still running
+    release.set()
+    t.join(10)
+    assert seen == [False]
+    assert gc.isenabled()
