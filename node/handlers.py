@@ -17,7 +17,7 @@ from merklog.replication.errors import ReplicationError
 from merklog.store import Link, StoreError, decode, decode_fact
 from merklog.store.gcpause import gc_paused
 
-from . import queries, writes
+from . import queries, writeaccess
 from .errors import NodeInputError
 from .jsonvalues import facts_from_json, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
@@ -277,7 +277,7 @@ async def write_facts(request: web.Request) -> web.Response:
     # so the event loop keeps serving other requests meanwhile (ADR 0082).
     add, rem = await asyncio.get_running_loop().run_in_executor(None, _write_body, node, raw)
     if add or rem:  # a freshly joined home syncs once with its origin first
-        await writes.sync_before_first_write_async(node)
+        await writeaccess.sync_before_first_write_async(node)
     try:
         result = await node.write_async(add, rem)
     except ReplicationError as exc:  # e.g. this key is not (yet) a writer

@@ -37,6 +37,7 @@ from . import (
     queries,
     querycheck,
     storage,
+    writeaccess,
     writes,
 )
 from . import dataset as dataset_mod
@@ -162,7 +163,7 @@ class Node:
 
     async def __aenter__(self) -> Node:
         self.start()
-        await writes.sync_on_open(self)  # a freshly joined home: receive its grant first
+        await writeaccess.sync_on_open(self)  # a freshly joined home: receive its grant first
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -225,7 +226,7 @@ class Node:
     ) -> WriteResult:
         """Assert and retract in one signed delta; durable on return. A freshly joined
         home first syncs once with its origin, as ``put`` does (ADR 0076)."""
-        writes.sync_before_first_write_here(self)
+        writeaccess.sync_before_first_write_here(self)
         return self._write(asserts, retracts)
 
     def _write(

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from merklog.replication.errors import ReplicationError
 from merklog.store import Fact, Link
 
-from . import writes
+from . import writeaccess
 from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config
 from .errors import NodeInputError
@@ -122,7 +122,7 @@ class RemoteTarget:
         try:
             return self._do(self.client.write, asserts, retracts, answer)
         except TargetError as exc:
-            origin = writes.origin_url(self.config)
+            origin = writeaccess.origin_url(self.config)
             if exc.exit_code != ExitCode.NOT_A_WRITER or origin is None:
                 raise
         # A joined home's first write: sync once with the origin (grants arrive), retry.

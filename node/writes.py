@@ -1,42 +1,24 @@
-"""Rules of the node's write path that sit above the replica's own.
-
-- A write by a key that is not a writer fails with :class:`NotAWriter` saying plainly
-  why and what to do, instead of the replica's "author … is not a writer in the
-  causal past of …".
-- A home made by ``init --join URL`` has never seen the grants made after the
-  dataset's genesis: before its first write (CLI ``put`` and ``POST /v1/facts``) it
-  syncs once with that origin (``[peers] origin``), so a grant the owner already made
-  takes effect; if the origin cannot be reached the write fails with
-  :class:`NotWritableYet` naming it (HTTP 503, CLI exit 4).
-- The Python API does the same (``Node.write``, ``assert_``, ``retract``): outside an
-  event loop it syncs there and then; ``async with merklog.open(home)`` syncs when it
-  opens (an unreachable origin is logged, the node still opens); a write made inside a
-  running event loop that still needs the sync cannot wait for it and raises
-  :class:`NotWritableYet` saying ``await node.sync(origin)`` (ADR 0076).
-- ``retract`` reports the facts that were not visible (nothing to retract).
-
-It also holds the write path itself, which :class:`~.node.Node` delegates to:
+"""The node's write path, which :class:`~.node.Node` delegates to:
 :func:`coerce_facts` and :func:`check_declared` (input checks), :func:`write_facts`
-(one signed, durable write) and :class:`GroupCommit` (``Node.write_async``: concurrent
-event-loop writers share one delta and one fsync).
+(one signed, durable write; the key must be a writer, :mod:`.writeaccess`) and
+:class:`GroupCommit` (``Node.write_async``: concurrent event-loop writers share one
+delta and one fsync). ``retract`` reports the facts that were not visible (nothing to
+retract).
 """
-
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from merklog.replication.blocks import Assert, Retract
-from merklog.replication.errors import PeerUnreachable
 from merklog.store import Fact, Link, check_facts, encode_facts, make_fact
 from merklog.store.gcpause import gc_paused
 
 from . import queries
-from .config import ORIGIN
-from .failures import NotAWriter, NotWritableYet
+from .writeaccess import require_writer
 
 log = logging.getLogger(__name__)
 
@@ -71,97 +53,6 @@ class WriteResult:
         }
 
 
-def origin_url(config: Any) -> str | None:
-    """The URL this home joined from (``[peers] origin``), if any."""
-    peer = config.peers.get(ORIGIN)
-    if isinstance(peer, dict) and isinstance(peer.get("url"), str):
-        return str(peer["url"])
-    return None
-
-
-def can_write(node: Any) -> bool:
-    """Whether the node's key may write on top of its current heads."""
-    return bool(node.replica.is_writer(node.identity.public_key))
-
-
-def require_writer(node: Any) -> None:
-    """Raise :class:`NotAWriter` unless the node's key may write now."""
-    if can_write(node):
-        return
-    key = node.identity.public_key.hex()
-    from merklog.replication.authstate import last_revoke
-
-    revoked = last_revoke(node.replica, node.identity.public_key)
-    if revoked is not None:
-        raise NotAWriter(
-            f"this node cannot write: the dataset owner revoked its key {key} (delta"
-            f" {revoked}); its earlier writes stay. Ask the owner to grant it again"
-            f" (`merklog writers grant KEY`), then `merklog sync` and write again."
-        )
-    origin = origin_url(node.config)
-    synced = origin is not None and bool(node.replica.peer_heads(origin.rstrip("/")))
-    hint = (
-        f"; it synced with {origin}, so the grant has not been made there yet"
-        if synced
-        else (f" and has not synced with {origin} yet" if origin else "")
-    )
-    raise NotAWriter(
-        f"this node cannot write yet: its key {key} is not a writer of dataset"
-        f" {node.dataset}{hint}. Ask the dataset owner to grant it (on the owner's home:"
-        f" `merklog peers add NAME URL --writer`), then `merklog sync` and write again."
-    )
-
-
-def sync_before_first_write(node: Any, sync: Callable[[str], Any]) -> None:
-    """If the node may not write and joined from an origin it never synced with, sync
-    once with that origin (``sync(url)``) so grants made there arrive first."""
-    if can_write(node):
-        return
-    origin = origin_url(node.config)
-    if origin is None or node.replica.peer_heads(origin.rstrip("/")):
-        return
-    log.info("not a writer yet: syncing once with %s before the first write", origin)
-    try:
-        sync(origin)
-    except PeerUnreachable as exc:
-        raise _unreachable(origin, exc) from None
-    except Exception as exc:  # refused (not granted): require_writer's message says so
-        log.warning("sync with %s before the first write failed: %s", origin, exc)
-
-
-def _must_sync_first(node: Any) -> str | None:
-    """The origin URL when the node may not write and never synced with its origin."""
-    if can_write(node):
-        return None
-    origin = origin_url(node.config)
-    if origin is None or node.replica.peer_heads(origin.rstrip("/")):
-        return None
-    return origin
-
-
-def _unreachable(origin: str, exc: BaseException) -> NotWritableYet:
-    return NotWritableYet(
-        f"this node cannot write yet: it joined from {origin} and must sync with it once"
-        f" before its first write (to receive its writer grant), but {origin} cannot be"
-        f" reached now ({exc}). Start that node or check the URL, then write again."
-    )
-
-
-async def sync_before_first_write_async(node: Any) -> None:
-    """The event-loop form of :func:`sync_before_first_write` (HTTP writes): an origin
-    that cannot be reached raises :class:`NotWritableYet` naming it (503)."""
-    origin = _must_sync_first(node)
-    if origin is None:
-        return
-    log.info("not a writer yet: syncing once with %s before the first write", origin)
-    try:
-        await node.sync(origin)
-    except PeerUnreachable as exc:
-        raise _unreachable(origin, exc) from None
-    except Exception as exc:  # refused (not granted): require_writer's message says so
-        log.warning("sync with %s before the first write failed: %s", origin, exc)
-
-
 def with_cids(encoded: list[tuple[Link, bytes]], facts: list[Fact]) -> list[tuple[Link, Fact]]:
     """``(CID, fact)`` pairs from ``encode_facts(facts)`` (no second encoding)."""
     return [(cid, fact) for (cid, _data), fact in zip(encoded, facts, strict=True)]
@@ -173,41 +64,6 @@ def not_visible(replica: Any, facts: list[tuple[Link, Fact]]) -> list[tuple[Link
         return []
     visible = replica.visible_among([c for c, _f in facts])
     return [(c, f) for c, f in facts if c not in visible]
-
-
-def sync_before_first_write_here(node: Any) -> None:
-    """The Python API's form (``Node.write``): sync once with the origin before the first
-    write when needed. Outside an event loop the sync runs here (``asyncio.run``); inside
-    one it cannot be waited for without blocking that loop, so the write is refused with
-    :class:`NotWritableYet` naming the origin and the call that makes it possible.
-    A home that joined from nowhere (the owner's) pays one dict lookup, no query."""
-    if origin_url(node.config) is None:
-        return
-    origin = _must_sync_first(node)
-    if origin is None:
-        return
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        sync_before_first_write(node, lambda url: asyncio.run(node.sync(url)))
-        return
-    raise NotWritableYet(
-        f"this node cannot write yet: it joined from {origin} and must sync with it once"
-        f" before its first write (to receive its writer grant), and it has not (the origin"
-        f" was unreachable when the node opened, or the node was opened without"
-        f" `async with`). Inside an event loop that sync cannot run here: `await"
-        f" node.sync({origin!r})`, then write again."
-    )
-
-
-async def sync_on_open(node: Any) -> None:
-    """``async with merklog.open(home)``: a freshly joined home syncs once with its origin
-    now, so writes in the block work; an unreachable origin is logged and the node opens
-    anyway (a later write says why it cannot write yet)."""
-    try:
-        await sync_before_first_write_async(node)
-    except NotWritableYet as exc:
-        log.warning("%s", exc)
 
 
 def coerce_facts(facts: Iterable[FactLike]) -> list[Fact]:
