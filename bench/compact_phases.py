@@ -85,6 +85,7 @@ def main() -> None:
         "_write_facts",
         "_place",
         "_place_facts",
+        "FactArgs",
         "_read",
         "_find_genesis",
         "build_manifest",
@@ -102,6 +103,8 @@ def main() -> None:
                 label = "Spark job: write facts"
             elif _name == "_place_facts":
                 label = "pyarrow split + re-encode of facts (_place_facts)"
+            elif _name == "FactArgs":
+                label = "pyarrow read of the inputs' facts (FactArgs, beside the jobs)"
             elif _name == "_place":
                 label = "pyarrow re-encode (_place)"
             elif _name == "_read":

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from merklog.node.cidsearch import ROW, WIDTH, CidIndex
+from merklog.node.cidsearch import ROW, WIDTH, CidIndex, keys
 
 from .factcols import valid_mask
 
@@ -67,4 +67,35 @@ def member(values: pa.Array, cids: pa.Array) -> np.ndarray:
     return valid_mask(lookup(values, cids))
 
 
-__all__ = ["lookup", "member"]
+def first_of_each(column: pa.Array) -> np.ndarray | None:
+    """Ascending positions of one row per distinct value of a binary column (its first),
+    or None when the values are distinct already. CIDs are grouped by 64 digest bits,
+    confirmed on all 36 bytes; other widths, nulls or two CIDs sharing those bits go to
+    Arrow's hash group-by."""
+    rows = _fixed_rows(column) if not column.null_count else None
+    if rows is None:
+        return _first_of_each_hashed(column)
+    key = keys(rows)
+    order = np.argsort(key, kind="stable")
+    sorted_keys = key[order]
+    same_key = sorted_keys[1:] == sorted_keys[:-1]
+    if not same_key.any():
+        return None
+    sorted_rows = rows[order]
+    repeat = same_key & (sorted_rows[1:] == sorted_rows[:-1])
+    if (same_key & ~repeat).any():  # two CIDs share the bits: equal rows may not be adjacent
+        return _first_of_each_hashed(column)
+    keep = np.ones(len(order), np.bool_)
+    keep[1:] = ~repeat
+    return np.sort(order[keep])
+
+
+def _first_of_each_hashed(column: pa.Array) -> np.ndarray | None:
+    at = pa.table({"v": column, "i": pa.array(np.arange(len(column)))})
+    first = at.group_by("v", use_threads=False).aggregate([("i", "min")]).column("i_min")
+    if len(first) == len(column):
+        return None
+    return np.sort(first.to_numpy())
+
+
+__all__ = ["first_of_each", "lookup", "member"]

@@ -37,11 +37,13 @@ import math
 import shutil
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -50,7 +52,9 @@ from merklog.replication.identity import Identity
 from merklog.store import Link
 
 from .export import GENESIS_FILE
+from .factargs import FactArgs, local_exports
 from .manifest import build_manifest, file_link
+from .schema import ARGS_TYPE
 
 VALUE_DDL = (
     "struct<`type`:string,`int`:bigint,`float`:double,`str`:string,"
@@ -135,6 +139,39 @@ def snapshot_frame(ops: Any) -> Any:
             F.sort_array(F.array_except("asserted", F.flatten("observed"))).alias("support"),
         )
         .where(F.size("support") > 0)
+    )
+
+
+def live_frame(ops: Any) -> Any:
+    """The live tags: one row ``(fact_cid, dataset, delta_cid)`` per assert of a fact that
+    no retract observed, ordered by those columns within each partition.
+
+    The narrow form of :func:`snapshot_frame`, for when this process adds each fact's
+    relation and arguments by fact CID (:mod:`.factargs`) and groups a fact's live tags
+    into its support list while re-encoding (ADR 0122). Asserts tag a fact with their
+    delta (kind 0), retracts with each delta they observed (kind 1); after the shuffle by
+    ``(fact_cid, dataset)`` a tag is live iff its greatest kind is 0. That aggregate is a
+    hash aggregate over fixed-width buffers (no ``collect_list`` objects, no
+    ``array_except``), and no typed values travel through the shuffle or the writer. The
+    partitioning is :func:`snapshot_frame`'s, so files hold the same facts."""
+    from pyspark.sql import functions as F
+
+    asserts = ops.where(F.col("op") == "assert").select(
+        "fact_cid", "dataset", "delta_cid", F.lit(0).cast("byte").alias("kind")
+    )
+    removed = ops.where(F.col("op") == "retract").select(
+        "fact_cid",
+        "dataset",
+        F.explode("observed").alias("delta_cid"),
+        F.lit(1).cast("byte").alias("kind"),
+    )
+    return (
+        asserts.unionByName(removed)
+        .repartition(*FACT_KEY)
+        .groupBy(*FACT_KEY, "delta_cid")
+        .agg(F.max("kind").alias("kind"))
+        .where(F.col("kind") == 0)
+        .select(*FACT_KEY, "delta_cid")
     )
 
 
@@ -249,14 +286,14 @@ def _write(df: Any, path: Path, sort: list[str]) -> None:
     ).partitionBy("dataset").parquet(str(path))
 
 
-def _write_facts(df: Any, path: Path) -> None:
+def _write_facts(df: Any, path: Path, sort: tuple[str, ...] = FACT_KEY) -> None:
     """Stage the facts as one uncompressed file per shuffle partition, in the aggregate's
     ``(fact_cid, dataset)`` order: no ``partitionBy("dataset")``, whose required
     dataset-first order would sort every partition again (on a useless prefix);
     :func:`_place_facts` splits the files by dataset instead."""
-    df.sortWithinPartitions(*FACT_KEY).write.mode("overwrite").option(
-        "compression", "none"
-    ).parquet(str(path))
+    df.sortWithinPartitions(*sort).write.mode("overwrite").option("compression", "none").parquet(
+        str(path)
+    )
 
 
 def _staged_files(staging: Path, role: str) -> dict[str, list[Path]]:
@@ -297,11 +334,68 @@ def _place(files: list[Path], dest: Path) -> None:
         f.unlink()
 
 
-def _place_facts(staging: Path, out: Path, datasets: list[str]) -> dict[str, int]:
+#: The snapshot's facts files (pinned: the same whether Spark or the driver added the
+#: relation and arguments; the list and nullability shapes are those Spark's writer gives).
+SNAPSHOT_FACTS_SCHEMA = pa.schema(
+    [
+        ("relation", pa.string()),
+        ("fact_cid", pa.binary()),
+        ("args", pa.list_(pa.field("element", ARGS_TYPE.value_type))),
+        pa.field("support", pa.list_(pa.field("element", pa.binary(), False)), False),
+    ]
+)
+
+
+def _supports(tags: pa.Table) -> pa.Table:
+    """Live tag rows ``fact_cid, dataset, delta_cid`` sorted by those columns (a staged
+    :func:`live_frame` file) as one row per fact with its sorted ``support`` list."""
+    n = tags.num_rows
+    cids = tags.column("fact_cid").combine_chunks()
+    datasets = tags.column("dataset").combine_chunks()
+    if n:
+        new = pc.or_(pc.not_equal(cids[1:], cids[:-1]), pc.not_equal(datasets[1:], datasets[:-1]))
+        starts = np.concatenate([[0], np.nonzero(np.asarray(new))[0] + 1])
+    else:
+        starts = np.zeros(0, np.int64)
+    offsets = pa.array(np.append(starts, n).astype(np.int32))
+    at = pa.array(starts)
+    return pa.table(
+        {
+            "dataset": datasets.take(at),
+            "fact_cid": cids.take(at),
+            "support": pa.ListArray.from_arrays(offsets, tags.column("delta_cid").combine_chunks()),
+        }
+    )
+
+
+def _facts_table(part: pa.Table, fact_args: FactArgs | None) -> pa.Table:
+    """A staged slice as SNAPSHOT_FACTS_SCHEMA rows. A slice of live tags (the job was
+    :func:`live_frame`) is grouped into supports and gets its facts' relation and
+    arguments from ``fact_args``."""
+    if "support" not in part.column_names:
+        part = _supports(part)
+    cids = part.column("fact_cid").combine_chunks()
+    if "args" in part.column_names:
+        relation, args = part.column("relation"), part.column("args")
+    else:
+        if fact_args is None:
+            raise CompactError("staged live tags need the inputs' facts")
+        relation, args = fact_args.gather(cids)
+    columns = [relation, cids, args, part.column("support")]
+    return pa.Table.from_arrays(
+        [c.cast(f.type) for c, f in zip(columns, SNAPSHOT_FACTS_SCHEMA, strict=True)],
+        schema=SNAPSHOT_FACTS_SCHEMA,
+    )
+
+
+def _place_facts(
+    staging: Path, out: Path, datasets: list[str], fact_args: FactArgs | None = None
+) -> dict[str, int]:
     """Split the staged facts files by dataset and re-encode each dataset's rows as
     ``out/dataset=<ds>/facts/part-NNNNN.parquet`` (pinned settings, as :func:`_place`),
     in partition order, one file per partition that holds rows of it. A staged file is
     sorted by ``(fact_cid, dataset)``, so each dataset's slice is sorted by fact_cid.
+    Narrow staged files get their facts' relation and arguments from ``fact_args``.
     Returns ``dataset → support tags``."""
     root = staging / "facts"
     if not root.is_dir():
@@ -326,7 +420,7 @@ def _place_facts(staging: Path, out: Path, datasets: list[str]) -> dict[str, int
             if part.num_rows == 0:
                 continue
             dest = out / f"dataset={ds}" / "facts"
-            part = part.select(["relation", "fact_cid", "args", "support"])
+            part = _facts_table(part, fact_args)
             pq.write_table(part, dest / f"part-{placed[ds]:05d}.parquet", **SNAPSHOT_PARQUET)
             placed[ds] += 1
             support[ds] += int(pc.sum(pc.list_value_length(part.column("support"))).as_py() or 0)
@@ -347,6 +441,7 @@ def compact(
     identity: Identity,
     prune: bool = False,
     rows_per_partition: int = ROWS_PER_PARTITION,
+    gather: bool | None = None,
 ) -> list[SnapshotResult]:
     """Compact merged exports into one signed snapshot per dataset under ``out_dir``.
 
@@ -354,10 +449,21 @@ def compact(
     the log (see :func:`stable_deltas`); without it, everything in the inputs.
     The Spark jobs are the writes themselves (deltas, facts, grants/revokes);
     heads, counts and clocks are read from the written files' footers and columns.
+
+    ``gather`` (default: whenever this process can read every input) has the Spark job
+    aggregate narrow rows and this process add each visible fact's relation and
+    arguments by fact CID from the inputs (:mod:`.factargs`, ADR 0122); ``False`` keeps
+    them in the Spark job, as inputs only the cluster can read need. Both give the same
+    bytes.
     """
     from pyspark.sql import functions as F
 
     out = Path(out_dir)
+    local = local_exports(inputs)
+    if gather and local is None:
+        raise CompactError("gathering fact arguments needs inputs this process can read")
+    if gather is None:
+        gather = local is not None
     n_in = input_rows(inputs)
     parts = max(1, math.ceil((n_in if n_in is not None else 0) / rows_per_partition))
     staging = out / _STAGING / uuid.uuid4().hex
@@ -365,7 +471,10 @@ def compact(
         "spark.sql.shuffle.partitions": str(parts),
         "spark.sql.adaptive.coalescePartitions.enabled": "false",
     }
+    pool = ThreadPoolExecutor(1)
     try:
+        # the inputs' facts are read while the Spark jobs run (pyarrow releases the GIL)
+        fact_args = pool.submit(FactArgs, local) if gather and local is not None else None
         with _job_conf(spark, settings):
             ops = read_ops(spark, inputs)
             if prune:
@@ -377,7 +486,10 @@ def compact(
                     ops = ops.join(F.broadcast(drop), "delta_cid", "left_anti")
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
-            _write_facts(snapshot_frame(ops), staging / "facts")
+            if fact_args is not None:
+                _write_facts(live_frame(ops), staging / "facts", (*FACT_KEY, "delta_cid"))
+            else:
+                _write_facts(snapshot_frame(ops), staging / "facts")
             if not prune:  # after the facts job, which warms up the scan and the writer
                 _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
                 deltas_files = _staged_files(staging, "deltas")
@@ -387,7 +499,9 @@ def compact(
         datasets = sorted(ds for ds in deltas_files if deltas_files[ds])
         for ds in datasets:
             shutil.rmtree(out / f"dataset={ds}", ignore_errors=True)
-        support = _place_facts(staging, out, datasets)
+        support = _place_facts(
+            staging, out, datasets, fact_args.result() if fact_args is not None else None
+        )
         results = [
             _snapshot(
                 out,
@@ -401,6 +515,7 @@ def compact(
             for ds in datasets
         ]
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(staging, ignore_errors=True)
         try:
             (out / _STAGING).rmdir()

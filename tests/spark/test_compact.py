@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pyarrow.parquet as pq
 import pytest
 
-from merklog.node.spark.compact import compact, read_ops, snapshot_frame, stable_deltas
+from merklog.node.spark.compact import (
+    CompactError,
+    compact,
+    read_ops,
+    snapshot_frame,
+    stable_deltas,
+)
 from merklog.node.spark.export import export
 from merklog.node.spark.gen import Simulation, reference_visible
 from merklog.node.spark.manifest import ManifestError, parse_manifest, verify_files
@@ -148,3 +156,29 @@ def test_several_datasets_in_one_job_are_split_into_sorted_snapshots(spark, tmp_
         assert res.manifest["facts"] == len(rows)
         assert res.manifest["support"] == sum(len(r["support"]) for r in rows)
         verify_files(res.manifest, res.directory)
+
+
+def test_arguments_gathered_by_the_driver_give_the_bytes_of_the_in_spark_job(spark, tmp_path):
+    """ADR 0122: the narrow Spark job plus relation and arguments gathered by fact CID from
+    the inputs' facts lists gives the snapshot the job that carries them gives, byte for
+    byte; facts no list holds (an ``ops/`` folder as input, a cut list) come from the
+    inputs' assert rows."""
+    sim = Simulation(peers=3, pool=40, seed=13).run(200)
+    dirs = _export_views(sim, tmp_path)
+    key = Identity.from_seed(b"\x08" * 32)
+    [wide] = compact(spark, dirs, tmp_path / "wide", key, rows_per_partition=150, gather=False)
+    [narrow] = compact(spark, dirs, tmp_path / "narrow", key, rows_per_partition=150)
+    assert narrow.manifest_cid == wide.manifest_cid
+    facts = pq.read_table(narrow.directory / "facts")
+    assert {Fact(r["relation"], decode_args(r["args"])) for r in facts.to_pylist()} == (
+        reference_visible([r for i in range(3) for r in sim.log_rows(i)])
+    )
+    relations = sorted((dirs[0] / "facts").glob("relation=*"))
+    assert len(relations) > 1
+    shutil.rmtree(relations[0])
+    shutil.rmtree(dirs[1] / "facts")
+    inputs = [dirs[0], dirs[1], dirs[2] / "ops"]
+    [partial] = compact(spark, inputs, tmp_path / "partial", key, rows_per_partition=150)
+    assert partial.manifest_cid == wide.manifest_cid
+    with pytest.raises(CompactError, match="can read"):
+        compact(spark, [tmp_path / "nowhere"], tmp_path / "x", key, gather=True)

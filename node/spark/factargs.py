@@ -1,0 +1,134 @@
+"""Relation and arguments of snapshot facts, gathered by fact CID on the driver (ADR 0122).
+
+The compaction's Spark job aggregates narrow rows only (fact CID, dataset, delta CIDs):
+a fact's relation and typed arguments follow from its CID, so they need not travel
+through the shuffle, the sort and Spark's Parquet writer with every assert row.
+
+They are gathered here, with pyarrow, from the input exports themselves. Every export
+writes its visible facts (``DIR/facts/relation=<rel>/``), and a fact visible in the
+merged state is visible in at least one input: its unremoved assert comes from some
+input, whose retracts are a subset of the union's, so that input sees it too. Facts
+that no export lists (an input given as an ``ops/`` folder, an export without facts)
+are looked up among the inputs' assert rows instead, which always carry them.
+
+This needs the inputs on a file system the driver reads (:func:`local_exports`); when
+it does not, compaction keeps the arguments in the Spark job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .cidjoin import first_of_each, lookup
+from .schema import ARGS_TYPE
+
+_COLUMNS = ("fact_cid", "relation", "args")
+
+
+def local_exports(inputs: Sequence[str | Path]) -> list[Path] | None:
+    """The inputs as local paths (export directories, ``ops/`` folders or files), or None
+    when any input is a URI or is not there: then only the cluster can read it."""
+    paths = []
+    for item in inputs:
+        text = str(item)
+        if "://" in text or not Path(text).exists():
+            return None
+        paths.append(Path(text))
+    return paths
+
+
+def _export_facts(path: Path) -> list[pa.Table]:
+    """The visible facts an export directory lists, as ``fact_cid, relation, args`` tables."""
+    out = []
+    for rel_dir in sorted((path / "facts").glob("relation=*")):
+        relation = rel_dir.name.split("=", 1)[1]
+        for f in sorted(rel_dir.glob("*.parquet")):
+            t = pq.read_table(f, columns=["fact_cid", "args"])
+            out.append(
+                pa.table(
+                    {
+                        "fact_cid": t.column("fact_cid"),
+                        "relation": pa.repeat(pa.scalar(relation, pa.string()), t.num_rows),
+                        "args": t.column("args").cast(ARGS_TYPE),
+                    }
+                )
+            )
+    return out
+
+
+def _ops_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    root = path / "ops" if (path / "ops").is_dir() else path
+    return sorted(root.rglob("*.parquet"))
+
+
+def _asserted_facts(paths: Sequence[Path]) -> pa.Table:
+    """``fact_cid, relation, args`` of every assert row of the inputs (duplicates kept)."""
+    tables = []
+    for path in paths:
+        for f in _ops_files(path):
+            t = pq.read_table(f, columns=["op", *_COLUMNS])
+            t = t.filter(pc.equal(t.column("op"), "assert")).select(list(_COLUMNS))
+            tables.append(t.cast(_schema()))
+    return pa.concat_tables(tables) if tables else _schema().empty_table()
+
+
+def _schema() -> pa.Schema:
+    return pa.schema([("fact_cid", pa.binary()), ("relation", pa.string()), ("args", ARGS_TYPE)])
+
+
+class FactArgs:
+    """Distinct facts ``fact_cid → (relation, args)`` of some inputs, for :meth:`gather`."""
+
+    def __init__(self, inputs: Sequence[Path]) -> None:
+        self._inputs = list(inputs)
+        tables = [t for path in self._inputs if path.is_dir() for t in _export_facts(path)]
+        facts = pa.concat_tables(tables) if tables else _schema().empty_table()
+        self._facts = _distinct(facts)
+        self._cids = self._facts.column("fact_cid").combine_chunks()
+        self._asserted: pa.Table | None = None
+
+    def gather(self, cids: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """``(relation, args)`` of each fact CID in ``cids`` (all of them facts the inputs
+        assert), aligned with ``cids``."""
+        where = lookup(cids, self._cids)
+        if where.null_count:
+            return self._gather_asserted(cids, where)
+        return self._take(self._facts, where)
+
+    def _gather_asserted(self, cids: pa.Array, where: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """Complete a lookup from the inputs' assert rows (read once, on first need)."""
+        if self._asserted is None:
+            self._asserted = _distinct(_asserted_facts(self._inputs))
+        missing = np.nonzero(~np.asarray(where.is_valid()))[0]
+        asserted = self._asserted.column("fact_cid").combine_chunks()
+        more = lookup(cids.take(pa.array(missing)), asserted)
+        if more.null_count:
+            raise LookupError(f"{more.null_count} visible facts have no assert row in the inputs")
+        both = pa.concat_tables([self._facts, self._asserted])
+        at = np.asarray(where.fill_null(0)).copy()
+        at[missing] = np.asarray(more) + self._facts.num_rows
+        return self._take(both, pa.array(at))
+
+    @staticmethod
+    def _take(table: pa.Table, where: pa.Array) -> tuple[pa.Array, pa.Array]:
+        picked = table.select(["relation", "args"]).take(where)
+        return picked.column("relation").combine_chunks(), picked.column("args").combine_chunks()
+
+
+def _distinct(facts: pa.Table) -> pa.Table:
+    """One row per fact CID (the same CID names the same relation and arguments)."""
+    keep = first_of_each(facts.column("fact_cid").combine_chunks())
+    if keep is None:
+        return facts
+    return facts.take(pa.array(keep))
+
+
+__all__ = ["FactArgs", "local_exports"]
