@@ -83,6 +83,7 @@ def main() -> None:
     for name in (
         "_write",
         "_write_facts",
+        "_write_meta",
         "_place",
         "_place_facts",
         "FactArgs",
@@ -99,6 +100,8 @@ def main() -> None:
             label = _name
             if _name == "_write":
                 label = f"Spark job: write {Path(str(a[1])).name}"
+            elif _name == "_write_meta":
+                label = "Spark job: write deltas + acl (meta)"
             elif _name == "_write_facts":
                 label = "Spark job: write facts"
             elif _name == "_place_facts":

@@ -202,6 +202,47 @@ def acl_frame(ops: Any) -> Any:
     )
 
 
+#: The columns of each staged per-delta table (:func:`meta_frame` carries their union).
+META_COLUMNS = {
+    "deltas": ["delta_cid", "author", "seq", "clock", "parents"],
+    "acl": ["delta_cid", "author", "clock", "op_index", "op", "key"],
+}
+
+
+def meta_frame(ops: Any) -> Any:
+    """:func:`deltas_frame` and :func:`acl_frame` in one scan and one shuffle, told apart
+    by a ``role`` column (``deltas`` or ``acl``; a grant that is its delta's first op
+    gives a row of each). Deduplicated by ``(role, delta_cid, op_index)`` after a shuffle
+    by ``delta_cid`` alone, which is :func:`deltas_frame`'s partitioning, so the deltas
+    land in the same files."""
+    from pyspark.sql import functions as F
+
+    is_acl = F.col("op").isin("grant", "revoke")
+    roles = F.array_compact(
+        F.array(
+            F.when(F.col("op_index") == 0, F.lit("deltas")),
+            F.when(is_acl, F.lit("acl")),
+        )
+    )
+    return (
+        ops.where((F.col("op_index") == 0) | is_acl)
+        .select(
+            F.explode(roles).alias("role"),
+            "dataset",
+            "delta_cid",
+            "author",
+            "seq",
+            "clock",
+            "parents",
+            "op_index",
+            "op",
+            "key",
+        )
+        .repartition("delta_cid")
+        .dropDuplicates(["role", "delta_cid", "op_index"])
+    )
+
+
 def heads_of(deltas: pa.Table) -> list[bytes]:
     """The deltas no other delta of the table names as a parent (sorted raw CIDs)."""
     named = pc.list_flatten(deltas.column("parents")).chunks
@@ -296,14 +337,25 @@ def _write_facts(df: Any, path: Path, sort: tuple[str, ...] = FACT_KEY) -> None:
     )
 
 
-def _staged_files(staging: Path, role: str) -> dict[str, list[Path]]:
-    """``dataset → files`` Spark wrote under ``staging/role/dataset=<ds>/``, in partition order."""
-    root = staging / role
-    if not root.is_dir():
+def _write_meta(df: Any, path: Path) -> None:
+    """Stage :func:`meta_frame` partitioned by role and dataset, each file sorted by
+    ``(delta_cid, op_index)``; uncompressed, as :func:`_place` re-encodes every file."""
+    df.sortWithinPartitions("role", "dataset", "delta_cid", "op_index").write.mode(
+        "overwrite"
+    ).option("compression", "none").partitionBy("role", "dataset").parquet(str(path))
+
+
+def _staged_files(staging: Path, role: str, job: str | None = None) -> dict[str, list[Path]]:
+    """``dataset → files`` Spark wrote under ``staging/role/dataset=<ds>/``, in partition
+    order; with ``job``, under ``staging/job/role=<role>/dataset=<ds>/`` (none when the
+    job wrote no rows of that role)."""
+    written = staging / (job or role)
+    if not written.is_dir():
         raise CompactError(
-            f"Spark wrote its output where this process cannot see it ({root} is missing):"
+            f"Spark wrote its output where this process cannot see it ({written} is missing):"
             " with --remote or a cluster, --out must be a directory both sides share"
         )
+    root = written / f"role={role}" if job else written
     out: dict[str, list[Path]] = {}
     for d in sorted(root.glob("dataset=*")):
         out[d.name.split("=", 1)[1]] = sorted(d.glob("part-*.parquet"))
@@ -319,8 +371,10 @@ SNAPSHOT_PARQUET: dict[str, Any] = {
 }
 
 
-def _place(files: list[Path], dest: Path) -> None:
-    """Re-encode staged files as ``dest/part-NNNNN.parquet`` with pyarrow.
+def _place(files: list[Path], dest: Path, role: str) -> None:
+    """Re-encode a role's staged files (its :data:`META_COLUMNS`) as
+    ``dest/part-NNNNN.parquet`` with pyarrow; the grants and revokes (few) as one file
+    sorted by ``(delta_cid, op_index)``, however many partitions held them.
 
     Spark's Parquet writer (parquet-mr) is not byte-reproducible: it names files with
     a job UUID and lists each column chunk's encodings from a hash set whose order
@@ -328,9 +382,14 @@ def _place(files: list[Path], dest: Path) -> None:
     rewriting them with pinned pyarrow settings and no writer metadata gives the same
     bytes for the same rows whatever ran the job."""
     dest.mkdir(parents=True, exist_ok=True)
-    for i, f in enumerate(files):
-        table = pq.read_table(f).replace_schema_metadata(None)
+    tables = [pq.read_table(f, columns=META_COLUMNS[role]) for f in files]
+    if role == "acl" and len(tables) > 1:
+        order = [("delta_cid", "ascending"), ("op_index", "ascending")]
+        tables = [pa.concat_tables(tables).sort_by(order)]
+    for i, table in enumerate(tables):
+        table = table.replace_schema_metadata(None)
         pq.write_table(table, dest / f"part-{i:05d}.parquet", **SNAPSHOT_PARQUET)
+    for f in files:
         f.unlink()
 
 
@@ -490,12 +549,14 @@ def compact(
                 _write_facts(live_frame(ops), staging / "facts", (*FACT_KEY, "delta_cid"))
             else:
                 _write_facts(snapshot_frame(ops), staging / "facts")
-            if not prune:  # after the facts job, which warms up the scan and the writer
-                _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
-                deltas_files = _staged_files(staging, "deltas")
-            with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
-                _write(acl_frame(ops), staging / "acl", ["delta_cid", "op_index"])
-        acl_files = _staged_files(staging, "acl")
+            if prune:
+                with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
+                    _write(acl_frame(ops), staging / "acl", ["delta_cid", "op_index"])
+                acl_files = _staged_files(staging, "acl")
+            else:  # after the facts job, which warms up the scan and the writer
+                _write_meta(meta_frame(ops), staging / "meta")
+                deltas_files = _staged_files(staging, "deltas", "meta")
+                acl_files = _staged_files(staging, "acl", "meta")
         datasets = sorted(ds for ds in deltas_files if deltas_files[ds])
         for ds in datasets:
             shutil.rmtree(out / f"dataset={ds}", ignore_errors=True)
@@ -551,7 +612,7 @@ def _snapshot(
     heads = heads_of(delta_table)
     max_clock = int(pc.max(delta_table.column("clock")).as_py() or 0)
     for role, files in (("deltas", deltas), ("acl", acl)):
-        _place(files, ds_dir / role)
+        _place(files, ds_dir / role, role)
     entries = []
     genesis = _find_genesis(inputs, dataset)
     if genesis is not None:

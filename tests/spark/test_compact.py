@@ -14,12 +14,13 @@ from merklog.node.spark.compact import (
     snapshot_frame,
     stable_deltas,
 )
-from merklog.node.spark.export import export
+from merklog.node.spark.export import export, export_replica
 from merklog.node.spark.gen import Simulation, reference_visible
 from merklog.node.spark.manifest import ManifestError, parse_manifest, verify_files
 from merklog.node.spark.schema import decode_args
 from merklog.replication.identity import Identity
-from merklog.store import Fact, Link
+from merklog.replication.replica import Replica
+from merklog.store import Fact, Link, MemoryBlockStore, make_fact
 
 pytestmark = pytest.mark.spark
 
@@ -182,3 +183,41 @@ def test_arguments_gathered_by_the_driver_give_the_bytes_of_the_in_spark_job(spa
     assert partial.manifest_cid == wide.manifest_cid
     with pytest.raises(CompactError, match="can read"):
         compact(spark, [tmp_path / "nowhere"], tmp_path / "x", key, gather=True)
+
+
+def test_deltas_and_grants_come_from_one_job_and_grants_sit_in_one_sorted_file(spark, tmp_path):
+    """The per-delta rows and the grants/revokes are one Spark job (``meta_frame``): each
+    delta once, each grant/revoke op once, the grants in one file sorted by delta and op
+    index however many partitions held them; mixed-type facts keep their values."""
+    ident = Identity.from_seed(b"\x11" * 32)
+    rep = Replica.create(tmp_path / "r.db", MemoryBlockStore(), ident, "acl")
+    mixed = [make_fact("v", (1,)), make_fact("v", (1.0,)), make_fact("v", (True,))]
+    mixed += [make_fact("v", ("1",)), make_fact("v", (b"\x01",))]
+    for i, fact in enumerate(mixed):
+        rep.assert_facts([fact, make_fact("edge", (i, i + 1))])
+        rep.grant(bytes([0x30 + i]) * 32)
+    rep.revoke(b"\x30" * 32)
+    rep.retract_facts(mixed[:1])
+    export_replica(rep, tmp_path / "e")
+    ops = pq.read_table(tmp_path / "e" / "ops").to_pylist()
+    grants = sorted(
+        (r["delta_cid"], r["op_index"], r["op"], r["key"])
+        for r in ops
+        if r["op"] in ("grant", "revoke")
+    )
+    assert {g[2] for g in grants} == {"grant", "revoke"}
+    assert any(g[1] == 0 for g in grants)  # a grant that is its delta's first op
+    key = Identity.from_seed(b"\x09" * 32)
+    inputs = [tmp_path / "e", tmp_path / "e"]  # every row twice
+    [res] = compact(spark, inputs, tmp_path / "snap", key, rows_per_partition=4)
+    acl = sorted((res.directory / "acl").glob("*.parquet"))
+    assert [f.name for f in acl] == ["part-00000.parquet"]
+    got = pq.read_table(acl[0]).to_pylist()
+    assert [(r["delta_cid"], r["op_index"], r["op"], r["key"]) for r in got] == grants
+    deltas = pq.read_table(res.directory / "deltas").column("delta_cid").to_pylist()
+    assert sorted(deltas) == sorted({r["delta_cid"] for r in ops})
+    assert res.manifest["deltas"] == len(deltas) == rep.delta_count()
+    facts = pq.read_table(res.directory / "facts").to_pylist()
+    assert {Fact(r["relation"], decode_args(r["args"])) for r in facts} == set(rep.visible_facts())
+    [wide] = compact(spark, inputs, tmp_path / "wide", key, rows_per_partition=4, gather=False)
+    assert wide.manifest_cid == res.manifest_cid
