@@ -448,23 +448,25 @@ def _facts_table(part: pa.Table, fact_args: FactArgs | None) -> pa.Table:
 
 
 def _place_facts(
-    staging: Path, out: Path, datasets: list[str], fact_args: FactArgs | None = None
+    staging: Path, out: Path, datasets: list[str] | None = None, fact_args: FactArgs | None = None
 ) -> dict[str, int]:
     """Split the staged facts files by dataset and re-encode each dataset's rows as
     ``out/dataset=<ds>/facts/part-NNNNN.parquet`` (pinned settings, as :func:`_place`),
     in partition order, one file per partition that holds rows of it. A staged file is
     sorted by ``(fact_cid, dataset)``, so each dataset's slice is sorted by fact_cid.
-    Narrow staged files get their facts' relation and arguments from ``fact_args``.
-    Returns ``dataset → support tags``."""
+    Staged live tags are grouped into supports and get their facts' relation and
+    arguments from ``fact_args``. Only ``datasets`` (default: every dataset the files
+    hold). Returns ``dataset → support tags``."""
     root = staging / "facts"
     if not root.is_dir():
         raise CompactError(
             f"Spark wrote its output where this process cannot see it ({root} is missing):"
             " with --remote or a cluster, --out must be a directory both sides share"
         )
-    placed = {ds: 0 for ds in datasets}
-    support = {ds: 0 for ds in datasets}
-    for ds in datasets:
+    placed: dict[str, int] = {}
+    support: dict[str, int] = {}
+    for ds in datasets or ():
+        placed[ds] = support[ds] = 0
         (out / f"dataset={ds}" / "facts").mkdir(parents=True, exist_ok=True)
     for f in sorted(root.glob("part-*.parquet")):
         table = pq.read_table(f).replace_schema_metadata(None)
@@ -472,12 +474,14 @@ def _place_facts(
         if table.num_rows == 0:
             continue
         column = table.column("dataset")
-        for ds in sorted(pc.unique(column).to_pylist()):
+        names = sorted(pc.unique(column).to_pylist())
+        for ds in names:
+            if datasets is not None and ds not in placed:
+                continue
             if ds not in placed:
-                continue
-            part = table if len(placed) == 1 else table.filter(pc.equal(column, ds))
-            if part.num_rows == 0:
-                continue
+                placed[ds] = support[ds] = 0
+                (out / f"dataset={ds}" / "facts").mkdir(parents=True, exist_ok=True)
+            part = table if len(names) == 1 else table.filter(pc.equal(column, ds))
             dest = out / f"dataset={ds}" / "facts"
             part = _facts_table(part, fact_args)
             pq.write_table(part, dest / f"part-{placed[ds]:05d}.parquet", **SNAPSHOT_PARQUET)
@@ -530,10 +534,17 @@ def compact(
         "spark.sql.shuffle.partitions": str(parts),
         "spark.sql.adaptive.coalescePartitions.enabled": "false",
     }
-    pool = ThreadPoolExecutor(1)
+    placed = staging / "placed"
+    pool = ThreadPoolExecutor(2)
     try:
-        # the inputs' facts are read while the Spark jobs run (pyarrow releases the GIL)
+        # the inputs' facts are read while the Spark jobs run, the facts placed while the
+        # deltas job runs (pyarrow releases the GIL)
         fact_args = pool.submit(FactArgs, local) if gather and local is not None else None
+
+        def place_facts() -> dict[str, int]:
+            args = fact_args.result() if fact_args is not None else None
+            return _place_facts(staging, placed, None, args)
+
         with _job_conf(spark, settings):
             ops = read_ops(spark, inputs)
             if prune:
@@ -549,6 +560,7 @@ def compact(
                 _write_facts(live_frame(ops), staging / "facts", (*FACT_KEY, "delta_cid"))
             else:
                 _write_facts(snapshot_frame(ops), staging / "facts")
+            placing = pool.submit(place_facts)
             if prune:
                 with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
                     _write(acl_frame(ops), staging / "acl", ["delta_cid", "op_index"])
@@ -558,17 +570,19 @@ def compact(
                 deltas_files = _staged_files(staging, "deltas", "meta")
                 acl_files = _staged_files(staging, "acl", "meta")
         datasets = sorted(ds for ds in deltas_files if deltas_files[ds])
+        support = placing.result()
         for ds in datasets:
             shutil.rmtree(out / f"dataset={ds}", ignore_errors=True)
-        support = _place_facts(
-            staging, out, datasets, fact_args.result() if fact_args is not None else None
-        )
+            if (placed / f"dataset={ds}").is_dir():
+                (placed / f"dataset={ds}").rename(out / f"dataset={ds}")
+            else:
+                (out / f"dataset={ds}" / "facts").mkdir(parents=True)
         results = [
             _snapshot(
                 out,
                 ds,
                 deltas_files[ds],
-                support[ds],
+                support.get(ds, 0),
                 acl_files.get(ds, []),
                 identity,
                 inputs,
