@@ -52,7 +52,7 @@ from merklog.replication.identity import Identity
 from merklog.store import Link
 
 from .export import GENESIS_FILE
-from .factargs import FactArgs, local_exports
+from .factargs import FactArgs, input_datasets, local_exports
 from .manifest import build_manifest, file_link
 from .schema import ARGS_TYPE
 
@@ -69,6 +69,10 @@ OPS_DDL = (
 ROWS_PER_PARTITION = 262_144
 #: The facts job's shuffle and sort key (fact_cid first: see :func:`snapshot_frame`).
 FACT_KEY = ("fact_cid", "dataset")
+#: The facts jobs shuffle by fact CID alone: a fact's rows of every dataset meet in one
+#: partition, which the ``(fact_cid, dataset)`` aggregate needs, and the key does not
+#: depend on how the dataset travels (its name, or a code: :func:`live_frame`).
+SHUFFLE_KEY = "fact_cid"
 _STAGING = "_compact_staging"
 
 
@@ -96,8 +100,8 @@ def read_ops(spark: Any, inputs: list[str | Path]) -> Any:
 def snapshot_frame(ops: Any) -> Any:
     """One row per visible fact: dataset, relation, fact_cid, args, support (sorted, binary).
 
-    The tag rows are shuffled by ``(fact_cid, dataset)`` and sorted by the same keys
-    *before* the aggregate, so it sees each fact's rows together: no partial
+    The tag rows are shuffled by ``fact_cid`` (:data:`SHUFFLE_KEY`) and sorted by
+    ``(fact_cid, dataset)`` *before* the aggregate, so it sees each fact's rows together: no partial
     aggregate runs on the unshuffled input (where nearly every key is distinct, so it
     only costs) and the sort aggregate needs no sort of its own (ADR 0055). The key
     starts with ``fact_cid``, not ``dataset``: Spark sorts on an 8-byte prefix of the
@@ -120,7 +124,7 @@ def snapshot_frame(ops: Any) -> Any:
             F.when(is_assert, F.col("delta_cid")).alias("asserted"),
             F.when(~is_assert, F.col("observed")).alias("observed"),
         )
-        .repartition(*FACT_KEY)
+        .repartition(SHUFFLE_KEY)
         .sortWithinPartitions(*FACT_KEY)
     )
     return (
@@ -142,32 +146,44 @@ def snapshot_frame(ops: Any) -> Any:
     )
 
 
-def live_frame(ops: Any) -> Any:
+#: At most this many datasets are coded as small integers in the facts job (a CASE per row).
+MAX_CODED_DATASETS = 256
+
+
+def live_frame(ops: Any, datasets: list[str] | None = None) -> Any:
     """The live tags: one row ``(fact_cid, dataset, delta_cid)`` per assert of a fact that
     no retract observed, ordered by those columns within each partition.
 
     The narrow form of :func:`snapshot_frame`, for when this process adds each fact's
     relation and arguments by fact CID (:mod:`.factargs`) and groups a fact's live tags
-    into its support list while re-encoding (ADR 0122). Asserts tag a fact with their
-    delta (kind 0), retracts with each delta they observed (kind 1); after the shuffle by
-    ``(fact_cid, dataset)`` a tag is live iff its greatest kind is 0. That aggregate is a
-    hash aggregate over fixed-width buffers (no ``collect_list`` objects, no
-    ``array_except``), and no typed values travel through the shuffle or the writer. The
-    partitioning is :func:`snapshot_frame`'s, so files hold the same facts."""
+    into its support list while re-encoding (ADR 0122). One scan: an assert tags its fact
+    with its delta (kind 0), a retract with each delta it observed (kind 1, one
+    ``explode`` for both); after the shuffle by ``fact_cid`` (:data:`SHUFFLE_KEY`) a tag
+    is live iff its greatest kind is 0. That aggregate is a hash aggregate over
+    fixed-width buffers (no ``collect_list`` objects, no ``array_except``), and no typed
+    values travel through the shuffle or the writer. With ``datasets`` (sorted, all the
+    input's datasets) the dataset travels as its index in that list (``smallint``), which
+    sorts as the name does: :func:`_place_facts` names it again."""
     from pyspark.sql import functions as F
 
-    asserts = ops.where(F.col("op") == "assert").select(
-        "fact_cid", "dataset", "delta_cid", F.lit(0).cast("byte").alias("kind")
-    )
-    removed = ops.where(F.col("op") == "retract").select(
-        "fact_cid",
-        "dataset",
-        F.explode("observed").alias("delta_cid"),
-        F.lit(1).cast("byte").alias("kind"),
-    )
+    is_assert = F.col("op") == "assert"
+    dataset = F.col("dataset")
+    if datasets is not None:
+        coded = F.when(dataset == datasets[0], F.lit(0))
+        for i, name in enumerate(datasets[1:], 1):
+            coded = coded.when(dataset == name, F.lit(i))
+        dataset = coded.cast("smallint")
     return (
-        asserts.unionByName(removed)
-        .repartition(*FACT_KEY)
+        ops.where(F.col("op").isin("assert", "retract"))
+        .select(
+            "fact_cid",
+            dataset.alias("dataset"),
+            F.explode(F.when(is_assert, F.array("delta_cid")).otherwise(F.col("observed"))).alias(
+                "delta_cid"
+            ),
+            F.when(is_assert, F.lit(0)).otherwise(F.lit(1)).cast("byte").alias("kind"),
+        )
+        .repartition(SHUFFLE_KEY)
         .groupBy(*FACT_KEY, "delta_cid")
         .agg(F.max("kind").alias("kind"))
         .where(F.col("kind") == 0)
@@ -448,15 +464,20 @@ def _facts_table(part: pa.Table, fact_args: FactArgs | None) -> pa.Table:
 
 
 def _place_facts(
-    staging: Path, out: Path, datasets: list[str] | None = None, fact_args: FactArgs | None = None
+    staging: Path,
+    out: Path,
+    datasets: list[str] | None = None,
+    fact_args: FactArgs | None = None,
+    codes: list[str] | None = None,
 ) -> dict[str, int]:
     """Split the staged facts files by dataset and re-encode each dataset's rows as
     ``out/dataset=<ds>/facts/part-NNNNN.parquet`` (pinned settings, as :func:`_place`),
     in partition order, one file per partition that holds rows of it. A staged file is
     sorted by ``(fact_cid, dataset)``, so each dataset's slice is sorted by fact_cid.
     Staged live tags are grouped into supports and get their facts' relation and
-    arguments from ``fact_args``. Only ``datasets`` (default: every dataset the files
-    hold). Returns ``dataset → support tags``."""
+    arguments from ``fact_args``; their dataset codes are indexes into ``codes``. Only
+    ``datasets`` (default: every dataset the files hold). Returns ``dataset → support
+    tags``."""
     root = staging / "facts"
     if not root.is_dir():
         raise CompactError(
@@ -473,6 +494,9 @@ def _place_facts(
         f.unlink()
         if table.num_rows == 0:
             continue
+        if codes is not None:
+            names = pa.array(codes, pa.string()).take(table.column("dataset"))
+            table = table.set_column(table.schema.get_field_index("dataset"), "dataset", names)
         column = table.column("dataset")
         names = sorted(pc.unique(column).to_pylist())
         for ds in names:
@@ -534,6 +558,10 @@ def compact(
         "spark.sql.shuffle.partitions": str(parts),
         "spark.sql.adaptive.coalescePartitions.enabled": "false",
     }
+    datasets_in = input_datasets(local) if gather and local is not None else None
+    codes = (
+        datasets_in if datasets_in is not None and len(datasets_in) <= MAX_CODED_DATASETS else None
+    )
     placed = staging / "placed"
     pool = ThreadPoolExecutor(2)
     try:
@@ -543,7 +571,7 @@ def compact(
 
         def place_facts() -> dict[str, int]:
             args = fact_args.result() if fact_args is not None else None
-            return _place_facts(staging, placed, None, args)
+            return _place_facts(staging, placed, None, args, codes)
 
         with _job_conf(spark, settings):
             ops = read_ops(spark, inputs)
@@ -557,7 +585,8 @@ def compact(
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
             if fact_args is not None:
-                _write_facts(live_frame(ops), staging / "facts", (*FACT_KEY, "delta_cid"))
+                live = live_frame(ops, codes)
+                _write_facts(live, staging / "facts", (*FACT_KEY, "delta_cid"))
             else:
                 _write_facts(snapshot_frame(ops), staging / "facts")
             placing = pool.submit(place_facts)

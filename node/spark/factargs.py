@@ -43,6 +43,19 @@ def local_exports(inputs: Sequence[str | Path]) -> list[Path] | None:
     return paths
 
 
+def input_datasets(inputs: Sequence[Path]) -> list[str]:
+    """The sorted dataset ids of the inputs' op rows (their ``dataset`` column, read as
+    the dictionary it is stored as)."""
+    names: set[str] = set()
+    for path in inputs:
+        for f in _ops_files(path):
+            column = pq.read_table(f, columns=["dataset"], read_dictionary=["dataset"])
+            for chunk in column.column("dataset").chunks:
+                names.update(chunk.dictionary.to_pylist())
+    names.discard(None)
+    return sorted(names)
+
+
 def _export_facts(path: Path) -> list[pa.Table]:
     """The visible facts an export directory lists, as ``fact_cid, relation, args`` tables."""
     out = []
@@ -131,4 +144,4 @@ def _distinct(facts: pa.Table) -> pa.Table:
     return facts.take(pa.array(keep))
 
 
-__all__ = ["FactArgs", "local_exports"]
+__all__ = ["FactArgs", "input_datasets", "local_exports"]
