@@ -42,24 +42,41 @@ def _fixed_rows(column: pa.Array) -> np.ndarray | None:
     return rows.reshape(-1).view(ROW)
 
 
+class CidTable:
+    """Distinct CIDs prepared once for many :meth:`lookup` calls (the index is built here,
+    not per call)."""
+
+    def __init__(self, cids: pa.Array) -> None:
+        self.cids = cids
+        have = _fixed_rows(cids)
+        self.index = CidIndex(have) if have is not None else None
+        if self.index is not None and not self.index.usable:
+            self.index = None
+
+    def lookup(self, wanted: pa.Array) -> pa.Array:
+        """For each value of ``wanted`` its position among the CIDs as int64, null where
+        absent or null - what ``pc.index_in(wanted, value_set=cids)`` gives."""
+        want = _fixed_rows(wanted) if self.index is not None else None
+        if self.index is None or want is None:
+            return pc.index_in(wanted, value_set=self.cids)
+        where, found = self.index.find(want)
+        if wanted.null_count:
+            found &= valid_mask(wanted)
+        return pa.Array.from_buffers(
+            pa.int64(),
+            len(where),
+            [
+                pa.py_buffer(np.packbits(found, bitorder="little")),
+                pa.py_buffer(where.astype(np.int64)),
+            ],
+            null_count=int(len(found) - found.sum()),
+        )
+
+
 def lookup(wanted: pa.Array, cids: pa.Array) -> pa.Array:
     """For each value of ``wanted`` its position in ``cids`` (distinct CIDs) as int64,
     null where absent or null - what ``pc.index_in(wanted, value_set=cids)`` gives."""
-    have, want = _fixed_rows(cids), _fixed_rows(wanted)
-    if have is None or want is None:
-        return pc.index_in(wanted, value_set=cids)
-    index = CidIndex(have)
-    if not index.usable:
-        return pc.index_in(wanted, value_set=cids)
-    where, found = index.find(want)
-    if wanted.null_count:
-        found &= valid_mask(wanted)
-    return pa.Array.from_buffers(
-        pa.int64(),
-        len(where),
-        [pa.py_buffer(np.packbits(found, bitorder="little")), pa.py_buffer(where.astype(np.int64))],
-        null_count=int(len(found) - found.sum()),
-    )
+    return CidTable(cids).lookup(wanted)
 
 
 def member(values: pa.Array, cids: pa.Array) -> np.ndarray:
@@ -98,4 +115,4 @@ def _first_of_each_hashed(column: pa.Array) -> np.ndarray | None:
     return np.sort(first.to_numpy())
 
 
-__all__ = ["first_of_each", "lookup", "member"]
+__all__ = ["CidTable", "first_of_each", "lookup", "member"]

@@ -571,7 +571,10 @@ def compact(
 
         def place_facts() -> dict[str, int]:
             args = fact_args.result() if fact_args is not None else None
-            return _place_facts(staging, placed, None, args, codes)
+            try:
+                return _place_facts(staging, placed, None, args, codes)
+            except LookupError as exc:  # an input changed under the job
+                raise CompactError(str(exc)) from None
 
         with _job_conf(spark, settings):
             ops = read_ops(spark, inputs)

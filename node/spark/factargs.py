@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .cidjoin import first_of_each, lookup
+from .cidjoin import CidTable, first_of_each
 from .schema import ARGS_TYPE
 
 _COLUMNS = ("fact_cid", "relation", "args")
@@ -105,13 +105,15 @@ class FactArgs:
         tables = [t for path in self._inputs if path.is_dir() for t in _export_facts(path)]
         facts = pa.concat_tables(tables) if tables else _schema().empty_table()
         self._facts = _distinct(facts)
-        self._cids = self._facts.column("fact_cid").combine_chunks()
+        self._cids = CidTable(self._facts.column("fact_cid").combine_chunks())
+        #: the facts, then the inputs' asserted facts (built on first need)
         self._asserted: pa.Table | None = None
+        self._asserted_cids: CidTable | None = None
 
     def gather(self, cids: pa.Array) -> tuple[pa.Array, pa.Array]:
         """``(relation, args)`` of each fact CID in ``cids`` (all of them facts the inputs
         assert), aligned with ``cids``."""
-        where = lookup(cids, self._cids)
+        where = self._cids.lookup(cids)
         if where.null_count:
             return self._gather_asserted(cids, where)
         return self._take(self._facts, where)
@@ -119,16 +121,16 @@ class FactArgs:
     def _gather_asserted(self, cids: pa.Array, where: pa.Array) -> tuple[pa.Array, pa.Array]:
         """Complete a lookup from the inputs' assert rows (read once, on first need)."""
         if self._asserted is None:
-            self._asserted = _distinct(_asserted_facts(self._inputs))
+            asserted = _distinct(_asserted_facts(self._inputs))
+            self._asserted = pa.concat_tables([self._facts, asserted])
+            self._asserted_cids = CidTable(asserted.column("fact_cid").combine_chunks())
         missing = np.nonzero(~np.asarray(where.is_valid()))[0]
-        asserted = self._asserted.column("fact_cid").combine_chunks()
-        more = lookup(cids.take(pa.array(missing)), asserted)
+        more = self._asserted_cids.lookup(cids.take(pa.array(missing)))
         if more.null_count:
             raise LookupError(f"{more.null_count} visible facts have no assert row in the inputs")
-        both = pa.concat_tables([self._facts, self._asserted])
         at = np.asarray(where.fill_null(0)).copy()
         at[missing] = np.asarray(more) + self._facts.num_rows
-        return self._take(both, pa.array(at))
+        return self._take(self._asserted, pa.array(at))
 
     @staticmethod
     def _take(table: pa.Table, where: pa.Array) -> tuple[pa.Array, pa.Array]:
