@@ -105,6 +105,9 @@ class FactArgs:
         tables = [t for path in self._inputs if path.is_dir() for t in _export_facts(path)]
         facts = pa.concat_tables(tables) if tables else _schema().empty_table()
         self._facts = _distinct(facts)
+        # single arrays: a take of a chunked column concatenates its chunks on every call
+        self._relation = self._facts.column("relation").combine_chunks()
+        self._args = self._facts.column("args").combine_chunks()
         self._cids = CidTable(self._facts.column("fact_cid").combine_chunks())
         #: the facts, then the inputs' asserted facts (built on first need)
         self._asserted: pa.Table | None = None
@@ -116,7 +119,7 @@ class FactArgs:
         where = self._cids.lookup(cids)
         if where.null_count:
             return self._gather_asserted(cids, where)
-        return self._take(self._facts, where)
+        return self._relation.take(where), self._args.take(where)
 
     def _gather_asserted(self, cids: pa.Array, where: pa.Array) -> tuple[pa.Array, pa.Array]:
         """Complete a lookup from the inputs' assert rows (read once, on first need)."""
@@ -130,12 +133,8 @@ class FactArgs:
             raise LookupError(f"{more.null_count} visible facts have no assert row in the inputs")
         at = np.asarray(where.fill_null(0)).copy()
         at[missing] = np.asarray(more) + self._facts.num_rows
-        return self._take(self._asserted, pa.array(at))
-
-    @staticmethod
-    def _take(table: pa.Table, where: pa.Array) -> tuple[pa.Array, pa.Array]:
-        picked = table.select(["relation", "args"]).take(where)
-        return picked.column("relation").combine_chunks(), picked.column("args").combine_chunks()
+        both = self._asserted
+        return both.column("relation").take(pa.array(at)), both.column("args").take(pa.array(at))
 
 
 def _distinct(facts: pa.Table) -> pa.Table:
