@@ -221,3 +221,22 @@ def test_deltas_and_grants_come_from_one_job_and_grants_sit_in_one_sorted_file(s
     assert {Fact(r["relation"], decode_args(r["args"])) for r in facts} == set(rep.visible_facts())
     [wide] = compact(spark, inputs, tmp_path / "wide", key, rows_per_partition=4, gather=False)
     assert wide.manifest_cid == res.manifest_cid
+
+
+def test_dataset_names_travel_uncoded_above_the_code_limit(spark, tmp_path, monkeypatch):
+    """``live_frame`` carries the dataset as a small code up to MAX_CODED_DATASETS datasets
+    and as its name above: both give the same snapshots."""
+    import merklog.node.spark.compact as compact_module
+
+    sims = [Simulation(peers=2, pool=30, seed=s).run(100) for s in (31, 32)]
+    dirs = []
+    for k, sim in enumerate(sims):
+        d = tmp_path / f"ds{k}"
+        export(sim.log_rows(0), [(sim.dataset, f) for f in sim.visible(0)], d)
+        dirs.append(d)
+    key = Identity.from_seed(b"\x0a" * 32)
+    coded = compact(spark, dirs, tmp_path / "coded", key, rows_per_partition=40)
+    monkeypatch.setattr(compact_module, "MAX_CODED_DATASETS", 1)
+    named = compact(spark, dirs, tmp_path / "named", key, rows_per_partition=40)
+    assert len(coded) == 2
+    assert {r.dataset: r.manifest_cid for r in coded} == {r.dataset: r.manifest_cid for r in named}
