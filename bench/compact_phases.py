@@ -67,6 +67,7 @@ def main() -> None:
         os.environ["MERKLOG_SPARK_LIGHT_JVM"] = "1" if args.light else "0"
     ph = Phases()
     import merklog.node.spark.compact as mod
+    from merklog.node.spark.factargs import read_inputs
     from merklog.node.spark.session import build_session
     from merklog.replication.identity import Identity
 
@@ -74,7 +75,9 @@ def main() -> None:
     conf = dict(item.split("=", 1) for item in args.conf)
     if args.java_opts:
         conf["spark.driver.extraJavaOptions"] = args.java_opts
-    # as the CLI does: the input's size picks the JVM flags unless --light/--jvm-defaults
+    # as the CLI does: the inputs' reading starts before the JVM (ADR 0122), and the input's
+    # size picks the JVM flags unless --light/--jvm-defaults
+    reader = read_inputs([args.export])
     spark = build_session(master=args.master, conf=conf, input_rows=mod.input_rows([args.export]))
     ph.spark = spark
     ph.j = 0.0
@@ -86,7 +89,6 @@ def main() -> None:
         "_write_meta",
         "_place",
         "_place_facts",
-        "FactArgs",
         "_read",
         "_find_genesis",
         "build_manifest",
@@ -106,8 +108,6 @@ def main() -> None:
                 label = "Spark job: write facts"
             elif _name == "_place_facts":
                 label = "pyarrow split + re-encode of facts (_place_facts)"
-            elif _name == "FactArgs":
-                label = "pyarrow read of the inputs' facts (FactArgs, beside the jobs)"
             elif _name == "_place":
                 label = "pyarrow re-encode (_place)"
             elif _name == "_read":
@@ -117,7 +117,8 @@ def main() -> None:
 
         setattr(mod, name, wrapped)
     with tempfile.TemporaryDirectory(prefix="merklog-phases-") as tmp:
-        mod.compact(spark, [args.export], Path(tmp) / "snap", Identity.from_seed(b"\x01" * 32))
+        key = Identity.from_seed(b"\x01" * 32)
+        mod.compact(spark, [args.export], Path(tmp) / "snap", key, reader=reader)
         ph.mark("(driver, between steps)")
     spark.stop()
     ph.mark("session stop")

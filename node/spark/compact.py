@@ -52,7 +52,7 @@ from merklog.replication.identity import Identity
 from merklog.store import Link
 
 from .export import GENESIS_FILE
-from .factargs import FactArgs, input_datasets, local_exports
+from .factargs import FactArgs, InputReader, read_inputs
 from .manifest import build_manifest, file_link
 from .schema import ARGS_TYPE
 
@@ -529,6 +529,7 @@ def compact(
     prune: bool = False,
     rows_per_partition: int = ROWS_PER_PARTITION,
     gather: bool | None = None,
+    reader: InputReader | None = None,
 ) -> list[SnapshotResult]:
     """Compact merged exports into one signed snapshot per dataset under ``out_dir``.
 
@@ -541,16 +542,19 @@ def compact(
     aggregate narrow rows and this process add each visible fact's relation and
     arguments by fact CID from the inputs (:mod:`.factargs`, ADR 0122); ``False`` keeps
     them in the Spark job, as inputs only the cluster can read need. Both give the same
-    bytes.
+    bytes. ``reader`` (:func:`.factargs.read_inputs` of the same inputs, started before
+    the session) is used for that and closed; without it the reading starts here.
     """
     from pyspark.sql import functions as F
 
     out = Path(out_dir)
-    local = local_exports(inputs)
-    if gather and local is None:
+    if gather is False and reader is not None:
+        reader.close()
+        reader = None
+    elif reader is None and gather is not False:
+        reader = read_inputs(inputs)
+    if gather and reader is None:
         raise CompactError("gathering fact arguments needs inputs this process can read")
-    if gather is None:
-        gather = local is not None
     n_in = input_rows(inputs)
     parts = max(1, math.ceil((n_in if n_in is not None else 0) / rows_per_partition))
     staging = out / _STAGING / uuid.uuid4().hex
@@ -558,19 +562,16 @@ def compact(
         "spark.sql.shuffle.partitions": str(parts),
         "spark.sql.adaptive.coalescePartitions.enabled": "false",
     }
-    datasets_in = input_datasets(local) if gather and local is not None else None
-    codes = (
-        datasets_in if datasets_in is not None and len(datasets_in) <= MAX_CODED_DATASETS else None
-    )
     placed = staging / "placed"
-    pool = ThreadPoolExecutor(2)
+    pool = ThreadPoolExecutor(1)
     try:
-        # the inputs' facts are read while the Spark jobs run, the facts placed while the
-        # deltas job runs (pyarrow releases the GIL)
-        fact_args = pool.submit(FactArgs, local) if gather and local is not None else None
+        codes = None
+        if reader is not None and len(reader.datasets()) <= MAX_CODED_DATASETS:
+            codes = reader.datasets()
 
+        # the facts are placed on a thread while the deltas job runs (pyarrow releases the GIL)
         def place_facts() -> dict[str, int]:
-            args = fact_args.result() if fact_args is not None else None
+            args = reader.facts() if reader is not None else None
             try:
                 return _place_facts(staging, placed, None, args, codes)
             except LookupError as exc:  # an input changed under the job
@@ -587,7 +588,7 @@ def compact(
                     ops = ops.join(F.broadcast(drop), "delta_cid", "left_anti")
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
-            if fact_args is not None:
+            if reader is not None:
                 live = live_frame(ops, codes)
                 _write_facts(live, staging / "facts", (*FACT_KEY, "delta_cid"))
             else:
@@ -623,6 +624,8 @@ def compact(
         ]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if reader is not None:
+            reader.close()
         shutil.rmtree(staging, ignore_errors=True)
         try:
             (out / _STAGING).rmdir()

@@ -18,6 +18,7 @@ it does not, compaction keeps the arguments in the Spark job.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,34 @@ class FactArgs:
         return both.column("relation").take(pa.array(at)), both.column("args").take(pa.array(at))
 
 
+class InputReader:
+    """What the driver reads from local inputs - their dataset ids (:func:`input_datasets`)
+    and visible facts (:class:`FactArgs`) - read on a thread from construction on. The CLI
+    starts it before the Spark session, so the reading overlaps the JVM's start instead of
+    competing with the job's tasks for the cores. :meth:`close` when done."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = list(paths)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="merklog-inputs")
+        self._datasets = self._pool.submit(input_datasets, self.paths)
+        self._facts = self._pool.submit(FactArgs, self.paths)
+
+    def datasets(self) -> list[str]:
+        return self._datasets.result()
+
+    def facts(self) -> FactArgs:
+        return self._facts.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def read_inputs(inputs: Sequence[str | Path]) -> InputReader | None:
+    """An :class:`InputReader` of ``inputs``, or None when this process cannot read them."""
+    local = local_exports(inputs)
+    return InputReader(local) if local is not None else None
+
+
 def _distinct(facts: pa.Table) -> pa.Table:
     """One row per fact CID (the same CID names the same relation and arguments)."""
     keep = first_of_each(facts.column("fact_cid").combine_chunks())
@@ -145,4 +174,4 @@ def _distinct(facts: pa.Table) -> pa.Table:
     return facts.take(pa.array(keep))
 
 
-__all__ = ["FactArgs", "input_datasets", "local_exports"]
+__all__ = ["FactArgs", "InputReader", "input_datasets", "local_exports", "read_inputs"]
