@@ -67,6 +67,7 @@ def main() -> None:
         os.environ["MERKLOG_SPARK_LIGHT_JVM"] = "1" if args.light else "0"
     ph = Phases()
     import merklog.node.spark.compact as mod
+    from merklog.node.spark.factargs import read_inputs
     from merklog.node.spark.session import build_session
     from merklog.replication.identity import Identity
 
@@ -74,7 +75,9 @@ def main() -> None:
     conf = dict(item.split("=", 1) for item in args.conf)
     if args.java_opts:
         conf["spark.driver.extraJavaOptions"] = args.java_opts
-    # as the CLI does: the input's size picks the JVM flags unless --light/--jvm-defaults
+    # as the CLI does: the inputs' reading starts before the JVM (ADR 0122), and the input's
+    # size picks the JVM flags unless --light/--jvm-defaults
+    reader = read_inputs([args.export])
     spark = build_session(master=args.master, conf=conf, input_rows=mod.input_rows([args.export]))
     ph.spark = spark
     ph.j = 0.0
@@ -83,6 +86,7 @@ def main() -> None:
     for name in (
         "_write",
         "_write_facts",
+        "_write_meta",
         "_place",
         "_place_facts",
         "_read",
@@ -98,6 +102,8 @@ def main() -> None:
             label = _name
             if _name == "_write":
                 label = f"Spark job: write {Path(str(a[1])).name}"
+            elif _name == "_write_meta":
+                label = "Spark job: write deltas + acl (meta)"
             elif _name == "_write_facts":
                 label = "Spark job: write facts"
             elif _name == "_place_facts":
@@ -111,7 +117,8 @@ def main() -> None:
 
         setattr(mod, name, wrapped)
     with tempfile.TemporaryDirectory(prefix="merklog-phases-") as tmp:
-        mod.compact(spark, [args.export], Path(tmp) / "snap", Identity.from_seed(b"\x01" * 32))
+        key = Identity.from_seed(b"\x01" * 32)
+        mod.compact(spark, [args.export], Path(tmp) / "snap", key, reader=reader)
         ph.mark("(driver, between steps)")
     spark.stop()
     ph.mark("session stop")

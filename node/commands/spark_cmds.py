@@ -205,6 +205,7 @@ def register(cli: click.Group) -> None:
     ) -> None:
         """Merge Parquet exports (duplicates allowed) into a signed snapshot per dataset."""
         from merklog.node.spark.compact import CompactError, compact
+        from merklog.node.spark.factargs import read_inputs
         from merklog.node.spark.progress import spark_progress
 
         for item in inputs:
@@ -212,12 +213,19 @@ def register(cli: click.Group) -> None:
                 raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
         identity = _identity(state.home)
         sources = [_absolute(i) for i in inputs]
-        spark = _session(master, remote, confs, state.verbose, _input_rows(sources))
+        # the driver's reading of the inputs (ADR 0122) overlaps the JVM's start
+        reader = read_inputs(sources)
         try:
+            spark = _session(master, remote, confs, state.verbose, _input_rows(sources))
             with spark_progress(spark, "compact"):
-                results = compact(spark, sources, _absolute(out), identity, prune=prune)
+                results = compact(
+                    spark, sources, _absolute(out), identity, prune=prune, reader=reader
+                )
         except CompactError as exc:
             raise click.ClickException(str(exc)) from None
+        finally:
+            if reader is not None:
+                reader.close()
         for res in results:
             m = res.manifest
             click.echo(

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from merklog.node.cidsearch import ROW, WIDTH, CidIndex
+from merklog.node.cidsearch import ROW, WIDTH, CidIndex, keys
 
 from .factcols import valid_mask
 
@@ -42,24 +42,49 @@ def _fixed_rows(column: pa.Array) -> np.ndarray | None:
     return rows.reshape(-1).view(ROW)
 
 
+class CidTable:
+    """Distinct CIDs prepared once for many :meth:`lookup` calls (the index is built here,
+    not per call)."""
+
+    def __init__(self, cids: pa.Array) -> None:
+        self.cids = cids
+        have = _fixed_rows(cids)
+        self.index = CidIndex(have) if have is not None else None
+        if self.index is not None and not self.index.usable:
+            self.index = None
+
+    def lookup(self, wanted: pa.Array) -> pa.Array:
+        """For each value of ``wanted`` its position among the CIDs as int64, null where
+        absent or null - what ``pc.index_in(wanted, value_set=cids)`` gives."""
+        want = _fixed_rows(wanted) if self.index is not None else None
+        if self.index is None or want is None:
+            return pc.index_in(wanted, value_set=self.cids)
+        index = self.index
+        if len(index.order):
+            # a binary search per query: the bucket search of CidIndex.find builds its
+            # bucket table (as large as the set) on every call, which many calls repeat
+            at = np.searchsorted(index.sorted_keys, keys(want))
+            where = index.order[np.minimum(at, len(index.order) - 1)]
+            found = index.rows[where] == want.view(ROW).ravel()
+        else:
+            where, found = index.find(want)
+        if wanted.null_count:
+            found &= valid_mask(wanted)
+        return pa.Array.from_buffers(
+            pa.int64(),
+            len(where),
+            [
+                pa.py_buffer(np.packbits(found, bitorder="little")),
+                pa.py_buffer(where.astype(np.int64)),
+            ],
+            null_count=int(len(found) - found.sum()),
+        )
+
+
 def lookup(wanted: pa.Array, cids: pa.Array) -> pa.Array:
     """For each value of ``wanted`` its position in ``cids`` (distinct CIDs) as int64,
     null where absent or null - what ``pc.index_in(wanted, value_set=cids)`` gives."""
-    have, want = _fixed_rows(cids), _fixed_rows(wanted)
-    if have is None or want is None:
-        return pc.index_in(wanted, value_set=cids)
-    index = CidIndex(have)
-    if not index.usable:
-        return pc.index_in(wanted, value_set=cids)
-    where, found = index.find(want)
-    if wanted.null_count:
-        found &= valid_mask(wanted)
-    return pa.Array.from_buffers(
-        pa.int64(),
-        len(where),
-        [pa.py_buffer(np.packbits(found, bitorder="little")), pa.py_buffer(where.astype(np.int64))],
-        null_count=int(len(found) - found.sum()),
-    )
+    return CidTable(cids).lookup(wanted)
 
 
 def member(values: pa.Array, cids: pa.Array) -> np.ndarray:
@@ -67,4 +92,35 @@ def member(values: pa.Array, cids: pa.Array) -> np.ndarray:
     return valid_mask(lookup(values, cids))
 
 
-__all__ = ["lookup", "member"]
+def first_of_each(column: pa.Array) -> np.ndarray | None:
+    """Ascending positions of one row per distinct value of a binary column (its first),
+    or None when the values are distinct already. CIDs are grouped by 64 digest bits,
+    confirmed on all 36 bytes; other widths, nulls or two CIDs sharing those bits go to
+    Arrow's hash group-by."""
+    rows = _fixed_rows(column) if not column.null_count else None
+    if rows is None:
+        return _first_of_each_hashed(column)
+    key = keys(rows)
+    order = np.argsort(key, kind="stable")
+    sorted_keys = key[order]
+    same_key = sorted_keys[1:] == sorted_keys[:-1]
+    if not same_key.any():
+        return None
+    sorted_rows = rows[order]
+    repeat = same_key & (sorted_rows[1:] == sorted_rows[:-1])
+    if (same_key & ~repeat).any():  # two CIDs share the bits: equal rows may not be adjacent
+        return _first_of_each_hashed(column)
+    keep = np.ones(len(order), np.bool_)
+    keep[1:] = ~repeat
+    return np.sort(order[keep])
+
+
+def _first_of_each_hashed(column: pa.Array) -> np.ndarray | None:
+    at = pa.table({"v": column, "i": pa.array(np.arange(len(column)))})
+    first = at.group_by("v", use_threads=False).aggregate([("i", "min")]).column("i_min")
+    if len(first) == len(column):
+        return None
+    return np.sort(first.to_numpy())
+
+
+__all__ = ["CidTable", "first_of_each", "lookup", "member"]

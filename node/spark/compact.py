@@ -37,11 +37,13 @@ import math
 import shutil
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -50,7 +52,9 @@ from merklog.replication.identity import Identity
 from merklog.store import Link
 
 from .export import GENESIS_FILE
+from .factargs import FactArgs, InputReader, read_inputs
 from .manifest import build_manifest, file_link
+from .schema import ARGS_TYPE
 
 VALUE_DDL = (
     "struct<`type`:string,`int`:bigint,`float`:double,`str`:string,"
@@ -65,6 +69,10 @@ OPS_DDL = (
 ROWS_PER_PARTITION = 262_144
 #: The facts job's shuffle and sort key (fact_cid first: see :func:`snapshot_frame`).
 FACT_KEY = ("fact_cid", "dataset")
+#: The facts jobs shuffle by fact CID alone: a fact's rows of every dataset meet in one
+#: partition, which the ``(fact_cid, dataset)`` aggregate needs, and the key does not
+#: depend on how the dataset travels (its name, or a code: :func:`live_frame`).
+SHUFFLE_KEY = "fact_cid"
 _STAGING = "_compact_staging"
 
 
@@ -92,8 +100,8 @@ def read_ops(spark: Any, inputs: list[str | Path]) -> Any:
 def snapshot_frame(ops: Any) -> Any:
     """One row per visible fact: dataset, relation, fact_cid, args, support (sorted, binary).
 
-    The tag rows are shuffled by ``(fact_cid, dataset)`` and sorted by the same keys
-    *before* the aggregate, so it sees each fact's rows together: no partial
+    The tag rows are shuffled by ``fact_cid`` (:data:`SHUFFLE_KEY`) and sorted by
+    ``(fact_cid, dataset)`` *before* the aggregate, so it sees each fact's rows together: no partial
     aggregate runs on the unshuffled input (where nearly every key is distinct, so it
     only costs) and the sort aggregate needs no sort of its own (ADR 0055). The key
     starts with ``fact_cid``, not ``dataset``: Spark sorts on an 8-byte prefix of the
@@ -116,7 +124,7 @@ def snapshot_frame(ops: Any) -> Any:
             F.when(is_assert, F.col("delta_cid")).alias("asserted"),
             F.when(~is_assert, F.col("observed")).alias("observed"),
         )
-        .repartition(*FACT_KEY)
+        .repartition(SHUFFLE_KEY)
         .sortWithinPartitions(*FACT_KEY)
     )
     return (
@@ -135,6 +143,51 @@ def snapshot_frame(ops: Any) -> Any:
             F.sort_array(F.array_except("asserted", F.flatten("observed"))).alias("support"),
         )
         .where(F.size("support") > 0)
+    )
+
+
+#: At most this many datasets are coded as small integers in the facts job (a CASE per row).
+MAX_CODED_DATASETS = 256
+
+
+def live_frame(ops: Any, datasets: list[str] | None = None) -> Any:
+    """The live tags: one row ``(fact_cid, dataset, delta_cid)`` per assert of a fact that
+    no retract observed, ordered by those columns within each partition.
+
+    The narrow form of :func:`snapshot_frame`, for when this process adds each fact's
+    relation and arguments by fact CID (:mod:`.factargs`) and groups a fact's live tags
+    into its support list while re-encoding (ADR 0122). One scan: an assert tags its fact
+    with its delta (kind 0), a retract with each delta it observed (kind 1, one
+    ``explode`` for both); after the shuffle by ``fact_cid`` (:data:`SHUFFLE_KEY`) a tag
+    is live iff its greatest kind is 0. That aggregate is a hash aggregate over
+    fixed-width buffers (no ``collect_list`` objects, no ``array_except``), and no typed
+    values travel through the shuffle or the writer. With ``datasets`` (sorted, all the
+    input's datasets) the dataset travels as its index in that list (``smallint``), which
+    sorts as the name does: :func:`_place_facts` names it again."""
+    from pyspark.sql import functions as F
+
+    is_assert = F.col("op") == "assert"
+    dataset = F.col("dataset")
+    if datasets is not None:
+        coded = F.when(dataset == datasets[0], F.lit(0))
+        for i, name in enumerate(datasets[1:], 1):
+            coded = coded.when(dataset == name, F.lit(i))
+        dataset = coded.cast("smallint")
+    return (
+        ops.where(F.col("op").isin("assert", "retract"))
+        .select(
+            "fact_cid",
+            dataset.alias("dataset"),
+            F.explode(F.when(is_assert, F.array("delta_cid")).otherwise(F.col("observed"))).alias(
+                "delta_cid"
+            ),
+            F.when(is_assert, F.lit(0)).otherwise(F.lit(1)).cast("byte").alias("kind"),
+        )
+        .repartition(SHUFFLE_KEY)
+        .groupBy(*FACT_KEY, "delta_cid")
+        .agg(F.max("kind").alias("kind"))
+        .where(F.col("kind") == 0)
+        .select(*FACT_KEY, "delta_cid")
     )
 
 
@@ -162,6 +215,47 @@ def acl_frame(ops: Any) -> Any:
         ops.where(F.col("op").isin("grant", "revoke"))
         .select("dataset", "delta_cid", "author", "clock", "op_index", "op", "key")
         .dropDuplicates(["delta_cid", "op_index"])
+    )
+
+
+#: The columns of each staged per-delta table (:func:`meta_frame` carries their union).
+META_COLUMNS = {
+    "deltas": ["delta_cid", "author", "seq", "clock", "parents"],
+    "acl": ["delta_cid", "author", "clock", "op_index", "op", "key"],
+}
+
+
+def meta_frame(ops: Any) -> Any:
+    """:func:`deltas_frame` and :func:`acl_frame` in one scan and one shuffle, told apart
+    by a ``role`` column (``deltas`` or ``acl``; a grant that is its delta's first op
+    gives a row of each). Deduplicated by ``(role, delta_cid, op_index)`` after a shuffle
+    by ``delta_cid`` alone, which is :func:`deltas_frame`'s partitioning, so the deltas
+    land in the same files."""
+    from pyspark.sql import functions as F
+
+    is_acl = F.col("op").isin("grant", "revoke")
+    roles = F.array_compact(
+        F.array(
+            F.when(F.col("op_index") == 0, F.lit("deltas")),
+            F.when(is_acl, F.lit("acl")),
+        )
+    )
+    return (
+        ops.where((F.col("op_index") == 0) | is_acl)
+        .select(
+            F.explode(roles).alias("role"),
+            "dataset",
+            "delta_cid",
+            "author",
+            "seq",
+            "clock",
+            "parents",
+            "op_index",
+            "op",
+            "key",
+        )
+        .repartition("delta_cid")
+        .dropDuplicates(["role", "delta_cid", "op_index"])
     )
 
 
@@ -249,24 +343,35 @@ def _write(df: Any, path: Path, sort: list[str]) -> None:
     ).partitionBy("dataset").parquet(str(path))
 
 
-def _write_facts(df: Any, path: Path) -> None:
+def _write_facts(df: Any, path: Path, sort: tuple[str, ...] = FACT_KEY) -> None:
     """Stage the facts as one uncompressed file per shuffle partition, in the aggregate's
     ``(fact_cid, dataset)`` order: no ``partitionBy("dataset")``, whose required
     dataset-first order would sort every partition again (on a useless prefix);
     :func:`_place_facts` splits the files by dataset instead."""
-    df.sortWithinPartitions(*FACT_KEY).write.mode("overwrite").option(
-        "compression", "none"
-    ).parquet(str(path))
+    df.sortWithinPartitions(*sort).write.mode("overwrite").option("compression", "none").parquet(
+        str(path)
+    )
 
 
-def _staged_files(staging: Path, role: str) -> dict[str, list[Path]]:
-    """``dataset → files`` Spark wrote under ``staging/role/dataset=<ds>/``, in partition order."""
-    root = staging / role
-    if not root.is_dir():
+def _write_meta(df: Any, path: Path) -> None:
+    """Stage :func:`meta_frame` partitioned by role and dataset, each file sorted by
+    ``(delta_cid, op_index)``; uncompressed, as :func:`_place` re-encodes every file."""
+    df.sortWithinPartitions("role", "dataset", "delta_cid", "op_index").write.mode(
+        "overwrite"
+    ).option("compression", "none").partitionBy("role", "dataset").parquet(str(path))
+
+
+def _staged_files(staging: Path, role: str, job: str | None = None) -> dict[str, list[Path]]:
+    """``dataset → files`` Spark wrote under ``staging/role/dataset=<ds>/``, in partition
+    order; with ``job``, under ``staging/job/role=<role>/dataset=<ds>/`` (none when the
+    job wrote no rows of that role)."""
+    written = staging / (job or role)
+    if not written.is_dir():
         raise CompactError(
-            f"Spark wrote its output where this process cannot see it ({root} is missing):"
+            f"Spark wrote its output where this process cannot see it ({written} is missing):"
             " with --remote or a cluster, --out must be a directory both sides share"
         )
+    root = written / f"role={role}" if job else written
     out: dict[str, list[Path]] = {}
     for d in sorted(root.glob("dataset=*")):
         out[d.name.split("=", 1)[1]] = sorted(d.glob("part-*.parquet"))
@@ -282,8 +387,10 @@ SNAPSHOT_PARQUET: dict[str, Any] = {
 }
 
 
-def _place(files: list[Path], dest: Path) -> None:
-    """Re-encode staged files as ``dest/part-NNNNN.parquet`` with pyarrow.
+def _place(files: list[Path], dest: Path, role: str) -> None:
+    """Re-encode a role's staged files (its :data:`META_COLUMNS`) as
+    ``dest/part-NNNNN.parquet`` with pyarrow; the grants and revokes (few) as one file
+    sorted by ``(delta_cid, op_index)``, however many partitions held them.
 
     Spark's Parquet writer (parquet-mr) is not byte-reproducible: it names files with
     a job UUID and lists each column chunk's encodings from a hash set whose order
@@ -291,42 +398,116 @@ def _place(files: list[Path], dest: Path) -> None:
     rewriting them with pinned pyarrow settings and no writer metadata gives the same
     bytes for the same rows whatever ran the job."""
     dest.mkdir(parents=True, exist_ok=True)
-    for i, f in enumerate(files):
-        table = pq.read_table(f).replace_schema_metadata(None)
+    tables = [pq.read_table(f, columns=META_COLUMNS[role]) for f in files]
+    if role == "acl" and len(tables) > 1:
+        order = [("delta_cid", "ascending"), ("op_index", "ascending")]
+        tables = [pa.concat_tables(tables).sort_by(order)]
+    for i, table in enumerate(tables):
+        table = table.replace_schema_metadata(None)
         pq.write_table(table, dest / f"part-{i:05d}.parquet", **SNAPSHOT_PARQUET)
+    for f in files:
         f.unlink()
 
 
-def _place_facts(staging: Path, out: Path, datasets: list[str]) -> dict[str, int]:
+#: The snapshot's facts files (pinned: the same whether Spark or the driver added the
+#: relation and arguments; the list and nullability shapes are those Spark's writer gives).
+SNAPSHOT_FACTS_SCHEMA = pa.schema(
+    [
+        ("relation", pa.string()),
+        ("fact_cid", pa.binary()),
+        ("args", pa.list_(pa.field("element", ARGS_TYPE.value_type))),
+        pa.field("support", pa.list_(pa.field("element", pa.binary(), False)), False),
+    ]
+)
+
+
+def _supports(tags: pa.Table) -> pa.Table:
+    """Live tag rows ``fact_cid, dataset, delta_cid`` sorted by those columns (a staged
+    :func:`live_frame` file) as one row per fact with its sorted ``support`` list."""
+    n = tags.num_rows
+    cids = tags.column("fact_cid").combine_chunks()
+    datasets = tags.column("dataset").combine_chunks()
+    if n:
+        new = pc.or_(pc.not_equal(cids[1:], cids[:-1]), pc.not_equal(datasets[1:], datasets[:-1]))
+        starts = np.concatenate([[0], np.nonzero(np.asarray(new))[0] + 1])
+    else:
+        starts = np.zeros(0, np.int64)
+    offsets = pa.array(np.append(starts, n).astype(np.int32))
+    at = pa.array(starts)
+    return pa.table(
+        {
+            "dataset": datasets.take(at),
+            "fact_cid": cids.take(at),
+            "support": pa.ListArray.from_arrays(offsets, tags.column("delta_cid").combine_chunks()),
+        }
+    )
+
+
+def _facts_table(part: pa.Table, fact_args: FactArgs | None) -> pa.Table:
+    """A staged slice as SNAPSHOT_FACTS_SCHEMA rows. A slice of live tags (the job was
+    :func:`live_frame`) is grouped into supports and gets its facts' relation and
+    arguments from ``fact_args``."""
+    if "support" not in part.column_names:
+        part = _supports(part)
+    cids = part.column("fact_cid").combine_chunks()
+    if "args" in part.column_names:
+        relation, args = part.column("relation"), part.column("args")
+    else:
+        if fact_args is None:
+            raise CompactError("staged live tags need the inputs' facts")
+        relation, args = fact_args.gather(cids)
+    columns = [relation, cids, args, part.column("support")]
+    return pa.Table.from_arrays(
+        [c.cast(f.type) for c, f in zip(columns, SNAPSHOT_FACTS_SCHEMA, strict=True)],
+        schema=SNAPSHOT_FACTS_SCHEMA,
+    )
+
+
+def _place_facts(
+    staging: Path,
+    out: Path,
+    datasets: list[str] | None = None,
+    fact_args: FactArgs | None = None,
+    codes: list[str] | None = None,
+) -> dict[str, int]:
     """Split the staged facts files by dataset and re-encode each dataset's rows as
     ``out/dataset=<ds>/facts/part-NNNNN.parquet`` (pinned settings, as :func:`_place`),
     in partition order, one file per partition that holds rows of it. A staged file is
     sorted by ``(fact_cid, dataset)``, so each dataset's slice is sorted by fact_cid.
-    Returns ``dataset → support tags``."""
+    Staged live tags are grouped into supports and get their facts' relation and
+    arguments from ``fact_args``; their dataset codes are indexes into ``codes``. Only
+    ``datasets`` (default: every dataset the files hold). Returns ``dataset → support
+    tags``."""
     root = staging / "facts"
     if not root.is_dir():
         raise CompactError(
             f"Spark wrote its output where this process cannot see it ({root} is missing):"
             " with --remote or a cluster, --out must be a directory both sides share"
         )
-    placed = {ds: 0 for ds in datasets}
-    support = {ds: 0 for ds in datasets}
-    for ds in datasets:
+    placed: dict[str, int] = {}
+    support: dict[str, int] = {}
+    for ds in datasets or ():
+        placed[ds] = support[ds] = 0
         (out / f"dataset={ds}" / "facts").mkdir(parents=True, exist_ok=True)
     for f in sorted(root.glob("part-*.parquet")):
         table = pq.read_table(f).replace_schema_metadata(None)
         f.unlink()
         if table.num_rows == 0:
             continue
+        if codes is not None:
+            names = pa.array(codes, pa.string()).take(table.column("dataset"))
+            table = table.set_column(table.schema.get_field_index("dataset"), "dataset", names)
         column = table.column("dataset")
-        for ds in sorted(pc.unique(column).to_pylist()):
+        names = sorted(pc.unique(column).to_pylist())
+        for ds in names:
+            if datasets is not None and ds not in placed:
+                continue
             if ds not in placed:
-                continue
-            part = table if len(placed) == 1 else table.filter(pc.equal(column, ds))
-            if part.num_rows == 0:
-                continue
+                placed[ds] = support[ds] = 0
+                (out / f"dataset={ds}" / "facts").mkdir(parents=True, exist_ok=True)
+            part = table if len(names) == 1 else table.filter(pc.equal(column, ds))
             dest = out / f"dataset={ds}" / "facts"
-            part = part.select(["relation", "fact_cid", "args", "support"])
+            part = _facts_table(part, fact_args)
             pq.write_table(part, dest / f"part-{placed[ds]:05d}.parquet", **SNAPSHOT_PARQUET)
             placed[ds] += 1
             support[ds] += int(pc.sum(pc.list_value_length(part.column("support"))).as_py() or 0)
@@ -347,6 +528,8 @@ def compact(
     identity: Identity,
     prune: bool = False,
     rows_per_partition: int = ROWS_PER_PARTITION,
+    gather: bool | None = None,
+    reader: InputReader | None = None,
 ) -> list[SnapshotResult]:
     """Compact merged exports into one signed snapshot per dataset under ``out_dir``.
 
@@ -354,10 +537,24 @@ def compact(
     the log (see :func:`stable_deltas`); without it, everything in the inputs.
     The Spark jobs are the writes themselves (deltas, facts, grants/revokes);
     heads, counts and clocks are read from the written files' footers and columns.
+
+    ``gather`` (default: whenever this process can read every input) has the Spark job
+    aggregate narrow rows and this process add each visible fact's relation and
+    arguments by fact CID from the inputs (:mod:`.factargs`, ADR 0122); ``False`` keeps
+    them in the Spark job, as inputs only the cluster can read need. Both give the same
+    bytes. ``reader`` (:func:`.factargs.read_inputs` of the same inputs, started before
+    the session) is used for that and closed; without it the reading starts here.
     """
     from pyspark.sql import functions as F
 
     out = Path(out_dir)
+    if gather is False and reader is not None:
+        reader.close()
+        reader = None
+    elif reader is None and gather is not False:
+        reader = read_inputs(inputs)
+    if gather and reader is None:
+        raise CompactError("gathering fact arguments needs inputs this process can read")
     n_in = input_rows(inputs)
     parts = max(1, math.ceil((n_in if n_in is not None else 0) / rows_per_partition))
     staging = out / _STAGING / uuid.uuid4().hex
@@ -365,7 +562,21 @@ def compact(
         "spark.sql.shuffle.partitions": str(parts),
         "spark.sql.adaptive.coalescePartitions.enabled": "false",
     }
+    placed = staging / "placed"
+    pool = ThreadPoolExecutor(1)
     try:
+        codes = None
+        if reader is not None and len(reader.datasets()) <= MAX_CODED_DATASETS:
+            codes = reader.datasets()
+
+        # the facts are placed on a thread while the deltas job runs (pyarrow releases the GIL)
+        def place_facts() -> dict[str, int]:
+            args = reader.facts() if reader is not None else None
+            try:
+                return _place_facts(staging, placed, None, args, codes)
+            except LookupError as exc:  # an input changed under the job
+                raise CompactError(str(exc)) from None
+
         with _job_conf(spark, settings):
             ops = read_ops(spark, inputs)
             if prune:
@@ -377,23 +588,34 @@ def compact(
                     ops = ops.join(F.broadcast(drop), "delta_cid", "left_anti")
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
-            _write_facts(snapshot_frame(ops), staging / "facts")
-            if not prune:  # after the facts job, which warms up the scan and the writer
-                _write(deltas_frame(ops), staging / "deltas", ["delta_cid"])
-                deltas_files = _staged_files(staging, "deltas")
-            with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
-                _write(acl_frame(ops), staging / "acl", ["delta_cid", "op_index"])
-        acl_files = _staged_files(staging, "acl")
+            if reader is not None:
+                live = live_frame(ops, codes)
+                _write_facts(live, staging / "facts", (*FACT_KEY, "delta_cid"))
+            else:
+                _write_facts(snapshot_frame(ops), staging / "facts")
+            placing = pool.submit(place_facts)
+            if prune:
+                with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
+                    _write(acl_frame(ops), staging / "acl", ["delta_cid", "op_index"])
+                acl_files = _staged_files(staging, "acl")
+            else:  # after the facts job, which warms up the scan and the writer
+                _write_meta(meta_frame(ops), staging / "meta")
+                deltas_files = _staged_files(staging, "deltas", "meta")
+                acl_files = _staged_files(staging, "acl", "meta")
         datasets = sorted(ds for ds in deltas_files if deltas_files[ds])
+        support = placing.result()
         for ds in datasets:
             shutil.rmtree(out / f"dataset={ds}", ignore_errors=True)
-        support = _place_facts(staging, out, datasets)
+            if (placed / f"dataset={ds}").is_dir():
+                (placed / f"dataset={ds}").rename(out / f"dataset={ds}")
+            else:
+                (out / f"dataset={ds}" / "facts").mkdir(parents=True)
         results = [
             _snapshot(
                 out,
                 ds,
                 deltas_files[ds],
-                support[ds],
+                support.get(ds, 0),
                 acl_files.get(ds, []),
                 identity,
                 inputs,
@@ -401,6 +623,9 @@ def compact(
             for ds in datasets
         ]
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        if reader is not None:
+            reader.close()
         shutil.rmtree(staging, ignore_errors=True)
         try:
             (out / _STAGING).rmdir()
@@ -436,7 +661,7 @@ def _snapshot(
     heads = heads_of(delta_table)
     max_clock = int(pc.max(delta_table.column("clock")).as_py() or 0)
     for role, files in (("deltas", deltas), ("acl", acl)):
-        _place(files, ds_dir / role)
+        _place(files, ds_dir / role, role)
     entries = []
     genesis = _find_genesis(inputs, dataset)
     if genesis is not None:

@@ -14,8 +14,9 @@ flags by input size. A ``merklog compact`` is one fresh JVM per command: below
 job) gets C1 only and the serial collector (``-XX:TieredStopAtLevel=1
 -XX:+UseSerialGC``), because C2's compiler threads and G1's concurrent threads cost
 more CPU at start than they save in a short job; above it, and when the size is
-unknown, the JVM's own defaults (C2, G1) win on the longer job (ADR 0085 has the
-figures at 1M and 5M ops). Executors of a cluster keep the JVM's defaults.
+unknown, the JVM's own defaults (C2, G1) (ADR 0085 has the figures at 1M and 5M ops
+of the older, heavier job; ADR 0124 those that moved the threshold to 10M). Executors
+of a cluster keep the JVM's defaults.
 ``MERKLOG_SPARK_LIGHT_JVM=1`` puts the light flags on every JVM whatever the size
 (the test suite sets it), ``=0`` on none.
 
@@ -55,9 +56,11 @@ LOCAL_DEFAULTS: dict[str, str] = {
 LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 
 
-#: Input op rows below which a job's driver JVM gets the light flags: measured on 2 cores, a
-#: cold compaction of 1M ops used ~22 % less CPU with them and one of 5M ops ~28 % more.
-LIGHT_MAX_ROWS = 2_000_000
+#: Input op rows below which a job's driver JVM gets the light flags. Measured on 2 cores
+#: (ADR 0085), a cold compaction of 1M ops used ~22 % less CPU with them and one of 5M ops
+#: ~28 % more; since the compaction job carries only narrow rows (ADR 0122), 5M ops take
+#: ~25 % less wall time with them too (ADR 0124). Above 10M, unmeasured, the JVM's defaults.
+LIGHT_MAX_ROWS = 10_000_000
 
 
 def jvm_defaults(input_rows: int | None = None) -> dict[str, str]:

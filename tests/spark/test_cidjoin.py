@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from merklog.node.cidsearch import search
-from merklog.node.spark.cidjoin import lookup, member
+from merklog.node.spark.cidjoin import first_of_each, lookup, member
 from merklog.store import Link
 
 
@@ -56,3 +56,17 @@ def test_member_marks_values_in_the_set():
     cids = [Link.for_dag_cbor(bytes([0xA1, i])).raw for i in range(10)]
     got = member(_cid_array([cids[1], None, cids[9]]), _cid_array(cids[:5]))
     assert got.tolist() == [True, False, False]
+
+
+def test_first_of_each_keeps_the_first_row_of_every_distinct_cid():
+    cids = [Link.for_dag_cbor(bytes([0xA2, i])).raw for i in range(20)]
+    assert first_of_each(_cid_array(cids)) is None  # distinct already
+    values = [cids[4], cids[1], cids[4], cids[9], cids[1], cids[1], cids[0]]
+    assert first_of_each(_cid_array(values)).tolist() == [0, 1, 3, 6]
+    # two CIDs sharing the 64 bits grouped on, interleaved; other widths; nulls
+    twin = cids[7][:12] + bytes(24)
+    clash = _cid_array([cids[7], twin, cids[7], twin, cids[2]])
+    assert first_of_each(clash).tolist() == [0, 1, 4]
+    assert first_of_each(_cid_array([b"ab", b"a", b"ab"])).tolist() == [0, 1]
+    assert first_of_each(_cid_array([None, cids[0], None])).tolist() == [0, 1]
+    assert first_of_each(_cid_array([])) is None

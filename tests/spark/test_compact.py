@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pyarrow.parquet as pq
 import pytest
 
-from merklog.node.spark.compact import compact, read_ops, snapshot_frame, stable_deltas
-from merklog.node.spark.export import export
+from merklog.node.spark.compact import (
+    CompactError,
+    compact,
+    read_ops,
+    snapshot_frame,
+    stable_deltas,
+)
+from merklog.node.spark.export import export, export_replica
 from merklog.node.spark.gen import Simulation, reference_visible
 from merklog.node.spark.manifest import ManifestError, parse_manifest, verify_files
 from merklog.node.spark.schema import decode_args
 from merklog.replication.identity import Identity
-from merklog.store import Fact, Link
+from merklog.replication.replica import Replica
+from merklog.store import Fact, Link, MemoryBlockStore, make_fact
 
 pytestmark = pytest.mark.spark
 
@@ -148,3 +157,91 @@ def test_several_datasets_in_one_job_are_split_into_sorted_snapshots(spark, tmp_
         assert res.manifest["facts"] == len(rows)
         assert res.manifest["support"] == sum(len(r["support"]) for r in rows)
         verify_files(res.manifest, res.directory)
+
+
+def test_arguments_gathered_by_the_driver_give_the_bytes_of_the_in_spark_job(spark, tmp_path):
+    """ADR 0122: the narrow Spark job plus relation and arguments gathered by fact CID from
+    the inputs' facts lists gives the snapshot the job that carries them gives, byte for
+    byte; facts no list holds (an ``ops/`` folder as input, a cut list) come from the
+    inputs' assert rows."""
+    sim = Simulation(peers=3, pool=40, seed=13).run(200)
+    dirs = _export_views(sim, tmp_path)
+    key = Identity.from_seed(b"\x08" * 32)
+    [wide] = compact(spark, dirs, tmp_path / "wide", key, rows_per_partition=150, gather=False)
+    [narrow] = compact(spark, dirs, tmp_path / "narrow", key, rows_per_partition=150)
+    assert narrow.manifest_cid == wide.manifest_cid
+    facts = pq.read_table(narrow.directory / "facts")
+    assert {Fact(r["relation"], decode_args(r["args"])) for r in facts.to_pylist()} == (
+        reference_visible([r for i in range(3) for r in sim.log_rows(i)])
+    )
+    relations = sorted((dirs[0] / "facts").glob("relation=*"))
+    assert len(relations) > 1
+    shutil.rmtree(relations[0])
+    shutil.rmtree(dirs[1] / "facts")
+    inputs = [dirs[0], dirs[1], dirs[2] / "ops"]
+    [partial] = compact(spark, inputs, tmp_path / "partial", key, rows_per_partition=150)
+    assert partial.manifest_cid == wide.manifest_cid
+    # an unreadable facts list is left out, not fatal: the assert rows hold the same facts
+    for f in (dirs[0] / "facts").rglob("*.parquet"):
+        f.write_bytes(b"not parquet")
+    [damaged] = compact(spark, dirs, tmp_path / "damaged", key, rows_per_partition=150)
+    assert damaged.manifest_cid == wide.manifest_cid
+    with pytest.raises(CompactError, match="can read"):
+        compact(spark, [tmp_path / "nowhere"], tmp_path / "x", key, gather=True)
+
+
+def test_deltas_and_grants_come_from_one_job_and_grants_sit_in_one_sorted_file(spark, tmp_path):
+    """The per-delta rows and the grants/revokes are one Spark job (``meta_frame``): each
+    delta once, each grant/revoke op once, the grants in one file sorted by delta and op
+    index however many partitions held them; mixed-type facts keep their values."""
+    ident = Identity.from_seed(b"\x11" * 32)
+    rep = Replica.create(tmp_path / "r.db", MemoryBlockStore(), ident, "acl")
+    mixed = [make_fact("v", (1,)), make_fact("v", (1.0,)), make_fact("v", (True,))]
+    mixed += [make_fact("v", ("1",)), make_fact("v", (b"\x01",))]
+    for i, fact in enumerate(mixed):
+        rep.assert_facts([fact, make_fact("edge", (i, i + 1))])
+        rep.grant(bytes([0x30 + i]) * 32)
+    rep.revoke(b"\x30" * 32)
+    rep.retract_facts(mixed[:1])
+    export_replica(rep, tmp_path / "e")
+    ops = pq.read_table(tmp_path / "e" / "ops").to_pylist()
+    grants = sorted(
+        (r["delta_cid"], r["op_index"], r["op"], r["key"])
+        for r in ops
+        if r["op"] in ("grant", "revoke")
+    )
+    assert {g[2] for g in grants} == {"grant", "revoke"}
+    assert any(g[1] == 0 for g in grants)  # a grant that is its delta's first op
+    key = Identity.from_seed(b"\x09" * 32)
+    inputs = [tmp_path / "e", tmp_path / "e"]  # every row twice
+    [res] = compact(spark, inputs, tmp_path / "snap", key, rows_per_partition=4)
+    acl = sorted((res.directory / "acl").glob("*.parquet"))
+    assert [f.name for f in acl] == ["part-00000.parquet"]
+    got = pq.read_table(acl[0]).to_pylist()
+    assert [(r["delta_cid"], r["op_index"], r["op"], r["key"]) for r in got] == grants
+    deltas = pq.read_table(res.directory / "deltas").column("delta_cid").to_pylist()
+    assert sorted(deltas) == sorted({r["delta_cid"] for r in ops})
+    assert res.manifest["deltas"] == len(deltas) == rep.delta_count()
+    facts = pq.read_table(res.directory / "facts").to_pylist()
+    assert {Fact(r["relation"], decode_args(r["args"])) for r in facts} == set(rep.visible_facts())
+    [wide] = compact(spark, inputs, tmp_path / "wide", key, rows_per_partition=4, gather=False)
+    assert wide.manifest_cid == res.manifest_cid
+
+
+def test_dataset_names_travel_uncoded_above_the_code_limit(spark, tmp_path, monkeypatch):
+    """``live_frame`` carries the dataset as a small code up to MAX_CODED_DATASETS datasets
+    and as its name above: both give the same snapshots."""
+    import merklog.node.spark.compact as compact_module
+
+    sims = [Simulation(peers=2, pool=30, seed=s).run(100) for s in (31, 32)]
+    dirs = []
+    for k, sim in enumerate(sims):
+        d = tmp_path / f"ds{k}"
+        export(sim.log_rows(0), [(sim.dataset, f) for f in sim.visible(0)], d)
+        dirs.append(d)
+    key = Identity.from_seed(b"\x0a" * 32)
+    coded = compact(spark, dirs, tmp_path / "coded", key, rows_per_partition=40)
+    monkeypatch.setattr(compact_module, "MAX_CODED_DATASETS", 1)
+    named = compact(spark, dirs, tmp_path / "named", key, rows_per_partition=40)
+    assert len(coded) == 2
+    assert {r.dataset: r.manifest_cid for r in coded} == {r.dataset: r.manifest_cid for r in named}

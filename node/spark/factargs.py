@@ -1,0 +1,182 @@
+"""Relation and arguments of snapshot facts, gathered by fact CID on the driver (ADR 0122).
+
+The compaction's Spark job aggregates narrow rows only (fact CID, dataset, delta CIDs):
+a fact's relation and typed arguments follow from its CID, so they need not travel
+through the shuffle, the sort and Spark's Parquet writer with every assert row.
+
+They are gathered here, with pyarrow, from the input exports themselves. Every export
+writes its visible facts (``DIR/facts/relation=<rel>/``), and a fact visible in the
+merged state is visible in at least one input: its unremoved assert comes from some
+input, whose retracts are a subset of the union's, so that input sees it too. Facts
+that no export lists (an input given as an ``ops/`` folder, an export without facts)
+are looked up among the inputs' assert rows instead, which always carry them.
+
+This needs the inputs on a file system the driver reads (:func:`local_exports`); when
+it does not, compaction keeps the arguments in the Spark job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .cidjoin import CidTable, first_of_each
+from .schema import ARGS_TYPE
+
+_COLUMNS = ("fact_cid", "relation", "args")
+
+
+def local_exports(inputs: Sequence[str | Path]) -> list[Path] | None:
+    """The inputs as local paths (export directories, ``ops/`` folders or files), or None
+    when any input is a URI or is not there: then only the cluster can read it."""
+    paths = []
+    for item in inputs:
+        text = str(item)
+        if "://" in text or not Path(text).exists():
+            return None
+        paths.append(Path(text))
+    return paths
+
+
+def input_datasets(inputs: Sequence[Path]) -> list[str]:
+    """The sorted dataset ids of the inputs' op rows (their ``dataset`` column, read as
+    the dictionary it is stored as)."""
+    names: set[str] = set()
+    for path in inputs:
+        for f in _ops_files(path):
+            column = pq.read_table(f, columns=["dataset"], read_dictionary=["dataset"])
+            for chunk in column.column("dataset").chunks:
+                names.update(chunk.dictionary.to_pylist())
+    names.discard(None)
+    return sorted(names)
+
+
+def _export_facts(path: Path) -> list[pa.Table]:
+    """The visible facts an export directory lists, as ``fact_cid, relation, args`` tables.
+    A list that cannot be read is left out: it only saves work, the inputs' assert rows
+    (which the job reads anyway) hold the same facts."""
+    out = []
+    for rel_dir in sorted((path / "facts").glob("relation=*")):
+        relation = rel_dir.name.split("=", 1)[1]
+        for f in sorted(rel_dir.glob("*.parquet")):
+            try:
+                t = pq.read_table(f, columns=["fact_cid", "args"])
+            except (OSError, pa.ArrowException):
+                continue
+            out.append(
+                pa.table(
+                    {
+                        "fact_cid": t.column("fact_cid"),
+                        "relation": pa.repeat(pa.scalar(relation, pa.string()), t.num_rows),
+                        "args": t.column("args").cast(ARGS_TYPE),
+                    }
+                )
+            )
+    return out
+
+
+def _ops_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    root = path / "ops" if (path / "ops").is_dir() else path
+    return sorted(root.rglob("*.parquet"))
+
+
+def _asserted_facts(paths: Sequence[Path]) -> pa.Table:
+    """``fact_cid, relation, args`` of every assert row of the inputs (duplicates kept)."""
+    tables = []
+    for path in paths:
+        for f in _ops_files(path):
+            t = pq.read_table(f, columns=["op", *_COLUMNS])
+            t = t.filter(pc.equal(t.column("op"), "assert")).select(list(_COLUMNS))
+            tables.append(t.cast(_schema()))
+    return pa.concat_tables(tables) if tables else _schema().empty_table()
+
+
+def _schema() -> pa.Schema:
+    return pa.schema([("fact_cid", pa.binary()), ("relation", pa.string()), ("args", ARGS_TYPE)])
+
+
+class FactArgs:
+    """Distinct facts ``fact_cid → (relation, args)`` of some inputs, for :meth:`gather`."""
+
+    def __init__(self, inputs: Sequence[Path]) -> None:
+        self._inputs = list(inputs)
+        tables = [t for path in self._inputs if path.is_dir() for t in _export_facts(path)]
+        facts = pa.concat_tables(tables) if tables else _schema().empty_table()
+        self._facts = _distinct(facts)
+        # single arrays: a take of a chunked column concatenates its chunks on every call
+        self._relation = self._facts.column("relation").combine_chunks()
+        self._args = self._facts.column("args").combine_chunks()
+        self._cids = CidTable(self._facts.column("fact_cid").combine_chunks())
+        #: the facts, then the inputs' asserted facts (built on first need)
+        self._asserted: pa.Table | None = None
+        self._asserted_cids: CidTable | None = None
+
+    def gather(self, cids: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """``(relation, args)`` of each fact CID in ``cids`` (all of them facts the inputs
+        assert), aligned with ``cids``."""
+        where = self._cids.lookup(cids)
+        if where.null_count:
+            return self._gather_asserted(cids, where)
+        return self._relation.take(where), self._args.take(where)
+
+    def _gather_asserted(self, cids: pa.Array, where: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """Complete a lookup from the inputs' assert rows (read once, on first need)."""
+        if self._asserted is None:
+            asserted = _distinct(_asserted_facts(self._inputs))
+            self._asserted = pa.concat_tables([self._facts, asserted])
+            self._asserted_cids = CidTable(asserted.column("fact_cid").combine_chunks())
+        missing = np.nonzero(~np.asarray(where.is_valid()))[0]
+        more = self._asserted_cids.lookup(cids.take(pa.array(missing)))
+        if more.null_count:
+            raise LookupError(f"{more.null_count} visible facts have no assert row in the inputs")
+        at = np.asarray(where.fill_null(0)).copy()
+        at[missing] = np.asarray(more) + self._facts.num_rows
+        both = self._asserted
+        return both.column("relation").take(pa.array(at)), both.column("args").take(pa.array(at))
+
+
+class InputReader:
+    """What the driver reads from local inputs - their dataset ids (:func:`input_datasets`)
+    and visible facts (:class:`FactArgs`) - read on a thread from construction on. The CLI
+    starts it before the Spark session, so the reading overlaps the JVM's start instead of
+    competing with the job's tasks for the cores. :meth:`close` when done."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = list(paths)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="merklog-inputs")
+        self._datasets = self._pool.submit(input_datasets, self.paths)
+        self._facts = self._pool.submit(FactArgs, self.paths)
+
+    def datasets(self) -> list[str]:
+        return self._datasets.result()
+
+    def facts(self) -> FactArgs:
+        return self._facts.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def read_inputs(inputs: Sequence[str | Path]) -> InputReader | None:
+    """An :class:`InputReader` of ``inputs``, or None when this process cannot read them."""
+    local = local_exports(inputs)
+    return InputReader(local) if local is not None else None
+
+
+def _distinct(facts: pa.Table) -> pa.Table:
+    """One row per fact CID (the same CID names the same relation and arguments)."""
+    keep = first_of_each(facts.column("fact_cid").combine_chunks())
+    if keep is None:
+        return facts
+    return facts.take(pa.array(keep))
+
+
+__all__ = ["FactArgs", "InputReader", "input_datasets", "local_exports", "read_inputs"]
