@@ -20,7 +20,7 @@ from merklog.replication.errors import ReplicationError
 from merklog.store import BlockNotFound, Error, InvalidValue, StoreError, StoreUnavailable
 
 from .config import Config
-from .errors import NodeInputError, Unauthorized
+from .errors import NodeError, NodeInputError, Unauthorized
 from .failures import ExitCode, Failure
 from .metrics import NodeMetrics
 
@@ -44,7 +44,7 @@ CONFIG_KEY = web.AppKey("merklog_config", Config)
 METRICS_KEY = web.AppKey("merklog_metrics", NodeMetrics)
 
 
-class ApiError(Exception):
+class ApiError(NodeError):
     """An answer other than 200 decided by a handler: status, error name, detail."""
 
     def __init__(self, status: int, error: str, detail: str = "") -> None:

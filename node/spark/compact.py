@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 from merklog.replication.identity import Identity
 from merklog.store import Link
 
+from ..errors import NodeInputError
 from .export import GENESIS_FILE
 from .factargs import FactArgs, InputReader, read_inputs
 from .manifest import build_manifest, file_link
@@ -76,8 +77,9 @@ SHUFFLE_KEY = "fact_cid"
 _STAGING = "_compact_staging"
 
 
-class CompactError(ValueError):
-    """The inputs or the output directory cannot be used (a clear message, no traceback)."""
+class CompactError(NodeInputError):
+    """The inputs or the output directory cannot be used (a clear message, no traceback;
+    a ``merklog.Error`` like every error the package raises, and a ``ValueError``)."""
 
 
 def _input_paths(inputs: list[str | Path]) -> list[str]:
