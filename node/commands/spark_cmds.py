@@ -192,6 +192,15 @@ def register(cli: click.Group) -> None:
         is_flag=True,
         help="Cover only the causally stable prefix, so history before it may be pruned.",
     )
+    @click.option(
+        "--args-in-spark",
+        is_flag=True,
+        help=(
+            "Carry each fact's arguments through the Spark job instead of adding them in"
+            " this process from the inputs' fact lists (slower; for snapshots whose facts"
+            " do not fit in this process's memory). The snapshot is the same."
+        ),
+    )
     @_spark_options
     @pass_state
     def compact_cmd(
@@ -199,6 +208,7 @@ def register(cli: click.Group) -> None:
         inputs: tuple[str, ...],
         out: Path,
         prune: bool,
+        args_in_spark: bool,
         master: str | None,
         remote: str | None,
         confs: tuple[str, ...],
@@ -214,12 +224,18 @@ def register(cli: click.Group) -> None:
         identity = _identity(state.home)
         sources = [_absolute(i) for i in inputs]
         # the driver's reading of the inputs (ADR 0122) overlaps the JVM's start
-        reader = read_inputs(sources)
+        reader = None if args_in_spark else read_inputs(sources)
         try:
             spark = _session(master, remote, confs, state.verbose, _input_rows(sources))
             with spark_progress(spark, "compact"):
                 results = compact(
-                    spark, sources, _absolute(out), identity, prune=prune, reader=reader
+                    spark,
+                    sources,
+                    _absolute(out),
+                    identity,
+                    prune=prune,
+                    gather=False if args_in_spark else None,
+                    reader=reader,
                 )
         except CompactError as exc:
             raise click.ClickException(str(exc)) from None

@@ -80,3 +80,30 @@ def test_export_compact_import_snapshot_analyze(spark, tmp_path):
         ok=False,
     )
     assert "bad.dl:2:1" in err and "@async" in err
+
+
+def test_compact_with_args_in_spark_gives_the_same_snapshot(spark, tmp_path, monkeypatch):
+    """``--args-in-spark`` (facts too large for the driver) never reads the inputs in this
+    process and gives the same snapshot, manifest CID included, with mixed-type values."""
+    import merklog.node.spark.compact as compact_mod
+    import merklog.node.spark.factargs as factargs_mod
+
+    a = tmp_path / "a"
+    run("--home", str(a), "init")
+    run("--home", str(a), "put", "v(1).", "v(1.0).", "v(true).", 'v("1").', 'v(x"01").')
+    run("--home", str(a), "retract", "v(1.0).")
+    run("--home", str(a), "parquet", "export", str(tmp_path / "ea"))
+    compact = ("--home", str(a), "compact", str(tmp_path / "ea"), "--out")
+    first = json.loads(run(*compact, str(tmp_path / "s1")).strip().splitlines()[-1])
+
+    def no_driver_reads(*args, **kwargs):
+        raise AssertionError("the driver read the inputs")
+
+    monkeypatch.setattr(factargs_mod, "read_inputs", no_driver_reads)
+    monkeypatch.setattr(compact_mod, "read_inputs", no_driver_reads)
+    text = run(*compact, str(tmp_path / "s2"), "--args-in-spark")
+    second = json.loads(text.strip().splitlines()[-1])
+    assert first["facts"] == second["facts"] == 4
+    assert first["manifest"] == second["manifest"]
+    with pytest.raises(AssertionError, match="driver read"):  # the patch is in force
+        run(*compact, str(tmp_path / "s3"))
