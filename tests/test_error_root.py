@@ -8,11 +8,9 @@ the place that catches them.
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
-
 import merklog
+
+from .exception_classes import exception_classes
 
 #: Raised and caught inside the engine, never seen by a caller.
 INTERNAL_SIGNALS = {
@@ -24,24 +22,8 @@ INTERNAL_SIGNALS = {
 PACKAGES = ("merklog.store", "merklog.engine", "merklog.replication", "merklog.node")
 
 
-def _exception_classes() -> dict[str, type]:
-    found: dict[str, type] = {}
-    for name in PACKAGES:
-        package = importlib.import_module(name)
-        for info in pkgutil.walk_packages(package.__path__, name + "."):
-            module = importlib.import_module(info.name)
-            for attr, obj in vars(module).items():
-                if (
-                    inspect.isclass(obj)
-                    and issubclass(obj, BaseException)
-                    and obj.__module__ == module.__name__
-                ):
-                    found[f"{module.__name__}.{attr}"] = obj
-    return found
-
-
 def test_every_exception_merklog_defines_is_a_merklog_error() -> None:
-    classes = _exception_classes()
+    classes = exception_classes(*PACKAGES)
     assert "merklog.node.spark.compact.CompactError" in classes  # the scan reaches node.spark
     stray = sorted(
         name
@@ -54,4 +36,4 @@ def test_every_exception_merklog_defines_is_a_merklog_error() -> None:
 
 
 def test_the_internal_signals_still_exist() -> None:
-    assert INTERNAL_SIGNALS <= set(_exception_classes())
+    assert INTERNAL_SIGNALS <= set(exception_classes(*PACKAGES))

@@ -4,10 +4,6 @@ API, unknown dialects and TSV fields, which raised bare ``TypeError``/``ValueErr
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
-
 import pytest
 
 import merklog
@@ -17,25 +13,20 @@ from merklog.engine.program import Program
 from merklog.engine.tsv import parse_field
 from merklog.engine.values import to_engine
 
+from ..exception_classes import exception_classes
+
 #: Exception classes of the engine that are control flow, never raised to a caller.
 INTERNAL = {"NoBinding": "arithmetic without a value; every evaluator catches it"}
 
 
 def test_every_public_exception_class_of_the_engine_is_an_engine_error() -> None:
     found = []
-    for info in pkgutil.walk_packages(merklog.engine.__path__, "merklog.engine."):
-        module = importlib.import_module(info.name)
-        for name, obj in vars(module).items():
-            if (
-                inspect.isclass(obj)
-                and issubclass(obj, BaseException)
-                and obj.__module__ == module.__name__
-                and not name.startswith("_")
-                and name not in INTERNAL
-            ):
-                found.append(obj)
-                assert issubclass(obj, EngineError), f"{module.__name__}.{name}"
-                assert issubclass(obj, merklog.Error)
+    for qualified, cls in exception_classes("merklog.engine").items():
+        name = qualified.rsplit(".", 1)[1]
+        if not name.startswith("_") and name not in INTERNAL:
+            found.append(cls)
+            assert issubclass(cls, EngineError), qualified
+            assert issubclass(cls, merklog.Error)
     assert len(found) > 10  # the scan sees the engine's error classes
 
 
