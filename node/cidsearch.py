@@ -24,16 +24,28 @@ def keys(rows: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw).view(">u8").ravel().astype(np.uint64)
 
 
-def search(sorted_keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(sorted_keys, queries)`` for uniformly spread keys: bucket starts
-    from the keys' top bits, then a step forward while the bucket's key is smaller
-    (about one key per bucket, so a few steps over a shrinking set)."""
-    n = len(sorted_keys)
-    bits = max(1, min(24, int(n).bit_length()))
+def bucket_starts(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.uint64]:
+    """The bucket table of :func:`search`: where each bucket of the keys' top bits starts
+    (about one key a bucket, so as long as the keys), and the shift that names a key's
+    bucket. Built once per set of keys and reused by every search in it."""
+    bits = max(1, min(24, int(len(sorted_keys)).bit_length()))
     shift = np.uint64(64 - bits)
     starts = np.zeros((1 << bits) + 1, np.int64)
     counts = np.bincount((sorted_keys >> shift).astype(np.int64), minlength=1 << bits)
     np.cumsum(counts, out=starts[1:])
+    return starts, shift
+
+
+def search(
+    sorted_keys: np.ndarray,
+    queries: np.ndarray,
+    buckets: tuple[np.ndarray, np.uint64] | None = None,
+) -> np.ndarray:
+    """``np.searchsorted(sorted_keys, queries)`` for uniformly spread keys: bucket starts
+    from the keys' top bits (``buckets``, from :func:`bucket_starts`; built here when not
+    given), then a step forward while the bucket's key is smaller (about one key per
+    bucket, so a few steps over a shrinking set)."""
+    starts, shift = buckets if buckets is not None else bucket_starts(sorted_keys)
     bucket = (queries >> shift).astype(np.int64)
     pos = starts[bucket]
     end = starts[bucket + 1]
@@ -47,7 +59,8 @@ def search(sorted_keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
 
 
 class CidIndex:
-    """Distinct 36-byte CIDs (void rows), ready for lookups."""
+    """Distinct 36-byte CIDs (void rows), ready for many lookups: the keys are sorted and
+    the bucket table built once, not per :meth:`find`."""
 
     def __init__(self, rows: np.ndarray) -> None:
         self.rows = rows
@@ -58,14 +71,17 @@ class CidIndex:
         self.usable = not (
             len(key) > 1 and bool((self.sorted_keys[1:] == self.sorted_keys[:-1]).any())
         )
+        self._buckets: tuple[np.ndarray, np.uint64] | None = None
 
     def find(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(positions, found)`` of each query row among ``rows`` (positions are
         meaningless where not found). Only when ``usable``."""
         if not len(self.order):
             return np.zeros(len(queries), np.int64), np.zeros(len(queries), np.bool_)
-        at = np.minimum(search(self.sorted_keys, keys(queries)), len(self.order) - 1)
-        where = self.order[at]
+        if self._buckets is None:
+            self._buckets = bucket_starts(self.sorted_keys)
+        at = search(self.sorted_keys, keys(queries), self._buckets)
+        where = self.order[np.minimum(at, len(self.order) - 1)]
         return where, self.rows[where] == queries.view(ROW).ravel()
 
 
@@ -74,4 +90,4 @@ def as_rows(raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, np.uint8).view(ROW)
 
 
-__all__ = ["ROW", "WIDTH", "CidIndex", "as_rows", "keys", "search"]
+__all__ = ["ROW", "WIDTH", "CidIndex", "as_rows", "bucket_starts", "keys", "search"]

@@ -59,15 +59,7 @@ class CidTable:
         want = _fixed_rows(wanted) if self.index is not None else None
         if self.index is None or want is None:
             return pc.index_in(wanted, value_set=self.cids)
-        index = self.index
-        if len(index.order):
-            # a binary search per query: the bucket search of CidIndex.find builds its
-            # bucket table (as large as the set) on every call, which many calls repeat
-            at = np.searchsorted(index.sorted_keys, keys(want))
-            where = index.order[np.minimum(at, len(index.order) - 1)]
-            found = index.rows[where] == want.view(ROW).ravel()
-        else:
-            where, found = index.find(want)
+        where, found = self.index.find(want)  # its bucket table is built once
         if wanted.null_count:
             found &= valid_mask(wanted)
         return pa.Array.from_buffers(
