@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from merklog.engine.batch import BatchEvaluator
 from merklog.engine.incremental import IncrementalEngine
@@ -44,3 +45,8 @@ def summed_value(
     if kind == "big":
         return rng.choice(BIG) - abs(i) if rng.random() < 0.5 else -rng.choice(BIG) + abs(i)
     return rng.choice([i, 1, 0]) if small else i
+
+
+def ops_of(engine: IncrementalEngine, kind: type) -> list[Any]:
+    """The operators of class ``kind`` in ``engine``'s circuit (to assert a path ran)."""
+    return [n.op for n in engine.circuit.nodes if isinstance(getattr(n, "op", None), kind)]

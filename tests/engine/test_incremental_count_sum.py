@@ -26,7 +26,7 @@ from merklog.engine.incremental import IncrementalEngine, MultiAggregateJoin
 from merklog.engine.program import Program
 from merklog.engine.values import row_to_engine
 
-from .incremental_check import KEYS, MIXED, assert_matches_batch, summed_value
+from .incremental_check import KEYS, MIXED, assert_matches_batch, ops_of, summed_value
 
 TEXT = """
 stats(G, C, S) :- grp(G), C := count : p(G, _), S := sum V : p(G, V).
@@ -54,10 +54,6 @@ def _facts(rng: random.Random, n: int, kind: str, arity: int) -> set[tuple]:
         keys = tuple(rng.choice(KEYS[:6] if arity == 3 else KEYS) for _ in range(arity - 1))
         out.add(row_to_engine((*keys, _value(rng, kind))))
     return out
-
-
-def _joins(engine: IncrementalEngine) -> list[CountSumJoin]:
-    return [n.op for n in engine.circuit.nodes if isinstance(getattr(n, "op", None), CountSumJoin)]
 
 
 @settings(max_examples=15, deadline=None)
@@ -112,7 +108,7 @@ def test_count_sum_joins_equal_a_fresh_batch_run(seed: int, epochs: list) -> Non
     engine.step(deletes={"p": list(base["p"]), "r": list(base["r"])})
     base["p"], base["r"] = set(), set()
     assert_matches_batch(engine, base, checked, RELS)
-    joins = _joins(engine)
+    joins = ops_of(engine, CountSumJoin)
     assert len(joins) == 6  # all but ``wide``, whose bindings are not its groups
     assert sum(j.vectorised for j in joins) > 0
     assert sum(j.per_group for j in joins) > 0
@@ -150,7 +146,7 @@ def test_groups_without_a_value_block_and_recover_in_both_paths() -> None:
     assert stats_of(1) == {(1, 2, 2**63 - 5)}
     epoch({(1, 100)}, large=True)  # the numpy path meets the overflow
     assert stats_of(1) == set()  # no value: the group joins nothing
-    joins = _joins(engine)
+    joins = ops_of(engine, CountSumJoin)
     assert sum(j.slow_groups for j in joins) > 0 and sum(j.vectorised for j in joins) > 0
     epoch({(1, "x"), (one_f, 1.5)})  # a string in group 1; a float sum for key 1.0
     epoch(dels={(1, 100)}, large=True)  # back in range, but the string still blocks
@@ -211,7 +207,7 @@ def test_souffle_sums_wrap_at_32_bits_in_both_paths(seed: int, sizes: list[int])
         base["p"] = (base["p"] - gone) | new
         engine.step(deletes={"p": list(gone)}, inserts={"p": list(new)})
         check()
-    joins = _joins(engine)
+    joins = ops_of(engine, CountSumJoin)
     assert len(joins) == 1
     assert joins[0].vectorised + joins[0].per_group > 1
 
@@ -230,7 +226,7 @@ def test_small_vectorised_epochs_over_many_groups() -> None:
         "r": set(),
     }
     engine.step(inserts={rel: list(rows) for rel, rows in base.items()})
-    joins = _joins(engine)
+    joins = ops_of(engine, CountSumJoin)
     before = sum(j.vectorised for j in joins)
     for kind in ["int", "int", "mixed", "int", "big", "int"]:
         gone = set(rng.sample(sorted(base["p"], key=repr), 30))

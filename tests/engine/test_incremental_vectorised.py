@@ -28,7 +28,7 @@ from merklog.engine.incremental import AggregateJoin, IncrementalEngine
 from merklog.engine.program import Program
 from merklog.engine.values import TRUE, Float, row_to_engine
 
-from .incremental_check import KEYS, assert_matches_batch, summed_value
+from .incremental_check import KEYS, assert_matches_batch, ops_of, summed_value
 
 TEXT = """
 stats(G, C, S) :- grp(G), C := count : p(G, _), S := sum V : p(G, V).
@@ -65,10 +65,6 @@ def _facts3(rng: random.Random, n: int, kind: str) -> set[tuple]:
 
 def _check(engine: IncrementalEngine, base: dict[str, set[tuple]], checked) -> None:
     assert_matches_batch(engine, base, checked, RELS)
-
-
-def _ops(engine: IncrementalEngine, kind: type) -> list:
-    return [n.op for n in engine.circuit.nodes if isinstance(getattr(n, "op", None), kind)]
 
 
 @settings(max_examples=10, deadline=None)
@@ -117,10 +113,10 @@ def test_large_and_small_epochs_equal_a_fresh_batch_run(seed: int, epochs: list)
     engine.step(deletes={"p": list(base["p"]), "r": list(base["r"])})
     base["p"], base["r"] = set(), set()
     _check(engine, base, checked)
-    aggs = _ops(engine, GroupAggregate)
+    aggs = ops_of(engine, GroupAggregate)
     assert sum(op.vectorised for op in aggs) > 0
     assert sum(op.per_tuple for op in aggs) > 0
-    assert any(op.bound is not None for op in _ops(engine, AggregateJoin))
+    assert any(op.bound is not None for op in ops_of(engine, AggregateJoin))
 
 
 def test_group_keys_keep_value_identity() -> None:
