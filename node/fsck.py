@@ -62,7 +62,9 @@ def _open(cfg: Any) -> tuple[Any, Any]:
 def _replica(store: Any, identity: Any, dataset: Link) -> Any:
     from merklog.replication.replica import Replica
 
-    return Replica.open(store.conn, store, identity, dataset)
+    from .storage import store_conn
+
+    return Replica.open(store_conn(store), store, identity, dataset)
 
 
 def fsck(
