@@ -5,6 +5,7 @@
 delta and one fsync). ``retract`` reports the facts that were not visible (nothing to
 retract).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -132,6 +133,9 @@ def replica_write(
 ) -> Link | None:
     """One transaction of as many signed deltas as receivers' limits need; the last CID.
     ``encoded``: the ``(CID, block)`` of ``asserts + retracts`` (computed once)."""
+    if not retracts and encoded is not None:  # asserts alone: column-wise (ADR 0126)
+        cids = replica.write_asserts(asserts, encoded)
+        return cids[-1] if cids else None
     ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]
     cids = replica.write_many(ops, encoded)
     return cids[-1] if cids else None

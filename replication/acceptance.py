@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, attrgetter
 from typing import Any
 
 import libipld
@@ -61,6 +63,10 @@ def _op_order(op: tuple[int, int, bytes]) -> tuple[int, int, bytes]:
     """Total order of grant/revoke ops: later clock wins, then revoke, then larger CID."""
     clock, is_grant, delta = op
     return (clock, 1 - is_grant, delta)
+
+
+_raw_attr = attrgetter("raw")
+_rel_attr = attrgetter("rel")
 
 
 class Acceptance(ReplicaState):
@@ -146,6 +152,40 @@ class Acceptance(ReplicaState):
         list of ``(CID, block, fact)`` of its asserts in op order, unique, encoded here
         (stored without re-hashing), and ``local`` holds the facts visible when that
         write began: the only ones whose visibility must be read again."""
+        auth_ops = self._check_delta(delta)
+        # Fact blocks: from the batch, else already stored.
+        new_blocks: list[tuple[Link, bytes]] = []
+        if local is not None and isinstance(facts, list):
+            asserted = delta.asserted
+            new_blocks = [(cid, data) for cid, data, _fact in facts]
+            new_blocks.append((delta.cid, delta.data))
+            if self._deferred is not None:  # stored once, sorted, when the write ends
+                self._deferred.blocks.extend(new_blocks)
+            else:
+                self.blockstore.put_encoded(new_blocks)
+        else:
+            assert isinstance(facts, dict)
+            asserted = list(dict.fromkeys(delta.asserted))
+            for fcid in asserted:
+                got = facts.get(fcid)
+                if got is not None:
+                    new_blocks.append((fcid, got[0]))
+                elif not self.blockstore.has(fcid):
+                    raise MissingParents(
+                        f"delta {delta.cid} asserts fact {fcid} whose block is missing"
+                    )
+            new_blocks.append((delta.cid, delta.data))
+            self.blockstore.put_many(new_blocks)
+        self._insert_delta_rows(delta, auth_ops)
+        self._apply_asserts(delta.cid, asserted, facts, local)
+        if not delta.assert_only:
+            for op in delta.ops:
+                if op["op"] == "retract":
+                    self._apply_retract(delta.cid, op["fact"], op["observed"])
+
+    def _check_delta(self, delta: Delta) -> list[dict[str, Any]]:
+        """The DAG rules for ``delta`` (dataset, parents, clock, author, owner-only
+        grants); returns its grant/revoke ops."""
         conn, ds = self.conn, self.ds
         if delta.dataset != self.dataset:
             raise WrongDataset(f"delta {delta.cid} belongs to dataset {delta.dataset}")
@@ -171,33 +211,16 @@ class Acceptance(ReplicaState):
             raise Unauthorized(
                 f"author {delta.author.hex()} is not a writer in the causal past of {delta.cid}"
             )
-        auth_ops = [op for op in delta.ops if op["op"] in ("grant", "revoke")]
+        auth_ops = (
+            [] if delta.assert_only else [op for op in delta.ops if op["op"] in ("grant", "revoke")]
+        )
         if auth_ops and delta.author != owner:
             raise Unauthorized(f"delta {delta.cid}: only the owner may grant or revoke writers")
-        # Fact blocks: from the batch, else already stored.
-        new_blocks: list[tuple[Link, bytes]] = []
-        if local is not None and isinstance(facts, list):
-            asserted = delta.asserted
-            new_blocks = [(cid, data) for cid, data, _fact in facts]
-            new_blocks.append((delta.cid, delta.data))
-            if self._deferred is not None:  # stored once, sorted, when the write ends
-                self._deferred.blocks.extend(new_blocks)
-            else:
-                self.blockstore.put_encoded(new_blocks)
-        else:
-            assert isinstance(facts, dict)
-            asserted = list(dict.fromkeys(delta.asserted))
-            for fcid in asserted:
-                got = facts.get(fcid)
-                if got is not None:
-                    new_blocks.append((fcid, got[0]))
-                elif not self.blockstore.has(fcid):
-                    raise MissingParents(
-                        f"delta {delta.cid} asserts fact {fcid} whose block is missing"
-                    )
-            new_blocks.append((delta.cid, delta.data))
-            self.blockstore.put_many(new_blocks)
-        # DAG rows.
+        return auth_ops
+
+    def _insert_delta_rows(self, delta: Delta, auth_ops: list[dict[str, Any]]) -> None:
+        """``repl_delta``, ``repl_parent``, ``repl_head`` and ``repl_auth`` rows of ``delta``."""
+        conn, ds = self.conn, self.ds
         conn.execute(
             "INSERT INTO repl_delta VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
@@ -223,10 +246,31 @@ class Acceptance(ReplicaState):
                 "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)",
                 (ds, op["key"], delta.cid.raw, delta.clock, 1 if op["op"] == "grant" else 0),
             )
-        self._apply_asserts(delta.cid, asserted, facts, local)
-        for op in delta.ops:
-            if op["op"] == "retract":
-                self._apply_retract(delta.cid, op["fact"], op["observed"])
+
+    def _accept_local_asserts(
+        self, delta: Delta, cids: list[Link], datas: list[bytes], facts: list[Fact]
+    ) -> None:
+        """``_accept`` of a delta this replica built from asserts alone
+        (:func:`~.blocks.build_assert_delta`) of facts that were not visible and are unique
+        in the call (``Replica.write_asserts``), inside its transaction: the same checks and
+        rows, kept as columns until the write ends (ADR 0126)."""
+        deferred = self._deferred
+        self._insert_delta_rows(delta, self._check_delta(delta))
+        deferred.blocks.extend(zip(cids, datas, strict=True))
+        deferred.blocks.append((delta.cid, delta.data))
+        killed = self.conn.execute(
+            "SELECT 1 FROM repl_retract WHERE ds = ? AND observed = ? LIMIT 1",
+            (self.ds, delta.cid.raw),
+        ).fetchone()
+        if killed is not None:  # a retract already observes this delta: the general path
+            self._apply_asserts(delta.cid, cids, list(zip(cids, datas, facts, strict=True)), set())
+            return
+        raws = list(map(_raw_attr, cids))
+        deferred.records.extend(map(add, raws, repeat(delta.cid.raw)))
+        deferred.rel_names.extend(map(_rel_attr, facts))
+        deferred.rel_raws.extend(raws)
+        # Each fact is new to the visible set and unique in the call (its entry is new).
+        self._changes.update(zip(cids, [[1, fact] for fact in facts], strict=True))
 
     def _authorized(self, author: bytes, parents: Sequence[Link], clock: int) -> bool:
         """Writer status of ``author`` in the causal past of a delta with these parents."""

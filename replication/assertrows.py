@@ -54,6 +54,24 @@ def insert_asserts(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes, by
     return count
 
 
+def insert_records(
+    conn: sqlite3.Connection,
+    ds: int,
+    records: list[bytes],
+    fact_len: int,
+    delta_len: int,
+) -> int:
+    """Insert live (``killed`` 0) ``repl_assert`` rows given as ``fact || delta`` records,
+    every fact CID ``fact_len`` and every delta CID ``delta_len`` bytes long (both > 0):
+    one sorted blob, cut by SQLite, as :func:`insert_asserts` does for such a run. A
+    local bulk write builds the records column-wise (ADR 0126)."""
+    if not records:
+        return 0
+    blob, _count = sorted_blob(records, fact_len + delta_len)
+    conn.execute(_INSERT_RUN, (len(blob), fact_len + delta_len, fact_len, ds, 0, blob, delta_len))
+    return len(records)
+
+
 def _one_run(rows: list) -> dict[tuple[int, int, int, int], list[bytes]] | None:
     """The runs of ``rows`` when they form one (the bulk case: one dataset, nothing
     killed, CIDs of one length), built with C-level passes (``map``) instead of a Python

@@ -134,6 +134,9 @@ class Delta:
     sig: bytes
     data: bytes
     asserted: list[Link] = field(default_factory=list)
+    #: Built by :func:`build_assert_delta`: every op asserts (``ops`` is then an
+    #: :class:`AssertOps` view of ``asserted``), so acceptance need not look at each op.
+    assert_only: bool = False
 
     def unsigned(self) -> dict[str, Any]:
         return {
@@ -191,6 +194,104 @@ def build_delta(
     asserted = [op["fact"] for op in ops if op["op"] == "assert"]
     return Delta(
         cid, dataset, identity.public_key, seq, clock, unsigned["parents"], ops, sig, data, asserted
+    )
+
+
+class AssertOps(Sequence[dict[str, Any]]):
+    """The wire ops ``{"op": "assert", "fact": cid}`` of a list of fact CIDs, made only
+    when read: a local bulk write never reads them (ADR 0126)."""
+
+    __slots__ = ("_facts",)
+
+    def __init__(self, facts: list[Link]) -> None:
+        self._facts = facts
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [{"op": "assert", "fact": f} for f in self._facts[i]]
+        return {"op": "assert", "fact": self._facts[i]}
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == other if isinstance(other, list | AssertOps) else NotImplemented
+
+
+#: One assert op in canonical DAG-CBOR up to its fact CID: a map of 2 (``op`` sorts
+#: before ``fact``: shorter key first), ``"op": "assert"``, ``"fact":`` tag 42 and a
+#: byte string of 37 bytes (the multibase identity prefix 0x00, then a 36-byte CID).
+_ASSERT_OP_HEAD = b"\xa2\x62op\x66assert\x64fact\xd8\x2a\x58\x25\x00"
+#: How a delta map of 7 keys with ``"ops": []`` starts (``ops`` is its first key).
+_EMPTY_OPS_SHELL = b"\xa7\x63ops\x80"
+
+
+def _cbor_array_head(n: int) -> bytes:
+    """The CBOR head of an array of ``n`` items (major type 4, shortest form)."""
+    if n < 24:
+        return bytes((0x80 | n,))
+    if n < 0x100:
+        return bytes((0x98, n))
+    if n < 0x10000:
+        return b"\x99" + n.to_bytes(2, "big")
+    return b"\x9a" + n.to_bytes(4, "big")
+
+
+def build_assert_delta(
+    identity: Identity,
+    dataset: Link,
+    seq: int,
+    clock: int,
+    parents: Sequence[Link],
+    asserted: list[Link],
+) -> Delta:
+    """``build_delta`` of ``[{"op": "assert", "fact": c} for c in asserted]``, the same
+    bytes, without a Python object per op: the ops array is the fixed op head joined
+    with the raw CIDs, spliced into the encoding of the delta with ``"ops": []``
+    (``ops`` is the map's first key). Anything but 36-byte CIDs and an author key that
+    libipld encodes as bytes takes :func:`build_delta` (ADR 0126)."""
+    raws = [c.raw for c in asserted]
+    if (
+        not 0 < len(raws) <= MAX_OPS
+        or set(map(len, raws)) != {36}
+        or is_cid_shaped(identity.public_key)
+    ):
+        delta = build_delta(
+            identity, dataset, seq, clock, parents, [{"op": "assert", "fact": c} for c in asserted]
+        )
+        delta.assert_only = True
+        return delta
+    ordered = sorted(set(parents))
+    raw = {
+        "kind": "delta",
+        "dataset": dataset.raw,
+        "author": identity.public_key,
+        "seq": seq,
+        "clock": clock,
+        "parents": [p.raw for p in ordered],
+        "ops": [],
+    }
+    shell = libipld.encode_dag_cbor(raw)
+    if shell[:6] != _EMPTY_OPS_SHELL:
+        raise InvalidDelta("an unsigned delta map starts with its ops")
+    ops = _cbor_array_head(len(raws)) + _ASSERT_OP_HEAD + _ASSERT_OP_HEAD.join(raws)
+    unsigned_bytes = shell[:5] + ops + shell[6:]
+    sig = identity.sign(unsigned_bytes)
+    data = _with_sig(unsigned_bytes, raw, sig)
+    if len(data) > MAX_DELTA_BYTES:
+        raise TooLarge(f"delta of {len(data)} bytes exceeds {MAX_DELTA_BYTES}")
+    return Delta(
+        Link.for_dag_cbor(data),
+        dataset,
+        identity.public_key,
+        seq,
+        clock,
+        ordered,
+        AssertOps(asserted),  # type: ignore[arg-type]
+        sig,
+        data,
+        asserted,
+        True,
     )
 
 

@@ -7,7 +7,9 @@ rules are testable without a database and written once for every writer.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import accumulate
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -139,3 +141,23 @@ def pack_ops(planned: list[PlannedOp], heads: int) -> Iterator[list[PlannedOp]]:
         fact_bytes += extra
     if group:
         yield group
+
+
+def pack_asserts(fact_sizes: Sequence[int], heads: int) -> list[tuple[int, int]]:
+    """:func:`pack_ops` for a run of assert ops whose fact blocks have these sizes, as
+    ``(start, end)`` slices: the same groups, found per delta (a bisection on the
+    running total of fact bytes) instead of per op (ADR 0126). An assert op's bound is
+    the constant ``_ASSERT_OP``, so the op count and size limits make one cap."""
+    budget = WRITE_MAX_DELTA_BYTES - _DELTA_BASE - _LINK * max(heads, 1)
+    cap = max(1, min(MAX_OPS, budget // _ASSERT_OP))
+    total = list(accumulate(fact_sizes, initial=0))
+    n = len(fact_sizes)
+    out: list[tuple[int, int]] = []
+    start = 0
+    while start < n:
+        # Ops start..k-1 fit while total[k] - total[start] <= the fact-byte budget.
+        end = bisect_right(total, total[start] + WRITE_MAX_DELTA_FACT_BYTES, start + 1) - 1
+        end = min(max(end, start + 1), start + cap, n)
+        out.append((start, end))
+        start = end
+    return out

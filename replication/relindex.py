@@ -69,6 +69,21 @@ def record(conn: sqlite3.Connection, rows: Iterable[tuple[int, str, bytes]]) -> 
         conn.execute(_INSERT_RUN, (len(blob), size, ds, rel, blob))
 
 
+def record_columns(conn: sqlite3.Connection, ds: int, rels: list[str], raws: list[bytes]) -> None:
+    """:func:`record` for rows given as columns of one dataset (a local bulk write
+    keeps them so, ADR 0126): no row tuples are built for the bulk shape."""
+    names = set(rels)
+    sizes = set(map(len, raws))
+    if len(sizes) != 1 or len(names) > _FEW_RELATIONS or not all(type(n) is str for n in names):
+        record(conn, list(zip([ds] * len(raws), rels, raws, strict=True)))
+        return
+    (size,) = sizes
+    for name in names:
+        run = raws if len(names) == 1 else list(compress(raws, map(name.__eq__, rels)))
+        blob, _count = sorted_blob(run, size)
+        conn.execute(_INSERT_RUN, (len(blob), size, ds, name, blob))
+
+
 #: Up to this many relations in one write, :func:`record` splits its rows by relation
 #: with one C-level pass per relation instead of one Python step per row (ADR 0121).
 _FEW_RELATIONS = 16

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from merklog.store import BlockNotFound, BlockStore, Fact, Link
@@ -23,7 +25,7 @@ from merklog.store.gcpause import gc_paused
 
 from . import relindex
 from .acceptance import MAX_PENDING_BLOCKS, MAX_PENDING_BYTES, Acceptance, ApplyResult
-from .assertrows import insert_asserts
+from .assertrows import insert_asserts, insert_records
 from .blocks import (
     Assert,
     Delta,
@@ -32,6 +34,7 @@ from .blocks import (
     Op,
     Retract,
     Revoke,
+    build_assert_delta,
     build_delta,
     decode_fact_fast,
     make_genesis,
@@ -44,12 +47,18 @@ from .errors import (
     Unauthorized,
 )
 from .identity import Identity
-from .limits import MAX_PARENTS
+from .limits import MAX_FACT_BYTES, MAX_PARENTS
 from .orset import ChangeCallback, ORSet
-from .packing import pack_ops, plan_ops
+from .packing import pack_asserts, pack_ops, plan_ops
 from .reconcile import Reconciliation, Summary
 from .schema import ensure_schema
 from .txn import conn_lock, connect, require_autocommit, transaction
+
+#: The length of a dag-cbor/sha2-256 CIDv1 (every CID a local write computes).
+_CID_BYTES = 36
+_first = itemgetter(0)
+_second = itemgetter(1)
+_raw_attr = attrgetter("raw")
 
 
 class _Deferred(NamedTuple):
@@ -61,6 +70,11 @@ class _Deferred(NamedTuple):
     blocks: list[tuple[Link, bytes]]
     asserts: list[tuple[int, bytes, bytes, int]] | None
     relations: list[tuple[int, str, bytes]]
+    #: ``write_asserts`` keeps its rows as columns (ADR 0126): live ``repl_assert`` rows
+    #: as ``fact || delta`` records, and the index's relation names and fact CIDs.
+    records: list[bytes]
+    rel_names: list[str]
+    rel_raws: list[bytes]
 
 
 class LogRow(NamedTuple):
@@ -286,7 +300,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         # assert rows go in once, sorted by CID, when its last delta is accepted: one
         # in-order pass over each random-key B-tree instead of one per delta.
         retracts = any(p.wire["op"] == "retract" for p in planned)
-        self._deferred = _Deferred([], None if retracts else [], [])
+        self._deferred = _Deferred([], None if retracts else [], [], [], [], [])
         try:
             with self._tx():
                 for group in pack_ops(planned, len(self.heads())):
@@ -317,7 +331,77 @@ class Replica(Acceptance, ORSet, Reconciliation):
         self.blockstore.put_encoded(deferred.blocks)
         if deferred.asserts:
             insert_asserts(self.conn, deferred.asserts)
+        if deferred.records:  # 36-byte fact and delta CIDs (build_assert_delta's shape)
+            insert_records(self.conn, self.ds, deferred.records, _CID_BYTES, _CID_BYTES)
         relindex.record(self.conn, deferred.relations)
+        relindex.record_columns(self.conn, self.ds, deferred.rel_names, deferred.rel_raws)
+
+    def write_asserts(
+        self, facts: Sequence[Fact], encoded: Sequence[tuple[Link, bytes]]
+    ) -> list[Link]:
+        """``write_many([Assert(f) for f in facts], encoded)``, column-wise (ADR 0126):
+        the same deltas, rows and visible-set changes, without an op object, a wire op
+        or a row tuple per fact. ``encoded``: ``encode_facts(facts)``. Calls of another
+        shape (CIDs not 36 bytes, a fact over ``MAX_FACT_BYTES``, pending changes) take
+        ``write_many``."""
+        with gc_paused():
+            with self._lock:
+                out = self._write_asserts_locked(facts, encoded)
+                changes, self._changes = self._changes, {}
+            self._emit(changes)
+        return out
+
+    def _write_asserts_locked(
+        self, facts: Sequence[Fact], encoded: Sequence[tuple[Link, bytes]]
+    ) -> list[Link]:
+        cids = list(map(_first, encoded))
+        datas = list(map(_second, encoded))
+        raws = list(map(_raw_attr, cids))
+        if (
+            len(cids) != len(facts)
+            or self._changes
+            or (raws and set(map(len, raws)) != {_CID_BYTES})
+            or (datas and max(map(len, datas)) > MAX_FACT_BYTES)
+        ):
+            return self._write_locked([Assert(f) for f in facts], encoded)
+        facts = facts if isinstance(facts, list) else list(facts)
+        visible = self._live_asserts_many(cids)
+        if visible or len(set(raws)) != len(raws):
+            # Asserts of visible facts and repeats are dropped, as plan_ops drops them.
+            drop = {c.raw for c in visible}
+            seen: set[bytes] = set()
+            keep = [not (r in drop or r in seen or seen.add(r)) for r in raws]  # type: ignore[func-returns-value]
+            cids = list(compress(cids, keep))
+            datas = list(compress(datas, keep))
+            facts = list(compress(facts, keep))
+        if not cids:
+            return []
+        out: list[Link] = []
+        self._deferred = _Deferred([], [], [], [], [], [])
+        try:
+            with self._tx():
+                for start, end in pack_asserts(list(map(len, datas)), len(self.heads())):
+                    heads = self.heads()[:MAX_PARENTS]
+                    clock = 1 + max(self._clock_of(h) or 0 for h in heads)
+                    delta = build_assert_delta(
+                        self.identity,
+                        self.dataset,
+                        self._next_seq(),
+                        clock,
+                        heads,
+                        cids[start:end],
+                    )
+                    self._accept_local_asserts(
+                        delta, cids[start:end], datas[start:end], facts[start:end]
+                    )
+                    out.append(delta.cid)
+                self._flush_deferred()
+        except BaseException:
+            self._changes = {}  # rolled back: nothing to tell subscribers
+            raise
+        finally:
+            self._deferred = None
+        return out
 
     def _owner_check(self) -> None:
         if self.identity.public_key != self.genesis.owner:

@@ -214,3 +214,23 @@ def test_set_cache_mb_changes_only_the_page_cache(tmp_path):
     store.put_many([(cid, data)])
     assert store.get(cid) == data
     store.close()
+
+
+def test_bulk_inserts_store_blobs_read_back_as_bytes(sqlite_store):
+    """put_facts, put_encoded and put_many bind CIDs and blocks as bytearrays (ADR 0126):
+    SQLite stores BLOBs, reads give ``bytes``, and facts of values Python's ``==`` merges
+    (1, 1.0, true) or look-alikes ("1", x"01") stay five blocks."""
+    facts = [make_fact("v", [x]) for x in (1, 1.0, True, "1", b"\x01")]
+    cids = sqlite_store.put_facts(facts[:2])
+    encoded = [encode_fact(f) for f in facts[2:4]]
+    assert sqlite_store.put_encoded(encoded) == 2
+    assert sqlite_store.put_many([encode_fact(facts[4])]) == 1
+    cids += [c for c, _ in encoded] + [encode_fact(facts[4])[0]]
+    rows = sqlite_store.conn.execute(
+        "SELECT typeof(cid), typeof(data), count(*) FROM blocks GROUP BY 1, 2"
+    ).fetchall()
+    assert rows == [("blob", "blob", 5)]
+    for cid, fact in zip(cids, facts, strict=True):
+        data = sqlite_store.get(cid)
+        assert type(data) is bytes and data == encode_fact(fact)[1]
+    assert sqlite_store.put_encoded(encoded) == 0  # already stored: ignored

@@ -1,0 +1,153 @@
+"""A local write of asserts alone, column-wise (``Replica.write_asserts``, ADR 0126): the
+same delta bytes as ``build_delta``, the same packing as ``pack_ops``, and the same
+deltas, rows, visible set and change notes as ``write_many`` on real SQLite files, with
+values Python's ``==`` would merge (``1``, ``1.0``, ``true``) and look-alikes (``"1"``,
+``x"01"``)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from merklog.replication.blocks import (
+    Assert,
+    build_assert_delta,
+    build_delta,
+    make_genesis,
+    parse_delta,
+)
+from merklog.replication.errors import TooLarge
+from merklog.replication.identity import Identity
+from merklog.replication.limits import MAX_FACT_BYTES, MAX_OPS
+from merklog.replication.packing import _ASSERT_OP, PlannedOp, pack_asserts, pack_ops
+from merklog.replication.replica import Replica
+from merklog.store import encode_facts, fact_cid, make_fact
+from merklog.store.codec import encode_reference
+from merklog.store.sqlite import SQLiteBlockStore
+
+MIXED = [1, 1.0, True, "1", b"\x01"]
+OWNER = Identity.from_seed(b"\x05" * 32)
+GENESIS = make_genesis(OWNER.public_key, "bulk", nonce=b"\x00" * 16)
+
+values = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != 0.0),
+    st.booleans(),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.sampled_from(MIXED),
+)
+
+
+def _reference(delta, cids) -> bytes:
+    return encode_reference(
+        {
+            "kind": "delta",
+            "dataset": GENESIS.cid,
+            "author": OWNER.public_key,
+            "seq": delta.seq,
+            "clock": delta.clock,
+            "parents": sorted(set(delta.parents)),
+            "ops": [{"op": "assert", "fact": c} for c in cids],
+            "sig": delta.sig,
+        }
+    )
+
+
+@pytest.mark.parametrize("n", [1, 5, 23, 24, 255, 256, MAX_OPS])
+def test_assert_delta_bytes_equal_build_delta_and_the_reference(n: int) -> None:
+    cids = [fact_cid(make_fact("p", [MIXED[i % 5], i])) for i in range(n)]
+    parents = [cids[0], GENESIS.cid, cids[0]]
+    fast = build_assert_delta(OWNER, GENESIS.cid, 9, 4, parents, cids)
+    slow = build_delta(
+        OWNER, GENESIS.cid, 9, 4, parents, [{"op": "assert", "fact": c} for c in cids]
+    )
+    assert fast.data == slow.data == _reference(fast, cids)
+    assert fast.cid == slow.cid and fast.parents == slow.parents and fast.asserted == cids
+    assert list(fast.ops) == slow.ops and fast.assert_only
+    back = parse_delta(fast.cid, fast.data)  # canonical, shaped and signed
+    assert back.ops == slow.ops
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(values, min_size=0, max_size=3), min_size=1, max_size=40))
+def test_assert_delta_bytes_for_any_facts(argss: list[list]) -> None:
+    cids = [fact_cid(make_fact("r", args)) for args in argss]
+    fast = build_assert_delta(OWNER, GENESIS.cid, 1, 1, [GENESIS.cid], cids)
+    assert fast.data == _reference(fast, cids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([20, 33, 40, 5000, 70_000, 300_000]), max_size=9000),
+    st.integers(min_value=1, max_value=40),
+)
+def test_pack_asserts_cuts_where_pack_ops_cuts(sizes: list[int], heads: int) -> None:
+    planned = [PlannedOp({}, _ASSERT_OP, (None, b"x" * size, None)) for size in sizes]
+    groups, at = [], 0
+    for group in pack_ops(planned, heads):
+        groups.append((at, at + len(group)))
+        at += len(group)
+    assert pack_asserts(sizes, heads) == groups
+
+
+def _pair(tmp_path) -> tuple[Replica, Replica]:
+    """Two replicas of one dataset with one author: deterministic Ed25519 signatures make
+    equal writes produce equal deltas."""
+    out = []
+    for name in ("slow", "fast"):
+        store = SQLiteBlockStore(tmp_path / f"{name}.sqlite")
+        out.append(Replica.open(store.conn, store, OWNER, GENESIS, None))
+    return out[0], out[1]
+
+
+def _rows(r: Replica) -> dict[str, list]:
+    q = r.conn.execute
+    return {
+        "assert": sorted(q("SELECT ds, fact, delta, killed FROM repl_assert").fetchall()),
+        "rel": sorted(q("SELECT ds, rel, fact FROM repl_rel_fact").fetchall()),
+        "delta": sorted(q("SELECT * FROM repl_delta").fetchall()),
+        "parent": sorted(q("SELECT * FROM repl_parent").fetchall()),
+        "head": sorted(q("SELECT * FROM repl_head").fetchall()),
+        "blocks": sorted(q("SELECT cid, data, typeof(cid), typeof(data) FROM blocks").fetchall()),
+    }
+
+
+def test_write_asserts_equals_write_many(tmp_path) -> None:
+    """Several deltas, repeats in the call, facts already visible, mixed types: the same
+    delta CIDs, table rows, visible set and subscriber notes; a peer accepts them."""
+    slow, fast = _pair(tmp_path)
+    notes: dict[str, list] = {"slow": [], "fast": []}
+    slow.subscribe(lambda w, f, c: notes["slow"].append((w, c, f.rel, f.args)))
+    fast.subscribe(lambda w, f, c: notes["fast"].append((w, c, f.rel, f.args)))
+    first = [make_fact("seen", [v]) for v in MIXED]
+    assert slow.write_many([Assert(f) for f in first]) == fast.write_asserts(
+        first, encode_facts(first)
+    )
+    calls = [
+        [make_fact("p", [i, MIXED[i % 5]]) for i in range(2 * MAX_OPS + 7)],
+        first[1:3] + [make_fact("q", [v, v]) for v in MIXED] + [make_fact("q", [1, 1])] * 3,
+        first,  # all visible: nothing written
+    ]
+    for facts in calls:
+        encoded = encode_facts(facts)
+        assert fast.write_asserts(facts, encoded) == slow.write_many(
+            [Assert(f) for f in facts], encoded
+        )
+    assert _rows(fast) == _rows(slow)
+    assert fast.visible_facts() == slow.visible_facts()
+    assert sorted(notes["fast"], key=repr) == sorted(notes["slow"], key=repr)
+    assert fast.conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    peer_store = SQLiteBlockStore(tmp_path / "peer.sqlite")
+    peer = Replica.open(peer_store.conn, peer_store, Identity.generate(), GENESIS, None)
+    peer.apply_blocks(fast.missing_for([fast.dataset]))
+    assert peer.visible_facts() == fast.visible_facts()
+
+
+def test_write_asserts_refuses_an_oversized_fact_and_writes_nothing(tmp_path) -> None:
+    _slow, fast = _pair(tmp_path)
+    facts = [make_fact("p", [1]), make_fact("big", ["x" * (MAX_FACT_BYTES + 1)])]
+    with pytest.raises(TooLarge, match="MAX_FACT_BYTES"):
+        fast.write_asserts(facts, encode_facts(facts))
+    assert fast.delta_count() == 0 and not fast.visible_cids()
