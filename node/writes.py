@@ -133,7 +133,7 @@ def replica_write(
 ) -> Link | None:
     """One transaction of as many signed deltas as receivers' limits need; the last CID.
     ``encoded``: the ``(CID, block)`` of ``asserts + retracts`` (computed once)."""
-    if not retracts and encoded is not None:  # asserts alone: column-wise (ADR 0126)
+    if not retracts and encoded is not None:  # asserts alone: column-wise (ADR 0127)
         cids = replica.write_asserts(asserts, encoded)
         return cids[-1] if cids else None
     ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]

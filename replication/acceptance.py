@@ -253,7 +253,7 @@ class Acceptance(ReplicaState):
         """``_accept`` of a delta this replica built from asserts alone
         (:func:`~.blocks.build_assert_delta`) of facts that were not visible and are unique
         in the call (``Replica.write_asserts``), inside its transaction: the same checks and
-        rows, kept as columns until the write ends (ADR 0126)."""
+        rows, kept as columns until the write ends (ADR 0127)."""
         deferred = self._deferred
         self._insert_delta_rows(delta, self._check_delta(delta))
         deferred.blocks.extend(zip(cids, datas, strict=True))

@@ -64,7 +64,7 @@ def insert_records(
     """Insert live (``killed`` 0) ``repl_assert`` rows given as ``fact || delta`` records,
     every fact CID ``fact_len`` and every delta CID ``delta_len`` bytes long (both > 0):
     one sorted blob, cut by SQLite, as :func:`insert_asserts` does for such a run. A
-    local bulk write builds the records column-wise (ADR 0126)."""
+    local bulk write builds the records column-wise (ADR 0127)."""
     if not records:
         return 0
     blob, _count = sorted_blob(records, fact_len + delta_len)

@@ -199,7 +199,7 @@ def build_delta(
 
 class AssertOps(Sequence[dict[str, Any]]):
     """The wire ops ``{"op": "assert", "fact": cid}`` of a list of fact CIDs, made only
-    when read: a local bulk write never reads them (ADR 0126)."""
+    when read: a local bulk write never reads them (ADR 0127)."""
 
     __slots__ = ("_facts",)
 
@@ -249,7 +249,7 @@ def build_assert_delta(
     bytes, without a Python object per op: the ops array is the fixed op head joined
     with the raw CIDs, spliced into the encoding of the delta with ``"ops": []``
     (``ops`` is the map's first key). Anything but 36-byte CIDs and an author key that
-    libipld encodes as bytes takes :func:`build_delta` (ADR 0126)."""
+    libipld encodes as bytes takes :func:`build_delta` (ADR 0127)."""
     raws = [c.raw for c in asserted]
     if (
         not 0 < len(raws) <= MAX_OPS

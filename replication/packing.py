@@ -146,7 +146,7 @@ def pack_ops(planned: list[PlannedOp], heads: int) -> Iterator[list[PlannedOp]]:
 def pack_asserts(fact_sizes: Sequence[int], heads: int) -> list[tuple[int, int]]:
     """:func:`pack_ops` for a run of assert ops whose fact blocks have these sizes, as
     ``(start, end)`` slices: the same groups, found per delta (a bisection on the
-    running total of fact bytes) instead of per op (ADR 0126). An assert op's bound is
+    running total of fact bytes) instead of per op (ADR 0127). An assert op's bound is
     the constant ``_ASSERT_OP``, so the op count and size limits make one cap."""
     budget = WRITE_MAX_DELTA_BYTES - _DELTA_BASE - _LINK * max(heads, 1)
     cap = max(1, min(MAX_OPS, budget // _ASSERT_OP))

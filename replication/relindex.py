@@ -71,7 +71,7 @@ def record(conn: sqlite3.Connection, rows: Iterable[tuple[int, str, bytes]]) -> 
 
 def record_columns(conn: sqlite3.Connection, ds: int, rels: list[str], raws: list[bytes]) -> None:
     """:func:`record` for rows given as columns of one dataset (a local bulk write
-    keeps them so, ADR 0126): no row tuples are built for the bulk shape."""
+    keeps them so, ADR 0127): no row tuples are built for the bulk shape."""
     names = set(rels)
     sizes = set(map(len, raws))
     if len(sizes) != 1 or len(names) > _FEW_RELATIONS or not all(type(n) is str for n in names):

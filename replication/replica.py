@@ -70,7 +70,7 @@ class _Deferred(NamedTuple):
     blocks: list[tuple[Link, bytes]]
     asserts: list[tuple[int, bytes, bytes, int]] | None
     relations: list[tuple[int, str, bytes]]
-    #: ``write_asserts`` keeps its rows as columns (ADR 0126): live ``repl_assert`` rows
+    #: ``write_asserts`` keeps its rows as columns (ADR 0127): live ``repl_assert`` rows
     #: as ``fact || delta`` records, and the index's relation names and fact CIDs.
     records: list[bytes]
     rel_names: list[str]
@@ -339,7 +339,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
     def write_asserts(
         self, facts: Sequence[Fact], encoded: Sequence[tuple[Link, bytes]]
     ) -> list[Link]:
-        """``write_many([Assert(f) for f in facts], encoded)``, column-wise (ADR 0126):
+        """``write_many([Assert(f) for f in facts], encoded)``, column-wise (ADR 0127):
         the same deltas, rows and visible-set changes, without an op object, a wire op
         or a row tuple per fact. ``encoded``: ``encode_facts(facts)``. Calls of another
         shape (CIDs not 36 bytes, a fact over ``MAX_FACT_BYTES``, pending changes) take

@@ -1,4 +1,4 @@
-"""A local write of asserts alone, column-wise (``Replica.write_asserts``, ADR 0126): the
+"""A local write of asserts alone, column-wise (``Replica.write_asserts``, ADR 0127): the
 same delta bytes as ``build_delta``, the same packing as ``pack_ops``, and the same
 deltas, rows, visible set and change notes as ``write_many`` on real SQLite files, with
 values Python's ``==`` would merge (``1``, ``1.0``, ``true``) and look-alikes (``"1"``,
