@@ -115,6 +115,10 @@ class BlockStore(ABC):
         (see :class:`SharedSQLite`); None for stores that have none to share."""
         return None
 
+    def set_cache_mb(self, cache_mb: int) -> None:  # noqa: B027 - optional hint
+        """Let this store's page cache grow to ``cache_mb`` MiB for a bulk write in a
+        short-lived process; stores without a page cache of their own ignore it."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
         """Release resources; the default store holds none."""
 

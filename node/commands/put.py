@@ -89,7 +89,6 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
     from merklog.node.failures import NotVisible
     from merklog.node.queries import parse_facts
     from merklog.node.target import LocalTarget, load_config
-    from merklog.store.sqlite import SQLiteBlockStore
 
     text = facts_text(facts, file)
     bulk = read_fact_lines(text)  # one fact per line: the facts and their own lines
@@ -116,9 +115,8 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
     ):
         task = bar.add_task(verb, total=len(parsed))
         if isinstance(t, LocalTarget):
-            store = t.node.store
-            if len(parsed) >= BULK_CACHE_FACTS and isinstance(store, SQLiteBlockStore):
-                store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
+            if len(parsed) >= BULK_CACHE_FACTS:
+                t.node.store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
             parts: Iterator = ((c, None) for c in chunks(parsed, LOCAL_CHUNK_FACTS, None))
         else:
             parts = _remote_chunks(parsed, bulk[1] if bulk is not None else None, max_bytes)
