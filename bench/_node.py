@@ -8,13 +8,16 @@ race for a port.
 from __future__ import annotations
 
 import subprocess
+import threading
+from collections import deque
 from pathlib import Path
 
 
 def start_node(cli: list[str], home: Path) -> tuple[subprocess.Popen, str]:
     """``merklog --home HOME node run --port 0`` started with ``cli`` (the command
-    prefix), and the URL it listens on once it says so. Its stderr stays a pipe: the
-    caller drains it (or reads the node's log lines) from there on."""
+    prefix), and the URL it listens on once it says so. From then on a daemon thread
+    drains its stderr into ``proc.log_tail`` (the last 200 lines), so a node that logs a
+    lot never blocks on a full pipe while it is being timed."""
     proc = subprocess.Popen(
         [*cli, "--home", str(home), "node", "run", "--port", "0"],
         stderr=subprocess.PIPE,
@@ -24,5 +27,8 @@ def start_node(cli: list[str], home: Path) -> tuple[subprocess.Popen, str]:
     assert proc.stderr is not None
     for line in proc.stderr:
         if " listening on " in line:
+            tail: deque[str] = deque(maxlen=200)
+            proc.log_tail = tail  # type: ignore[attr-defined]
+            threading.Thread(target=tail.extend, args=(proc.stderr,), daemon=True).start()
             return proc, line.split(" listening on ")[1].strip()
     raise RuntimeError(f"node failed to start (exit {proc.wait()})")

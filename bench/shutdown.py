@@ -52,7 +52,6 @@ def _cpu_seconds(pid: int) -> float:
 def one_run(home: Path, subscribe: bool) -> tuple[float, float]:
     """(wall seconds from SIGTERM to exit, CPU seconds the process spent in that time)."""
     proc, url = start_node(CLI, home)
-    threading.Thread(target=lambda: proc.stderr.read(), daemon=True).start()
     token = tomllib.loads((home / "config.toml").read_text())["api"]["token"]
     if subscribe:
         req = urllib.request.Request(
