@@ -10,7 +10,7 @@ subscribers hear them only after it committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from merklog.store import Fact, Link
@@ -45,6 +45,7 @@ def _raw_of(link: Link) -> bytes:
 
 
 _raw_attr = attrgetter("raw")
+_row_fact = itemgetter(0)
 
 
 class ORSet(ReplicaState):
@@ -91,13 +92,25 @@ class ORSet(ReplicaState):
         return self._live_asserts_many([fact]).get(fact, [])
 
     def _live_asserts_many(self, facts: Iterable[Link]) -> dict[Link, list[Link]]:
-        """For each of ``facts`` that is visible: its live asserting deltas, sorted.
+        """For each of ``facts`` that is visible: its live asserting deltas, sorted."""
+        out: dict[Link, list[Link]] = {}
+        for fact, delta in self._live_rows(list(map(_raw_attr, facts))):
+            out.setdefault(fast_link(bytes(fact)), []).append(fast_link(bytes(delta)))
+        for observed in out.values():
+            observed.sort()
+        return out
+
+    def _visible_raws(self, raws: list[bytes]) -> set[bytes]:
+        """Which of these raw fact CIDs are visible: a bulk write's filter, which needs
+        neither a Link per fact nor the asserting deltas."""
+        return set(map(_row_fact, self._live_rows(raws)))
+
+    def _live_rows(self, raws_in: list[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """The live ``repl_assert`` rows ``(fact, delta)`` of these raw fact CIDs.
 
         The CIDs are probed in sorted order (an in-order walk of ``repl_assert``'s key);
         a bulk lookup sends each run of equal-length CIDs as one blob that SQLite cuts
         itself (no bound parameter per CID, ADR 0110)."""
-        out: dict[Link, list[Link]] = {}
-        raws_in = list(map(_raw_attr, facts))
         sizes = set(map(len, raws_in))
         runs: dict[int, set[bytes]] = {}
         if len(sizes) == 1:  # the bulk case: C-level passes, no Python step per CID
@@ -112,25 +125,15 @@ class ORSet(ReplicaState):
         for size, run in runs.items():
             if len(run) >= _BLOB_LOOKUP and size > 0:
                 blob, _count = sorted_blob(list(run), size)  # a set: unique already
-                rows: Iterable[tuple[bytes, bytes]] = self.conn.execute(
-                    _LIVE_RUN, (len(blob), size, self.ds, blob)
-                )
+                yield from self.conn.execute(_LIVE_RUN, (len(blob), size, self.ds, blob))
             else:
                 raws = sorted(run)
-                rows = (
-                    row
-                    for chunk in _chunks(raws)
-                    for row in self.conn.execute(
+                for chunk in _chunks(raws):
+                    yield from self.conn.execute(
                         "SELECT fact, delta FROM repl_assert WHERE ds = ? AND killed = 0"
                         f" AND fact IN ({','.join('?' * len(chunk))})",
                         (self.ds, *chunk),
                     )
-                )
-            for fact, delta in rows:
-                out.setdefault(fast_link(bytes(fact)), []).append(fast_link(bytes(delta)))
-        for observed in out.values():
-            observed.sort()
-        return out
 
     def _apply_asserts(
         self,

@@ -365,10 +365,9 @@ class Replica(Acceptance, ORSet, Reconciliation):
         ):
             return self._write_locked([Assert(f) for f in facts], encoded)
         facts = facts if isinstance(facts, list) else list(facts)
-        visible = self._live_asserts_many(cids)
-        if visible or len(set(raws)) != len(raws):
+        drop = self._visible_raws(raws)
+        if drop or len(set(raws)) != len(raws):
             # Asserts of visible facts and repeats are dropped, as plan_ops drops them.
-            drop = {c.raw for c in visible}
             seen: set[bytes] = set()
             keep = [not (r in drop or r in seen or seen.add(r)) for r in raws]  # type: ignore[func-returns-value]
             cids = list(compress(cids, keep))
