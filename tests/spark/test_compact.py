@@ -245,3 +245,11 @@ def test_dataset_names_travel_uncoded_above_the_code_limit(spark, tmp_path, monk
     named = compact(spark, dirs, tmp_path / "named", key, rows_per_partition=40)
     assert len(coded) == 2
     assert {r.dataset: r.manifest_cid for r in coded} == {r.dataset: r.manifest_cid for r in named}
+
+
+def test_the_ops_schema_built_in_python_is_the_ddl(spark):
+    """ADR 0129: the input schema is built as a StructType (no SQL parser in a fresh JVM),
+    and is exactly the documented DDL."""
+    from merklog.node.spark.compact import OPS_DDL, ops_schema
+
+    assert spark.createDataFrame([], OPS_DDL).schema == ops_schema()
