@@ -53,7 +53,7 @@ from merklog.store import Link
 
 from ..errors import NodeInputError
 from .export import GENESIS_FILE
-from .factargs import FactArgs, InputReader, read_inputs
+from .factargs import FactArgs, InputReader, KeyCheck, keyed_inputs, read_inputs
 from .manifest import build_manifest, file_link
 from .schema import ARGS_TYPE
 
@@ -64,7 +64,8 @@ VALUE_DDL = (
 OPS_DDL = (
     "dataset string, delta_cid binary, author binary, clock bigint, seq bigint, "
     f"parents array<binary>, op_index int, op string, relation string, args array<{VALUE_DDL}>, "
-    "fact_cid binary, observed array<binary>, key binary"
+    "fact_cid binary, observed array<binary>, key binary, "
+    "fact_key bigint, delta_key bigint, observed_keys array<bigint>"
 )
 
 
@@ -113,6 +114,9 @@ def ops_schema() -> Any:
             ("fact_cid", BinaryType()),
             ("observed", ArrayType(BinaryType())),
             ("key", BinaryType()),
+            ("fact_key", LongType()),
+            ("delta_key", LongType()),
+            ("observed_keys", ArrayType(LongType())),
         ]
     )
 
@@ -150,7 +154,7 @@ def read_ops(spark: Any, inputs: list[str | Path]) -> Any:
     return spark.read.schema(ops_schema()).parquet(*_input_paths(inputs))
 
 
-def snapshot_frame(ops: Any) -> Any:
+def snapshot_frame(ops: Any, shuffle: str = SHUFFLE_KEY) -> Any:
     """One row per visible fact: dataset, relation, fact_cid, args, support (sorted, binary).
 
     The tag rows are shuffled by ``fact_cid`` (:data:`SHUFFLE_KEY`) and sorted by
@@ -167,9 +171,11 @@ def snapshot_frame(ops: Any) -> Any:
     from pyspark.sql import functions as F
 
     is_assert = F.col("op") == "assert"
+    extra = [] if shuffle == "fact_cid" else [shuffle]  # see live_frame
     tags = (
         ops.where(F.col("op").isin("assert", "retract"))
         .select(
+            *extra,
             "fact_cid",
             "dataset",
             F.when(is_assert, F.col("relation")).alias("relation"),
@@ -177,11 +183,11 @@ def snapshot_frame(ops: Any) -> Any:
             F.when(is_assert, F.col("delta_cid")).alias("asserted"),
             F.when(~is_assert, F.col("observed")).alias("observed"),
         )
-        .repartition(SHUFFLE_KEY)
-        .sortWithinPartitions(*FACT_KEY)
+        .repartition(F.col(shuffle))
+        .sortWithinPartitions(*extra, *FACT_KEY)
     )
     return (
-        tags.groupBy(*FACT_KEY)
+        tags.groupBy(*extra, *FACT_KEY)
         .agg(
             F.first("relation", ignorenulls=True).alias("relation"),
             F.first("args", ignorenulls=True).alias("args"),
@@ -203,7 +209,9 @@ def snapshot_frame(ops: Any) -> Any:
 MAX_CODED_DATASETS = 256
 
 
-def live_frame(ops: Any, datasets: list[str] | None = None) -> Any:
+def live_frame(
+    ops: Any, datasets: list[str] | None = None, shuffle: str = SHUFFLE_KEY, keyed: bool = False
+) -> Any:
     """The live tags: one row ``(fact_cid, dataset, delta_cid)`` per assert of a fact that
     no retract observed, ordered by those columns within each partition.
 
@@ -216,7 +224,13 @@ def live_frame(ops: Any, datasets: list[str] | None = None) -> Any:
     fixed-width buffers (no ``collect_list`` objects, no ``array_except``), and no typed
     values travel through the shuffle or the writer. With ``datasets`` (sorted, all the
     input's datasets) the dataset travels as its index in that list (``smallint``), which
-    sorts as the name does: :func:`_place_facts` names it again."""
+    sorts as the name does: :func:`_place_facts` names it again.
+
+    ``keyed`` (the inputs' 64-bit CID keys checked injective: ADR 0131) runs the same job
+    on ``fact_key``, ``delta_key`` and ``observed_keys`` instead of the CIDs, giving rows
+    ``(fact_key, dataset, delta_key)`` in the same order; ``shuffle`` is the column the
+    rows are partitioned by (``fact_key`` whenever every input carries the keys, so that
+    every path puts the same facts in the same files)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ByteType, ShortType
 
@@ -227,21 +241,30 @@ def live_frame(ops: Any, datasets: list[str] | None = None) -> Any:
         for i, name in enumerate(datasets[1:], 1):
             coded = coded.when(dataset == name, F.lit(i))
         dataset = coded.cast(ShortType())  # a type, not "smallint": no SQL parser (ADR 0129)
-    return (
+    fact, delta, observed = (
+        ("fact_key", "delta_key", "observed_keys")
+        if keyed
+        else ("fact_cid", "delta_cid", "observed")
+    )
+    # grouping by the shuffle column too keeps the rows where the shuffle put them (a key
+    # Spark does not know to be a function of the CID would need a shuffle of its own)
+    extra = [] if shuffle == fact else [shuffle]
+    rows = (
         ops.where(F.col("op").isin("assert", "retract"))
         .select(
-            "fact_cid",
+            *extra,
+            fact,
             dataset.alias("dataset"),
-            F.explode(F.when(is_assert, F.array("delta_cid")).otherwise(F.col("observed"))).alias(
-                "delta_cid"
-            ),
+            F.explode(F.when(is_assert, F.array(delta)).otherwise(F.col(observed))).alias(delta),
             F.when(is_assert, F.lit(0)).otherwise(F.lit(1)).cast(ByteType()).alias("kind"),
         )
-        .repartition(SHUFFLE_KEY)
-        .groupBy(*FACT_KEY, "delta_cid")
+        .repartition(F.col(shuffle))
+    )
+    return (
+        rows.groupBy(*extra, fact, "dataset", delta)
         .agg(F.max("kind").alias("kind"))
         .where(F.col("kind") == 0)
-        .select(*FACT_KEY, "delta_cid")
+        .select(fact, "dataset", delta)
     )
 
 
@@ -489,11 +512,11 @@ SNAPSHOT_FACTS_SCHEMA = pa.schema(
 )
 
 
-def _supports(tags: pa.Table) -> pa.Table:
-    """Live tag rows ``fact_cid, dataset, delta_cid`` sorted by those columns (a staged
+def _supports(tags: pa.Table, fact: str = "fact_cid") -> pa.Table:
+    """Live tag rows ``fact, dataset, delta_cid`` sorted by those columns (a staged
     :func:`live_frame` file) as one row per fact with its sorted ``support`` list."""
     n = tags.num_rows
-    cids = tags.column("fact_cid").combine_chunks()
+    cids = tags.column(fact).combine_chunks()
     datasets = tags.column("dataset").combine_chunks()
     if n:
         new = pc.or_(pc.not_equal(cids[1:], cids[:-1]), pc.not_equal(datasets[1:], datasets[:-1]))
@@ -505,16 +528,39 @@ def _supports(tags: pa.Table) -> pa.Table:
     return pa.table(
         {
             "dataset": datasets.take(at),
-            "fact_cid": cids.take(at),
+            fact: cids.take(at),
             "support": pa.ListArray.from_arrays(offsets, tags.column("delta_cid").combine_chunks()),
         }
     )
 
 
-def _facts_table(part: pa.Table, fact_args: FactArgs | None) -> pa.Table:
+def _facts_table(
+    part: pa.Table, fact_args: FactArgs | None, keys: KeyCheck | None = None
+) -> pa.Table:
     """A staged slice as SNAPSHOT_FACTS_SCHEMA rows. A slice of live tags (the job was
     :func:`live_frame`) is grouped into supports and gets its facts' relation and
-    arguments from ``fact_args``."""
+    arguments from ``fact_args``; keyed tags (ADR 0131) get their CIDs back from the
+    keys (``keys`` for the deltas, ``fact_args`` for the facts)."""
+    if "fact_key" in part.column_names:
+        if fact_args is None or keys is None:
+            raise CompactError("staged keyed tags need the inputs' facts and delta keys")
+        deltas = keys.delta_cid(part.column("delta_key").combine_chunks())
+        tags = pa.table(
+            {
+                "fact_key": part.column("fact_key"),
+                "dataset": part.column("dataset"),
+                "delta_cid": deltas,
+            }
+        )
+        grouped = _supports(tags, "fact_key")
+        cids, relation, args = fact_args.gather_keys(
+            np.asarray(grouped.column("fact_key").combine_chunks())
+        )
+        columns = [relation, cids, args, grouped.column("support")]
+        return pa.Table.from_arrays(
+            [c.cast(f.type) for c, f in zip(columns, SNAPSHOT_FACTS_SCHEMA, strict=True)],
+            schema=SNAPSHOT_FACTS_SCHEMA,
+        )
     if "support" not in part.column_names:
         part = _supports(part)
     cids = part.column("fact_cid").combine_chunks()
@@ -537,6 +583,7 @@ def _place_facts(
     datasets: list[str] | None = None,
     fact_args: FactArgs | None = None,
     codes: list[str] | None = None,
+    keys: KeyCheck | None = None,
 ) -> dict[str, int]:
     """Split the staged facts files by dataset and re-encode each dataset's rows as
     ``out/dataset=<ds>/facts/part-NNNNN.parquet`` (pinned settings, as :func:`_place`),
@@ -575,7 +622,7 @@ def _place_facts(
                 (out / f"dataset={ds}" / "facts").mkdir(parents=True, exist_ok=True)
             part = table if len(names) == 1 else table.filter(pc.equal(column, ds))
             dest = out / f"dataset={ds}" / "facts"
-            part = _facts_table(part, fact_args)
+            part = _facts_table(part, fact_args, keys)
             pq.write_table(part, dest / f"part-{placed[ds]:05d}.parquet", **SNAPSHOT_PARQUET)
             placed[ds] += 1
             support[ds] += int(pc.sum(pc.list_value_length(part.column("support"))).as_py() or 0)
@@ -636,12 +683,18 @@ def compact(
         codes = None
         if reader is not None and len(reader.datasets()) <= MAX_CODED_DATASETS:
             codes = reader.datasets()
+        # every input carries the CIDs' 64-bit keys: every path partitions by fact_key, and
+        # the job aggregates keys instead of CIDs when they are injective (ADR 0131)
+        shuffle = "fact_key" if keyed_inputs(inputs) else SHUFFLE_KEY
+        keys = reader.keys() if reader is not None and shuffle == "fact_key" else None
+        if keys is not None and not keys.usable:
+            keys = None
 
         # the facts are placed on a thread while the deltas job runs (pyarrow releases the GIL)
         def place_facts() -> dict[str, int]:
             args = reader.facts() if reader is not None else None
             try:
-                return _place_facts(staging, placed, None, args, codes)
+                return _place_facts(staging, placed, None, args, codes, keys)
             except LookupError as exc:  # an input changed under the job
                 raise CompactError(str(exc)) from None
 
@@ -657,10 +710,11 @@ def compact(
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
             if reader is not None:
-                live = live_frame(ops, codes)
-                _write_facts(live, staging / "facts", (*FACT_KEY, "delta_cid"))
+                live = live_frame(ops, codes, shuffle, keys is not None)
+                order = ("fact_key", "dataset", "delta_key") if keys else (*FACT_KEY, "delta_cid")
+                _write_facts(live, staging / "facts", order)
             else:
-                _write_facts(snapshot_frame(ops), staging / "facts")
+                _write_facts(snapshot_frame(ops, shuffle), staging / "facts")
             placing = pool.submit(place_facts)
             if prune:
                 with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
