@@ -31,6 +31,7 @@ KEY_COLUMNS = [f.name for f in KEY_FIELDS]
 PREFIX = bytes.fromhex("01711220")
 WIDTH = 36
 _FLIP = np.uint64(1 << 63)
+_PREFIX = int.from_bytes(PREFIX, "big")
 
 
 def cid_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -49,16 +50,16 @@ def cid_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     starts = offsets[:-1]
     ok = valid_mask(column) & (np.diff(offsets) == WIDTH)
-    at = starts[ok]
-    if len(at):
-        head = data[at[:, None] + np.arange(12)]
-        ok_rows = (head[:, :4] == np.frombuffer(PREFIX, np.uint8)).all(axis=1)
-        ok[np.nonzero(ok)[0][~ok_rows]] = False
-        head = head[ok_rows]
-    else:
-        head = np.zeros((0, 12), np.uint8)
     keys = np.zeros(n, np.uint64)
-    keys[ok] = head[:, 4:12].copy().view(">u8").ravel() ^ _FLIP
+    if len(data) >= WIDTH and ok.any():
+        # every window of 4 and of 8 bytes of the data as a big-endian integer (a view with
+        # a stride of one byte, no copy): one gather per row instead of a 12-byte fancy index
+        prefix = np.ndarray((len(data) - 3,), ">u4", data, strides=(1,))
+        digest = np.ndarray((len(data) - 7,), ">u8", data, strides=(1,))
+        at = starts[ok]
+        good = prefix[at] == _PREFIX
+        ok[np.nonzero(ok)[0][~good]] = False
+        keys[ok] = digest[at[good] + 4] ^ _FLIP
     return pa.Array.from_buffers(
         pa.int64(),
         n,
@@ -101,6 +102,39 @@ def with_keys(table: pa.Table) -> pa.Table:
     return table
 
 
+def digest_words(column: pa.Array) -> np.ndarray | None:
+    """The 32 digest bytes of every CID of a binary column (nulls left out) as four
+    big-endian 64-bit words per row, the first being the key's bits; None when a CID is
+    not 36-byte dag-cbor/sha2-256 (it has no key)."""
+    if column.offset:
+        column = pa.concat_arrays([column])
+    n = len(column)
+    if n == 0 or column.null_count == n:
+        return np.zeros((0, 4), np.uint64)
+    offsets = np.frombuffer(column.buffers()[1], np.int32, n + 1)
+    data = np.frombuffer(column.buffers()[2], np.uint8)
+    valid = valid_mask(column)
+    if not bool((np.diff(offsets)[valid] == WIDTH).all()):
+        return None
+    at = offsets[:-1][valid]
+    prefix = np.ndarray((len(data) - 3,), ">u4", data, strides=(1,))
+    if not bool((prefix[at] == _PREFIX).all()):
+        return None
+    digest = np.ndarray((len(data) - 7,), ">u8", data, strides=(1,))
+    return np.stack([digest[at + k] for k in (4, 12, 20, 28)], axis=1).astype(np.uint64)
+
+
+def words_injective(words: np.ndarray) -> bool:
+    """True when rows of :func:`digest_words` that share their first word are the same
+    CID: sorted by that word, every run of equal keys holds one digest. Sort-based, no
+    hashing of 36-byte values."""
+    first = words[:, 0]
+    order = np.argsort(first)
+    ordered = first[order]
+    tie = np.nonzero(ordered[1:] == ordered[:-1])[0]
+    return bool((words[order[tie]] == words[order[tie + 1]]).all())
+
+
 def injective(cids: pa.Array, keys: pa.Array) -> bool:
     """True when ``keys`` (``cid_keys(cids)``) name the CIDs one to one: every CID has a
     key, and there are as many distinct keys as distinct CIDs."""
@@ -109,4 +143,13 @@ def injective(cids: pa.Array, keys: pa.Array) -> bool:
     return pc.count_distinct(cids).as_py() == pc.count_distinct(keys).as_py()
 
 
-__all__ = ["KEY_COLUMNS", "KEY_FIELDS", "cid_keys", "injective", "list_keys", "with_keys"]
+__all__ = [
+    "KEY_COLUMNS",
+    "KEY_FIELDS",
+    "cid_keys",
+    "injective",
+    "digest_words",
+    "list_keys",
+    "with_keys",
+    "words_injective",
+]
