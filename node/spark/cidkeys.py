@@ -102,37 +102,33 @@ def with_keys(table: pa.Table) -> pa.Table:
     return table
 
 
-def digest_words(column: pa.Array) -> np.ndarray | None:
-    """The 32 digest bytes of every CID of a binary column (nulls left out) as four
-    big-endian 64-bit words per row, the first being the key's bits; None when a CID is
-    not 36-byte dag-cbor/sha2-256 (it has no key)."""
+def keys_name_cids(column: pa.Array) -> bool:
+    """True when every CID of a binary column (nulls aside) has a key and no two distinct
+    CIDs share one. The rows are sorted by their key's 64 bits, and within every run of
+    equal keys the other 24 digest bytes are compared, read in place from the column's
+    data (no hashing of 36-byte values, no copy of the column)."""
     if column.offset:
         column = pa.concat_arrays([column])
     n = len(column)
     if n == 0 or column.null_count == n:
-        return np.zeros((0, 4), np.uint64)
+        return True
     offsets = np.frombuffer(column.buffers()[1], np.int32, n + 1)
     data = np.frombuffer(column.buffers()[2], np.uint8)
     valid = valid_mask(column)
     if not bool((np.diff(offsets)[valid] == WIDTH).all()):
-        return None
+        return False
     at = offsets[:-1][valid]
     prefix = np.ndarray((len(data) - 3,), ">u4", data, strides=(1,))
     if not bool((prefix[at] == _PREFIX).all()):
-        return None
-    digest = np.ndarray((len(data) - 7,), ">u8", data, strides=(1,))
-    return np.stack([digest[at + k] for k in (4, 12, 20, 28)], axis=1).astype(np.uint64)
-
-
-def words_injective(words: np.ndarray) -> bool:
-    """True when rows of :func:`digest_words` that share their first word are the same
-    CID: sorted by that word, every run of equal keys holds one digest. Sort-based, no
-    hashing of 36-byte values."""
-    first = words[:, 0]
+        return False
+    words = np.ndarray((len(data) - 7,), ">u8", data, strides=(1,))
+    first = words[at + 4]
     order = np.argsort(first)
     ordered = first[order]
     tie = np.nonzero(ordered[1:] == ordered[:-1])[0]
-    return bool((words[order[tie]] == words[order[tie + 1]]).all())
+    a, b = at[order[tie]] + 12, at[order[tie + 1]] + 12
+    rest = np.ndarray((len(data) - 23,), np.dtype((np.void, 24)), data, strides=(1,))
+    return bool((rest[a] == rest[b]).all())
 
 
 def injective(cids: pa.Array, keys: pa.Array) -> bool:
@@ -148,8 +144,7 @@ __all__ = [
     "KEY_FIELDS",
     "cid_keys",
     "injective",
-    "digest_words",
+    "keys_name_cids",
     "list_keys",
     "with_keys",
-    "words_injective",
 ]

@@ -685,10 +685,12 @@ def compact(
             codes = reader.datasets()
         # every input carries the CIDs' 64-bit keys: every path partitions by fact_key, and
         # the job aggregates keys instead of CIDs when they are injective (ADR 0131)
+        # The job does not wait for the reader's key check, which runs beside it: keys that
+        # turn out not to name the CIDs one to one (never seen: two CIDs sharing 64 digest
+        # bits) send the job once more over the CIDs, with the same partitioning.
         shuffle = "fact_key" if keyed_inputs(inputs) else SHUFFLE_KEY
-        keys = reader.keys() if reader is not None and shuffle == "fact_key" else None
-        if keys is not None and not keys.usable:
-            keys = None
+        keyed = reader is not None and shuffle == "fact_key"
+        keys: KeyCheck | None = None
 
         # the facts are placed on a thread while the deltas job runs (pyarrow releases the GIL)
         def place_facts() -> dict[str, int]:
@@ -710,9 +712,17 @@ def compact(
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
             if reader is not None:
-                live = live_frame(ops, codes, shuffle, keys is not None)
-                order = ("fact_key", "dataset", "delta_key") if keys else (*FACT_KEY, "delta_cid")
-                _write_facts(live, staging / "facts", order)
+                if keyed:
+                    by_key = ("fact_key", "dataset", "delta_key")
+                    _write_facts(live_frame(ops, codes, shuffle, True), staging / "facts", by_key)
+                    if reader.keys().usable:
+                        keys = reader.keys()
+                    else:
+                        shutil.rmtree(staging / "facts")
+                        keyed = False
+                if not keyed:
+                    by_cid = (*FACT_KEY, "delta_cid")
+                    _write_facts(live_frame(ops, codes, shuffle), staging / "facts", by_cid)
             else:
                 _write_facts(snapshot_frame(ops, shuffle), staging / "facts")
             placing = pool.submit(place_facts)
