@@ -17,6 +17,7 @@ it does not, compaction keeps the arguments in the Spark job.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -120,6 +121,7 @@ class FactArgs:
         self._asserted: pa.Table | None = None
         self._asserted_only: pa.Table | None = None
         self._asserted_cids: CidTable | None = None
+        self._lock = threading.Lock()
         #: the facts' 64-bit keys and their sort order (built on first gather_keys)
         self._keys: np.ndarray | None = None
         self._key_order: np.ndarray | None = None
@@ -135,9 +137,10 @@ class FactArgs:
     def gather_keys(self, keys: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array]:
         """``(fact_cid, relation, args)`` of the fact of each 64-bit key (:mod:`.cidkeys`) in
         ``keys``, for keys that are injective over the inputs' facts (:class:`KeyCheck`)."""
-        if self._key_order is None:
-            self._keys = np.asarray(cid_keys(self._facts.column("fact_cid")).fill_null(0))
-            self._key_order = np.argsort(self._keys, kind="stable")
+        with self._lock:  # several files are placed at once
+            if self._key_order is None:
+                self._keys = np.asarray(cid_keys(self._facts.column("fact_cid")).fill_null(0))
+                self._key_order = np.argsort(self._keys, kind="stable")
         sorted_keys = self._keys[self._key_order]
         at = np.searchsorted(sorted_keys, keys)
         found = at < len(sorted_keys)
@@ -145,8 +148,9 @@ class FactArgs:
         rows = np.zeros(len(keys), np.int64)
         rows[found] = self._key_order[at[found]]
         if not found.all():  # not in any facts list: the inputs' assert rows hold them
-            if self._asserted is None:
-                self._load_asserted()
+            with self._lock:
+                if self._asserted is None:
+                    self._load_asserted()
             more_keys = np.asarray(cid_keys(self._asserted_only.column("fact_cid")).fill_null(0))
             order = np.argsort(more_keys, kind="stable")
             missing = np.nonzero(~found)[0]
@@ -176,8 +180,9 @@ class FactArgs:
 
     def _gather_asserted(self, cids: pa.Array, where: pa.Array) -> tuple[pa.Array, pa.Array]:
         """Complete a lookup from the inputs' assert rows (read once, on first need)."""
-        if self._asserted is None:
-            self._load_asserted()
+        with self._lock:
+            if self._asserted is None:
+                self._load_asserted()
         missing = np.nonzero(~np.asarray(where.is_valid()))[0]
         more = self._asserted_cids.lookup(cids.take(pa.array(missing)))
         if more.null_count:
