@@ -53,7 +53,7 @@ from merklog.store import Link
 
 from ..errors import NodeInputError
 from .export import GENESIS_FILE
-from .factargs import FactArgs, InputReader, read_inputs
+from .factargs import FactArgs, InputReader, KeyCheck, keyed_inputs, read_inputs
 from .manifest import build_manifest, file_link
 from .schema import ARGS_TYPE
 
@@ -64,10 +64,68 @@ VALUE_DDL = (
 OPS_DDL = (
     "dataset string, delta_cid binary, author binary, clock bigint, seq bigint, "
     f"parents array<binary>, op_index int, op string, relation string, args array<{VALUE_DDL}>, "
-    "fact_cid binary, observed array<binary>, key binary"
+    "fact_cid binary, observed array<binary>, key binary, "
+    "fact_key bigint, delta_key bigint, observed_keys array<bigint>"
 )
+
+
+def ops_schema() -> Any:
+    """:data:`OPS_DDL` as a pyspark ``StructType``, built here rather than parsed: a DDL
+    string goes through Spark's SQL parser, whose first use in a fresh JVM costs ~0.2-0.3 s
+    of CPU (ANTLR's grammar set-up) that nothing else in a compaction needs (ADR 0129)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        BooleanType,
+        DoubleType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    def fields(spec: list[tuple[str, Any]]) -> StructType:
+        return StructType([StructField(name, typ, True) for name, typ in spec])
+
+    value = fields(
+        [
+            ("type", StringType()),
+            ("int", LongType()),
+            ("float", DoubleType()),
+            ("str", StringType()),
+            ("bytes", BinaryType()),
+            ("bool", BooleanType()),
+            ("link", StringType()),
+        ]
+    )
+    return fields(
+        [
+            ("dataset", StringType()),
+            ("delta_cid", BinaryType()),
+            ("author", BinaryType()),
+            ("clock", LongType()),
+            ("seq", LongType()),
+            ("parents", ArrayType(BinaryType())),
+            ("op_index", IntegerType()),
+            ("op", StringType()),
+            ("relation", StringType()),
+            ("args", ArrayType(value)),
+            ("fact_cid", BinaryType()),
+            ("observed", ArrayType(BinaryType())),
+            ("key", BinaryType()),
+            ("fact_key", LongType()),
+            ("delta_key", LongType()),
+            ("observed_keys", ArrayType(LongType())),
+        ]
+    )
+
+
 #: Input op rows per output partition (and file): the file count depends on the input only.
 ROWS_PER_PARTITION = 262_144
+#: Staged facts files placed side by side (the driver's share of a compaction: gathering
+#: arguments and re-encoding, ~6 s of CPU at 5M ops, while the deltas job runs).
+PLACE_THREADS = 2
 #: The facts job's shuffle and sort key (fact_cid first: see :func:`snapshot_frame`).
 FACT_KEY = ("fact_cid", "dataset")
 #: The facts jobs shuffle by fact CID alone: a fact's rows of every dataset meet in one
@@ -96,10 +154,10 @@ def _input_paths(inputs: list[str | Path]) -> list[str]:
 
 def read_ops(spark: Any, inputs: list[str | Path]) -> Any:
     """All op rows of the given exports (duplicates included: consumers aggregate as sets)."""
-    return spark.read.schema(OPS_DDL).parquet(*_input_paths(inputs))
+    return spark.read.schema(ops_schema()).parquet(*_input_paths(inputs))
 
 
-def snapshot_frame(ops: Any) -> Any:
+def snapshot_frame(ops: Any, shuffle: str = SHUFFLE_KEY) -> Any:
     """One row per visible fact: dataset, relation, fact_cid, args, support (sorted, binary).
 
     The tag rows are shuffled by ``fact_cid`` (:data:`SHUFFLE_KEY`) and sorted by
@@ -116,9 +174,11 @@ def snapshot_frame(ops: Any) -> Any:
     from pyspark.sql import functions as F
 
     is_assert = F.col("op") == "assert"
+    extra = [] if shuffle == "fact_cid" else [shuffle]  # see live_frame
     tags = (
         ops.where(F.col("op").isin("assert", "retract"))
         .select(
+            *extra,
             "fact_cid",
             "dataset",
             F.when(is_assert, F.col("relation")).alias("relation"),
@@ -126,11 +186,11 @@ def snapshot_frame(ops: Any) -> Any:
             F.when(is_assert, F.col("delta_cid")).alias("asserted"),
             F.when(~is_assert, F.col("observed")).alias("observed"),
         )
-        .repartition(SHUFFLE_KEY)
-        .sortWithinPartitions(*FACT_KEY)
+        .repartition(F.col(shuffle))
+        .sortWithinPartitions(*extra, *FACT_KEY)
     )
     return (
-        tags.groupBy(*FACT_KEY)
+        tags.groupBy(*extra, *FACT_KEY)
         .agg(
             F.first("relation", ignorenulls=True).alias("relation"),
             F.first("args", ignorenulls=True).alias("args"),
@@ -152,7 +212,9 @@ def snapshot_frame(ops: Any) -> Any:
 MAX_CODED_DATASETS = 256
 
 
-def live_frame(ops: Any, datasets: list[str] | None = None) -> Any:
+def live_frame(
+    ops: Any, datasets: list[str] | None = None, shuffle: str = SHUFFLE_KEY, keyed: bool = False
+) -> Any:
     """The live tags: one row ``(fact_cid, dataset, delta_cid)`` per assert of a fact that
     no retract observed, ordered by those columns within each partition.
 
@@ -165,8 +227,15 @@ def live_frame(ops: Any, datasets: list[str] | None = None) -> Any:
     fixed-width buffers (no ``collect_list`` objects, no ``array_except``), and no typed
     values travel through the shuffle or the writer. With ``datasets`` (sorted, all the
     input's datasets) the dataset travels as its index in that list (``smallint``), which
-    sorts as the name does: :func:`_place_facts` names it again."""
+    sorts as the name does: :func:`_place_facts` names it again.
+
+    ``keyed`` (the inputs' 64-bit CID keys checked injective: ADR 0131) runs the same job
+    on ``fact_key``, ``delta_key`` and ``observed_keys`` instead of the CIDs, giving rows
+    ``(fact_key, dataset, delta_key)`` in the same order; ``shuffle`` is the column the
+    rows are partitioned by (``fact_key`` whenever every input carries the keys, so that
+    every path puts the same facts in the same files)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import ByteType, ShortType
 
     is_assert = F.col("op") == "assert"
     dataset = F.col("dataset")
@@ -174,22 +243,31 @@ def live_frame(ops: Any, datasets: list[str] | None = None) -> Any:
         coded = F.when(dataset == datasets[0], F.lit(0))
         for i, name in enumerate(datasets[1:], 1):
             coded = coded.when(dataset == name, F.lit(i))
-        dataset = coded.cast("smallint")
-    return (
+        dataset = coded.cast(ShortType())  # a type, not "smallint": no SQL parser (ADR 0129)
+    fact, delta, observed = (
+        ("fact_key", "delta_key", "observed_keys")
+        if keyed
+        else ("fact_cid", "delta_cid", "observed")
+    )
+    # grouping by the shuffle column too keeps the rows where the shuffle put them (a key
+    # Spark does not know to be a function of the CID would need a shuffle of its own)
+    extra = [] if shuffle == fact else [shuffle]
+    rows = (
         ops.where(F.col("op").isin("assert", "retract"))
         .select(
-            "fact_cid",
+            *extra,
+            fact,
             dataset.alias("dataset"),
-            F.explode(F.when(is_assert, F.array("delta_cid")).otherwise(F.col("observed"))).alias(
-                "delta_cid"
-            ),
-            F.when(is_assert, F.lit(0)).otherwise(F.lit(1)).cast("byte").alias("kind"),
+            F.explode(F.when(is_assert, F.array(delta)).otherwise(F.col(observed))).alias(delta),
+            F.when(is_assert, F.lit(0)).otherwise(F.lit(1)).cast(ByteType()).alias("kind"),
         )
-        .repartition(SHUFFLE_KEY)
-        .groupBy(*FACT_KEY, "delta_cid")
+        .repartition(F.col(shuffle))
+    )
+    return (
+        rows.groupBy(*extra, fact, "dataset", delta)
         .agg(F.max("kind").alias("kind"))
         .where(F.col("kind") == 0)
-        .select(*FACT_KEY, "delta_cid")
+        .select(fact, "dataset", delta)
     )
 
 
@@ -337,12 +415,28 @@ def _job_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(k, v)
 
 
+#: Spark's Parquet writer settings for staged files, which only this process reads back
+#: once (and re-encodes: :func:`_place`): uncompressed, and none of the dictionary
+#: attempts, statistics and page checksums that serve later readers of a file. Measured on
+#: the 1M-op facts job in a warm session: ~0.15-0.2 s less JVM CPU (ADR 0129).
+STAGED_PARQUET: dict[str, str] = {
+    "compression": "none",
+    "parquet.enable.dictionary": "false",
+    "parquet.column.statistics.enabled": "false",
+    "parquet.size.statistics.enabled": "false",
+    "parquet.page.write-checksum.enabled": "false",
+}
+
+
+def _staged(df: Any) -> Any:
+    """``df.write`` for a staged file: overwrite, :data:`STAGED_PARQUET`."""
+    return df.write.mode("overwrite").options(**STAGED_PARQUET)
+
+
 def _write(df: Any, path: Path, sort: list[str]) -> None:
     """Stage ``df`` partitioned by dataset, each task's file sorted by ``sort``; uncompressed,
     as :func:`_place` re-encodes every file anyway."""
-    df.sortWithinPartitions("dataset", *sort).write.mode("overwrite").option(
-        "compression", "none"
-    ).partitionBy("dataset").parquet(str(path))
+    _staged(df.sortWithinPartitions("dataset", *sort)).partitionBy("dataset").parquet(str(path))
 
 
 def _write_facts(df: Any, path: Path, sort: tuple[str, ...] = FACT_KEY) -> None:
@@ -350,17 +444,15 @@ def _write_facts(df: Any, path: Path, sort: tuple[str, ...] = FACT_KEY) -> None:
     ``(fact_cid, dataset)`` order: no ``partitionBy("dataset")``, whose required
     dataset-first order would sort every partition again (on a useless prefix);
     :func:`_place_facts` splits the files by dataset instead."""
-    df.sortWithinPartitions(*sort).write.mode("overwrite").option("compression", "none").parquet(
-        str(path)
-    )
+    _staged(df.sortWithinPartitions(*sort)).parquet(str(path))
 
 
 def _write_meta(df: Any, path: Path) -> None:
     """Stage :func:`meta_frame` partitioned by role and dataset, each file sorted by
     ``(delta_cid, op_index)``; uncompressed, as :func:`_place` re-encodes every file."""
-    df.sortWithinPartitions("role", "dataset", "delta_cid", "op_index").write.mode(
-        "overwrite"
-    ).option("compression", "none").partitionBy("role", "dataset").parquet(str(path))
+    _staged(df.sortWithinPartitions("role", "dataset", "delta_cid", "op_index")).partitionBy(
+        "role", "dataset"
+    ).parquet(str(path))
 
 
 def _staged_files(staging: Path, role: str, job: str | None = None) -> dict[str, list[Path]]:
@@ -423,11 +515,11 @@ SNAPSHOT_FACTS_SCHEMA = pa.schema(
 )
 
 
-def _supports(tags: pa.Table) -> pa.Table:
-    """Live tag rows ``fact_cid, dataset, delta_cid`` sorted by those columns (a staged
+def _supports(tags: pa.Table, fact: str = "fact_cid") -> pa.Table:
+    """Live tag rows ``fact, dataset, delta_cid`` sorted by those columns (a staged
     :func:`live_frame` file) as one row per fact with its sorted ``support`` list."""
     n = tags.num_rows
-    cids = tags.column("fact_cid").combine_chunks()
+    cids = tags.column(fact).combine_chunks()
     datasets = tags.column("dataset").combine_chunks()
     if n:
         new = pc.or_(pc.not_equal(cids[1:], cids[:-1]), pc.not_equal(datasets[1:], datasets[:-1]))
@@ -439,16 +531,39 @@ def _supports(tags: pa.Table) -> pa.Table:
     return pa.table(
         {
             "dataset": datasets.take(at),
-            "fact_cid": cids.take(at),
+            fact: cids.take(at),
             "support": pa.ListArray.from_arrays(offsets, tags.column("delta_cid").combine_chunks()),
         }
     )
 
 
-def _facts_table(part: pa.Table, fact_args: FactArgs | None) -> pa.Table:
+def _facts_table(
+    part: pa.Table, fact_args: FactArgs | None, keys: KeyCheck | None = None
+) -> pa.Table:
     """A staged slice as SNAPSHOT_FACTS_SCHEMA rows. A slice of live tags (the job was
     :func:`live_frame`) is grouped into supports and gets its facts' relation and
-    arguments from ``fact_args``."""
+    arguments from ``fact_args``; keyed tags (ADR 0131) get their CIDs back from the
+    keys (``keys`` for the deltas, ``fact_args`` for the facts)."""
+    if "fact_key" in part.column_names:
+        if fact_args is None or keys is None:
+            raise CompactError("staged keyed tags need the inputs' facts and delta keys")
+        deltas = keys.delta_cid(part.column("delta_key").combine_chunks())
+        tags = pa.table(
+            {
+                "fact_key": part.column("fact_key"),
+                "dataset": part.column("dataset"),
+                "delta_cid": deltas,
+            }
+        )
+        grouped = _supports(tags, "fact_key")
+        cids, relation, args = fact_args.gather_keys(
+            np.asarray(grouped.column("fact_key").combine_chunks())
+        )
+        columns = [relation, cids, args, grouped.column("support")]
+        return pa.Table.from_arrays(
+            [c.cast(f.type) for c, f in zip(columns, SNAPSHOT_FACTS_SCHEMA, strict=True)],
+            schema=SNAPSHOT_FACTS_SCHEMA,
+        )
     if "support" not in part.column_names:
         part = _supports(part)
     cids = part.column("fact_cid").combine_chunks()
@@ -471,6 +586,7 @@ def _place_facts(
     datasets: list[str] | None = None,
     fact_args: FactArgs | None = None,
     codes: list[str] | None = None,
+    keys: KeyCheck | None = None,
 ) -> dict[str, int]:
     """Split the staged facts files by dataset and re-encode each dataset's rows as
     ``out/dataset=<ds>/facts/part-NNNNN.parquet`` (pinned settings, as :func:`_place`),
@@ -491,28 +607,48 @@ def _place_facts(
     for ds in datasets or ():
         placed[ds] = support[ds] = 0
         (out / f"dataset={ds}" / "facts").mkdir(parents=True, exist_ok=True)
+    name_of = pa.array(codes, pa.string()) if codes is not None else None
+
+    def names_in(column: pa.ChunkedArray) -> pa.Array:
+        column = column.combine_chunks()
+        return name_of.take(column) if name_of is not None else column
+
+    # which datasets each file holds (its dataset column alone), so that the parts are
+    # numbered in file order before the files are placed side by side
+    plan: list[tuple[Path, int, list[tuple[str, int]]]] = []
     for f in sorted(root.glob("part-*.parquet")):
-        table = pq.read_table(f).replace_schema_metadata(None)
-        f.unlink()
-        if table.num_rows == 0:
-            continue
-        if codes is not None:
-            names = pa.array(codes, pa.string()).take(table.column("dataset"))
-            table = table.set_column(table.schema.get_field_index("dataset"), "dataset", names)
-        column = table.column("dataset")
-        names = sorted(pc.unique(column).to_pylist())
+        names = sorted(pc.unique(names_in(pq.read_table(f, columns=["dataset"])[0])).to_pylist())
+        jobs = []
         for ds in names:
             if datasets is not None and ds not in placed:
                 continue
             if ds not in placed:
                 placed[ds] = support[ds] = 0
                 (out / f"dataset={ds}" / "facts").mkdir(parents=True, exist_ok=True)
-            part = table if len(names) == 1 else table.filter(pc.equal(column, ds))
-            dest = out / f"dataset={ds}" / "facts"
-            part = _facts_table(part, fact_args)
-            pq.write_table(part, dest / f"part-{placed[ds]:05d}.parquet", **SNAPSHOT_PARQUET)
+            jobs.append((ds, placed[ds]))
             placed[ds] += 1
-            support[ds] += int(pc.sum(pc.list_value_length(part.column("support"))).as_py() or 0)
+        plan.append((f, len(names), jobs))
+
+    def place(item: tuple[Path, int, list[tuple[str, int]]]) -> dict[str, int]:
+        f, n_names, jobs = item
+        counts: dict[str, int] = {}
+        if jobs:
+            table = pq.read_table(f).replace_schema_metadata(None)
+            column = names_in(table.column("dataset"))
+            for ds, number in jobs:
+                part = table if n_names == 1 else table.filter(pc.equal(column, ds))
+                part = _facts_table(part, fact_args, keys)
+                dest = out / f"dataset={ds}" / "facts" / f"part-{number:05d}.parquet"
+                pq.write_table(part, dest, **SNAPSHOT_PARQUET)
+                counts[ds] = int(pc.sum(pc.list_value_length(part.column("support"))).as_py() or 0)
+        f.unlink()
+        return counts
+
+    # pyarrow and numpy release the GIL for the reading, gathering and encoding (ADR 0131)
+    with ThreadPoolExecutor(PLACE_THREADS, thread_name_prefix="merklog-place") as pool:
+        for counts in pool.map(place, plan):
+            for ds, n in counts.items():
+                support[ds] += n
     return support
 
 
@@ -570,12 +706,20 @@ def compact(
         codes = None
         if reader is not None and len(reader.datasets()) <= MAX_CODED_DATASETS:
             codes = reader.datasets()
+        # every input carries the CIDs' 64-bit keys: every path partitions by fact_key, and
+        # the job aggregates keys instead of CIDs when they are injective (ADR 0131)
+        # The job does not wait for the reader's key check, which runs beside it: keys that
+        # turn out not to name the CIDs one to one (never seen: two CIDs sharing 64 digest
+        # bits) send the job once more over the CIDs, with the same partitioning.
+        shuffle = "fact_key" if keyed_inputs(inputs) else SHUFFLE_KEY
+        keyed = reader is not None and shuffle == "fact_key"
+        keys: KeyCheck | None = None
 
         # the facts are placed on a thread while the deltas job runs (pyarrow releases the GIL)
         def place_facts() -> dict[str, int]:
             args = reader.facts() if reader is not None else None
             try:
-                return _place_facts(staging, placed, None, args, codes)
+                return _place_facts(staging, placed, None, args, codes, keys)
             except LookupError as exc:  # an input changed under the job
                 raise CompactError(str(exc)) from None
 
@@ -591,10 +735,19 @@ def compact(
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
             if reader is not None:
-                live = live_frame(ops, codes)
-                _write_facts(live, staging / "facts", (*FACT_KEY, "delta_cid"))
+                if keyed:
+                    by_key = ("fact_key", "dataset", "delta_key")
+                    _write_facts(live_frame(ops, codes, shuffle, True), staging / "facts", by_key)
+                    if reader.keys().usable:
+                        keys = reader.keys()
+                    else:
+                        shutil.rmtree(staging / "facts")
+                        keyed = False
+                if not keyed:
+                    by_cid = (*FACT_KEY, "delta_cid")
+                    _write_facts(live_frame(ops, codes, shuffle), staging / "facts", by_cid)
             else:
-                _write_facts(snapshot_frame(ops), staging / "facts")
+                _write_facts(snapshot_frame(ops, shuffle), staging / "facts")
             placing = pool.submit(place_facts)
             if prune:
                 with _job_conf(spark, {"spark.sql.shuffle.partitions": "1"}):

@@ -2,7 +2,8 @@
 
 Layout of an export directory (readable by Spark, DuckDB and pyarrow alike)::
 
-    DIR/ops/part-00000.parquet …            OPS_SCHEMA, one row per op
+    DIR/ops/part-00000.parquet …            OPS_SCHEMA, one row per op, and the 64-bit
+                                            keys of its CIDs (OPS_FILE_SCHEMA, ADR 0131)
     DIR/facts/relation=<rel>/part-0.parquet  FACTS_SCHEMA minus the partition column
                                             (each visible fact once, in log order)
     DIR/export.json                         counts, dataset ids, format version
@@ -40,6 +41,7 @@ from merklog.store import Fact, Link, SQLiteBlockStore, StoreError, fact_cid, ve
 from merklog.store.gcpause import gc_paused
 
 from .cidjoin import lookup, member
+from .cidkeys import KEY_FIELDS, with_keys
 from .deltacols import delta_columns, log_columns
 from .factcols import (
     FACT_PREFIX,
@@ -125,8 +127,8 @@ class OpsWriter:
             return
         if self._writer is None:
             path = self.dir / f"part-{self._part:05d}.parquet"
-            self._writer = pq.ParquetWriter(path, OPS_SCHEMA, **PARQUET_OPTIONS)
-        self._writer.write_table(table, row_group_size=1 << 20)
+            self._writer = pq.ParquetWriter(path, OPS_FILE_SCHEMA, **PARQUET_OPTIONS)
+        self._writer.write_table(with_keys(table), row_group_size=1 << 20)
         self.total += table.num_rows
         self._in_file += table.num_rows
         if self.progress:
@@ -141,10 +143,12 @@ class OpsWriter:
             self._writer.close()
             self._writer = None
         if self.total == 0:
-            pq.write_table(OPS_SCHEMA.empty_table(), self.dir / "part-00000.parquet")
+            pq.write_table(OPS_FILE_SCHEMA.empty_table(), self.dir / "part-00000.parquet")
         return self.total
 
 
+#: The ops files' schema: OPS_SCHEMA and the 64-bit keys of its CID columns (ADR 0131).
+OPS_FILE_SCHEMA = pa.schema([*OPS_SCHEMA, *KEY_FIELDS])
 _FACT_TABLE = pa.schema([("fact_cid", pa.binary()), ("relation", pa.string()), ("args", ARGS_TYPE)])
 #: OPS_SCHEMA without the fact columns a join fills in.
 _LOG_SCHEMA = pa.schema([f for f in OPS_SCHEMA if f.name not in ("relation", "args")])

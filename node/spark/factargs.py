@@ -17,6 +17,7 @@ it does not, compaction keeps the arguments in the Spark job.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .cidjoin import CidTable, first_of_each
+from .cidkeys import KEY_COLUMNS, cid_keys, injective, keys_name_cids
 from .schema import ARGS_TYPE
 
 _COLUMNS = ("fact_cid", "relation", "args")
@@ -117,7 +119,12 @@ class FactArgs:
         self._cids = CidTable(self._facts.column("fact_cid").combine_chunks())
         #: the facts, then the inputs' asserted facts (built on first need)
         self._asserted: pa.Table | None = None
+        self._asserted_only: pa.Table | None = None
         self._asserted_cids: CidTable | None = None
+        self._lock = threading.Lock()
+        #: the facts' 64-bit keys and their sort order (built on first gather_keys)
+        self._keys: np.ndarray | None = None
+        self._key_order: np.ndarray | None = None
 
     def gather(self, cids: pa.Array) -> tuple[pa.Array, pa.Array]:
         """``(relation, args)`` of each fact CID in ``cids`` (all of them facts the inputs
@@ -127,12 +134,55 @@ class FactArgs:
             return self._gather_asserted(cids, where)
         return self._relation.take(where), self._args.take(where)
 
+    def gather_keys(self, keys: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """``(fact_cid, relation, args)`` of the fact of each 64-bit key (:mod:`.cidkeys`) in
+        ``keys``, for keys that are injective over the inputs' facts (:class:`KeyCheck`)."""
+        with self._lock:  # several files are placed at once
+            if self._key_order is None:
+                self._keys = np.asarray(cid_keys(self._facts.column("fact_cid")).fill_null(0))
+                self._key_order = np.argsort(self._keys, kind="stable")
+        sorted_keys = self._keys[self._key_order]
+        at = np.searchsorted(sorted_keys, keys)
+        found = at < len(sorted_keys)
+        found[found] = sorted_keys[at[found]] == keys[found]
+        rows = np.zeros(len(keys), np.int64)
+        rows[found] = self._key_order[at[found]]
+        if not found.all():  # not in any facts list: the inputs' assert rows hold them
+            with self._lock:
+                if self._asserted is None:
+                    self._load_asserted()
+            more_keys = np.asarray(cid_keys(self._asserted_only.column("fact_cid")).fill_null(0))
+            order = np.argsort(more_keys, kind="stable")
+            missing = np.nonzero(~found)[0]
+            pos = np.searchsorted(more_keys[order], keys[missing])
+            ok = pos < len(order)
+            ok[ok] = more_keys[order][pos[ok]] == keys[missing][ok]
+            if not ok.all():
+                raise LookupError(
+                    f"{int((~ok).sum())} visible facts have no assert row in the inputs"
+                )
+            rows[missing] = order[pos] + self._facts.num_rows
+            both = self._asserted
+        else:
+            both = self._facts
+        at = pa.array(rows)
+        return (
+            both.column("fact_cid").take(at),
+            both.column("relation").take(at),
+            both.column("args").take(at),
+        )
+
+    def _load_asserted(self) -> None:
+        asserted = _distinct(_asserted_facts(self._inputs))
+        self._asserted_only = asserted
+        self._asserted = pa.concat_tables([self._facts, asserted])
+        self._asserted_cids = CidTable(asserted.column("fact_cid").combine_chunks())
+
     def _gather_asserted(self, cids: pa.Array, where: pa.Array) -> tuple[pa.Array, pa.Array]:
         """Complete a lookup from the inputs' assert rows (read once, on first need)."""
-        if self._asserted is None:
-            asserted = _distinct(_asserted_facts(self._inputs))
-            self._asserted = pa.concat_tables([self._facts, asserted])
-            self._asserted_cids = CidTable(asserted.column("fact_cid").combine_chunks())
+        with self._lock:
+            if self._asserted is None:
+                self._load_asserted()
         missing = np.nonzero(~np.asarray(where.is_valid()))[0]
         more = self._asserted_cids.lookup(cids.take(pa.array(missing)))
         if more.null_count:
@@ -141,6 +191,71 @@ class FactArgs:
         at[missing] = np.asarray(more) + self._facts.num_rows
         both = self._asserted
         return both.column("relation").take(pa.array(at)), both.column("args").take(pa.array(at))
+
+
+class KeyCheck:
+    """Whether the 64-bit keys of the inputs' CIDs (:mod:`.cidkeys`) are usable in place
+    of the CIDs: every ops file carries them and they are injective over the inputs' fact
+    CIDs and delta CIDs (asserting and observed); and the delta CID of each delta key."""
+
+    def __init__(self, inputs: Sequence[Path]) -> None:
+        self.usable = False
+        self.delta_keys = np.zeros(0, np.int64)  # sorted
+        self.delta_cids = pa.array([], pa.binary())  # aligned with delta_keys
+        try:
+            self._check([f for path in inputs for f in _ops_files(path)])
+        except (OSError, pa.ArrowException):  # the job reads the CIDs themselves
+            self.usable = False
+
+    def _check(self, files: list[Path]) -> None:
+        if not files or not all(has_keys(f) for f in files):
+            return
+        deltas, facts = [], []
+        for f in files:
+            t = pq.read_table(
+                f, columns=["fact_cid", "delta_cid", "observed"], read_dictionary=["delta_cid"]
+            )
+            facts.extend(t.column("fact_cid").chunks)
+            for chunk in t.column("delta_cid").chunks:
+                deltas.append(chunk.dictionary)
+            for chunk in t.column("observed").chunks:
+                deltas.append(pc.list_flatten(chunk))
+        if facts and not keys_name_cids(pa.concat_arrays(facts)):
+            return
+        delta_cids = (
+            pc.unique(pa.concat_arrays(deltas)).drop_null() if deltas else pa.array([], pa.binary())
+        )
+        keys = cid_keys(delta_cids)
+        if not injective(delta_cids, keys):
+            return
+        order = np.argsort(np.asarray(keys), kind="stable")
+        self.delta_keys = np.asarray(keys)[order]
+        self.delta_cids = delta_cids.take(pa.array(order))
+        self.usable = True
+
+    def delta_cid(self, keys: pa.Array) -> pa.Array:
+        """The delta CID of each key in ``keys`` (all of them keys of the inputs' deltas)."""
+        at = np.searchsorted(self.delta_keys, np.asarray(keys))
+        return self.delta_cids.take(pa.array(at))
+
+
+def has_keys(path: Path) -> bool:
+    """True when the ops file at ``path`` carries the key columns (:mod:`.cidkeys`)."""
+    names = pq.read_schema(path).names
+    return all(c in names for c in KEY_COLUMNS)
+
+
+def keyed_inputs(inputs: Sequence[str | Path]) -> bool:
+    """True when every input is local and every one of its ops files carries the key
+    columns: the facts jobs then partition by ``fact_key`` (ADR 0131)."""
+    local = local_exports(inputs)
+    if local is None:
+        return False
+    files = [f for path in local for f in _ops_files(path)]
+    try:
+        return bool(files) and all(has_keys(f) for f in files)
+    except (OSError, pa.ArrowException):
+        return False
 
 
 class InputReader:
@@ -153,6 +268,8 @@ class InputReader:
         self.paths = list(paths)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="merklog-inputs")
         self._datasets = self._pool.submit(input_datasets, self.paths)
+        # the key check decides the job, the facts are needed only after it
+        self._keys = self._pool.submit(KeyCheck, self.paths)
         self._facts = self._pool.submit(FactArgs, self.paths)
 
     def datasets(self) -> list[str]:
@@ -160,6 +277,9 @@ class InputReader:
 
     def facts(self) -> FactArgs:
         return self._facts.result()
+
+    def keys(self) -> KeyCheck:
+        return self._keys.result()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -179,4 +299,13 @@ def _distinct(facts: pa.Table) -> pa.Table:
     return facts.take(pa.array(keep))
 
 
-__all__ = ["FactArgs", "InputReader", "input_datasets", "local_exports", "read_inputs"]
+__all__ = [
+    "FactArgs",
+    "InputReader",
+    "KeyCheck",
+    "has_keys",
+    "input_datasets",
+    "keyed_inputs",
+    "local_exports",
+    "read_inputs",
+]

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .cds import cds_options
+from .launch import forget_gateway, start_driver
 
 LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -176,15 +177,37 @@ def build_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
+    conf = {"spark.master": master, "spark.app.name": app_name, **settings}
     if quiet:
         with _stderr_to(spark_log_path()):
-            spark = builder.getOrCreate()
+            spark = _get_or_create(builder, conf)
     else:
-        spark = builder.getOrCreate()
+        spark = _get_or_create(builder, conf)
     if ship_code is None:
         ship_code = not master.startswith("local")
     if ship_code:
         spark.sparkContext.addPyFile(str(package_zip()))
+    return spark
+
+
+def _get_or_create(builder: Any, conf: dict[str, str]) -> Any:
+    """``builder.getOrCreate()``; when that starts the JVM of a local master, the JVM is
+    started directly from merklog's cache of the launcher's command (:mod:`.launch`,
+    ADR 0130), else by pyspark's own scripts."""
+    from pyspark import SparkContext
+
+    proc = start_driver(dict(sorted(conf.items()))) if SparkContext._gateway is None else None
+    try:
+        spark = builder.getOrCreate()
+    except BaseException:
+        if proc is not None:
+            proc.kill()
+        raise
+    finally:
+        if proc is not None:
+            forget_gateway()
+    if proc is not None:
+        spark.sparkContext._gateway.proc = proc  # as pyspark's launcher leaves it
     return spark
 
 

@@ -245,3 +245,59 @@ def test_dataset_names_travel_uncoded_above_the_code_limit(spark, tmp_path, monk
     named = compact(spark, dirs, tmp_path / "named", key, rows_per_partition=40)
     assert len(coded) == 2
     assert {r.dataset: r.manifest_cid for r in coded} == {r.dataset: r.manifest_cid for r in named}
+
+
+def test_the_ops_schema_built_in_python_is_the_ddl(spark):
+    """ADR 0129: the input schema is built as a StructType (no SQL parser in a fresh JVM),
+    and is exactly the documented DDL."""
+    from merklog.node.spark.compact import OPS_DDL, ops_schema
+
+    assert spark.createDataFrame([], OPS_DDL).schema == ops_schema()
+
+
+def test_keyed_job_gives_the_bytes_of_the_cid_job_and_keyless_exports_the_same_facts(
+    spark, tmp_path, monkeypatch
+):
+    """ADR 0131: the job over the CIDs' 64-bit keys gives the snapshot that the same job
+    over the CIDs gives (keys that collide send it there), byte for byte; exports without
+    the key columns (written before them) give the same facts, supports and heads."""
+    import merklog.node.spark.compact as mod
+    import merklog.node.spark.factargs as fa
+    from merklog.node.spark.cidkeys import KEY_COLUMNS
+
+    sim = Simulation(peers=3, pool=40, seed=17).run(240)
+    dirs = _export_views(sim, tmp_path)
+    key = Identity.from_seed(b"\x09" * 32)
+    assert fa.keyed_inputs(dirs) and fa.KeyCheck(dirs).usable
+    seen = []
+    live = mod.live_frame
+    monkeypatch.setattr(mod, "live_frame", lambda *a: seen.append(len(a) > 3 and a[3]) or live(*a))
+    [keyed] = compact(spark, dirs, tmp_path / "keyed", key, rows_per_partition=150)
+    monkeypatch.setattr(fa, "injective", lambda cids, keys: False)  # a 64-bit collision
+    assert not fa.KeyCheck(dirs).usable
+    [by_cid] = compact(spark, dirs, tmp_path / "by_cid", key, rows_per_partition=150)
+    assert seen == [True, True, False]  # the keyed job, then once more over the CIDs
+    assert by_cid.manifest_cid == keyed.manifest_cid
+    monkeypatch.undo()
+    old = []
+    for d in dirs:
+        o = tmp_path / f"old-{d.name}"
+        shutil.copytree(d, o)
+        for f in (o / "ops").glob("*.parquet"):
+            t = pq.read_table(f)
+            pq.write_table(t.drop_columns(KEY_COLUMNS), f)
+        old.append(o)
+    assert not fa.keyed_inputs(old) and not fa.keyed_inputs([*dirs[:2], old[2]])
+    [keyless] = compact(spark, old, tmp_path / "keyless", key, rows_per_partition=150)
+
+    def content(res):
+        rows = pq.read_table(res.directory / "facts").to_pylist()
+        return sorted((r["fact_cid"], r["relation"], str(r["args"]), r["support"]) for r in rows)
+
+    assert content(keyless) == content(keyed) and content(keyed)
+    assert keyless.manifest["heads"] == keyed.manifest["heads"]
+    assert keyless.manifest["facts"] == keyed.manifest["facts"]
+    facts = pq.read_table(keyed.directory / "facts").to_pylist()
+    assert {Fact(r["relation"], decode_args(r["args"])) for r in facts} == reference_visible(
+        [r for i in range(3) for r in sim.log_rows(i)]
+    )

@@ -1,0 +1,111 @@
+"""The driver JVM started directly from the launcher's cached command (ADR 0130): the JVM
+runs exactly what Spark's launcher prints, later starts need no launcher, and anything
+the scripts would read, another master or a command that fails sends the start back to
+pyspark's own launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from merklog.node.spark import launch
+
+CONF = {"spark.app.name": "merklog-launch-test", "spark.master": "local[1]"}
+
+PROBE = r"""
+import json, os, sys
+from merklog.node.spark import launch
+from merklog.node.spark.session import build_session
+if sys.argv[1] == "no-launcher":
+    def refuse(*a, **k):
+        raise AssertionError("the launcher ran although its command is cached")
+    launch.launcher_command = refuse
+spark = build_session(master="local[1]", app_name="merklog-launch-test", quiet=True)
+proc = spark.sparkContext._gateway.proc
+with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+    cmdline = [w.decode() for w in f.read().split(b"\0")[:-1]]
+print(json.dumps({
+    "rows": spark.range(5).count(),
+    "cmdline": cmdline,
+    "gateway_env": [k for k in os.environ if k.startswith("PYSPARK_GATEWAY")],
+}))
+"""
+
+
+def _probe(cache: Path, mode: str) -> dict:
+    env = dict(os.environ, MERKLOG_CACHE_DIR=str(cache), MERKLOG_SPARK_DIRECT="1")
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_driver_runs_the_launchers_command_and_later_starts_skip_the_launcher(
+    tmp_path: Path,
+) -> None:
+    first = _probe(tmp_path, "first")
+    assert first["rows"] == 5
+    assert first["gateway_env"] == []  # handed over, then forgotten
+    [cached] = (tmp_path / "spark-launch").glob("*.json")
+    command = json.loads(cached.read_text())["command"]
+    assert first["cmdline"] == command  # the JVM is the command the launcher printed
+    assert Path(command[0]).name == "java" and "org.apache.spark.launcher.Main" not in command
+    again = _probe(tmp_path, "no-launcher")  # the cache answers: no launcher JVM at all
+    assert again["rows"] == 5 and again["cmdline"] == command
+
+
+def test_what_the_scripts_would_read_keeps_pyspark_s_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = launch.spark_home()
+    assert home is not None
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert launch._script_env(home) is not None
+    (tmp_path / "spark-env.sh").write_text("export SPARK_DAEMON_MEMORY=1g\n")
+    assert launch._script_env(home) is None
+    (tmp_path / "spark-env.sh").unlink()
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.memory 2g\n")
+    assert launch._script_env(home) is None
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    # another master, pyspark's own submit arguments, or switched off: no direct start
+    assert launch.start_driver({**CONF, "spark.master": "spark://127.0.0.1:7077"}) is None
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-memory 2g pyspark-shell")
+    assert launch.start_driver(CONF) is None
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
+    monkeypatch.setenv("MERKLOG_SPARK_DIRECT", "0")
+    assert launch.start_driver(CONF) is None
+
+
+def test_a_command_that_fails_falls_back_and_leaves_no_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MERKLOG_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MERKLOG_SPARK_DIRECT", raising=False)
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    args = launch.submit_args(CONF)
+    found = launch.driver_command(args)  # asks the real launcher, fills the cache
+    assert found is not None
+    command, env = found
+    assert command[-1] == "pyspark-shell" and launch.SUBMIT in command
+    assert env["SPARK_HOME"] == str(launch.spark_home()) and env["PYTHONHASHSEED"] == "0"
+    [cached] = (tmp_path / "spark-launch").glob("*.json")
+    cached.write_text(json.dumps({"command": [sys.executable, "-c", "raise SystemExit(3)"]}))
+    assert launch.start_driver(CONF) is None  # exited before its gateway was up
+    assert "PYSPARK_GATEWAY_PORT" not in os.environ
+    cached.write_text("not json")
+    assert launch.driver_command(args) == found  # a damaged entry is asked again
+
+
+def test_the_launcher_output_is_parsed_as_spark_class_does() -> None:
+    words = ["--conf", "b=2", "--conf", "a=1", "pyspark-shell"]
+    assert launch._pairs(words) == launch._pairs(
+        ["--conf", "a=1", "--conf", "b=2", "pyspark-shell"]
+    )
+    assert launch._pairs(words) != launch._pairs(["--conf", "a=1", "pyspark-shell"])
