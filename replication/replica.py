@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
@@ -300,27 +301,34 @@ class Replica(Acceptance, ORSet, Reconciliation):
         # assert rows go in once, sorted by CID, when its last delta is accepted: one
         # in-order pass over each random-key B-tree instead of one per delta.
         retracts = any(p.wire["op"] == "retract" for p in planned)
-        self._deferred = _Deferred([], None if retracts else [], [], [], [], [])
+        with self._deferring(_Deferred([], None if retracts else [], [], [], [], [])):
+            for group in pack_ops(planned, len(self.heads())):
+                heads = self.heads()[:MAX_PARENTS]
+                clock = 1 + max(self._clock_of(h) or 0 for h in heads)
+                wire = [p.wire for p in group]
+                delta = build_delta(
+                    self.identity, self.dataset, self._next_seq(), clock, heads, wire
+                )
+                # The delta's asserted facts, in its op order (plan_ops made them unique).
+                blocks = [p.block for p in group if p.block]
+                self._accept(delta, blocks, visible_at_start)
+                out.append(delta.cid)
+        return out
+
+    @contextmanager
+    def _deferring(self, deferred: _Deferred) -> Iterator[None]:
+        """One local write's transaction with its rows deferred to ``deferred`` and
+        stored sorted at its end; a rollback tells subscribers nothing."""
+        self._deferred = deferred
         try:
             with self._tx():
-                for group in pack_ops(planned, len(self.heads())):
-                    heads = self.heads()[:MAX_PARENTS]
-                    clock = 1 + max(self._clock_of(h) or 0 for h in heads)
-                    wire = [p.wire for p in group]
-                    delta = build_delta(
-                        self.identity, self.dataset, self._next_seq(), clock, heads, wire
-                    )
-                    # The delta's asserted facts, in its op order (plan_ops made them unique).
-                    blocks = [p.block for p in group if p.block]
-                    self._accept(delta, blocks, visible_at_start)
-                    out.append(delta.cid)
+                yield
                 self._flush_deferred()
         except BaseException:
             self._changes = {}  # rolled back: nothing to tell subscribers
             raise
         finally:
             self._deferred = None
-        return out
 
     def _flush_deferred(self) -> None:
         """Store the blocks, ``repl_assert`` and ``repl_rel_fact`` rows a local write
@@ -376,30 +384,22 @@ class Replica(Acceptance, ORSet, Reconciliation):
         if not cids:
             return []
         out: list[Link] = []
-        self._deferred = _Deferred([], [], [], [], [], [])
-        try:
-            with self._tx():
-                for start, end in pack_asserts(list(map(len, datas)), len(self.heads())):
-                    heads = self.heads()[:MAX_PARENTS]
-                    clock = 1 + max(self._clock_of(h) or 0 for h in heads)
-                    delta = build_assert_delta(
-                        self.identity,
-                        self.dataset,
-                        self._next_seq(),
-                        clock,
-                        heads,
-                        cids[start:end],
-                    )
-                    self._accept_local_asserts(
-                        delta, cids[start:end], datas[start:end], facts[start:end]
-                    )
-                    out.append(delta.cid)
-                self._flush_deferred()
-        except BaseException:
-            self._changes = {}  # rolled back: nothing to tell subscribers
-            raise
-        finally:
-            self._deferred = None
+        with self._deferring(_Deferred([], [], [], [], [], [])):
+            for start, end in pack_asserts(list(map(len, datas)), len(self.heads())):
+                heads = self.heads()[:MAX_PARENTS]
+                clock = 1 + max(self._clock_of(h) or 0 for h in heads)
+                delta = build_assert_delta(
+                    self.identity,
+                    self.dataset,
+                    self._next_seq(),
+                    clock,
+                    heads,
+                    cids[start:end],
+                )
+                self._accept_local_asserts(
+                    delta, cids[start:end], datas[start:end], facts[start:end]
+                )
+                out.append(delta.cid)
         return out
 
     def _owner_check(self) -> None:

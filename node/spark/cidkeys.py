@@ -34,13 +34,18 @@ _FLIP = np.uint64(1 << 63)
 _PREFIX = int.from_bytes(PREFIX, "big")
 
 
+def _unsliced(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array whose buffers start at its first row (offset 0), so its
+    buffers can be read as numpy views."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return pa.concat_arrays([column]) if column.offset else column
+
+
 def cid_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The key of every CID of a binary column as ``int64`` (null for nulls and for CIDs
     that are not 36-byte dag-cbor/sha2-256)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if column.offset:
-        column = pa.concat_arrays([column])
+    column = _unsliced(column)
     n = len(column)
     if n == 0:
         empty = np.zeros(0, np.int64)
@@ -70,10 +75,7 @@ def cid_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def list_keys(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     """The keys of a ``list<binary>`` column, list for list (a null list stays null)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if column.offset:
-        column = pa.concat_arrays([column])
+    column = _unsliced(column)
     n = len(column)
     if n == 0:
         return pa.ListArray.from_arrays(_int32([0]), cid_keys(column.values))
