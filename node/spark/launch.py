@@ -159,7 +159,7 @@ def driver_command(args: list[str]) -> tuple[list[str], dict[str, str]] | None:
         if isinstance(command, list) and all(isinstance(c, str) for c in command):
             return command, env
     except (OSError, ValueError, KeyError, TypeError):
-        pass
+        pass  # no entry yet, or a damaged one: ask the launcher again and rewrite it
     command = launcher_command(home, args, env)
     if command is None:
         return None
