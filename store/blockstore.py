@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from .errors import BlockNotFound, CIDMismatch
@@ -103,6 +104,20 @@ class BlockStore(ABC):
             except (BlockNotFound, CIDMismatch):
                 continue
         return out
+
+    def scan_prefixed(
+        self, prefix: bytes, batch: int = 65_536
+    ) -> Iterator[list[tuple[bytes, bytes]]]:
+        """Every block whose data starts with ``prefix``, as ``(raw CID, data)`` pages of
+        at most ``batch`` in CID order, for bulk readers that check a whole page at once.
+
+        This default reads the sorted CIDs and fetches them in batches; a store that can
+        scan its blocks in CID order does it in one pass (the SQLite store)."""
+        cids = iter(sorted(self.iter_cids()))
+        while chunk := list(islice(cids, batch)):
+            page = [(c.raw, d) for c, d in self.get_many(chunk) if d.startswith(prefix)]
+            if page:
+                yield page
 
     def __len__(self) -> int:
         return sum(1 for _ in self.iter_cids())

@@ -26,7 +26,6 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from itertools import islice
 from operator import methodcaller
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ import pyarrow.parquet as pq
 
 from merklog.replication.bulk import iter_delta_blocks, iter_visible_cids, op_count
 from merklog.replication.replica import Replica
-from merklog.store import Fact, Link, SQLiteBlockStore, StoreError, fact_cid, verify
+from merklog.store import Fact, Link, StoreError, fact_cid, verify
 from merklog.store.gcpause import gc_paused
 
 from .cidjoin import lookup, member
@@ -200,20 +199,13 @@ def _checked(cids: list[bytes], datas: list[bytes]) -> None:
 
 def _fact_pages(replica: Replica, batch: int = 65_536) -> Iterator[tuple[list[bytes], list[bytes]]]:
     """Every fact block of the replica's block store (whatever dataset asserted it) as
-    ``(raw CIDs, datas)`` pages, hash-checked: one sequential scan of a SQLite store
-    (:meth:`~merklog.store.SQLiteBlockStore.scan_prefixed`), else CIDs and ``get_many``."""
-    store = replica.blockstore
-    if isinstance(store, SQLiteBlockStore):
-        for rows in store.scan_prefixed(FACT_PREFIX, batch):
-            cids, datas = [r[0] for r in rows], [r[1] for r in rows]
-            _checked(cids, datas)
-            yield cids, datas
-        return
-    it = iter(sorted(store.iter_cids()))
-    while chunk := list(islice(it, batch)):
-        pairs = [(c.raw, d) for c, d in store.get_many(chunk) if d[:5] == FACT_PREFIX]
-        if pairs:
-            yield [c for c, _d in pairs], [d for _c, d in pairs]
+    ``(raw CIDs, datas)`` pages, hash-checked page by page
+    (:meth:`~merklog.store.BlockStore.scan_prefixed`: one sequential scan of a SQLite
+    store)."""
+    for rows in replica.blockstore.scan_prefixed(FACT_PREFIX, batch):
+        cids, datas = [r[0] for r in rows], [r[1] for r in rows]
+        _checked(cids, datas)
+        yield cids, datas
 
 
 def fact_page_table(cids: list[bytes], datas: list[bytes]) -> pa.Table:
