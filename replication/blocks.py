@@ -226,15 +226,21 @@ _ASSERT_OP_HEAD = b"\xa2\x62op\x66assert\x64fact\xd8\x2a\x58\x25\x00"
 _EMPTY_OPS_SHELL = b"\xa7\x63ops\x80"
 
 
-def _cbor_array_head(n: int) -> bytes:
-    """The CBOR head of an array of ``n`` items (major type 4, shortest form)."""
+#: CBOR major types (RFC 8949 §3.1) whose heads the splicing encoders write.
+_BYTES, _ARRAY = 2, 4
+
+
+def _cbor_head(major: int, n: int) -> bytes:
+    """The CBOR head of major type ``major`` with argument ``n``, in shortest form (a
+    byte string of ``n`` bytes, an array of ``n`` items)."""
+    top = major << 5
     if n < 24:
-        return bytes((0x80 | n,))
+        return bytes((top | n,))
     if n < 0x100:
-        return bytes((0x98, n))
+        return bytes((top | 24, n))
     if n < 0x10000:
-        return b"\x99" + n.to_bytes(2, "big")
-    return b"\x9a" + n.to_bytes(4, "big")
+        return bytes((top | 25,)) + n.to_bytes(2, "big")
+    return bytes((top | 26,)) + n.to_bytes(4, "big")
 
 
 def build_assert_delta(
@@ -274,7 +280,7 @@ def build_assert_delta(
     shell = libipld.encode_dag_cbor(raw)
     if shell[:6] != _EMPTY_OPS_SHELL:
         raise InvalidDelta("an unsigned delta map starts with its ops")
-    ops = _cbor_array_head(len(raws)) + _ASSERT_OP_HEAD + _ASSERT_OP_HEAD.join(raws)
+    ops = _cbor_head(_ARRAY, len(raws)) + _ASSERT_OP_HEAD + _ASSERT_OP_HEAD.join(raws)
     unsigned_bytes = shell[:5] + ops + shell[6:]
     sig = identity.sign(unsigned_bytes)
     data = _with_sig(unsigned_bytes, raw, sig)
@@ -301,17 +307,6 @@ _AFTER_SIG = ("kind", "clock", "author", "dataset", "parents")
 _SIG_KEY = b"\x63sig"  # the text string "sig"
 
 
-def _cbor_bytes_head(n: int) -> bytes:
-    """The CBOR head of a byte string of ``n`` bytes (major type 2, shortest form)."""
-    if n < 24:
-        return bytes((0x40 | n,))
-    if n < 0x100:
-        return bytes((0x58, n))
-    if n < 0x10000:
-        return b"\x59" + n.to_bytes(2, "big")
-    return b"\x5a" + n.to_bytes(4, "big")
-
-
 def _with_sig(unsigned_bytes: bytes, raw: dict[str, Any], sig: bytes) -> bytes:
     """The signed delta's DAG-CBOR from the unsigned one's, with ``sig`` spliced in at its
     sorted place instead of encoding the whole delta (4,096 ops) a second time.
@@ -324,7 +319,7 @@ def _with_sig(unsigned_bytes: bytes, raw: dict[str, Any], sig: bytes) -> bytes:
         raise InvalidDelta("an unsigned delta is a map of 7 keys")
     tail = libipld.encode_dag_cbor({k: raw[k] for k in _AFTER_SIG})  # a map of 5: 1-byte head
     at = len(unsigned_bytes) - (len(tail) - 1)
-    entry = _SIG_KEY + _cbor_bytes_head(len(sig)) + sig
+    entry = _SIG_KEY + _cbor_head(_BYTES, len(sig)) + sig
     return b"\xa8" + unsigned_bytes[1:at] + entry + unsigned_bytes[at:]
 
 
