@@ -105,8 +105,13 @@ def _pair(tmp_path) -> tuple[Replica, Replica]:
 def _rows(r: Replica) -> dict[str, list]:
     q = r.conn.execute
     return {
-        "assert": sorted(q("SELECT ds, fact, delta, killed FROM repl_assert").fetchall()),
-        "rel": sorted(q("SELECT ds, rel, fact FROM repl_rel_fact").fetchall()),
+        # Facts by CID: the two paths hand out repl_fact ids in different orders.
+        "assert": sorted(q("SELECT ds, fact, delta, killed FROM repl_assert_cid").fetchall()),
+        "rel": sorted(
+            q(
+                "SELECT r.ds, r.rel, f.cid FROM repl_rel_fact r JOIN repl_fact f ON f.id = r.fact"
+            ).fetchall()
+        ),
         "delta": sorted(q("SELECT * FROM repl_delta").fetchall()),
         "parent": sorted(q("SELECT * FROM repl_parent").fetchall()),
         "head": sorted(q("SELECT * FROM repl_head").fetchall()),
