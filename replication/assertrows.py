@@ -20,8 +20,9 @@ import sqlite3
 from collections.abc import Iterable
 from itertools import compress
 from operator import add, itemgetter
+from typing import Any
 
-from .sqlutil import sorted_blob
+from .sqlutil import NUMPY_SORT_MIN, sorted_blob
 
 #: The recursive CTE that cuts blob ``?1``-long into ``?2``-byte records (``run.i`` the
 #: offset of each), shared by every statement here.
@@ -104,27 +105,66 @@ def insert_new_facts(
     """Insert a local bulk write's live asserts and relation-index rows (ADR 0127, 0132):
     ``records[k]`` is ``fact || delta`` of a fact of relation ``rels[k]``, facts unique.
 
-    Relation by relation, the facts get ids in CID order; when all of them are new to
-    the database (the bulk case) the ids are consecutive, known from one insert, and
-    the relation's assert and index rows are generated inside SQLite from the first id:
-    no CID lookup, and both inserts append. Otherwise the ids are looked up."""
+    The facts get ids in one insert, in CID order (one in-order pass over the CID index
+    of ``repl_fact``). When all of them are new to the database (the bulk case) the ids
+    are consecutive and known from that insert: the assert rows are generated inside
+    SQLite from the first id, and each relation's index rows from its facts' ranks in
+    CID order (numpy), sent as one blob of fixed-width decimal ids: no CID lookup, and
+    both inserts append. Otherwise the ids are looked up."""
     if not records:
         return 0
     size = fact_len + delta_len
-    names = set(rels)
-    for name in names:
-        run = records if len(names) == 1 else list(compress(records, map(name.__eq__, rels)))
-        blob, count = sorted_blob(run, size)
-        first = _new_ids(conn, blob, size, fact_len, count)
-        if first is None:  # some fact already had an id: look them up
-            conn.execute(_INSERT_RUN, (len(blob), size, fact_len, ds, 0, blob, delta_len))
-            _insert_rel_lookup(conn, ds, name, blob, size, fact_len)
-        else:
-            conn.execute(
-                _INSERT_RUN_IDS, (len(blob), size, fact_len, ds, 0, blob, delta_len, first)
-            )
-            conn.execute(_INSERT_REL_IDS, (count, ds, name, first))
+    names = sorted(set(rels))
+    bulk = len(records) >= NUMPY_SORT_MIN and all(type(name) is str for name in names)
+    if bulk:
+        import numpy as np
+
+        array = np.frombuffer(b"".join(records), dtype=f"S{size}")
+        order = np.argsort(array, kind="stable")  # equal-length strings: byte order
+        blob, count = array[order].tobytes(), len(records)
+    else:
+        blob, count = sorted_blob(records, size)
+    first = _new_ids(conn, blob, size, fact_len, count)
+    if first is None:  # some fact already had an id: look them up
+        conn.execute(_INSERT_RUN, (len(blob), size, fact_len, ds, 0, blob, delta_len))
+    else:
+        conn.execute(_INSERT_RUN_IDS, (len(blob), size, fact_len, ds, 0, blob, delta_len, first))
+    if first is not None and len(names) == 1:
+        conn.execute(_INSERT_REL_IDS, (count, ds, names[0], first))
+    elif first is not None and bulk:
+        code = {name: k for k, name in enumerate(names)}
+        codes = np.fromiter(map(code.__getitem__, rels), dtype=np.int32, count=count)[order]
+        for k, name in enumerate(names):
+            digits = _decimal_blob(np.flatnonzero(codes == k) + first)
+            width = len(digits) // int(np.count_nonzero(codes == k))
+            conn.execute(_INSERT_REL_DECIMAL, (len(digits), width, ds, name, digits))
+    else:
+        for name in names:
+            run = records if len(names) == 1 else list(compress(records, map(name.__eq__, rels)))
+            run_blob, _count = sorted_blob(run, size)
+            _insert_rel_lookup(conn, ds, name, run_blob, size, fact_len)
     return len(records)
+
+
+#: The relation index rows of one relation whose fact ids come as a blob of fixed-width
+#: decimal numbers (``?1`` blob length, ``?2`` width, ``?3`` ds, ``?4`` relation).
+_INSERT_REL_DECIMAL = (
+    _RUN
+    + """
+INSERT INTO repl_rel_fact (ds, rel, fact)
+SELECT ?3, ?4, CAST(substr(?5, i + 1, ?2) AS INTEGER) FROM run
+"""
+)
+
+
+def _decimal_blob(ids: Any) -> bytes:
+    """Ascending non-negative ids (a numpy int64 array) as ASCII decimal numbers of one
+    width, zero-padded, back to back (SQLite's ``CAST`` reads each back as an integer)."""
+    import numpy as np
+
+    width = len(str(int(ids[-1])))
+    powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    return ((ids[:, None] // powers) % 10 + 48).astype(np.uint8).tobytes()
 
 
 def _new_ids(
