@@ -9,7 +9,10 @@ import sqlite3
 import urllib.parse
 from pathlib import Path
 
+import pytest
+
 import merklog
+from merklog.replication.errors import NotFound
 from merklog.store import fact_cid, make_fact
 
 from .conftest import Cli, all_pages, peered_pair
@@ -65,6 +68,9 @@ def test_a_rare_relation_pages_without_reading_other_relations(tmp_path: Path) -
         # a cursor in the middle continues in the index's order
         page, cursor = node.page_facts("rare", order[2], 3)
         assert [c for c, _f in page] == order[3:6] and cursor == order[5]
+        # a cursor this node never stored has no place in the index: refused, not guessed
+        with pytest.raises(NotFound):
+            node.page_facts("rare", fact_cid(make_fact("rare", ["never"])), 3)
 
 
 def test_an_old_home_is_indexed_when_it_opens(tmp_path: Path, caplog) -> None:
@@ -143,6 +149,9 @@ def test_synced_and_restored_homes_page_a_relation_like_the_writer(
         ["rare(1)", "rare(1.0)", 'rare("1")', 'rare(x"01")', 'rare("from b")']
     )
     assert _by_cid(_http_pages(nb, "rare", 2)) == writer
+    never = fact_cid(make_fact("rare", ["never"]))
+    status, body = na.request("GET", f"/v1/facts?rel=rare&after={never}")
+    assert status == 400 and body["error"] == "bad input", body
     assert len(_http_pages(nb, "common", 400)) == len(_http_pages(na, "common", 1000)) == 1500
     # a backup restored into a fresh home pages the same (facts applied from a CAR)
     backup = tmp_path / "a.car"
