@@ -12,7 +12,7 @@ from merklog.replication.identity import Identity
 from merklog.replication.paging import visible_after, visible_of_relation_after
 from merklog.replication.replica import Replica
 from merklog.replication.schema import SCHEMA_VERSION, schema_version
-from merklog.store import fact_cid, make_fact
+from merklog.store import encode_facts, fact_cid, make_fact
 from merklog.store.sqlite import SQLiteBlockStore
 
 from .repl_support import pull
@@ -185,3 +185,28 @@ def test_a_newer_schema_is_refused(tmp_path) -> None:
     store.conn.execute("UPDATE repl_meta SET value = '3' WHERE key = 'schema_version'")
     with pytest.raises(ReplicationError, match="schema version 3"):
         Replica.create(store.conn, store, Identity.generate(), "e")
+
+
+def test_two_datasets_in_one_file_share_fact_ids_and_nothing_else(tmp_path) -> None:
+    """``repl_fact`` is one per file (ADR 0132): a second dataset asserting facts the first
+    already gave ids (a bulk call, mixed types) reuses them; visibility, retracts and
+    relation pages stay per dataset."""
+    store = SQLiteBlockStore(tmp_path / "two.sqlite")
+    one = Replica.create(store.conn, store, Identity.generate(), "one")
+    two = Replica.create(store.conn, store, Identity.generate(), "two")
+    shared = [make_fact(f"r{i % 2}", [i, MIXED[i % 5]]) for i in range(1500)]
+    own = [make_fact("r0", [i, "two"]) for i in range(600)]
+    one.write_asserts(shared, encode_facts(shared))  # new ids, ranks per relation
+    theirs = shared[500:] + own
+    two.write_asserts(theirs, encode_facts(theirs))  # 1,000 ids known: looked up
+    one.retract_facts(shared[500:700])
+    (ids,) = store.conn.execute("SELECT count(*) FROM repl_fact").fetchone()
+    assert ids == len(shared) + len(own)
+    assert one.visible_cids() == {fact_cid(f) for f in shared[:500] + shared[700:]}
+    assert two.visible_cids() == {fact_cid(f) for f in shared[500:] + own}
+    for replica, facts in ((one, shared[:500] + shared[700:]), (two, shared[500:] + own)):
+        for rel in ("r0", "r1"):
+            page = visible_of_relation_after(replica, rel, None, 10_000)
+            want = {fact_cid(f) for f in facts if f.rel == rel}
+            assert len(page) == len(want) and set(page) == want
+        assert visible_after(replica, None, 10_000) == sorted(replica.visible_cids())
