@@ -103,7 +103,7 @@ def missing_sizes(src: Replica, dst: Replica) -> tuple[int, int]:
 def total_block_bytes(r: Replica) -> int:
     (n,) = r.conn.execute(
         "SELECT coalesce(sum(length(b.data)), 0) FROM blocks b"
-        " WHERE b.cid IN (SELECT fact FROM repl_assert WHERE ds = ?)"
+        " WHERE b.cid IN (SELECT fact FROM repl_assert_cid WHERE ds = ?)"
         " OR b.cid IN (SELECT cid FROM repl_delta WHERE ds = ? AND clock > 0)",
         (r.ds, r.ds),
     ).fetchone()

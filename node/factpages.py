@@ -25,7 +25,12 @@ def list_facts(replica: Any, store: Any, rel: str | None = None) -> list[tuple[L
         page, after = page_facts(replica, store, rel, after, 10_000)
         out += page
         if after is None:
+            out.sort(key=_cid_of)  # a relation's pages come in id order (ADR 0132)
             return out
+
+
+def _cid_of(item: tuple[Link, Fact]) -> Link:
+    return item[0]
 
 
 def page_facts(
@@ -35,8 +40,9 @@ def page_facts(
     after: Link | None = None,
     limit: int = 1000,
 ) -> tuple[list[tuple[Link, Fact]], Link | None]:
-    """One page of visible facts in CID order, starting after CID ``after``; returns
-    (page, cursor for the next page or None when this was the last)."""
+    """One page of visible facts after the fact ``after`` (CID order; with ``rel``, the
+    order the node first stored the relation's facts, ADR 0132); returns (page, cursor
+    for the next page or None when this was the last)."""
     from merklog.replication.paging import visible_after, visible_of_relation_after
     from merklog.store import InvalidBlock, decode_fact
 

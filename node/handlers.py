@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from merklog.replication.errors import ReplicationError
+from merklog.replication.errors import NotFound, ReplicationError
 from merklog.store import Link, StoreError, decode, decode_fact
 from merklog.store.gcpause import gc_paused
 
@@ -109,9 +109,12 @@ async def list_facts(request: web.Request) -> web.Response:
         raise NodeInputError("limit= must be an integer") from None
     if not 1 <= limit <= FACTS_PAGE_MAX:
         raise NodeInputError(f"limit= must be between 1 and {FACTS_PAGE_MAX}")
-    page, cursor = await asyncio.get_running_loop().run_in_executor(
-        None, node.page_facts, rel, after, limit
-    )
+    try:
+        page, cursor = await asyncio.get_running_loop().run_in_executor(
+            None, node.page_facts, rel, after, limit
+        )
+    except NotFound as exc:  # a relation's cursor this node never stored (ADR 0132)
+        raise NodeInputError(f"after= must be a fact CID from a previous page: {exc}") from None
     return web.json_response(
         {"facts": [fact_ref(c, f) for c, f in page], "next": str(cursor) if cursor else None}
     )

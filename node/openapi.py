@@ -130,7 +130,7 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/facts": {
             "get": _op(
-                "One page of visible facts in CID order",
+                "One page of visible facts in CID order (with rel: in the order the node stored them)",
                 READ,
                 {"200": _json("FactPage"), "400": BAD_INPUT},
                 parameters=[

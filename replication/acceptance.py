@@ -268,7 +268,6 @@ class Acceptance(ReplicaState):
         raws = list(map(_raw_attr, cids))
         deferred.records.extend(map(add, raws, repeat(delta.cid.raw)))
         deferred.rel_names.extend(map(_rel_attr, facts))
-        deferred.rel_raws.extend(raws)
         # Each fact is new to the visible set and unique in the call (its entry is new).
         self._changes.update(zip(cids, [[1, fact] for fact in facts], strict=True))
 

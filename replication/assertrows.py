@@ -4,25 +4,66 @@ A local write of 200,000 facts inserts 200,000 ``(ds, fact, delta, killed)`` row
 Bound one Python tuple per row through ``executemany``, the binding alone (four
 parameters adapted per row) cost about as much CPU as SQLite's B-tree insert. Here a
 run of rows with the same dataset, ``killed`` flag and CID lengths goes to SQLite as
-one blob of ``fact || delta`` records, sorted (so the insert walks the primary key
-``(ds, fact, delta)`` in order), and a recursive CTE cuts it into rows inside SQLite —
-the technique :mod:`.relindex` uses for its index (ADR 0095, ADR 0110).
+one blob of ``fact || delta`` records, sorted, and a recursive CTE cuts it into rows
+inside SQLite — the technique :mod:`.relindex` uses for its index (ADR 0095, ADR 0110).
+
+``repl_assert`` names a fact by its id in ``repl_fact`` (ADR 0132): a run first gives
+its fact CIDs ids (``INSERT OR IGNORE``, in CID order), then inserts its rows with the
+ids looked up in that same statement. A local bulk write of facts new to the database
+(:func:`insert_new_facts`) knows its ids without a lookup: one insert hands out
+consecutive ids, so its assert and relation-index rows append at the ends of their trees.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
+from itertools import compress
 from operator import add, itemgetter
+from typing import Any
 
-from .sqlutil import sorted_blob
+from .sqlutil import NUMPY_SORT_MIN, sorted_blob
+
+#: The recursive CTE that cuts blob ``?1``-long into ``?2``-byte records (``run.i`` the
+#: offset of each), shared by every statement here.
+_RUN = "WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + ?2 FROM run WHERE i + ?2 < ?1)"
+
+#: ``?3`` fact CID length, ``?6`` the sorted records: their fact CIDs get ids.
+_INSERT_FACTS = (
+    _RUN
+    + """
+INSERT OR IGNORE INTO repl_fact (cid) SELECT substr(?6, i + 1, ?3) FROM run
+"""
+)
 
 #: ``?1`` blob length, ``?2`` record size, ``?3`` fact CID length, ``?4`` ds,
-#: ``?5`` killed, ``?6`` the sorted records; ``?7`` delta CID length.
-_INSERT_RUN = """
-WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + ?2 FROM run WHERE i + ?2 < ?1)
+#: ``?5`` killed, ``?6`` the sorted records; ``?7`` delta CID length. The fact ids are
+#: read from ``repl_fact`` (one probe of its CID index per row, pages the ids' insert
+#: just touched).
+_INSERT_RUN = (
+    _RUN
+    + """
 INSERT INTO repl_assert (ds, fact, delta, killed)
-SELECT ?4, substr(?6, i + 1, ?3), substr(?6, i + 1 + ?3, ?7), ?5 FROM run
+SELECT ?4, f.id, substr(?6, i + 1 + ?3, ?7), ?5
+FROM run CROSS JOIN repl_fact AS f WHERE f.cid = substr(?6, i + 1, ?3)
+"""
+)
+
+#: :data:`_INSERT_RUN` when the run's facts got the consecutive ids ``?8``, ``?8 + 1``, …
+#: in record order: no lookup.
+_INSERT_RUN_IDS = (
+    _RUN
+    + """
+INSERT INTO repl_assert (ds, fact, delta, killed)
+SELECT ?4, ?8 + i / ?2, substr(?6, i + 1 + ?3, ?7), ?5 FROM run
+"""
+)
+
+#: The relation index rows of a run whose facts got consecutive ids (``?1`` count,
+#: ``?2`` ds, ``?3`` relation, ``?4`` first id).
+_INSERT_REL_IDS = """
+WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM run WHERE i + 1 < ?1)
+INSERT OR IGNORE INTO repl_rel_fact (ds, rel, fact) SELECT ?2, ?3, ?4 + i FROM run
 """
 
 
@@ -39,37 +80,142 @@ def insert_asserts(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes, by
     count = 0
     for (ds, killed, fact_len, delta_len), records in runs.items():
         if fact_len == 0 or delta_len == 0:  # substr cannot cut empty fields: bind them
+            pairs = sorted((r[:fact_len], r[fact_len:]) for r in records)
             conn.executemany(
-                "INSERT INTO repl_assert VALUES (?, ?, ?, ?)",
-                [(ds, r[:fact_len], r[fact_len:], killed) for r in sorted(records)],
+                "INSERT OR IGNORE INTO repl_fact (cid) VALUES (?)", [(f,) for f, _d in pairs]
+            )
+            conn.executemany(
+                "INSERT INTO repl_assert SELECT ?, id, ?, ? FROM repl_fact WHERE cid = ?",
+                [(ds, d, killed, f) for f, d in pairs],
             )
         else:
-            # Fixed-size records: byte order is (fact, delta) order.
-            blob, _count = sorted_blob(records, fact_len + delta_len)
-            conn.execute(
-                _INSERT_RUN,
-                (len(blob), fact_len + delta_len, fact_len, ds, killed, blob, delta_len),
-            )
+            _insert_run(conn, ds, killed, records, fact_len, delta_len)
         count += len(records)
     return count
 
 
-def insert_records(
+def insert_new_facts(
     conn: sqlite3.Connection,
     ds: int,
     records: list[bytes],
+    rels: list[str],
     fact_len: int,
     delta_len: int,
 ) -> int:
-    """Insert live (``killed`` 0) ``repl_assert`` rows given as ``fact || delta`` records,
-    every fact CID ``fact_len`` and every delta CID ``delta_len`` bytes long (both > 0):
-    one sorted blob, cut by SQLite, as :func:`insert_asserts` does for such a run. A
-    local bulk write builds the records column-wise (ADR 0127)."""
+    """Insert a local bulk write's live asserts and relation-index rows (ADR 0127, 0132):
+    ``records[k]`` is ``fact || delta`` of a fact of relation ``rels[k]``, facts unique.
+
+    The facts get ids in one insert, in CID order (one in-order pass over the CID index
+    of ``repl_fact``). When all of them are new to the database (the bulk case) the ids
+    are consecutive and known from that insert: the assert rows are generated inside
+    SQLite from the first id, and each relation's index rows from its facts' ranks in
+    CID order (numpy), sent as one blob of fixed-width decimal ids: no CID lookup, and
+    both inserts append. Otherwise the ids are looked up."""
     if not records:
         return 0
-    blob, _count = sorted_blob(records, fact_len + delta_len)
-    conn.execute(_INSERT_RUN, (len(blob), fact_len + delta_len, fact_len, ds, 0, blob, delta_len))
+    size = fact_len + delta_len
+    names = sorted(set(rels))
+    bulk = len(records) >= NUMPY_SORT_MIN and all(type(name) is str for name in names)
+    if bulk:
+        import numpy as np
+
+        array = np.frombuffer(b"".join(records), dtype=f"S{size}")
+        order = np.argsort(array, kind="stable")  # equal-length strings: byte order
+        blob, count = array[order].tobytes(), len(records)
+    else:
+        blob, count = sorted_blob(records, size)
+    first = _new_ids(conn, blob, size, fact_len, count)
+    if first is None:  # some fact already had an id: look them up
+        conn.execute(_INSERT_RUN, (len(blob), size, fact_len, ds, 0, blob, delta_len))
+    else:
+        conn.execute(_INSERT_RUN_IDS, (len(blob), size, fact_len, ds, 0, blob, delta_len, first))
+    if first is not None and len(names) == 1:
+        conn.execute(_INSERT_REL_IDS, (count, ds, names[0], first))
+    elif first is not None and bulk:
+        code = {name: k for k, name in enumerate(names)}
+        codes = np.fromiter(map(code.__getitem__, rels), dtype=np.int32, count=count)[order]
+        for k, name in enumerate(names):
+            digits = _decimal_blob(np.flatnonzero(codes == k) + first)
+            width = len(digits) // int(np.count_nonzero(codes == k))
+            conn.execute(_INSERT_REL_DECIMAL, (len(digits), width, ds, name, digits))
+    else:
+        for name in names:
+            run = records if len(names) == 1 else list(compress(records, map(name.__eq__, rels)))
+            run_blob, _count = sorted_blob(run, size)
+            _insert_rel_lookup(conn, ds, name, run_blob, size, fact_len)
     return len(records)
+
+
+#: The relation index rows of one relation whose fact ids come as a blob of fixed-width
+#: decimal numbers (``?1`` blob length, ``?2`` width, ``?3`` ds, ``?4`` relation).
+_INSERT_REL_DECIMAL = (
+    _RUN
+    + """
+INSERT INTO repl_rel_fact (ds, rel, fact)
+SELECT ?3, ?4, CAST(substr(?5, i + 1, ?2) AS INTEGER) FROM run
+"""
+)
+
+
+def _decimal_blob(ids: Any) -> bytes:
+    """Ascending non-negative ids (a numpy int64 array) as ASCII decimal numbers of one
+    width, zero-padded, back to back (SQLite's ``CAST`` reads each back as an integer)."""
+    import numpy as np
+
+    width = len(str(int(ids[-1])))
+    powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    return ((ids[:, None] // powers) % 10 + 48).astype(np.uint8).tobytes()
+
+
+def _new_ids(
+    conn: sqlite3.Connection, blob: bytes, size: int, fact_len: int, count: int
+) -> int | None:
+    """Give the sorted records' fact CIDs ids; the first id if all ``count`` were new
+    (then they are consecutive, in record order), else None."""
+    # Counted with total_changes and last_insert_rowid(): the cursor's rowcount and
+    # lastrowid are not kept for a statement that starts with WITH.
+    before = conn.total_changes
+    conn.execute(_INSERT_FACTS, (len(blob), size, fact_len, None, None, blob))
+    if conn.total_changes - before != count:
+        return None
+    (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
+    first = int(last) - count + 1
+    # One insert of a rowid table takes max(rowid) + 1 for each row in turn; check both
+    # ends all the same rather than rely on it silently.
+    ends = conn.execute(
+        "SELECT id, cid FROM repl_fact WHERE id IN (?, ?) ORDER BY id", (first, last)
+    ).fetchall()
+    want = [blob[:fact_len], blob[len(blob) - size : len(blob) - size + fact_len]]
+    if [bytes(c) for _i, c in ends] != (want[:1] if count == 1 else want):
+        return None
+    return first
+
+
+def _insert_rel_lookup(
+    conn: sqlite3.Connection, ds: int, rel: str, blob: bytes, size: int, fact_len: int
+) -> None:
+    conn.execute(
+        _RUN + " INSERT OR IGNORE INTO repl_rel_fact (ds, rel, fact)"
+        " SELECT ?4, ?5, f.id FROM run CROSS JOIN repl_fact AS f"
+        " WHERE f.cid = substr(?6, i + 1, ?3)",
+        (len(blob), size, fact_len, ds, rel, blob),
+    )
+
+
+def _insert_run(
+    conn: sqlite3.Connection,
+    ds: int,
+    killed: int,
+    records: list[bytes],
+    fact_len: int,
+    delta_len: int,
+) -> None:
+    """One run of fixed-size records: ids for its facts (the new ones get theirs), then
+    its rows with the ids looked up."""
+    size = fact_len + delta_len
+    blob, _count = sorted_blob(records, size)  # byte order is (fact, delta) order
+    conn.execute(_INSERT_FACTS, (len(blob), size, fact_len, None, None, blob))
+    conn.execute(_INSERT_RUN, (len(blob), size, fact_len, ds, killed, blob, delta_len))
 
 
 def _one_run(rows: list) -> dict[tuple[int, int, int, int], list[bytes]] | None:

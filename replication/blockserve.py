@@ -38,8 +38,9 @@ def named_blocks(replica: Any, cids: Sequence[Link]) -> set[Link]:
                 f"SELECT cid FROM repl_delta WHERE ds = ? AND cid IN ({marks})", params
             ).fetchall()
             rows += replica.conn.execute(
-                f"SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND fact IN ({marks})",
-                params,
+                f"SELECT f.cid FROM repl_fact f WHERE f.cid IN ({marks})"
+                " AND EXISTS (SELECT 1 FROM repl_assert a WHERE a.ds = ? AND a.fact = f.id)",
+                [*by_raw, replica.ds],
             ).fetchall()
         out.update(by_raw[bytes(r[0])] for r in rows)
     return out

@@ -114,13 +114,13 @@ def iter_delta_blocks(
 def iter_visible_cids(replica: Replica, batch: int = 65_536) -> Iterator[list[bytes]]:
     """The raw CIDs of every visible fact, sorted, in lists (an index scan, no block reads)."""
     sql = (
-        "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0 AND fact > ?"
-        " ORDER BY fact LIMIT ?"
+        "SELECT f.cid FROM repl_fact f WHERE f.cid > ?1 AND EXISTS (SELECT 1 FROM repl_assert a"
+        " WHERE a.ds = ?2 AND a.fact = f.id AND a.killed = 0) ORDER BY f.cid LIMIT ?3"
     )
     after = b""
     while True:
         with replica._lock:
-            cids = [r[0] for r in replica.conn.execute(sql, (replica.ds, after, batch))]
+            cids = [r[0] for r in replica.conn.execute(sql, (after, replica.ds, batch))]
         if cids:
             yield cids
         if len(cids) < batch:

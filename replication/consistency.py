@@ -55,7 +55,7 @@ def check_tables(replica: Replica, report: Report) -> None:
         }
         facts = {
             bytes(r[0])
-            for r in conn.execute("SELECT DISTINCT fact FROM repl_assert WHERE ds = ?", (ds,))
+            for r in conn.execute("SELECT DISTINCT fact FROM repl_assert_cid WHERE ds = ?", (ds,))
         }
     report.deltas = len(deltas)
     for raw in heads:

@@ -2,7 +2,8 @@
 
 A fact is visible while some assert of it is not observed by any retract:
 ``repl_assert.killed`` caches "a retract observes this assert", so the visible set
-is ``SELECT DISTINCT fact FROM repl_assert WHERE killed = 0``. Applying an accepted
+is ``SELECT DISTINCT fact FROM repl_assert WHERE killed = 0`` (facts named by their
+``repl_fact`` id, ADR 0132: a lookup by CID goes through ``repl_fact`` once). Applying an accepted
 delta updates that cache and records the net visible changes of the transaction;
 subscribers hear them only after it committed.
 """
@@ -32,8 +33,8 @@ _BLOB_LOOKUP = 1000
 #: ``?3`` ds, ``?4`` the CIDs back to back): the run drives, one key probe per CID.
 _LIVE_RUN = """
 WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + ?2 FROM run WHERE i + ?2 < ?1)
-SELECT a.fact, a.delta FROM run CROSS JOIN repl_assert AS a
-WHERE a.ds = ?3 AND a.fact = substr(?4, run.i + 1, ?2) AND a.killed = 0
+SELECT f.cid, a.delta FROM run CROSS JOIN repl_fact AS f CROSS JOIN repl_assert AS a
+WHERE f.cid = substr(?4, run.i + 1, ?2) AND a.ds = ?3 AND a.fact = f.id AND a.killed = 0
 """
 
 #: Callback signature for visible-set changes: (+1 | -1, fact, fact CID).
@@ -58,7 +59,9 @@ class ORSet(ReplicaState):
         """The raw CID bytes of every visible fact, sorted (byte order is Link order)."""
         with self._lock:
             rows = self.conn.execute(
-                "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0", (self.ds,)
+                "SELECT DISTINCT f.cid FROM repl_assert a JOIN repl_fact f ON f.id = a.fact"
+                " WHERE a.ds = ? AND a.killed = 0",
+                (self.ds,),
             ).fetchall()
         return sorted(bytes(r[0]) for r in rows)
 
@@ -130,9 +133,10 @@ class ORSet(ReplicaState):
                 raws = sorted(run)
                 for chunk in _chunks(raws):
                     yield from self.conn.execute(
-                        "SELECT fact, delta FROM repl_assert WHERE ds = ? AND killed = 0"
-                        f" AND fact IN ({','.join('?' * len(chunk))})",
-                        (self.ds, *chunk),
+                        "SELECT f.cid, a.delta FROM repl_fact f CROSS JOIN repl_assert a"
+                        f" WHERE f.cid IN ({','.join('?' * len(chunk))})"
+                        " AND a.ds = ? AND a.fact = f.id AND a.killed = 0",
+                        (*chunk, self.ds),
                     )
 
     def _apply_asserts(
@@ -168,9 +172,10 @@ class ORSet(ReplicaState):
             visible_before.update(
                 bytes(r[0])
                 for r in conn.execute(
-                    f"SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND killed = 0"
-                    f" AND fact IN ({marks})",
-                    (ds, *[f.raw for f in chunk]),
+                    f"SELECT f.cid FROM repl_fact f WHERE f.cid IN ({marks})"
+                    " AND EXISTS (SELECT 1 FROM repl_assert a"
+                    " WHERE a.ds = ? AND a.fact = f.id AND a.killed = 0)",
+                    (*[f.raw for f in chunk], ds),
                 )
             )
         draw = delta.raw
@@ -241,13 +246,15 @@ class ORSet(ReplicaState):
         killed = 0
         for obs in observed:
             killed += conn.execute(
-                "UPDATE repl_assert SET killed = 1 WHERE ds = ? AND fact = ? AND delta = ?"
+                "UPDATE repl_assert SET killed = 1 WHERE ds = ?"
+                " AND fact = (SELECT id FROM repl_fact WHERE cid = ?) AND delta = ?"
                 " AND killed = 0",
                 (ds, fact.raw, obs.raw),
             ).rowcount
         if killed:
             still = conn.execute(
-                "SELECT 1 FROM repl_assert WHERE ds = ? AND fact = ? AND killed = 0 LIMIT 1",
+                "SELECT 1 FROM repl_assert WHERE ds = ?"
+                " AND fact = (SELECT id FROM repl_fact WHERE cid = ?) AND killed = 0 LIMIT 1",
                 (ds, fact.raw),
             ).fetchone()
             if still is None:

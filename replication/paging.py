@@ -1,12 +1,14 @@
-"""Visible fact CIDs in CID order from a cursor: the index range scans behind paged reads
+"""Visible fact CIDs from a cursor: the index range scans behind paged reads
 (``GET /v1/facts``, ``merklog ls`` through a running node).
 
-``repl_assert``'s primary key is ``(ds, fact, delta)``, so "the next ``limit`` distinct
-visible fact CIDs after ``after``" is one range scan of that index: a page costs
-O(limit · log n), not a sort of the whole visible set (which made every page of a
+All facts come in CID order: a range scan of ``repl_fact``'s CID index from the cursor
+with one ``repl_assert`` primary-key probe ``(ds, fact id)`` per fact passed, so a page
+costs O(limit · log n), not a sort of the whole visible set (which made every page of a
 450,000-fact home take seconds, and following all pages quadratic). A page of one
 relation scans that relation's rows of ``repl_rel_fact`` (:mod:`.relindex`) instead,
-so it never reads another relation's facts (ADR 0095).
+so it never reads another relation's facts (ADR 0095); that index is keyed by fact id
+(ADR 0132), so a relation's facts come in the order this node first stored them, and
+a cursor (a fact CID of an earlier page) is turned into its id first.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from merklog.store import Link
 
 from .blocks import fast_link
+from .errors import NotFound
 
 
 def visible_after(replica: Any, after: Link | None, limit: int) -> list[Link]:
@@ -23,24 +26,37 @@ def visible_after(replica: Any, after: Link | None, limit: int) -> list[Link]:
     Link order), ascending."""
     with replica._lock:
         rows = replica.conn.execute(
-            "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND fact > ? AND killed = 0"
-            " ORDER BY fact LIMIT ?",
-            (replica.ds, after.raw if after is not None else b"", limit),
+            "SELECT f.cid FROM repl_fact f WHERE f.cid > ?"
+            " AND EXISTS (SELECT 1 FROM repl_assert a"
+            " WHERE a.ds = ? AND a.fact = f.id AND a.killed = 0)"
+            " ORDER BY f.cid LIMIT ?",
+            (after.raw if after is not None else b"", replica.ds, limit),
         ).fetchall()
     return [fast_link(bytes(r[0])) for r in rows]
 
 
 def visible_of_relation_after(replica: Any, rel: str, after: Link | None, limit: int) -> list[Link]:
-    """Up to ``limit`` visible fact CIDs of relation ``rel`` greater than ``after``,
-    ascending: a range scan of ``repl_rel_fact``'s ``(ds, rel, fact)`` key with one
-    ``repl_assert`` primary-key probe per row passed (retracted facts of ``rel`` are
-    skipped there; other relations' facts are never touched)."""
+    """Up to ``limit`` visible fact CIDs of relation ``rel`` that come after the fact
+    ``after`` in the relation's index (the order this node first stored them; from the
+    start when ``after`` is None): a range scan of ``repl_rel_fact``'s ``(ds, rel, fact
+    id)`` key with one ``repl_assert`` primary-key probe per row passed (retracted facts
+    of ``rel`` are skipped there; other relations' facts are never touched). A cursor
+    this node never stored raises NotFound."""
     with replica._lock:
+        start = 0
+        if after is not None:
+            row = replica.conn.execute(
+                "SELECT id FROM repl_fact WHERE cid = ?", (after.raw,)
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"fact {after} is not a cursor of this node's pages")
+            start = int(row[0])
         rows = replica.conn.execute(
-            "SELECT r.fact FROM repl_rel_fact r WHERE r.ds = ? AND r.rel = ? AND r.fact > ?"
+            "SELECT f.cid FROM repl_rel_fact r CROSS JOIN repl_fact f"
+            " WHERE r.ds = ? AND r.rel = ? AND r.fact > ? AND f.id = r.fact"
             " AND EXISTS (SELECT 1 FROM repl_assert a"
             " WHERE a.ds = r.ds AND a.fact = r.fact AND a.killed = 0)"
             " ORDER BY r.fact LIMIT ?",
-            (replica.ds, rel, after.raw if after is not None else b"", limit),
+            (replica.ds, rel, start, limit),
         ).fetchall()
     return [fast_link(bytes(r[0])) for r in rows]

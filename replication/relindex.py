@@ -1,7 +1,8 @@
 """The per-relation index of a replica's asserted facts: ``GET /v1/facts?rel=`` pages
 that cost O(page) whatever the other relations hold (ADR 0095).
 
-``repl_rel_fact(ds, rel, fact)`` holds one row per fact some accepted delta of the
+``repl_rel_fact(ds, rel, fact)`` (``fact`` the fact's ``repl_fact`` id, ADR 0132)
+holds one row per fact some accepted delta of the
 dataset asserts (or a bootstrap installed), written in the transaction that records
 the assert (``ORSet._apply_asserts``, ``install_snapshot_state``). It is insert-only:
 a page of relation ``R`` walks ``R``'s rows from the cursor and keeps the facts that
@@ -44,9 +45,12 @@ REL_KEY = b"\xa2crel"
 #: as one concatenated blob ``?5`` and a recursive CTE cuts it into rows inside SQLite.
 #: Binding one Python row per fact cost about three times as much CPU (0.19 s against
 #: 0.07 s per 100,000 rows), and this insert sits on every write path.
+#: The index names a fact by its ``repl_fact`` id (ADR 0132): every fact indexed here has
+#: an assert, so it has an id, looked up in the same statement.
 _INSERT_RUN = """
 WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + ?2 FROM run WHERE i + ?2 < ?1)
-INSERT OR IGNORE INTO repl_rel_fact (ds, rel, fact) SELECT ?3, ?4, substr(?5, i + 1, ?2) FROM run
+INSERT OR IGNORE INTO repl_rel_fact (ds, rel, fact)
+SELECT ?3, ?4, f.id FROM run CROSS JOIN repl_fact AS f WHERE f.cid = substr(?5, i + 1, ?2)
 """
 
 
@@ -67,21 +71,6 @@ def record(conn: sqlite3.Connection, rows: Iterable[tuple[int, str, bytes]]) -> 
     for (ds, rel, size), raws in runs.items():
         blob, _count = sorted_blob(raws, size)
         conn.execute(_INSERT_RUN, (len(blob), size, ds, rel, blob))
-
-
-def record_columns(conn: sqlite3.Connection, ds: int, rels: list[str], raws: list[bytes]) -> None:
-    """:func:`record` for rows given as columns of one dataset (a local bulk write
-    keeps them so, ADR 0127): no row tuples are built for the bulk shape."""
-    names = set(rels)
-    sizes = set(map(len, raws))
-    if len(sizes) != 1 or len(names) > _FEW_RELATIONS or not all(type(n) is str for n in names):
-        record(conn, list(zip([ds] * len(raws), rels, raws, strict=True)))
-        return
-    (size,) = sizes
-    for name in names:
-        run = raws if len(names) == 1 else list(compress(raws, map(name.__eq__, rels)))
-        blob, _count = sorted_blob(run, size)
-        conn.execute(_INSERT_RUN, (len(blob), size, ds, name, blob))
 
 
 #: Up to this many relations in one write, :func:`record` splits its rows by relation
@@ -152,20 +141,23 @@ def ensure_index(conn: sqlite3.Connection, blockstore: BlockStore, ds: int) -> i
     ).fetchone()
     if done is not None:
         return 0
-    sql = "SELECT DISTINCT fact FROM repl_assert WHERE ds = ? AND fact > ? ORDER BY fact LIMIT ?"
-    after = b""
+    sql = (
+        "SELECT DISTINCT a.fact, f.cid FROM repl_assert a JOIN repl_fact f ON f.id = a.fact"
+        " WHERE a.ds = ? AND a.fact > ? ORDER BY a.fact LIMIT ?"
+    )
+    after = 0
     indexed = unreadable = 0
     while True:
-        raws = [bytes(r[0]) for r in conn.execute(sql, (ds, after, BACKFILL_BATCH))]
-        if not raws:
+        got = conn.execute(sql, (ds, after, BACKFILL_BATCH)).fetchall()
+        if not got:
             break
-        rows, bad = _relations(blockstore, [fast_link(r) for r in raws])
+        rows, bad = _relations(blockstore, [fast_link(bytes(r[1])) for r in got])
         record(conn, ((ds, rel, cid.raw) for cid, rel in rows))
         indexed += len(rows)
         unreadable += bad
-        if len(raws) < BACKFILL_BATCH:
+        if len(got) < BACKFILL_BATCH:
             break
-        after = raws[-1]
+        after = int(got[-1][0])
     if unreadable:
         log.warning(
             "%d asserted fact block(s) could not be read while indexing facts by relation;"

@@ -26,7 +26,7 @@ from merklog.store.gcpause import gc_paused
 
 from . import relindex
 from .acceptance import MAX_PENDING_BLOCKS, MAX_PENDING_BYTES, Acceptance, ApplyResult
-from .assertrows import insert_asserts, insert_records
+from .assertrows import insert_asserts, insert_new_facts
 from .blocks import (
     Assert,
     Delta,
@@ -72,10 +72,9 @@ class _Deferred(NamedTuple):
     asserts: list[tuple[int, bytes, bytes, int]] | None
     relations: list[tuple[int, str, bytes]]
     #: ``write_asserts`` keeps its rows as columns (ADR 0127): live ``repl_assert`` rows
-    #: as ``fact || delta`` records, and the index's relation names and fact CIDs.
+    #: as ``fact || delta`` records, and each record's relation name (its index row).
     records: list[bytes]
     rel_names: list[str]
-    rel_raws: list[bytes]
 
 
 class LogRow(NamedTuple):
@@ -301,7 +300,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         # assert rows go in once, sorted by CID, when its last delta is accepted: one
         # in-order pass over each random-key B-tree instead of one per delta.
         retracts = any(p.wire["op"] == "retract" for p in planned)
-        with self._deferring(_Deferred([], None if retracts else [], [], [], [], [])):
+        with self._deferring(_Deferred([], None if retracts else [], [], [], [])):
             for group in pack_ops(planned, len(self.heads())):
                 heads = self.heads()[:MAX_PARENTS]
                 clock = 1 + max(self._clock_of(h) or 0 for h in heads)
@@ -340,9 +339,10 @@ class Replica(Acceptance, ORSet, Reconciliation):
         if deferred.asserts:
             insert_asserts(self.conn, deferred.asserts)
         if deferred.records:  # 36-byte fact and delta CIDs (build_assert_delta's shape)
-            insert_records(self.conn, self.ds, deferred.records, _CID_BYTES, _CID_BYTES)
+            insert_new_facts(
+                self.conn, self.ds, deferred.records, deferred.rel_names, _CID_BYTES, _CID_BYTES
+            )
         relindex.record(self.conn, deferred.relations)
-        relindex.record_columns(self.conn, self.ds, deferred.rel_names, deferred.rel_raws)
 
     def write_asserts(
         self, facts: Sequence[Fact], encoded: Sequence[tuple[Link, bytes]]
@@ -384,7 +384,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         if not cids:
             return []
         out: list[Link] = []
-        with self._deferring(_Deferred([], [], [], [], [], [])):
+        with self._deferring(_Deferred([], [], [], [], [])):
             for start, end in pack_asserts(list(map(len, datas)), len(self.heads())):
                 heads = self.heads()[:MAX_PARENTS]
                 clock = 1 + max(self._clock_of(h) or 0 for h in heads)
@@ -488,7 +488,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
                 },
                 "asserts": {
                     (Link(d), Link(f))
-                    for f, d in q("SELECT fact, delta FROM repl_assert WHERE ds = ?", (ds,))
+                    for f, d in q("SELECT fact, delta FROM repl_assert_cid WHERE ds = ?", (ds,))
                 },
                 "retracts": {
                     (Link(d), Link(f), Link(o))

@@ -8,11 +8,25 @@ The tables *are* the log relations of docs/crdt.md: ``repl_delta`` = delta/4,
 set is ``SELECT DISTINCT fact FROM repl_assert WHERE killed = 0``.
 ``repl_rel_fact`` indexes asserted facts by relation and ``repl_index`` records which
 datasets' indexes are complete (see :mod:`.relindex`).
+
+Schema version 2 (ADR 0132): a fact is named by a small integer in ``repl_assert`` and
+``repl_rel_fact``. ``repl_fact (id, cid)`` (one per database, insert-only) maps each
+asserted fact CID to its id once; ids are handed out as facts are first asserted, so a
+write's new asserts and index rows append at the end of their B-trees instead of
+landing on random pages of CID-keyed trees (each such tree cost ~4 µs a fact and page
+rewrites on every commit). The view ``repl_assert_cid`` shows ``repl_assert`` with fact
+CIDs, for readers that want them. A version-1 home (fact CIDs in both tables) is
+migrated when it is opened (:func:`ensure_schema`).
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+
+from .errors import ReplicationError
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS repl_dataset (
@@ -33,10 +47,13 @@ CREATE INDEX IF NOT EXISTS repl_parent_parent ON repl_parent (ds, parent);
 CREATE TABLE IF NOT EXISTS repl_head (
     ds INTEGER NOT NULL, cid BLOB NOT NULL, PRIMARY KEY (ds, cid)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repl_fact (id INTEGER PRIMARY KEY, cid BLOB UNIQUE NOT NULL);
 CREATE TABLE IF NOT EXISTS repl_assert (
-    ds INTEGER NOT NULL, fact BLOB NOT NULL, delta BLOB NOT NULL, killed INTEGER NOT NULL,
+    ds INTEGER NOT NULL, fact INTEGER NOT NULL, delta BLOB NOT NULL, killed INTEGER NOT NULL,
     PRIMARY KEY (ds, fact, delta)
 ) WITHOUT ROWID;
+CREATE VIEW IF NOT EXISTS repl_assert_cid (ds, fact, delta, killed) AS
+    SELECT a.ds, f.cid, a.delta, a.killed FROM repl_assert a JOIN repl_fact f ON f.id = a.fact;
 CREATE TABLE IF NOT EXISTS repl_retract (
     ds INTEGER NOT NULL, fact BLOB NOT NULL, observed BLOB NOT NULL, delta BLOB NOT NULL,
     PRIMARY KEY (ds, fact, observed, delta)
@@ -66,16 +83,81 @@ CREATE TABLE IF NOT EXISTS repl_inbox (
 );
 CREATE INDEX IF NOT EXISTS repl_inbox_pending ON repl_inbox (consumed, id);
 CREATE TABLE IF NOT EXISTS repl_rel_fact (
-    ds INTEGER NOT NULL, rel TEXT NOT NULL, fact BLOB NOT NULL, PRIMARY KEY (ds, rel, fact)
+    ds INTEGER NOT NULL, rel TEXT NOT NULL, fact INTEGER NOT NULL, PRIMARY KEY (ds, rel, fact)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS repl_index (
     ds INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY (ds, name)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repl_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+"""
+
+#: The layout :data:`SCHEMA` creates (recorded in ``repl_meta``); 1 is the CID-keyed one.
+SCHEMA_VERSION = 2
+
+#: Version 1 -> 2, inside one savepoint: the fact CIDs of ``repl_assert`` get ids in CID
+#: order, then both tables are copied keyed by id (ADR 0132).
+_MIGRATE_1_TO_2 = """
+ALTER TABLE repl_assert RENAME TO repl_assert_v1;
+ALTER TABLE repl_rel_fact RENAME TO repl_rel_fact_v1;
+CREATE TABLE repl_fact (id INTEGER PRIMARY KEY, cid BLOB UNIQUE NOT NULL);
+INSERT INTO repl_fact (cid) SELECT DISTINCT fact FROM repl_assert_v1 ORDER BY fact;
+CREATE TABLE repl_assert (
+    ds INTEGER NOT NULL, fact INTEGER NOT NULL, delta BLOB NOT NULL, killed INTEGER NOT NULL,
+    PRIMARY KEY (ds, fact, delta)
+) WITHOUT ROWID;
+INSERT INTO repl_assert (ds, fact, delta, killed)
+    SELECT a.ds, f.id, a.delta, a.killed FROM repl_assert_v1 a JOIN repl_fact f ON f.cid = a.fact
+    ORDER BY a.ds, f.id, a.delta;
+CREATE TABLE repl_rel_fact (
+    ds INTEGER NOT NULL, rel TEXT NOT NULL, fact INTEGER NOT NULL, PRIMARY KEY (ds, rel, fact)
+) WITHOUT ROWID;
+INSERT INTO repl_rel_fact (ds, rel, fact)
+    SELECT r.ds, r.rel, f.id FROM repl_rel_fact_v1 r JOIN repl_fact f ON f.cid = r.fact
+    ORDER BY r.ds, r.rel, f.id;
+DROP TABLE repl_assert_v1;
+DROP TABLE repl_rel_fact_v1;
 """
 
 
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The replication layout of this database: 0 none yet, 1 CID-keyed, 2 id-keyed."""
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'repl_%'")}
+    if "repl_meta" in names:
+        row = conn.execute("SELECT value FROM repl_meta WHERE key = 'schema_version'").fetchone()
+        if row is not None:
+            return int(row[0])
+    return 1 if "repl_assert" in names else 0
+
+
 def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the replication tables if missing (idempotent)."""
-    for statement in SCHEMA.split(";"):
+    """Create the replication tables if missing and migrate an older layout (idempotent;
+    atomic: one savepoint, inside the caller's transaction if there is one)."""
+    version = schema_version(conn)
+    if version == SCHEMA_VERSION:
+        _run(conn, SCHEMA)  # a table dropped by hand comes back empty, as before
+        return
+    if version > SCHEMA_VERSION:
+        raise ReplicationError(
+            f"the replication tables have schema version {version}, newer than this"
+            f" merklog understands ({SCHEMA_VERSION})"
+        )
+    conn.execute("SAVEPOINT repl_schema")
+    try:
+        if version == 1:
+            log.info("migrating the replication tables to integer fact ids (once, ADR 0132)")
+            _run(conn, _MIGRATE_1_TO_2)
+        _run(conn, SCHEMA)
+        conn.execute(
+            "INSERT OR REPLACE INTO repl_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+    except BaseException:
+        conn.execute("ROLLBACK TO repl_schema")
+        conn.execute("RELEASE repl_schema")
+        raise
+    conn.execute("RELEASE repl_schema")
+
+
+def _run(conn: sqlite3.Connection, script: str) -> None:
+    for statement in script.split(";"):
         if statement.strip():
             conn.execute(statement)

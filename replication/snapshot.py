@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from merklog.store import Fact, Link, encode_fact
 
 from . import relindex
+from .assertrows import insert_asserts
 from .errors import InvalidDelta
 from .replica import Replica
 
@@ -60,14 +61,14 @@ def install_snapshot_state(
         raise InvalidDelta("a snapshot can only be installed into an empty replica")
     ds = replica.ds
     blocks: list[tuple[Link, bytes]] = []
-    asserts: list[tuple[int, bytes, bytes]] = []
+    asserts: list[tuple[int, bytes, bytes, int]] = []
     visible: list[tuple[Link, Fact]] = []
     for cid, fact, support in facts:
         real, data = encode_fact(fact)
         if real != cid:
             raise InvalidDelta(f"snapshot fact {fact} does not hash to its CID {cid}")
         blocks.append((cid, data))
-        asserts.extend((ds, cid.raw, s.raw) for s in support)
+        asserts.extend((ds, cid.raw, s.raw, 0) for s in support)
         visible.append((cid, fact))
     delta_rows = [(ds, d.cid.raw, d.author, d.seq, d.clock, 0, 0) for d in deltas]
     parent_rows = [(ds, d.cid.raw, p.raw) for d in deltas for p in d.parents]
@@ -85,9 +86,7 @@ def install_snapshot_state(
                 conn.executemany(
                     "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)", auth_rows
                 )
-                conn.executemany(
-                    "INSERT INTO repl_assert (ds, fact, delta, killed) VALUES (?, ?, ?, 0)", asserts
-                )
+                insert_asserts(conn, asserts)
                 relindex.record(conn, ((ds, fact.rel, cid.raw) for cid, fact in visible))
                 if heads:
                     conn.execute("DELETE FROM repl_head WHERE ds = ?", (ds,))

@@ -1,6 +1,7 @@
 """``GET /v1/facts?rel=`` on a rare relation reads that relation's index, never the other
 relations' facts (ADR 0095): for local writes, synced facts and restored CARs alike, and
-on a home made before the index existed (backfilled when it opens)."""
+on a home made before the index existed (backfilled when it opens). A relation's pages
+come in the order the node first stored its facts (ids, ADR 0132): each fact once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import sqlite3
 import urllib.parse
 from pathlib import Path
 
+import pytest
+
 import merklog
+from merklog.replication.errors import NotFound
 from merklog.store import fact_cid, make_fact
 
 from .conftest import Cli, all_pages, peered_pair
@@ -50,18 +54,23 @@ def test_a_rare_relation_pages_without_reading_other_relations(tmp_path: Path) -
     with merklog.open(home) as node:
         # Once open (which reads every visible fact), the other relations' blocks go.
         assert _drop_blocks_of(home / "store.sqlite", "rare") == 3000  # retracted ones too
+        order = [c for c, _f in node.page_facts("rare", None, 1000)[0]]
+        assert sorted(order) == expected
         for limit in (1, 3, 8, 1000):
             listed, pages = all_pages(node, "rare", limit)
-            assert [c for c, _f in listed] == expected
+            assert [c for c, _f in listed] == order
             assert pages == -(-len(expected) // limit)
         assert {c: f for c, f in listed} == {
             c: f for c, f in zip(map(fact_cid, RARE), RARE, strict=True) if c in expected
         }
         assert [c for c, _f in node.list_facts("rare")] == expected
         assert node.page_facts("none such", None, 10) == ([], None)
-        # a cursor in the middle continues in CID order
-        page, cursor = node.page_facts("rare", expected[2], 3)
-        assert [c for c, _f in page] == expected[3:6] and cursor == expected[5]
+        # a cursor in the middle continues in the index's order
+        page, cursor = node.page_facts("rare", order[2], 3)
+        assert [c for c, _f in page] == order[3:6] and cursor == order[5]
+        # a cursor this node never stored has no place in the index: refused, not guessed
+        with pytest.raises(NotFound):
+            node.page_facts("rare", fact_cid(make_fact("rare", ["never"])), 3)
 
 
 def test_an_old_home_is_indexed_when_it_opens(tmp_path: Path, caplog) -> None:
@@ -87,7 +96,7 @@ def test_an_old_home_is_indexed_when_it_opens(tmp_path: Path, caplog) -> None:
     conn.close()
     with merklog.open(home) as node:
         listed, _ = all_pages(node, "rare", 4)
-        assert [c for c, _f in listed] == expected
+        assert sorted(c for c, _f in listed) == expected and len(listed) == len(expected)
     assert "1 asserted fact block(s) could not be read while indexing" in caplog.text
     conn = sqlite3.connect(store)
     with conn:
@@ -96,7 +105,7 @@ def test_an_old_home_is_indexed_when_it_opens(tmp_path: Path, caplog) -> None:
     conn.close()
     with merklog.open(home) as node:
         listed, _ = all_pages(node, "rare", 4)
-        assert [c for c, _f in listed] == expected
+        assert sorted(c for c, _f in listed) == expected and len(listed) == len(expected)
         common, _ = all_pages(node, "common", 1000)
         assert len(common) == 2500
     conn = sqlite3.connect(store)
@@ -119,6 +128,10 @@ def _http_pages(proc, rel: str, limit: int) -> list[dict]:
             return out
 
 
+def _by_cid(facts: list[dict]) -> list[dict]:
+    return sorted(facts, key=lambda f: merklog.Link.parse(f["cid"]))
+
+
 def test_synced_and_restored_homes_page_a_relation_like_the_writer(
     tmp_path: Path, node_factory
 ) -> None:
@@ -131,14 +144,14 @@ def test_synced_and_restored_homes_page_a_relation_like_the_writer(
     a("retract", "rare(true).")
     b("put", 'rare("from b").')  # b writes too: a learns it by sync
     b("sync", "a")
-    writer = _http_pages(na, "rare", 2)
-    assert [f["fact"] for f in writer] == [
-        f["fact"] for f in sorted(writer, key=lambda f: merklog.Link.parse(f["cid"]))
-    ]
+    writer = _by_cid(_http_pages(na, "rare", 2))
     assert sorted(f["fact"] for f in writer) == sorted(
         ["rare(1)", "rare(1.0)", 'rare("1")', 'rare(x"01")', 'rare("from b")']
     )
-    assert _http_pages(nb, "rare", 2) == writer
+    assert _by_cid(_http_pages(nb, "rare", 2)) == writer
+    never = fact_cid(make_fact("rare", ["never"]))
+    status, body = na.request("GET", f"/v1/facts?rel=rare&after={never}")
+    assert status == 400 and body["error"] == "bad input", body
     assert len(_http_pages(nb, "common", 400)) == len(_http_pages(na, "common", 1000)) == 1500
     # a backup restored into a fresh home pages the same (facts applied from a CAR)
     backup = tmp_path / "a.car"
@@ -146,7 +159,7 @@ def test_synced_and_restored_homes_page_a_relation_like_the_writer(
     c = Cli(tmp_path / "c")
     c("restore", str(backup))
     nc = node_factory(c.home).start()
-    assert _http_pages(nc, "rare", 3) == writer
+    assert _by_cid(_http_pages(nc, "rare", 3)) == writer
 
 
 def test_a_client_that_leaves_mid_block_stream_is_no_server_error(

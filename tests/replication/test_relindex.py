@@ -39,12 +39,17 @@ def _replica(tmp_path, name: str, identity: Identity, genesis=None) -> Replica:
 
 
 def _page_all(replica: Replica, rel: str, limit: int) -> list[Link]:
+    """Every page of ``rel``, sorted by CID (pages come in id order, ADR 0132: each fact
+    once, whatever the page size)."""
     out: list[Link] = []
     after = None
     while page := visible_of_relation_after(replica, rel, after, limit):
         out += page
         after = page[-1]
-    return out
+    assert len(set(out)) == len(out)
+    whole = visible_of_relation_after(replica, rel, None, 1_000_000)
+    assert out == whole
+    return sorted(out)
 
 
 def test_local_applied_and_bootstrapped_replicas_index_alike(tmp_path) -> None:
@@ -69,7 +74,7 @@ def test_local_applied_and_bootstrapped_replicas_index_alike(tmp_path) -> None:
     with a._lock:
         support: dict[bytes, list[Link]] = {}
         for fact, delta in a.conn.execute(
-            "SELECT fact, delta FROM repl_assert WHERE ds = ? AND killed = 0", (a.ds,)
+            "SELECT fact, delta FROM repl_assert_cid WHERE ds = ? AND killed = 0", (a.ds,)
         ):
             support.setdefault(bytes(fact), []).append(Link(bytes(delta)))
     facts = [(cid, fact, support[cid.raw]) for cid, fact in a.visible()]
@@ -95,11 +100,17 @@ def test_record_stores_every_cid_as_a_blob_whatever_its_length(tmp_path) -> None
     long = [fact_cid(make_fact("p", [x])).raw for x in MIXED]
     short = [b"\x01\x55\x00\x03abc", b"\x01\x55\x00\x03abd"]  # identity-hash raw CIDs
     rows = [(1, "p", r) for r in long] + [(1, "p", r) for r in short] + [(2, "p", long[0])]
+    # The index names facts by their repl_fact ids (ADR 0132), which their asserts give.
+    conn.executemany("INSERT INTO repl_fact (cid) VALUES (?)", [(r,) for r in long + short])
     record(conn, rows)
     record(conn, rows[:2])  # again: ignored
-    got = conn.execute("SELECT ds, rel, fact, typeof(fact) FROM repl_rel_fact").fetchall()
+    got = conn.execute(
+        "SELECT r.ds, r.rel, f.cid, typeof(f.cid), typeof(r.fact)"
+        " FROM repl_rel_fact r JOIN repl_fact f ON f.id = r.fact"
+    ).fetchall()
     assert sorted(got) == sorted(
-        [(1, "p", r, "blob") for r in long + short] + [(2, "p", long[0], "blob")]
+        [(1, "p", r, "blob", "integer") for r in long + short]
+        + [(2, "p", long[0], "blob", "integer")]
     )
     conn.close()
 
@@ -149,7 +160,7 @@ def test_insert_asserts_cuts_runs_of_any_cid_length_and_refuses_duplicates(tmp_p
     rows += [(1, short, delta, 0), (1, facts[0], short, 0), (2, facts[0], delta, 0)]
     assert insert_asserts(conn, rows) == len(rows)
     got = conn.execute(
-        "SELECT ds, fact, delta, killed, typeof(fact), typeof(delta) FROM repl_assert"
+        "SELECT ds, fact, delta, killed, typeof(fact), typeof(delta) FROM repl_assert_cid"
     ).fetchall()
     assert sorted(got) == sorted((*r, "blob", "blob") for r in rows)
     assert len({r[1] for r in rows[:5]}) == 5  # 1, 1.0, true, "1", x"01": five CIDs
@@ -174,11 +185,16 @@ def test_bulk_rows_go_in_whichever_way_they_are_split(tmp_path, relations: int) 
     facts = [make_fact(f"r{i % relations}", [i, MIXED[i % 5]]) for i in range(400)]
     raws = [fact_cid(f).raw for f in facts]
     delta = fact_cid(make_fact("d", ["delta"])).raw
-    record(conn, [(1, f.rel, r) for f, r in zip(facts, raws, strict=True)])
     assert insert_asserts(conn, [(1, r, delta, 0) for r in raws]) == len(raws)
     assert insert_asserts(conn, []) == 0
-    got = conn.execute("SELECT ds, rel, fact, typeof(fact) FROM repl_rel_fact").fetchall()
+    record(conn, [(1, f.rel, r) for f, r in zip(facts, raws, strict=True)])
+    got = conn.execute(
+        "SELECT r.ds, r.rel, f.cid, typeof(f.cid) FROM repl_rel_fact r"
+        " JOIN repl_fact f ON f.id = r.fact"
+    ).fetchall()
     assert sorted(got) == sorted((1, f.rel, r, "blob") for f, r in zip(facts, raws, strict=True))
-    got = conn.execute("SELECT ds, fact, delta, killed, typeof(fact) FROM repl_assert").fetchall()
+    got = conn.execute(
+        "SELECT ds, fact, delta, killed, typeof(fact) FROM repl_assert_cid"
+    ).fetchall()
     assert sorted(got) == sorted((1, r, delta, 0, "blob") for r in raws)
     conn.close()
