@@ -32,7 +32,11 @@ from .errors import BlockNotFound, CIDMismatch, InvalidBlock, StoreError
 from .gcpause import gc_paused
 from .link import Link
 
-SCHEMA_VERSION = 1
+#: The file's format version. 2 changes none of this module's tables: the other tables
+#: sharing the file (replication's, ADR 0132) changed in a way a merklog reading version
+#: 1 would misread, and that merklog refuses a newer version; a version-1 file is
+#: marked 2 when it is opened (ADR 0133).
+SCHEMA_VERSION = 2
 
 # Per-connection (TEMP, never persisted): a view whose INSTEAD OF trigger stores a fact
 # block and its index row, so put_facts binds each fact once instead of twice.
@@ -126,6 +130,11 @@ class SQLiteBlockStore(BlockStore):
                     raise StoreError(
                         f"{self.path}: store schema version {row[0]} is newer than this "
                         f"merklog understands ({SCHEMA_VERSION})"
+                    )
+                elif int(row[0]) < SCHEMA_VERSION:
+                    self.conn.execute(
+                        "UPDATE store_meta SET value = ? WHERE key = 'schema_version'",
+                        (str(SCHEMA_VERSION),),
                     )
                 for statement in _INGEST:
                     self.conn.execute(statement)

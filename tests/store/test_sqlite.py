@@ -141,6 +141,32 @@ def test_refuses_newer_schema(tmp_path):
         SQLiteBlockStore(path)
 
 
+def test_version_1_file_is_marked_version_2_with_its_blocks_intact(tmp_path):
+    """A file from before ADR 0133 opens, keeps every block, and is marked version 2 so
+    a merklog that reads version 1 refuses it instead of misreading the replication
+    tables ADR 0132 changed (that merklog's refusal is the newer-version test above)."""
+    path = tmp_path / "s.sqlite"
+    store = SQLiteBlockStore(path)
+    facts = [make_fact("v", [x]) for x in (1, 1.0, True, "1", b"\x01")]
+    cids = store.put_facts(facts)
+    store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE store_meta SET value = '1' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    store = SQLiteBlockStore(path)
+    assert len(set(cids)) == 5
+    # Compared as bytes, never with ==/hash over values (1 == 1.0 == True).
+    assert [store.get(c) for c in cids] == [encode_fact(f)[1] for f in facts]
+    store.close()
+    conn = sqlite3.connect(path)
+    (version,) = conn.execute(
+        "SELECT value FROM store_meta WHERE key = 'schema_version'"
+    ).fetchone()
+    conn.close()
+    assert version == "2"
+
+
 WRITER = """
 import os, signal, sys
 from merklog.store import make_fact
