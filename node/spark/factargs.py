@@ -116,7 +116,8 @@ class FactArgs:
         # single arrays: a take of a chunked column concatenates its chunks on every call
         self._relation = self._facts.column("relation").combine_chunks()
         self._args = self._facts.column("args").combine_chunks()
-        self._cids = CidTable(self._facts.column("fact_cid").combine_chunks())
+        self._fact_cids = self._facts.column("fact_cid").combine_chunks()
+        self._cids = CidTable(self._fact_cids)
         #: the facts, then the inputs' asserted facts (built on first need)
         self._asserted: pa.Table | None = None
         self._asserted_only: pa.Table | None = None
@@ -124,6 +125,7 @@ class FactArgs:
         self._lock = threading.Lock()
         #: the facts' 64-bit keys and their sort order (built on first gather_keys)
         self._keys: np.ndarray | None = None
+        self._sorted_keys: np.ndarray | None = None
         self._key_order: np.ndarray | None = None
 
     def gather(self, cids: pa.Array) -> tuple[pa.Array, pa.Array]:
@@ -139,9 +141,11 @@ class FactArgs:
         ``keys``, for keys that are injective over the inputs' facts (:class:`KeyCheck`)."""
         with self._lock:  # several files are placed at once
             if self._key_order is None:
-                self._keys = np.asarray(cid_keys(self._facts.column("fact_cid")).fill_null(0))
-                self._key_order = np.argsort(self._keys, kind="stable")
-        sorted_keys = self._keys[self._key_order]
+                own = np.asarray(cid_keys(self._fact_cids).fill_null(0))
+                order = np.argsort(own, kind="stable")
+                self._keys, self._sorted_keys = own, own[order]
+                self._key_order = order
+        sorted_keys = self._sorted_keys
         at = np.searchsorted(sorted_keys, keys)
         found = at < len(sorted_keys)
         found[found] = sorted_keys[at[found]] == keys[found]
@@ -163,14 +167,14 @@ class FactArgs:
                 )
             rows[missing] = order[pos] + self._facts.num_rows
             both = self._asserted
+            columns = [both.column(c).combine_chunks() for c in _COLUMNS]
         else:
-            both = self._facts
+            # single arrays: a take of the chunked args column costs ~3x (1.05 against 0.34 s
+            # of CPU for the 3M facts of a 5M-op compaction)
+            columns = [self._fact_cids, self._relation, self._args]
         at = pa.array(rows)
-        return (
-            both.column("fact_cid").take(at),
-            both.column("relation").take(at),
-            both.column("args").take(at),
-        )
+        cid, relation, args = (c.take(at) for c in columns)
+        return cid, relation, args
 
     def _load_asserted(self) -> None:
         asserted = _distinct(_asserted_facts(self._inputs))
