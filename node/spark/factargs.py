@@ -51,7 +51,7 @@ def input_datasets(inputs: Sequence[Path]) -> list[str]:
     the dictionary it is stored as)."""
     names: set[str] = set()
     for path in inputs:
-        for f in _ops_files(path):
+        for f in ops_files(path):
             column = pq.read_table(f, columns=["dataset"], read_dictionary=["dataset"])
             for chunk in column.column("dataset").chunks:
                 names.update(chunk.dictionary.to_pylist())
@@ -83,7 +83,8 @@ def _export_facts(path: Path) -> list[pa.Table]:
     return out
 
 
-def _ops_files(path: Path) -> list[Path]:
+def ops_files(path: Path) -> list[Path]:
+    """The Parquet files of an input: a file, an export's ``ops/`` folder, or a folder."""
     if path.is_file():
         return [path]
     root = path / "ops" if (path / "ops").is_dir() else path
@@ -94,7 +95,7 @@ def _asserted_facts(paths: Sequence[Path]) -> pa.Table:
     """``fact_cid, relation, args`` of every assert row of the inputs (duplicates kept)."""
     tables = []
     for path in paths:
-        for f in _ops_files(path):
+        for f in ops_files(path):
             t = pq.read_table(f, columns=["op", *_COLUMNS])
             t = t.filter(pc.equal(t.column("op"), "assert")).select(list(_COLUMNS))
             tables.append(t.cast(_schema()))
@@ -207,7 +208,7 @@ class KeyCheck:
         self.delta_keys = np.zeros(0, np.int64)  # sorted
         self.delta_cids = pa.array([], pa.binary())  # aligned with delta_keys
         try:
-            self._check([f for path in inputs for f in _ops_files(path)])
+            self._check([f for path in inputs for f in ops_files(path)])
         except (OSError, pa.ArrowException):  # the job reads the CIDs themselves
             self.usable = False
 
@@ -255,7 +256,7 @@ def keyed_inputs(inputs: Sequence[str | Path]) -> bool:
     local = local_exports(inputs)
     if local is None:
         return False
-    files = [f for path in local for f in _ops_files(path)]
+    files = [f for path in local for f in ops_files(path)]
     try:
         return bool(files) and all(has_keys(f) for f in files)
     except (OSError, pa.ArrowException):
@@ -311,5 +312,6 @@ __all__ = [
     "input_datasets",
     "keyed_inputs",
     "local_exports",
+    "ops_files",
     "read_inputs",
 ]
