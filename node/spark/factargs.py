@@ -137,15 +137,20 @@ class FactArgs:
             return self._gather_asserted(cids, where)
         return self._relation.take(where), self._args.take(where)
 
-    def gather_keys(self, keys: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array]:
-        """``(fact_cid, relation, args)`` of the fact of each 64-bit key (:mod:`.cidkeys`) in
-        ``keys``, for keys that are injective over the inputs' facts (:class:`KeyCheck`)."""
+    def index_keys(self) -> None:
+        """Sort the facts by their 64-bit keys for :meth:`gather_keys` (once; the input
+        reader does it on its thread, before the staged files are placed)."""
         with self._lock:  # several files are placed at once
             if self._key_order is None:
                 own = np.asarray(cid_keys(self._fact_cids).fill_null(0))
                 order = np.argsort(own, kind="stable")
                 self._keys, self._sorted_keys = own, own[order]
                 self._key_order = order
+
+    def gather_keys(self, keys: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """``(fact_cid, relation, args)`` of the fact of each 64-bit key (:mod:`.cidkeys`) in
+        ``keys``, for keys that are injective over the inputs' facts (:class:`KeyCheck`)."""
+        self.index_keys()
         sorted_keys = self._sorted_keys
         at = np.searchsorted(sorted_keys, keys)
         found = at < len(sorted_keys)
@@ -275,7 +280,13 @@ class InputReader:
         self._datasets = self._pool.submit(input_datasets, self.paths)
         # the key check decides the job, the facts are needed only after it
         self._keys = self._pool.submit(KeyCheck, self.paths)
-        self._facts = self._pool.submit(FactArgs, self.paths)
+        self._facts = self._pool.submit(self._read_facts)
+
+    def _read_facts(self) -> FactArgs:
+        facts = FactArgs(self.paths)
+        if self._keys.result().usable:  # the keyed job's tags are mapped back by key
+            facts.index_keys()
+        return facts
 
     def datasets(self) -> list[str]:
         return self._datasets.result()
