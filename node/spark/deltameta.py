@@ -116,18 +116,33 @@ def spark_partition(column: pa.Array, partitions: int) -> np.ndarray | None:
     return np.mod(hashes.astype(np.int64), partitions)
 
 
+#: The read columns cast to one schema, whatever writer named a file's list fields.
+READ_SCHEMA = pa.schema(
+    [
+        ("dataset", pa.string()),
+        ("delta_cid", pa.binary()),
+        ("author", pa.binary()),
+        ("seq", pa.int64()),
+        ("clock", pa.int64()),
+        ("parents", pa.list_(pa.field("element", pa.binary()))),
+        ("op_index", pa.int32()),
+        ("op", pa.string()),
+        ("key", pa.binary()),
+    ]
+)
+
+
 def _meta_rows(files: Sequence[Path]) -> pa.Table:
     """The ``op_index = 0`` and grant/revoke rows of the ops files, their columns only."""
-    tables = []
+    tables = [READ_SCHEMA.empty_table()]
     for f in files:
-        ops = pq.read_table(f, columns=READ_COLUMNS, use_threads=False)
+        ops = pq.read_table(f, columns=READ_COLUMNS, use_threads=False).cast(READ_SCHEMA)
         op = ops.column("op")
         keep = pc.or_(
             pc.equal(ops.column("op_index"), 0), pc.is_in(op, pa.array(["grant", "revoke"]))
         )
         tables.append(ops.filter(keep))
-    rows = pa.concat_tables(tables, promote_options="permissive")
-    return rows.combine_chunks()
+    return pa.concat_tables(tables).combine_chunks()
 
 
 def _first_rows(table: pa.Table, keys: list[str]) -> pa.Table:
@@ -151,7 +166,7 @@ def stage_meta(files: Sequence[Path], staging: Path, partitions: int) -> bool:
     of several widths) or an input cannot be read as expected: the Spark job runs then."""
     try:
         rows = _meta_rows(files)
-    except (OSError, pa.ArrowException):  # the Spark job reads the inputs and says why
+    except (OSError, pa.ArrowException, KeyError):  # the Spark job reads them and says why
         return False
     part = spark_partition(rows.column("delta_cid"), partitions)
     if part is None:
@@ -182,4 +197,4 @@ def stage_meta(files: Sequence[Path], staging: Path, partitions: int) -> bool:
     return True
 
 
-__all__ = ["spark_hash", "spark_partition", "stage_meta"]
+__all__ = ["READ_SCHEMA", "spark_hash", "spark_partition", "stage_meta"]

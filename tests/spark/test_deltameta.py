@@ -103,3 +103,17 @@ def test_staged_meta_equals_the_spark_jobs_files(spark, tmp_path):
         for name in ours:
             assert ours[name].schema == theirs[name].schema, name
             assert ours[name].equals(theirs[name]), name
+
+
+def test_no_ops_stage_nothing_and_unreadable_inputs_go_to_the_spark_job(tmp_path):
+    """No ops files: an empty staging folder (no datasets, as the job's empty output); a
+    file that is not Parquet or lacks a column: False, so the Spark job reads the inputs
+    and reports them."""
+    assert stage_meta([], tmp_path / "empty", 3)
+    assert (tmp_path / "empty").is_dir() and not list((tmp_path / "empty").rglob("*.parquet"))
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    assert not stage_meta([bad], tmp_path / "bad", 3)
+    narrow = tmp_path / "narrow.parquet"
+    pq.write_table(pa.table({"delta_cid": pa.array([b"x" * 36])}), narrow)
+    assert not stage_meta([narrow], tmp_path / "narrow", 3)
