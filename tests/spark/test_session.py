@@ -71,3 +71,22 @@ def test_cli_size_is_unknown_for_urls_and_unreadable_files(tmp_path) -> None:
     bad.mkdir(parents=True)
     (bad / "part-00000.parquet").write_bytes(b"not parquet")
     assert _input_rows([str(tmp_path / "bad")]) is None
+
+
+def test_a_local_master_shuffles_without_compression_or_checksums(spark, monkeypatch) -> None:
+    """ADR 0137: a local session's shuffle blocks are neither compressed nor checksummed; a
+    cluster or a Connect server keeps Spark's defaults."""
+    from merklog.node.spark.session import LOCAL_SHUFFLE, shuffle_settings
+
+    conf = spark.sparkContext.getConf()
+    assert {k: conf.get(k) for k in LOCAL_SHUFFLE} == LOCAL_SHUFFLE
+    assert LOCAL_SHUFFLE == {
+        "spark.shuffle.compress": "false",
+        "spark.shuffle.checksum.enabled": "false",
+    }
+    monkeypatch.delenv("MERKLOG_SPARK_MASTER", raising=False)
+    assert shuffle_settings(None) == shuffle_settings("local[2]") == LOCAL_SHUFFLE
+    assert shuffle_settings("spark://127.0.0.1:7077") == {}
+    assert shuffle_settings(None, "sc://127.0.0.1:15002") == {}
+    monkeypatch.setenv("MERKLOG_SPARK_MASTER", "spark://127.0.0.1:7077")
+    assert shuffle_settings(None) == {}
