@@ -52,7 +52,7 @@ from merklog.replication.identity import Identity
 from merklog.store import Link
 
 from ..errors import NodeInputError
-from .deltameta import stage_meta
+from .deltameta import READ_COLUMNS, stage_meta
 from .export import GENESIS_FILE
 from .factargs import FactArgs, InputReader, KeyCheck, keyed_inputs, ops_files, read_inputs
 from .manifest import build_manifest, file_link
@@ -323,18 +323,7 @@ def meta_frame(ops: Any) -> Any:
     )
     return (
         ops.where((F.col("op_index") == 0) | is_acl)
-        .select(
-            F.explode(roles).alias("role"),
-            "dataset",
-            "delta_cid",
-            "author",
-            "seq",
-            "clock",
-            "parents",
-            "op_index",
-            "op",
-            "key",
-        )
+        .select(F.explode(roles).alias("role"), *READ_COLUMNS)
         .repartition("delta_cid")
         .dropDuplicates(["role", "delta_cid", "op_index"])
     )

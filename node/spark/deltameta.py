@@ -26,8 +26,9 @@ import pyarrow.parquet as pq
 SPARK_SEED = 42
 _C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
 
-#: Columns of the op rows this module reads, and the staged tables' schemas (those of the
-#: files Spark's writer stages for :func:`.compact.meta_frame`, as pyarrow reads them).
+#: Columns of the op rows this module reads, which :func:`.compact.meta_frame` selects
+#: too (one list, so both paths stage the same columns), and the staged tables' schemas
+#: (those of the files Spark's writer stages for it, as pyarrow reads them).
 READ_COLUMNS = [
     "dataset",
     "delta_cid",
