@@ -26,9 +26,12 @@ def open_replica(
     dataset: Link,
     identity: Identity,
     on_change: Callable[[Fact, int], None],
+    on_new: Callable[[list[Fact]], None] | None = None,
 ) -> Replica:
+    """The dataset's replica, telling ``on_change(fact, weight)`` every visible change
+    (``on_new(facts)`` the new facts of a bulk local write, each +1, at once)."""
     replica = Replica.open(store_conn(store), store, identity, dataset)
-    replica.subscribe(lambda weight, fact, _cid: on_change(fact, weight))
+    replica.subscribe(lambda weight, fact, _cid: on_change(fact, weight), on_new)
     return replica
 
 

@@ -102,7 +102,11 @@ class Node:
         self.epochs = EpochDriver(self)
         self._mutex = self.epochs.mutex
         self.replica = dataset_mod.open_replica(
-            self.store, self.dataset, self.identity, self.epochs.on_visible_change
+            self.store,
+            self.dataset,
+            self.identity,
+            self.epochs.on_visible_change,
+            self.epochs.on_visible_new,
         )
         self.last_sync: dict[str, Any] | None = None
         #: Sync history per peer URL (configured peers and URLs synced ad hoc).

@@ -268,8 +268,9 @@ class Acceptance(ReplicaState):
         raws = list(map(_raw_attr, cids))
         deferred.records.extend(map(add, raws, repeat(delta.cid.raw)))
         deferred.rel_names.extend(map(_rel_attr, facts))
-        # Each fact is new to the visible set and unique in the call (its entry is new).
-        self._changes.update(zip(cids, [[1, fact] for fact in facts], strict=True))
+        # Each fact is new to the visible set and unique in the call: told as columns.
+        deferred.new_cids.extend(cids)
+        deferred.new_facts.extend(facts)
 
     def _authorized(self, author: bytes, parents: Sequence[Link], clock: int) -> bool:
         """Writer status of ``author`` in the causal past of a delta with these parents."""

@@ -39,6 +39,8 @@ WHERE f.cid = substr(?4, run.i + 1, ?2) AND a.ds = ?3 AND a.fact = f.id AND a.ki
 
 #: Callback signature for visible-set changes: (+1 | -1, fact, fact CID).
 ChangeCallback = Callable[[int, Fact, Link], None]
+#: Told many facts that became visible at once (each +1): ``callback(facts)``.
+NewFactsCallback = Callable[[list[Fact]], None]
 
 
 def _raw_of(link: Link) -> bytes:
@@ -86,10 +88,21 @@ class ORSet(ReplicaState):
         ``p(1.0)`` and ``p(true)`` stay three facts, as they are three CIDs."""
         return FactSet(self.visible())
 
-    def subscribe(self, callback: ChangeCallback) -> Callable[[], None]:
-        """Call ``callback(+1|-1, fact, cid)`` for every committed visible-set change."""
+    def subscribe(
+        self, callback: ChangeCallback, on_new: NewFactsCallback | None = None
+    ) -> Callable[[], None]:
+        """Call ``callback(+1|-1, fact, cid)`` for every committed visible-set change.
+        ``on_new(facts)``: told a bulk local write's new facts in one call instead (each
+        +1; one change entry and callback per fact were ~12% of a 1M ``put -f``'s write, ADR 0138)."""
         self._subscribers.append(callback)
-        return lambda: self._subscribers.remove(callback)
+        if on_new is not None:
+            self._on_new[callback] = on_new
+
+        def unsubscribe() -> None:
+            self._subscribers.remove(callback)
+            self._on_new.pop(callback, None)
+
+        return unsubscribe
 
     def _live_asserts(self, fact: Link) -> list[Link]:
         return self._live_asserts_many([fact]).get(fact, [])
@@ -268,6 +281,19 @@ class ORSet(ReplicaState):
             entry[0] += weight
             if fact is not None:
                 entry[1] = fact
+
+    def _emit_new(self, cids: list[Link], facts: list[Fact]) -> None:
+        """Notify subscribers (after the commit, unlocked) that ``facts`` (``cids``) became
+        visible, each once: in one call to a subscriber's ``on_new``, else fact by fact."""
+        if not facts:
+            return
+        for callback in list(self._subscribers):
+            on_new = self._on_new.get(callback)
+            if on_new is not None:
+                on_new(facts)
+                continue
+            for cid, fact in zip(cids, facts, strict=True):
+                callback(1, fact, cid)
 
     def _emit(self, changes: dict[Link, list[Any]] | None = None) -> None:
         """Notify subscribers of committed net changes (after the lock is released)."""

@@ -49,7 +49,7 @@ from .errors import (
 )
 from .identity import Identity
 from .limits import MAX_FACT_BYTES, MAX_PARENTS
-from .orset import ChangeCallback, ORSet
+from .orset import ChangeCallback, NewFactsCallback, ORSet
 from .packing import pack_asserts, pack_ops, plan_ops
 from .reconcile import Reconciliation, Summary
 from .schema import ensure_schema
@@ -75,6 +75,10 @@ class _Deferred(NamedTuple):
     #: as ``fact || delta`` records, and each record's relation name (its index row).
     records: list[bytes]
     rel_names: list[str]
+    #: ``write_asserts``' facts new to the visible set (each +1, unique in the call):
+    #: told to subscribers as columns after the commit, not as one change entry each.
+    new_cids: list[Link]
+    new_facts: list[Fact]
 
 
 class LogRow(NamedTuple):
@@ -119,6 +123,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         self.dataset: Link = genesis.cid
         self._lock = conn_lock(conn, blockstore)
         self._subscribers: list[ChangeCallback] = []
+        self._on_new: dict[ChangeCallback, NewFactsCallback] = {}
         self._changes: dict[Link, list[Any]] = {}
         self._deferred: _Deferred | None = None
         with self._lock, self._tx():
@@ -300,7 +305,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         # assert rows go in once, sorted by CID, when its last delta is accepted: one
         # in-order pass over each random-key B-tree instead of one per delta.
         retracts = any(p.wire["op"] == "retract" for p in planned)
-        with self._deferring(_Deferred([], None if retracts else [], [], [], [])):
+        with self._deferring(_Deferred([], None if retracts else [], [], [], [], [], [])):
             for group in pack_ops(planned, len(self.heads())):
                 heads = self.heads()[:MAX_PARENTS]
                 clock = 1 + max(self._clock_of(h) or 0 for h in heads)
@@ -352,26 +357,38 @@ class Replica(Acceptance, ORSet, Reconciliation):
         or a row tuple per fact. ``encoded``: ``encode_facts(facts)``. Calls of another
         shape (CIDs not 36 bytes, a fact over ``MAX_FACT_BYTES``, pending changes) take
         ``write_many``."""
+        return self.write_assert_columns(
+            facts, list(map(_first, encoded)), list(map(_second, encoded))
+        )
+
+    def write_assert_columns(
+        self, facts: Sequence[Fact], cids: list[Link], datas: list[bytes]
+    ) -> list[Link]:
+        """``write_asserts(facts, list(zip(cids, datas)))`` with the encoding as two
+        columns, as ``put``'s forked encoder delivers it (ADR 0138)."""
         with gc_paused():
             with self._lock:
-                out = self._write_asserts_locked(facts, encoded)
+                out, new = self._write_asserts_locked(facts, cids, datas)
                 changes, self._changes = self._changes, {}
             self._emit(changes)
+            self._emit_new(new.new_cids, new.new_facts)
         return out
 
     def _write_asserts_locked(
-        self, facts: Sequence[Fact], encoded: Sequence[tuple[Link, bytes]]
-    ) -> list[Link]:
-        cids = list(map(_first, encoded))
-        datas = list(map(_second, encoded))
+        self, facts: Sequence[Fact], cids: list[Link], datas: list[bytes]
+    ) -> tuple[list[Link], _Deferred]:
+        """The deltas' CIDs, and the deferred columns (its new visible facts)."""
+        new = _Deferred([], [], [], [], [], [], [])
         raws = list(map(_raw_attr, cids))
         if (
             len(cids) != len(facts)
+            or len(datas) != len(facts)
             or self._changes
             or (raws and set(map(len, raws)) != {_CID_BYTES})
             or (datas and max(map(len, datas)) > MAX_FACT_BYTES)
         ):
-            return self._write_locked([Assert(f) for f in facts], encoded)
+            encoded = list(zip(cids, datas, strict=False))
+            return self._write_locked([Assert(f) for f in facts], encoded), new
         facts = facts if isinstance(facts, list) else list(facts)
         drop = self._visible_raws(raws)
         if drop or len(set(raws)) != len(raws):
@@ -382,9 +399,9 @@ class Replica(Acceptance, ORSet, Reconciliation):
             datas = list(compress(datas, keep))
             facts = list(compress(facts, keep))
         if not cids:
-            return []
+            return [], new
         out: list[Link] = []
-        with self._deferring(_Deferred([], [], [], [], [])):
+        with self._deferring(new):
             for start, end in pack_asserts(list(map(len, datas)), len(self.heads())):
                 heads = self.heads()[:MAX_PARENTS]
                 clock = 1 + max(self._clock_of(h) or 0 for h in heads)
@@ -400,7 +417,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
                     delta, cids[start:end], datas[start:end], facts[start:end]
                 )
                 out.append(delta.cid)
-        return out
+        return out, new
 
     def _owner_check(self) -> None:
         if self.identity.public_key != self.genesis.owner:

@@ -28,6 +28,7 @@ class ReplicaState:
     ds: int
     _lock: Any
     _subscribers: list[Any]
+    _on_new: dict[Any, Any]
     _changes: dict[Link, list[Any]]
     #: During a local bulk write (``Replica.write_many``): the fact/delta blocks and the
     #: ``repl_assert`` rows of its deltas, inserted once, sorted, when the call ends.
