@@ -233,6 +233,15 @@ class Node:
         writeaccess.sync_before_first_write_here(self)
         return self._write(asserts, retracts)
 
+    def write_encoded(
+        self, facts: list[Fact], cids: list[Link], blocks: list[bytes], valid: bool = False
+    ) -> Link | None:
+        """Assert ``facts`` whose CIDs and blocks ``put``'s forked encoder computed
+        (:func:`.writes.write_encoded`, ADR 0138); durable on return. A freshly joined
+        home first syncs once with its origin, as :meth:`write` does."""
+        writeaccess.sync_before_first_write_here(self)
+        return writes.write_encoded(self, facts, cids, blocks, valid)
+
     def _write(
         self, asserts: Iterable[FactLike], retracts: Iterable[FactLike], checked: bool = False
     ) -> WriteResult:
