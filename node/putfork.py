@@ -84,10 +84,21 @@ def _child(parts: Sequence[list[Fact]], data_w: int, ack_r: int) -> None:
             _write_all(data_w, _HEAD.pack(_UNCHECKED, len(chunk), 0))
             status = _UNCHECKED
         else:
+            import numpy as np
+
             sizes = struct.pack(f"<{len(blocks)}I", *map(len, blocks))
             raw = b"".join(c.raw for c in cids)
+            # The CID order the store inserts in, so the writer sorts nothing.
+            order = np.argsort(np.frombuffer(raw, dtype=f"S{_CID_BYTES}"), kind="stable")
             body = b"".join(blocks)
-            _write_all(data_w, _HEAD.pack(status, len(chunk), len(body)), raw, sizes, body)
+            _write_all(
+                data_w,
+                _HEAD.pack(status, len(chunk), len(body)),
+                raw,
+                sizes,
+                order.astype("<u4").tobytes(),
+                body,
+            )
         if previous is not None:
             if not os.read(ack_r, 1):
                 return  # the parent stopped before committing chunk k-1
@@ -99,8 +110,9 @@ def _child(parts: Sequence[list[Fact]], data_w: int, ack_r: int) -> None:
         click.echo(previous)
 
 
-def _unpack(fd: int) -> tuple[int, list[Link], list[bytes]] | None:
-    """One chunk from the child: (status, CIDs, blocks); None if the child is gone."""
+def _unpack(fd: int) -> tuple[int, list[Link], list[bytes], list[int]] | None:
+    """One chunk from the child: (status, CIDs, blocks, their CID order); None if the
+    child is gone."""
     import numpy as np
 
     head = _read_exact(fd, _HEAD.size)
@@ -108,28 +120,32 @@ def _unpack(fd: int) -> tuple[int, list[Link], list[bytes]] | None:
         return None
     status, n, size = _HEAD.unpack(head)
     if status == _UNCHECKED:
-        return status, [], []
-    buf = _read_exact(fd, n * (_CID_BYTES + 4) + size)
+        return status, [], [], []
+    buf = _read_exact(fd, n * (_CID_BYTES + 8) + size)
     if buf is None:
         return None
     raws = np.frombuffer(buf, dtype=f"V{_CID_BYTES}", count=n).tolist()
     ends = np.cumsum(np.frombuffer(buf, dtype="<u4", count=n, offset=n * _CID_BYTES))
-    body = bytes(memoryview(buf)[n * (_CID_BYTES + 4) :])
+    positions = np.frombuffer(buf, dtype="<u4", count=n, offset=n * (_CID_BYTES + 4))
+    if n and (int(positions.max()) >= n or int(np.bincount(positions).max()) != 1):
+        raise EncoderDied("the encoding process sent a chunk whose order is no permutation")
+    order = positions.tolist()
+    body = bytes(memoryview(buf)[n * (_CID_BYTES + 8) :])
     starts = [0, *ends[:-1].tolist()]
     blocks = [body[a:b] for a, b in zip(starts, ends.tolist(), strict=True)]
-    return status, list(map(Link._trusted, raws)), blocks
+    return status, list(map(Link._trusted, raws)), blocks, order
 
 
 def put_forked(
     parts: list[list[Fact]],
-    write: Callable[[list[Fact], list[Link], list[bytes], bool], Any],
+    write: Callable[[list[Fact], list[Link], list[bytes], list[int], bool], Any],
     done: Callable[[list[Fact]], None],
     serial: Callable[[list[Fact]], None],
 ) -> None:
     """Write ``parts`` (chunks of parsed facts) in order with a forked encoder/printer.
 
-    ``write(chunk, cids, blocks, valid)`` writes one chunk durably (``cids``, ``blocks``:
-    its encoding; ``valid``: ``check_facts`` returned the chunk itself);
+    ``write(chunk, cids, blocks, order, valid)`` writes one chunk durably (``cids``,
+    ``blocks``: its encoding; ``order``: the positions of ``cids`` in CID order; ``valid``: ``check_facts`` returned the chunk itself);
     ``done(chunk)`` is called after each chunk the child prints; ``serial(chunk)``
     writes and prints a chunk in this process (after the child could not check one)."""
     sys.stdout.flush()
@@ -157,7 +173,7 @@ def put_forked(
             got = _unpack(data_r)
             if got is None:
                 raise EncoderDied(_died(pid, k, len(parts)))
-            status, cids, blocks = got
+            status, cids, blocks, order = got
             if status == _UNCHECKED:
                 _close(data_r, ack_w)
                 data_r = ack_w = -1
@@ -166,7 +182,7 @@ def put_forked(
                 for rest in parts[k:]:
                     serial(rest)
                 return
-            write(chunk, cids, blocks, status == _CHECKED_AS_IS)
+            write(chunk, cids, blocks, order, status == _CHECKED_AS_IS)
             _write_all(ack_w, b"\x01")
             done(chunk)
         _close(ack_w)

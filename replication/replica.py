@@ -362,20 +362,30 @@ class Replica(Acceptance, ORSet, Reconciliation):
         )
 
     def write_assert_columns(
-        self, facts: Sequence[Fact], cids: list[Link], datas: list[bytes]
+        self,
+        facts: Sequence[Fact],
+        cids: list[Link],
+        datas: list[bytes],
+        order: Sequence[int] | None = None,
     ) -> list[Link]:
         """``write_asserts(facts, list(zip(cids, datas)))`` with the encoding as two
-        columns, as ``put``'s forked encoder delivers it (ADR 0138)."""
+        columns, as ``put``'s forked encoder delivers it (ADR 0138). ``order``: the
+        positions of ``cids`` in CID order, if the caller has them: the blocks go to the
+        store in that order instead of being sorted here."""
         with gc_paused():
             with self._lock:
-                out, new = self._write_asserts_locked(facts, cids, datas)
+                out, new = self._write_asserts_locked(facts, cids, datas, order)
                 changes, self._changes = self._changes, {}
             self._emit(changes)
             self._emit_new(new.new_cids, new.new_facts)
         return out
 
     def _write_asserts_locked(
-        self, facts: Sequence[Fact], cids: list[Link], datas: list[bytes]
+        self,
+        facts: Sequence[Fact],
+        cids: list[Link],
+        datas: list[bytes],
+        order: Sequence[int] | None = None,
     ) -> tuple[list[Link], _Deferred]:
         """The deltas' CIDs, and the deferred columns (its new visible facts)."""
         new = _Deferred([], [], [], [], [], [], [])
@@ -398,6 +408,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
             cids = list(compress(cids, keep))
             datas = list(compress(datas, keep))
             facts = list(compress(facts, keep))
+            order = None  # positions of the whole call, not of what is kept
         if not cids:
             return [], new
         out: list[Link] = []
@@ -414,9 +425,13 @@ class Replica(Acceptance, ORSet, Reconciliation):
                     cids[start:end],
                 )
                 self._accept_local_asserts(
-                    delta, cids[start:end], datas[start:end], facts[start:end]
+                    delta, cids[start:end], datas[start:end], facts[start:end], order is None
                 )
                 out.append(delta.cid)
+            if order is not None:  # the fact blocks in CID order, before the delta blocks
+                new.blocks[:0] = zip(
+                    map(cids.__getitem__, order), map(datas.__getitem__, order), strict=True
+                )
         return out, new
 
     def _owner_check(self) -> None:

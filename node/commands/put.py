@@ -203,8 +203,8 @@ def _put_forked(
     chunk and prints each committed one (ADR 0138)."""
     from merklog.node.putfork import put_forked
 
-    def write(chunk: list, cids: list, blocks: list, valid: bool) -> None:
-        t.node.write_encoded(chunk, cids, blocks, valid)
+    def write(chunk: list, cids: list, blocks: list, order: list, valid: bool) -> None:
+        t.node.write_encoded(chunk, cids, blocks, valid, order)
 
     def done(chunk: list) -> None:
         bar.advance(task, len(chunk))
