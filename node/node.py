@@ -233,20 +233,6 @@ class Node:
         writeaccess.sync_before_first_write_here(self)
         return self._write(asserts, retracts)
 
-    def write_encoded(
-        self,
-        facts: list[Fact],
-        cids: list[Link],
-        blocks: list[bytes],
-        valid: bool = False,
-        order: list[int] | None = None,
-    ) -> Link | None:
-        """Assert ``facts`` whose CIDs and blocks ``put``'s forked encoder computed
-        (:func:`.writes.write_encoded`, ADR 0138); durable on return. A freshly joined
-        home first syncs once with its origin, as :meth:`write` does."""
-        writeaccess.sync_before_first_write_here(self)
-        return writes.write_encoded(self, facts, cids, blocks, valid, order)
-
     def _write(
         self, asserts: Iterable[FactLike], retracts: Iterable[FactLike], checked: bool = False
     ) -> WriteResult:

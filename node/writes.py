@@ -128,54 +128,6 @@ def write_facts(
     return result
 
 
-def write_encoded(
-    node: Any,
-    facts: list[Fact],
-    cids: list[Link],
-    blocks: list[bytes],
-    valid: bool = False,
-    order: list[int] | None = None,
-) -> Link | None:
-    """``write_facts(node, facts, [])`` of asserts whose CIDs and blocks a trusted encoder
-    computed from ``check_facts(facts)`` (``put``'s forked child, ADR 0138): nothing is
-    encoded again and no per-fact result is built (the child prints the CIDs). The
-    declarations are checked here (and ``check_facts`` unless ``valid``: the encoder's
-    check returned ``facts`` themselves); the replica applies every writer-side limit.
-    ``order``: the positions of ``cids`` in CID order (the store inserts in it).
-    Returns the last delta's CID."""
-    try:
-        add = facts if valid else node.coerce_facts(facts)
-        node.check_declared(add)
-        if not len(add) == len(cids) == len(blocks) or (
-            order is not None and len(order) != len(cids)
-        ):
-            raise ValueError(f"{len(cids)} CIDs and {len(blocks)} blocks for {len(add)} facts")
-    except Exception:
-        node.metrics.rejected.inc()
-        raise
-    if not add:
-        return None
-    with gc_paused():
-        require_writer(node)
-        delta = node.atomically(_write_columns, node.replica, add, cids, blocks, order)
-        if delta is not None:
-            node.metrics.deltas.inc()
-        node.metrics.writes.inc(len(add))
-        node.wake()
-    return delta
-
-
-def _write_columns(
-    replica: Any,
-    facts: list[Fact],
-    cids: list[Link],
-    blocks: list[bytes],
-    order: list[int] | None,
-) -> Link | None:
-    out = replica.write_assert_columns(facts, cids, blocks, order)
-    return out[-1] if out else None
-
-
 def replica_write(
     replica: Any, asserts: list[Fact], retracts: list[Fact], encoded: list | None = None
 ) -> Link | None:

@@ -248,22 +248,15 @@ class Acceptance(ReplicaState):
             )
 
     def _accept_local_asserts(
-        self,
-        delta: Delta,
-        cids: list[Link],
-        datas: list[bytes],
-        facts: list[Fact],
-        blocks: bool = True,
+        self, delta: Delta, cids: list[Link], datas: list[bytes], facts: list[Fact]
     ) -> None:
         """``_accept`` of a delta this replica built from asserts alone
         (:func:`~.blocks.build_assert_delta`) of facts that were not visible and are unique
         in the call (``Replica.write_asserts``), inside its transaction: the same checks and
-        rows, kept as columns until the write ends (ADR 0127). ``blocks=False``: the
-        caller defers the fact blocks itself (already in CID order, ADR 0138)."""
+        rows, kept as columns until the write ends (ADR 0127)."""
         deferred = self._deferred
         self._insert_delta_rows(delta, self._check_delta(delta))
-        if blocks:
-            deferred.blocks.extend(zip(cids, datas, strict=True))
+        deferred.blocks.extend(zip(cids, datas, strict=True))
         deferred.blocks.append((delta.cid, delta.data))
         killed = self.conn.execute(
             "SELECT 1 FROM repl_retract WHERE ds = ? AND observed = ? LIMIT 1",

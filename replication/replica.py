@@ -362,30 +362,20 @@ class Replica(Acceptance, ORSet, Reconciliation):
         )
 
     def write_assert_columns(
-        self,
-        facts: Sequence[Fact],
-        cids: list[Link],
-        datas: list[bytes],
-        order: Sequence[int] | None = None,
+        self, facts: Sequence[Fact], cids: list[Link], datas: list[bytes]
     ) -> list[Link]:
         """``write_asserts(facts, list(zip(cids, datas)))`` with the encoding as two
-        columns, as ``put``'s forked encoder delivers it (ADR 0138). ``order``: the
-        positions of ``cids`` in CID order, if the caller has them: the blocks go to the
-        store in that order instead of being sorted here."""
+        columns, as ``put``'s forked encoder delivers it (ADR 0138)."""
         with gc_paused():
             with self._lock:
-                out, new = self._write_asserts_locked(facts, cids, datas, order)
+                out, new = self._write_asserts_locked(facts, cids, datas)
                 changes, self._changes = self._changes, {}
             self._emit(changes)
             self._emit_new(new.new_cids, new.new_facts)
         return out
 
     def _write_asserts_locked(
-        self,
-        facts: Sequence[Fact],
-        cids: list[Link],
-        datas: list[bytes],
-        order: Sequence[int] | None = None,
+        self, facts: Sequence[Fact], cids: list[Link], datas: list[bytes]
     ) -> tuple[list[Link], _Deferred]:
         """The deltas' CIDs, and the deferred columns (its new visible facts)."""
         new = _Deferred([], [], [], [], [], [], [])
@@ -408,7 +398,6 @@ class Replica(Acceptance, ORSet, Reconciliation):
             cids = list(compress(cids, keep))
             datas = list(compress(datas, keep))
             facts = list(compress(facts, keep))
-            order = None  # positions of the whole call, not of what is kept
         if not cids:
             return [], new
         out: list[Link] = []
@@ -425,13 +414,9 @@ class Replica(Acceptance, ORSet, Reconciliation):
                     cids[start:end],
                 )
                 self._accept_local_asserts(
-                    delta, cids[start:end], datas[start:end], facts[start:end], order is None
+                    delta, cids[start:end], datas[start:end], facts[start:end]
                 )
                 out.append(delta.cid)
-            if order is not None:  # the fact blocks in CID order, before the delta blocks
-                new.blocks[:0] = zip(
-                    map(cids.__getitem__, order), map(datas.__getitem__, order), strict=True
-                )
         return out, new
 
     def _owner_check(self) -> None:

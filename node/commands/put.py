@@ -5,10 +5,7 @@ its ``LINE:COL``), then written in chunks: each chunk is one durable write, and 
 progress bar on a terminal counts facts.
 
 - On a stopped home a chunk is ``LOCAL_CHUNK_FACTS`` facts, one transaction each:
-  fewer, larger commits rewrite fewer B-tree pages (docs/adr/0050). A put of at least
-  ``FORK_FACTS`` facts forks a child that checks and encodes chunk k+1 and prints
-  chunk k once it is committed, while this process writes (ADR 0138,
-  :mod:`merklog.node.putfork`).
+  fewer, larger commits rewrite fewer B-tree pages (docs/adr/0050).
 - Through a running node a chunk is one HTTP request of at most ``CHUNK_FACTS``
   facts / ``CHUNK_BYTES`` bytes of text (and a quarter of its body limit, so JSON
   escaping cannot push a body over it). Each request is one transaction on the node,
@@ -23,10 +20,7 @@ progress bar on a terminal counts facts.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import click
 
@@ -42,10 +36,6 @@ LOCAL_CHUNK_FACTS = 200_000
 #: ``BULK_CACHE_MB`` MiB (ADR 0110: ~9% less CPU at 1M facts than the 128 MiB default).
 BULK_CACHE_FACTS = 100_000
 BULK_CACHE_MB = 512
-#: A put this large on a stopped home forks an encoder/printer process (ADR 0138).
-FORK_FACTS = 100_000
-#: Its first chunk (the only one whose encoding nothing overlaps).
-FORK_FIRST_FACTS = 25_000
 #: The write answer put asks for: CIDs alone, in input order (it renders the facts itself).
 CIDS = "cids"
 
@@ -111,113 +101,52 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
     missing: list[dict] = []
     console = Console(stderr=True)
     verb = "retract" if retract else "put"
-    with target(state) as t:
-        local = isinstance(t, LocalTarget)
-        # A large put on a stopped home forks an encoder/printer (ADR 0138); its bar
-        # then refreshes per chunk, without a refresh thread for the fork to copy.
-        forked = not retract and local and len(parsed) >= FORK_FACTS and _can_fork()
-        with Progress(
+    with (
+        target(state) as t,
+        Progress(
             TextColumn(verb),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("facts"),
             console=console,
             transient=True,
-            auto_refresh=not forked,
             disable=not console.is_terminal or len(parsed) < BAR_FACTS,
-        ) as bar:
-            task = bar.add_task(verb, total=len(parsed))
-
-            def show(chunk: list, result: dict) -> None:
-                gone = {item["cid"] for item in result.get("not_visible") or []}
-                missing.extend(result.get("not_visible") or [])
-                cids = result["retracted" if retract else "asserted"]
-                out = [f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone]
-                if out:
-                    click.echo("\n".join(out))
-                bar.advance(task, len(chunk))
-
-            if local and len(parsed) >= BULK_CACHE_FACTS:
+        ) as bar,
+    ):
+        task = bar.add_task(verb, total=len(parsed))
+        if isinstance(t, LocalTarget):
+            if len(parsed) >= BULK_CACHE_FACTS:
                 t.node.store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
-            if forked:
-                _put_forked(t, parsed, show, bar, task)
-            else:
-                _put_chunks(t, parsed, bulk, retract, max_bytes, show)
+            parts: Iterator = ((c, None) for c in chunks(parsed, LOCAL_CHUNK_FACTS, None))
+        else:
+            parts = _remote_chunks(parsed, bulk[1] if bulk is not None else None, max_bytes)
+        # A running node's put keeps two requests in flight, so the node decodes one body
+        # while it writes the other and this process renders an answer meanwhile; its
+        # retract keeps one (chunks observe each other in order). A home opened here
+        # writes inline: a writer thread measured 2.5% more CPU and no wall gain on a
+        # busy machine (ADR 0119).
+        writers = 0 if isinstance(t, LocalTarget) else (1 if retract else 2)
+
+        def write(chunk: list, lines: list[str] | None) -> dict:
+            # The answer lists CIDs alone, in input order: the facts are rendered here,
+            # not by the node and then decoded from its JSON (ADR 0082).
+            if lines is not None:  # the input's own lines of these facts
+                body = "\n".join(lines) + "\n"
+                return t.write("", body, CIDS) if retract else t.write(body, "", CIDS)
+            return t.write_facts([], chunk, CIDS) if retract else t.write_facts(chunk, [], CIDS)
+
+        for (chunk, _lines), result in pipelined(write, parts, writers):
+            gone = {item["cid"] for item in result.get("not_visible") or []}
+            missing.extend(result.get("not_visible") or [])
+            cids = result["retracted" if retract else "asserted"]
+            out = [f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone]
+            if out:
+                click.echo("\n".join(out))
+            bar.advance(task, len(chunk))
     if missing:
         shown = ", ".join(item["fact"] for item in missing[:3])
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
-
-
-def _put_chunks(
-    t: Any,
-    parsed: list,
-    bulk: tuple | None,
-    retract: bool,
-    max_bytes: int,
-    show: Callable[[list, dict], None],
-) -> None:
-    """Write ``parsed`` chunk by chunk in this process (or through a running node) and
-    ``show`` each chunk's answer."""
-    from merklog.node.target import LocalTarget
-
-    if isinstance(t, LocalTarget):
-        parts: Iterator = ((c, None) for c in chunks(parsed, LOCAL_CHUNK_FACTS, None))
-    else:
-        parts = _remote_chunks(parsed, bulk[1] if bulk is not None else None, max_bytes)
-    # A running node's put keeps two requests in flight, so the node decodes one body
-    # while it writes the other and this process renders an answer meanwhile; its
-    # retract keeps one (chunks observe each other in order). A home opened here
-    # writes inline: a writer thread measured 2.5% more CPU and no wall gain on a
-    # busy machine (ADR 0119).
-    writers = 0 if isinstance(t, LocalTarget) else (1 if retract else 2)
-
-    def write(chunk: list, lines: list[str] | None) -> dict:
-        # The answer lists CIDs alone, in input order: the facts are rendered here,
-        # not by the node and then decoded from its JSON (ADR 0082).
-        if lines is not None:  # the input's own lines of these facts
-            body = "\n".join(lines) + "\n"
-            return t.write("", body, CIDS) if retract else t.write(body, "", CIDS)
-        return t.write_facts([], chunk, CIDS) if retract else t.write_facts(chunk, [], CIDS)
-
-    for (chunk, _lines), result in pipelined(write, parts, writers):
-        show(chunk, result)
-
-
-def _can_fork() -> bool:
-    """True if a forked child can print for this process: ``os.fork`` exists and stdout
-    is a file descriptor (not an in-memory stream, as under click's test runner)."""
-    if not hasattr(os, "fork"):
-        return False
-    try:
-        sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return False
-    return True
-
-
-def _put_forked(
-    t: Any, parsed: list, show: Callable[[list, dict], None], bar: Any, task: Any
-) -> None:
-    """``put`` of ``parsed`` on a stopped home with a forked child that encodes the next
-    chunk and prints each committed one (ADR 0138)."""
-    from merklog.node.putfork import put_forked
-
-    def write(chunk: list, cids: list, blocks: list, order: list, valid: bool) -> None:
-        t.node.write_encoded(chunk, cids, blocks, valid, order)
-
-    def done(chunk: list) -> None:
-        bar.advance(task, len(chunk))
-        bar.refresh()
-
-    def serial(chunk: list) -> None:
-        show(chunk, t.write_facts(chunk, [], CIDS))
-
-    # A small first chunk: the parent waits for the child's first chunk, so the sooner
-    # it comes, the sooner both processes work.
-    first = parsed[:FORK_FIRST_FACTS]
-    parts = [first, *chunks(parsed[len(first) :], LOCAL_CHUNK_FACTS, None)]
-    put_forked(parts, write, done, serial)
 
 
 def pipelined(
