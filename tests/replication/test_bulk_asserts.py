@@ -186,3 +186,28 @@ def test_bulk_calls_of_several_relations_index_every_fact_by_id(tmp_path) -> Non
         want = {fact_cid(f) for f in new + later if f.rel == f"r{k}"}
         assert len(page) == len(set(page)) == len(want) and set(page) == want
     assert fast.conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_bulk_new_facts_reach_on_new_as_one_list(tmp_path) -> None:
+    """A subscriber with ``on_new`` gets a bulk write's new facts in one call per write
+    (ADR 0138), the same facts a per-fact subscriber is told one by one (+1 each), with
+    mixed types kept apart; after unsubscribing it hears nothing."""
+    _slow, fast = _pair(tmp_path)
+    per_fact: list = []
+    lists: list[list] = []
+    singles: list = []
+    fast.subscribe(lambda w, f, c: per_fact.append((w, c, f.rel, f.args)))
+    stop = fast.subscribe(lambda w, f, c: singles.append(w), lists.append)
+    facts = [make_fact("p", [i, MIXED[i % 5]]) for i in range(MAX_OPS + 9)]
+    facts += facts[:3] + [make_fact("q", [v]) for v in MIXED]
+    fast.write_asserts(facts, encode_facts(facts))
+    assert len(lists) == 1 and singles == []
+    new = [(f.rel, f.args, tuple(map(type, f.args))) for f in lists[0]]
+    assert len(new) == MAX_OPS + 9 + len(MIXED)
+    told = [(rel, args, tuple(map(type, args))) for _w, _c, rel, args in per_fact]
+    assert sorted(new, key=repr) == sorted(told, key=repr)
+    assert {w for w, _c, _r, _a in per_fact} == {1}
+    stop()
+    more = [make_fact("r", [v]) for v in MIXED]
+    fast.write_asserts(more, encode_facts(more))
+    assert len(lists) == 1 and singles == []
