@@ -39,10 +39,10 @@ from merklog.replication.replica import Replica
 from merklog.store import Fact, Link, StoreError, fact_cid, verify
 from merklog.store.gcpause import gc_paused
 
-from .buckets import ROWS_PER_BUCKET, bucket_count, bucket_file, bucket_order
+from .buckets import BUCKET_COLUMN, ROWS_PER_BUCKET, bucket_count, bucket_file, bucket_order
 from .buckets import layout as bucket_layout
 from .cidjoin import lookup, member
-from .cidkeys import KEY_FIELDS, cid_keys, with_keys
+from .cidkeys import KEY_FIELDS, with_keys
 from .deltacols import delta_columns, log_columns
 from .factcols import (
     FACT_PREFIX,
@@ -142,11 +142,15 @@ class OpsWriter:
             self._writer.close()
             self._writer, self._in_file, self._part = None, 0, self._part + 1
 
-    def write_buckets(self, table: pa.Table, counts: np.ndarray) -> None:
-        """Append OPS_SCHEMA rows ordered by bucket (:func:`.buckets.bucket_order`), bucket
-        *b* holding ``counts[b]`` rows, each to its bucket's file."""
-        assert self.buckets is not None and len(counts) == self.buckets
+    def write_buckets(self, table: pa.Table) -> None:
+        """Append a table of OPS_SCHEMA rows, each row to the file of its ``fact_key``'s
+        bucket (:func:`.buckets.bucket_order`; a bucket keeps the rows' order). One bucket
+        is gathered at a time, so the copy is a bucket's rows, not the table's."""
+        if not table.num_rows:
+            return
+        assert self.buckets is not None
         table = with_keys(table)
+        order, counts = bucket_order(table.column(BUCKET_COLUMN), self.buckets)
         start = 0
         for bucket, rows in enumerate(counts.tolist()):
             if rows:
@@ -155,7 +159,8 @@ class OpsWriter:
                     path = self.dir / bucket_file(bucket)
                     writer = pq.ParquetWriter(path, OPS_FILE_SCHEMA, **PARQUET_OPTIONS)
                     self._bucket_writers[bucket] = writer
-                writer.write_table(table.slice(start, rows), row_group_size=1 << 20)
+                part = table.take(indices(order[start : start + rows]))
+                writer.write_table(part, row_group_size=1 << 20)
             start += rows
         self._count(table.num_rows)
 
@@ -475,7 +480,7 @@ def export_replica(
             for cids in iter_visible_cids(replica):
                 n_visible += len(cids)
                 visible.add(pa.table({"fact_cid": binary_array(cids)}), "fact_cid")
-            ops = OpsWriter(out, buckets=buckets)
+            ops = OpsWriter(out, buckets=buckets)  # None for an empty log: nothing to write
             shown = FactsWriter(out)
             # the visible facts are filtered and written on a second thread while this one joins
             # and writes the ops: both are Arrow C++ work that releases the GIL
@@ -484,15 +489,7 @@ def export_replica(
                     part_facts = facts.read(i)
                     wanted = visible.read(i).column("fact_cid").combine_chunks()
                     pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
-                    part_log = log.read(i)
-                    if buckets is None:
-                        ops.write(with_facts(part_log, part_facts))
-                    else:
-                        # ordered by bucket before the join, which then gathers each op's
-                        # arguments in that order (no second take of the wide rows)
-                        order, counts = bucket_order(cid_keys(part_log.column("fact_cid")), buckets)
-                        ordered = part_log.take(indices(order))
-                        ops.write_buckets(with_facts(ordered, part_facts), counts)
+                    ops.write_buckets(with_facts(log.read(i), part_facts))
                     pending.result()
             n_ops = ops.close()
             counts = shown.close()
