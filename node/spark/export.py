@@ -39,10 +39,10 @@ from merklog.replication.replica import Replica
 from merklog.store import Fact, Link, StoreError, fact_cid, verify
 from merklog.store.gcpause import gc_paused
 
-from .buckets import BUCKET_COLUMN, ROWS_PER_BUCKET, bucket_count, bucket_file, bucket_order
+from .buckets import ROWS_PER_BUCKET, bucket_count, bucket_file, bucket_order
 from .buckets import layout as bucket_layout
 from .cidjoin import lookup, member
-from .cidkeys import KEY_FIELDS, with_keys
+from .cidkeys import KEY_FIELDS, cid_keys, with_keys
 from .deltacols import delta_columns, log_columns
 from .factcols import (
     FACT_PREFIX,
@@ -111,7 +111,7 @@ def op_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 class OpsWriter:
     """Appends op record batches under ``DIR/ops/``, starting a new file every ``file_rows``;
-    with ``buckets``, one file per bucket instead (:meth:`write_buckets`, ADR 0141)."""
+    with ``buckets``, one file per bucket instead (:meth:`write_bucket`, ADR 0141)."""
 
     def __init__(
         self,
@@ -142,26 +142,17 @@ class OpsWriter:
             self._writer.close()
             self._writer, self._in_file, self._part = None, 0, self._part + 1
 
-    def write_buckets(self, table: pa.Table) -> None:
-        """Append a table of OPS_SCHEMA rows, each row to the file of its ``fact_key``'s
-        bucket (:func:`.buckets.bucket_order`; a bucket keeps the rows' order). One bucket
-        is gathered at a time, so the copy is a bucket's rows, not the table's."""
+    def write_bucket(self, bucket: int, table: pa.Table) -> None:
+        """Append a table of OPS_SCHEMA rows of one bucket (:func:`.buckets.bucket_order`)
+        to that bucket's file."""
         if not table.num_rows:
             return
-        assert self.buckets is not None
-        table = with_keys(table)
-        order, counts = bucket_order(table.column(BUCKET_COLUMN), self.buckets)
-        start = 0
-        for bucket, rows in enumerate(counts.tolist()):
-            if rows:
-                writer = self._bucket_writers.get(bucket)
-                if writer is None:
-                    path = self.dir / bucket_file(bucket)
-                    writer = pq.ParquetWriter(path, OPS_FILE_SCHEMA, **PARQUET_OPTIONS)
-                    self._bucket_writers[bucket] = writer
-                part = table.take(indices(order[start : start + rows]))
-                writer.write_table(part, row_group_size=1 << 20)
-            start += rows
+        writer = self._bucket_writers.get(bucket)
+        if writer is None:
+            path = self.dir / bucket_file(bucket)
+            writer = pq.ParquetWriter(path, OPS_FILE_SCHEMA, **PARQUET_OPTIONS)
+            self._bucket_writers[bucket] = writer
+        writer.write_table(with_keys(table), row_group_size=1 << 20)
         self._count(table.num_rows)
 
     def _count(self, rows: int) -> None:
@@ -489,7 +480,19 @@ def export_replica(
                     part_facts = facts.read(i)
                     wanted = visible.read(i).column("fact_cid").combine_chunks()
                     pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
-                    ops.write_buckets(with_facts(log.read(i), part_facts))
+                    part_log = log.read(i)
+                    if buckets is None:  # an empty log
+                        ops.write(with_facts(part_log, part_facts))
+                        continue
+                    # each bucket's log rows are gathered, then joined with their facts: the
+                    # arguments are gathered once, in bucket order (ADR 0141)
+                    keys = cid_keys(part_log.column("fact_cid"))
+                    order, sizes = bucket_order(keys, buckets)
+                    start = 0
+                    for bucket, rows in enumerate(sizes.tolist()):
+                        rows_b = part_log.take(indices(order[start : start + rows]))
+                        ops.write_bucket(bucket, with_facts(rows_b, part_facts))
+                        start += rows
                     pending.result()
             n_ops = ops.close()
             counts = shown.close()
