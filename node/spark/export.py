@@ -245,18 +245,25 @@ def fact_page_table(cids: list[bytes], datas: list[bytes]) -> pa.Table:
     return pa.Table.from_arrays([raw, relations, args], schema=_FACT_TABLE)
 
 
-def with_facts(log: pa.Table, facts: pa.Table) -> pa.Table:
+def with_facts(log: pa.Table, facts: pa.Table, where: pa.Array | None = None) -> pa.Table:
     """OPS_SCHEMA rows: ``log`` rows with relation and args joined from ``facts`` by fact
-    CID (null where the store lacks the fact: a retract of a fact never received)."""
-    where = lookup(
-        log.column("fact_cid").combine_chunks(), facts.column("fact_cid").combine_chunks()
-    )
+    CID (null where the store lacks the fact: a retract of a fact never received).
+    ``where``: the rows' positions in ``facts`` (:func:`fact_positions`), when known."""
+    if where is None:
+        where = fact_positions(log, facts)
     extra = {
         "relation": facts.column("relation").take(where),
         "args": facts.column("args").take(where),
     }
     columns = [extra[f.name] if f.name in extra else log.column(f.name) for f in OPS_SCHEMA]
     return pa.Table.from_arrays(columns, schema=OPS_SCHEMA)
+
+
+def fact_positions(log: pa.Table, facts: pa.Table) -> pa.Array:
+    """The position in ``facts`` of each ``log`` row's fact CID (null where absent)."""
+    return lookup(
+        log.column("fact_cid").combine_chunks(), facts.column("fact_cid").combine_chunks()
+    )
 
 
 def _digest_byte(column: pa.Array) -> np.ndarray:
@@ -484,14 +491,16 @@ def export_replica(
                     if buckets is None:  # an empty log
                         ops.write(with_facts(part_log, part_facts))
                         continue
-                    # each bucket's log rows are gathered, then joined with their facts: the
-                    # arguments are gathered once, in bucket order (ADR 0141)
+                    # one lookup of the facts, then each bucket's log rows and positions are
+                    # gathered and joined: the arguments are gathered once, in bucket order
+                    where = fact_positions(part_log, part_facts)
                     keys = cid_keys(part_log.column("fact_cid"))
                     order, sizes = bucket_order(keys, buckets)
                     start = 0
                     for bucket, rows in enumerate(sizes.tolist()):
-                        rows_b = part_log.take(indices(order[start : start + rows]))
-                        ops.write_bucket(bucket, with_facts(rows_b, part_facts))
+                        at = indices(order[start : start + rows])
+                        joined = with_facts(part_log.take(at), part_facts, where.take(at))
+                        ops.write_bucket(bucket, joined)
                         start += rows
                     pending.result()
             n_ops = ops.close()
