@@ -39,7 +39,7 @@ from merklog.replication.replica import Replica
 from merklog.store import Fact, Link, StoreError, fact_cid, verify
 from merklog.store.gcpause import gc_paused
 
-from .buckets import ROWS_PER_BUCKET, bucket_count, bucket_file, bucket_order
+from .buckets import bucket_count, bucket_file, bucket_order
 from .buckets import layout as bucket_layout
 from .cidjoin import lookup, member
 from .cidkeys import KEY_FIELDS, cid_keys, with_keys
@@ -143,8 +143,8 @@ class OpsWriter:
             self._writer, self._in_file, self._part = None, 0, self._part + 1
 
     def write_bucket(self, bucket: int, table: pa.Table) -> None:
-        """Append a table of OPS_SCHEMA rows of one bucket (:func:`.buckets.bucket_order`)
-        to that bucket's file."""
+        """Append a table of OPS_FILE_SCHEMA rows (the keys added) of one bucket
+        (:func:`.buckets.bucket_order`) to that bucket's file."""
         if not table.num_rows:
             return
         writer = self._bucket_writers.get(bucket)
@@ -152,7 +152,7 @@ class OpsWriter:
             path = self.dir / bucket_file(bucket)
             writer = pq.ParquetWriter(path, OPS_FILE_SCHEMA, **PARQUET_OPTIONS)
             self._bucket_writers[bucket] = writer
-        writer.write_table(with_keys(table), row_group_size=1 << 20)
+        writer.write_table(table, row_group_size=1 << 20)
         self._count(table.num_rows)
 
     def _count(self, rows: int) -> None:
@@ -245,25 +245,18 @@ def fact_page_table(cids: list[bytes], datas: list[bytes]) -> pa.Table:
     return pa.Table.from_arrays([raw, relations, args], schema=_FACT_TABLE)
 
 
-def with_facts(log: pa.Table, facts: pa.Table, where: pa.Array | None = None) -> pa.Table:
+def with_facts(log: pa.Table, facts: pa.Table) -> pa.Table:
     """OPS_SCHEMA rows: ``log`` rows with relation and args joined from ``facts`` by fact
-    CID (null where the store lacks the fact: a retract of a fact never received).
-    ``where``: the rows' positions in ``facts`` (:func:`fact_positions`), when known."""
-    if where is None:
-        where = fact_positions(log, facts)
+    CID (null where the store lacks the fact: a retract of a fact never received)."""
+    where = lookup(
+        log.column("fact_cid").combine_chunks(), facts.column("fact_cid").combine_chunks()
+    )
     extra = {
         "relation": facts.column("relation").take(where),
         "args": facts.column("args").take(where),
     }
     columns = [extra[f.name] if f.name in extra else log.column(f.name) for f in OPS_SCHEMA]
     return pa.Table.from_arrays(columns, schema=OPS_SCHEMA)
-
-
-def fact_positions(log: pa.Table, facts: pa.Table) -> pa.Array:
-    """The position in ``facts`` of each ``log`` row's fact CID (null where absent)."""
-    return lookup(
-        log.column("fact_cid").combine_chunks(), facts.column("fact_cid").combine_chunks()
-    )
 
 
 def _digest_byte(column: pa.Array) -> np.ndarray:
@@ -437,15 +430,17 @@ def export_replica(
     out_dir: str | Path,
     progress: Progress | None = None,
     partition_ops: int = 2_000_000,
-    rows_per_bucket: int = ROWS_PER_BUCKET,
+    rows_per_bucket: int | None = None,
 ) -> dict[str, Any]:
     """Write ``replica``'s log and visible facts as a Parquet export directory; returns the
     summary.
 
-    The op rows are written bucketed by ``fact_key`` as Spark buckets a table, one file
-    per bucket of ``rows_per_bucket`` rows (:mod:`.buckets`, ADR 0141), so that a
-    compaction of this export alone groups them without a shuffle; each bucket keeps
-    the rows' order.
+    With ``rows_per_bucket`` (``merklog parquet export --buckets``: :data:`.buckets.
+    ROWS_PER_BUCKET`) the op rows are written bucketed by ``fact_key`` as Spark buckets a
+    table, one file per bucket of that many rows (:mod:`.buckets`, ADR 0141), so that a
+    compaction of this export alone groups them without a shuffle; each bucket keeps the
+    rows' order. It costs the export more than it saves the compaction at 1M ops, so it
+    is not the default.
 
     Three sequential reads, no per-op store query: every fact block (one scan of the
     block store in CID order), the accepted deltas (in causal order), the visible fact
@@ -458,7 +453,7 @@ def export_replica(
     dataset = str(replica.dataset)
     n_log = op_count(replica)
     k = max(1, math.ceil(n_log / partition_ops))
-    buckets = bucket_count(n_log, rows_per_bucket) if n_log else None
+    buckets = bucket_count(n_log, rows_per_bucket) if n_log and rows_per_bucket else None
     tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
     try:
         with gc_paused():  # many small objects, no cycles
@@ -478,7 +473,7 @@ def export_replica(
             for cids in iter_visible_cids(replica):
                 n_visible += len(cids)
                 visible.add(pa.table({"fact_cid": binary_array(cids)}), "fact_cid")
-            ops = OpsWriter(out, buckets=buckets)  # None for an empty log: nothing to write
+            ops = OpsWriter(out, buckets=buckets)
             shown = FactsWriter(out)
             # the visible facts are filtered and written on a second thread while this one joins
             # and writes the ops: both are Arrow C++ work that releases the GIL
@@ -488,20 +483,21 @@ def export_replica(
                     wanted = visible.read(i).column("fact_cid").combine_chunks()
                     pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
                     part_log = log.read(i)
-                    if buckets is None:  # an empty log
+                    if buckets is None:
                         ops.write(with_facts(part_log, part_facts))
-                        continue
-                    # one lookup of the facts, then each bucket's log rows and positions are
-                    # gathered and joined: the arguments are gathered once, in bucket order
-                    where = fact_positions(part_log, part_facts)
-                    keys = cid_keys(part_log.column("fact_cid"))
-                    order, sizes = bucket_order(keys, buckets)
-                    start = 0
-                    for bucket, rows in enumerate(sizes.tolist()):
-                        at = indices(order[start : start + rows])
-                        joined = with_facts(part_log.take(at), part_facts, where.take(at))
-                        ops.write_bucket(bucket, joined)
-                        start += rows
+                    else:
+                        # the log rows ordered by bucket in one gather (a gather per bucket from
+                        # the log's many chunks joins them every time), then joined with their
+                        # facts, which gathers the arguments once, in that order; each bucket is
+                        # then a slice
+                        keys = cid_keys(part_log.column("fact_cid"))
+                        order, sizes = bucket_order(keys, buckets)
+                        ordered = with_facts(part_log.take(indices(order)), part_facts)
+                        ordered = with_keys(ordered)  # once, not on every slice (a copy each)
+                        start = 0
+                        for bucket, rows in enumerate(sizes.tolist()):
+                            ops.write_bucket(bucket, ordered.slice(start, rows))
+                            start += rows
                     pending.result()
             n_ops = ops.close()
             counts = shown.close()

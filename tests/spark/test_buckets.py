@@ -161,6 +161,35 @@ def test_empty_export_records_no_buckets(tmp_path):
     """An empty log gives the one empty ops file as before and no bucket layout."""
     ident = Identity.from_seed(b"\x13" * 32)
     rep = Replica.create(tmp_path / "r.db", MemoryBlockStore(), ident, "empty")
-    summary = export_replica(rep, tmp_path / "e")
+    summary = export_replica(rep, tmp_path / "e", rows_per_bucket=ROWS)
     assert "ops_buckets" not in summary and ops_buckets(tmp_path / "e") is None
     assert [f.name for f in (tmp_path / "e" / "ops").iterdir()] == ["part-00000.parquet"]
+
+
+def test_export_command_buckets_only_when_asked(tmp_path):
+    """``merklog parquet export`` writes the unbucketed layout by default (the export's
+    speed, ADR 0141) and the bucketed one with ``--buckets``; the rows are the same."""
+    from click.testing import CliRunner
+
+    from merklog.node.cli import cli
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    home = tmp_path / "home"
+    run("--home", str(home), "init")
+    run("--home", str(home), "put", "v(1).", "v(1.0).", "v(true).", 'v("1").', 'v(x"01").')
+    run("--home", str(home), "retract", "v(1.0).")
+    run("--home", str(home), "parquet", "export", str(tmp_path / "plain"))
+    out = run("--home", str(home), "parquet", "export", "--buckets", str(tmp_path / "bucketed"))
+    assert json.loads(out.strip().splitlines()[-1])["ops_buckets"]["count"] == 1
+    assert ops_buckets(tmp_path / "plain") is None
+    assert ops_buckets(tmp_path / "bucketed") == 1
+    assert [f.name for f in (tmp_path / "bucketed" / "ops").iterdir()] == [bucket_file(0)]
+
+    def rows(d):
+        return sorted(map(str, pq.read_table(d / "ops").to_pylist()))
+
+    assert rows(tmp_path / "plain") == rows(tmp_path / "bucketed")
