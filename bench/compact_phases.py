@@ -10,12 +10,14 @@ deltas and grants that a driver thread stages beside the facts job (ADR 0136) ar
 printed on their own line below the table, wall time only (their CPU is in the driver
 CPU of the phases they overlap).
 
-    .venv/bin/python bench/compact_phases.py EXPORT_DIR [--light|--jvm-defaults] [--java-opts=...] [--conf K=V]
+    .venv/bin/python bench/compact_phases.py EXPORT_DIR [--light|--jvm-defaults] [--java-opts=...] [--conf K=V] [--threads]
 
 Without a flag the input's size picks the JVM flags, as in the CLI (ADR 0085);
 ``--light`` puts the light JVM flags on every JVM (``MERKLOG_SPARK_LIGHT_JVM=1``),
 ``--jvm-defaults`` on none (``=0``: C2, G1); ``--java-opts=...`` passes other flags to
-the driver JVM, to compare JIT and GC settings on one export.
+the driver JVM, to compare JIT and GC settings on one export. ``--threads`` also prints
+the facts job's JVM CPU by thread (task, C1 compiler, collector, planning threads, read
+from ``/proc/<jvm>/task``) and its physical plan (whether it has an ``Exchange``).
 """
 
 from __future__ import annotations
