@@ -10,12 +10,14 @@ deltas and grants that a driver thread stages beside the facts job (ADR 0136) ar
 printed on their own line below the table, wall time only (their CPU is in the driver
 CPU of the phases they overlap).
 
-    .venv/bin/python bench/compact_phases.py EXPORT_DIR [--light|--jvm-defaults] [--java-opts=...] [--conf K=V]
+    .venv/bin/python bench/compact_phases.py EXPORT_DIR [--light|--jvm-defaults] [--java-opts=...] [--conf K=V] [--threads]
 
 Without a flag the input's size picks the JVM flags, as in the CLI (ADR 0085);
 ``--light`` puts the light JVM flags on every JVM (``MERKLOG_SPARK_LIGHT_JVM=1``),
 ``--jvm-defaults`` on none (``=0``: C2, G1); ``--java-opts=...`` passes other flags to
-the driver JVM, to compare JIT and GC settings on one export.
+the driver JVM, to compare JIT and GC settings on one export. ``--threads`` also prints
+the facts job's JVM CPU by thread (task, C1 compiler, collector, planning threads, read
+from ``/proc/<jvm>/task``) and its physical plan (whether it has an ``Exchange``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,23 @@ def _jvm_cpu(spark) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _jvm_threads(spark) -> dict[str, float]:
+    """CPU seconds of each live JVM thread, grouped by name without digits (so the
+    executor's task threads, the compiler threads and the GC threads add up)."""
+    pid = spark.sparkContext._gateway.proc.pid
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        group = "".join(ch for ch in name if not ch.isdigit()).strip(" -#")
+        out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 class Phases:
@@ -63,6 +82,11 @@ def main() -> None:
     ap.add_argument("--java-opts", default=None, help="driver JVM flags to use instead")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument(
+        "--threads",
+        action="store_true",
+        help="also the facts job's JVM CPU by thread (task, compiler, GC threads) and its plan",
+    )
     args = ap.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -101,7 +125,13 @@ def main() -> None:
 
         def wrapped(*a, _inner=inner, _name=name, **kw):
             ph.mark("(driver, between steps)")
+            before = _jvm_threads(spark) if args.threads and _name == "_write_facts" else None
             out = _inner(*a, **kw)
+            if before is not None:
+                after = _jvm_threads(spark)
+                spent = {k: v - before.get(k, 0.0) for k, v in after.items()}
+                by_thread.append(sorted(spent.items(), key=lambda kv: -kv[1]))
+                plans.append(a[0]._jdf.queryExecution().executedPlan().toString())
             label = _name
             if _name == "_write":
                 label = f"Spark job: write {Path(str(a[1])).name}"
@@ -123,6 +153,8 @@ def main() -> None:
     # the deltas and grants are staged on a driver thread beside the facts job (ADR 0136):
     # its wall time (its CPU is in the driver CPU of the phases it overlaps)
     threads: list[tuple[str, float]] = []
+    by_thread: list[list[tuple[str, float]]] = []
+    plans: list[str] = []
     staged = mod.stage_meta
 
     def stage_meta(*a, **kw):
@@ -156,6 +188,12 @@ def main() -> None:
     print(f"| **total** | {tw:.2f} | {tc:.2f} | {tj:.2f} |")
     for name, w in threads:
         print(f"beside them: {name}: {w:.2f} s wall")
+    for spent in by_thread:
+        print("facts job, JVM CPU by thread:")
+        print("  " + ", ".join(f"{k} {v:.2f}" for k, v in spent if v >= 0.01))
+    for plan in plans:
+        print("facts job, physical plan:")
+        print(plan)
 
 
 if __name__ == "__main__":
