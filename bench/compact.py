@@ -32,7 +32,6 @@ the same run only.
     .venv/bin/python bench/compact.py --ops 200000    # a quick run
     .venv/bin/python bench/compact.py --ops 1000000 --workdir /tmp/spark1m --export-only 3
                                                       # the export command alone, 3 runs
-    .venv/bin/python bench/compact.py --buckets       # the bucketed export (ADR 0141)
 """
 
 from __future__ import annotations
@@ -278,11 +277,6 @@ def main() -> None:
     ap.add_argument("--ops", type=int, nargs="*", default=[1_000_000, 5_000_000])
     ap.add_argument("--no-session", action="store_true", help="skip the in-session Spark job")
     ap.add_argument(
-        "--buckets",
-        action="store_true",
-        help="export with `parquet export --buckets` (ops bucketed by fact key, ADR 0141)",
-    )
-    ap.add_argument(
         "--other-jvm",
         action="store_true",
         help="also time the compact CLI with the JVM flags its input size did not pick"
@@ -320,10 +314,7 @@ def main() -> None:
             if not (home / "config.toml").exists():
                 build_home(home, n)
             export = tmp / "export"
-            bucketed = ["--buckets"] if args.buckets else []
-            t_export = timed(
-                [*MERKLOG, "--home", str(home), "parquet", "export", *bucketed, str(export)]
-            )
+            t_export = timed([*MERKLOG, "--home", str(home), "parquet", "export", str(export)])
             snap = tmp / "snap"
             t_cli = timed(
                 [*MERKLOG, "--home", str(home), "compact", str(export), "--out", str(snap)]

@@ -156,20 +156,13 @@ def register(cli: click.Group) -> None:
 
     @parquet.command("export")
     @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-    @click.option(
-        "--buckets",
-        is_flag=True,
-        help="Write the ops bucketed by fact key, so that `compact` of this export alone"
-        " needs no shuffle (ADR 0141; the export takes longer).",
-    )
     @pass_state
-    def parquet_export(state: State, directory: Path, buckets: bool) -> None:
+    def parquet_export(state: State, directory: Path) -> None:
         """Write the log (one row per op) and the visible facts under DIRECTORY."""
         from rich.console import Console
         from rich.progress import MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from merklog.node.spark.bootstrap import export_replica
-        from merklog.node.spark.buckets import ROWS_PER_BUCKET
         from merklog.replication.bulk import op_count
 
         columns = (TextColumn("export"), MofNCompleteColumn(), TextColumn("ops"))
@@ -181,10 +174,7 @@ def register(cli: click.Group) -> None:
         ):
             task = bar.add_task("export", total=op_count(replica))
             summary = export_replica(
-                replica,
-                directory,
-                progress=lambda n: bar.update(task, completed=n),
-                rows_per_bucket=ROWS_PER_BUCKET if buckets else None,
+                replica, directory, progress=lambda n: bar.update(task, completed=n)
             )
         click.echo(json.dumps(summary, sort_keys=True))
 

@@ -34,7 +34,6 @@ own writer leaves to chance). See docs/spark.md and ADR 0046.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -53,7 +52,6 @@ from merklog.replication.identity import Identity
 from merklog.store import Link
 
 from ..errors import NodeInputError
-from .buckets import BUCKET_COLUMN, ROWS_PER_BUCKET, ops_buckets
 from .deltameta import READ_COLUMNS, stage_meta
 from .export import GENESIS_FILE
 from .factargs import FactArgs, InputReader, KeyCheck, keyed_inputs, ops_files, read_inputs
@@ -125,7 +123,7 @@ def ops_schema() -> Any:
 
 
 #: Input op rows per output partition (and file): the file count depends on the input only.
-ROWS_PER_PARTITION = ROWS_PER_BUCKET
+ROWS_PER_PARTITION = 262_144
 #: Staged facts files placed side by side (the driver's share of a compaction: gathering
 #: arguments and re-encoding, ~6 s of CPU at 5M ops, while the deltas job runs).
 PLACE_THREADS = 2
@@ -158,42 +156,6 @@ def _input_paths(inputs: list[str | Path]) -> list[str]:
 def read_ops(spark: Any, inputs: list[str | Path]) -> Any:
     """All op rows of the given exports (duplicates included: consumers aggregate as sets)."""
     return spark.read.schema(ops_schema()).parquet(*_input_paths(inputs))
-
-
-def bucketed_ops(spark: Any, inputs: list[str | Path], parts: int) -> Any | None:
-    """The op rows of one local export whose ops files are bucketed by ``fact_key`` into
-    ``parts`` buckets (:func:`.buckets.ops_buckets`), as a scan Spark knows to be hash
-    partitioned by ``fact_key`` (ADR 0141): a group-by on it needs no exchange. None for
-    anything else, which :func:`read_ops` reads and the job shuffles.
-
-    The relation is Spark's own ``HadoopFsRelation`` of :func:`read_ops` with a
-    ``BucketSpec`` added, turned into a DataFrame by ``baseRelationToDataFrame``: no
-    catalog table, whose name and DDL would go through the SQL parser (~0.5 s of JVM CPU
-    in a fresh JVM, ADR 0129)."""
-    if os.environ.get("MERKLOG_SPARK_BUCKETS") == "0" or getattr(spark, "_jvm", None) is None:
-        return None  # switched off, or Spark Connect (no JVM of this process to build it in)
-    if len(inputs) != 1 or "://" in str(inputs[0]) or not Path(inputs[0]).is_dir():
-        return None
-    if ops_buckets(Path(inputs[0])) != parts:
-        return None
-    from pyspark.sql import DataFrame
-
-    jvm = spark._jvm
-    plain = read_ops(spark, inputs)._jdf.queryExecution().analyzed().relation()
-    seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
-    spec = jvm.org.apache.spark.sql.catalyst.catalog.BucketSpec(
-        parts, seq([BUCKET_COLUMN]), seq([])
-    )
-    relation = jvm.org.apache.spark.sql.execution.datasources.HadoopFsRelation(
-        plain.location(),
-        plain.partitionSchema(),
-        plain.dataSchema(),
-        jvm.scala.Some(spec),
-        plain.fileFormat(),
-        plain.options(),
-        plain.sparkSession(),
-    )
-    return DataFrame(spark._jsparkSession.baseRelationToDataFrame(relation), spark)
 
 
 def snapshot_frame(ops: Any, shuffle: str = SHUFFLE_KEY) -> Any:
@@ -252,11 +214,7 @@ MAX_CODED_DATASETS = 256
 
 
 def live_frame(
-    ops: Any,
-    datasets: list[str] | None = None,
-    shuffle: str = SHUFFLE_KEY,
-    keyed: bool = False,
-    bucketed: bool = False,
+    ops: Any, datasets: list[str] | None = None, shuffle: str = SHUFFLE_KEY, keyed: bool = False
 ) -> Any:
     """The live tags: one row ``(fact_cid, dataset, delta_cid)`` per assert of a fact that
     no retract observed, ordered by those columns within each partition.
@@ -276,9 +234,7 @@ def live_frame(
     on ``fact_key``, ``delta_key`` and ``observed_keys`` instead of the CIDs, giving rows
     ``(fact_key, dataset, delta_key)`` in the same order; ``shuffle`` is the column the
     rows are partitioned by (``fact_key`` whenever every input carries the keys, so that
-    every path puts the same facts in the same files). ``bucketed``: ``ops`` is
-    :func:`bucketed_ops` (already hash partitioned by ``fact_key``), so the rows are not
-    repartitioned; the aggregate's grouping by ``fact_key`` is satisfied by the scan."""
+    every path puts the same facts in the same files)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ByteType, ShortType
 
@@ -297,15 +253,17 @@ def live_frame(
     # grouping by the shuffle column too keeps the rows where the shuffle put them (a key
     # Spark does not know to be a function of the CID would need a shuffle of its own)
     extra = [] if shuffle == fact else [shuffle]
-    rows = ops.where(F.col("op").isin("assert", "retract")).select(
-        *extra,
-        fact,
-        dataset.alias("dataset"),
-        F.explode(F.when(is_assert, F.array(delta)).otherwise(F.col(observed))).alias(delta),
-        F.when(is_assert, F.lit(0)).otherwise(F.lit(1)).cast(ByteType()).alias("kind"),
+    rows = (
+        ops.where(F.col("op").isin("assert", "retract"))
+        .select(
+            *extra,
+            fact,
+            dataset.alias("dataset"),
+            F.explode(F.when(is_assert, F.array(delta)).otherwise(F.col(observed))).alias(delta),
+            F.when(is_assert, F.lit(0)).otherwise(F.lit(1)).cast(ByteType()).alias("kind"),
+        )
+        .repartition(F.col(shuffle))
     )
-    if not bucketed:
-        rows = rows.repartition(F.col(shuffle))
     return (
         rows.groupBy(*extra, fact, "dataset", delta)
         .agg(F.max("kind").alias("kind"))
@@ -782,14 +740,9 @@ def compact(
                     _write(deltas_frame(ops), staging / "pruned", ["delta_cid"])
                     deltas_files = _staged_files(staging, "pruned")
             if reader is not None:
-                bucketed = None
-                if shuffle == "fact_key" and not prune:
-                    bucketed = bucketed_ops(spark, inputs, parts)
-                live_ops = bucketed if bucketed is not None else ops
                 if keyed:
                     by_key = ("fact_key", "dataset", "delta_key")
-                    frame = live_frame(live_ops, codes, shuffle, True, bucketed is not None)
-                    _write_facts(frame, staging / "facts", by_key)
+                    _write_facts(live_frame(ops, codes, shuffle, True), staging / "facts", by_key)
                     if reader.keys().usable:
                         keys = reader.keys()
                     else:
@@ -797,8 +750,7 @@ def compact(
                         keyed = False
                 if not keyed:
                     by_cid = (*FACT_KEY, "delta_cid")
-                    frame = live_frame(live_ops, codes, shuffle, False, bucketed is not None)
-                    _write_facts(frame, staging / "facts", by_cid)
+                    _write_facts(live_frame(ops, codes, shuffle), staging / "facts", by_cid)
             else:
                 _write_facts(snapshot_frame(ops, shuffle), staging / "facts")
             placing = pool.submit(place_facts)

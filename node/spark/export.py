@@ -39,10 +39,8 @@ from merklog.replication.replica import Replica
 from merklog.store import Fact, Link, StoreError, fact_cid, verify
 from merklog.store.gcpause import gc_paused
 
-from .buckets import bucket_count, bucket_file, bucket_order
-from .buckets import layout as bucket_layout
 from .cidjoin import lookup, member
-from .cidkeys import KEY_FIELDS, cid_keys, with_keys
+from .cidkeys import KEY_FIELDS, with_keys
 from .deltacols import delta_columns, log_columns
 from .factcols import (
     FACT_PREFIX,
@@ -110,24 +108,17 @@ def op_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class OpsWriter:
-    """Appends op record batches under ``DIR/ops/``, starting a new file every ``file_rows``;
-    with ``buckets``, one file per bucket instead (:meth:`write_bucket`, ADR 0141)."""
+    """Appends op record batches under ``DIR/ops/``, starting a new file every ``file_rows``."""
 
     def __init__(
-        self,
-        out_dir: str | Path,
-        file_rows: int = 2_000_000,
-        progress: Progress | None = None,
-        buckets: int | None = None,
+        self, out_dir: str | Path, file_rows: int = 2_000_000, progress: Progress | None = None
     ) -> None:
         self.dir = Path(out_dir) / "ops"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.file_rows = file_rows
         self.progress = progress
-        self.buckets = buckets
         self.total = self._in_file = self._part = 0
         self._writer: pq.ParquetWriter | None = None
-        self._bucket_writers: dict[int, pq.ParquetWriter] = {}
 
     def write(self, table: pa.Table) -> None:
         """Append a table of OPS_SCHEMA rows."""
@@ -137,38 +128,19 @@ class OpsWriter:
             path = self.dir / f"part-{self._part:05d}.parquet"
             self._writer = pq.ParquetWriter(path, OPS_FILE_SCHEMA, **PARQUET_OPTIONS)
         self._writer.write_table(with_keys(table), row_group_size=1 << 20)
-        self._count(table.num_rows)
+        self.total += table.num_rows
+        self._in_file += table.num_rows
+        if self.progress:
+            self.progress(self.total)
         if self._in_file >= self.file_rows:
             self._writer.close()
             self._writer, self._in_file, self._part = None, 0, self._part + 1
-
-    def write_bucket(self, bucket: int, table: pa.Table) -> None:
-        """Append a table of OPS_FILE_SCHEMA rows (the keys added) of one bucket
-        (:func:`.buckets.bucket_order`) to that bucket's file."""
-        if not table.num_rows:
-            return
-        writer = self._bucket_writers.get(bucket)
-        if writer is None:
-            path = self.dir / bucket_file(bucket)
-            writer = pq.ParquetWriter(path, OPS_FILE_SCHEMA, **PARQUET_OPTIONS)
-            self._bucket_writers[bucket] = writer
-        writer.write_table(table, row_group_size=1 << 20)
-        self._count(table.num_rows)
-
-    def _count(self, rows: int) -> None:
-        self.total += rows
-        self._in_file += rows
-        if self.progress:
-            self.progress(self.total)
 
     def close(self) -> int:
         """Finish the last file; an empty log still gives one readable (empty) file."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        for writer in self._bucket_writers.values():
-            writer.close()
-        self._bucket_writers.clear()
         if self.total == 0:
             pq.write_table(OPS_FILE_SCHEMA.empty_table(), self.dir / "part-00000.parquet")
         return self.total
@@ -380,22 +352,14 @@ class FactsWriter:
         return dict(self.counts)
 
 
-def _summary(
-    out: Path,
-    n_ops: int,
-    datasets: Iterable[str],
-    counts: dict[str, int],
-    buckets: int | None = None,
-) -> dict:
-    summary: dict[str, Any] = {
+def _summary(out: Path, n_ops: int, datasets: Iterable[str], counts: dict[str, int]) -> dict:
+    summary = {
         "format": "merklog-parquet-export",
         "version": FORMAT_VERSION,
         "ops": n_ops,
         "datasets": sorted(set(datasets)),
         "facts": counts,
     }
-    if buckets is not None:
-        summary["ops_buckets"] = bucket_layout(buckets)
     (out / "export.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
     return summary
 
@@ -430,17 +394,9 @@ def export_replica(
     out_dir: str | Path,
     progress: Progress | None = None,
     partition_ops: int = 2_000_000,
-    rows_per_bucket: int | None = None,
 ) -> dict[str, Any]:
     """Write ``replica``'s log and visible facts as a Parquet export directory; returns the
     summary.
-
-    With ``rows_per_bucket`` (``merklog parquet export --buckets``: :data:`.buckets.
-    ROWS_PER_BUCKET`) the op rows are written bucketed by ``fact_key`` as Spark buckets a
-    table, one file per bucket of that many rows (:mod:`.buckets`, ADR 0141), so that a
-    compaction of this export alone groups them without a shuffle; each bucket keeps the
-    rows' order. It costs the export more than it saves the compaction at 1M ops, so it
-    is not the default.
 
     Three sequential reads, no per-op store query: every fact block (one scan of the
     block store in CID order), the accepted deltas (in causal order), the visible fact
@@ -451,9 +407,7 @@ def export_replica(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dataset = str(replica.dataset)
-    n_log = op_count(replica)
-    k = max(1, math.ceil(n_log / partition_ops))
-    buckets = bucket_count(n_log, rows_per_bucket) if n_log and rows_per_bucket else None
+    k = max(1, math.ceil(op_count(replica) / partition_ops))
     tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
     try:
         with gc_paused():  # many small objects, no cycles
@@ -473,7 +427,7 @@ def export_replica(
             for cids in iter_visible_cids(replica):
                 n_visible += len(cids)
                 visible.add(pa.table({"fact_cid": binary_array(cids)}), "fact_cid")
-            ops = OpsWriter(out, buckets=buckets)
+            ops = OpsWriter(out)
             shown = FactsWriter(out)
             # the visible facts are filtered and written on a second thread while this one joins
             # and writes the ops: both are Arrow C++ work that releases the GIL
@@ -482,22 +436,7 @@ def export_replica(
                     part_facts = facts.read(i)
                     wanted = visible.read(i).column("fact_cid").combine_chunks()
                     pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
-                    part_log = log.read(i)
-                    if buckets is None:
-                        ops.write(with_facts(part_log, part_facts))
-                    else:
-                        # the log rows ordered by bucket in one gather (a gather per bucket from
-                        # the log's many chunks joins them every time), then joined with their
-                        # facts, which gathers the arguments once, in that order; each bucket is
-                        # then a slice
-                        keys = cid_keys(part_log.column("fact_cid"))
-                        order, sizes = bucket_order(keys, buckets)
-                        ordered = with_facts(part_log.take(indices(order)), part_facts)
-                        ordered = with_keys(ordered)  # once, not on every slice (a copy each)
-                        start = 0
-                        for bucket, rows in enumerate(sizes.tolist()):
-                            ops.write_bucket(bucket, ordered.slice(start, rows))
-                            start += rows
+                    ops.write(with_facts(log.read(i), part_facts))
                     pending.result()
             n_ops = ops.close()
             counts = shown.close()
@@ -507,7 +446,7 @@ def export_replica(
         raise StoreError(f"{n_visible - sum(counts.values())} visible facts have no block")
     # the genesis block travels with the export so a snapshot can let a fresh peer join
     (out / GENESIS_FILE).write_bytes(replica.genesis.data)
-    return _summary(out, n_ops, [dataset] if n_ops else [], counts, buckets if n_ops else None)
+    return _summary(out, n_ops, [dataset] if n_ops else [], counts)
 
 
 def write_ops(
