@@ -356,16 +356,10 @@ class Replica(Acceptance, ORSet, Reconciliation):
         the same deltas, rows and visible-set changes, without an op object, a wire op
         or a row tuple per fact. ``encoded``: ``encode_facts(facts)``. Calls of another
         shape (CIDs not 36 bytes, a fact over ``MAX_FACT_BYTES``, pending changes) take
-        ``write_many``."""
-        return self.write_assert_columns(
-            facts, list(map(_first, encoded)), list(map(_second, encoded))
-        )
-
-    def write_assert_columns(
-        self, facts: Sequence[Fact], cids: list[Link], datas: list[bytes]
-    ) -> list[Link]:
-        """``write_asserts(facts, list(zip(cids, datas)))`` with the encoding as two
-        columns, as ``put``'s forked encoder delivers it (ADR 0138)."""
+        ``write_many``. Subscribers with an ``on_new`` are told the new facts in one
+        list after the commit (ADR 0138)."""
+        cids = list(map(_first, encoded))
+        datas = list(map(_second, encoded))
         with gc_paused():
             with self._lock:
                 out, new = self._write_asserts_locked(facts, cids, datas)
