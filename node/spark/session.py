@@ -20,10 +20,13 @@ of a cluster keep the JVM's defaults.
 ``MERKLOG_SPARK_LIGHT_JVM=1`` puts the light flags on every JVM whatever the size
 (the test suite sets it), ``=0`` on none.
 
-Quiet by default: the driver JVM is started with its stderr sent to a log file
-(:func:`spark_log_path`), so its banners and warnings (``WARNING: Using incubator
+Quiet by default: the driver JVM is started with its stdout and stderr sent to a log
+file (:func:`spark_log_path`), so its banners and warnings (``WARNING: Using incubator
 modules``, log4j's default-profile lines, ``NativeCodeLoader``) stay off the
-terminal; ``quiet=False`` (the CLI's ``-v``) leaves them on it.
+terminal; ``quiet=False`` (the CLI's ``-v``) leaves them on it. The JVM outlives this
+process by its shutdown (~0.5 s after a compaction: Spark's hooks stop the context and
+delete its shuffle files), so holding this process's stdout would keep a reader of the
+command's output (``merklog compact … | jq``, a script's pipe) waiting for that too.
 
 The driver JVM maps a class-data-sharing archive from merklog's cache, dumped by the
 first run (:mod:`merklog.node.spark.cds`, ADR 0114): ~4-5 s less JVM CPU per command.
@@ -103,18 +106,22 @@ def spark_log_path() -> Path:
 
 
 @contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Point file descriptor 2 at ``path`` while a child process (the JVM) is started, so the
-    child keeps writing there; this process gets its own stderr back afterwards."""
+def _output_to(path: Path) -> Iterator[None]:
+    """Point file descriptors 1 and 2 at ``path`` while a child process (the JVM) is
+    started, so the child keeps writing there and holds neither of this process's
+    streams; this process gets its own back afterwards."""
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = {n: os.dup(n) for n in (1, 2)}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        os.dup2(fd, 2)
+        for n in saved:
+            os.dup2(fd, n)
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for n, old in saved.items():
+            os.dup2(old, n)
+            os.close(old)
         os.close(fd)
 
 
@@ -198,7 +205,7 @@ def build_session(
         builder = builder.config(key, value)
     conf = {"spark.master": master, "spark.app.name": app_name, **settings}
     if quiet:
-        with _stderr_to(spark_log_path()):
+        with _output_to(spark_log_path()):
             spark = _get_or_create(builder, conf)
     else:
         spark = _get_or_create(builder, conf)

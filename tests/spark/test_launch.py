@@ -20,7 +20,7 @@ CONF = {"spark.app.name": "merklog-launch-test", "spark.master": "local[1]"}
 PROBE = r"""
 import json, os, sys
 from merklog.node.spark import launch
-from merklog.node.spark.session import build_session
+from merklog.node.spark.session import build_session, spark_log_path
 if sys.argv[1] == "no-launcher":
     def refuse(*a, **k):
         raise AssertionError("the launcher ran although its command is cached")
@@ -33,12 +33,15 @@ print(json.dumps({
     "rows": spark.range(5).count(),
     "cmdline": cmdline,
     "gateway_env": [k for k in os.environ if k.startswith("PYSPARK_GATEWAY")],
+    "log": str(spark_log_path()),
+    "jvm_out": [os.readlink(f"/proc/{proc.pid}/fd/{n}") for n in (1, 2)],
+    "own_out": [os.readlink(f"/proc/self/fd/{n}") for n in (1, 2)],
 }))
 """
 
 
-def _probe(cache: Path, mode: str) -> dict:
-    env = dict(os.environ, MERKLOG_CACHE_DIR=str(cache), MERKLOG_SPARK_DIRECT="1")
+def _probe(cache: Path, mode: str, direct: str = "1") -> dict:
+    env = dict(os.environ, MERKLOG_CACHE_DIR=str(cache), MERKLOG_SPARK_DIRECT=direct)
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     out = subprocess.run(
         [sys.executable, "-c", PROBE, mode], env=env, capture_output=True, text=True, timeout=300
@@ -59,6 +62,17 @@ def test_the_driver_runs_the_launchers_command_and_later_starts_skip_the_launche
     assert Path(command[0]).name == "java" and "org.apache.spark.launcher.Main" not in command
     again = _probe(tmp_path, "no-launcher")  # the cache answers: no launcher JVM at all
     assert again["rows"] == 5 and again["cmdline"] == command
+
+
+def test_a_quiet_jvm_holds_neither_of_the_commands_streams(tmp_path: Path) -> None:
+    """The JVM writes its stdout and stderr to the log, whichever way it was started:
+    it outlives the command by its shutdown, and a reader of the command's output (a
+    pipe) would otherwise wait for that too; the command gets its own streams back."""
+    for direct in ("1", "0"):
+        seen = _probe(tmp_path, "first", direct)
+        assert seen["rows"] == 5
+        assert seen["jvm_out"] == [seen["log"], seen["log"]]
+        assert seen["log"] not in seen["own_out"]
 
 
 def test_what_the_scripts_would_read_keeps_pyspark_s_launcher(
