@@ -2,8 +2,9 @@
 
 Layout (see docs/storage.md):
 
-- ``blocks(cid BLOB PRIMARY KEY, data BLOB) WITHOUT ROWID`` — every block, keyed
-  by its binary CIDv1;
+- ``blocks(id INTEGER PRIMARY KEY, cid BLOB UNIQUE, data BLOB)`` — every block,
+  found by its binary CIDv1 through the ``cid`` index (ADR 0142: only CIDs go into the
+  random-key B-tree; the data is appended to the rowid one);
 - ``facts(rel TEXT, cid BLOB, PRIMARY KEY (rel, cid)) WITHOUT ROWID`` — the
   relation → fact-CID index that sources and queries scan;
 - ``store_meta(key, value)`` — the schema version.
@@ -16,6 +17,7 @@ One connection serves all threads, guarded by a re-entrant lock.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -31,6 +33,8 @@ from .codec import Fact, decode_fact, encode_facts
 from .errors import BlockNotFound, CIDMismatch, InvalidBlock, StoreError
 from .gcpause import gc_paused
 from .link import Link
+
+log = logging.getLogger(__name__)
 
 #: The file's format version. 2 changes none of this module's tables: the other tables
 #: sharing the file (replication's, ADR 0132) changed in a way a merklog reading version
@@ -49,21 +53,48 @@ _INGEST = (
     END""",
 )
 
-_SCHEMA = """
+#: Every block: the data appended to the rowid B-tree, the CID in the index ``UNIQUE``
+#: makes (ADR 0142).
+_BLOCKS_TABLE = """CREATE TABLE IF NOT EXISTS blocks (
+    id INTEGER PRIMARY KEY,
+    cid BLOB NOT NULL UNIQUE,
+    data BLOB NOT NULL
+)"""
+
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS store_meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS blocks (
-    cid BLOB PRIMARY KEY,
-    data BLOB NOT NULL
-) WITHOUT ROWID;
+{_BLOCKS_TABLE};
 CREATE TABLE IF NOT EXISTS facts (
     rel TEXT NOT NULL,
     cid BLOB NOT NULL,
     PRIMARY KEY (rel, cid)
 ) WITHOUT ROWID;
 """
+
+
+def _rowid_blocks(conn: sqlite3.Connection, path: str) -> None:
+    """Move the blocks of a file made before ADR 0142 (``blocks(cid PRIMARY KEY, data)
+    WITHOUT ROWID``) into the rowid layout, inside the opening transaction.
+
+    That layout kept each whole block in the CID-keyed B-tree, and a B-tree's interior
+    pages hold whole records: a delta block of ~230 KB that became a divider was read
+    from its overflow pages by every insert comparing against it (~40% of the blocks
+    insert of a 1M-fact write). Both layouts have the columns ``cid`` and ``data``, so
+    every query reads either and a merklog from before reads the new one; the move is a
+    one-time copy (~2-3 s per million blocks)."""
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(blocks)")]
+    if "id" in columns:
+        return
+    (count,) = conn.execute("SELECT count(*) FROM blocks").fetchone()
+    log.info("moving %d blocks of %s into the rowid layout (ADR 0142)", count, path)
+    conn.execute(_BLOCKS_TABLE.replace("blocks", "blocks_rowid", 1))
+    conn.execute("INSERT INTO blocks_rowid (cid, data) SELECT cid, data FROM blocks ORDER BY cid")
+    conn.execute("DROP TABLE blocks")
+    conn.execute("ALTER TABLE blocks_rowid RENAME TO blocks")
+
 
 #: WAL pages (16 KiB each) after which a commit checkpoints them into the database.
 WAL_CHECKPOINT_PAGES = 16384
@@ -136,6 +167,7 @@ class SQLiteBlockStore(BlockStore):
                         "UPDATE store_meta SET value = ? WHERE key = 'schema_version'",
                         (str(SCHEMA_VERSION),),
                     )
+                _rowid_blocks(self.conn, self.path)
                 for statement in _INGEST:
                     self.conn.execute(statement)
 

@@ -167,6 +167,43 @@ def test_version_1_file_is_marked_version_2_with_its_blocks_intact(tmp_path):
     assert version == "2"
 
 
+def test_a_file_with_cid_keyed_blocks_moves_to_the_rowid_layout_intact(tmp_path):
+    """A file from before ADR 0142 (whole blocks in a ``WITHOUT ROWID`` table keyed by
+    CID) opens with every block byte for byte - five values Python's == would merge, a
+    block large enough for overflow pages - and in the rowid layout, where a CID is still
+    stored once and the fact index is untouched."""
+    path = tmp_path / "s.sqlite"
+    facts = [make_fact("v", [x]) for x in (1, 1.0, True, "1", b"\x01")]
+    blocks = [encode_fact(f) for f in facts]
+    big = make_fact("blob", [b"\xab" * 300_000])
+    blocks.append(encode_fact(big))
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+        INSERT INTO store_meta VALUES ('schema_version', '2');
+        CREATE TABLE blocks (cid BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+        CREATE TABLE facts (rel TEXT NOT NULL, cid BLOB NOT NULL, PRIMARY KEY (rel, cid))
+            WITHOUT ROWID;
+    """)
+    conn.executemany("INSERT INTO blocks VALUES (?, ?)", [(c.raw, d) for c, d in blocks])
+    conn.executemany("INSERT INTO facts VALUES ('v', ?)", [(c.raw,) for c, _ in blocks[:5]])
+    conn.commit()
+    conn.close()
+
+    store = SQLiteBlockStore(path)
+    # Compared as bytes, never with ==/hash over values (1 == 1.0 == True).
+    assert [store.get(c) for c, _ in blocks] == [d for _, d in blocks]
+    assert len({c for c, _ in blocks}) == len(store) == 6
+    assert sorted(c.raw for c in store.fact_cids("v")) == sorted(c.raw for c, _ in blocks[:5])
+    assert store.put_many(blocks) == 0  # each CID still stored once
+    assert store.integrity_check() == []
+    columns = [r[1] for r in store.conn.execute("PRAGMA table_info(blocks)")]
+    assert columns == ["id", "cid", "data"]
+    store.close()
+    store = SQLiteBlockStore(path)  # opened again: nothing left to move
+    assert [store.get(c) for c, _ in blocks] == [d for _, d in blocks]
+    store.close()
+
 WRITER = """
 import os, signal, sys
 from merklog.store import make_fact
