@@ -27,8 +27,9 @@ class SharedSQLite:
     Replication and the node keep their own tables in the same database and commit
     them together with blocks: inside ``transaction()`` (nestable; only the outermost
     level commits), holding ``lock`` (re-entrant) for any other use of ``conn``.
-    Blocks are rows ``(cid BLOB PRIMARY KEY, data BLOB)`` of table ``blocks_table``
-    (raw binary CIDv1); readers of that table re-hash what they read.
+    Blocks are rows ``(cid BLOB UNIQUE, data BLOB)`` of table ``blocks_table`` (raw
+    binary CIDv1; a reader names these two columns only); readers of that table
+    re-hash what they read.
     """
 
     conn: sqlite3.Connection
