@@ -134,15 +134,19 @@ READ_SCHEMA = pa.schema(
 
 
 def _meta_rows(files: Sequence[Path]) -> pa.Table:
-    """The ``op_index = 0`` and grant/revoke rows of the ops files, their columns only."""
+    """The ``op_index = 0`` and grant/revoke rows of the ops files, their columns only.
+
+    ``dataset`` is read as the dictionary it is stored as and decoded after the filter,
+    for the few rows kept: decoding it for every op row (a 59-character string each) was
+    1.9 of the 2.8 s of CPU this took for 5M ops."""
     tables = [READ_SCHEMA.empty_table()]
     for f in files:
-        ops = pq.read_table(f, columns=READ_COLUMNS, use_threads=False).cast(READ_SCHEMA)
-        op = ops.column("op")
+        ops = pq.read_table(f, columns=READ_COLUMNS, use_threads=False, read_dictionary=["dataset"])
         keep = pc.or_(
-            pc.equal(ops.column("op_index"), 0), pc.is_in(op, pa.array(["grant", "revoke"]))
+            pc.equal(ops.column("op_index"), 0),
+            pc.is_in(ops.column("op"), pa.array(["grant", "revoke"])),
         )
-        tables.append(ops.filter(keep))
+        tables.append(ops.filter(keep).cast(READ_SCHEMA))
     return pa.concat_tables(tables).combine_chunks()
 
 
