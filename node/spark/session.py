@@ -112,7 +112,12 @@ def _output_to(path: Path) -> Iterator[None]:
     streams; this process gets its own back afterwards."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = {n: os.dup(n) for n in (1, 2)}
+    saved: dict[int, int] = {}
+    for n in (1, 2):
+        try:
+            saved[n] = os.dup(n)
+        except OSError:  # not open in this process: the child does not get it either
+            pass
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         for n in saved:
