@@ -39,7 +39,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -114,10 +114,8 @@ def _output_to(path: Path) -> Iterator[None]:
     sys.stderr.flush()
     saved: dict[int, int] = {}
     for n in (1, 2):
-        try:
+        with suppress(OSError):  # not open in this process: the child does not get it either
             saved[n] = os.dup(n)
-        except OSError:  # not open in this process: the child does not get it either
-            pass
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         for n in saved:

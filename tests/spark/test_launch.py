@@ -75,6 +75,26 @@ def test_a_quiet_jvm_holds_neither_of_the_commands_streams(tmp_path: Path) -> No
         assert seen["log"] not in seen["own_out"]
 
 
+def test_a_quiet_session_starts_when_the_command_has_no_stdout(tmp_path: Path) -> None:
+    """A process whose stdout is closed (a daemon, a script that closed it) still gets a
+    quiet session: the streams it has are pointed at the log, the missing one is skipped."""
+    code = (
+        "import os\n"
+        "os.close(1)\n"
+        "from merklog.node.spark.session import build_session\n"
+        "spark = build_session(master='local[1]', app_name='merklog-launch-test', quiet=True)\n"
+        "os.write(2, b'rows %d' % spark.range(3).count())\n"
+    )
+    env = dict(os.environ, MERKLOG_CACHE_DIR=str(tmp_path))
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.strip().endswith("rows 3")
+    assert "Traceback" not in out.stderr
+
+
 def test_what_the_scripts_would_read_keeps_pyspark_s_launcher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
