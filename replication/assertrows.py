@@ -20,7 +20,8 @@ import sqlite3
 from collections.abc import Iterable
 from itertools import compress
 from operator import add, itemgetter
-from typing import Any
+
+from merklog.store.sqlrun import decimal_blob
 
 from .sqlutil import NUMPY_SORT_MIN, sorted_blob
 
@@ -135,8 +136,7 @@ def insert_new_facts(
         code = {name: k for k, name in enumerate(names)}
         codes = np.fromiter(map(code.__getitem__, rels), dtype=np.int32, count=count)[order]
         for k, name in enumerate(names):
-            digits = _decimal_blob(np.flatnonzero(codes == k) + first)
-            width = len(digits) // int(np.count_nonzero(codes == k))
+            digits, width = decimal_blob(np.flatnonzero(codes == k) + first)
             conn.execute(_INSERT_REL_DECIMAL, (len(digits), width, ds, name, digits))
     else:
         for name in names:
@@ -155,16 +155,6 @@ INSERT INTO repl_rel_fact (ds, rel, fact)
 SELECT ?3, ?4, CAST(substr(?5, i + 1, ?2) AS INTEGER) FROM run
 """
 )
-
-
-def _decimal_blob(ids: Any) -> bytes:
-    """Ascending non-negative ids (a numpy int64 array) as ASCII decimal numbers of one
-    width, zero-padded, back to back (SQLite's ``CAST`` reads each back as an integer)."""
-    import numpy as np
-
-    width = len(str(int(ids[-1])))
-    powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
-    return ((ids[:, None] // powers) % 10 + 48).astype(np.uint8).tobytes()
 
 
 def _new_ids(
