@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,13 +98,21 @@ def check_declared(engine: Any, facts: list[Fact]) -> None:
 
 
 def write_facts(
-    node: Any, asserts: Iterable[FactLike], retracts: Iterable[FactLike], checked: bool = False
+    node: Any,
+    asserts: Iterable[FactLike],
+    retracts: Iterable[FactLike],
+    checked: bool = False,
+    prepared: PreparedAsserts | None = None,
 ) -> WriteResult:
     """Assert and retract in one durable write of ``node``'s replica (``Node._write``).
 
     ``checked``: ``asserts``/``retracts`` are lists of facts already checked
     (``coerce_facts``, ``facts_from_json``) and declared-checked, as ``write_async``
-    takes them: not checked a second time (a 200k-fact request paid it twice)."""
+    takes them: not checked a second time (a 200k-fact request paid it twice).
+    ``prepared``: the asserts (``asserts`` and ``retracts`` empty) checked and encoded
+    by :func:`prepare_asserts`, possibly on another thread (``put -f``, ADR 0143)."""
+    if prepared is not None:
+        return _write_prepared(node, prepared)
     try:
         if checked:
             add, rem = list(asserts), list(retracts)
@@ -128,13 +137,62 @@ def write_facts(
     return result
 
 
+@dataclass
+class PreparedAsserts:
+    """Asserts ready for :func:`write_facts`: checked against the values' rules and the
+    program's declarations, and encoded (each fact's CID and block, in input order).
+    ``storing`` is set once their write's rows start going into SQLite, or when that
+    write ends, whichever comes first."""
+
+    facts: list[Fact]
+    encoded: list[tuple[Link, bytes]]
+    storing: threading.Event = field(default_factory=threading.Event)
+
+
+def prepare_asserts(node: Any, facts: Iterable[FactLike]) -> PreparedAsserts:
+    """Check and encode asserts for ``node`` without touching its store: the part of a
+    write that can run on one thread while another thread's write is in SQLite."""
+    try:
+        add = node.coerce_facts(facts)
+        node.check_declared(add)
+    except Exception:
+        node.metrics.rejected.inc()
+        raise
+    with gc_paused():
+        return PreparedAsserts(add, encode_facts(add))
+
+
+def _write_prepared(node: Any, prepared: PreparedAsserts) -> WriteResult:
+    try:
+        with gc_paused():
+            result = WriteResult(asserted=with_cids(prepared.encoded, prepared.facts))
+            if prepared.facts:
+                require_writer(node)
+                result.delta = node.atomically(
+                    replica_write, node.replica, prepared.facts, [], prepared.encoded, prepared
+                )
+                if result.delta is not None:
+                    node.metrics.deltas.inc()
+                node.metrics.writes.inc(len(prepared.facts))
+                node.wake()
+        return result
+    finally:
+        prepared.storing.set()
+
+
 def replica_write(
-    replica: Any, asserts: list[Fact], retracts: list[Fact], encoded: list | None = None
+    replica: Any,
+    asserts: list[Fact],
+    retracts: list[Fact],
+    encoded: list | None = None,
+    prepared: PreparedAsserts | None = None,
 ) -> Link | None:
     """One transaction of as many signed deltas as receivers' limits need; the last CID.
-    ``encoded``: the ``(CID, block)`` of ``asserts + retracts`` (computed once)."""
+    ``encoded``: the ``(CID, block)`` of ``asserts + retracts`` (computed once);
+    ``prepared``: where they came from (its ``storing`` event is set on the way)."""
     if not retracts and encoded is not None:  # asserts alone: column-wise (ADR 0127)
-        cids = replica.write_asserts(asserts, encoded)
+        storing = prepared.storing if prepared is not None else None
+        cids = replica.write_asserts(asserts, encoded, storing)
         return cids[-1] if cids else None
     ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]
     cids = replica.write_many(ops, encoded)

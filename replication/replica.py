@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import compress
 from operator import attrgetter, itemgetter
+from threading import Event
 from typing import Any, NamedTuple
 
 from merklog.store import BlockNotFound, BlockStore, Fact, Link
@@ -320,13 +321,16 @@ class Replica(Acceptance, ORSet, Reconciliation):
         return out
 
     @contextmanager
-    def _deferring(self, deferred: _Deferred) -> Iterator[None]:
+    def _deferring(self, deferred: _Deferred, storing: Event | None = None) -> Iterator[None]:
         """One local write's transaction with its rows deferred to ``deferred`` and
-        stored sorted at its end; a rollback tells subscribers nothing."""
+        stored sorted at its end; a rollback tells subscribers nothing. ``storing`` is
+        set when the deferred rows start going into SQLite."""
         self._deferred = deferred
         try:
             with self._tx():
                 yield
+                if storing is not None:
+                    storing.set()
                 self._flush_deferred()
         except BaseException:
             self._changes = {}  # rolled back: nothing to tell subscribers
@@ -350,26 +354,39 @@ class Replica(Acceptance, ORSet, Reconciliation):
         relindex.record(self.conn, deferred.relations)
 
     def write_asserts(
-        self, facts: Sequence[Fact], encoded: Sequence[tuple[Link, bytes]]
+        self,
+        facts: Sequence[Fact],
+        encoded: Sequence[tuple[Link, bytes]],
+        storing: Event | None = None,
     ) -> list[Link]:
         """``write_many([Assert(f) for f in facts], encoded)``, column-wise (ADR 0127):
         the same deltas, rows and visible-set changes, without an op object, a wire op
         or a row tuple per fact. ``encoded``: ``encode_facts(facts)``. Calls of another
         shape (CIDs not 36 bytes, a fact over ``MAX_FACT_BYTES``, pending changes) take
         ``write_many``. Subscribers with an ``on_new`` are told the new facts in one
-        list after the commit (ADR 0138)."""
+        list after the commit (ADR 0138).
+
+        ``storing``, when given, is set once the deltas are built and the call's rows
+        start going into SQLite: from there to the commit the write is mostly SQLite's
+        own work, which holds no GIL, so another thread can run Python meanwhile
+        (``put -f`` encodes its next chunk, ADR 0143). A call that stores nothing, or
+        takes ``write_many``, never sets it."""
         cids = list(map(_first, encoded))
         datas = list(map(_second, encoded))
         with gc_paused():
             with self._lock:
-                out, new = self._write_asserts_locked(facts, cids, datas)
+                out, new = self._write_asserts_locked(facts, cids, datas, storing)
                 changes, self._changes = self._changes, {}
             self._emit(changes)
             self._emit_new(new.new_cids, new.new_facts)
         return out
 
     def _write_asserts_locked(
-        self, facts: Sequence[Fact], cids: list[Link], datas: list[bytes]
+        self,
+        facts: Sequence[Fact],
+        cids: list[Link],
+        datas: list[bytes],
+        storing: Event | None = None,
     ) -> tuple[list[Link], _Deferred]:
         """The deltas' CIDs, and the deferred columns (its new visible facts)."""
         new = _Deferred([], [], [], [], [], [], [])
@@ -395,7 +412,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         if not cids:
             return [], new
         out: list[Link] = []
-        with self._deferring(new):
+        with self._deferring(new, storing):
             for start, end in pack_asserts(list(map(len, datas)), len(self.heads())):
                 heads = self.heads()[:MAX_PARENTS]
                 clock = 1 + max(self._clock_of(h) or 0 for h in heads)

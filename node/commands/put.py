@@ -5,7 +5,9 @@ its ``LINE:COL``), then written in chunks: each chunk is one durable write, and 
 progress bar on a terminal counts facts.
 
 - On a stopped home a chunk is ``LOCAL_CHUNK_FACTS`` facts, one transaction each:
-  fewer, larger commits rewrite fewer B-tree pages (docs/adr/0050).
+  fewer, larger commits rewrite fewer B-tree pages (docs/adr/0050). ``put`` checks,
+  encodes and renders chunk k+1 while chunk k is in SQLite (:mod:`merklog.node.bulkput`,
+  ADR 0143); ``retract`` writes its chunks inline.
 - Through a running node a chunk is one HTTP request of at most ``CHUNK_FACTS``
   facts / ``CHUNK_BYTES`` bytes of text (and a quarter of its body limit, so JSON
   escaping cannot push a body over it). Each request is one transaction on the node,
@@ -21,10 +23,14 @@ progress bar on a terminal counts facts.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from merklog.node.cli import State, pass_state
+
+if TYPE_CHECKING:
+    from merklog.node.target import Target
 
 CHUNK_FACTS = 200_000
 CHUNK_BYTES = 4 << 20
@@ -85,6 +91,7 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from merklog.engine.factreader import read_fact_lines
+    from merklog.node.bulkput import put_chunks
     from merklog.node.cliutil import facts_text, target
     from merklog.node.failures import NotVisible
     from merklog.node.queries import parse_facts
@@ -114,39 +121,69 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
         ) as bar,
     ):
         task = bar.add_task(verb, total=len(parsed))
-        if isinstance(t, LocalTarget):
-            if len(parsed) >= BULK_CACHE_FACTS:
-                t.node.store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
-            parts: Iterator = ((c, None) for c in chunks(parsed, LOCAL_CHUNK_FACTS, None))
+        if isinstance(t, LocalTarget) and len(parsed) >= BULK_CACHE_FACTS:
+            t.node.store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
+        if isinstance(t, LocalTarget) and not retract:
+            # Chunk k+1 is checked, encoded and rendered while chunk k is in SQLite (ADR 0143).
+            local = chunks(parsed, LOCAL_CHUNK_FACTS, None)
+            for count, text in put_chunks(t.node, local, _render):
+                if text:
+                    click.echo(text)
+                bar.advance(task, count)
         else:
-            parts = _remote_chunks(parsed, bulk[1] if bulk is not None else None, max_bytes)
-        # A running node's put keeps two requests in flight, so the node decodes one body
-        # while it writes the other and this process renders an answer meanwhile; its
-        # retract keeps one (chunks observe each other in order). A home opened here
-        # writes inline: a writer thread measured 2.5% more CPU and no wall gain on a
-        # busy machine (ADR 0119).
-        writers = 0 if isinstance(t, LocalTarget) else (1 if retract else 2)
-
-        def write(chunk: list, lines: list[str] | None) -> dict:
-            # The answer lists CIDs alone, in input order: the facts are rendered here,
-            # not by the node and then decoded from its JSON (ADR 0082).
-            if lines is not None:  # the input's own lines of these facts
-                body = "\n".join(lines) + "\n"
-                return t.write("", body, CIDS) if retract else t.write(body, "", CIDS)
-            return t.write_facts([], chunk, CIDS) if retract else t.write_facts(chunk, [], CIDS)
-
-        for (chunk, _lines), result in pipelined(write, parts, writers):
-            gone = {item["cid"] for item in result.get("not_visible") or []}
-            missing.extend(result.get("not_visible") or [])
-            cids = result["retracted" if retract else "asserted"]
-            out = [f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone]
-            if out:
-                click.echo("\n".join(out))
-            bar.advance(task, len(chunk))
+            missing = _write_chunks(t, parsed, bulk, max_bytes, retract, bar, task)
     if missing:
         shown = ", ".join(item["fact"] for item in missing[:3])
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
+
+
+def _write_chunks(
+    t: Target,
+    parsed: list,
+    bulk: tuple | None,
+    max_bytes: int,
+    retract: bool,
+    bar: Any,
+    task: Any,
+) -> list[dict]:
+    """Retract on a home opened here, or put and retract through a running node, chunk by
+    chunk; prints each chunk's ``CID<TAB>fact`` lines; returns the facts not visible."""
+    from merklog.node.target import LocalTarget
+
+    if isinstance(t, LocalTarget):
+        parts: Iterator = ((c, None) for c in chunks(parsed, LOCAL_CHUNK_FACTS, None))
+    else:
+        parts = _remote_chunks(parsed, bulk[1] if bulk is not None else None, max_bytes)
+    # A running node's put keeps two requests in flight, so the node decodes one body
+    # while it writes the other and this process renders an answer meanwhile; its
+    # retract keeps one (chunks observe each other in order). A retract on a home opened
+    # here writes inline.
+    writers = 0 if isinstance(t, LocalTarget) else (1 if retract else 2)
+
+    def write(chunk: list, lines: list[str] | None) -> dict:
+        # The answer lists CIDs alone, in input order: the facts are rendered here,
+        # not by the node and then decoded from its JSON (ADR 0082).
+        if lines is not None:  # the input's own lines of these facts
+            body = "\n".join(lines) + "\n"
+            return t.write("", body, CIDS) if retract else t.write(body, "", CIDS)
+        return t.write_facts([], chunk, CIDS) if retract else t.write_facts(chunk, [], CIDS)
+
+    missing: list[dict] = []
+    for (chunk, _lines), result in pipelined(write, parts, writers):
+        gone = {item["cid"] for item in result.get("not_visible") or []}
+        missing.extend(result.get("not_visible") or [])
+        cids = result["retracted" if retract else "asserted"]
+        out = [f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone]
+        if out:
+            click.echo("\n".join(out))
+        bar.advance(task, len(chunk))
+    return missing
+
+
+def _render(chunk: list, cids: list) -> str:
+    """``CID<TAB>fact`` lines of a chunk, the facts as given."""
+    return "\n".join([f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True)])
 
 
 def pipelined(
