@@ -234,16 +234,11 @@ class Node:
         return self._write(asserts, retracts)
 
     def _write(
-        self,
-        asserts: Iterable[FactLike],
-        retracts: Iterable[FactLike],
-        checked: bool = False,
-        prepared: writes.PreparedAsserts | None = None,
+        self, asserts: Iterable[FactLike], retracts: Iterable[FactLike], checked: bool = False
     ) -> WriteResult:
         """One durable write without the first-write sync (see :func:`.writes.write_facts`;
-        ``checked``: the facts are already checked, as ``write_async`` hands them;
-        ``prepared``: asserts from :func:`.writes.prepare_asserts`)."""
-        return writes.write_facts(self, asserts, retracts, checked, prepared)
+        ``checked``: the facts are already checked, as ``write_async`` hands them)."""
+        return writes.write_facts(self, asserts, retracts, checked)
 
     async def write_async(self, asserts: list[Fact], retracts: list[Fact]) -> WriteResult:
         """``write`` for the event loop: concurrent callers share one delta and one fsync

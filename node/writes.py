@@ -98,21 +98,13 @@ def check_declared(engine: Any, facts: list[Fact]) -> None:
 
 
 def write_facts(
-    node: Any,
-    asserts: Iterable[FactLike],
-    retracts: Iterable[FactLike],
-    checked: bool = False,
-    prepared: PreparedAsserts | None = None,
+    node: Any, asserts: Iterable[FactLike], retracts: Iterable[FactLike], checked: bool = False
 ) -> WriteResult:
     """Assert and retract in one durable write of ``node``'s replica (``Node._write``).
 
     ``checked``: ``asserts``/``retracts`` are lists of facts already checked
     (``coerce_facts``, ``facts_from_json``) and declared-checked, as ``write_async``
-    takes them: not checked a second time (a 200k-fact request paid it twice).
-    ``prepared``: the asserts (``asserts`` and ``retracts`` empty) checked and encoded
-    by :func:`prepare_asserts`, possibly on another thread (``put -f``, ADR 0143)."""
-    if prepared is not None:
-        return _write_prepared(node, prepared)
+    takes them: not checked a second time (a 200k-fact request paid it twice)."""
     try:
         if checked:
             add, rem = list(asserts), list(retracts)
@@ -162,20 +154,24 @@ def prepare_asserts(node: Any, facts: Iterable[FactLike]) -> PreparedAsserts:
         return PreparedAsserts(add, encode_facts(add))
 
 
-def _write_prepared(node: Any, prepared: PreparedAsserts) -> WriteResult:
+def write_prepared(node: Any, prepared: PreparedAsserts) -> Link | None:
+    """One durable write of asserts from :func:`prepare_asserts` (possibly prepared on
+    another thread, ``put -f``, ADR 0143), without the first-write sync; the CID of its
+    last delta (None: every fact was already visible). The facts' CIDs are the caller's:
+    ``prepared.encoded``. Sets ``prepared.storing`` at the latest when it ends."""
     try:
+        if not prepared.facts:
+            return None
         with gc_paused():
-            result = WriteResult(asserted=with_cids(prepared.encoded, prepared.facts))
-            if prepared.facts:
-                require_writer(node)
-                result.delta = node.atomically(
-                    replica_write, node.replica, prepared.facts, [], prepared.encoded, prepared
-                )
-                if result.delta is not None:
-                    node.metrics.deltas.inc()
-                node.metrics.writes.inc(len(prepared.facts))
-                node.wake()
-        return result
+            require_writer(node)
+            delta = node.atomically(
+                replica_write, node.replica, prepared.facts, [], prepared.encoded, prepared
+            )
+            if delta is not None:
+                node.metrics.deltas.inc()
+            node.metrics.writes.inc(len(prepared.facts))
+            node.wake()
+        return delta
     finally:
         prepared.storing.set()
 
