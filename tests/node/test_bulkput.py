@@ -114,3 +114,37 @@ def test_a_full_disk_mid_put_keeps_the_chunks_before_and_writes_nothing_after(
     assert len(rows) == len(printed)
     with _store(home) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(run: Cli, home: Path, tmp_path: Path):
+    """Ctrl-C (a real SIGINT to a real ``merklog put -f`` of three 200k-fact chunks) once
+    the first chunk is printed, while the second is being written: that write finishes
+    and is printed before the put stops, and the third is never sent. So the facts
+    printed are exactly the facts stored; one line on stderr, exit 1, the store intact."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run("init")
+    chunk = put.LOCAL_CHUNK_FACTS
+    lines = _lines(3 * chunk)
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "put", "-f", str(data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    printed = [proc.stdout.readline() for _ in range(chunk)]  # chunk 1 committed and printed
+    time.sleep(0.3)  # its printing is over; chunk 2's write (> 1 s) is in flight
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=120)
+    printed += rest.splitlines(keepends=True)
+    assert proc.returncode == 1
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert [line.rstrip("\n").split("\t")[1] + "." for line in printed] == lines[: 2 * chunk]
+    with _store(home) as conn:
+        assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (2 * chunk,)
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
