@@ -131,7 +131,7 @@ def write_facts(
 
 @dataclass
 class PreparedAsserts:
-    """Asserts ready for :func:`write_facts`: checked against the values' rules and the
+    """Asserts ready for :func:`write_prepared`: checked against the values' rules and the
     program's declarations, and encoded (each fact's CID and block, in input order).
     ``storing`` is set once their write's rows start going into SQLite, or when that
     write ends, whichever comes first."""
@@ -165,7 +165,7 @@ def write_prepared(node: Any, prepared: PreparedAsserts) -> Link | None:
         with gc_paused():
             require_writer(node)
             delta = node.atomically(
-                replica_write, node.replica, prepared.facts, [], prepared.encoded, prepared
+                replica_write, node.replica, prepared.facts, [], prepared.encoded, prepared.storing
             )
             if delta is not None:
                 node.metrics.deltas.inc()
@@ -181,13 +181,13 @@ def replica_write(
     asserts: list[Fact],
     retracts: list[Fact],
     encoded: list | None = None,
-    prepared: PreparedAsserts | None = None,
+    storing: threading.Event | None = None,
 ) -> Link | None:
     """One transaction of as many signed deltas as receivers' limits need; the last CID.
     ``encoded``: the ``(CID, block)`` of ``asserts + retracts`` (computed once);
-    ``prepared``: where they came from (its ``storing`` event is set on the way)."""
+    ``storing``: set when a write of asserts alone starts storing its rows
+    (``Replica.write_asserts``)."""
     if not retracts and encoded is not None:  # asserts alone: column-wise (ADR 0127)
-        storing = prepared.storing if prepared is not None else None
         cids = replica.write_asserts(asserts, encoded, storing)
         return cids[-1] if cids else None
     ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]

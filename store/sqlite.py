@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS store_meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 ) WITHOUT ROWID;
-{_BLOCKS_TABLE.format(name="blocks")};
+{_BLOCKS_TABLE.format(name='blocks')};
 CREATE TABLE IF NOT EXISTS facts (
     rel TEXT NOT NULL,
     cid BLOB NOT NULL,
