@@ -103,7 +103,7 @@ def test_a_full_disk_mid_put_keeps_the_chunks_before_and_writes_nothing_after(
 
     monkeypatch.setattr(SQLiteBlockStore, "set_cache_mb", limited)
     result = _in_thread(run, "put", "-f", str(data), ok=False)
-    assert result.exit_code != 0
+    assert result.exit_code == 6  # no space left (docs/operations.md, exit status)
     assert "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if "\t" not in line and line.strip()]
     assert len(errors) == 1 and "full" in errors[0], result.output
