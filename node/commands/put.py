@@ -173,17 +173,17 @@ def _write_chunks(
     for (chunk, _lines), result in pipelined(write, parts, writers):
         gone = {item["cid"] for item in result.get("not_visible") or []}
         missing.extend(result.get("not_visible") or [])
-        cids = result["retracted" if retract else "asserted"]
-        out = [f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone]
-        if out:
-            click.echo("\n".join(out))
+        text = _render(chunk, result["retracted" if retract else "asserted"], gone)
+        if text:
+            click.echo(text)
         bar.advance(task, len(chunk))
     return missing
 
 
-def _render(chunk: list, cids: list) -> str:
-    """``CID<TAB>fact`` lines of a chunk, the facts as given."""
-    return "\n".join([f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True)])
+def _render(chunk: list, cids: list, gone: set | frozenset = frozenset()) -> str:
+    """The ``CID<TAB>fact`` lines of a chunk, the facts as given, without those whose CID
+    (as text) is in ``gone`` (retracts of facts that were not visible)."""
+    return "\n".join([f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone])
 
 
 def pipelined(
