@@ -253,10 +253,10 @@ class Acceptance(ReplicaState):
         """``_accept`` of a delta this replica built from asserts alone
         (:func:`~.blocks.build_assert_delta`) of facts that were not visible and are unique
         in the call (``Replica.write_asserts``), inside its transaction: the same checks and
-        rows, kept as columns until the write ends (ADR 0127)."""
+        rows, kept as columns until the write ends (ADR 0127). The facts' blocks are in
+        the store already: the call stores them first (ADR 0144)."""
         deferred = self._deferred
         self._insert_delta_rows(delta, self._check_delta(delta))
-        deferred.blocks.extend(zip(cids, datas, strict=True))
         deferred.blocks.append((delta.cid, delta.data))
         killed = self.conn.execute(
             "SELECT 1 FROM repl_retract WHERE ds = ? AND observed = ? LIMIT 1",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import compress
 from operator import attrgetter, itemgetter
@@ -289,7 +289,10 @@ class Replica(Acceptance, ORSet, Reconciliation):
         return out
 
     def _write_locked(
-        self, ops: Sequence[Op], encoded: Sequence[tuple[Link, bytes]] | None
+        self,
+        ops: Sequence[Op],
+        encoded: Sequence[tuple[Link, bytes]] | None,
+        before_commit: Callable[[], None] | None = None,
     ) -> list[Link]:
         visible_at_start: set[Link] = set()
 
@@ -306,7 +309,8 @@ class Replica(Acceptance, ORSet, Reconciliation):
         # assert rows go in once, sorted by CID, when its last delta is accepted: one
         # in-order pass over each random-key B-tree instead of one per delta.
         retracts = any(p.wire["op"] == "retract" for p in planned)
-        with self._deferring(_Deferred([], None if retracts else [], [], [], [], [], [])):
+        deferred = _Deferred([], None if retracts else [], [], [], [], [], [])
+        with self._deferring(deferred, before_commit=before_commit):
             for group in pack_ops(planned, len(self.heads())):
                 heads = self.heads()[:MAX_PARENTS]
                 clock = 1 + max(self._clock_of(h) or 0 for h in heads)
@@ -321,10 +325,16 @@ class Replica(Acceptance, ORSet, Reconciliation):
         return out
 
     @contextmanager
-    def _deferring(self, deferred: _Deferred, storing: Event | None = None) -> Iterator[None]:
+    def _deferring(
+        self,
+        deferred: _Deferred,
+        storing: Event | None = None,
+        before_commit: Callable[[], None] | None = None,
+    ) -> Iterator[None]:
         """One local write's transaction with its rows deferred to ``deferred`` and
         stored sorted at its end; a rollback tells subscribers nothing. ``storing`` is
-        set when the deferred rows start going into SQLite."""
+        set when the deferred rows start going into SQLite; ``before_commit`` is called
+        once they are stored, before the commit (what it raises rolls the write back)."""
         self._deferred = deferred
         try:
             with self._tx():
@@ -332,6 +342,8 @@ class Replica(Acceptance, ORSet, Reconciliation):
                 if storing is not None:
                     storing.set()
                 self._flush_deferred()
+                if before_commit is not None:
+                    before_commit()
         except BaseException:
             self._changes = {}  # rolled back: nothing to tell subscribers
             raise
@@ -358,6 +370,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         facts: Sequence[Fact],
         encoded: Sequence[tuple[Link, bytes]],
         storing: Event | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> list[Link]:
         """``write_many([Assert(f) for f in facts], encoded)``, column-wise (ADR 0127):
         the same deltas, rows and visible-set changes, without an op object, a wire op
@@ -366,16 +379,25 @@ class Replica(Acceptance, ORSet, Reconciliation):
         ``write_many``. Subscribers with an ``on_new`` are told the new facts in one
         list after the commit (ADR 0138).
 
-        ``storing``, when given, is set once the deltas are built and the call's rows
-        start going into SQLite: from there to the commit the write is mostly SQLite's
-        own work, which holds no GIL, so another thread can run Python meanwhile
-        (``put -f`` encodes its next chunk, ADR 0143). A call that stores nothing, or
-        takes ``write_many``, never sets it."""
+        The facts' blocks are stored first: a fact whose block was not stored cannot be
+        visible, so the visibility lookup runs only when some block was there already
+        (ADR 0144).
+
+        ``storing``, when given, is set when the call's rows start going into SQLite
+        (its blocks): from there to the commit the write is mostly SQLite's own work,
+        which holds no GIL, so another thread can run Python meanwhile (``put -f``
+        encodes its next chunk, ADR 0143). A call that takes ``write_many`` never sets
+        it.
+
+        ``before_commit``, when given, is called inside the transaction once every row
+        is stored, just before the commit, whichever path the call takes; what it
+        raises rolls the whole call back (``put -f`` holds its first chunk's commit
+        until the rest of its input has parsed, ADR 0144)."""
         cids = list(map(_first, encoded))
         datas = list(map(_second, encoded))
         with gc_paused():
             with self._lock:
-                out, new = self._write_asserts_locked(facts, cids, datas, storing)
+                out, new = self._write_asserts_locked(facts, cids, datas, storing, before_commit)
                 changes, self._changes = self._changes, {}
             self._emit(changes)
             self._emit_new(new.new_cids, new.new_facts)
@@ -387,6 +409,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
         cids: list[Link],
         datas: list[bytes],
         storing: Event | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> tuple[list[Link], _Deferred]:
         """The deltas' CIDs, and the deferred columns (its new visible facts)."""
         new = _Deferred([], [], [], [], [], [], [])
@@ -399,20 +422,24 @@ class Replica(Acceptance, ORSet, Reconciliation):
             or (datas and max(map(len, datas)) > MAX_FACT_BYTES)
         ):
             encoded = list(zip(cids, datas, strict=False))
-            return self._write_locked([Assert(f) for f in facts], encoded), new
+            return self._write_locked([Assert(f) for f in facts], encoded, before_commit), new
         facts = facts if isinstance(facts, list) else list(facts)
-        drop = self._visible_raws(raws)
-        if drop or len(set(raws)) != len(raws):
-            # Asserts of visible facts and repeats are dropped, as plan_ops drops them.
+        if len(set(raws)) != len(raws):  # repeats: the first of each, as plan_ops keeps
             seen: set[bytes] = set()
-            keep = [not (r in drop or r in seen or seen.add(r)) for r in raws]  # type: ignore[func-returns-value]
-            cids = list(compress(cids, keep))
-            datas = list(compress(datas, keep))
-            facts = list(compress(facts, keep))
-        if not cids:
-            return [], new
+            keep = [not (r in seen or seen.add(r)) for r in raws]  # type: ignore[func-returns-value]
+            raws, cids, datas, facts = (list(compress(c, keep)) for c in (raws, cids, datas, facts))
         out: list[Link] = []
-        with self._deferring(new, storing):
+        with self._deferring(new, before_commit=before_commit):
+            if storing is not None:
+                storing.set()  # from here on the write is mostly SQLite's own work
+            # The facts' blocks go in first. Every accepted assert's fact block is stored,
+            # so a fact whose block is new cannot be visible: when every block is new the
+            # visibility lookup is not needed (ADR 0144).
+            fresh = self.blockstore.put_encoded(list(zip(cids, datas, strict=True)))
+            drop = self._visible_raws(raws) if fresh != len(raws) else ()
+            if drop:  # asserts of visible facts are dropped, as plan_ops drops them
+                keep = [r not in drop for r in raws]
+                cids, datas, facts = (list(compress(c, keep)) for c in (cids, datas, facts))
             for start, end in pack_asserts(list(map(len, datas)), len(self.heads())):
                 heads = self.heads()[:MAX_PARENTS]
                 clock = 1 + max(self._clock_of(h) or 0 for h in heads)

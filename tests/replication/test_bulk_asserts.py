@@ -211,3 +211,58 @@ def test_bulk_new_facts_reach_on_new_as_one_list(tmp_path) -> None:
     more = [make_fact("r", [v]) for v in MIXED]
     fast.write_asserts(more, encode_facts(more))
     assert len(lists) == 1 and singles == []
+
+
+def test_facts_whose_blocks_are_stored_but_not_asserted_are_asserted(tmp_path) -> None:
+    """A call stores its facts' blocks first and looks visibility up only when some block
+    was stored already (ADR 0144): blocks stored without an assert (a bare block put), a
+    retracted fact's block and a visible fact's block, beside new ones, give exactly what
+    ``write_many`` gives, with mixed types kept apart."""
+    from merklog.replication.blocks import Retract
+
+    slow, fast = _pair(tmp_path)
+    bare = [make_fact("b", [v]) for v in MIXED]
+    for r in (slow, fast):
+        r.blockstore.put_encoded(encode_facts(bare))
+    first = [make_fact("p", [i, MIXED[i % 5]]) for i in range(40)]
+    encoded = encode_facts(first)
+    assert fast.write_asserts(first, encoded) == slow.write_many(
+        [Assert(f) for f in first], encoded
+    )
+    ops = [Retract(f) for f in first[::4]]
+    assert fast.write_many(ops) == slow.write_many(ops)
+    call = bare + first + [make_fact("n", [v, v]) for v in MIXED]
+    encoded = encode_facts(call)
+    assert fast.write_asserts(call, encoded) == slow.write_many([Assert(f) for f in call], encoded)
+    assert _rows(fast) == _rows(slow)
+    assert fast.visible_facts() == slow.visible_facts()
+    assert {fact_cid(f) for f in call} == fast.visible_cids()
+
+
+def test_before_commit_runs_with_every_row_stored_and_its_error_rolls_back(tmp_path) -> None:
+    """``before_commit`` is called inside the write's transaction once its blocks, deltas
+    and rows are stored (``put -f`` holds its first chunk there while it reads the rest
+    of its input); what it raises rolls the whole write back: no block, delta, assert or
+    visible fact is left, and a later write stores what ``write_many`` stores."""
+    slow, fast = _pair(tmp_path)
+    facts = [make_fact("p", [i, MIXED[i % 5]]) for i in range(2 * MAX_OPS + 3)]
+    encoded = encode_facts(facts)
+    count = fast.conn.execute
+
+    def refuse() -> None:
+        assert count("SELECT count(*) FROM repl_assert").fetchone() == (len(facts),)
+        assert count("SELECT count(*) FROM blocks").fetchone()[0] >= len(facts) + 3
+        raise KeyboardInterrupt  # as a Ctrl-C while the rest of the input is read
+
+    before = count("SELECT count(*) FROM blocks").fetchone()
+    with pytest.raises(KeyboardInterrupt):
+        fast.write_asserts(facts, encoded, before_commit=refuse)
+    assert count("SELECT count(*) FROM blocks").fetchone() == before
+    assert count("SELECT count(*) FROM repl_assert").fetchone() == (0,)
+    assert fast.delta_count() == 0 and not fast.visible_cids()
+    called: list[int] = []
+    assert fast.write_asserts(
+        facts, encoded, before_commit=lambda: called.append(1)
+    ) == slow.write_many([Assert(f) for f in facts], encoded)
+    assert called == [1]
+    assert _rows(fast) == _rows(slow)
