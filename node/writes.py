@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,11 +134,13 @@ class PreparedAsserts:
     """Asserts ready for :func:`write_prepared`: checked against the values' rules and the
     program's declarations, and encoded (each fact's CID and block, in input order).
     ``storing`` is set once their write's rows start going into SQLite, or when that
-    write ends, whichever comes first."""
+    write ends, whichever comes first. ``before_commit``, if set, is called inside the
+    write's transaction just before it commits; what it raises rolls the write back."""
 
     facts: list[Fact]
     encoded: list[tuple[Link, bytes]]
     storing: threading.Event = field(default_factory=threading.Event)
+    before_commit: Callable[[], None] | None = None
 
 
 def prepare_asserts(node: Any, facts: Iterable[FactLike]) -> PreparedAsserts:
@@ -165,7 +167,13 @@ def write_prepared(node: Any, prepared: PreparedAsserts) -> Link | None:
         with gc_paused():
             require_writer(node)
             delta = node.atomically(
-                replica_write, node.replica, prepared.facts, [], prepared.encoded, prepared.storing
+                replica_write,
+                node.replica,
+                prepared.facts,
+                [],
+                prepared.encoded,
+                prepared.storing,
+                prepared.before_commit,
             )
             if delta is not None:
                 node.metrics.deltas.inc()
@@ -182,14 +190,18 @@ def replica_write(
     retracts: list[Fact],
     encoded: list | None = None,
     storing: threading.Event | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> Link | None:
     """One transaction of as many signed deltas as receivers' limits need; the last CID.
     ``encoded``: the ``(CID, block)`` of ``asserts + retracts`` (computed once);
-    ``storing``: set when a write of asserts alone starts storing its rows
+    ``storing``: set when a write of asserts alone starts storing its rows;
+    ``before_commit``: called just before a write of asserts alone commits
     (``Replica.write_asserts``)."""
     if not retracts and encoded is not None:  # asserts alone: column-wise (ADR 0127)
-        cids = replica.write_asserts(asserts, encoded, storing)
+        cids = replica.write_asserts(asserts, encoded, storing, before_commit)
         return cids[-1] if cids else None
+    if before_commit is not None:
+        raise ValueError("before_commit holds a write of asserts alone")
     ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]
     cids = replica.write_many(ops, encoded)
     return cids[-1] if cids else None

@@ -1,13 +1,16 @@
 """``merklog put`` / ``merklog retract``: write facts in Datalog syntax, print their CIDs.
 
-The whole input is parsed first (a syntax error anywhere writes nothing and names
-its ``LINE:COL``), then written in chunks: each chunk is one durable write, and a
-progress bar on a terminal counts facts.
+The whole input is parsed before anything commits (a syntax error anywhere writes
+nothing and names its ``LINE:COL``), and written in chunks: each chunk is one durable
+write, and a progress bar on a terminal counts facts.
 
 - On a stopped home a chunk is ``LOCAL_CHUNK_FACTS`` facts, one transaction each:
   fewer, larger commits rewrite fewer B-tree pages (docs/adr/0050). ``put`` checks,
   encodes and renders chunk k+1 while chunk k is in SQLite (:mod:`merklog.node.bulkput`,
-  ADR 0143); ``retract`` writes its chunks inline.
+  ADR 0143). An input longer than one chunk whose first chunk's lines are one fact each
+  starts that chunk's write once those lines are read, and reads the rest meanwhile;
+  the write's commit waits until the rest has parsed, and rolls back if it does not
+  (ADR 0144). ``retract`` writes its chunks inline.
 - Through a running node a chunk is one HTTP request of at most ``CHUNK_FACTS``
   facts / ``CHUNK_BYTES`` bytes of text (and a quarter of its body limit, so JSON
   escaping cannot push a body over it). Each request is one transaction on the node,
@@ -30,6 +33,7 @@ import click
 from merklog.node.cli import State, pass_state
 
 if TYPE_CHECKING:
+    from merklog.node.bulkput import CommitGate
     from merklog.node.target import Target
 
 CHUNK_FACTS = 200_000
@@ -91,51 +95,119 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from merklog.engine.factreader import read_fact_lines
-    from merklog.node.bulkput import put_chunks
+    from merklog.node.bulkput import CommitGate, put_chunks
     from merklog.node.cliutil import facts_text, target
     from merklog.node.failures import NotVisible
     from merklog.node.queries import parse_facts
     from merklog.node.target import LocalTarget, load_config
 
     text = facts_text(facts, file)
-    bulk = read_fact_lines(text)  # one fact per line: the facts and their own lines
-    parsed = bulk[0] if bulk is not None else parse_facts(text)
-    # Through a running node each chunk is one request: stay well under its body limit
-    # (escaping a quote or backslash for JSON doubles it at most).
-    max_bytes = min(
-        CHUNK_BYTES, int(load_config(state.home, state.overrides).get("node.max_body")) // 4
-    )
     missing: list[dict] = []
     console = Console(stderr=True)
     verb = "retract" if retract else "put"
-    with (
-        target(state) as t,
-        Progress(
+    with target(state) as t:
+        local_put = isinstance(t, LocalTarget) and not retract
+        # A large put on a stopped home starts writing its first chunk before the rest
+        # of the input is read (ADR 0144); anything else is read whole first.
+        head = _head(text) if local_put else None
+        bulk = parsed = None
+        if head is None:
+            bulk = read_fact_lines(text)  # one fact per line: the facts and their own lines
+            parsed = bulk[0] if bulk is not None else parse_facts(text)
+        size = len(parsed) if parsed is not None else text.count("\n") + 1
+        with Progress(
             TextColumn(verb),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("facts"),
             console=console,
             transient=True,
-            disable=not console.is_terminal or len(parsed) < BAR_FACTS,
-        ) as bar,
-    ):
-        task = bar.add_task(verb, total=len(parsed))
-        if isinstance(t, LocalTarget) and len(parsed) >= BULK_CACHE_FACTS:
-            t.node.store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
-        if isinstance(t, LocalTarget) and not retract:
-            # Chunk k+1 is checked, encoded and rendered while chunk k is in SQLite (ADR 0143).
-            local = chunks(parsed, LOCAL_CHUNK_FACTS, None)
-            for count, text in put_chunks(t.node, local, _render):
-                if text:
-                    click.echo(text)
-                bar.advance(task, count)
-        else:
-            missing = _write_chunks(t, parsed, bulk, max_bytes, retract, bar, task)
+            disable=not console.is_terminal or size < BAR_FACTS,
+        ) as bar:
+            task = bar.add_task(verb, total=size)
+            if isinstance(t, LocalTarget) and size >= BULK_CACHE_FACTS:
+                t.node.store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
+            if local_put:
+                # Chunk k+1 is checked and encoded while chunk k is in SQLite (ADR 0143).
+                gate = None
+                if head is None:
+                    local = chunks(parsed or [], LOCAL_CHUNK_FACTS, None)
+                else:
+                    gate = CommitGate()
+                    local = _chunks_while_reading(
+                        text, head, gate, lambda n: bar.update(task, total=n)
+                    )
+                for count, out in put_chunks(t.node, local, _render, gate):
+                    if out:
+                        click.echo(out)
+                    bar.advance(task, count)
+            else:
+                assert parsed is not None
+                # Through a running node each chunk is one request: stay well under its
+                # body limit (escaping a quote or backslash for JSON doubles it at most).
+                max_bytes = min(
+                    CHUNK_BYTES,
+                    int(load_config(state.home, state.overrides).get("node.max_body")) // 4,
+                )
+                missing = _write_chunks(t, parsed, bulk, max_bytes, retract, bar, task)
     if missing:
         shown = ", ".join(item["fact"] for item in missing[:3])
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
+
+
+#: A large put on a stopped home reads the rest of its input in pieces of about this many
+#: characters (whole lines) while its first chunk is written.
+READ_PIECE_CHARS = 256 << 10
+
+
+def _head(text: str) -> tuple[list, int] | None:
+    """The facts of the first ``LOCAL_CHUNK_FACTS`` lines of ``text`` and the offset
+    where the rest starts, when ``text`` has more lines and those have the bulk shape
+    (one fact per line, :func:`~merklog.engine.factreader.read_fact_lines`); else None.
+    The first chunk is then whole, and the chunks after it fall where they would if the
+    input were read first (every transaction costs a pass over the B-trees, ADR 0050)."""
+    import re
+
+    from merklog.engine.factreader import read_fact_lines
+
+    lines = re.compile(f"(?:[^\n]*\n){{{LOCAL_CHUNK_FACTS}}}").match(text)
+    if lines is None or lines.end() >= len(text):
+        return None
+    head = read_fact_lines(text[: lines.end()])
+    return (head[0], lines.end()) if head is not None and head[0] else None
+
+
+def _chunks_while_reading(
+    text: str, head: tuple[list, int], gate: CommitGate, total: Callable[[int], None]
+) -> Iterator[list]:
+    """The chunks of a put whose first chunk is written while the rest of ``text`` is
+    read: the first chunk from ``head``; then the rest is parsed (a syntax error names its
+    ``LINE:COL`` in the whole text, and the first chunk, held by ``gate``, rolls back),
+    ``gate`` opens and the remaining chunks follow. ``total(n)``: the input's fact count,
+    once known."""
+    from merklog.engine.factreader import read_fact_lines
+    from merklog.node.queries import parse_facts
+
+    facts, end = head
+    yield facts  # at most LOCAL_CHUNK_FACTS: one per line
+    rest: list = []
+    bulk = True
+    while bulk and end < len(text):
+        # In pieces of whole lines: each C call of the reader holds the GIL for a few
+        # milliseconds only, so the write's Python between its statements is not held up.
+        cut = text.find("\n", end + READ_PIECE_CHARS) + 1 or len(text)
+        piece = read_fact_lines(text[end:cut])
+        bulk = piece is not None
+        rest.extend(piece[0] if piece is not None else ())
+        end = cut
+    if not bulk:
+        # The rest is not one fact per line: the parser reads the whole text (its error
+        # positions are the text's), and its first facts are the head's.
+        rest = parse_facts(text)[len(facts) :]
+    gate.open()
+    total(len(facts) + len(rest))
+    yield from chunks(rest, LOCAL_CHUNK_FACTS, None)
 
 
 def _write_chunks(

@@ -148,3 +148,127 @@ def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(run: Cli, home: Path
     with _store(home) as conn:
         assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (2 * chunk,)
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+# Values in the spellings the one-fact-per-line reader takes (JSON's), mixed types.
+JSON_VALUES = ["1", "1.0", "true", '"1"', "-0.5", '"x"', "9223372036854775807", "false"]
+
+
+def _json_lines(n: int, start: int = 0) -> list[str]:
+    return [f"v({i}, {JSON_VALUES[i % len(JSON_VALUES)]})." for i in range(start, start + n)]
+
+
+def _gate_spy(monkeypatch: pytest.MonkeyPatch) -> tuple[list[bool], threading.Event]:
+    """Records each held first write that reached its commit (and whether it was let
+    through); the event is set when one is waiting there."""
+    from merklog.node import bulkput
+
+    outcomes: list[bool] = []
+    waiting = threading.Event()
+    real = bulkput.CommitGate.__call__
+
+    def spy(self: bulkput.CommitGate) -> None:
+        waiting.set()
+        try:
+            real(self)
+        except bulkput.InputAborted:
+            outcomes.append(False)
+            raise
+        outcomes.append(True)
+
+    monkeypatch.setattr(bulkput.CommitGate, "__call__", spy)
+    return outcomes, waiting
+
+
+def test_a_syntax_error_after_the_first_chunk_writes_nothing(
+    run: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first chunk is written while the rest of the file is read (ADR 0144); a syntax
+    error in the rest still writes nothing: the held write rolls back, the error names
+    its line and column in the whole file in one line, exit 2, the store intact."""
+    run("init")
+    run("put", "seen(1).")
+    lines = _json_lines(3000)
+    lines[2500] = "v(2500, )."
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(put, "LOCAL_CHUNK_FACTS", 1200)
+    outcomes, _waiting = _gate_spy(monkeypatch)
+    result = _in_thread(run, "put", "-f", str(data), ok=False)
+    assert outcomes == [False]  # the first chunk was written, then rolled back
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output and not _printed(result.output)
+    assert "2501:9: expected a term" in result.output.splitlines()[0], result.output
+    monkeypatch.undo()
+    with _store(home) as conn:
+        assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM repl_delta").fetchone() == (2,)
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert run("ls", "v", ok=False).exit_code == 3  # no visible facts of v
+
+
+def test_a_rest_of_other_shapes_gives_what_reading_the_whole_file_first_gives(
+    run: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first chunk's lines are one fact each; the rest holds values the line reader
+    leaves to the parser (``x"01"``, ``-0.0``), a comment and two facts on one line, so
+    the parser reads the whole file: the facts stored and the lines printed (CIDs in
+    input order) are those of a put that reads the whole file before writing."""
+    lines = _json_lines(1500)
+    rest = _lines(900, 1500) + ["% a comment", 'w(1). w("1").', "w(1.0)."]
+    text = "\n".join(lines + rest) + "\n"
+    data = tmp_path / "facts.dl"
+    data.write_text(text)
+    whole_home = tmp_path / "whole"
+    whole = Cli(whole_home)
+    whole("init")
+    monkeypatch.setattr(put, "LOCAL_CHUNK_FACTS", 10_000)  # one chunk: read first
+    want = _printed(_in_thread(whole, "put", "-f", str(data)).output)
+    run("init")
+    monkeypatch.setattr(put, "LOCAL_CHUNK_FACTS", 1000)
+    outcomes, _waiting = _gate_spy(monkeypatch)
+    got = _printed(_in_thread(run, "put", "-f", str(data)).output)
+    assert outcomes == [True]
+    assert got == want and len(got) == 1500 + 900 + 3
+    assert [fact for _cid, fact in got[-3:]] == ["w(1)", 'w("1")', "w(1.0)"]
+    assert len({cid for cid, _f in got[-3:]}) == 3
+    monkeypatch.undo()
+    for name in ("v", "w"):
+        assert sorted(run("ls", name).output.splitlines()) == sorted(
+            whole("ls", name).output.splitlines()
+        )
+
+
+def test_ctrl_c_while_the_rest_is_read_writes_nothing(
+    run: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the rest of the file is read, the first chunk's write held at its
+    commit: that write rolls back, nothing is printed or stored, the put stops (click's
+    one-line abort, exit 1). The interrupt is raised where the reader runs (a real
+    SIGINT cannot be aimed at that moment)."""
+    from merklog.engine import factreader
+
+    run("init")
+    lines = _json_lines(3000)
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(put, "LOCAL_CHUNK_FACTS", 1200)
+    outcomes, waiting = _gate_spy(monkeypatch)
+    real = factreader.read_fact_lines
+    calls: list[int] = []
+
+    def interrupted(text: str):
+        calls.append(len(text))
+        if len(calls) == 2:  # the first piece of the rest
+            assert waiting.wait(60), "the first chunk's write never reached its commit"
+            raise KeyboardInterrupt
+        return real(text)
+
+    monkeypatch.setattr(factreader, "read_fact_lines", interrupted)
+    result = _in_thread(run, "put", "-f", str(data), ok=False)
+    assert result.exit_code == 1 and outcomes == [False]
+    assert "Traceback" not in result.output and not _printed(result.output)
+    monkeypatch.undo()
+    with _store(home) as conn:
+        assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (0,)
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
