@@ -194,16 +194,14 @@ def replica_write(
 ) -> Link | None:
     """One transaction of as many signed deltas as receivers' limits need; the last CID.
     ``encoded``: the ``(CID, block)`` of ``asserts + retracts`` (computed once);
-    ``storing``: set when a write of asserts alone starts storing its rows;
-    ``before_commit``: called just before a write of asserts alone commits
-    (``Replica.write_asserts``)."""
+    ``storing``: set when a write of asserts alone starts storing its rows
+    (``Replica.write_asserts``); ``before_commit``: called just before the write
+    commits (what it raises rolls it back)."""
     if not retracts and encoded is not None:  # asserts alone: column-wise (ADR 0127)
         cids = replica.write_asserts(asserts, encoded, storing, before_commit)
         return cids[-1] if cids else None
-    if before_commit is not None:
-        raise ValueError("before_commit holds a write of asserts alone")
     ops = [Assert(f) for f in asserts] + [Retract(f) for f in retracts]
-    cids = replica.write_many(ops, encoded)
+    cids = replica.write_many(ops, encoded, before_commit)
     return cids[-1] if cids else None
 
 

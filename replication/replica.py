@@ -261,7 +261,10 @@ class Replica(Acceptance, ORSet, Reconciliation):
         return cids[-1] if cids else None
 
     def write_many(
-        self, ops: Sequence[Op], encoded: Sequence[tuple[Link, bytes]] | None = None
+        self,
+        ops: Sequence[Op],
+        encoded: Sequence[tuple[Link, bytes]] | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> list[Link]:
         """Sign and commit ``ops`` on top of the current heads; the new delta CIDs.
 
@@ -280,10 +283,13 @@ class Replica(Acceptance, ORSet, Reconciliation):
         encoded itself, and no second visibility query per delta: a fact that was not
         visible when the call began and that the call does not retract cannot become
         visible before its own assert.
+
+        ``before_commit``: called inside the transaction once everything is stored,
+        just before the commit; what it raises rolls the call back.
         """
         with gc_paused():  # millions of short-lived objects: no cyclic GC passes
             with self._lock:
-                out = self._write_locked(ops, encoded)
+                out = self._write_locked(ops, encoded, before_commit)
                 changes, self._changes = self._changes, {}
             self._emit(changes)  # subscribers run after the commit, unlocked
         return out

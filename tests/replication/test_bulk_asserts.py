@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from merklog.replication.blocks import (
     Assert,
+    Retract,
     build_assert_delta,
     build_delta,
     make_genesis,
@@ -240,14 +241,18 @@ def test_facts_whose_blocks_are_stored_but_not_asserted_are_asserted(tmp_path) -
 
 
 def test_before_commit_runs_with_every_row_stored_and_its_error_rolls_back(tmp_path) -> None:
-    """``before_commit`` is called inside the write's transaction once its blocks, deltas
-    and rows are stored (``put -f`` holds its first chunk there while it reads the rest
+    """``before_commit`` (of ``write_asserts`` and of ``write_many``) is called inside
+    the write's transaction once its blocks, deltas and rows are stored (``put -f`` holds its first chunk there while it reads the rest
     of its input); what it raises rolls the whole write back: no block, delta, assert or
     visible fact is left, and a later write stores what ``write_many`` stores."""
     slow, fast = _pair(tmp_path)
     facts = [make_fact("p", [i, MIXED[i % 5]]) for i in range(2 * MAX_OPS + 3)]
     encoded = encode_facts(facts)
     count = fast.conn.execute
+
+    def refuse_retracts() -> None:
+        assert count("SELECT count(*) FROM repl_retract").fetchone()[0] >= 5
+        raise KeyboardInterrupt
 
     def refuse() -> None:
         assert count("SELECT count(*) FROM repl_assert").fetchone() == (len(facts),)
@@ -266,3 +271,9 @@ def test_before_commit_runs_with_every_row_stored_and_its_error_rolls_back(tmp_p
     ) == slow.write_many([Assert(f) for f in facts], encoded)
     assert called == [1]
     assert _rows(fast) == _rows(slow)
+    # write_many (retracts, or a call write_asserts hands over) honours it the same way.
+    ops = [Retract(f) for f in facts[:5]]
+    with pytest.raises(KeyboardInterrupt):
+        fast.write_many(ops, before_commit=refuse_retracts)
+    assert _rows(fast) == _rows(slow) and fast.visible_cids() == slow.visible_cids()
+    assert fast.write_many(ops) == slow.write_many(ops)
