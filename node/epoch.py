@@ -173,7 +173,9 @@ class EpochDriver:
         +1/−1 changes since the last epoch); inbox ``@async`` messages, the ``tick`` clock
         and restored ``@next`` tuples enter as one-epoch events. The epoch's number, its
         ``@next`` tuples, the inbox acknowledgements and the outbox messages commit in
-        one transaction.
+        one transaction, after subscribers are told and the writes the epoch took are
+        answered (:meth:`settled`): that save may wait for another write's transaction,
+        and the answers need not (ADR 0145).
         """
         node = self.node
         t0 = time.perf_counter()
@@ -216,20 +218,7 @@ class EpochDriver:
             # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.
             outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
             live = {epochstate.sent_key(f) for f in engine.async_live()}
-            # Every epoch commits atomically: its number, carry-over, inbox acks, outbox.
-            state = epochstate.EpochState(epoch, engine.digest, nxt, live)
-            with storage.transaction(node.store):
-                epochstate.save(storage.store_conn(node.store), state)
-                if messages:
-                    node.inbox.ack([cid for cid, _ in messages])
-                if outbox:
-                    node.outbox.put_many((dest, f.rel, f.args) for dest, f in outbox)
-            self.state = state
-            self._sent = live
             self.epoch = epoch
-            if outbox:
-                node.metrics.async_messages.labels("queued").inc(len(outbox))
-                node.tasks.wake_outbox()
             for sub in self.subs:
                 if sub.closed:
                     continue
@@ -244,9 +233,26 @@ class EpochDriver:
                     sub.deliver(set(self.evaluate(sub.query)[1]), epoch=epoch)
             sinks = list(self.sinks)
             self.subs = [s for s in self.subs if not s.closed]
+            # Queries and live queries now show this epoch: the writes it took are
+            # answered before its state is saved, which waits for the store while
+            # another write is in its transaction (ADR 0145). Those writes are durable
+            # already; what the save makes durable is the epoch's own state.
+            self._settle(taken_seq)
+            # Every epoch commits atomically: its number, carry-over, inbox acks, outbox.
+            state = epochstate.EpochState(epoch, engine.digest, nxt, live)
+            with storage.transaction(node.store):
+                epochstate.save(storage.store_conn(node.store), state)
+                if messages:
+                    node.inbox.ack([cid for cid, _ in messages])
+                if outbox:
+                    node.outbox.put_many((dest, f.rel, f.args) for dest, f in outbox)
+            self.state = state
+            self._sent = live
+            if outbox:
+                node.metrics.async_messages.labels("queued").inc(len(outbox))
+                node.tasks.wake_outbox()
             if sinks and reload:  # every tuple is new to a listener of the old program
                 deltas = engine.all_new()
-        self._settle(taken_seq)
         # Facts for the sinks only when there are sinks: a reload's deltas are every tuple.
         out = (
             [(Fact(rel, row), w) for rel, d in deltas.items() for row, w in d.items()]

@@ -234,18 +234,30 @@ class Node:
         return self._write(asserts, retracts)
 
     def _write(
-        self, asserts: Iterable[FactLike], retracts: Iterable[FactLike], checked: bool = False
+        self,
+        asserts: Iterable[FactLike],
+        retracts: Iterable[FactLike],
+        checked: bool = False,
+        encoded_asserts: list[tuple[Link, bytes]] | None = None,
     ) -> WriteResult:
         """One durable write without the first-write sync (see :func:`.writes.write_facts`;
-        ``checked``: the facts are already checked, as ``write_async`` hands them)."""
-        return writes.write_facts(self, asserts, retracts, checked)
+        ``checked``: the facts are already checked, as ``write_async`` hands them;
+        ``encoded_asserts``: ``encode_facts(asserts)`` if the caller has it)."""
+        return writes.write_facts(self, asserts, retracts, checked, encoded_asserts)
 
-    async def write_async(self, asserts: list[Fact], retracts: list[Fact]) -> WriteResult:
+    async def write_async(
+        self,
+        asserts: list[Fact],
+        retracts: list[Fact],
+        encoded_asserts: list[tuple[Link, bytes]] | None = None,
+    ) -> WriteResult:
         """``write`` for the event loop: concurrent callers share one delta and one fsync
         (group commit, :class:`.writes.GroupCommit`) while the commit itself runs on a
         worker thread. ``asserts`` and ``retracts`` are checked facts (from
-        :meth:`coerce_facts` or ``facts_from_json``)."""
-        return await self._group_commit.write(asserts, retracts)
+        :meth:`coerce_facts` or ``facts_from_json``); ``encoded_asserts``, if given, is
+        ``encode_facts(asserts)`` (a request encodes its facts on its decoding thread, so
+        the writes, which run one at a time, do not: ADR 0145)."""
+        return await self._group_commit.write(asserts, retracts, encoded_asserts)
 
     def assert_(self, *fact: Any) -> WriteResult:
         """Assert one typed fact: ``node.assert_("edge", 1, 2)`` is ``edge(1, 2)``.

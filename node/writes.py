@@ -98,13 +98,20 @@ def check_declared(engine: Any, facts: list[Fact]) -> None:
 
 
 def write_facts(
-    node: Any, asserts: Iterable[FactLike], retracts: Iterable[FactLike], checked: bool = False
+    node: Any,
+    asserts: Iterable[FactLike],
+    retracts: Iterable[FactLike],
+    checked: bool = False,
+    encoded_asserts: list[tuple[Link, bytes]] | None = None,
 ) -> WriteResult:
     """Assert and retract in one durable write of ``node``'s replica (``Node._write``).
 
     ``checked``: ``asserts``/``retracts`` are lists of facts already checked
     (``coerce_facts``, ``facts_from_json``) and declared-checked, as ``write_async``
-    takes them: not checked a second time (a 200k-fact request paid it twice)."""
+    takes them: not checked a second time (a 200k-fact request paid it twice).
+    ``encoded_asserts``: ``encode_facts(asserts)``, computed by the caller (a request's
+    decoding thread, ADR 0145), so that the writes, which run one at a time, do not
+    encode."""
     try:
         if checked:
             add, rem = list(asserts), list(retracts)
@@ -116,7 +123,9 @@ def write_facts(
         node.metrics.rejected.inc()
         raise
     with gc_paused():  # bulk: no cyclic GC passes over the live facts per write
-        enc_add, enc_rem = encode_facts(add), encode_facts(rem)  # each fact encoded once
+        # Each fact encoded once; asserts maybe by the caller, off the write's turn.
+        enc_add = encode_facts(add) if encoded_asserts is None else encoded_asserts
+        enc_rem = encode_facts(rem)
         result = WriteResult(asserted=with_cids(enc_add, add), retracted=with_cids(enc_rem, rem))
         if add or rem:
             require_writer(node)
@@ -218,8 +227,14 @@ class GroupCommit:
         self.queue: list = []
         self.flushing = False
 
-    async def write(self, asserts: list[Fact], retracts: list[Fact]) -> WriteResult:
-        """Queue one request of checked facts; returns its part of the shared write."""
+    async def write(
+        self,
+        asserts: list[Fact],
+        retracts: list[Fact],
+        encoded_asserts: list[tuple[Link, bytes]] | None = None,
+    ) -> WriteResult:
+        """Queue one request of checked facts; returns its part of the shared write.
+        ``encoded_asserts``: ``encode_facts(asserts)``, if the caller has it."""
         node = self.node
         try:
             node.check_declared(asserts)  # before queueing: a misfit fails only its request
@@ -228,7 +243,7 @@ class GroupCommit:
             raise
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[WriteResult] = loop.create_future()
-        self.queue.append((asserts, retracts, fut))
+        self.queue.append((asserts, retracts, encoded_asserts, fut))
         if not self.flushing:
             self.flushing = True
             loop.create_task(self.flush())
@@ -242,19 +257,23 @@ class GroupCommit:
                 batch: list = []
                 adds: set[Fact] = set()
                 while self.queue:
-                    add, rem, fut = self.queue[0]
+                    add, rem, enc, fut = self.queue[0]
                     # A retract in the same delta would not observe an assert of it: cut here.
-                    if batch and (adds.intersection(rem) or len(batch) >= 256):
+                    if batch and (len(batch) >= 256 or (rem and adds.intersection(rem))):
                         break
                     self.queue.pop(0)
-                    batch.append((add, rem, fut))
+                    batch.append((add, rem, enc, fut))
                     adds.update(add)
-                all_add = [f for a, _, _ in batch for f in a]
-                all_rem = [f for _, r, _ in batch for f in r]
+                all_add = [f for a, _, _, _ in batch for f in a]
+                all_rem = [f for _, r, _, _ in batch for f in r]
+                encs = [e for _, _, e, _ in batch]
+                all_enc = None if None in encs else [b for e in encs for b in e]
                 try:
-                    res = await loop.run_in_executor(None, self.node._write, all_add, all_rem, True)
+                    res = await loop.run_in_executor(
+                        None, self.node._write, all_add, all_rem, True, all_enc
+                    )
                 except Exception as exc:
-                    for _, _, fut in batch:
+                    for _, _, _, fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
@@ -268,7 +287,7 @@ def _settle(batch: list, res: WriteResult) -> None:
     CIDs in the batch's assert and retract order)."""
     missing = {c for c, _f in res.not_visible}
     at_add = at_rem = 0
-    for add, rem, fut in batch:
+    for add, rem, _enc, fut in batch:
         asserted = res.asserted[at_add : at_add + len(add)]
         retracted = res.retracted[at_rem : at_rem + len(rem)]
         at_add, at_rem = at_add + len(add), at_rem + len(rem)

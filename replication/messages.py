@@ -249,7 +249,12 @@ class Outbox:
 
 
 class Inbox:
-    """Receiver side: dedup by message CID, persist, hand new messages to the node."""
+    """Receiver side: dedup by message CID, persist, hand new messages to the node.
+
+    Messages reach a database through its one ``Inbox`` (the node's): it counts what it
+    received, so :meth:`pending` answers "nothing" without the connection's lock when
+    nothing came since it last found none. An epoch asks every time, and a large write
+    can hold that lock for seconds (ADR 0145)."""
 
     def __init__(
         self,
@@ -262,6 +267,10 @@ class Inbox:
         self.on_message = on_message
         self.blockstore = blockstore
         self._lock = conn_lock(conn, blockstore)
+        #: Receives that stored something (incremented under ``_lock``, before the lock
+        #: is released), and the count at which :meth:`pending` last found nothing.
+        self._received = 0
+        self._none_pending_at = -1
         with self._lock:
             ensure_schema(conn)
 
@@ -285,6 +294,8 @@ class Inbox:
                 )
                 if cur.rowcount:
                     new.append(msg)
+            if new:
+                self._received += 1
         if self.on_message is not None:
             for msg in new:
                 self.on_message(msg)
@@ -292,11 +303,17 @@ class Inbox:
 
     def pending(self, limit: int | None = None) -> list[Message]:
         """Messages not yet consumed by an epoch, in arrival order."""
+        received = self._received
+        if received == self._none_pending_at:  # nothing came since none were pending
+            return []
         with self._lock:
             rows = self.conn.execute(
                 "SELECT cid, data FROM repl_inbox WHERE consumed = 0 ORDER BY id LIMIT ?",
                 (-1 if limit is None else limit,),
             ).fetchall()
+        if not rows:
+            # A receive after ``received`` was read counted past it: the next call looks.
+            self._none_pending_at = received
         return [decode_message(Link(c), bytes(d)) for c, d in rows]
 
     def ack(self, cids: Iterable[Link]) -> None:

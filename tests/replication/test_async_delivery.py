@@ -139,3 +139,53 @@ async def test_delivery_waits_for_the_store_off_the_event_loop(tmp_path):
         assert report.failed == 1 and outbox.pending_count() == 1
     finally:
         store.close()
+
+
+def test_inbox_knows_it_is_empty_without_waiting_for_the_store(tmp_path):
+    """An epoch asks the inbox every time; while a large write holds the connection's
+    lock, "nothing pending" is answered from what this inbox received (ADR 0145), and a
+    message received later, or left unconsumed before a restart, is still found."""
+    sender = Identity.generate()
+    store = SQLiteBlockStore(tmp_path / "b.sqlite")
+    inbox = Inbox(store.conn, blockstore=store)
+    lock = conn_lock(store.conn, store)
+
+    def while_locked(fn):
+        taken, release, out = threading.Event(), threading.Event(), []
+
+        def hold():
+            with lock:
+                taken.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        assert taken.wait(10)
+        worker = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+        worker.start()
+        worker.join(5)
+        answered = not worker.is_alive()
+        release.set()
+        holder.join(10)
+        worker.join(10)
+        return answered, out[0]
+
+    def message(n):
+        return encode_message(sender.public_key, "http://x", make_fact("m", [n]), b"n" * 12)
+
+    assert inbox.pending() == []  # looked once: nothing
+    assert while_locked(inbox.pending) == (True, [])
+    inbox.receive(sender.public_key, [message(1)])
+    # Something came: the next call reads the table, so it waits for the lock.
+    answered, pending = while_locked(inbox.pending)
+    assert not answered and [m.fact for m in pending] == [make_fact("m", [1])]
+    inbox.ack([pending[0].cid])
+    assert inbox.pending() == []
+    assert while_locked(inbox.pending) == (True, [])
+    inbox.receive(sender.public_key, [message(1)])  # a duplicate stores nothing
+    assert while_locked(inbox.pending) == (True, [])
+    inbox.receive(sender.public_key, [message(2)])
+    store.close()
+    store = SQLiteBlockStore(tmp_path / "b.sqlite")  # restart: the message is still due
+    assert [m.fact for m in Inbox(store.conn, blockstore=store).pending()] == [make_fact("m", [2])]
+    store.close()
