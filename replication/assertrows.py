@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from itertools import compress
 from operator import add, itemgetter
 
-from merklog.store.sqlrun import decimal_blob
+from merklog.store.sqlrun import byte_argsort, decimal_blob
 
 from .sqlutil import NUMPY_SORT_MIN, sorted_blob
 
@@ -121,7 +121,7 @@ def insert_new_facts(
         import numpy as np
 
         array = np.frombuffer(b"".join(records), dtype=f"S{size}")
-        order = np.argsort(array, kind="stable")  # equal-length strings: byte order
+        order = byte_argsort(array)  # equal-length strings: byte order
         blob, count = array[order].tobytes(), len(records)
     else:
         blob, count = sorted_blob(records, size)

@@ -30,7 +30,10 @@ def sorted_blob(records: list[bytes], size: int, *, unique: bool = False) -> tup
         return b"".join(ordered), len(ordered)
     import numpy as np
 
-    array = np.sort(np.frombuffer(b"".join(records), dtype=f"S{size}"))
+    from merklog.store.sqlrun import byte_argsort
+
+    array = np.frombuffer(b"".join(records), dtype=f"S{size}")
+    array = array[byte_argsort(array)]
     if unique and len(array) > 1:
         array = array[np.concatenate(([True], array[1:] != array[:-1]))]
     return array.tobytes(), len(array)

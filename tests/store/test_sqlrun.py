@@ -6,9 +6,12 @@ import sqlite3
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from merklog.store import encode_fact, make_fact, sqlrun
 from merklog.store.sqlite import SQLiteBlockStore
+from merklog.store.sqlrun import byte_argsort
 
 _MIXED = (1, 1.0, True, "1", b"\x01", -(2**63), 2**63 - 1, -0.5, "", b"", "é")
 
@@ -113,3 +116,36 @@ def test_decimal_blob_reads_back_in_sqlite(numbers):
         for k in range(len(numbers))
     ]
     assert back == sorted(numbers)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=40).flatmap(
+        lambda size: st.tuples(
+            st.just(size),
+            st.binary(min_size=0, max_size=size),  # a prefix every key shares
+            st.lists(st.binary(min_size=size, max_size=size), max_size=60),
+            st.lists(st.integers(min_value=0, max_value=59), max_size=10),  # repeats
+        )
+    )
+)
+def test_byte_argsort_is_the_stable_byte_order(case: tuple) -> None:
+    """CID-like keys (a shared prefix, then random bytes), repeated keys and keys that
+    share more than eight bytes after the prefix: always numpy's stable string order."""
+    size, prefix, tails, repeats = case
+    keys = [(prefix + tail)[:size] for tail in tails]
+    keys += [keys[i % len(keys)] for i in repeats] if keys else []
+    array = np.frombuffer(b"".join(keys), dtype=f"S{size}") if keys else np.zeros(0, f"S{size}")
+    assert byte_argsort(array).tolist() == np.argsort(array, kind="stable").tolist()
+
+
+def test_byte_argsort_sorts_cids_by_their_digests() -> None:
+    import hashlib
+
+    cids = [
+        bytes([1, 0x71, 0x12, 0x20]) + hashlib.sha256(bytes([i % 251, i // 251])).digest()
+        for i in range(20_000)
+    ]
+    array = np.frombuffer(b"".join(cids), dtype="S36")
+    order = byte_argsort(array)
+    assert [cids[i] for i in order] == sorted(cids)
