@@ -36,12 +36,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from merklog.store import Link
+from merklog.store import Fact, Link
 
 from . import writeaccess
 from .errors import NodeError
 from .writes import PreparedAsserts, prepare_asserts, write_prepared
 
+#: The first four bytes of a CIDv1 dag-cbor sha2-256 (version, codec, hash, length).
+_DAG_CBOR_SHA256 = bytes([0x01, 0x71, 0x12, 0x20])
 #: The interpreter's switch interval while a put runs (seconds; CPython's default is
 #: 0.005). Between its SQLite statements the writer needs the GIL for a moment; while
 #: this thread runs Python, each such moment waited up to a whole interval (ADR 0144).
@@ -50,6 +52,51 @@ SWITCH_INTERVAL = 0.00005
 #: ``render(chunk, cids)``: a chunk's output text from the chunk as given and its facts'
 #: CIDs, made while the chunk's write is in SQLite.
 Render = Callable[[list, list[Link]], str]
+
+
+@dataclass
+class ReadyChunk:
+    """A chunk prepared elsewhere (``put -f``'s helper process, ADR 0147): its prepared
+    asserts, or the error its preparation raised (the chunks before it are written and
+    printed, as when it fails here). ``text``: its output, when the chunk as given
+    differs from its prepared facts (a value the checks normalised); None when the
+    prepared facts render it."""
+
+    prepared: PreparedAsserts | None
+    text: str | None = None
+    refused: BaseException | None = None
+
+    def pack(self) -> tuple:
+        """Plain columns for a pickle: relations, argument tuples, the CIDs' digests
+        back to back, the blocks, the text (a third of the bytes of pickling the facts
+        and ``Link`` objects, and much faster to load)."""
+        if self.prepared is None:
+            return (None, None, None, None, self.text, self.refused)
+        facts, encoded = self.prepared.facts, self.prepared.encoded
+        raws = [cid.raw for cid, _data in encoded]
+        if {raw[:4] for raw in raws} - {_DAG_CBOR_SHA256} or {len(raw) for raw in raws} - {36}:
+            raise NodeError("a put chunk's CIDs are not all dag-cbor sha2-256 CIDs")
+        digests = b"".join([raw[4:] for raw in raws])
+        return (
+            [f.rel for f in facts],
+            [f.args for f in facts],
+            digests,
+            [data for _cid, data in encoded],
+            self.text,
+            None,
+        )
+
+    @classmethod
+    def unpack(cls, packed: tuple) -> ReadyChunk:
+        """The chunk :meth:`pack` gave (its facts and CIDs rebuilt without checks: they
+        were checked and computed by the process that packed them)."""
+        rels, args, digests, datas, text, refused = packed
+        if rels is None:
+            return cls(None, text, refused)
+        new = tuple.__new__
+        facts = [new(Fact, pair) for pair in zip(rels, args, strict=True)]
+        cids = Link.dag_cbor_links(digests)
+        return cls(PreparedAsserts(facts, list(zip(cids, datas, strict=True))), text)
 
 
 class InputAborted(NodeError):
@@ -69,6 +116,11 @@ class CommitGate:
     def open(self) -> None:
         self._open = True
         self._decided.set()
+
+    @property
+    def opened(self) -> bool:
+        """Whether :meth:`open` was called (the first write may commit)."""
+        return self._open
 
     def abort(self) -> None:
         self._decided.set()
@@ -93,16 +145,34 @@ class _InFlight:
 
     def rendered(self, render: Render) -> str:
         if self.text is None:
-            self.text = render(self.chunk, [cid for cid, _data in self.prepared.encoded])
+            given = self.chunk
+            if isinstance(given, ReadyChunk):
+                if given.text is not None:
+                    self.text = given.text
+                    return self.text
+                given = self.prepared.facts  # the chunk as given: its checks changed nothing
+            self.text = render(given, [cid for cid, _data in self.prepared.encoded])
         return self.text
+
+
+def _prepared(node: Any, chunk: list | ReadyChunk) -> PreparedAsserts:
+    """A chunk's prepared asserts: prepared here, or taken from a :class:`ReadyChunk`
+    (whose preparation's error is raised here, counted as a refused write)."""
+    if not isinstance(chunk, ReadyChunk):
+        return prepare_asserts(node, chunk)
+    if chunk.prepared is None:
+        node.metrics.rejected.inc()
+        raise chunk.refused or NodeError("a chunk of the put was not prepared")
+    return chunk.prepared
 
 
 def put_chunks(
     node: Any, chunks: Iterable[list], render: Render, gate: CommitGate | None = None
 ) -> Iterator[tuple[int, str]]:
-    """Assert each of ``chunks`` (facts or anything ``Node.write`` takes) in its own
-    durable write of ``node``, in order; yields ``(facts in the chunk, render(...))``
-    once the chunk committed. A freshly joined home syncs first, as ``Node.write`` does.
+    """Assert each of ``chunks`` (facts or anything ``Node.write`` takes, or a
+    :class:`ReadyChunk` prepared and rendered elsewhere) in its own durable write of
+    ``node``, in order; yields ``(facts in the chunk, render(...))`` (a ReadyChunk's
+    own text) once the chunk committed. A freshly joined home syncs first, as ``Node.write`` does.
     ``gate``: the first chunk's write commits only once it is opened (the ``chunks``
     iterator opens it once it knows its remaining chunks are good)."""
     writeaccess.sync_before_first_write_here(node)
@@ -122,11 +192,19 @@ def put_chunks(
                     # Nothing of the next chunk, not even its reading, competes with the
                     # write's Python: go on once the write is in SQLite (or over).
                     flight[0].prepared.storing.wait()
-                chunk = next(todo, None)  # may read the rest of the input (ADR 0144)
+                try:
+                    chunk = next(todo, None)  # may read the rest of the input (ADR 0144)
+                except Exception:
+                    # A chunk that could not be read (its helper died, ADR 0147): the
+                    # chunk in flight is written and said so, unless it is a first chunk
+                    # still held, which rolls back.
+                    if flight and (held is None or held.opened):
+                        yield _committed(flight, render)
+                    raise
                 if chunk is None:
                     break
                 try:
-                    prepared = prepare_asserts(node, chunk)
+                    prepared = _prepared(node, chunk)
                 except Exception:
                     if flight:  # the chunk before is written, and said so
                         yield _committed(flight, render)

@@ -34,6 +34,7 @@ from merklog.node.cli import State, pass_state
 
 if TYPE_CHECKING:
     from merklog.node.bulkput import CommitGate
+    from merklog.node.helperproc import Helper
     from merklog.node.target import Target
 
 CHUNK_FACTS = 200_000
@@ -92,68 +93,102 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
 
 def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: bool) -> None:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from merklog.engine.factreader import read_fact_lines
-    from merklog.node.bulkput import CommitGate, put_chunks
     from merklog.node.cliutil import facts_text, target
     from merklog.node.failures import NotVisible
-    from merklog.node.queries import parse_facts
-    from merklog.node.target import LocalTarget, load_config
+    from merklog.node.target import LocalTarget
 
     text = facts_text(facts, file)
     missing: list[dict] = []
     console = Console(stderr=True)
-    verb = "retract" if retract else "put"
     with target(state) as t:
-        local_put = isinstance(t, LocalTarget) and not retract
         # A large put on a stopped home starts writing its first chunk before the rest
-        # of the input is read (ADR 0144); anything else is read whole first.
-        head = _head(text) if local_put else None
-        bulk = parsed = None
-        if head is None:
-            bulk = read_fact_lines(text)  # one fact per line: the facts and their own lines
-            parsed = bulk[0] if bulk is not None else parse_facts(text)
-        size = len(parsed) if parsed is not None else text.count("\n") + 1
-        with Progress(
-            TextColumn(verb),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("facts"),
-            console=console,
-            transient=True,
-            disable=not console.is_terminal or size < BAR_FACTS,
-        ) as bar:
-            task = bar.add_task(verb, total=size)
-            if isinstance(t, LocalTarget) and size >= BULK_CACHE_FACTS:
-                t.node.store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
-            if local_put:
-                # Chunk k+1 is checked and encoded while chunk k is in SQLite (ADR 0143).
-                gate = None
-                if head is None:
-                    local = chunks(parsed or [], LOCAL_CHUNK_FACTS, None)
-                else:
-                    gate = CommitGate()
-                    local = _chunks_while_reading(
-                        text, head, gate, lambda n: bar.update(task, total=n)
-                    )
-                for count, out in put_chunks(t.node, local, _render, gate):
-                    if out:
-                        click.echo(out)
-                    bar.advance(task, count)
-            else:
-                assert parsed is not None
-                # Through a running node each chunk is one request: stay well under its
-                # body limit (escaping a quote or backslash for JSON doubles it at most).
-                max_bytes = min(
-                    CHUNK_BYTES,
-                    int(load_config(state.home, state.overrides).get("node.max_body")) // 4,
-                )
-                missing = _write_chunks(t, parsed, bulk, max_bytes, retract, bar, task)
+        # of the input is read (ADR 0144), which a helper process reads and prepares
+        # (ADR 0147); anything else is read whole first.
+        end = _head_end(text) if isinstance(t, LocalTarget) and not retract else None
+        # The helper starts reading the rest while this process reads the first chunk.
+        helper = _start_helper(t.node, text, end) if end is not None else None
+        try:
+            head = _head(text, end)
+            if head is None and helper is not None:  # not the bulk shape: read whole here
+                helper.close()
+                helper = None
+            missing = _write_target(state, t, text, head, helper, retract, console)
+        finally:
+            if helper is not None:
+                helper.close()
     if missing:
         shown = ", ".join(item["fact"] for item in missing[:3])
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
+
+
+def _write_target(
+    state: State,
+    t: Target,
+    text: str,
+    head: tuple[list, int] | None,
+    helper: Helper | None,
+    retract: bool,
+    console: Any,
+) -> list[dict]:
+    """Write ``text`` to ``t`` with a progress bar on a terminal (see :func:`_write`);
+    returns the facts a retract found not visible."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from merklog.engine.factreader import read_fact_lines
+    from merklog.node.bulkput import CommitGate, put_chunks
+    from merklog.node.queries import parse_facts
+    from merklog.node.target import LocalTarget, load_config
+
+    verb = "retract" if retract else "put"
+    local_put = isinstance(t, LocalTarget) and not retract
+    bulk = parsed = None
+    if head is None:
+        bulk = read_fact_lines(text)  # one fact per line: the facts and their own lines
+        parsed = bulk[0] if bulk is not None else parse_facts(text)
+    size = len(parsed) if parsed is not None else text.count("\n") + 1
+    with Progress(
+        TextColumn(verb),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("facts"),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal or size < BAR_FACTS,
+    ) as bar:
+        task = bar.add_task(verb, total=size)
+        if isinstance(t, LocalTarget) and size >= BULK_CACHE_FACTS:
+            t.node.store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
+        if not local_put:
+            assert parsed is not None
+            # Through a running node each chunk is one request: stay well under its
+            # body limit (escaping a quote or backslash for JSON doubles it at most).
+            max_bytes = min(
+                CHUNK_BYTES,
+                int(load_config(state.home, state.overrides).get("node.max_body")) // 4,
+            )
+            return _write_chunks(t, parsed, bulk, max_bytes, retract, bar, task)
+        # Chunk k+1 is checked and encoded while chunk k is in SQLite (ADR 0143).
+        gate = None
+        if head is None:
+            local: Iterator = chunks(parsed or [], LOCAL_CHUNK_FACTS, None)
+        else:
+            gate = CommitGate()
+
+            def total(n: int) -> None:
+                bar.update(task, total=n)
+
+            local = (
+                _chunks_from_helper(helper, head, gate, total)
+                if helper is not None
+                else _chunks_while_reading(text, head, gate, total)
+            )
+        for count, out in put_chunks(t.node, local, _render, gate):
+            if out:
+                click.echo(out)
+            bar.advance(task, count)
+    return []
 
 
 #: A large put on a stopped home reads the rest of its input in pieces of about this many
@@ -161,21 +196,30 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
 READ_PIECE_CHARS = 256 << 10
 
 
-def _head(text: str) -> tuple[list, int] | None:
-    """The facts of the first ``LOCAL_CHUNK_FACTS`` lines of ``text`` and the offset
-    where the rest starts, when ``text`` has more lines and those have the bulk shape
-    (one fact per line, :func:`~merklog.engine.factreader.read_fact_lines`); else None.
-    The first chunk is then whole, and the chunks after it fall where they would if the
-    input were read first (every transaction costs a pass over the B-trees, ADR 0050)."""
+def _head_end(text: str) -> int | None:
+    """Where the rest of ``text`` starts after its first ``LOCAL_CHUNK_FACTS`` lines,
+    when it has more lines than that; else None."""
     import re
-
-    from merklog.engine.factreader import read_fact_lines
 
     lines = re.compile(f"(?:[^\n]*\n){{{LOCAL_CHUNK_FACTS}}}").match(text)
     if lines is None or lines.end() >= len(text):
         return None
-    head = read_fact_lines(text[: lines.end()])
-    return (head[0], lines.end()) if head is not None and head[0] else None
+    return lines.end()
+
+
+def _head(text: str, end: int | None) -> tuple[list, int] | None:
+    """The facts of the first ``LOCAL_CHUNK_FACTS`` lines of ``text`` and the offset
+    where the rest starts (``end``, :func:`_head_end`), when ``text`` has more lines and
+    those have the bulk shape (one fact per line,
+    :func:`~merklog.engine.factreader.read_fact_lines`); else None.
+    The first chunk is then whole, and the chunks after it fall where they would if the
+    input were read first (every transaction costs a pass over the B-trees, ADR 0050)."""
+    from merklog.engine.factreader import read_fact_lines
+
+    if end is None:
+        return None
+    head = read_fact_lines(text[:end])
+    return (head[0], end) if head is not None and head[0] else None
 
 
 def _chunks_while_reading(
@@ -186,11 +230,21 @@ def _chunks_while_reading(
     ``LINE:COL`` in the whole text, and the first chunk, held by ``gate``, rolls back),
     ``gate`` opens and the remaining chunks follow. ``total(n)``: the input's fact count,
     once known."""
+    facts, end = head
+    yield facts  # at most LOCAL_CHUNK_FACTS: one per line
+    rest = _read_rest(text, end)
+    gate.open()
+    total(len(facts) + len(rest))
+    yield from chunks(rest, LOCAL_CHUNK_FACTS, None)
+
+
+def _read_rest(text: str, end: int) -> list:
+    """The facts of ``text`` after its first chunk's lines, which end at ``end`` and hold
+    one fact each (see :func:`_chunks_while_reading`)."""
     from merklog.engine.factreader import read_fact_lines
     from merklog.node.queries import parse_facts
 
-    facts, end = head
-    yield facts  # at most LOCAL_CHUNK_FACTS: one per line
+    head_end = end
     rest: list = []
     bulk = True
     while bulk and end < len(text):
@@ -204,10 +258,67 @@ def _chunks_while_reading(
     if not bulk:
         # The rest is not one fact per line: the parser reads the whole text (its error
         # positions are the text's), and its first facts are the head's.
-        rest = parse_facts(text)[len(facts) :]
+        head = read_fact_lines(text[:head_end])
+        rest = parse_facts(text)[len(head[0]) if head is not None else 0 :]
+    return rest
+
+
+def _start_helper(node: Any, text: str, end: int) -> Helper | None:
+    """A helper process that reads, checks and encodes the chunks after the first, whose
+    lines end at ``end`` (ADR 0147), when a helper may fork here; else None. Started
+    before this process reads the first chunk or starts any thread (the progress
+    bar's, the writes')."""
+    import logging
+
+    from merklog.node import helperproc
+
+    log = logging.getLogger(__name__)
+    if not helperproc.available():
+        log.debug("put: the rest of the input is read in this process")
+        return None
+    helper = helperproc.Helper(lambda: _rest_in_helper(node, text, end))
+    log.info("put: helper process %d reads and prepares the rest of the input", helper.pid)
+    return helper
+
+
+def _rest_in_helper(node: Any, text: str, end: int) -> Iterator:
+    """The helper's items: the number of facts after the first chunk (once the whole
+    rest has parsed: a syntax error is raised instead), then each later chunk checked
+    and encoded, packed (:class:`~merklog.node.bulkput.ReadyChunk`; rendered here only
+    when the checks normalised a value, else by the writing process while the chunk's
+    write is in SQLite); a chunk that fails to prepare is the last, carrying its error."""
+    from merklog.node.bulkput import ReadyChunk
+    from merklog.node.writes import prepare_asserts
+
+    rest = _read_rest(text, end)
+    yield len(rest)
+    for chunk in chunks(rest, LOCAL_CHUNK_FACTS, None):
+        try:
+            prepared = prepare_asserts(node, chunk)
+        except Exception as exc:  # noqa: BLE001 - put_chunks raises it in its turn
+            yield ReadyChunk(None, None, exc).pack()
+            return
+        text_out = None
+        if prepared.facts is not chunk:  # the checks normalised a value: print it as given
+            text_out = _render(chunk, [cid for cid, _data in prepared.encoded])
+        yield ReadyChunk(prepared, text_out).pack()
+
+
+def _chunks_from_helper(
+    helper: Helper, head: tuple[list, int], gate: CommitGate, total: Callable[[int], None]
+) -> Iterator:
+    """:func:`_chunks_while_reading`, the rest read and prepared by ``helper``: the first
+    chunk from ``head`` (prepared here, its write starts at once), then the helper's."""
+    from merklog.node.bulkput import ReadyChunk
+
+    facts, _end = head
+    yield facts
+    items = iter(helper)
+    rest = next(items)  # raises the rest's syntax error: the held first write rolls back
     gate.open()
-    total(len(facts) + len(rest))
-    yield from chunks(rest, LOCAL_CHUNK_FACTS, None)
+    total(len(facts) + rest)
+    for packed in items:
+        yield ReadyChunk.unpack(packed)
 
 
 def _write_chunks(
