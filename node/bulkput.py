@@ -16,6 +16,10 @@ over before the next chunk was ready, right after the next write is submitted. A
 of its input (ADR 0144): ``put -f`` parses the rest of its file while that chunk is
 being written, and a syntax error anywhere still writes nothing.
 
+The chunks may also come prepared from another process (:class:`ReadyChunk`: ``put
+-f``'s helper reads, checks and encodes the chunks after the first, ADR 0147); this
+thread then only rebuilds them and renders their text.
+
 The output and its order are those of writing the chunks one after the other: a
 chunk's text is handed out only after its transaction committed, and a chunk that
 fails to prepare (a value or a ``.decl`` it breaks) or to write stops the put with
@@ -170,9 +174,10 @@ def put_chunks(
     node: Any, chunks: Iterable[list], render: Render, gate: CommitGate | None = None
 ) -> Iterator[tuple[int, str]]:
     """Assert each of ``chunks`` (facts or anything ``Node.write`` takes, or a
-    :class:`ReadyChunk` prepared and rendered elsewhere) in its own durable write of
-    ``node``, in order; yields ``(facts in the chunk, render(...))`` (a ReadyChunk's
-    own text) once the chunk committed. A freshly joined home syncs first, as ``Node.write`` does.
+    :class:`ReadyChunk` prepared elsewhere) in its own durable write of ``node``, in
+    order; yields ``(facts in the chunk, its text)`` once the chunk committed, the text
+    ``render(chunk, cids)`` unless a ReadyChunk brought its own. A freshly joined home
+    syncs first, as ``Node.write`` does.
     ``gate``: the first chunk's write commits only once it is opened (the ``chunks``
     iterator opens it once it knows its remaining chunks are good)."""
     writeaccess.sync_before_first_write_here(node)

@@ -29,6 +29,7 @@ import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import Any
 
 from .errors import NodeError
@@ -94,10 +95,8 @@ class Helper:
         if self._pipe.closed:
             return
         self._done = True
-        try:
+        with suppress(ProcessLookupError):  # it ended by itself: only reaped here
             os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         os.waitpid(self.pid, 0)
         self._pipe.close()
 

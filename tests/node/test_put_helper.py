@@ -215,8 +215,8 @@ def test_helper_items_arrive_in_order_and_errors_keep_their_type() -> None:
                 got.append(item)
     assert got == [0, 1, 2, 3, 4]
 
-    class Local(Exception):  # defined in a function: pickle cannot find it by name
-        pass
+    class Local(Exception):
+        """Defined in a function: pickle cannot find it by name."""
 
     def unpicklable():
         yield "one"
