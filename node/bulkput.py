@@ -46,8 +46,6 @@ from . import writeaccess
 from .errors import NodeError
 from .writes import PreparedAsserts, prepare_asserts, write_prepared
 
-#: The first four bytes of a CIDv1 dag-cbor sha2-256 (version, codec, hash, length).
-_DAG_CBOR_SHA256 = bytes([0x01, 0x71, 0x12, 0x20])
 #: The interpreter's switch interval while a put runs (seconds; CPython's default is
 #: 0.005). Between its SQLite statements the writer needs the GIL for a moment; while
 #: this thread runs Python, each such moment waited up to a whole interval (ADR 0144).
@@ -77,10 +75,7 @@ class ReadyChunk:
         if self.prepared is None:
             return (None, None, None, None, self.text, self.refused)
         facts, encoded = self.prepared.facts, self.prepared.encoded
-        raws = [cid.raw for cid, _data in encoded]
-        if {raw[:4] for raw in raws} - {_DAG_CBOR_SHA256} or {len(raw) for raw in raws} - {36}:
-            raise NodeError("a put chunk's CIDs are not all dag-cbor sha2-256 CIDs")
-        digests = b"".join([raw[4:] for raw in raws])
+        digests = Link.dag_cbor_digests([cid for cid, _data in encoded])
         return (
             [f.rel for f in facts],
             [f.args for f in facts],

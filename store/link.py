@@ -81,6 +81,15 @@ class Link:
         trusted, prefix = cls._trusted, _DAG_CBOR_PREFIX
         return [trusted(prefix + digests[i : i + 32]) for i in range(0, len(digests), 32)]
 
+    @staticmethod
+    def dag_cbor_digests(links: list[Link]) -> bytes:
+        """The sha2-256 digests of CIDv1 dag-cbor links, back to back: the inverse of
+        :meth:`dag_cbor_links` (raises InvalidValue for a link of another kind)."""
+        raws = [link.raw for link in links]
+        if {raw[:4] for raw in raws} - {_DAG_CBOR_PREFIX} or {len(raw) for raw in raws} - {36}:
+            raise InvalidValue("not every link is a CIDv1 dag-cbor sha2-256 link")
+        return b"".join([raw[4:] for raw in raws])
+
     @classmethod
     def for_block(cls, data: bytes, codec: int) -> Link:
         """The CIDv1 (given codec, sha2-256) of a block's bytes."""

@@ -110,3 +110,19 @@ def test_sizes_of_present_blocks(any_store):
     sizes = any_store.sizes([c for c, _ in blocks] + [big[0], absent])
     assert sizes == {cid: len(data) for cid, data in [*blocks, big]}
     assert len(sizes) == 6  # five values == would merge into three, each its own block
+
+
+def test_dag_cbor_digests_and_links_round_trip_and_refuse_other_links() -> None:
+    """``put -f``'s helper sends CIDs as digests (ADR 0147): 1, 1.0, true, "1" and
+    x"01" keep five distinct CIDs through the round trip; a raw-codec link is refused."""
+    from merklog.store import InvalidValue, encode_facts, make_fact
+
+    facts = [make_fact("v", [value]) for value in (1, 1.0, True, "1", b"\x01")]
+    links = [cid for cid, _data in encode_facts(facts)]
+    digests = Link.dag_cbor_digests(links)
+    assert len(digests) == 32 * 5
+    assert Link.dag_cbor_links(digests) == links and len(set(links)) == 5
+    with pytest.raises(InvalidValue):
+        Link.dag_cbor_digests([Link.for_block(b"x", 0x55)])
+    with pytest.raises(InvalidValue):
+        Link.dag_cbor_links(digests[:-1])
