@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -17,18 +18,25 @@ from merklog.replication.errors import NotFound, ReplicationError
 from merklog.store import Link, StoreError, decode, decode_fact, encode_facts
 from merklog.store.gcpause import gc_paused
 
-from . import queries, writeaccess
+from . import helperproc, queries, writeaccess
+from .bulkput import ReadyChunk
 from .errors import NodeInputError
+from .helperproc import HelperError, Worker
 from .jsonvalues import facts_from_json, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
 from .middleware import ApiError
 from .node import Node
 from .openapi import openapi_document
+from .writes import PreparedAsserts, coerce_facts
+
+log = logging.getLogger(__name__)
 
 NODE_KEY = web.AppKey("node", Node)
 READY_KEY = web.AppKey("ready", dict)
 #: Set when the server shuts down: live-query streams end at once instead of lingering.
 CLOSING_KEY = web.AppKey("closing", asyncio.Event)
+#: The node's body worker process (:func:`body_worker`), if it has one.
+BODY_WORKER_KEY = web.AppKey("body_worker", Worker)
 
 #: Default and largest page of ``GET /v1/facts``.
 FACTS_PAGE = 1000
@@ -242,14 +250,14 @@ async def export_car(request: web.Request) -> web.StreamResponse:
 # ------------------------------------------------------------------------- writes
 
 
-def _facts_field(node: Node, body: dict[str, Any], name: str) -> list:
+def _facts_field(body: dict[str, Any], name: str) -> list:
     """``"assert"``/``"retract"``: Datalog text, or a list of JSON facts
     ``{"rel": "edge", "args": [1, 2]}`` with typed values."""
     value = body.get(name)
     if value is None or value == "":
         return []
     if isinstance(value, str):
-        return node.coerce_facts([value]) if value.strip() else []
+        return coerce_facts([value]) if value.strip() else []
     if isinstance(value, list):
         return facts_from_json(value, name)
     raise NodeInputError(
@@ -257,15 +265,57 @@ def _facts_field(node: Node, body: dict[str, Any], name: str) -> list:
     )
 
 
-def _write_body(node: Node, raw: bytes) -> tuple[list, list, list]:
+def decode_write_body(raw: bytes) -> tuple[list, list, list]:
     """The checked facts of a ``POST /v1/facts`` body and the asserts' blocks:
-    ``(asserts, retracts, encode_facts(asserts))``. Encoded here, on the request's own
-    thread, rather than in the write, which runs one at a time (ADR 0145). No cyclic GC
-    passes over the body's objects meanwhile (none of them form cycles)."""
+    ``(asserts, retracts, encode_facts(asserts))``, computed from the body alone (the
+    program's declarations are checked by the write). Encoded here, off the write, which
+    runs one at a time (ADR 0145). No cyclic GC passes over the body's objects meanwhile
+    (none of them form cycles)."""
     with gc_paused():
         body = json_object(raw)
-        add = _facts_field(node, body, "assert")
-        return add, _facts_field(node, body, "retract"), encode_facts(add)
+        add = _facts_field(body, "assert")
+        return add, _facts_field(body, "retract"), encode_facts(add)
+
+
+#: Bodies from this size on are decoded by the node's body worker, when it has one
+#: (ADR 0148); smaller ones on the request's thread, where the round trip costs less.
+WORKER_MIN_BYTES = 64 << 10
+
+
+def _packed_write_body(raw: bytes) -> tuple[tuple, list]:
+    """:func:`decode_write_body` as the body worker sends it back: the asserts and their
+    blocks as plain columns (:meth:`ReadyChunk.pack`), the retracts as facts."""
+    add, rem, encoded = decode_write_body(raw)
+    return ReadyChunk(PreparedAsserts(add, encoded)).pack(), rem
+
+
+def body_worker() -> Worker | None:
+    """A forked process that decodes, checks and encodes large write bodies with its own
+    interpreter lock (ADR 0148), when one may be forked now (``helperproc.available``:
+    Linux, one thread, ``MERKLOG_NODE_HELPER`` not ``0``); else None. Fork it before the
+    node opens its home: the child then holds no lock file or database handle."""
+    if not helperproc.available("MERKLOG_NODE_HELPER"):
+        return None
+    return Worker(_packed_write_body, "body worker process")
+
+
+def _write_body(worker: Worker | None, raw: bytes) -> tuple[list, list, list]:
+    """:func:`decode_write_body`, by ``worker`` for a large body while it runs. The
+    facts and CIDs it sends back are rebuilt without checks (it checked and computed
+    them); an error it raises is raised as is. If it is gone, or its error did not
+    survive the pipe, the body is decoded here (and raises the real error)."""
+    if worker is not None and worker.alive and len(raw) >= WORKER_MIN_BYTES:
+        try:
+            packed, rem = worker.call(raw)
+        except HelperError:
+            if not worker.alive:
+                log.warning("the body worker process is gone: bodies are decoded in the node")
+        else:
+            with gc_paused():
+                prepared = ReadyChunk.unpack(packed).prepared
+                assert prepared is not None  # a worker's chunk always carries its facts
+                return prepared.facts, rem, prepared.encoded
+    return decode_write_body(raw)
 
 
 #: ``POST /v1/facts?answer=``: ``full`` (default) answers ``{"cid", "fact"}`` per fact,
@@ -282,7 +332,7 @@ async def write_facts(request: web.Request) -> web.Response:
     # Decoding and checking a 200k-fact body takes a second or more: on a worker thread,
     # so the event loop keeps serving other requests meanwhile (ADR 0082).
     add, rem, encoded = await asyncio.get_running_loop().run_in_executor(
-        None, _write_body, node, raw
+        None, _write_body, request.app.get(BODY_WORKER_KEY), raw
     )
     if add or rem:  # a freshly joined home syncs once with its origin first
         await writeaccess.sync_before_first_write_async(node)

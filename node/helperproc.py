@@ -1,6 +1,9 @@
-"""A generator run in a forked helper process, its items received here in order
-(``put -f`` on a stopped home reads, checks, encodes and renders its later chunks in
-one, ADR 0147).
+"""Work done in a forked helper process, with its own interpreter lock:
+
+- :class:`Helper` runs a generator there and yields its items here in order (``put -f``
+  on a stopped home reads, checks and encodes its later chunks in one, ADR 0147);
+- :class:`Worker` serves one function there, call by call (a running node decodes,
+  checks and encodes large ``POST /v1/facts`` bodies in one, ADR 0148).
 
 Why a process: a bulk put's writes and its preparation are both mostly Python, so in
 one process they take turns on one interpreter lock, and on a loaded machine the
@@ -10,14 +13,16 @@ nothing but the results is copied: each item is pickled through a pipe.
 
 Only where that is safe: ``os.fork`` on Linux, and only while this process runs one
 thread (a lock another thread holds at the fork stays held in the child for good).
-``MERKLOG_PUT_HELPER=0`` turns it off. The child never touches what it inherited
-besides computing (no store, no output) and ends with ``os._exit``: no ``atexit``
-handler, finaliser or buffered output of this process runs twice. It ignores SIGINT:
-Ctrl-C is this process's to handle, and :meth:`Helper.close` ends the child.
+``MERKLOG_PUT_HELPER=0`` turns the put's helper off, ``MERKLOG_NODE_HELPER=0`` the
+node's worker. The child never touches what it inherited besides computing (no store,
+no output) and ends with ``os._exit``: no ``atexit`` handler, finaliser or buffered
+output of this process runs twice. It ignores SIGINT (a worker's child SIGTERM too):
+stopping is this process's to handle, and ``close()`` ends the child. A worker's child
+also ends by itself when this process is gone (its requests pipe reads end-of-file).
 
-An exception the generator raises is raised here where the item would have been, with
-its own type and message when it pickles, else as a :class:`HelperError` carrying its
-message.
+An exception the generator or the function raises is raised here where its result
+would have been, with its own type and message when it pickles, else as a
+:class:`HelperError` carrying its message.
 """
 
 from __future__ import annotations
@@ -46,12 +51,13 @@ class HelperError(NodeError):
     the process ended without a word (killed, out of memory)."""
 
 
-def available() -> bool:
-    """Whether :class:`Helper` may fork now (see the module docstring)."""
+def available(switch: str = "MERKLOG_PUT_HELPER") -> bool:
+    """Whether a helper may fork now (see the module docstring); ``switch`` names the
+    environment variable that turns this helper off when it is ``0``."""
     return (
         sys.platform.startswith("linux")
         and hasattr(os, "fork")
-        and os.environ.get("MERKLOG_PUT_HELPER", "1") != "0"
+        and os.environ.get(switch, "1") != "0"
         and threading.active_count() == 1
     )
 
@@ -107,6 +113,104 @@ class Helper:
         self.close()
 
 
+class Worker:
+    """``handle(payload)`` served by a forked child, one call at a time: :meth:`call`
+    sends a payload and returns the result (or raises the error) ``handle`` gave for
+    it. Thread-safe: concurrent callers take turns. Once the child is gone (killed,
+    out of memory, closed), every call raises :class:`HelperError` at once, so a
+    caller can do the work itself instead."""
+
+    def __init__(self, handle: Callable[[Any], Any], name: str = "helper process") -> None:
+        requests_read, requests_write = os.pipe()
+        results_read, results_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(requests_write)
+            os.close(results_read)
+            _serve_calls(handle, requests_read, results_write)
+        os.close(requests_read)
+        os.close(results_write)
+        self.pid = pid
+        self.name = name
+        self._requests = os.fdopen(requests_write, "wb", buffering=_BUFFER)
+        self._results = os.fdopen(results_read, "rb", buffering=_BUFFER)
+        self._lock = threading.Lock()
+        self._gone = False
+
+    @property
+    def alive(self) -> bool:
+        """False once a call found the child gone, or after :meth:`close`."""
+        return not self._gone
+
+    def call(self, payload: Any) -> Any:
+        """``handle(payload)`` as computed by the child."""
+        with self._lock:
+            if self._gone:
+                raise HelperError(f"the node's {self.name} is not running")
+            try:
+                _send(self._requests, _ITEM, payload)
+                head = self._results.read(_LENGTH.size)
+                if len(head) < _LENGTH.size:
+                    raise EOFError
+                (size,) = _LENGTH.unpack(head)
+                kind, result = pickle.loads(self._results.read(size))
+            except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+                self._gone = True  # a pipe broke or closed: the child is gone
+                raise HelperError(f"the node's {self.name} ended") from None
+        if kind == _RAISED:
+            raise result
+        return result
+
+    def close(self) -> None:
+        """End the child and reap it; idempotent. A call in progress raises
+        :class:`HelperError`."""
+        if self._gone and self._requests.closed:
+            return
+        self._gone = True
+        with suppress(ProcessLookupError):  # it ended by itself: only reaped here
+            os.kill(self.pid, signal.SIGKILL)
+        with suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        with suppress(OSError):
+            self._requests.close()
+        with self._lock:  # after any call in progress saw the pipe end
+            self._results.close()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _serve_calls(handle: Callable[[Any], Any], requests: int, results: int) -> None:
+    """A worker child's whole life: answer each request until the requests pipe ends
+    (this process closed it, or is gone)."""
+    code = 0
+    try:
+        # Ctrl-C and a service manager's SIGTERM reach the whole process group: stopping
+        # is the parent's to do (it closes the worker when it is done with it).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with (
+            os.fdopen(requests, "rb", buffering=_BUFFER) as inbox,
+            os.fdopen(results, "wb", buffering=_BUFFER) as out,
+        ):
+            while len(head := inbox.read(_LENGTH.size)) == _LENGTH.size:
+                (size,) = _LENGTH.unpack(head)
+                _kind, payload = pickle.loads(inbox.read(size))
+                try:
+                    result = handle(payload)
+                except Exception as exc:  # noqa: BLE001 - every error goes to the caller
+                    _send(out, _RAISED, _portable(exc))
+                else:
+                    _send(out, _ITEM, result)
+    except BaseException:  # noqa: BLE001 - the parent is gone (broken pipe): just end
+        code = 1
+    finally:
+        os._exit(code)
+
+
 def _serve(produce: Callable[[], Iterator[Any]], fd: int) -> None:
     """The child's whole life: send ``produce()``'s items, then its end or its error."""
     code = 0
@@ -142,4 +246,4 @@ def _portable(exc: BaseException) -> BaseException:
     return back if type(back) is type(exc) and str(back) == str(exc) else HelperError(str(exc))
 
 
-__all__ = ["Helper", "HelperError", "available"]
+__all__ = ["Helper", "HelperError", "Worker", "available"]

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from . import handlers as h
 from . import middleware
+from .helperproc import Worker
 from .node import Node
 from .peersync import config_allow_list
 from .runtime import remove_runfile, write_runfile
@@ -87,8 +88,10 @@ def peer_routes(node: Node) -> tuple[web.Application, list[web.RouteDef]]:
     return sync, others
 
 
-def build_app(node: Node) -> web.Application:
-    """The whole HTTP surface of ``node``: local API, then the peer sync sub-app."""
+def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
+    """The whole HTTP surface of ``node``: local API, then the peer sync sub-app.
+    ``body_worker``: a process that decodes large write bodies (ADR 0148), or None to
+    decode every body in this process."""
     app = web.Application(
         client_max_size=int(node.config.get("node.max_body")),
         middlewares=[middleware.count, middleware.errors, middleware.auth],
@@ -98,6 +101,8 @@ def build_app(node: Node) -> web.Application:
     app[h.CLOSING_KEY] = asyncio.Event()
     app[middleware.CONFIG_KEY] = node.config
     app[middleware.METRICS_KEY] = node.metrics
+    if body_worker is not None:
+        app[h.BODY_WORKER_KEY] = body_worker
     access: dict[tuple[str, str], str] = {}
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
@@ -142,9 +147,15 @@ def router_routes(app: web.Application) -> set[tuple[str, str]]:
     return out
 
 
-async def serve(node: Node, host: str, port: int, announce: Callable[[str], None]) -> None:
+async def serve(
+    node: Node,
+    host: str,
+    port: int,
+    announce: Callable[[str], None],
+    body_worker: Worker | None = None,
+) -> None:
     """Serve until SIGINT/SIGTERM; ``announce(url)`` once listening and ready."""
-    app = build_app(node)
+    app = build_app(node, body_worker)
     # No aiohttp access log: it would print ?access_token= query strings.
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2, access_log=None)
     await runner.setup()
