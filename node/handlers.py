@@ -305,13 +305,15 @@ def _write_body(worker: Worker | None, raw: bytes) -> tuple[list, list, list]:
     them); an error it raises is raised as is. If it is gone, or its error did not
     survive the pipe, the body is decoded here (and raises the real error)."""
     if worker is not None and worker.alive and len(raw) >= WORKER_MIN_BYTES:
-        try:
-            packed, rem = worker.call(raw)
-        except HelperError:
-            if not worker.alive:
-                log.warning("the body worker process is gone: bodies are decoded in the node")
-        else:
-            with gc_paused():
+        # Loading the answer makes a tuple per fact: no cyclic GC pass over the node's
+        # heap meanwhile (none of them form cycles).
+        with gc_paused():
+            try:
+                packed, rem = worker.call(raw)
+            except HelperError:
+                if not worker.alive:
+                    log.warning("the body worker process is gone: bodies are decoded in the node")
+            else:
                 prepared = ReadyChunk.unpack(packed).prepared
                 assert prepared is not None  # a worker's chunk always carries its facts
                 return prepared.facts, rem, prepared.encoded
