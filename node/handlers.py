@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aiohttp import web
@@ -35,8 +37,6 @@ NODE_KEY = web.AppKey("node", Node)
 READY_KEY = web.AppKey("ready", dict)
 #: Set when the server shuts down: live-query streams end at once instead of lingering.
 CLOSING_KEY = web.AppKey("closing", asyncio.Event)
-#: The node's body worker process (:func:`body_worker`), if it has one.
-BODY_WORKER_KEY = web.AppKey("body_worker", Worker)
 
 #: Default and largest page of ``GET /v1/facts``.
 FACTS_PAGE = 1000
@@ -299,6 +299,40 @@ def body_worker() -> Worker | None:
     return Worker(_packed_write_body, "body worker process")
 
 
+class BodyDecoder:
+    """Where ``POST /v1/facts`` bodies are decoded (ADR 0148). While a request is the
+    only write in progress, on its own thread: the node has nothing else to do, and
+    the round trip to a worker would only add to its answer's time. Once another write
+    is in progress (a bulk client keeps two in flight), a large body goes to the worker
+    process, so its decoding runs beside that write instead of taking turns with it on
+    the interpreter lock. Used from the event loop only."""
+
+    def __init__(self, worker: Worker | None = None) -> None:
+        self.worker = worker
+        #: Write requests between their arrival and their answer.
+        self.in_flight = 0
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Count a write request for its whole life (decode, write, answer)."""
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+
+    async def decode(self, raw: bytes) -> tuple[list, list, list]:
+        """:func:`decode_write_body` of ``raw``, off the event loop; by the worker when
+        another write is in progress and the body is large."""
+        worker = self.worker if self.in_flight > 1 else None
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, _write_body, worker, raw)
+
+
+#: Where the app's write bodies are decoded (:class:`BodyDecoder`).
+BODY_DECODER_KEY = web.AppKey("body_decoder", BodyDecoder)
+
+
 def _write_body(worker: Worker | None, raw: bytes) -> tuple[list, list, list]:
     """:func:`decode_write_body`, by ``worker`` for a large body while it runs. The
     facts and CIDs it sends back are rebuilt without checks (it checked and computed
@@ -330,12 +364,18 @@ async def write_facts(request: web.Request) -> web.Response:
     answer = request.query.get("answer", "full")
     if answer not in WRITE_ANSWERS:
         raise NodeInputError(f"answer={answer!r}: expected one of {', '.join(WRITE_ANSWERS)}")
+    decoder = request.app[BODY_DECODER_KEY]
+    with decoder.writing():
+        return await _write(request, node, decoder, answer)
+
+
+async def _write(
+    request: web.Request, node: Node, decoder: BodyDecoder, answer: str
+) -> web.Response:
     raw = await request.read()
-    # Decoding and checking a 200k-fact body takes a second or more: on a worker thread,
-    # so the event loop keeps serving other requests meanwhile (ADR 0082).
-    add, rem, encoded = await asyncio.get_running_loop().run_in_executor(
-        None, _write_body, request.app.get(BODY_WORKER_KEY), raw
-    )
+    # Decoding and checking a 200k-fact body takes a second or more: never on the event
+    # loop, which keeps serving other requests meanwhile (ADR 0082, ADR 0148).
+    add, rem, encoded = await decoder.decode(raw)
     if add or rem:  # a freshly joined home syncs once with its origin first
         await writeaccess.sync_before_first_write_async(node)
     try:

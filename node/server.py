@@ -101,8 +101,7 @@ def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
     app[h.CLOSING_KEY] = asyncio.Event()
     app[middleware.CONFIG_KEY] = node.config
     app[middleware.METRICS_KEY] = node.metrics
-    if body_worker is not None:
-        app[h.BODY_WORKER_KEY] = body_worker
+    app[h.BODY_DECODER_KEY] = h.BodyDecoder(body_worker)
     access: dict[tuple[str, str], str] = {}
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)

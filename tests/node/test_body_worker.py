@@ -63,13 +63,13 @@ def _rows(node: NodeProc, query: str) -> list:
     return sorted(map(repr, answer["rows"]))
 
 
-def _datalog_body(n: int, bad_line: int | None = None) -> str:
-    """``n`` lines over the mixed values (more than WORKER_MIN_BYTES from ~2,000 on),
+def _datalog_body(n: int, bad_line: int | None = None, first: int = 0, rel: str = "val") -> str:
+    """``n`` lines over the mixed values (more than WORKER_MIN_BYTES from ~4,000 on),
     line ``bad_line`` (1-based) broken at its 8th column."""
     lines = []
-    for i in range(n):
+    for i in range(first, first + n):
         v = DATALOG_VALUES[i % len(DATALOG_VALUES)]
-        lines.append(f"val({i}, {v}).")
+        lines.append(f"{rel}({i}, {v}).")
     if bad_line is not None:
         lines[bad_line - 1] = "val(1, , 2)."
     return "\n".join(lines) + "\n"
@@ -77,6 +77,36 @@ def _datalog_body(n: int, bad_line: int | None = None) -> str:
 
 def _json_body(n: int) -> list[dict]:
     return [{"rel": "jv", "args": [i, JSON_VALUES[i % len(JSON_VALUES)]]} for i in range(n)]
+
+
+#: A write that keeps the node busy for a while (decoding, writing, its epoch), so that
+#: the requests sent just after it find another write in progress.
+BUSY = {"assert": _datalog_body(30_000, first=10**6, rel="busy")}
+
+
+def _together(node: NodeProc, bodies: list[dict]) -> list[tuple[int, dict]]:
+    """``BUSY``, then each body 50 ms after the one before, each from its own thread:
+    the bodies arrive while an earlier write is in progress. Their (status, answer)."""
+    out: list = [None] * (len(bodies) + 1)
+
+    def post(k: int, body: dict) -> None:
+        out[k] = _answer(node, body)
+
+    threads = []
+    for k, body in enumerate([BUSY, *bodies]):
+        threads.append(threading.Thread(target=post, args=(k, body)))
+        threads[-1].start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(120)
+    assert out[0][0] == 200, out[0]
+    return out[1:]
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def _node(tmp_path: Path, name: str, node_factory, worker: bool) -> NodeProc:
@@ -104,22 +134,25 @@ def test_the_worker_runs_beside_the_node_and_ends_with_it(tmp_path: Path, node_f
 
 
 def test_large_bodies_give_the_same_answers_and_facts(pair) -> None:
-    """Datalog and JSON bodies over the worker's threshold, with values that Python's ==
-    merges: the same answers (CIDs, facts) with and without the worker, and the look-alike
-    values stay distinct in the store."""
+    """Datalog and JSON bodies over the worker's threshold, sent while another write is in
+    progress, with values that Python's == merges: the worker decodes them, the answers
+    (CIDs, facts) are those of the node without a worker, and the look-alike values stay
+    distinct in the store."""
     text = _datalog_body(4000)
     assert len(text.encode()) >= handlers.WORKER_MIN_BYTES
+    with_worker, _without = pair
+    assert with_worker.proc is not None
+    (worker,) = _children(with_worker.proc.pid)
+    before = _cpu_ticks(worker)
     answers = []
     for node in pair:
-        status, datalog = _answer(node, {"assert": text})
-        assert status == 200, datalog
-        status, typed = _answer(node, {"assert": _json_body(4000)})
-        assert status == 200, typed
+        got = _together(node, [{"assert": text}, {"assert": _json_body(4000)}])
         status, both = _answer(node, {"assert": "extra(1).", "retract": text[: text.index("\n")]})
-        assert status == 200, both
-        answers.append((datalog, typed, both, _rows(node, "val(I, X), I < 8")))
+        answers.append((got, (status, both), _rows(node, "val(I, X), I < 8")))
+    assert _cpu_ticks(worker) > before  # the worker did decode
     assert answers[0] == answers[1]
-    datalog, typed, both, rows = answers[0]
+    [(status, datalog), (status2, typed)], (status3, both), rows = answers[0]
+    assert status == status2 == status3 == 200
     assert len(datalog["asserted"]) == 4000 and len(typed["asserted"]) == 4000
     assert len({item["cid"] for item in datalog["asserted"][: len(DATALOG_VALUES)]}) == len(
         DATALOG_VALUES
@@ -129,20 +162,35 @@ def test_large_bodies_give_the_same_answers_and_facts(pair) -> None:
     assert len(rows) == 7  # val(0, 1) was retracted; the other seven values all differ
 
 
+def test_a_lone_write_is_decoded_by_the_node_itself(pair) -> None:
+    """With no other write in progress the round trip would only add to the answer's
+    time: the worker stays idle."""
+    with_worker, _without = pair
+    assert with_worker.proc is not None
+    (worker,) = _children(with_worker.proc.pid)
+    before = _cpu_ticks(worker)
+    for k in range(3):
+        status, answer = _answer(with_worker, {"assert": _datalog_body(4000, first=k * 4000)})
+        assert status == 200 and len(answer["asserted"]) == 4000
+    assert _cpu_ticks(worker) == before
+
+
 def test_bad_large_bodies_fail_alike(pair) -> None:
-    """A syntax error deep in a large body, and a bad JSON value: the same 400 and the
-    same message (line:col for Datalog) with and without the worker; nothing stored."""
+    """A syntax error deep in a large body, a bad JSON value, an overflowing float: the
+    same 400 and the same message (line:col for Datalog) from the worker as from the node
+    without one; nothing of them is stored."""
     text = _datalog_body(4000, bad_line=3001)
     bad_json = _json_body(4000)
     bad_json[2500] = {"rel": "jv", "args": [1, 2**70]}
+    overflow = text.replace("val(2010, ", "val(2010, 2e999, ")
     answers = []
     for node in pair:
-        first = _answer(node, {"assert": text})
-        second = _answer(node, {"assert": bad_json})
-        third = _answer(node, {"assert": text.replace("val(2010, ", "val(2010, 2e999, ")})
-        answers.append((first, second, third))
-        status, facts = node.request("GET", "/v1/facts")
-        assert status == 200 and facts["facts"] == []
+        answers.append(
+            _together(node, [{"assert": text}, {"assert": bad_json}, {"assert": overflow}])
+        )
+        for rel in ("val", "jv"):  # no fact of either relation is visible
+            status, answer = node.request("POST", "/v1/query", {"q": f"{rel}(I, X)"})
+            assert status == 400 and f"unknown relation {rel}/2" in answer["detail"], answer
     assert answers[0] == answers[1]
     (status, body), (status2, body2), (status3, body3) = answers[0]
     assert status == 400 and "3001:8" in body["detail"], body
@@ -151,18 +199,17 @@ def test_bad_large_bodies_fail_alike(pair) -> None:
 
 
 def test_a_dead_worker_costs_only_its_speed(tmp_path: Path, node_factory) -> None:
-    """The worker killed with SIGKILL: the next large write is decoded by the node itself,
-    answered as before, and the node says once that its worker is gone."""
+    """The worker killed with SIGKILL: the next large writes are decoded by the node
+    itself, answered as before, and the node says once that its worker is gone."""
     node = _node(tmp_path, "n", node_factory, True)
     assert node.proc is not None
     (worker,) = _children(node.proc.pid)
     text = _datalog_body(5000)
-    assert len(text.encode()) >= handlers.WORKER_MIN_BYTES
-    status, before = _answer(node, {"assert": text})
+    [(status, before)] = _together(node, [{"assert": text}])
     assert status == 200
     os.kill(worker, signal.SIGKILL)
     for _ in range(2):
-        status, after = _answer(node, {"assert": text})
+        [(status, after)] = _together(node, [{"assert": text}])
         assert status == 200 and after == before
     deadline = time.monotonic() + 5
     while "body worker process is gone" not in node.stderr_text and time.monotonic() < deadline:
