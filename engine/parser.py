@@ -41,6 +41,11 @@ from .lexer import INT64_MAX, INT64_MIN, Source, Token, tokenize
 MERKLOG_TYPES = ("int", "float", "str", "bytes", "bool", "cid", "any")
 
 _LITERAL_KINDS = frozenset({"INT", "FLOAT", "STRING", "BYTES", "CID"})
+#: How deep a term may nest: parentheses in parentheses, minus signs on minus signs,
+#: operators on operators (``1 + 2 + …`` is a chain of additions). Far beyond real
+#: programs, and well below where the parser's or the evaluator's recursion would
+#: overflow Python's stack (which gave an internal error instead of a LINE:COL).
+MAX_TERM_DEPTH = 100
 _CMP_OPS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _AGG_FUNCS = frozenset({"count", "sum", "min", "max"})
 
@@ -59,6 +64,11 @@ class Parser:
         self.i = 0
         self._anon = 0
         self.fact_pos: list[Pos] = []
+        #: Parentheses and minus signs the term parser is inside of (its recursion).
+        self._nesting = 0
+        #: Operator terms built so far and their depth, by ``id`` (the term is kept, so
+        #: its id is not reused; constants and variables are not here: depth 0).
+        self._depth: dict[int, tuple[Term, int]] = {}
 
     # ------------------------------------------------------------ token helpers
 
@@ -427,7 +437,8 @@ class Parser:
             tok = toks[self.i]
             if tok.kind == "OP" and (tok.value == "+" or tok.value == "-"):
                 self.i += 1
-                left = BinOp(tok.value, left, self.product(), left.pos)  # type: ignore[arg-type]
+                right = self.product()
+                left = self.deep(tok, BinOp(tok.value, left, right, left.pos), left, right)  # type: ignore[arg-type]
             else:
                 return left
 
@@ -438,9 +449,33 @@ class Parser:
             tok = toks[self.i]
             if tok.kind == "OP" and tok.value in ("*", "/", "%"):
                 self.i += 1
-                left = BinOp(tok.value, left, self.unary(), left.pos)  # type: ignore[arg-type]
+                right = self.unary()
+                left = self.deep(tok, BinOp(tok.value, left, right, left.pos), left, right)  # type: ignore[arg-type]
             else:
                 return left
+
+    def deep(self, tok: Token, term: Term, *parts: Term) -> Term:
+        """``term``, built at operator ``tok`` from ``parts``, unless it nests more than
+        :data:`MAX_TERM_DEPTH` operators deep (then a ParseError at ``tok``)."""
+        depth = 1 + max(self._depth.get(id(part), (part, 0))[1] for part in parts)
+        if depth > MAX_TERM_DEPTH:
+            raise self.too_deep(tok)
+        self._depth[id(term)] = (term, depth)
+        return term
+
+    def enter(self, tok: Token) -> None:
+        """One more parenthesis or minus sign around the term being parsed; refused
+        (ParseError at ``tok``) beyond :data:`MAX_TERM_DEPTH`."""
+        self._nesting += 1
+        if self._nesting > MAX_TERM_DEPTH:
+            raise self.too_deep(tok)
+
+    def too_deep(self, tok: Token) -> ParseError:
+        return self.error(
+            tok,
+            f"this term nests more than {MAX_TERM_DEPTH} levels deep",
+            "split it with intermediate variables: Y == A + B, X == Y + C",
+        )
 
     def unary(self) -> Term:
         tok = self.peek()
@@ -453,7 +488,10 @@ class Parser:
                 if type(value) is int:
                     self.check_int(nxt, value)
                 return Const(value, self.pos(tok))
-            return Neg(self.unary(), self.pos(tok))
+            self.enter(tok)
+            inner = self.unary()
+            self._nesting -= 1
+            return self.deep(tok, Neg(inner, self.pos(tok)), inner)
         return self.primary()
 
     def primary(self) -> Term:
@@ -476,7 +514,9 @@ class Parser:
             return Const(tok.value == "true", self.pos(tok))
         if kind == "OP" and tok.value == "(":
             self.i += 1
+            self.enter(tok)
             inner = self.term()
+            self._nesting -= 1
             self.expect(")", "')'")
             return inner
         return self.bad_term(tok)

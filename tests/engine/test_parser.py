@@ -230,3 +230,31 @@ def test_format_value_round_trips_through_the_parser(values):
     assert [type(a) for a in fact.args] == [type(v) for v in values]
     for v in values:
         assert parse_literal_value(format_value(v)) == v
+
+
+@pytest.mark.parametrize(
+    "term, col",
+    [
+        ("Y" + " + 1" * 101, 422),  # a chain of additions: the 101st '+'
+        ("- " * 101 + "Y", 220),  # minus signs on minus signs: the 101st '-'
+        ("(" * 101 + "Y" + ")" * 101, 120),  # parentheses in parentheses: the 101st '('
+        ("(" * 5000 + "Y" + ")" * 5000, 120),  # far beyond: still a position, no overflow
+        # Operators in parentheses: the outermost '+' whose term is 101 operators deep.
+        ("Y" + " * (1 + 1" * 60 + ")" * 60, 108),
+    ],
+)
+def test_terms_nest_at_most_max_term_depth(term: str, col: int) -> None:
+    """A term nested beyond MAX_TERM_DEPTH is a syntax error at the operator or
+    parenthesis that goes too deep, not an overflow of Python's stack (an internal
+    error); one level less parses."""
+    from merklog.engine.parser import MAX_TERM_DEPTH
+
+    assert MAX_TERM_DEPTH == 100
+    text = f"q(1).\np(X) :- q(Y), X == {term}."
+    with pytest.raises(ParseError, match="nests more than 100 levels deep") as err:
+        parse_program(text)
+    assert (err.value.line, err.value.col) == (2, col)
+    for fine in ("Y" + " + 1" * 100, "- " * 100 + "Y", "(" * 100 + "Y" + ")" * 100):
+        parse_program(f"q(1).\np(X) :- q(Y), X == {fine}.")
+    with pytest.raises(ParseError, match="nests more than"):
+        parse_facts("x(" + "(" * 200 + "1" + ")" * 200 + ").")

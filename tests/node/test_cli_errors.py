@@ -76,6 +76,24 @@ def test_bad_input_exits_2(ready: Path, tmp_path: Path) -> None:
     assert Cli(ready)("ls").output.count("\t") == 1  # the store is intact
 
 
+def test_deeply_nested_terms_exit_2_with_their_position(ready: Path, tmp_path: Path) -> None:
+    """Terms nested thousands deep (a parenthesis or operator at a time): a LINE:COL
+    syntax error and exit 2, where Python's stack used to overflow (an internal error,
+    exit 70, or a message without a position)."""
+    deep = "(" * 5000 + "1" + ")" * 5000
+    facts = tmp_path / "deep.dl"
+    facts.write_text(f"x({deep}).\n")
+    assert_fails(merklog(ready, "put", "-f", str(facts)), ExitCode.BAD_INPUT, "1:103", "nests")
+    assert_fails(merklog(ready, "query", f"edge({deep}, X)"), ExitCode.BAD_INPUT, "1:106")
+    program = tmp_path / "deep_rule.dl"
+    program.write_text("q(1).\np(X) :- q(Y), X == Y" + " + 1" * 5000 + ".\n")
+    assert_fails(merklog(ready, "load", str(program)), ExitCode.BAD_INPUT, "deep_rule.dl:2:422")
+    evaluated = merklog(ready, "eval", str(program))  # eval's own convention: FILE:LINE:COL
+    assert evaluated.returncode == 1 and "Traceback" not in evaluated.stderr
+    assert evaluated.stderr.startswith(f"{program}:2:422: this term nests"), evaluated.stderr
+    assert Cli(ready)("ls").output.count("\t") == 1  # the store is intact
+
+
 def test_not_found_exits_3(ready: Path) -> None:
     line = assert_fails(merklog(ready, "retract", "edge(5, 5)."), ExitCode.NOT_FOUND)
     assert "not visible" in line and "edge(5, 5)" in line
