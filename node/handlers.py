@@ -54,6 +54,8 @@ def json_object(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise NodeInputError(f"request body is not JSON: {exc}") from exc
+    except RecursionError:  # arrays or objects nested ~1,000 deep overflow the decoder
+        raise NodeInputError("request body nests its JSON arrays or objects too deeply") from None
     if not isinstance(body, dict):
         raise NodeInputError("request body must be a JSON object")
     return body

@@ -179,7 +179,7 @@ class SyncService:
             heads = [Link.parse(h) for h in obj["heads"]]
             summary = obj.get("summary")
             summary = None if summary is None else Summary.from_json(summary)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise MalformedBlock(f"sync request must be JSON {{heads, summary}}: {exc}") from exc
         if (
             summary is not None
@@ -262,7 +262,7 @@ class SyncService:
             if not isinstance(obj["cids"], list):
                 raise TypeError("cids is not a list")
             cids = [Link.parse(c) for c in obj["cids"]]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise MalformedBlock(f"block request must be JSON {{cids: [cid…]}}: {exc}") from exc
         if len(cids) > self.limits.max_block_request:
             raise TooLarge(

@@ -7,8 +7,11 @@ import json
 import signal
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from .conftest import Cli
 
@@ -53,6 +56,20 @@ def test_bad_input_and_missing_token_change_nothing(home: Path, node_factory) ->
     text = metrics.decode()
     assert "merklog_rejected_inputs_total 5.0" in text
     assert "merklog_epochs_total" in text and "merklog_epoch_seconds_bucket" in text
+    # Nested thousands deep: a 400 naming the problem, where the decoders' recursion
+    # overflowed (a 500, or a 400 without a position).
+    deep_json = b'{"assert": [{"rel": "x", "args": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}]}"
+    req = urllib.request.Request(node.url + "/v1/facts", data=deep_json, method="POST")
+    req.add_header("Authorization", f"Bearer {node.token}")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 400
+    assert "nests its JSON arrays or objects too deeply" in json.loads(err.value.read())["detail"]
+    status, body = node.request("POST", "/v1/facts", {"assert": "x(" + "(" * 5000 + "1).\n"})
+    assert status == 400 and body["detail"].startswith("1:103: this term nests"), body
+    status, body = node.request("GET", "/v1/facts")
+    assert [f["fact"] for f in body["facts"]] == ["keep(1)"]
+    assert "Traceback" not in node.stderr_text
 
 
 def test_openapi_document_is_valid(home: Path, node_factory) -> None:
