@@ -35,7 +35,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import NodeError
 
@@ -185,13 +185,10 @@ class Worker:
 
 def _serve_calls(handle: Callable[[Any], Any], requests: int, results: int) -> None:
     """A worker child's whole life: answer each request until the requests pipe ends
-    (this process closed it, or is gone)."""
-    code = 0
-    try:
-        # Ctrl-C and a service manager's SIGTERM reach the whole process group: stopping
-        # is the parent's to do (it closes the worker when it is done with it).
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    (this process closed it, or is gone). Ctrl-C and a service manager's SIGTERM reach
+    the whole process group: stopping is the parent's to do."""
+
+    def answer() -> None:
         with (
             os.fdopen(requests, "rb", buffering=_BUFFER) as inbox,
             os.fdopen(results, "wb", buffering=_BUFFER) as out,
@@ -205,17 +202,14 @@ def _serve_calls(handle: Callable[[Any], Any], requests: int, results: int) -> N
                     _send(out, _RAISED, _portable(exc))
                 else:
                     _send(out, _ITEM, result)
-    except BaseException:  # noqa: BLE001 - the parent is gone (broken pipe): just end
-        code = 1
-    finally:
-        os._exit(code)
+
+    _child_life(answer, (signal.SIGINT, signal.SIGTERM))
 
 
 def _serve(produce: Callable[[], Iterator[Any]], fd: int) -> None:
     """The child's whole life: send ``produce()``'s items, then its end or its error."""
-    code = 0
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def send_all() -> None:
         with os.fdopen(fd, "wb", buffering=_BUFFER) as out:
             try:
                 for item in produce():
@@ -224,7 +218,19 @@ def _serve(produce: Callable[[], Iterator[Any]], fd: int) -> None:
                 _send(out, _RAISED, _portable(exc))
             else:
                 _send(out, _END, None)
-    except BaseException:  # noqa: BLE001 - the parent is gone (broken pipe): just end
+
+    _child_life(send_all, (signal.SIGINT,))
+
+
+def _child_life(work: Callable[[], None], ignored: tuple[int, ...]) -> NoReturn:
+    """Run a forked child's ``work`` with the ``ignored`` signals ignored, then end it with
+    ``os._exit``: status 0, or 1 if ``work`` raised (the parent is gone: a broken pipe)."""
+    code = 0
+    try:
+        for sig in ignored:
+            signal.signal(sig, signal.SIG_IGN)
+        work()
+    except BaseException:  # noqa: BLE001 - nothing to tell anyone: just end
         code = 1
     finally:
         os._exit(code)

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from merklog.node.cli import State, pass_state
-
-if TYPE_CHECKING:
-    from merklog.node.helperproc import Worker
 
 
 def register(cli: click.Group) -> None:
@@ -48,88 +44,71 @@ def register(cli: click.Group) -> None:
         do_init: bool,
     ) -> None:
         """Serve this node until SIGINT/SIGTERM; /healthz answers 200 once ready."""
+        import asyncio
+        from contextlib import nullcontext
+
         from merklog.node.handlers import body_worker
+        from merklog.node.node import Node, init_home
+        from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile
+        from merklog.node.server import serve
+        from merklog.node.storecheck import precheck
+        from merklog.node.target import load_config
 
         # Forked first, while this process runs one thread and holds neither the home's
         # lock nor its database (ADR 0148); ended whatever happens next.
-        worker = body_worker()
-        try:
-            _serve(state, host, port, epoch_interval, program, static_dir, tick, do_init, worker)
-        finally:
-            if worker is not None:
-                worker.close()
-
-
-def _serve(
-    state: State,
-    host: str | None,
-    port: int | None,
-    epoch_interval: float | None,
-    program: Path | None,
-    static_dir: Path | None,
-    tick: bool | None,
-    do_init: bool,
-    worker: Worker | None,
-) -> None:
-    """``node run`` once its body worker is forked (or none could be)."""
-    import asyncio
-
-    from merklog.node.node import Node, init_home
-    from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile
-    from merklog.node.server import serve
-    from merklog.node.storecheck import precheck
-    from merklog.node.target import load_config
-
-    overrides = dict(state.overrides)
-    for key, value in (
-        ("node.host", host),
-        ("node.port", port),
-        ("node.epoch_interval", epoch_interval),
-        ("node.static_dir", str(static_dir.resolve()) if static_dir else None),
-        ("node.tick", tick),
-    ):
-        if value is not None:
-            overrides[key] = value
-    try:
-        lock = HomeLock.acquire_for_node(state.home)
-    except HomeBusy as exc:
-        raise click.ClickException(str(exc)) from None
-    remove_runfile(state.home)  # a node killed with -9 left its old URL behind
-    try:
-        if do_init:
-            init_home(state.home)
-        cfg = load_config(state.home, overrides)
-        precheck(cfg)
-        node = Node(cfg, lock)
-        if program is not None:  # checked, stored in the home, then swapped in
+        with body_worker() or nullcontext() as worker:
+            overrides = dict(state.overrides)
+            for key, value in (
+                ("node.host", host),
+                ("node.port", port),
+                ("node.epoch_interval", epoch_interval),
+                ("node.static_dir", str(static_dir.resolve()) if static_dir else None),
+                ("node.tick", tick),
+            ):
+                if value is not None:
+                    overrides[key] = value
             try:
-                node.load_program(program.read_text(), str(program))
+                lock = HomeLock.acquire_for_node(state.home)
+            except HomeBusy as exc:
+                raise click.ClickException(str(exc)) from None
+            remove_runfile(state.home)  # a node killed with -9 left its old URL behind
+            try:
+                if do_init:
+                    init_home(state.home)
+                cfg = load_config(state.home, overrides)
+                precheck(cfg)
+                node = Node(cfg, lock)
+                if program is not None:  # checked, stored in the home, then swapped in
+                    try:
+                        node.load_program(program.read_text(), str(program))
+                    except BaseException:
+                        node.close()
+                        lock = None
+                        raise
             except BaseException:
-                node.close()
-                lock = None
+                if lock is not None:  # the CLI's error boundary reports what went wrong
+                    lock.release()
                 raise
-    except BaseException:
-        if lock is not None:  # the CLI's error boundary reports what went wrong
-            lock.release()
-        raise
 
-    from merklog.node.logs import announce as say
+            from merklog.node.logs import announce as say
 
-    def announce(url: str) -> None:
-        token = cfg.get("api.token")
-        say(f"merklog node {cfg.get('dataset.id')} listening on {url}", state.log_format)
-        if cfg.path("node.static_dir"):
-            say(f"app: {url}/#token={token}", state.log_format)
+            def announce(url: str) -> None:
+                token = cfg.get("api.token")
+                say(f"merklog node {cfg.get('dataset.id')} listening on {url}", state.log_format)
+                if cfg.path("node.static_dir"):
+                    say(f"app: {url}/#token={token}", state.log_format)
 
-    try:
-        asyncio.run(serve(node, cfg.get("node.host"), int(cfg.get("node.port")), announce, worker))
-    except OSError as exc:
-        raise click.ClickException(f"cannot serve: {exc}") from None
-    finally:
-        node.close()
-        # Everything is committed and closed: keep the interpreter's last collection
-        # from walking the whole (possibly huge) heap on the way out (ADR 0078).
-        import gc
+            try:
+                asyncio.run(
+                    serve(node, cfg.get("node.host"), int(cfg.get("node.port")), announce, worker)
+                )
+            except OSError as exc:
+                raise click.ClickException(f"cannot serve: {exc}") from None
+            finally:
+                node.close()
+                # Everything is committed and closed: keep the interpreter's last collection
+                # from walking the whole (possibly huge) heap on the way out (ADR 0078).
+                import gc
 
-        gc.freeze()
-    say("stopped", state.log_format)
+                gc.freeze()
+            say("stopped", state.log_format)
