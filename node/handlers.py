@@ -298,7 +298,7 @@ def body_worker() -> Worker | None:
     node opens its home: the child then holds no lock file or database handle."""
     if not helperproc.available("MERKLOG_NODE_HELPER"):
         return None
-    return Worker(_packed_write_body, "body worker process")
+    return Worker(_packed_write_body, "node's body worker process")
 
 
 class BodyDecoder:

@@ -146,7 +146,7 @@ class Worker:
         """``handle(payload)`` as computed by the child."""
         with self._lock:
             if self._gone:
-                raise HelperError(f"the node's {self.name} is not running")
+                raise HelperError(f"the {self.name} is not running")
             try:
                 _send(self._requests, _ITEM, payload)
                 head = self._results.read(_LENGTH.size)
@@ -156,7 +156,7 @@ class Worker:
                 kind, result = pickle.loads(self._results.read(size))
             except (OSError, EOFError, pickle.UnpicklingError, ValueError):
                 self._gone = True  # a pipe broke or closed: the child is gone
-                raise HelperError(f"the node's {self.name} ended") from None
+                raise HelperError(f"the {self.name} ended") from None
         if kind == _RAISED:
             raise result
         return result
