@@ -326,7 +326,8 @@ class BodyDecoder:
     async def decode(self, raw: bytes) -> tuple[list, list, list]:
         """:func:`decode_write_body` of ``raw``, off the event loop; by the worker when
         another write is in progress and the body is large."""
-        worker = self.worker if self.in_flight > 1 else None
+        busy = self.in_flight > 1 and len(raw) >= WORKER_MIN_BYTES
+        worker = self.worker if busy and self.worker is not None and self.worker.alive else None
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, _write_body, worker, raw)
 
@@ -336,11 +337,11 @@ BODY_DECODER_KEY = web.AppKey("body_decoder", BodyDecoder)
 
 
 def _write_body(worker: Worker | None, raw: bytes) -> tuple[list, list, list]:
-    """:func:`decode_write_body`, by ``worker`` for a large body while it runs. The
-    facts and CIDs it sends back are rebuilt without checks (it checked and computed
-    them); an error it raises is raised as is. If it is gone, or its error did not
-    survive the pipe, the body is decoded here (and raises the real error)."""
-    if worker is not None and worker.alive and len(raw) >= WORKER_MIN_BYTES:
+    """:func:`decode_write_body`, by ``worker`` if given (:meth:`BodyDecoder.decode`
+    decides). The facts and CIDs it sends back are rebuilt without checks (it checked
+    and computed them); an error it raises is raised as is. If it is gone, or its error
+    did not survive the pipe, the body is decoded here (and raises the real error)."""
+    if worker is not None:
         # Loading the answer makes a tuple per fact: no cyclic GC pass over the node's
         # heap meanwhile (none of them form cycles).
         with gc_paused():
