@@ -219,3 +219,13 @@ def all_pages(node, rel, limit):
         pages += 1
         if after is None:
             return out, pages
+
+
+def reaped(pid: int) -> bool:
+    """The process is gone (reaped), or a zombie someone else must wait for (its parent
+    is not this test process): nothing of it is left for a test to clean up."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[1] != str(os.getpid())
+    except FileNotFoundError:
+        return True

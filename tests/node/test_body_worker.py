@@ -18,7 +18,7 @@ from merklog.node import handlers, helperproc
 from merklog.node.errors import NodeInputError
 from merklog.node.helperproc import HelperError, Worker
 
-from .conftest import NodeProc, init_home
+from .conftest import NodeProc, init_home, reaped
 
 # Values Python's == merges (1, 1.0, true) beside look-alikes; -0.0 is normalised.
 DATALOG_VALUES = ["1", "1.0", "true", '"1"', 'x"01"', "-0.0", "9223372036854775807", '"é"']
@@ -38,15 +38,6 @@ def _children(pid: int) -> list[int]:
             if fields[1] == str(pid):
                 out.append(int(entry))
     return out
-
-
-def _gone(pid: int) -> bool:
-    """The process is reaped (or a zombie of someone else: not ours to wait for)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[1] != str(os.getpid())
-    except FileNotFoundError:
-        return True
 
 
 def _answer(node: NodeProc, body: dict) -> tuple[int, dict]:
@@ -130,7 +121,7 @@ def test_the_worker_runs_beside_the_node_and_ends_with_it(tmp_path: Path, node_f
     assert on.proc is not None
     (worker,) = _children(on.proc.pid)
     assert on.stop() == 0
-    assert _gone(worker)
+    assert reaped(worker)
 
 
 def test_large_bodies_give_the_same_answers_and_facts(pair) -> None:
@@ -275,7 +266,7 @@ def test_worker_gone_fails_fast_and_close_reaps() -> None:
         worker.call(("echo", 1))
     worker.close()
     worker.close()  # idempotent
-    assert _gone(child)
+    assert reaped(child)
 
 
 def test_close_during_a_call_ends_it() -> None:
@@ -297,7 +288,7 @@ def test_close_during_a_call_ends_it() -> None:
     t.join(5)
     assert time.monotonic() - started < 5
     assert len(errors) == 1 and isinstance(errors[0], HelperError)
-    assert _gone(child)
+    assert reaped(child)
 
 
 def test_worker_child_ignores_ctrl_c_and_sigterm_and_the_switch_turns_it_off(

@@ -19,6 +19,8 @@ import pytest
 from merklog.node import helperproc
 from merklog.node.helperproc import Helper, HelperError
 
+from .conftest import reaped
+
 # A real ``merklog`` process with chunks of ``argv[1]`` facts (the default is 200,000).
 RUNNER = (
     "import sys\n"
@@ -81,15 +83,6 @@ def _helper_pid(stderr: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _gone(pid: int) -> bool:
-    """The process is reaped (or a zombie of someone else: not ours to wait for)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[3] != str(os.getpid())  # its parent is not this test
-    except FileNotFoundError:
-        return True
-
-
 def _printed(stdout: str) -> list[tuple[str, str]]:
     return [tuple(line.split("\t")) for line in stdout.splitlines() if "\t" in line]
 
@@ -121,7 +114,7 @@ def test_the_helper_stores_and_prints_what_the_put_gives_without_it(tmp_path: Pa
     want = _merklog(without, "put", "-f", str(data), helper=False)
     assert got.returncode == 0 == want.returncode, got.stderr + want.stderr
     pid = _helper_pid(got.stderr)
-    assert pid is not None and _gone(pid), got.stderr
+    assert pid is not None and reaped(pid), got.stderr
     assert _helper_pid(want.stderr) is None
     assert got.stdout == want.stdout
     printed = _printed(got.stdout)
@@ -154,7 +147,7 @@ def test_a_syntax_error_read_by_the_helper_writes_nothing(tmp_path: Path) -> Non
     assert "Traceback" not in result.stderr and not _printed(result.stdout)
     assert "4001:9: expected a term" in result.stderr
     pid = _helper_pid(result.stderr)
-    assert pid is not None and _gone(pid)
+    assert pid is not None and reaped(pid)
     assert _count(home, "repl_assert") == 1
 
 
@@ -235,7 +228,7 @@ def test_helper_items_arrive_in_order_and_errors_keep_their_type() -> None:
     helper = Helper(endless)
     assert next(iter(helper)) == b"x" * 100_000
     helper.close()
-    assert _gone(helper.pid)
+    assert reaped(helper.pid)
     helper.close()  # idempotent
 
 
