@@ -17,8 +17,8 @@ of its input (ADR 0144): ``put -f`` parses the rest of its file while that chunk
 being written, and a syntax error anywhere still writes nothing.
 
 The chunks may also come prepared from another process (:class:`ReadyChunk`: ``put
--f``'s helper reads, checks and encodes the chunks after the first, ADR 0147); this
-thread then only rebuilds them and renders their text.
+-f``'s helper reads, checks, encodes and renders the chunks after the first, ADR 0147,
+ADR 0149); this thread then only rebuilds them.
 
 The output and its order are those of writing the chunks one after the other: a
 chunk's text is handed out only after its transaction committed, and a chunk that
@@ -60,9 +60,9 @@ Render = Callable[[list, list[Link]], str]
 class ReadyChunk:
     """A chunk prepared elsewhere (``put -f``'s helper process, ADR 0147): its prepared
     asserts, or the error its preparation raised (the chunks before it are written and
-    printed, as when it fails here). ``text``: its output, when the chunk as given
-    differs from its prepared facts (a value the checks normalised); None when the
-    prepared facts render it."""
+    printed, as when it fails here). ``text``: its output, rendered by that process
+    from the chunk as given (``put -f``'s helper, ADR 0149); None: rendered here from
+    the prepared facts."""
 
     prepared: PreparedAsserts | None
     text: str | None = None

@@ -283,10 +283,9 @@ def _start_helper(node: Any, text: str, end: int) -> Helper | None:
 
 def _rest_in_helper(node: Any, text: str, end: int) -> Iterator:
     """The helper's items: the number of facts after the first chunk (once the whole
-    rest has parsed: a syntax error is raised instead), then each later chunk checked
-    and encoded, packed (:class:`~merklog.node.bulkput.ReadyChunk`; rendered here only
-    when the checks normalised a value, else by the writing process while the chunk's
-    write is in SQLite); a chunk that fails to prepare is the last, carrying its error."""
+    rest has parsed: a syntax error is raised instead), then each later chunk checked,
+    encoded and rendered, packed (:class:`~merklog.node.bulkput.ReadyChunk`); a chunk that
+    fails to prepare is the last, carrying its error."""
     from merklog.node.bulkput import ReadyChunk
     from merklog.node.writes import prepare_asserts
 
@@ -298,10 +297,9 @@ def _rest_in_helper(node: Any, text: str, end: int) -> Iterator:
         except Exception as exc:  # noqa: BLE001 - put_chunks raises it in its turn
             yield ReadyChunk(None, None, exc).pack()
             return
-        text_out = None
-        if prepared.facts is not chunk:  # the checks normalised a value: print it as given
-            text_out = _render(chunk, [cid for cid, _data in prepared.encoded])
-        yield ReadyChunk(prepared, text_out).pack()
+        # Its text too (the input as given): the writing process then runs no Python of
+        # its own beside the writes but their unpacking (ADR 0149).
+        yield ReadyChunk(prepared, _render(chunk, [cid for cid, _data in prepared.encoded])).pack()
 
 
 def _chunks_from_helper(
