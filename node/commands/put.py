@@ -298,8 +298,15 @@ def _rest_in_helper(node: Any, text: str, end: int) -> Iterator:
             yield ReadyChunk(None, None, exc).pack()
             return
         # Its text too (the input as given): the writing process then runs no Python of
-        # its own beside the writes but their unpacking (ADR 0149).
-        yield ReadyChunk(prepared, _render(chunk, [cid for cid, _data in prepared.encoded])).pack()
+        # its own beside the writes but their unpacking (ADR 0149). Rendered once the
+        # chunk is sent, while it is being written; in the chunk when the checks
+        # normalised a value (the writing process could not render it as given).
+        cids = [cid for cid, _data in prepared.encoded]
+        if prepared.facts is not chunk:
+            yield ReadyChunk(prepared, _render(chunk, cids)).pack()
+            continue
+        yield ReadyChunk(prepared).pack()
+        yield _render(chunk, cids)
 
 
 def _chunks_from_helper(
@@ -315,8 +322,14 @@ def _chunks_from_helper(
     rest = next(items)  # raises the rest's syntax error: the held first write rolls back
     gate.open()
     total(len(facts) + rest)
-    for packed in items:
-        yield ReadyChunk.unpack(packed)
+    last = None
+    for item in items:
+        if isinstance(item, str):  # the text of the chunk before, rendered while it is written
+            if last is not None:
+                last.text = item
+            continue
+        last = ReadyChunk.unpack(item)
+        yield last
 
 
 def _write_chunks(
