@@ -166,7 +166,11 @@ def _prepared(node: Any, chunk: list | ReadyChunk) -> PreparedAsserts:
 
 
 def put_chunks(
-    node: Any, chunks: Iterable[list], render: Render, gate: CommitGate | None = None
+    node: Any,
+    chunks: Iterable[list],
+    render: Render,
+    gate: CommitGate | None = None,
+    render_early: bool = False,
 ) -> Iterator[tuple[int, str]]:
     """Assert each of ``chunks`` (facts or anything ``Node.write`` takes, or a
     :class:`ReadyChunk` prepared elsewhere) in its own durable write of ``node``, in
@@ -174,7 +178,10 @@ def put_chunks(
     ``render(chunk, cids)`` unless a ReadyChunk brought its own. A freshly joined home
     syncs first, as ``Node.write`` does.
     ``gate``: the first chunk's write commits only once it is opened (the ``chunks``
-    iterator opens it once it knows its remaining chunks are good)."""
+    iterator opens it once it knows its remaining chunks are good).
+    ``render_early``: a chunk prepared here is rendered as soon as its write is in
+    SQLite, before the next chunk is asked for (when the chunks after it come prepared
+    from another process, this thread would only wait for them meanwhile)."""
     writeaccess.sync_before_first_write_here(node)
     held = gate  # aborted whenever this ends: a no-op once the chunks opened it
     flight: list[_InFlight] = []  # the chunk being written, until it committed
@@ -192,6 +199,8 @@ def put_chunks(
                     # Nothing of the next chunk, not even its reading, competes with the
                     # write's Python: go on once the write is in SQLite (or over).
                     flight[0].prepared.storing.wait()
+                    if render_early and not isinstance(flight[0].chunk, ReadyChunk):
+                        flight[0].rendered(render)
                 try:
                     chunk = next(todo, None)  # may read the rest of the input (ADR 0144)
                 except Exception:

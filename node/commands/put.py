@@ -184,7 +184,9 @@ def _write_target(
                 if helper is not None
                 else _chunks_while_reading(text, head, gate, total)
             )
-        for count, out in put_chunks(t.node, local, _render, gate):
+        # With a helper, this thread renders the first chunk while it is written.
+        early = helper is not None and head is not None
+        for count, out in put_chunks(t.node, local, _render, gate, early):
             if out:
                 click.echo(out)
             bar.advance(task, count)
