@@ -65,7 +65,6 @@ def _op_order(op: tuple[int, int, bytes]) -> tuple[int, int, bytes]:
     return (clock, 1 - is_grant, delta)
 
 
-_raw_attr = attrgetter("raw")
 _rel_attr = attrgetter("rel")
 
 
@@ -248,13 +247,19 @@ class Acceptance(ReplicaState):
             )
 
     def _accept_local_asserts(
-        self, delta: Delta, cids: list[Link], datas: list[bytes], facts: list[Fact]
+        self,
+        delta: Delta,
+        cids: list[Link],
+        datas: list[bytes],
+        facts: list[Fact],
+        raws: list[bytes],
     ) -> None:
         """``_accept`` of a delta this replica built from asserts alone
         (:func:`~.blocks.build_assert_delta`) of facts that were not visible and are unique
         in the call (``Replica.write_asserts``), inside its transaction: the same checks and
         rows, kept as columns until the write ends (ADR 0127). The facts' blocks are in
-        the store already: the call stores them first (ADR 0144)."""
+        the store already: the call stores them first (ADR 0144). ``raws``: the CIDs'
+        bytes (the caller has them)."""
         deferred = self._deferred
         self._insert_delta_rows(delta, self._check_delta(delta))
         deferred.blocks.append((delta.cid, delta.data))
@@ -265,7 +270,6 @@ class Acceptance(ReplicaState):
         if killed is not None:  # a retract already observes this delta: the general path
             self._apply_asserts(delta.cid, cids, list(zip(cids, datas, facts, strict=True)), set())
             return
-        raws = list(map(_raw_attr, cids))
         deferred.records.extend(map(add, raws, repeat(delta.cid.raw)))
         deferred.rel_names.extend(map(_rel_attr, facts))
         # Each fact is new to the visible set and unique in the call: told as columns.

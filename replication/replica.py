@@ -420,12 +420,13 @@ class Replica(Acceptance, ORSet, Reconciliation):
         """The deltas' CIDs, and the deferred columns (its new visible facts)."""
         new = _Deferred([], [], [], [], [], [], [])
         raws = list(map(_raw_attr, cids))
+        sizes = list(map(len, datas))  # once: the size check and the deltas' packing
         if (
             len(cids) != len(facts)
             or len(datas) != len(facts)
             or self._changes
             or (raws and set(map(len, raws)) != {_CID_BYTES})
-            or (datas and max(map(len, datas)) > MAX_FACT_BYTES)
+            or (sizes and max(sizes) > MAX_FACT_BYTES)
         ):
             encoded = list(zip(cids, datas, strict=False))
             return self._write_locked([Assert(f) for f in facts], encoded, before_commit), new
@@ -433,7 +434,9 @@ class Replica(Acceptance, ORSet, Reconciliation):
         if len(set(raws)) != len(raws):  # repeats: the first of each, as plan_ops keeps
             seen: set[bytes] = set()
             keep = [not (r in seen or seen.add(r)) for r in raws]  # type: ignore[func-returns-value]
-            raws, cids, datas, facts = (list(compress(c, keep)) for c in (raws, cids, datas, facts))
+            raws, cids, datas, facts, sizes = (
+                list(compress(c, keep)) for c in (raws, cids, datas, facts, sizes)
+            )
         out: list[Link] = []
         with self._deferring(new, before_commit=before_commit):
             if storing is not None:
@@ -445,8 +448,10 @@ class Replica(Acceptance, ORSet, Reconciliation):
             drop = self._visible_raws(raws) if fresh != len(raws) else ()
             if drop:  # asserts of visible facts are dropped, as plan_ops drops them
                 keep = [r not in drop for r in raws]
-                cids, datas, facts = (list(compress(c, keep)) for c in (cids, datas, facts))
-            for start, end in pack_asserts(list(map(len, datas)), len(self.heads())):
+                raws, cids, datas, facts, sizes = (
+                    list(compress(c, keep)) for c in (raws, cids, datas, facts, sizes)
+                )
+            for start, end in pack_asserts(sizes, len(self.heads())):
                 heads = self.heads()[:MAX_PARENTS]
                 clock = 1 + max(self._clock_of(h) or 0 for h in heads)
                 delta = build_assert_delta(
@@ -458,7 +463,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
                     cids[start:end],
                 )
                 self._accept_local_asserts(
-                    delta, cids[start:end], datas[start:end], facts[start:end]
+                    delta, cids[start:end], datas[start:end], facts[start:end], raws[start:end]
                 )
                 out.append(delta.cid)
         return out, new
