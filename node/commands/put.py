@@ -185,8 +185,7 @@ def _write_target(
                 else _chunks_while_reading(text, head, gate, total)
             )
         # With a helper, this thread renders the first chunk while it is written.
-        early = helper is not None and head is not None
-        for count, out in put_chunks(t.node, local, _render, gate, early):
+        for count, out in put_chunks(t.node, local, _render, gate, helper is not None):
             if out:
                 click.echo(out)
             bar.advance(task, count)
@@ -315,7 +314,9 @@ def _chunks_from_helper(
     helper: Helper, head: tuple[list, int], gate: CommitGate, total: Callable[[int], None]
 ) -> Iterator:
     """:func:`_chunks_while_reading`, the rest read and prepared by ``helper``: the first
-    chunk from ``head`` (prepared here, its write starts at once), then the helper's."""
+    chunk from ``head`` (prepared here, its write starts at once), then the helper's. The
+    text the helper sends after a chunk is set on that chunk before the next one is
+    handed out, which is before :func:`~merklog.node.bulkput.put_chunks` renders it."""
     from merklog.node.bulkput import ReadyChunk
 
     facts, _end = head
