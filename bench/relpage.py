@@ -99,6 +99,7 @@ def main() -> None:
         conn = sqlite3.connect(home / "store.sqlite")
         with conn:
             conn.execute("DROP TABLE repl_rel_fact")
+            conn.execute("DROP TABLE repl_rel_range")
             conn.execute("DROP TABLE repl_index")
         conn.close()
         wall, cpu, _ = timed([*CLI, "--home", str(home), "status", "--json"])

@@ -11,7 +11,8 @@ inside SQLite — the technique :mod:`.relindex` uses for its index (ADR 0095, A
 its fact CIDs ids (``INSERT OR IGNORE``, in CID order), then inserts its rows with the
 ids looked up in that same statement. A local bulk write of facts new to the database
 (:func:`insert_new_facts`) knows its ids without a lookup: one insert hands out
-consecutive ids, so its assert and relation-index rows append at the ends of their trees.
+consecutive ids, so its assert rows append at the end of their tree and each relation's
+facts are one id range of the relation index (ADR 0151).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from collections.abc import Iterable
 from itertools import compress
 from operator import add, itemgetter
 
-from merklog.store.sqlrun import byte_argsort, decimal_blob
+from merklog.store.sqlrun import byte_argsort
 
+from . import relindex
 from .sqlutil import NUMPY_SORT_MIN, sorted_blob
 
 #: The recursive CTE that cuts blob ``?1``-long into ``?2``-byte records (``run.i`` the
@@ -60,13 +62,6 @@ SELECT ?4, ?8 + i / ?2, substr(?6, i + 1 + ?3, ?7), ?5 FROM run
 """
 )
 
-#: The relation index rows of a run whose facts got consecutive ids (``?1`` count,
-#: ``?2`` ds, ``?3`` relation, ``?4`` first id).
-_INSERT_REL_IDS = """
-WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM run WHERE i + 1 < ?1)
-INSERT OR IGNORE INTO repl_rel_fact (ds, rel, fact) SELECT ?2, ?3, ?4 + i FROM run
-"""
-
 
 def insert_asserts(conn: sqlite3.Connection, rows: Iterable[tuple[int, bytes, bytes, int]]) -> int:
     """Insert ``(ds, fact CID, delta CID, killed)`` rows (inside the caller's
@@ -103,58 +98,52 @@ def insert_new_facts(
     fact_len: int,
     delta_len: int,
 ) -> int:
-    """Insert a local bulk write's live asserts and relation-index rows (ADR 0127, 0132):
-    ``records[k]`` is ``fact || delta`` of a fact of relation ``rels[k]``, facts unique.
+    """Insert a local bulk write's live asserts and relation-index entries (ADR 0127,
+    0132, 0151): ``records[k]`` is ``fact || delta`` of a fact of relation ``rels[k]``,
+    facts unique.
 
-    The facts get ids in one insert, in CID order (one in-order pass over the CID index
-    of ``repl_fact``). When all of them are new to the database (the bulk case) the ids
-    are consecutive and known from that insert: the assert rows are generated inside
-    SQLite from the first id, and each relation's index rows from its facts' ranks in
-    CID order (numpy), sent as one blob of fixed-width decimal ids: no CID lookup, and
-    both inserts append. Otherwise the ids are looked up."""
+    The facts get ids in one insert, relation by relation and in CID order within each
+    (an in-order pass over the CID index of ``repl_fact`` per relation). When all of
+    them are new to the database (the bulk case) the ids are consecutive and known from
+    that insert: the assert rows are generated inside SQLite from the first id (they
+    append), and each relation's facts are one id range, indexed by one
+    ``repl_rel_range`` row. Otherwise the ids are looked up and the index gets a row
+    per fact."""
     if not records:
         return 0
     size = fact_len + delta_len
     names = sorted(set(rels))
-    bulk = len(records) >= NUMPY_SORT_MIN and all(type(name) is str for name in names)
-    if bulk:
+    if len(records) >= NUMPY_SORT_MIN and all(type(name) is str for name in names):
         import numpy as np
 
         array = np.frombuffer(b"".join(records), dtype=f"S{size}")
         order = byte_argsort(array)  # equal-length strings: byte order
+        code = {name: k for k, name in enumerate(names)}
+        codes = np.fromiter(map(code.__getitem__, rels), dtype=np.int32, count=len(records))
+        if len(names) > 1:  # (relation, fact CID) order: a stable sort of the CID order
+            order = order[np.argsort(codes[order], kind="stable")]
         blob, count = array[order].tobytes(), len(records)
+        counts: list[int] | None = np.bincount(codes, minlength=len(names)).tolist()
     else:
         blob, count = sorted_blob(records, size)
+        counts = [count] if len(names) == 1 else None  # else not grouped: no ranges
     first = _new_ids(conn, blob, size, fact_len, count)
     if first is None:  # some fact already had an id: look them up
         conn.execute(_INSERT_RUN, (len(blob), size, fact_len, ds, 0, blob, delta_len))
     else:
         conn.execute(_INSERT_RUN_IDS, (len(blob), size, fact_len, ds, 0, blob, delta_len, first))
-    if first is not None and len(names) == 1:
-        conn.execute(_INSERT_REL_IDS, (count, ds, names[0], first))
-    elif first is not None and bulk:
-        code = {name: k for k, name in enumerate(names)}
-        codes = np.fromiter(map(code.__getitem__, rels), dtype=np.int32, count=count)[order]
-        for k, name in enumerate(names):
-            digits, width = decimal_blob(np.flatnonzero(codes == k) + first)
-            conn.execute(_INSERT_REL_DECIMAL, (len(digits), width, ds, name, digits))
+    if first is not None and counts is not None:
+        ranges, lo = [], first
+        for name, n in zip(names, counts, strict=True):
+            ranges.append((name, lo, lo + n - 1))
+            lo += n
+        relindex.record_ranges(conn, ds, ranges)
     else:
         for name in names:
             run = records if len(names) == 1 else list(compress(records, map(name.__eq__, rels)))
             run_blob, _count = sorted_blob(run, size)
             _insert_rel_lookup(conn, ds, name, run_blob, size, fact_len)
     return len(records)
-
-
-#: The relation index rows of one relation whose fact ids come as a blob of fixed-width
-#: decimal numbers (``?1`` blob length, ``?2`` width, ``?3`` ds, ``?4`` relation).
-_INSERT_REL_DECIMAL = (
-    _RUN
-    + """
-INSERT INTO repl_rel_fact (ds, rel, fact)
-SELECT ?3, ?4, CAST(substr(?5, i + 1, ?2) AS INTEGER) FROM run
-"""
-)
 
 
 def _new_ids(
@@ -187,7 +176,8 @@ def _insert_rel_lookup(
     conn.execute(
         _RUN + " INSERT OR IGNORE INTO repl_rel_fact (ds, rel, fact)"
         " SELECT ?4, ?5, f.id FROM run CROSS JOIN repl_fact AS f"
-        " WHERE f.cid = substr(?6, i + 1, ?3)",
+        " WHERE f.cid = substr(?6, i + 1, ?3) AND "
+        + relindex.NOT_IN_RANGE.format(ds="?4", rel="?5", fact="f.id"),
         (len(blob), size, fact_len, ds, rel, blob),
     )
 

@@ -7,12 +7,16 @@ costs O(limit · log n), not a sort of the whole visible set (which made every p
 450,000-fact home take seconds, and following all pages quadratic). A page of one
 relation scans that relation's rows of ``repl_rel_fact`` (:mod:`.relindex`) instead,
 so it never reads another relation's facts (ADR 0095); that index is keyed by fact id
-(ADR 0132), so a relation's facts come in the order this node first stored them, and
-a cursor (a fact CID of an earlier page) is turned into its id first.
+(ADR 0132), rows and id ranges (ADR 0151), so a relation's facts come in the order this
+node first stored them, and a cursor (a fact CID of an earlier page) is turned into its
+id first.
 """
 
 from __future__ import annotations
 
+import heapq
+from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from merklog.store import Link
@@ -35,13 +39,38 @@ def visible_after(replica: Any, after: Link | None, limit: int) -> list[Link]:
     return [fast_link(bytes(r[0])) for r in rows]
 
 
+#: ``?1`` ds, ``?2`` relation, ``?3`` the cursor's id, ``?4`` limit: the visible facts
+#: of the relation's rows after the cursor, as ``(id, cid)`` in id order.
+_ROWS_AFTER = (
+    "SELECT r.fact, f.cid FROM repl_rel_fact r CROSS JOIN repl_fact f"
+    " WHERE r.ds = ?1 AND r.rel = ?2 AND r.fact > ?3 AND f.id = r.fact"
+    " AND EXISTS (SELECT 1 FROM repl_assert a WHERE a.ds = ?1 AND a.fact = r.fact"
+    " AND a.killed = 0)"
+    " ORDER BY r.fact LIMIT ?4"
+)
+
+#: The same from the relation's id ranges (ADR 0151): the ranges from the last one that
+#: starts at or before the cursor on, in ``lo`` order (ranges never overlap, so that is
+#: id order), each a rowid range of ``repl_fact``.
+_RANGES_AFTER = (
+    "SELECT f.id, f.cid FROM repl_rel_range g CROSS JOIN repl_fact f"
+    " WHERE g.ds = ?1 AND g.rel = ?2 AND g.lo >= coalesce((SELECT h.lo FROM repl_rel_range h"
+    " WHERE h.ds = ?1 AND h.rel = ?2 AND h.lo <= ?3 ORDER BY h.lo DESC LIMIT 1), 0)"
+    " AND f.id BETWEEN max(g.lo, ?3 + 1) AND g.hi"
+    " AND EXISTS (SELECT 1 FROM repl_assert a WHERE a.ds = ?1 AND a.fact = f.id"
+    " AND a.killed = 0)"
+    " ORDER BY g.lo, f.id LIMIT ?4"
+)
+
+
 def visible_of_relation_after(replica: Any, rel: str, after: Link | None, limit: int) -> list[Link]:
     """Up to ``limit`` visible fact CIDs of relation ``rel`` that come after the fact
-    ``after`` in the relation's index (the order this node first stored them; from the
-    start when ``after`` is None): a range scan of ``repl_rel_fact``'s ``(ds, rel, fact
-    id)`` key with one ``repl_assert`` primary-key probe per row passed (retracted facts
-    of ``rel`` are skipped there; other relations' facts are never touched). A cursor
-    this node never stored raises NotFound."""
+    ``after`` in the relation's index (the order this node first stored them, which is
+    fact id order; from the start when ``after`` is None): range scans of the index's
+    rows and of its id ranges from the cursor, with one ``repl_assert`` primary-key
+    probe per fact passed (retracted facts of ``rel`` are skipped there; other
+    relations' facts are never touched), merged by id. A cursor this node never stored
+    raises NotFound."""
     with replica._lock:
         start = 0
         if after is not None:
@@ -51,12 +80,11 @@ def visible_of_relation_after(replica: Any, rel: str, after: Link | None, limit:
             if row is None:
                 raise NotFound(f"fact {after} is not a cursor of this node's pages")
             start = int(row[0])
-        rows = replica.conn.execute(
-            "SELECT f.cid FROM repl_rel_fact r CROSS JOIN repl_fact f"
-            " WHERE r.ds = ? AND r.rel = ? AND r.fact > ? AND f.id = r.fact"
-            " AND EXISTS (SELECT 1 FROM repl_assert a"
-            " WHERE a.ds = r.ds AND a.fact = r.fact AND a.killed = 0)"
-            " ORDER BY r.fact LIMIT ?",
-            (replica.ds, rel, start, limit),
-        ).fetchall()
-    return [fast_link(bytes(r[0])) for r in rows]
+        params = (replica.ds, rel, start, limit)
+        rows = replica.conn.execute(_ROWS_AFTER, params).fetchall()
+        ranged = replica.conn.execute(_RANGES_AFTER, params).fetchall()
+    merged = heapq.merge(rows, ranged, key=_first) if rows and ranged else rows or ranged
+    return [fast_link(bytes(cid)) for _id, cid in islice(merged, limit)]
+
+
+_first = itemgetter(0)

@@ -6,8 +6,9 @@ The tables *are* the log relations of docs/crdt.md: ``repl_delta`` = delta/4,
 ``repl_parent`` = parent/2, ``repl_assert`` = asserts/2, ``repl_retract`` = retracts/3.
 ``repl_assert.killed`` caches "some retract observes this assert", so the visible
 set is ``SELECT DISTINCT fact FROM repl_assert WHERE killed = 0``.
-``repl_rel_fact`` indexes asserted facts by relation and ``repl_index`` records which
-datasets' indexes are complete (see :mod:`.relindex`).
+``repl_rel_fact`` (and, for a local bulk write, ``repl_rel_range``: one row per id
+range) indexes asserted facts by relation and ``repl_index`` records which datasets'
+indexes are complete (see :mod:`.relindex`).
 
 Schema version 2 (ADR 0132): a fact is named by a small integer in ``repl_assert`` and
 ``repl_rel_fact``. ``repl_fact (id, cid)`` (one per database, insert-only) maps each
@@ -85,6 +86,14 @@ CREATE INDEX IF NOT EXISTS repl_inbox_pending ON repl_inbox (consumed, id);
 CREATE TABLE IF NOT EXISTS repl_rel_fact (
     ds INTEGER NOT NULL, rel TEXT NOT NULL, fact INTEGER NOT NULL, PRIMARY KEY (ds, rel, fact)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repl_rel_range (
+    ds INTEGER NOT NULL, rel TEXT NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+    PRIMARY KEY (ds, rel, lo)
+) WITHOUT ROWID;
+CREATE VIEW IF NOT EXISTS repl_rel_member (ds, rel, fact) AS
+    SELECT ds, rel, fact FROM repl_rel_fact
+    UNION ALL
+    SELECT g.ds, g.rel, f.id FROM repl_rel_range g JOIN repl_fact f ON f.id BETWEEN g.lo AND g.hi;
 CREATE TABLE IF NOT EXISTS repl_index (
     ds INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY (ds, name)
 ) WITHOUT ROWID;
@@ -92,7 +101,10 @@ CREATE TABLE IF NOT EXISTS repl_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)
 """
 
 #: The layout :data:`SCHEMA` creates (recorded in ``repl_meta``); 1 is the CID-keyed one.
-SCHEMA_VERSION = 2
+#: 3 adds ``repl_rel_range`` (ADR 0151): a merklog that knows only 2 would page a
+#: relation without the facts its ranges hold, so it must refuse the file. 2 -> 3 only
+#: creates the (empty) table.
+SCHEMA_VERSION = 3
 
 #: Version 1 -> 2, inside one savepoint: the fact CIDs of ``repl_assert`` get ids in CID
 #: order, then both tables are copied keyed by id (ADR 0132).
@@ -120,7 +132,8 @@ DROP TABLE repl_rel_fact_v1;
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
-    """The replication layout of this database: 0 none yet, 1 CID-keyed, 2 id-keyed."""
+    """The replication layout of this database: 0 none yet, 1 CID-keyed, 2 id-keyed, 3
+    with relation ranges."""
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'repl_%'")}
     if "repl_meta" in names:
         row = conn.execute("SELECT value FROM repl_meta WHERE key = 'schema_version'").fetchone()

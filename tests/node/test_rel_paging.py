@@ -88,6 +88,7 @@ def test_an_old_home_is_indexed_when_it_opens(tmp_path: Path, caplog) -> None:
     conn = sqlite3.connect(store)
     with conn:
         conn.execute("DROP TABLE repl_rel_fact")
+        conn.execute("DROP TABLE repl_rel_range")
         conn.execute("DROP TABLE repl_index")
         # The retracted fact's block goes missing: the home still opens (no visible fact
         # lacks its block), but the backfill cannot tell that fact's relation yet.

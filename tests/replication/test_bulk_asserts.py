@@ -110,7 +110,7 @@ def _rows(r: Replica) -> dict[str, list]:
         "assert": sorted(q("SELECT ds, fact, delta, killed FROM repl_assert_cid").fetchall()),
         "rel": sorted(
             q(
-                "SELECT r.ds, r.rel, f.cid FROM repl_rel_fact r JOIN repl_fact f ON f.id = r.fact"
+                "SELECT r.ds, r.rel, f.cid FROM repl_rel_member r JOIN repl_fact f ON f.id = r.fact"
             ).fetchall()
         ),
         "delta": sorted(q("SELECT * FROM repl_delta").fetchall()),

@@ -12,7 +12,7 @@ from merklog.replication.paging import visible_of_relation_after
 from merklog.replication.relindex import fact_relation
 from merklog.replication.replica import Replica
 from merklog.replication.snapshot import AclEntry, CoveredDelta, install_snapshot_state
-from merklog.store import Link, encode_fact, fact_cid, make_fact
+from merklog.store import Link, encode_fact, encode_facts, fact_cid, make_fact
 from merklog.store.sqlite import SQLiteBlockStore
 
 MIXED = [1, 1.0, True, "1", b"\x01"]
@@ -130,7 +130,7 @@ def test_one_call_of_several_deltas_with_a_retract_indexes_every_assert(tmp_path
     deltas = a.write_many([Assert(f) for f in common + rare[2:]] + [Retract(rare[0])])
     assert len(deltas) >= 3
     indexed = a.conn.execute(
-        "SELECT rel, count(*) FROM repl_rel_fact WHERE ds = ? GROUP BY rel", (a.ds,)
+        "SELECT rel, count(*) FROM repl_rel_member WHERE ds = ? GROUP BY rel", (a.ds,)
     ).fetchall()
     assert sorted(indexed) == [("common", len(common)), ("rare", len(rare))]
     assert _page_all(a, "rare", 2) == sorted(map(fact_cid, rare[1:]))
@@ -198,3 +198,71 @@ def test_bulk_rows_go_in_whichever_way_they_are_split(tmp_path, relations: int) 
     ).fetchall()
     assert sorted(got) == sorted((1, r, delta, 0, "blob") for r in raws)
     conn.close()
+
+
+def _overlaps(replica: Replica) -> int:
+    """Index rows of facts that a range of the same dataset and relation also holds."""
+    return replica.conn.execute(
+        "SELECT count(*) FROM repl_rel_fact r JOIN repl_rel_range g"
+        " ON g.ds = r.ds AND g.rel = r.rel AND r.fact BETWEEN g.lo AND g.hi"
+    ).fetchone()[0]
+
+
+def test_ranges_and_rows_page_as_one_index(tmp_path) -> None:
+    """A bulk write indexes each relation's new facts as one id range (ADR 0151), other
+    writes as rows: pages of any size walk both in id order, each visible fact once;
+    a fact a range holds that is asserted again (locally after a retract, or by a peer's
+    concurrent delta) gets no row, and a peer that applied the same deltas pages alike."""
+    from .repl_support import pull
+
+    owner = Identity.generate()
+    a = _replica(tmp_path, "a", owner)
+    b = _replica(tmp_path, "b", Identity.generate(), a.genesis)
+    a.grant(b.identity.public_key)
+    pull(b, a)
+    first = [make_fact(f"r{i % 3}", [i, MIXED[i % 5]]) for i in range(1500)]
+    a.write_asserts(first, encode_facts(first))  # bulk, all new: one range per relation
+    small = [make_fact("r0", ["small", x]) for x in MIXED] + [make_fact("r1", ["small", 1])]
+    a.write_asserts(small, encode_facts(small))  # small, two relations: rows
+    second = [make_fact(f"r{i % 2}", [i, "second", MIXED[i % 5]]) for i in range(1200)]
+    a.write_asserts(second, encode_facts(second))  # bulk again: two more ranges
+    ranges = a.conn.execute("SELECT rel, lo, hi FROM repl_rel_range ORDER BY lo").fetchall()
+    assert [(rel, hi - lo + 1) for rel, lo, hi in ranges] == [
+        ("r0", 500),
+        ("r1", 500),
+        ("r2", 500),
+        ("r0", 600),
+        ("r1", 600),
+    ]
+    assert a.conn.execute("SELECT count(*) FROM repl_rel_fact").fetchone()[0] == len(small)
+
+    gone = [first[0], first[4], second[7]]  # r0 and r1 facts held by ranges
+    a.retract_facts(gone)
+    a.assert_facts([first[0]])  # asserted again: it has an id, its range still holds it
+    # b asserts a fact of a's first range on its own, then both sync both ways.
+    b.assert_facts([first[3], make_fact("r2", ["b"])])
+    pull(a, b)
+    pull(b, a)
+    for replica in (a, b):
+        assert _overlaps(replica) == 0
+        visible = replica.visible_cids()
+        for rel in ("r0", "r1", "r2"):
+            expected = sorted(
+                fact_cid(f)
+                for f in first + small + second + [make_fact("r2", ["b"])]
+                if f.rel == rel and fact_cid(f) in visible
+            )
+            for limit in (1, 7, 499, 500, 501, 5000):
+                assert _page_all(replica, rel, limit) == expected
+    assert fact_cid(first[0]) in a.visible_cids() and fact_cid(first[4]) not in a.visible_cids()
+    # A page stops at range ends exactly: the cursor on the last fact of a range.
+    (_rel, lo, hi) = ranges[0]
+    (last,) = a.conn.execute("SELECT cid FROM repl_fact WHERE id = ?", (hi,)).fetchone()
+    after = visible_of_relation_after(a, "r0", Link(bytes(last)), 3)
+    (id_after,) = a.conn.execute(
+        "SELECT min(fact) FROM repl_rel_member WHERE ds = ? AND rel = 'r0' AND fact > ?",
+        (a.ds, hi),
+    ).fetchone()
+    (want,) = a.conn.execute("SELECT cid FROM repl_fact WHERE id = ?", (id_after,)).fetchone()
+    assert after[0] == Link(bytes(want))
+    assert a.conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -135,7 +135,7 @@ def test_a_version_1_home_is_migrated_when_it_opens(tmp_path) -> None:
     store = _old_home(tmp_path, source)
     migrated = Replica.open(store.conn, store, owner, source.dataset)
     conn = migrated.conn
-    assert schema_version(conn) == SCHEMA_VERSION == 2
+    assert schema_version(conn) == SCHEMA_VERSION == 3
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert {r[0] for r in conn.execute("SELECT DISTINCT typeof(fact) FROM repl_assert")} == {
         "integer"
@@ -153,7 +153,7 @@ def test_a_version_1_home_is_migrated_when_it_opens(tmp_path) -> None:
     for rel in ("p", "q", "big"):
         page = visible_of_relation_after(migrated, rel, None, 10_000)
         assert sorted(page) == sorted(visible_of_relation_after(source, rel, None, 10_000))
-    # A second open finds version 2 and changes nothing.
+    # A second open finds the current version and changes nothing.
     again = Replica.open(store.conn, store, owner, source.dataset)
     assert again.visible_facts() == source.visible_facts()
 
@@ -182,8 +182,8 @@ def test_a_version_1_home_is_migrated_when_it_opens(tmp_path) -> None:
 def test_a_newer_schema_is_refused(tmp_path) -> None:
     store = SQLiteBlockStore(tmp_path / "s.sqlite")
     Replica.create(store.conn, store, Identity.generate(), "d")
-    store.conn.execute("UPDATE repl_meta SET value = '3' WHERE key = 'schema_version'")
-    with pytest.raises(ReplicationError, match="schema version 3"):
+    store.conn.execute("UPDATE repl_meta SET value = '4' WHERE key = 'schema_version'")
+    with pytest.raises(ReplicationError, match="schema version 4"):
         Replica.create(store.conn, store, Identity.generate(), "e")
 
 
@@ -210,3 +210,27 @@ def test_two_datasets_in_one_file_share_fact_ids_and_nothing_else(tmp_path) -> N
             want = {fact_cid(f) for f in facts if f.rel == rel}
             assert len(page) == len(want) and set(page) == want
         assert visible_after(replica, None, 10_000) == sorted(replica.visible_cids())
+
+
+def test_a_version_2_home_gets_relation_ranges_when_it_opens(tmp_path) -> None:
+    """Version 2 had no ``repl_rel_range`` (ADR 0151): opening adds it empty and marks the
+    file 3; the old rows still page, and the next bulk write adds ranges beside them."""
+    owner = Identity.generate()
+    store = SQLiteBlockStore(tmp_path / "v2.sqlite")
+    replica = Replica.create(store.conn, store, owner, "d")
+    old = [make_fact("p", [x]) for x in MIXED]
+    replica.assert_facts(old)  # rows only
+    with store.transaction() as conn:
+        conn.execute("DROP VIEW repl_rel_member")
+        conn.execute("DROP TABLE repl_rel_range")
+        conn.execute("UPDATE repl_meta SET value = '2' WHERE key = 'schema_version'")
+    assert schema_version(store.conn) == 2
+    reopened = Replica.open(store.conn, store, owner, replica.dataset)
+    assert schema_version(store.conn) == 3
+    assert sorted(visible_of_relation_after(reopened, "p", None, 100)) == sorted(map(fact_cid, old))
+    bulk = [make_fact("p", [i, MIXED[i % 5]]) for i in range(1000)]
+    reopened.write_asserts(bulk, encode_facts(bulk))
+    assert store.conn.execute("SELECT count(*) FROM repl_rel_range").fetchone()[0] == 1
+    page = visible_of_relation_after(reopened, "p", None, 10_000)
+    assert sorted(page[:5]) == sorted(map(fact_cid, old))  # the old rows' ids come first
+    assert sorted(page[5:]) == sorted(map(fact_cid, bulk))
