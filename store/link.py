@@ -156,6 +156,15 @@ class Link:
             return text
         return "b" + base64.b32encode(self.raw).decode("ascii").lower().rstrip("=")
 
+    @staticmethod
+    def texts(links: list[Link]) -> list[str]:
+        """``str(link)`` of each link: CIDv1s rendered by libipld in one pass over them
+        (``put`` prints one CID per fact; ~0.3 against ~0.8 µs a CID)."""
+        texts = list(map(libipld.encode_cid, [link.raw for link in links]))
+        if "".join([text[:1] for text in texts]) == "b" * len(texts):
+            return texts
+        return [str(link) for link in links]
+
     def __repr__(self) -> str:
         return f"Link({self})"
 

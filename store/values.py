@@ -11,7 +11,9 @@ so bad input never reaches the encoder or the store.
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Sequence
 
 from .errors import InvalidValue
 from .link import Link
@@ -96,6 +98,39 @@ def format_value(value: Value) -> str:
         text = repr(value)
         return text if ("." in text or "e" in text or "inf" in text) else text + ".0"
     return str(value)
+
+
+#: Argument lists as JSON, the way :func:`args_texts` reads them.
+_JSON_ARGS = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, check_circular=False, separators=(", ", ": ")
+)
+
+
+def args_texts(arg_lists: Sequence[Sequence[Value]]) -> list[str] | None:
+    """``", ".join(map(format_value, args))`` for each of ``arg_lists``, rendered in one C
+    call; or None when some value is one this does not render (bytes, a link, a string
+    holding a quote, a backslash, a control character or a bracket): then render them
+    with :func:`format_value`.
+
+    The lists are written as one JSON array (``put`` prints every fact it writes: one
+    call instead of a Python call per value, ~0.45 against ~1.7 µs a fact). JSON
+    writes an int as ``int.__repr__``, a finite float as ``float.__repr__`` (which always
+    holds a ``.`` or an ``e``, so :func:`format_value` adds nothing), booleans as
+    ``true``/``false``, and a string as itself in double quotes unless it holds a quote,
+    a backslash or a control character, which JSON escapes with a backslash. So when
+    the JSON text holds no backslash, each value reads exactly as :func:`format_value`
+    renders it; and when it holds no more ``[`` and ``]`` than the lists' own, no string
+    holds one, so it splits into the lists exactly at ``"], ["``."""
+    if not arg_lists:
+        return []
+    try:
+        text = _JSON_ARGS.encode(arg_lists)
+    except (TypeError, ValueError):  # bytes, a Link, a non-finite float
+        return None
+    brackets = len(arg_lists) + 1
+    if "\\" in text or text.count("[") != brackets or text.count("]") != brackets:
+        return None
+    return text[2:-2].split("], [")
 
 
 def _quote(text: str) -> str:

@@ -379,7 +379,16 @@ def _write_chunks(
 
 def _render(chunk: list, cids: list, gone: set | frozenset = frozenset()) -> str:
     """The ``CID<TAB>fact`` lines of a chunk, the facts as given, without those whose CID
-    (as text) is in ``gone`` (retracts of facts that were not visible)."""
+    (as text) is in ``gone`` (retracts of facts that were not visible). Rendered in bulk
+    when the values allow (:func:`~merklog.store.values.args_texts`): the same text."""
+    from merklog.store import Link
+    from merklog.store.values import args_texts
+
+    if not gone and len(chunk) == len(cids):
+        args = args_texts([fact.args for fact in chunk])
+        if args is not None:
+            rels = [fact.rel for fact in chunk]
+            return "\n".join(map("{}\t{}({})".format, Link.texts(cids), rels, args))
     return "\n".join([f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone])
 
 

@@ -201,3 +201,48 @@ def test_format_value_round_trips_through_the_parser(args) -> None:
     (back,) = parse_facts_general(f"{fact}.")
     again = make_fact(back.rel, back.args)
     assert [(type(v), repr(v)) for v in again.args] == [(type(v), repr(v)) for v in fact.args]
+
+
+# Values the bulk renderer takes and the ones it must hand back: strings with quotes,
+# backslashes, brackets and control characters, floats that look like ints.
+render_values = st.one_of(
+    values,
+    st.sampled_from([1, 1.0, True, "1", b"\x01", 0.0, 1e16, -1.5e-7, 2**63 - 1, -(2**63)]),
+    st.text(alphabet='ab"\\[]\t\n\x00\x7f\u2028é, ', max_size=6),
+)
+
+
+@settings(max_examples=1500)
+@given(st.lists(st.lists(render_values, max_size=5), max_size=8))
+def test_args_texts_is_format_value_in_bulk(arg_lists):
+    """``args_texts`` gives exactly what ``format_value`` gives, value by value, or
+    declines (None); it never declines for ints, bools, floats and plain strings."""
+    from merklog.store.values import args_texts, format_value
+
+    checked = [make_fact("p", args).args for args in arg_lists]
+    got = args_texts(checked)
+    want = [", ".join(map(format_value, args)) for args in checked]
+    if got is not None:
+        assert got == want
+    plain = all(
+        type(v) in (int, bool, float) or (type(v) is str and v.isalnum())
+        for args in checked
+        for v in args
+    )
+    if plain:
+        assert got == want
+
+
+def test_args_texts_keeps_mixed_types_apart():
+    from merklog.store.values import args_texts
+
+    args = [(1, 1.0, True, "1"), (), ("a", -0.0), (b"\x01",)]
+    assert args_texts(args[:3]) == ['1, 1.0, true, "1"', "", '"a", -0.0']
+    assert args_texts(args) is None  # bytes: rendered one by one
+    assert args_texts([("a], [b",)]) is None  # a bracket in a string
+    assert args_texts([]) == []
+
+
+@given(st.lists(st.one_of(links, st.binary(max_size=64).map(Link.for_dag_cbor)), max_size=5))
+def test_link_texts_are_their_str(some):
+    assert Link.texts(some) == [str(link) for link in some]
