@@ -135,6 +135,11 @@ class BlockStore(ABC):
         """Let this store's page cache grow to ``cache_mb`` MiB for a bulk write in a
         short-lived process; stores without a page cache of their own ignore it."""
 
+    def set_wal_checkpoint_mb(self, wal_mb: int) -> None:  # noqa: B027 - optional hint
+        """Let this store's write-ahead log grow to ``wal_mb`` MiB before it is copied back
+        into the database, for a bulk write in a short-lived process; stores without a
+        write-ahead log ignore it."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
         """Release resources; the default store holds none."""
 

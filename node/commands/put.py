@@ -47,6 +47,8 @@ LOCAL_CHUNK_FACTS = 200_000
 #: ``BULK_CACHE_MB`` MiB (ADR 0110: ~9% less CPU at 1M facts than the 128 MiB default).
 BULK_CACHE_FACTS = 100_000
 BULK_CACHE_MB = 512
+#: ... and lets its WAL grow to this many MiB before a checkpoint (ADR 0152).
+BULK_WAL_MB = 1024
 #: The write answer put asks for: CIDs alone, in input order (it renders the facts itself).
 CIDS = "cids"
 
@@ -160,6 +162,7 @@ def _write_target(
         task = bar.add_task(verb, total=size)
         if isinstance(t, LocalTarget) and size >= BULK_CACHE_FACTS:
             t.node.store.set_cache_mb(BULK_CACHE_MB)  # this process only, freed at its exit
+            t.node.store.set_wal_checkpoint_mb(BULK_WAL_MB)
         if not local_put:
             assert parsed is not None
             # Through a running node each chunk is one request: stay well under its

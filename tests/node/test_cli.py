@@ -75,16 +75,25 @@ def test_bulk_put_on_a_stopped_home_raises_its_page_cache(run, tmp_path: Path, m
         real(store, cache_mb)
 
     monkeypatch.setattr(SQLiteBlockStore, "set_cache_mb", spy)
+    wal: list[int] = []
+    real_wal = SQLiteBlockStore.set_wal_checkpoint_mb
+
+    def spy_wal(store: SQLiteBlockStore, wal_mb: int) -> None:
+        wal.append(wal_mb)
+        real_wal(store, wal_mb)
+
+    monkeypatch.setattr(SQLiteBlockStore, "set_wal_checkpoint_mb", spy_wal)
     monkeypatch.setattr(put, "BULK_CACHE_FACTS", 5)
     run("init")
     f = tmp_path / "facts.dl"
     f.write_text('p(1).\np(1.0).\np(true).\np("1").\np(x"01").\n')
     out = run("put", "-f", str(f)).output.splitlines()
     assert sizes == [put.BULK_CACHE_MB]
+    assert wal == [put.BULK_WAL_MB]
     assert len({line.split("\t")[0] for line in out}) == 5
     f.write_text("p(2).\n")
     run("put", "-f", str(f))
-    assert sizes == [put.BULK_CACHE_MB]  # a small write keeps the default
+    assert sizes == [put.BULK_CACHE_MB] and wal == [put.BULK_WAL_MB]  # a small write: defaults
 
 
 def test_retract_removes_from_ls(run) -> None:

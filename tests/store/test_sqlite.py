@@ -204,6 +204,7 @@ def test_a_file_with_cid_keyed_blocks_moves_to_the_rowid_layout_intact(tmp_path)
     assert [store.get(c) for c, _ in blocks] == [d for _, d in blocks]
     store.close()
 
+
 WRITER = """
 import os, signal, sys
 from merklog.store import make_fact
@@ -277,6 +278,28 @@ def test_set_cache_mb_changes_only_the_page_cache(tmp_path):
     store.put_many([(cid, data)])
     assert store.get(cid) == data
     store.close()
+
+
+@pytest.mark.parametrize("page_size", [4096, 16384])
+def test_set_wal_checkpoint_mb_counts_pages_of_the_file(tmp_path, page_size):
+    """A bulk writer lets the WAL grow (ADR 0152): the limit is given in MiB and set in
+    pages of the file's own size (older files have 4 KiB pages); the data stays durable
+    and is all in the database after the close."""
+    path = tmp_path / "w.sqlite"
+    with sqlite3.connect(path) as conn:  # a file made with another page size
+        conn.execute(f"PRAGMA page_size={page_size}")
+        conn.execute("VACUUM")
+    store = SQLiteBlockStore(path)
+    store.set_wal_checkpoint_mb(1024)
+    assert store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == (1 << 30) // page_size
+    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    facts = [make_fact("p", [i, float(i), str(i)]) for i in range(3000)]
+    cids = store.put_facts(facts)
+    store.close()
+    assert not (tmp_path / "w.sqlite-wal").exists()  # checkpointed at the close
+    again = SQLiteBlockStore(path)
+    assert [again.get(c) for c in cids] == [encode_fact(f)[1] for f in facts]
+    again.close()
 
 
 def test_bulk_inserts_store_blobs_read_back_as_bytes(sqlite_store):
