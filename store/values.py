@@ -120,7 +120,7 @@ def args_texts(arg_lists: Sequence[Sequence[Value]]) -> list[str] | None:
     a backslash or a control character, which JSON escapes with a backslash. So when
     the JSON text holds no backslash, each value reads exactly as :func:`format_value`
     renders it; and when it holds no more ``[`` and ``]`` than the lists' own, no string
-    holds one, so it splits into the lists exactly at ``"], ["``."""
+    holds one, so it splits into the lists exactly at ``"], ["`` (ADR 0153)."""
     if not arg_lists:
         return []
     try:

@@ -391,7 +391,9 @@ def _render(chunk: list, cids: list, gone: set | frozenset = frozenset()) -> str
         args = args_texts([fact.args for fact in chunk])
         if args is not None:
             rels = [fact.rel for fact in chunk]
-            return "\n".join(map("{}\t{}({})".format, Link.texts(cids), rels, args))
+            # CIDs as Links (written here) or as text (a running node's answer).
+            texts = Link.texts(cids) if set(map(type, cids)) == {Link} else cids
+            return "\n".join(map("{}\t{}({})".format, texts, rels, args))
     return "\n".join([f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone])
 
 
