@@ -17,6 +17,7 @@ from typing import Any
 
 from merklog.replication.blocks import Assert, Retract
 from merklog.store import Fact, Link, check_facts, encode_facts, make_fact
+from merklog.store.codec import fact_texts
 from merklog.store.gcpause import gc_paused
 
 from . import queries
@@ -41,18 +42,24 @@ class WriteResult:
         """The HTTP answer. ``"full"``: ``{"cid", "fact"}`` per fact; ``"cids"``: the CIDs
         alone, in input order (the caller has the facts; a 200k-fact write renders no
         fact and answers a third of the bytes, ADR 0082). ``not_visible`` is always full."""
-        if answer == "cids":
-            asserted: list = [str(c) for c, _f in self.asserted]
-            retracted: list = [str(c) for c, _f in self.retracted]
-        else:
-            asserted = [{"cid": str(c), "fact": str(f)} for c, f in self.asserted]
-            retracted = [{"cid": str(c), "fact": str(f)} for c, f in self.retracted]
+        full = answer != "cids"
+        asserted, retracted = _answer(self.asserted, full), _answer(self.retracted, full)
         return {
             "asserted": asserted,
             "retracted": retracted,
             "delta": str(self.delta) if self.delta else None,
             "not_visible": [{"cid": str(c), "fact": str(f)} for c, f in self.not_visible],
         }
+
+
+def _answer(pairs: list[tuple[Link, Fact]], full: bool) -> list:
+    """The CIDs of ``pairs`` as text, or ``{"cid", "fact"}`` per pair when ``full``,
+    each rendered in bulk (a 200k-fact write answers 200k of them, ADR 0153)."""
+    cids = Link.texts([cid for cid, _fact in pairs])
+    if not full:
+        return cids
+    facts = fact_texts([fact for _cid, fact in pairs])
+    return [{"cid": cid, "fact": fact} for cid, fact in zip(cids, facts, strict=True)]
 
 
 def with_cids(encoded: list[tuple[Link, bytes]], facts: list[Fact]) -> list[tuple[Link, Fact]]:

@@ -23,7 +23,15 @@ import libipld
 from .errors import InvalidBlock, InvalidValue
 from .gcpause import gc_paused
 from .link import Link
-from .values import INT64_MAX, INT64_MIN, Value, check_args, check_relation, format_value
+from .values import (
+    INT64_MAX,
+    INT64_MIN,
+    Value,
+    args_texts,
+    check_args,
+    check_relation,
+    format_value,
+)
 
 
 class Fact(NamedTuple):
@@ -34,6 +42,16 @@ class Fact(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.rel}({', '.join(map(format_value, self.args))})"
+
+
+def fact_texts(facts: Sequence[Fact]) -> list[str]:
+    """``str(fact)`` of each fact, their argument lists rendered together when
+    :func:`~merklog.store.values.args_texts` can (ADR 0153): for the commands and answers
+    that print every fact of a large write."""
+    args = args_texts(list(map(_args_of, facts)))
+    if args is None:
+        return list(map(str, facts))
+    return list(map("{}({})".format, map(_rel_of, facts), args))
 
 
 def make_fact(rel: str, args: Sequence[Any]) -> Fact:

@@ -383,17 +383,15 @@ def _write_chunks(
 def _render(chunk: list, cids: list, gone: set | frozenset = frozenset()) -> str:
     """The ``CID<TAB>fact`` lines of a chunk, the facts as given, without those whose CID
     (as text) is in ``gone`` (retracts of facts that were not visible). Rendered in bulk
-    when the values allow (:func:`~merklog.store.values.args_texts`): the same text."""
+    in bulk (:func:`~merklog.store.codec.fact_texts`, :meth:`~merklog.store.Link.texts`):
+    the same text."""
     from merklog.store import Link
-    from merklog.store.values import args_texts
+    from merklog.store.codec import fact_texts
 
     if not gone and len(chunk) == len(cids):
-        args = args_texts([fact.args for fact in chunk])
-        if args is not None:
-            rels = [fact.rel for fact in chunk]
-            # CIDs as Links (written here) or as text (a running node's answer).
-            texts = Link.texts(cids) if set(map(type, cids)) == {Link} else cids
-            return "\n".join(map("{}\t{}({})".format, texts, rels, args))
+        # CIDs as Links (written here) or as text (a running node's answer).
+        texts = Link.texts(cids) if set(map(type, cids)) == {Link} else cids
+        return "\n".join(map("{}\t{}".format, texts, fact_texts(chunk)))
     return "\n".join([f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone])
 
 
