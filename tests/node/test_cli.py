@@ -62,27 +62,22 @@ def test_put_reads_a_file(run, tmp_path: Path) -> None:
 
 
 def test_bulk_put_on_a_stopped_home_raises_its_page_cache(run, tmp_path: Path, monkeypatch) -> None:
-    """A large ``put -f`` on a stopped home asks its store for a larger page cache
-    (ADR 0110; the threshold is lowered here) and still writes every mixed-type fact."""
+    """A large ``put -f`` on a stopped home asks its store for a larger page cache (ADR
+    0110) and a larger WAL (ADR 0152; the threshold is lowered here) and still writes
+    every mixed-type fact."""
     from merklog.node.commands import put
     from merklog.store.sqlite import SQLiteBlockStore
 
-    sizes: list[int] = []
-    real = SQLiteBlockStore.set_cache_mb
+    asked: dict[str, list[int]] = {"set_cache_mb": [], "set_wal_checkpoint_mb": []}
+    for name, seen in asked.items():
+        real = getattr(SQLiteBlockStore, name)
 
-    def spy(store: SQLiteBlockStore, cache_mb: int) -> None:
-        sizes.append(cache_mb)
-        real(store, cache_mb)
+        def spy(store: SQLiteBlockStore, mb: int, real=real, seen=seen) -> None:
+            seen.append(mb)
+            real(store, mb)
 
-    monkeypatch.setattr(SQLiteBlockStore, "set_cache_mb", spy)
-    wal: list[int] = []
-    real_wal = SQLiteBlockStore.set_wal_checkpoint_mb
-
-    def spy_wal(store: SQLiteBlockStore, wal_mb: int) -> None:
-        wal.append(wal_mb)
-        real_wal(store, wal_mb)
-
-    monkeypatch.setattr(SQLiteBlockStore, "set_wal_checkpoint_mb", spy_wal)
+        monkeypatch.setattr(SQLiteBlockStore, name, spy)
+    sizes, wal = asked["set_cache_mb"], asked["set_wal_checkpoint_mb"]
     monkeypatch.setattr(put, "BULK_CACHE_FACTS", 5)
     run("init")
     f = tmp_path / "facts.dl"
