@@ -383,8 +383,8 @@ def _write_chunks(
 def _render(chunk: list, cids: list, gone: set | frozenset = frozenset()) -> str:
     """The ``CID<TAB>fact`` lines of a chunk, the facts as given, without those whose CID
     (as text) is in ``gone`` (retracts of facts that were not visible). Rendered in bulk
-    in bulk (:func:`~merklog.store.codec.fact_texts`, :meth:`~merklog.store.Link.texts`):
-    the same text."""
+    (:func:`~merklog.store.codec.fact_texts`, :meth:`~merklog.store.Link.texts`): the
+    same text as one ``str`` per CID and fact."""
     from merklog.store import Link
     from merklog.store.codec import fact_texts
 
