@@ -388,11 +388,12 @@ def _render(chunk: list, cids: list, gone: set | frozenset = frozenset()) -> str
     from merklog.store import Link
     from merklog.store.codec import fact_texts
 
-    if not gone and len(chunk) == len(cids):
-        # CIDs as Links (written here) or as text (a running node's answer).
-        texts = Link.texts(cids) if set(map(type, cids)) == {Link} else cids
-        return "\n".join(map("{}\t{}".format, texts, fact_texts(chunk)))
-    return "\n".join([f"{c}\t{f}" for c, f in zip(cids, chunk, strict=True) if c not in gone])
+    # CIDs as Links (written here) or as text (a running node's answer).
+    texts = Link.texts(cids) if set(map(type, cids)) == {Link} else list(map(str, cids))
+    pairs = zip(texts, fact_texts(chunk), strict=True)
+    return "\n".join(
+        [f"{c}\t{f}" for c, f in pairs if c not in gone] if gone else map("\t".join, pairs)
+    )
 
 
 def pipelined(
