@@ -28,6 +28,7 @@ from itertools import repeat
 from typing import Any, Protocol
 
 from merklog.engine.values import row_to_engine
+from merklog.replication.bulk import visible_count
 from merklog.store import Fact
 from merklog.store.gcpause import gc_paused
 
@@ -86,6 +87,11 @@ class EpochDriver:
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         #: Stored facts as the engine has them, by relation (int64 arrays or engine-form rows).
         self.edb = Edb()
+        #: Reads the stored facts into :attr:`edb` the first time an epoch needs them
+        #: (None once read): see :meth:`restore`.
+        self._load_facts: Callable[[], Edb] | None = None
+        #: Whether an epoch has run since the node opened; reads run one first.
+        self._evaluated = False
         #: Hand the stored facts to the incremental engine at the next epoch even if it
         #: changes nothing (set when the node starts running). Otherwise a reload's batch
         #: snapshot lasts until an epoch changes something: a one-shot command never
@@ -101,14 +107,26 @@ class EpochDriver:
         self.epoch = 0
 
     # ------------------------------------------------------------------ restart
-    def restore(self, facts: Edb) -> None:
+    def restore(self, load_facts: Callable[[], Edb]) -> None:
         """Resume from the store: the epoch number and carry-over of the last committed
-        epoch, and the whole visible set (read in bulk: :func:`.edb.read_visible`) as the
-        EDB of the first epoch, a reload."""
+        epoch now; the whole visible set (``load_facts``, in bulk:
+        :func:`.edb.read_visible`) as the EDB of the first epoch, a reload, read when that
+        epoch runs. A command that only writes, syncs or reads blocks (``put``, ``sync``,
+        ``get``, ``export``) on a stopped home then never reads the visible set: opening
+        a home of a million facts costs no more than opening an empty one (ADR 0154).
+        The first query, status or epoch reads it (:meth:`ready`)."""
         self.state = epochstate.load(storage.store_conn(self.node.store))
         self.epoch = self.state.epoch
         self._reload = True
-        self.edb = facts
+        self._load_facts = load_facts
+        self._evaluated = False
+
+    def ready(self) -> None:
+        """Run the first epoch now unless one has run since the node opened: reads
+        (queries, live queries, status counts) answer from an evaluated state."""
+        with self.mutex:
+            if not self._evaluated:
+                self.run()
 
     def resume(self, digest: str) -> None:
         """Keep the restored ``@next`` tuples and sent ``@async`` keys only if the program
@@ -180,6 +198,11 @@ class EpochDriver:
         node = self.node
         t0 = time.perf_counter()
         with self.mutex:
+            if self._load_facts is not None:
+                # Before the pending changes are taken: a change the read already shows
+                # applies as a no-op (Edb.apply compares with what is there).
+                self.edb = self._load_facts()
+                self._load_facts = None
             with self._intake:
                 changes, self._pending = self._pending, []
                 taken_seq = self._seq
@@ -248,6 +271,7 @@ class EpochDriver:
                     node.outbox.put_many((dest, f.rel, f.args) for dest, f in outbox)
             self.state = state
             self._sent = live
+            self._evaluated = True
             if outbox:
                 node.metrics.async_messages.labels("queued").inc(len(outbox))
                 node.tasks.wake_outbox()
@@ -300,27 +324,37 @@ class EpochDriver:
     def relation(self, rel: str) -> set[tuple]:
         """Current tuples of ``rel`` (stored, derived, or this epoch's events)."""
         with self.mutex:
+            self.ready()
             return self.node.engine.relation(rel)
 
     def evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
         """Columns and engine-form rows of a parsed query over the last epoch's state."""
         with self.mutex:
+            self.ready()
             return queries.evaluate_query(query, self.relation)
 
     def fact_count(self) -> int:
-        """Stored facts the engine sees."""
+        """Stored facts the engine sees; before the first epoch has read them, the
+        number it will see, counted in the store's index (no block read)."""
         with self.mutex:
+            if self._load_facts is not None:
+                return visible_count(self.node.replica)
             return len(self.edb)
 
     def derived_count(self) -> int:
-        """Tuples in relations the program's rules define (rule heads)."""
+        """Tuples in relations the program's rules define (rule heads): none without
+        rules, so ``status`` of a home without a program evaluates nothing."""
         with self.mutex:
             engine = self.node.engine
+            if not engine.heads:
+                return 0
+            self.ready()
             return sum(engine.count(rel) for rel in engine.heads)
 
     def subscribe(self, sub: Subscription) -> None:
         """Deliver ``sub``'s current result now, then its changes after each epoch."""
         with self.mutex:
+            self.ready()
             if sub.match is not None:
                 (rel,) = sub.rels
                 sub.start(self.node.engine.relation(rel), self.epoch)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,8 @@ class Node:
 
     def _open(self, config: Config) -> None:
         """The rest of :meth:`__init__`, once the store is open: replica, epoch driver,
-        outbox and inbox, the stored program, and the first (reload) epoch."""
+        outbox and inbox, and the stored program. The first (reload) epoch, which reads
+        the stored facts, runs when an epoch or a read first needs it (ADR 0154)."""
         if config.get("store.backend") == "memory":
             # Nothing outlives the process: a memory node owns a fresh dataset each time.
             name = self.home.name if self.home is not None else "memory"
@@ -121,13 +123,13 @@ class Node:
             conn, self.identity, resolve=self._resolve_destination, blockstore=self.store
         )
         self.inbox = Inbox(conn, on_message=self._on_message, blockstore=self.store)
-        # Restart: the visible set is the EDB (fed whole to the first epoch), the epoch
-        # number and @next carry-over come from the last committed epoch.
+        # Restart: the visible set is the EDB (fed whole to the first epoch, read when that
+        # epoch runs: ADR 0154), the epoch number and @next carry-over come from the last
+        # committed epoch.
         self.engine: Any = programs.empty_program()
-        self.epochs.restore(edb.read_visible(self.replica))
+        self.epochs.restore(partial(edb.read_visible, self.replica))
         programstore.restore(self, config.path("node.program"))
         self.epochs.resume(self.engine.digest)
-        self.run_epoch()
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -180,6 +182,7 @@ class Node:
         The first epoch of the loop hands the stored facts to the incremental engine
         (opening evaluated them in one batch, ADR 0070), so the first write after
         start-up finds incremental state ready."""
+        self.epochs.ready()  # the stored facts and the program's state before serving
         self.epochs.warm_up = True
         self.tasks.start()
         self.wake()
@@ -330,6 +333,7 @@ class Node:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
         q = queries.parse_query(text)
         with self._mutex:  # an unknown relation or arity is an error, not "(0 rows)"
+            self.epochs.ready()
             querycheck.require_known(
                 q,
                 querycheck.program_arities(self.engine.checked.program),

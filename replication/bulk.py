@@ -128,6 +128,16 @@ def iter_visible_cids(replica: Replica, batch: int = 65_536) -> Iterator[list[by
         after = cids[-1]
 
 
+def visible_count(replica: Replica) -> int:
+    """How many facts are visible (one pass over the assert index, no block reads)."""
+    with replica._lock:
+        row = replica.conn.execute(
+            "SELECT count(DISTINCT fact) FROM repl_assert WHERE ds = ? AND killed = 0",
+            (replica.ds,),
+        ).fetchone()
+    return int(row[0])
+
+
 def op_count(replica: Replica) -> int:
     """How many ops the replica's accepted deltas carry (from the delta index, no blocks)."""
     with replica._lock:

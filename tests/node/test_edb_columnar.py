@@ -73,6 +73,7 @@ def test_mixed_changes_on_an_int_relation_match_a_batch_evaluation(
             node.write(list(plain.values()))
             node.load_program(PROGRAM, "p.dl")
         with Node.open(home) as node:
+            node.epochs.ready()  # the first epoch reads the stored facts (ADR 0154)
             held = node.epochs.edb.base()
             assert isinstance(held["p"], np.ndarray) and held["p"].dtype == np.int64
             int_only = True

@@ -64,6 +64,7 @@ def test_opening_answers_from_the_batch_snapshot_over_int_columns(tmp_path: Path
     home = _home(tmp_path)
     expected = _expected()
     with Node.open(home) as node:
+        node.epochs.ready()  # the first epoch, which reads the stored facts (ADR 0154)
         assert node.engine.snapshot  # opened: nothing fed to the incremental engine
         held = node.epochs.edb.base()
         assert isinstance(held["big"], np.ndarray) and held["big"].shape == (N, 1)
@@ -92,6 +93,7 @@ def test_first_change_feeds_the_engine_and_deltas_are_against_the_snapshot(
 ) -> None:
     home = _home(tmp_path)
     with Node.open(home) as node:
+        node.epochs.ready()  # the opening epoch (a sink added before it sees every tuple)
         changes: list[tuple[str, tuple, int]] = []
         node.add_sink(lambda _epoch, out: changes.extend((f.rel, f.args, w) for f, w in out))
         live: list[tuple[str, list, list]] = []
@@ -189,8 +191,14 @@ def test_a_damaged_block_stops_the_bulk_read(tmp_path: Path) -> None:
         damaged = data[:-1] + bytes([data[-1] ^ 1])
         conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (damaged, victim.raw))
     conn.close()
-    with pytest.raises(CIDMismatch):
-        Node.open(home)
+    # Opening reads no fact (ADR 0154): a write goes through, the first read stops.
+    with Node.open(home) as node:
+        node.write([("big", (-9,))])
+        for _ in range(2):  # and stops again: the read is not marked done
+            with pytest.raises(CIDMismatch):
+                node.query("big(X)")
+        with pytest.raises(CIDMismatch):
+            node.status()
 
 
 def test_the_batch_fallback_takes_over_from_the_snapshot_too(tmp_path: Path) -> None:
@@ -211,10 +219,11 @@ def test_the_batch_fallback_takes_over_from_the_snapshot_too(tmp_path: Path) -> 
 
 
 def test_a_failed_open_leaves_no_store_handle_behind(tmp_path: Path) -> None:
-    """An app that catches the error of a failed ``Node.open`` (here: a damaged block)
-    keeps running; the store file must not stay open in its process."""
+    """An app that catches the error of a failed ``Node.open`` (here: a damaged genesis
+    block) keeps running; the store file must not stay open in its process."""
     home = _home(tmp_path)
-    victim = fact_cid(make_fact("big", (7,)))
+    with Node.open(home) as node:
+        victim = node.dataset
     conn = sqlite3.connect(home / "store.sqlite")
     with conn:
         data = conn.execute("SELECT data FROM blocks WHERE cid = ?", (victim.raw,)).fetchone()[0]
