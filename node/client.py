@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import NodeError
+from .factpages import FACTS_PAGE_MAX
 from .files import open_private
 
 
@@ -88,6 +89,7 @@ class NodeClient:
         after = None
         while True:
             params = {k: v for k, v in (("rel", rel), ("after", after)) if v}
+            params["limit"] = str(FACTS_PAGE_MAX)  # the largest page: fewer requests
             suffix = "?" + urllib.parse.urlencode(params) if params else ""
             page = self._call("GET", "/v1/facts" + suffix)
             out.extend(page["facts"])

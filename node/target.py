@@ -72,7 +72,9 @@ class LocalTarget:
         return self.node.query(q).to_json()
 
     def facts(self, rel: str | None) -> list[dict[str, str]]:
-        return [{"cid": str(c), "fact": str(f)} for c, f in self.node.list_facts(rel)]
+        from .factpages import fact_refs
+
+        return fact_refs(self.node.list_facts(rel))
 
     def block(self, cid: str) -> dict[str, Any]:
         from .handlers import describe_block
