@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -229,3 +230,18 @@ def reaped(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[1] != str(os.getpid())
     except FileNotFoundError:
         return True
+
+
+def damage_block(home: Path, cid: Any) -> None:
+    """Flip the last byte of ``cid``'s block in the home's store: the same length, so
+    only re-hashing the block against its CID can tell."""
+    import sqlite3
+
+    conn = sqlite3.connect(home / "store.sqlite")
+    with conn:
+        data = conn.execute("SELECT data FROM blocks WHERE cid = ?", (cid.raw,)).fetchone()[0]
+        conn.execute(
+            "UPDATE blocks SET data = ? WHERE cid = ?",
+            (data[:-1] + bytes([data[-1] ^ 1]), cid.raw),
+        )
+    conn.close()

@@ -9,29 +9,16 @@ of the visible set re-hashes and refuses: real ``merklog`` processes on a real h
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from merklog.node.failures import ExitCode
 from merklog.node.node import Node
-from merklog.store import Link, fact_cid, make_fact
+from merklog.store import fact_cid, make_fact
 
-from .conftest import Cli
+from .conftest import Cli, damage_block
 from .test_cli_errors import assert_fails, merklog
 
 MIXED = ["p(1).", "p(1.0).", "p(true).", 'p("1").', 'p(x"01").', "edge(1, 2).", "edge(2, 3)."]
-
-
-def _damage(home: Path, cid: Link) -> None:
-    """Flip the last byte of ``cid``'s block: the same length, only re-hashing tells."""
-    conn = sqlite3.connect(home / "store.sqlite")
-    with conn:
-        data = conn.execute("SELECT data FROM blocks WHERE cid = ?", (cid.raw,)).fetchone()[0]
-        conn.execute(
-            "UPDATE blocks SET data = ? WHERE cid = ?",
-            (data[:-1] + bytes([data[-1] ^ 1]), cid.raw),
-        )
-    conn.close()
 
 
 def test_writes_and_block_reads_on_a_stopped_home_read_no_stored_fact(tmp_path: Path) -> None:
@@ -39,7 +26,7 @@ def test_writes_and_block_reads_on_a_stopped_home_read_no_stored_fact(tmp_path: 
     Cli(home)("init")
     Cli(home)("put", *MIXED)
     victim = fact_cid(make_fact("edge", (1, 2)))
-    _damage(home, victim)
+    damage_block(home, victim)
 
     put = merklog(home, "put", "edge(5, 6).")
     assert put.returncode == 0, put.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,8 @@ from merklog.engine.program import Program
 from merklog.node.edb import SCAN_FROM
 from merklog.node.node import Node
 from merklog.store import CIDMismatch, Link, fact_cid, make_fact
+
+from .conftest import damage_block
 
 #: Above the bulk scan threshold, so the home is read by the sequential block scan.
 N = SCAN_FROM + 500
@@ -185,12 +186,7 @@ def test_a_running_node_builds_its_incremental_state_at_once(tmp_path: Path) -> 
 def test_a_damaged_block_stops_the_bulk_read(tmp_path: Path) -> None:
     home = _home(tmp_path)
     victim = fact_cid(make_fact("big", (7,)))
-    conn = sqlite3.connect(home / "store.sqlite")
-    with conn:  # the same length, one byte off: only re-hashing can tell
-        data = conn.execute("SELECT data FROM blocks WHERE cid = ?", (victim.raw,)).fetchone()[0]
-        damaged = data[:-1] + bytes([data[-1] ^ 1])
-        conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (damaged, victim.raw))
-    conn.close()
+    damage_block(home, victim)
     # Opening reads no fact (ADR 0154): a write goes through, the first read stops.
     with Node.open(home) as node:
         node.write([("big", (-9,))])
@@ -224,14 +220,7 @@ def test_a_failed_open_leaves_no_store_handle_behind(tmp_path: Path) -> None:
     home = _home(tmp_path)
     with Node.open(home) as node:
         victim = node.dataset
-    conn = sqlite3.connect(home / "store.sqlite")
-    with conn:
-        data = conn.execute("SELECT data FROM blocks WHERE cid = ?", (victim.raw,)).fetchone()[0]
-        conn.execute(
-            "UPDATE blocks SET data = ? WHERE cid = ?",
-            (data[:-1] + bytes([data[-1] ^ 1]), victim.raw),
-        )
-    conn.close()
+    damage_block(home, victim)
     store = str((home / "store.sqlite").resolve())
 
     def open_store_files() -> list[str]:
