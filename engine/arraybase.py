@@ -445,6 +445,28 @@ class ArrayBase(Set):
             return False
         return bool(self.present([row]))
 
+    def matching(self, consts: dict[int, object]) -> list[Row]:
+        """The rows whose column ``c`` holds ``consts[c]`` for every ``c`` (engine
+        values, compared by identity: an int column never holds ``1.0`` or ``true``).
+        One numpy pass over the matrix's constrained columns instead of a tuple per row:
+        a point query reads what it answers."""
+        arity = self.matrix.shape[1]
+        if any(not 0 <= c < arity for c in consts):
+            return []
+        wanted = [
+            row
+            for row in self.added
+            if all(type(row[c]) is type(v) and row[c] == v for c, v in consts.items())
+        ]
+        if not all(type(v) is int and _INT64_MIN <= v <= _INT64_MAX for v in consts.values()):
+            return wanted  # a float, bool, string, bytes, CID or huge int: never in int64
+        mask = np.ones(self.matrix.shape[0], dtype=bool)
+        for c, v in consts.items():
+            mask &= self.matrix[:, c] == v
+        removed = self.removed
+        found = map(tuple, self.matrix[mask].tolist())
+        return [r for r in found if r not in removed] + wanted
+
     def __iter__(self) -> Iterator[Row]:
         removed = self.removed
         for r in map(tuple, self.matrix.tolist()):

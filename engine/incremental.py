@@ -81,7 +81,7 @@ from .errors import EngineError
 from .io import Sink, Source
 from .rows import DeltaMap, EngineSet, RowSet, engine_rows
 from .stratify import Stratum, stratify
-from .values import row_from_engine, to_engine
+from .values import row_from_engine, row_holds, to_engine
 
 Row = tuple
 Delta = dict  # dict[Row, int]
@@ -370,6 +370,8 @@ def _sized_rows(*maps: Mapping[str, Iterable[Row]] | None) -> int:
 
 _MISSING: Any = object()
 _positive = (0).__lt__  # w -> w > 0, a C call (for map over weights)
+
+
 _NO_VALUE: Any = Aggregate.NO_VALUE  # a non-empty group whose sum has no value
 
 
@@ -1788,6 +1790,21 @@ class IncrementalEngine:
         rows = set(self._edb.get(name, ()))
         rows |= self._events.get(name, set())
         return RowSet(rows)
+
+    def relation_matching(self, name: str, consts: dict[int, object]) -> RowSet:
+        """The rows of :meth:`relation` whose column ``c`` holds ``consts[c]`` (engine
+        values, by identity). A stored relation held as an int64 matrix
+        (:class:`~merklog.engine.arraybase.ArrayBase`) answers without a tuple per row."""
+        edb = self._edb.get(name)
+        if (
+            isinstance(edb, ArrayBase)
+            and name not in self.compiled.views
+            and name not in self._state
+            and not self._events.get(name)
+        ):
+            return RowSet(set(edb.matching(consts)))
+        rows = self.relation(name).engine
+        return RowSet({r for r in rows if row_holds(r, consts)})
 
     def __len__(self) -> int:
         return sum(len(self.relation(n)) for n in self._known())

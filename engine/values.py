@@ -174,6 +174,13 @@ def row_to_engine(row: tuple) -> tuple:
     return row
 
 
+def row_holds(row: tuple, consts: dict[int, Any]) -> bool:
+    """Whether the engine-form ``row`` holds ``consts[c]`` in every column ``c`` by value
+    identity: a value equals only a value of its own type (``1`` is not ``1.0`` or
+    ``true``), never by Python's ``==`` alone."""
+    return all(c < len(row) and type(row[c]) is type(v) and row[c] == v for c, v in consts.items())
+
+
 def row_from_engine(row: tuple) -> tuple:
     """A tuple of engine values as plain merklog values."""
     for v in row:

@@ -327,11 +327,17 @@ class EpochDriver:
             self.ready()
             return self.node.engine.relation(rel)
 
+    def relation_matching(self, rel: str, consts: dict[int, Any]) -> set[tuple]:
+        """Current tuples of ``rel`` whose column ``c`` holds ``consts[c]`` (identity)."""
+        with self.mutex:
+            self.ready()
+            return self.node.engine.relation_matching(rel, consts)
+
     def evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
         """Columns and engine-form rows of a parsed query over the last epoch's state."""
         with self.mutex:
             self.ready()
-            return queries.evaluate_query(query, self.relation)
+            return queries.evaluate_query(query, self.relation, self.relation_matching)
 
     def fact_count(self) -> int:
         """Stored facts the engine sees; before the first epoch has read them, the

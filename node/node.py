@@ -26,6 +26,7 @@ from merklog.engine.values import row_from_engine
 from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
 from merklog.store import Fact, Link
+from merklog.store.gcpause import gc_paused
 
 from . import (
     carfiles,
@@ -340,9 +341,11 @@ class Node:
                 self.epochs.edb.arities,
                 {TICK_REL: {1}} if self.config.get("node.tick") else None,
             )
-        columns, rows = querycheck.evaluate(self._evaluate, q)
-        plain = [row_from_engine(r) for r in rows]  # distinct engine rows, plain values out
-        return QueryResult(columns, sorted(plain, key=_row_key), self.epoch)
+        # The answer's rows have no cycles: no collection walks the EDB because of them.
+        with gc_paused():
+            columns, rows = querycheck.evaluate(self._evaluate, q)
+            plain = [row_from_engine(r) for r in rows]  # distinct engine rows, plain out
+            return QueryResult(columns, sorted(plain, key=_row_key), self.epoch)
 
     def subscribe(self, text: str, callback: Callback) -> Subscription:
         """Call ``callback("result", rows, [])`` now, then ``("delta", added, removed)``."""

@@ -37,7 +37,7 @@ import numpy as np
 
 from merklog.engine import ast
 from merklog.engine.rows import DeltaMap, RowSet, engine_rows
-from merklog.engine.values import row_to_engine
+from merklog.engine.values import row_holds, row_to_engine
 from merklog.store import Fact
 
 from .errors import NodeInputError
@@ -142,6 +142,9 @@ class _Incremental:
 
     def relation(self, rel: str) -> set[Row]:
         return self.engine.relation(rel).engine  # engine form
+
+    def relation_matching(self, rel: str, consts: dict[int, Any]) -> set[Row]:
+        return self.engine.relation_matching(rel, consts).engine  # engine form
 
     def count(self, rel: str) -> int:
         return self.engine.count(rel)
@@ -294,6 +297,15 @@ class ProgramRunner:
         if snap is not None:
             return set(snap.relations.engine(rel)) if rel in snap.relations else set()
         return self._impl.relation(rel)
+
+    def relation_matching(self, rel: str, consts: dict[int, Any]) -> set[Row]:
+        """The tuples of :meth:`relation` whose column ``c`` holds ``consts[c]`` (engine
+        values, by identity): with incremental state, a stored int64 relation answers
+        without a tuple per row (a point query such as ``edge(1, Y)``)."""
+        impl = self._impl
+        if self._snapshot is None and isinstance(impl, _Incremental):
+            return impl.relation_matching(rel, consts)
+        return {row for row in self.relation(rel) if row_holds(row, consts)}
 
     def count(self, rel: str) -> int:
         """Number of tuples in ``rel`` without copying it."""

@@ -49,21 +49,29 @@ def query_relations(query: tuple[ast.BodyLiteral, ...]) -> set[str]:
 
 
 def evaluate_query(
-    query: tuple[ast.BodyLiteral, ...], relation: Callable[[str], set[tuple]]
+    query: tuple[ast.BodyLiteral, ...],
+    relation: Callable[[str], set[tuple]],
+    matching: Callable[[str, dict[int, Any]], set[tuple]] | None = None,
 ) -> tuple[list[str], list[tuple]]:
     """Columns (the query's named variables) and the distinct rows answering it.
 
     ``relation(rel)`` gives the relation's rows in engine form
     (:mod:`merklog.engine.values`) and the answer rows are in engine form too, so
     ``1``, ``1.0`` and ``true`` stay three rows; convert with ``row_from_engine``
-    where they leave the node."""
+    where they leave the node. ``matching(rel, {column: value})``, if given, gives the
+    rows holding those constants (a superset would do), so that a single-atom query
+    with constants (``edge(1, Y)``) reads only what it answers."""
     columns = _query_columns(query)
     names = [v.name for v in columns]
     match = atom_matcher(query)
     if match is not None:
-        rel = query[0].atom.rel  # type: ignore[union-attr]
-        rows = {m for m in map(match, relation(rel)) if m is not None}
-        return names, list(rows)
+        atom = query[0].atom  # type: ignore[union-attr]
+        consts = {
+            i: to_engine(a.value) for i, a in enumerate(atom.args) if isinstance(a, ast.Const)
+        }
+        rows = matching(atom.rel, consts) if matching is not None and consts else None
+        candidates = relation(atom.rel) if rows is None else rows
+        return names, list({m for m in map(match, candidates) if m is not None})
     from merklog.engine.batch import BatchEvaluator
 
     head = ast.Atom(QUERY_REL, tuple(columns))

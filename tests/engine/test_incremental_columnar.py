@@ -229,3 +229,32 @@ def test_lookups_are_exact_with_the_builtin_and_the_fallback_hash(monkeypatch) -
     other = ArrayBase(m)
     _lookups_agree_with_a_set(other, m)
     assert other._index is not None and other._index.hash_one is not hash
+
+
+_MATCH_VALUES = st.sampled_from([0, 1, -1, 2**63 - 1, -(2**63), 1.0, True, "1", b"\x01"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.sets(st.tuples(st.integers(-3, 3), st.integers(-3, 3)), min_size=1, max_size=40),
+    added=st.sets(st.tuples(_MATCH_VALUES, _MATCH_VALUES), max_size=6),
+    drop=st.integers(0, 5),
+    consts=st.dictionaries(st.integers(0, 2), _MATCH_VALUES, min_size=1, max_size=2),
+)
+def test_array_base_matching_equals_a_filter_by_identity(
+    rows: set, added: set, drop: int, consts: dict
+) -> None:
+    """``ArrayBase.matching`` (numpy over the matrix, the overlay in Python) gives the
+    rows a scan keeps, comparing by identity: ``1``, ``1.0``, ``true``, ``"1"`` and
+    ``x"01"`` never match each other; removed rows never come back; a column past the
+    arity matches nothing."""
+    from merklog.engine.values import row_holds
+
+    base = ArrayBase(np.array(sorted(rows), dtype=np.int64))
+    gone = set(sorted(rows)[:drop])
+    base.remove_present(gone)
+    new = {row_to_engine(r) for r in added} - set(base)
+    base.add_new(new)
+    engine_consts = {c: row_to_engine((v,))[0] for c, v in consts.items()}
+    want = {r for r in base if row_holds(r, engine_consts)}
+    assert set(base.matching(engine_consts)) == want
