@@ -370,8 +370,6 @@ def _sized_rows(*maps: Mapping[str, Iterable[Row]] | None) -> int:
 
 _MISSING: Any = object()
 _positive = (0).__lt__  # w -> w > 0, a C call (for map over weights)
-
-
 _NO_VALUE: Any = Aggregate.NO_VALUE  # a non-empty group whose sum has no value
 
 

@@ -39,7 +39,7 @@ READY_KEY = web.AppKey("ready", dict)
 #: Set when the server shuts down: live-query streams end at once instead of lingering.
 CLOSING_KEY = web.AppKey("closing", asyncio.Event)
 
-#: Default and largest page of ``GET /v1/facts``.
+#: Default page of ``GET /v1/facts`` (the largest is ``factpages.FACTS_PAGE_MAX``).
 FACTS_PAGE = 1000
 
 
@@ -121,9 +121,7 @@ async def list_facts(request: web.Request) -> web.Response:
         )
     except NotFound as exc:  # a relation's cursor this node never stored (ADR 0132)
         raise NodeInputError(f"after= must be a fact CID from a previous page: {exc}") from None
-    return web.json_response(
-        {"facts": fact_refs(page), "next": str(cursor) if cursor else None}
-    )
+    return web.json_response({"facts": fact_refs(page), "next": str(cursor) if cursor else None})
 
 
 def describe_block(node: Node, cid: Link) -> dict[str, Any]:

@@ -181,7 +181,7 @@ class Node:
         """Run the epoch loop, ``@async`` delivery and automatic sync in this event loop.
 
         The first epoch of the loop hands the stored facts to the incremental engine
-        (opening evaluated them in one batch, ADR 0070), so the first write after
+        (the first epoch evaluated them in one batch, ADR 0070), so the first write after
         start-up finds incremental state ready."""
         self.epochs.ready()  # the stored facts and the program's state before serving
         self.epochs.warm_up = True

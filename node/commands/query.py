@@ -46,11 +46,12 @@ def print_table(console: Console, columns: list[str], cells: list[list[str]]) ->
     from rich.text import Text
 
     widths = _widths(columns, cells)
+    natural = sum(w + 3 for w in widths) - 1  # " value " per column, "│" between
     if not console.is_terminal:  # a pipe or a file: widened so that no value is cut
-        console.width = max(console.width, sum(w + 3 for w in widths) - 1)
+        console.width = max(console.width, natural)
     if (
         len(cells) <= RICH_MAX_ROWS
-        or sum(w + 3 for w in widths) - 1 > console.width
+        or natural > console.width
         or _RICH_ONLY.search("".join(map("".join, cells))) is not None
     ):
         table = Table(*columns, show_edge=False)
