@@ -20,7 +20,10 @@ write, and a progress bar on a terminal counts facts.
   fact per line is sent as its own lines (the node parses them as the client did);
   other inputs are sent as each parsed fact's rendering. ``put`` keeps two requests
   in flight (the node decodes one while it writes the other) and prints a chunk's
-  CIDs while the next one is written; ``retract`` keeps one (ADR 0119).
+  CIDs while the next one is written; ``retract`` keeps one (ADR 0119). An input
+  longer than one request is read in two halves at once: a forked helper reads the
+  second half and renders its facts while this process reads the first, and nothing
+  is sent before both halves have read (ADR 0157).
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ if TYPE_CHECKING:
 
 CHUNK_FACTS = 200_000
 CHUNK_BYTES = 4 << 20
+#: Through a running node, an input longer than this many characters is read in two halves
+#: at once, one of them by a helper process (ADR 0157).
+SPLIT_FROM_CHARS = CHUNK_BYTES
 #: Inputs this large show a progress bar on a terminal.
 BAR_FACTS = 20_000
 #: Facts per transaction on a stopped home (the progress bar advances per chunk).
@@ -106,14 +112,18 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
     with target(state) as t:
         # A large put on a stopped home starts writing its first chunk before the rest
         # of the input is read (ADR 0144), which a helper process reads and prepares
-        # (ADR 0147); anything else is read whole first.
-        end = _head_end(text) if isinstance(t, LocalTarget) and not retract else None
-        # The helper starts reading the rest while this process reads the first chunk.
+        # (ADR 0147); through a running node a helper reads the second half of a large
+        # input (ADR 0157); anything else is read whole first.
+        local = isinstance(t, LocalTarget)
+        end = _head_end(text) if local and not retract else None
+        # The helper starts reading while this process reads the first chunk or half.
         helper = _start_helper(t.node, text, end) if end is not None else None
+        if not local:
+            helper = _start_half_reader(text)
         try:
             head = _head(text, end)
-            if head is None and helper is not None:  # not the bulk shape: read whole here
-                helper.close()
+            if local and head is None and helper is not None:  # not the bulk shape
+                helper.close()  # read whole here
                 helper = None
             missing = _write_target(state, t, text, head, helper, retract, console)
         finally:
@@ -135,7 +145,9 @@ def _write_target(
     console: Any,
 ) -> list[dict]:
     """Write ``text`` to ``t`` with a progress bar on a terminal (see :func:`_write`);
-    returns the facts a retract found not visible."""
+    returns the facts a retract found not visible. ``helper``: on a stopped home, the one
+    that prepares a put's later chunks (:func:`_start_helper`); through a running node,
+    the one that reads the second half of the input (:func:`_start_half_reader`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from merklog.engine.factreader import read_fact_lines
@@ -146,10 +158,18 @@ def _write_target(
     verb = "retract" if retract else "put"
     local_put = isinstance(t, LocalTarget) and not retract
     bulk = parsed = None
-    if head is None:
+    rendered: list[str] = []  # the second half's facts as text, when a helper read it
+    if head is None and helper is not None and not isinstance(t, LocalTarget):
+        halves = _read_halves(text, helper)
+        if halves is not None:
+            parsed, lines, rendered = halves
+            bulk = (parsed, lines)
+        else:  # not one fact per line: the parser reads the whole text (its error places)
+            parsed = parse_facts(text)
+    elif head is None:
         bulk = read_fact_lines(text)  # one fact per line: the facts and their own lines
         parsed = bulk[0] if bulk is not None else parse_facts(text)
-    size = len(parsed) if parsed is not None else text.count("\n") + 1
+    size = len(parsed) + len(rendered) if parsed is not None else text.count("\n") + 1
     with Progress(
         TextColumn(verb),
         BarColumn(),
@@ -171,7 +191,7 @@ def _write_target(
                 CHUNK_BYTES,
                 int(load_config(state.home, state.overrides).get("node.max_body")) // 4,
             )
-            return _write_chunks(t, parsed, bulk, max_bytes, retract, bar, task)
+            return _write_chunks(t, parsed, bulk, max_bytes, retract, bar, task, rendered)
         # Chunk k+1 is checked and encoded while chunk k is in SQLite (ADR 0143).
         gate = None
         if head is None:
@@ -313,6 +333,83 @@ def _rest_in_helper(node: Any, text: str, end: int) -> Iterator:
         yield _render(chunk, cids)
 
 
+def _halfway(text: str) -> int | None:
+    """Where the second half of ``text`` starts (after the line that crosses its middle),
+    when ``text`` is long enough to be read in two halves (:data:`SPLIT_FROM_CHARS`)."""
+    if len(text) < SPLIT_FROM_CHARS:
+        return None
+    mid = text.find("\n", len(text) // 2) + 1
+    return mid if 0 < mid < len(text) else None
+
+
+def _start_half_reader(text: str) -> Helper | None:
+    """A helper process that reads the second half of ``text`` (:func:`_halfway`) while
+    this process reads the first, when ``text`` is that long and a helper may fork here;
+    else None. Started before any thread (the progress bar's, the requests')."""
+    import logging
+
+    from merklog.node import helperproc
+
+    mid = _halfway(text)
+    if mid is None or not helperproc.available():
+        return None
+    helper = helperproc.Helper(lambda: _half_in_helper(text, mid))
+    logging.getLogger(__name__).info(
+        "put: helper process %d reads the second half of the input", helper.pid
+    )
+    return helper
+
+
+def _half_in_helper(text: str, mid: int) -> Iterator:
+    """The helper's items: None when ``text[mid:]`` is not one fact per line (then the
+    whole text is not either, and this process parses it); else the number of its facts,
+    once they have read, then their rendering (:func:`~merklog.store.codec.fact_texts`),
+    what ``put`` prints beside each CID."""
+    from merklog.engine.factreader import read_fact_lines
+    from merklog.store.codec import fact_texts
+
+    second = read_fact_lines(text[mid:])
+    if second is None:
+        yield None
+        return
+    yield len(second[0])
+    yield fact_texts(second[0])
+
+
+def _read_halves(text: str, helper: Helper) -> tuple[list, list[str], list[str]] | None:
+    """What :func:`~merklog.engine.factreader.read_fact_lines` gives for ``text``, read in
+    two halves at once (:func:`_start_half_reader`): the first half's facts, the lines of
+    all of them, and the second half's facts rendered; None when ``text`` is not one fact
+    per line. One fact per line is a property of each line, so the whole text has it
+    exactly when both halves do, and their facts and lines follow each other. Nothing
+    is sent before both halves have read: a syntax error anywhere still writes nothing.
+    A helper that dies is replaced by reading its half here."""
+    from merklog.engine.factreader import read_fact_lines
+    from merklog.node.helperproc import HelperError
+    from merklog.store.codec import fact_texts
+
+    mid = _halfway(text)
+    assert mid is not None  # the helper reads from there
+    first = read_fact_lines(text[:mid])
+    try:
+        items = iter(helper)
+        count = next(items)
+        if count is None:
+            return None
+        rendered = next(items)
+    except HelperError:
+        second = read_fact_lines(text[mid:])
+        if second is None:
+            return None
+        count, rendered = len(second[0]), fact_texts(second[0])
+    if first is None:
+        return None
+    lines = first[1] + [line for line in text[mid:].split("\n") if line]
+    if not len(lines) == len(first[0]) + count == len(first[1]) + len(rendered):
+        return None  # never seen: the parser reads the whole text
+    return first[0], lines, rendered
+
+
 def _chunks_from_helper(
     helper: Helper, head: tuple[list, int], gate: CommitGate, total: Callable[[int], None]
 ) -> Iterator:
@@ -346,22 +443,25 @@ def _write_chunks(
     retract: bool,
     bar: Any,
     task: Any,
+    rendered: list[str],
 ) -> list[dict]:
     """Retract on a home opened here, or put and retract through a running node, chunk by
-    chunk; prints each chunk's ``CID<TAB>fact`` lines; returns the facts not visible."""
+    chunk; prints each chunk's ``CID<TAB>fact`` lines; returns the facts not visible.
+    ``rendered``: the text of facts that follow ``parsed`` (:func:`_read_halves`)."""
     from merklog.node.target import LocalTarget
 
     if isinstance(t, LocalTarget):
-        parts: Iterator = ((c, None) for c in chunks(parsed, LOCAL_CHUNK_FACTS, None))
+        parts: Iterator = ((c, None, []) for c in chunks(parsed, LOCAL_CHUNK_FACTS, None))
     else:
-        parts = _remote_chunks(parsed, bulk[1] if bulk is not None else None, max_bytes)
+        lines = bulk[1] if bulk is not None else None
+        parts = _remote_chunks(parsed, lines, max_bytes, rendered)
     # A running node's put keeps two requests in flight, so the node decodes one body
     # while it writes the other and this process renders an answer meanwhile; its
     # retract keeps one (chunks observe each other in order). A retract on a home opened
     # here writes inline.
     writers = 0 if isinstance(t, LocalTarget) else (1 if retract else 2)
 
-    def write(chunk: list, lines: list[str] | None) -> dict:
+    def write(chunk: list, lines: list[str] | None, _rendered: list[str]) -> dict:
         # The answer lists CIDs alone, in input order: the facts are rendered here,
         # not by the node and then decoded from its JSON (ADR 0082).
         if lines is not None:  # the input's own lines of these facts
@@ -370,34 +470,38 @@ def _write_chunks(
         return t.write_facts([], chunk, CIDS) if retract else t.write_facts(chunk, [], CIDS)
 
     missing: list[dict] = []
-    for (chunk, _lines), result in pipelined(write, parts, writers):
+    for (chunk, _lines, done), result in pipelined(write, parts, writers):
         gone = {item["cid"] for item in result.get("not_visible") or []}
         missing.extend(result.get("not_visible") or [])
-        text = _render(chunk, result["retracted" if retract else "asserted"], gone)
+        text = _render(chunk, result["retracted" if retract else "asserted"], gone, done)
         if text:
             click.echo(text)
-        bar.advance(task, len(chunk))
+        bar.advance(task, len(chunk) + len(done))
     return missing
 
 
-def _render(chunk: list, cids: list, gone: set | frozenset = frozenset()) -> str:
+def _render(
+    chunk: list, cids: list, gone: set | frozenset = frozenset(), rendered: list[str] = ()
+) -> str:
     """The ``CID<TAB>fact`` lines of a chunk, the facts as given, without those whose CID
     (as text) is in ``gone`` (retracts of facts that were not visible). Rendered in bulk
     (:func:`~merklog.store.codec.fact_texts`, :meth:`~merklog.store.Link.texts`): the
-    same text as one ``str`` per CID and fact."""
+    same text as one ``str`` per CID and fact. ``rendered``: the text of more facts of
+    the chunk, after those of ``chunk`` (rendered by a helper, :func:`_read_halves`)."""
     from merklog.store import Link
     from merklog.store.codec import fact_texts
 
     # CIDs as Links (written here) or as text (a running node's answer).
     texts = Link.texts(cids) if set(map(type, cids)) == {Link} else list(map(str, cids))
-    pairs = zip(texts, fact_texts(chunk), strict=True)
+    facts = fact_texts(chunk) + list(rendered) if rendered else fact_texts(chunk)
+    pairs = zip(texts, facts, strict=True)
     return "\n".join(
         [f"{c}\t{f}" for c, f in pairs if c not in gone] if gone else map("\t".join, pairs)
     )
 
 
 def pipelined(
-    write: Callable[[list, list[str] | None], dict], parts: Iterator, writers: int
+    write: Callable[..., dict], parts: Iterator, writers: int
 ) -> Iterator[tuple[tuple, dict]]:
     """``(part, write(*part))`` for each of ``parts``, in input order, with at most
     ``writers`` writes in flight on worker threads. A part is sent only once the write
@@ -438,21 +542,32 @@ def pipelined(
                 fut.cancel()  # a part still queued is never written
 
 
-def _remote_chunks(parsed: list, lines: list[str] | None, max_bytes: int) -> Iterator:
-    """``(facts, lines)`` per request to a running node: ``lines`` are the input's own
-    lines of those facts when the input has one fact per line (no rendering, no size
-    estimate per fact), else None (each fact is sent as its rendering)."""
+def _remote_chunks(
+    parsed: list, lines: list[str] | None, max_bytes: int, rendered: list[str] = ()
+) -> Iterator:
+    """``(facts, lines, rendered)`` per request to a running node: ``lines`` are the
+    input's own lines of the request's facts when the input has one fact per line (no
+    rendering, no size estimate per fact), else None (each fact is sent as its
+    rendering). With ``rendered`` (the text of the facts after ``parsed``, which
+    ``lines`` cover too), a request's facts are its part of ``parsed`` and then its
+    part of ``rendered``."""
     if lines is None:
-        yield from ((c, None) for c in chunks(parsed, CHUNK_FACTS, max_bytes))
+        yield from ((c, None, []) for c in chunks(parsed, CHUNK_FACTS, max_bytes))
         return
+    known = len(parsed)
+
+    def part(start: int, end: int) -> tuple[list, list[str], list[str]]:
+        after = rendered[max(start - known, 0) : max(end - known, 0)] if rendered else []
+        return parsed[start:end], lines[start:end], after
+
     start = size = 0
     for i, n in enumerate(map(len, lines)):
         if i > start and (i - start >= CHUNK_FACTS or size + n + 1 > max_bytes):
-            yield parsed[start:i], lines[start:i]
+            yield part(start, i)
             start, size = i, 0
         size += n + 1
     if start < len(lines):
-        yield parsed[start:], lines[start:]
+        yield part(start, len(lines))
 
 
 def register(cli: click.Group) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -35,9 +37,11 @@ _WORKDIR: list[Path] = []
 
 def _workdir() -> Path:
     """A fresh directory for one ``merklog eval`` run, under one temporary directory
-    per process (removing directories one by one costs more than the evaluation)."""
+    per process (removing directories one by one costs more than the evaluation),
+    removed whole when the process exits."""
     if not _WORKDIR:
         _WORKDIR.append(Path(tempfile.mkdtemp(prefix="merklog-clingo-")))
+        atexit.register(shutil.rmtree, _WORKDIR[0], True)
     _WORKDIR.append(_WORKDIR[0] / str(len(_WORKDIR)))
     _WORKDIR[-1].mkdir()
     return _WORKDIR[-1]
