@@ -65,12 +65,41 @@ def _input_rows(inputs: list[str]) -> int | None:
     (None when unknown: a URL, or files the job itself will report as unreadable)."""
     import pyarrow as pa
 
-    from merklog.node.spark.compact import input_rows
+    from merklog.node.spark.inputs import input_rows
 
     try:
         return input_rows(inputs)
     except (OSError, ValueError, pa.ArrowException):
         return None
+
+
+def _conf(confs: tuple[str, ...]) -> dict[str, str]:
+    """The ``--conf KEY=VALUE`` options as a dict (a usage error names a malformed one)."""
+    conf = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--conf")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def _prelaunch(
+    master: str | None,
+    remote: str | None,
+    confs: tuple[str, ...],
+    verbose: int = 0,
+    input_rows: int | None = None,
+) -> Any:
+    """Start the session's driver JVM now (ADR 0158): the command imports the Spark code
+    and reads its inputs while the JVM boots. None for Connect, or options
+    :func:`_session` refuses."""
+    from merklog.node.spark.session import prelaunch
+
+    conf = _conf(confs)
+    if master and remote:
+        return None  # _session says why
+    return prelaunch(master, remote, conf, quiet=not verbose, input_rows=input_rows)
 
 
 def _session(
@@ -79,18 +108,18 @@ def _session(
     confs: tuple[str, ...],
     verbose: int = 0,
     input_rows: int | None = None,
+    prelaunched: Any = None,
 ) -> Any:
     from merklog.node.spark.session import build_session
 
-    conf = {}
-    for item in confs:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--conf")
-        conf[key.strip()] = value.strip()
     try:
         return build_session(
-            master=master, remote=remote, conf=conf, quiet=not verbose, input_rows=input_rows
+            master=master,
+            remote=remote,
+            conf=_conf(confs),
+            quiet=not verbose,
+            input_rows=input_rows,
+            prelaunched=prelaunched,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -214,19 +243,23 @@ def register(cli: click.Group) -> None:
         confs: tuple[str, ...],
     ) -> None:
         """Merge Parquet exports (duplicates allowed) into a signed snapshot per dataset."""
+        for item in inputs:
+            if "://" not in item and not Path(item).exists():
+                raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
+        sources = [_absolute(i) for i in inputs]
+        rows = _input_rows(sources)
+        # The JVM boots while the Spark code is imported and the driver reads the inputs
+        # (ADR 0122, ADR 0158).
+        prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)
         from merklog.node.spark.compact import CompactError, compact
         from merklog.node.spark.factargs import read_inputs
         from merklog.node.spark.progress import spark_progress
 
-        for item in inputs:
-            if "://" not in item and not Path(item).exists():
-                raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
-        identity = _identity(state.home)
-        sources = [_absolute(i) for i in inputs]
-        # the driver's reading of the inputs (ADR 0122) overlaps the JVM's start
-        reader = None if args_in_spark else read_inputs(sources)
+        reader = None
         try:
-            spark = _session(master, remote, confs, state.verbose, _input_rows(sources))
+            identity = _identity(state.home)
+            reader = None if args_in_spark else read_inputs(sources)
+            spark = _session(master, remote, confs, state.verbose, rows, prelaunched)
             with spark_progress(spark, "compact"):
                 results = compact(
                     spark,
@@ -240,6 +273,8 @@ def register(cli: click.Group) -> None:
         except CompactError as exc:
             raise click.ClickException(str(exc)) from None
         finally:
+            if prelaunched is not None:
+                prelaunched.close()  # a JVM no session took over (an error before it)
             if reader is not None:
                 reader.close()
         for res in results:
@@ -284,15 +319,6 @@ def register(cli: click.Group) -> None:
         """Evaluate PROGRAM over the merged visible facts; write every output relation."""
         from merklog.engine.errors import EngineError
         from merklog.engine.program import parse_text
-        from merklog.node.spark.analyze import (
-            evaluate,
-            output_relations,
-            relations_from_snapshot,
-            used_relations,
-            write_outputs,
-        )
-        from merklog.node.spark.compact import read_ops, snapshot_frame
-        from merklog.node.spark.progress import spark_progress
 
         text = program.read_text()
         try:
@@ -303,7 +329,24 @@ def register(cli: click.Group) -> None:
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="--input")
         sources = [_absolute(i) for i in inputs]
-        spark = _session(master, remote, confs, state.verbose, _input_rows(sources))
+        rows = _input_rows(sources)
+        # The JVM boots while the Spark code is imported (ADR 0158).
+        prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)
+        try:
+            from merklog.node.spark.analyze import (
+                evaluate,
+                output_relations,
+                relations_from_snapshot,
+                used_relations,
+                write_outputs,
+            )
+            from merklog.node.spark.compact import read_ops, snapshot_frame
+            from merklog.node.spark.progress import spark_progress
+
+            spark = _session(master, remote, confs, state.verbose, rows, prelaunched)
+        finally:
+            if prelaunched is not None:
+                prelaunched.close()  # a JVM no session took over (an error before it)
         target = Path(_absolute(out))
         try:
             with spark_progress(spark, "analyze"):

@@ -55,6 +55,7 @@ from ..errors import NodeInputError
 from .deltameta import READ_COLUMNS, stage_meta
 from .export import GENESIS_FILE
 from .factargs import FactArgs, InputReader, KeyCheck, keyed_inputs, ops_files, read_inputs
+from .inputs import input_rows, op_paths
 from .manifest import build_manifest, file_link
 from .schema import ARGS_TYPE
 
@@ -142,12 +143,7 @@ class CompactError(NodeInputError):
 
 
 def _input_paths(inputs: list[str | Path]) -> list[str]:
-    paths = []
-    for item in inputs:
-        text = str(item)
-        if "://" not in text and (Path(text) / "ops").is_dir():
-            text = str(Path(text) / "ops")
-        paths.append(text)
+    paths = op_paths(inputs)
     if not paths:
         raise CompactError("compact needs at least one input export directory")
     return paths
@@ -374,19 +370,6 @@ class SnapshotResult:
     directory: Path
     manifest_cid: Link
     manifest: dict[str, Any]
-
-
-def input_rows(inputs: list[str | Path]) -> int | None:
-    """Op rows in the inputs, from the Parquet footers (None when an input is not local)."""
-    total = 0
-    for path in _input_paths(inputs):
-        if "://" in path:
-            return None
-        p = Path(path)
-        files = [p] if p.is_file() else sorted(p.rglob("*.parquet"))
-        for f in files:
-            total += pq.ParquetFile(f).metadata.num_rows
-    return total
 
 
 @contextmanager

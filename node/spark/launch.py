@@ -49,12 +49,25 @@ def enabled() -> bool:
 
 
 def spark_home() -> Path | None:
-    """The Spark home pyspark would use (``$SPARK_HOME``, else the wheel), or None."""
-    try:
-        from pyspark.find_spark_home import _find_spark_home
+    """The Spark home pyspark would use (``$SPARK_HOME``, else the wheel), or None.
 
-        home = Path(_find_spark_home())
-    except Exception:  # pyspark found nothing it could use: its own launcher will say so
+    Found by pyspark's own ``find_spark_home.py``, loaded from its file without importing
+    the pyspark package, which would cost ~0.1 s before the JVM starts (ADR 0158)."""
+    import importlib.util
+
+    from .cds import pyspark_dir
+
+    package = pyspark_dir()
+    script = package / "find_spark_home.py" if package is not None else None
+    if script is None or not script.is_file():
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location("_merklog_find_spark_home", script)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        home = Path(module._find_spark_home())
+    except (Exception, SystemExit):  # found nothing it could use: its launcher will say so
         return None
     return home if (home / "jars").is_dir() else None
 
@@ -185,11 +198,50 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def start_driver(conf: dict[str, str]) -> Any | None:
+class Launch:
+    """A driver JVM started from the cached command, whose gateway pyspark has not yet
+    been pointed at: :meth:`connect` waits for it (ADR 0158)."""
+
+    def __init__(self, proc: Any, info_dir: Path) -> None:
+        self.proc = proc
+        self._info_dir = info_dir
+
+    def connect(self) -> Any | None:
+        """Wait for the JVM's gateway port and secret and put them in this process's
+        environment for pyspark to connect to; returns the ``Popen`` (the JVM lives as
+        long as its stdin pipe is open), or None (the JVM is stopped) when it exited or
+        gave nothing within :data:`START_TIMEOUT`."""
+        from pyspark.serializers import UTF8Deserializer, read_int
+
+        info = self._info_dir / "conn"
+        try:
+            deadline = time.monotonic() + START_TIMEOUT
+            while not info.is_file():
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.kill()
+                    return None
+                time.sleep(0.02)
+            with info.open("rb") as f:
+                port = read_int(f)
+                secret = UTF8Deserializer().loads(f)
+        finally:
+            shutil.rmtree(self._info_dir, ignore_errors=True)
+        os.environ["PYSPARK_GATEWAY_PORT"] = str(port)
+        os.environ["PYSPARK_GATEWAY_SECRET"] = secret
+        return self.proc
+
+    def kill(self) -> None:
+        """Stop the JVM (a launch nobody will connect to); idempotent."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self._info_dir, ignore_errors=True)
+
+
+def launch_driver(conf: dict[str, str]) -> Launch | None:
     """Start the driver JVM for a ``local`` master with ``conf`` (the session's settings,
-    ``spark.master`` and ``spark.app.name`` included) and put its gateway in this process's
-    environment for pyspark to connect to; returns the ``Popen`` (the JVM lives as long as
-    its stdin pipe is open), or None when pyspark should launch the JVM itself."""
+    ``spark.master`` and ``spark.app.name`` included) without waiting for it; None when
+    pyspark should launch the JVM itself (see the module docstring)."""
     if not enabled() or os.name != "posix":
         return None
     if not conf.get("spark.master", "").startswith("local"):
@@ -200,37 +252,26 @@ def start_driver(conf: dict[str, str]) -> Any | None:
     if found is None:
         return None
     command, script_env = found
-    from pyspark.serializers import UTF8Deserializer, read_int
-
     info_dir = Path(tempfile.mkdtemp(prefix="merklog-gateway-"))
-    info = info_dir / "conn"
     env = {
         **os.environ,
         **script_env,
         "SPARK_CONNECT_MODE": "0",
-        "_PYSPARK_DRIVER_CONN_INFO_PATH": str(info),
+        "_PYSPARK_DRIVER_CONN_INFO_PATH": str(info_dir / "conn"),
     }
     try:
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, preexec_fn=_ignore_sigint)
     except OSError:
         shutil.rmtree(info_dir, ignore_errors=True)
         return None
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not info.is_file():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                return None
-            time.sleep(0.02)
-        with info.open("rb") as f:
-            port = read_int(f)
-            secret = UTF8Deserializer().loads(f)
-    finally:
-        shutil.rmtree(info_dir, ignore_errors=True)
-    os.environ["PYSPARK_GATEWAY_PORT"] = str(port)
-    os.environ["PYSPARK_GATEWAY_SECRET"] = secret
-    return proc
+    return Launch(proc, info_dir)
+
+
+def start_driver(conf: dict[str, str]) -> Any | None:
+    """:func:`launch_driver` and :meth:`Launch.connect`: the ``Popen`` of a driver JVM
+    whose gateway pyspark is pointed at, or None when pyspark should launch it."""
+    launch = launch_driver(conf)
+    return launch.connect() if launch is not None else None
 
 
 def forget_gateway() -> None:

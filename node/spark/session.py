@@ -39,12 +39,13 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .cds import cds_options
-from .launch import forget_gateway, start_driver
+from .launch import Launch, forget_gateway, launch_driver, start_driver
 
 LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -162,6 +163,74 @@ def package_zip(dest_dir: str | Path | None = None) -> Path:
     return out
 
 
+@dataclass
+class Prelaunch:
+    """A local driver JVM started by :func:`prelaunch` before its session is built: the
+    master and settings it was started with, and the JVM (None: pyspark launches one)."""
+
+    master: str
+    settings: dict[str, str]
+    launch: Launch | None
+
+    def close(self) -> None:
+        """Stop the JVM unless a session took it over; idempotent."""
+        if self.launch is not None:
+            self.launch.kill()
+            self.launch = None
+
+
+def _local_settings(
+    master: str, conf: dict[str, str] | None, input_rows: int | None, new_jvm: bool
+) -> dict[str, str]:
+    """The settings of a local or cluster session (not Connect), with the class-data-
+    sharing options when this process starts the driver JVM (``new_jvm``)."""
+    settings = jvm_defaults(input_rows)
+    settings.update(shuffle_settings(master))
+    settings.update(conf or {})
+    if new_jvm:
+        driver = "spark.driver.extraJavaOptions"
+        extra = cds_options(
+            settings.get(driver, ""), settings.get("spark.driver.extraClassPath", "")
+        )
+        if extra:
+            settings[driver] = f"{settings.get(driver, '')} {extra}".strip()
+    return settings
+
+
+def _jvm_conf(master: str, app_name: str, settings: dict[str, str]) -> dict[str, str]:
+    """What the driver JVM is started with: the settings, master and name, sorted."""
+    return dict(sorted({"spark.master": master, "spark.app.name": app_name, **settings}.items()))
+
+
+def prelaunch(
+    master: str | None = None,
+    remote: str | None = None,
+    conf: dict[str, str] | None = None,
+    quiet: bool = True,
+    input_rows: int | None = None,
+    app_name: str = "merklog",
+) -> Prelaunch | None:
+    """Start the driver JVM that :func:`build_session` with the same arguments would start,
+    now, and return without waiting for it (ADR 0158): a command starts the JVM first and
+    imports and reads its inputs while the JVM boots. Pass the result to
+    :func:`build_session` as ``prelaunched`` (and :meth:`Prelaunch.close` it if the
+    session is never built). None for a Connect ``remote`` or when this process already
+    has a JVM."""
+    if remote:
+        return None
+    if "pyspark" in sys.modules:
+        from pyspark import SparkContext
+
+        if SparkContext._gateway is not None:
+            return None
+    _prepare_env()
+    master = master or os.environ.get("MERKLOG_SPARK_MASTER") or "local[*]"
+    settings = _local_settings(master, conf, input_rows, new_jvm=True)
+    with _output_to(spark_log_path()) if quiet else nullcontext():
+        launch = launch_driver(_jvm_conf(master, app_name, settings))
+    return Prelaunch(master, settings, launch)
+
+
 def build_session(
     master: str | None = None,
     remote: str | None = None,
@@ -170,6 +239,7 @@ def build_session(
     ship_code: bool | None = None,
     quiet: bool = True,
     input_rows: int | None = None,
+    prelaunched: Prelaunch | None = None,
 ) -> Any:
     """Create (or reuse) a SparkSession for ``master`` or a Spark Connect ``remote``.
 
@@ -180,38 +250,33 @@ def build_session(
     ``quiet`` keeps the JVM's own output off the terminal (see :func:`spark_log_path`).
     ``input_rows`` (the job's input op rows, when known) picks the JVM flags
     (:func:`jvm_defaults`); it only matters when this call starts the JVM.
+    ``prelaunched``: the :func:`prelaunch` of the same arguments, whose JVM this session
+    connects to instead of starting one.
     """
     _prepare_env()
     from pyspark.sql import SparkSession
 
     if master and remote:
         raise ValueError("give either master (spark://…, local[*]) or remote (sc://…), not both")
-    settings = jvm_defaults(input_rows)
-    settings.update(shuffle_settings(master, remote))
-    settings.update(conf or {})
     if remote:
         builder = SparkSession.builder.remote(remote).appName(app_name)
         spark = builder.getOrCreate()
         if ship_code is not False:
             spark.addArtifacts(str(package_zip()), pyfile=True)
         return spark
-    master = master or os.environ.get("MERKLOG_SPARK_MASTER") or "local[*]"
-    driver = "spark.driver.extraJavaOptions"
-    if SparkSession.getActiveSession() is None:  # this call starts the JVM: class-data sharing
-        extra = cds_options(
-            settings.get(driver, ""), settings.get("spark.driver.extraClassPath", "")
-        )
-        if extra:
-            settings[driver] = f"{settings.get(driver, '')} {extra}".strip()
+    if prelaunched is not None:
+        master, settings = prelaunched.master, prelaunched.settings
+    else:
+        master = master or os.environ.get("MERKLOG_SPARK_MASTER") or "local[*]"
+        # class-data sharing when this call starts the JVM
+        new_jvm = SparkSession.getActiveSession() is None
+        settings = _local_settings(master, conf, input_rows, new_jvm)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    conf = {"spark.master": master, "spark.app.name": app_name, **settings}
-    if quiet:
-        with _output_to(spark_log_path()):
-            spark = _get_or_create(builder, conf)
-    else:
-        spark = _get_or_create(builder, conf)
+    jvm_conf = _jvm_conf(master, app_name, settings)
+    with _output_to(spark_log_path()) if quiet else nullcontext():
+        spark = _get_or_create(builder, jvm_conf, prelaunched)
     if ship_code is None:
         ship_code = not master.startswith("local")
     if ship_code:
@@ -219,13 +284,18 @@ def build_session(
     return spark
 
 
-def _get_or_create(builder: Any, conf: dict[str, str]) -> Any:
+def _get_or_create(builder: Any, conf: dict[str, str], prelaunched: Prelaunch | None) -> Any:
     """``builder.getOrCreate()``; when that starts the JVM of a local master, the JVM is
     started directly from merklog's cache of the launcher's command (:mod:`.launch`,
-    ADR 0130), else by pyspark's own scripts."""
+    ADR 0130), or was by :func:`prelaunch` (ADR 0158), else by pyspark's own scripts."""
     from pyspark import SparkContext
 
-    proc = start_driver(dict(sorted(conf.items()))) if SparkContext._gateway is None else None
+    proc = None
+    if prelaunched is not None and prelaunched.launch is not None:
+        launch, prelaunched.launch = prelaunched.launch, None
+        proc = launch.connect() if SparkContext._gateway is None else launch.kill()
+    elif prelaunched is None and SparkContext._gateway is None:
+        proc = start_driver(conf)
     try:
         spark = builder.getOrCreate()
     except BaseException:

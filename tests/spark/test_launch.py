@@ -143,3 +143,72 @@ def test_the_launcher_output_is_parsed_as_spark_class_does() -> None:
         ["--conf", "a=1", "--conf", "b=2", "pyspark-shell"]
     )
     assert launch._pairs(words) != launch._pairs(["--conf", "a=1", "pyspark-shell"])
+
+
+PRELAUNCH = r"""
+import json, os, sys
+from merklog.node.spark.session import build_session, prelaunch, spark_log_path
+pre = prelaunch(master="local[1]", app_name="merklog-launch-test", quiet=True, input_rows=10)
+jvm = pre.launch.proc
+assert "pyspark.sql" not in sys.modules  # started before the Spark code is imported
+if sys.argv[1] == "unused":
+    pre.close()
+    pre.close()  # idempotent
+    print(json.dumps({"exit": jvm.poll(), "gateway_env": [k for k in os.environ if "GATEWAY" in k]}))
+    raise SystemExit(0)
+spark = build_session(
+    master="local[1]", app_name="merklog-launch-test", quiet=True, input_rows=10, prelaunched=pre
+)
+pre.close()  # the session took the JVM over: nothing to stop
+with open(f"/proc/{jvm.pid}/cmdline", "rb") as f:
+    cmdline = [w.decode() for w in f.read().split(b"\0")[:-1]]
+print(json.dumps({
+    "same": spark.sparkContext._gateway.proc is jvm,
+    "rows": spark.range(5).count(),
+    "alive": jvm.poll() is None,
+    "light": "-XX:TieredStopAtLevel=1" in " ".join(cmdline),
+    "gateway_env": [k for k in os.environ if k.startswith("PYSPARK_GATEWAY")],
+    "log": str(spark_log_path()),
+    "jvm_out": [os.readlink(f"/proc/{jvm.pid}/fd/{n}") for n in (1, 2)],
+}))
+"""
+
+
+def _prelaunch_probe(cache: Path, mode: str) -> dict:
+    env = dict(os.environ, MERKLOG_CACHE_DIR=str(cache), MERKLOG_SPARK_DIRECT="1")
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    env.pop("MERKLOG_SPARK_LIGHT_JVM", None)
+    out = subprocess.run(
+        [sys.executable, "-c", PRELAUNCH, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_prelaunched_jvm_is_the_one_the_session_uses(tmp_path: Path) -> None:
+    """ADR 0158: the JVM a command starts before it imports the Spark code is the one its
+    session runs on, started with the flags its input size picks (light below 10M rows),
+    quiet, and its gateway variables forgotten once pyspark connected."""
+    seen = _prelaunch_probe(tmp_path, "used")
+    assert seen["same"] and seen["alive"] and seen["rows"] == 5
+    assert seen["light"]
+    assert seen["gateway_env"] == []
+    assert seen["jvm_out"] == [seen["log"], seen["log"]]
+
+
+def test_a_prelaunched_jvm_no_session_takes_is_stopped(tmp_path: Path) -> None:
+    """A command that fails between the start and its session (no identity, a bad input)
+    stops the JVM it started: closed, it has exited, and no gateway was handed over."""
+    seen = _prelaunch_probe(tmp_path, "unused")
+    assert seen["exit"] is not None
+    assert seen["gateway_env"] == []
+
+
+def test_no_prelaunch_for_spark_connect() -> None:
+    from merklog.node.spark.session import prelaunch
+
+    assert prelaunch(remote="sc://127.0.0.1:15002") is None
