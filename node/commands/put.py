@@ -391,6 +391,8 @@ def _read_halves(text: str, helper: Helper) -> tuple[list, list[str], list[str]]
     mid = _halfway(text)
     assert mid is not None  # the helper reads from there
     first = read_fact_lines(text[:mid])
+    if first is None:  # the helper is closed by the caller, its half unread here
+        return None
     try:
         items = iter(helper)
         count = next(items)
@@ -402,8 +404,6 @@ def _read_halves(text: str, helper: Helper) -> tuple[list, list[str], list[str]]
         if second is None:
             return None
         count, rendered = len(second[0]), fact_texts(second[0])
-    if first is None:
-        return None
     lines = first[1] + [line for line in text[mid:].split("\n") if line]
     if not len(lines) == len(first[0]) + count == len(first[1]) + len(rendered):
         return None  # never seen: the parser reads the whole text
