@@ -245,3 +245,18 @@ def damage_block(home: Path, cid: Any) -> None:
             (data[:-1] + bytes([data[-1] ^ 1]), cid.raw),
         )
     conn.close()
+
+
+def put_script(setting: str, extra: str = "") -> str:
+    """Python source of a real ``merklog`` process (run as ``python -c SCRIPT N ARGS…``)
+    whose ``put`` module has ``setting`` set to the integer ``N``, then runs ``extra``
+    (more patches of ``put``), then ``merklog ARGS…``."""
+    return (
+        "import sys\n"
+        "from merklog.node.commands import put\n"
+        f"put.{setting} = int(sys.argv[1])\n"
+        f"{extra}"
+        "from merklog.node.cli import main\n"
+        "sys.argv = ['merklog', *sys.argv[2:]]\n"
+        "main()\n"
+    )

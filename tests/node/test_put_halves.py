@@ -15,18 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Cli, reaped
+from .conftest import Cli, put_script, reaped
 
-# A real ``merklog`` process that reads in halves from ``argv[1]`` characters on.
-RUNNER = (
-    "import sys\n"
-    "from merklog.node.commands import put\n"
-    "put.SPLIT_FROM_CHARS = int(sys.argv[1])\n"
-    "{extra}"
-    "from merklog.node.cli import main\n"
-    "sys.argv = ['merklog', *sys.argv[2:]]\n"
-    "main()\n"
-)
 # The helper kills itself (a real SIGKILL) before it says anything.
 KILL_IN_HELPER = (
     "import os, signal\n"
@@ -46,7 +36,7 @@ def _merklog(
     home: Path, *args: str, helper: bool = True, extra: str = ""
 ) -> subprocess.CompletedProcess:
     env = {**os.environ, "MERKLOG_PUT_HELPER": "1" if helper else "0"}
-    script = RUNNER.format(extra=extra)
+    script = put_script("SPLIT_FROM_CHARS", extra)
     return subprocess.run(
         [sys.executable, "-c", script, "1000", "-v", "--home", str(home), *args],
         env=env,

@@ -19,18 +19,8 @@ import pytest
 from merklog.node import helperproc
 from merklog.node.helperproc import Helper, HelperError
 
-from .conftest import reaped
+from .conftest import put_script, reaped
 
-# A real ``merklog`` process with chunks of ``argv[1]`` facts (the default is 200,000).
-RUNNER = (
-    "import sys\n"
-    "from merklog.node.commands import put\n"
-    "put.LOCAL_CHUNK_FACTS = int(sys.argv[1])\n"
-    "{extra}"
-    "from merklog.node.cli import main\n"
-    "sys.argv = ['merklog', *sys.argv[2:]]\n"
-    "main()\n"
-)
 # The child kills itself (a real SIGKILL) once it has sent the count and one chunk.
 KILL_IN_HELPER = (
     "import os, signal\n"
@@ -56,7 +46,7 @@ def _merklog(
         [
             sys.executable,
             "-c",
-            RUNNER.format(extra=extra),
+            put_script("LOCAL_CHUNK_FACTS", extra),
             str(CHUNK),
             "-v",
             "--home",
