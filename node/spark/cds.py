@@ -80,8 +80,9 @@ def archive_key(java_options: str, class_path: str = "") -> str | None:
     if java is None:
         return None
     package = pyspark_dir()
-    jars = package / "jars" if package is not None else Path("/nonexistent")
-    parts = [_stamp(java), _stamp(jars) if jars.exists() else "", java_options, class_path]
+    jars = package / "jars" if package is not None else None
+    stamp = _stamp(jars) if jars is not None and jars.exists() else ""
+    parts = [_stamp(java), stamp, java_options, class_path]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
