@@ -28,8 +28,8 @@ write, and a progress bar on a terminal counts facts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 import click
 
@@ -158,7 +158,7 @@ def _write_target(
     verb = "retract" if retract else "put"
     local_put = isinstance(t, LocalTarget) and not retract
     bulk = parsed = None
-    rendered: list[str] = []  # the second half's facts as text, when a helper read it
+    rendered: Sequence[str] = []  # the second half's facts as text, when a helper read it
     if head is None and helper is not None and not isinstance(t, LocalTarget):
         halves = _read_halves(text, helper)
         if halves is not None:
@@ -376,14 +376,60 @@ def _half_in_helper(text: str, mid: int) -> Iterator:
     yield fact_texts(second[0])
 
 
-def _read_halves(text: str, helper: Helper) -> tuple[list, list[str], list[str]] | None:
+class HelperTexts(Sequence[str]):
+    """The second half's facts as ``put`` prints them, rendered by the helper that read
+    that half (:func:`_half_in_helper`), taken from it on first use: the first requests
+    leave before the helper's rendering of 500,000 facts has been pickled and read back,
+    and their answers are printed before any of these texts is. The count is known at
+    once. A helper that dies before it sent them is replaced by reading that half
+    here (it read without error, so it reads the same facts again)."""
+
+    def __init__(self, count: int, helper: Helper, text: str, mid: int) -> None:
+        self._count = count
+        self._items = iter(helper)
+        self._text = text
+        self._mid = mid
+        self._texts: list[str] | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if self._texts is None:
+            self._texts = self._take()
+        return self._texts[index]
+
+    def _take(self) -> list[str]:
+        from merklog.engine.factreader import read_fact_lines
+        from merklog.node.helperproc import HelperError
+        from merklog.store.codec import fact_texts
+
+        try:
+            texts = next(self._items)
+        except HelperError:
+            second = read_fact_lines(self._text[self._mid :])
+            if second is None:  # it read as facts in the helper: never seen
+                raise RuntimeError("the second half of the input no longer reads") from None
+            texts = fact_texts(second[0])
+        if len(texts) != self._count:
+            raise RuntimeError(f"{len(texts)} facts rendered for {self._count} read")
+        return texts
+
+
+def _read_halves(text: str, helper: Helper) -> tuple[list, list[str], Sequence[str]] | None:
     """What :func:`~merklog.engine.factreader.read_fact_lines` gives for ``text``, read in
     two halves at once (:func:`_start_half_reader`): the first half's facts, the lines of
-    all of them, and the second half's facts rendered; None when ``text`` is not one fact
-    per line. One fact per line is a property of each line, so the whole text has it
-    exactly when both halves do, and their facts and lines follow each other. Nothing
-    is sent before both halves have read: a syntax error anywhere still writes nothing.
-    A helper that dies is replaced by reading its half here."""
+    all of them, and the second half's facts rendered (:class:`HelperTexts`); None when
+    ``text`` is not one fact per line. One fact per line is a property of each line, so
+    the whole text has it exactly when both halves do, and their facts and lines follow
+    each other. Nothing is sent before both halves have read: a syntax error anywhere
+    still writes nothing. A helper that dies is replaced by reading its half here."""
     from merklog.engine.factreader import read_fact_lines
     from merklog.node.helperproc import HelperError
     from merklog.store.codec import fact_texts
@@ -393,12 +439,12 @@ def _read_halves(text: str, helper: Helper) -> tuple[list, list[str], list[str]]
     first = read_fact_lines(text[:mid])
     if first is None:  # the helper is closed by the caller, its half unread here
         return None
+    rendered: Sequence[str]
     try:
-        items = iter(helper)
-        count = next(items)
+        count = next(iter(helper))
         if count is None:
             return None
-        rendered = next(items)
+        rendered = HelperTexts(count, helper, text, mid)
     except HelperError:
         second = read_fact_lines(text[mid:])
         if second is None:
@@ -443,7 +489,7 @@ def _write_chunks(
     retract: bool,
     bar: Any,
     task: Any,
-    rendered: list[str],
+    rendered: Sequence[str],
 ) -> list[dict]:
     """Retract on a home opened here, or put and retract through a running node, chunk by
     chunk; prints each chunk's ``CID<TAB>fact`` lines; returns the facts not visible.
@@ -543,7 +589,7 @@ def pipelined(
 
 
 def _remote_chunks(
-    parsed: list, lines: list[str] | None, max_bytes: int, rendered: list[str] = ()
+    parsed: list, lines: list[str] | None, max_bytes: int, rendered: Sequence[str] = ()
 ) -> Iterator:
     """``(facts, lines, rendered)`` per request to a running node: ``lines`` are the
     input's own lines of the request's facts when the input has one fact per line (no
@@ -557,7 +603,10 @@ def _remote_chunks(
     known = len(parsed)
 
     def part(start: int, end: int) -> tuple[list, list[str], list[str]]:
-        after = rendered[max(start - known, 0) : max(end - known, 0)] if rendered else []
+        # A request of first-half facts only takes none of ``rendered`` (the helper's
+        # texts are taken when the first request that needs them is cut).
+        lo, hi = max(start - known, 0), max(end - known, 0)
+        after = list(rendered[lo:hi]) if hi > lo else []
         return parsed[start:end], lines[start:end], after
 
     start = size = 0

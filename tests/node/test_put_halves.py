@@ -25,6 +25,17 @@ KILL_IN_HELPER = (
     "    yield None\n"
     "put._half_in_helper = dying\n"
 )
+# The helper reads its half and says how many facts it holds, then is killed (SIGKILL)
+# before it sends their rendering, which the put takes only when a request needs it.
+KILL_AFTER_COUNT = (
+    "import os, signal\n"
+    "_real_half = put._half_in_helper\n"
+    "def dying(text, mid):\n"
+    "    items = _real_half(text, mid)\n"
+    "    yield next(items)\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    "put._half_in_helper = dying\n"
+)
 # Values Python's == merges (1, 1.0, true) beside look-alikes, in the spellings the line
 # reader takes; -0.0 is normalised by the checks (printed as given).
 VALUES = ["1", "1.0", "true", '"1"', "-0.5", '"x"', "9223372036854775807", "false", "-0.0"]
@@ -145,14 +156,18 @@ def test_a_second_half_in_other_spellings_is_read_by_the_parser(
     assert _rows(homes[0], "v(X, Y)") == _rows(homes[1], "v(X, Y)")
 
 
-def test_a_helper_that_dies_is_replaced_by_reading_here(tmp_path: Path, node_factory) -> None:
-    """The helper is killed (SIGKILL) before it says anything: this process reads the
-    second half itself, and the put gives the output of one process."""
+@pytest.mark.parametrize("kill", [KILL_IN_HELPER, KILL_AFTER_COUNT], ids=["at-once", "after-count"])
+def test_a_helper_that_dies_is_replaced_by_reading_here(
+    tmp_path: Path, node_factory, kill: str
+) -> None:
+    """The helper is killed (SIGKILL) before it says anything, or once it has sent its
+    count but not its facts' rendering: this process reads the second half itself, and
+    the put gives the output of one process."""
     lines = [f"v({i}, {VALUES[i % len(VALUES)]})." for i in range(3000)]
     data = tmp_path / "facts.dl"
     data.write_text("\n".join(lines) + "\n")
     homes = [_node_home(tmp_path, name, node_factory) for name in ("a", "b")]
-    got = _merklog(homes[0], "put", "-f", str(data), extra=KILL_IN_HELPER)
+    got = _merklog(homes[0], "put", "-f", str(data), extra=kill)
     want = _merklog(homes[1], "put", "-f", str(data), helper=False)
     assert got.returncode == 0 == want.returncode, got.stderr
     pid = _helper_pid(got.stderr)
