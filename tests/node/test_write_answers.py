@@ -101,3 +101,29 @@ def test_concurrent_writes_share_a_delta_and_each_gets_its_own_cids(tmp_path: Pa
             )
 
     asyncio.run(main())
+
+
+def test_a_queued_retract_observes_an_assert_queued_before_it(tmp_path: Path) -> None:
+    """Requests queued together share a delta until one retracts a fact that an earlier
+    one asserts: a retract in the same delta would not observe that assert, so the batch
+    is cut there and the retract, in the next delta, removes it."""
+
+    async def main() -> None:
+        async with Node.open(tmp_path / "h") as node:
+            [old] = node.coerce_facts(["v(2)."])
+            await node.write_async([old], [])
+            adds = node.coerce_facts(["v(1).", 'v("1").'])
+            unrelated = node.coerce_facts(["v(2)."])  # visible before: no conflict
+            conflicting = node.coerce_facts(["v(1)."])
+            results = await asyncio.gather(
+                node.write_async(adds, []),
+                node.write_async([], unrelated),
+                node.write_async([], conflicting),
+            )
+            assert results[0].delta == results[1].delta
+            assert results[2].delta != results[0].delta
+            assert [f for _c, f in results[2].retracted] == conflicting
+            await node.settled()
+            assert [repr(r) for r in node.query("v(X)").rows] == [repr(("1",))]
+
+    asyncio.run(main())
