@@ -15,5 +15,10 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x node_modules/.bin/
     echo "ipfs test deps up to date"
     exit 0
 fi
-npm ci --no-audit --no-fund --loglevel=error
+# Install scripts write their temporary files under TMPDIR: electron 1.8.8 (optional,
+# see package.json) tries a download that fails offline and left an empty
+# electron-tmp-download-* directory in /tmp after every install.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+TMPDIR=$scratch npm ci --no-audit --no-fund --loglevel=error
 echo "$want" >"$stamp"
