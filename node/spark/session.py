@@ -34,7 +34,9 @@ first run (:mod:`merklog.node.spark.cds`, ADR 0114): ~4-5 s less JVM CPU per com
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -142,13 +144,20 @@ def package_zip(dest_dir: str | Path | None = None) -> Path:
     through setup.py, so the zip is built from the *imported* packages and laid
     out as ``merklog/<sub>/…``: an executor that adds it to ``sys.path`` imports
     ``merklog.store`` exactly as the driver does.
+
+    Without ``dest_dir`` the zip goes to a directory of its own that is removed when
+    this process exits: a session's file server reads it from there as long as the
+    session lives (every ``compact`` on a cluster left one in ``/tmp`` before).
     """
     import merklog.engine
     import merklog.node
     import merklog.replication
     import merklog.store
 
-    dest = Path(dest_dir or tempfile.mkdtemp(prefix="merklog-pyfiles-"))
+    if dest_dir is None:
+        dest_dir = tempfile.mkdtemp(prefix="merklog-pyfiles-")
+        atexit.register(shutil.rmtree, dest_dir, ignore_errors=True)
+    dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
     out = dest / "merklog.zip"
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:

@@ -8,7 +8,13 @@ import pytest
 
 from merklog.node.commands.spark_cmds import _input_rows
 from merklog.node.spark.export import write_ops
-from merklog.node.spark.session import LIGHT_JVM, LIGHT_MAX_ROWS, LOCAL_DEFAULTS, jvm_defaults
+from merklog.node.spark.session import (
+    LIGHT_JVM,
+    LIGHT_MAX_ROWS,
+    LOCAL_DEFAULTS,
+    jvm_defaults,
+    package_zip,
+)
 
 DRIVER = "spark.driver.extraJavaOptions"
 EXECUTOR = "spark.executor.extraJavaOptions"
@@ -90,3 +96,31 @@ def test_a_local_master_shuffles_without_compression_or_checksums(spark, monkeyp
     assert shuffle_settings(None, "sc://127.0.0.1:15002") == {}
     monkeypatch.setenv("MERKLOG_SPARK_MASTER", "spark://127.0.0.1:7077")
     assert shuffle_settings(None) == {}
+
+
+def test_the_shipped_package_zip_is_removed_when_its_process_exits(tmp_path) -> None:
+    """The zip shipped to a cluster's executors (a real process builds it): it holds
+    the four subpackages as ``merklog/<sub>/…`` while the process lives, and its
+    directory is gone once the process has exited."""
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    script = (
+        "import sys, zipfile\n"
+        "from merklog.node.spark.session import package_zip\n"
+        "path = package_zip()\n"
+        "names = zipfile.ZipFile(path).namelist()\n"
+        "print(path)\n"
+        "print(sorted({n.split('/')[1] for n in names if n.count('/') > 1}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    path, subs = done.stdout.splitlines()
+    assert subs == str(["engine", "node", "replication", "store"])
+    assert Path(path).name == "merklog.zip"
+    assert not Path(path).parent.exists()
+    kept = package_zip(tmp_path / "given")  # a directory the caller gave stays
+    assert kept.parent == tmp_path / "given" and zipfile.ZipFile(kept).testzip() is None
