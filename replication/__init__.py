@@ -5,21 +5,8 @@ Uses :mod:`merklog.store` only; the node mounts :func:`sync_routes` and drives
 docs/sync-protocol.md.
 """
 
-from .auth import AllowList, ReplayGuard, sign_headers, verify_request
-from .blocks import (
-    MAX_OPS,
-    Assert,
-    Delta,
-    Genesis,
-    Grant,
-    Op,
-    Retract,
-    Revoke,
-    build_delta,
-    make_genesis,
-    parse_delta,
-    parse_genesis,
-)
+from typing import TYPE_CHECKING
+
 from .errors import (
     AuthError,
     CIDMismatchError,
@@ -39,22 +26,64 @@ from .errors import (
     Unauthorized,
     WrongDataset,
 )
-from .identity import Identity, verify_signature
-from .messages import DeliveryReport, Inbox, Message, Outbox
-from .metrics import Metrics
-from .replica import ApplyResult, ChangeCallback, LogRow, Replica, Summary
-from .txn import connect
 
-#: Names served from modules that import aiohttp (~1 s on a loaded machine): loaded on
-#: first use, so ``merklog put`` on a stopped home never imports the HTTP stack.
+if TYPE_CHECKING:
+    from .auth import AllowList, ReplayGuard, sign_headers, verify_request
+    from .blocks import (
+        MAX_OPS,
+        Assert,
+        Delta,
+        Genesis,
+        Grant,
+        Op,
+        Retract,
+        Revoke,
+        build_delta,
+        make_genesis,
+        parse_delta,
+        parse_genesis,
+    )
+    from .client import SyncClient, SyncStats
+    from .identity import Identity, verify_signature
+    from .messages import DeliveryReport, Inbox, Message, Outbox
+    from .metrics import Metrics
+    from .replica import ApplyResult, ChangeCallback, LogRow, Replica, Summary
+    from .server import SYNC_SERVICE, Limits, SyncService, make_sync_app, sync_routes
+    from .txn import connect
+
+#: Every public name but the errors is loaded from its module on first use. The errors
+#: are what the CLI needs to tell a user what went wrong; the rest pulls in the
+#: signatures' crypto, the replica and its numpy, and (client, server) aiohttp, ~1 s on a
+#: loaded machine. So ``merklog put`` on a stopped home never imports the HTTP stack, and
+#: a command that reaches a running node imports none of them.
 _LAZY = {
-    "SyncClient": "client",
-    "SyncStats": "client",
-    "SYNC_SERVICE": "server",
-    "Limits": "server",
-    "SyncService": "server",
-    "make_sync_app": "server",
-    "sync_routes": "server",
+    **dict.fromkeys(["AllowList", "ReplayGuard", "sign_headers", "verify_request"], "auth"),
+    **dict.fromkeys(
+        [
+            "MAX_OPS",
+            "Assert",
+            "Delta",
+            "Genesis",
+            "Grant",
+            "Op",
+            "Retract",
+            "Revoke",
+            "build_delta",
+            "make_genesis",
+            "parse_delta",
+            "parse_genesis",
+        ],
+        "blocks",
+    ),
+    **dict.fromkeys(["SyncClient", "SyncStats"], "client"),
+    **dict.fromkeys(["Identity", "verify_signature"], "identity"),
+    **dict.fromkeys(["DeliveryReport", "Inbox", "Message", "Outbox"], "messages"),
+    "Metrics": "metrics",
+    **dict.fromkeys(["ApplyResult", "ChangeCallback", "LogRow", "Replica", "Summary"], "replica"),
+    **dict.fromkeys(
+        ["SYNC_SERVICE", "Limits", "SyncService", "make_sync_app", "sync_routes"], "server"
+    ),
+    "connect": "txn",
 }
 
 
