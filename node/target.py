@@ -7,13 +7,11 @@ home directly (taking the lock for the command's duration).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from merklog.replication.errors import ReplicationError
 from merklog.store import Fact, Link
 
 from . import writeaccess
@@ -21,9 +19,13 @@ from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config
 from .errors import NodeInputError
 from .failures import ExitCode, Failure, UnknownRelation, exit_code_for_status
-from .node import Node
 from .runtime import HomeLock, read_runfile, remove_runfile
 from .storecheck import precheck
+
+if TYPE_CHECKING:
+    # Imported where a home is opened in this process: a command that reaches a running
+    # node never loads the node's own modules (the engine, numpy, the replica).
+    from .node import Node
 
 
 class TargetError(Failure):
@@ -90,6 +92,8 @@ class LocalTarget:
         return self.node.status()
 
     def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
+        import asyncio  # a home opened here; a command through a node never needs it
+
         return asyncio.run(self.node.sync(self.node.resolve_peer(url), progress))
 
     def grant(self, key: str) -> Any:
@@ -201,6 +205,8 @@ def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator
         return
     remove_runfile(home)  # we hold the lock: a run file left by a killed node is stale
     try:
+        from .node import Node
+
         node = Node(config, lock)
     except BaseException:
         lock.release()
@@ -226,6 +232,7 @@ def _wait_for_runfile(home: Path, timeout: float = 15.0) -> dict | None:
 
 def input_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean "your input is wrong" (reported, exit non-zero)."""
+    from merklog.replication.errors import ReplicationError
     from merklog.store import InvalidValue, StoreError
 
     return (

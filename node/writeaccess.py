@@ -19,7 +19,6 @@ Rules that sit above the replica's own:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -134,6 +133,8 @@ def sync_before_first_write_here(node: Any) -> None:
     origin = _must_sync_first(node)
     if origin is None:
         return
+    import asyncio  # the Python API's path: the CLI's commands through a node never load it
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -151,8 +151,6 @@ def _write_target(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from merklog.engine.factreader import read_fact_lines
-    from merklog.node.bulkput import CommitGate, put_chunks
-    from merklog.node.queries import parse_facts
     from merklog.node.target import LocalTarget, load_config
 
     verb = "retract" if retract else "put"
@@ -165,10 +163,10 @@ def _write_target(
             parsed, lines, rendered = halves
             bulk = (parsed, lines)
         else:  # not one fact per line: the parser reads the whole text (its error places)
-            parsed = parse_facts(text)
+            parsed = _parse(text)
     elif head is None:
         bulk = read_fact_lines(text)  # one fact per line: the facts and their own lines
-        parsed = bulk[0] if bulk is not None else parse_facts(text)
+        parsed = bulk[0] if bulk is not None else _parse(text)
     size = len(parsed) + len(rendered) if parsed is not None else text.count("\n") + 1
     with Progress(
         TextColumn(verb),
@@ -193,6 +191,8 @@ def _write_target(
             )
             return _write_chunks(t, parsed, bulk, max_bytes, retract, bar, task, rendered)
         # Chunk k+1 is checked and encoded while chunk k is in SQLite (ADR 0143).
+        from merklog.node.bulkput import CommitGate, put_chunks
+
         gate = None
         if head is None:
             local: Iterator = chunks(parsed or [], LOCAL_CHUNK_FACTS, None)
@@ -213,6 +213,15 @@ def _write_target(
                 click.echo(out)
             bar.advance(task, count)
     return []
+
+
+def _parse(text: str) -> list:
+    """The facts of ``text`` by the full parser (what the line reader does not take), which
+    names the ``LINE:COL`` of an error. Imported here: a put of lines through a running
+    node never loads the parser, the engine's checks or the node's write path."""
+    from merklog.node.queries import parse_facts
+
+    return parse_facts(text)
 
 
 #: A large put on a stopped home reads the rest of its input in pieces of about this many
