@@ -296,6 +296,9 @@ def main() -> None:
         help="time only `merklog parquet export`, RUNS times per size (median printed)",
     )
     args = ap.parse_args()
+    from _bytecode import compile_merklog  # beside this script, first on sys.path
+
+    compile_merklog()  # each timed process reads bytecode, as an installed merklog does
     if args.export_only:
         export_only(args.ops, args.workdir, args.export_only)
         return

@@ -352,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ipfs", action="store_true", help="skip the IPFS home")
     parser.add_argument("--ipfs-api", default=None, help="IPFS daemon API (default: start one)")
     args = parser.parse_args(argv)
+    from _bytecode import compile_merklog  # beside this script, first on sys.path
+
+    compile_merklog()  # each timed process reads bytecode, as an installed merklog does
 
     print(f"generating {args.n:,} facts …", flush=True)
     facts = generate(args.n)
