@@ -5,8 +5,6 @@ Uses :mod:`merklog.store` only; the node mounts :func:`sync_routes` and drives
 docs/sync-protocol.md.
 """
 
-from typing import TYPE_CHECKING
-
 from .errors import (
     AuthError,
     CIDMismatchError,
@@ -26,30 +24,6 @@ from .errors import (
     Unauthorized,
     WrongDataset,
 )
-
-if TYPE_CHECKING:
-    from .auth import AllowList, ReplayGuard, sign_headers, verify_request
-    from .blocks import (
-        MAX_OPS,
-        Assert,
-        Delta,
-        Genesis,
-        Grant,
-        Op,
-        Retract,
-        Revoke,
-        build_delta,
-        make_genesis,
-        parse_delta,
-        parse_genesis,
-    )
-    from .client import SyncClient, SyncStats
-    from .identity import Identity, verify_signature
-    from .messages import DeliveryReport, Inbox, Message, Outbox
-    from .metrics import Metrics
-    from .replica import ApplyResult, ChangeCallback, LogRow, Replica, Summary
-    from .server import SYNC_SERVICE, Limits, SyncService, make_sync_app, sync_routes
-    from .txn import connect
 
 #: Every public name but the errors is loaded from its module on first use. The errors
 #: are what the CLI needs to tell a user what went wrong; the rest pulls in the
