@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from merklog.store import Link
 
-from .files import open_private
+from .files import output_file
 
 
 class Owner(Protocol):
@@ -56,8 +56,6 @@ def export_car(
     from merklog.store.car import write_car
 
     roots, blocks = export_blocks(store, replica, genesis)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     count = 0
 
     def counted() -> Iterable[tuple[Link, bytes]]:
@@ -68,13 +66,8 @@ def export_car(
                 progress(count)
             yield item
 
-    try:
-        with open_private(tmp) as out:
-            write_car(out, roots, counted())
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written backup
-        raise
+    with output_file(path) as out:  # a full disk leaves no half-written backup
+        write_car(out, roots, counted())
     return count
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import NodeError
 from .factpages import FACTS_PAGE_MAX
-from .files import open_private
+from .files import output_file
 
 
 class NodeAPIError(NodeError, RuntimeError):
@@ -125,21 +125,13 @@ class NodeClient:
         return self._call("DELETE", "/v1/writers/" + urllib.parse.quote(key))
 
     def export_car(self, path: Any, progress: Callable[[int], None] | None = None) -> int:
-        """Stream the node's CAR export into ``path`` (a temporary file renamed into place);
-        returns the block count, counted as the CAR arrives (``progress(blocks)``)."""
-        from pathlib import Path
-
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
+        """Stream the node's CAR export into ``path`` (:func:`.files.output_file`: ``-``
+        is standard output); returns the block count, counted as the CAR arrives
+        (``progress(blocks)``)."""
         counter = _BlockCounter(progress)
-        try:
-            with open_private(tmp) as out:
-                self._call("GET", "/v1/export", sink=counter.tee(out))
+        with output_file(path) as out:
+            self._call("GET", "/v1/export", sink=counter.tee(out))
             counter.close()
-            tmp.replace(path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
         return counter.blocks
 
     def import_car(

@@ -11,7 +11,12 @@ tightens what an older version left readable.
 from __future__ import annotations
 
 import os
+import stat
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -59,3 +64,40 @@ def open_private(path: Path, mode: str = "wb"):  # noqa: ANN201 - a file object
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     os.chmod(path, FILE_MODE)
     return os.fdopen(fd, mode)
+
+
+@contextmanager
+def output_file(path: str | Path) -> Iterator[BinaryIO]:
+    """Where a command writes a file the user named (``export FILE``), as a binary file.
+
+    ``-`` is standard output. A path that is, or links to, something other than a
+    regular file (a FIFO, a terminal, ``/dev/null``) is written as it goes: replacing it
+    would turn a pipe into a file nobody reads. Otherwise the data goes to an owner-only
+    temporary file beside the final one (the link's target, not the link), is synced to
+    disk and renamed over it only once whole, so a failure (a full disk, Ctrl-C) leaves
+    the old file as it was and no half-written one."""
+    if str(path) == "-":
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    real = Path(os.path.realpath(path))
+    try:
+        mode = real.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"{path} is a directory")
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(real, "wb") as out:
+            yield out
+        return
+    tmp = real.with_name(real.name + ".tmp")
+    try:
+        with open_private(tmp) as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, real)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -32,15 +32,19 @@ def _blocks_bar(verb: str) -> Iterator[Callable[[int], None]]:
 
 def register(cli: click.Group) -> None:
     @cli.command("export")
-    @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+    @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
     @pass_state
     def export(state: State, file: Path) -> None:
-        """Write the whole replica (genesis, deltas, facts) as a CAR rooted at the heads."""
+        """Write the whole replica (genesis, deltas, facts) as a CAR rooted at the heads.
+
+        FILE `-` is standard output (the summary line then goes to standard error); a
+        symbolic link is written through, a FIFO as the CAR is made."""
         from merklog.node.cliutil import target
 
         with target(state) as t, _blocks_bar("export") as progress:
             n = t.export_car(file, progress)
-        click.echo(f"exported {n} blocks to {file}")
+        to_stdout = str(file) == "-"
+        click.echo(f"exported {n} blocks to {'standard output' if to_stdout else file}", err=to_stdout)
 
     @cli.command("import")
     @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))

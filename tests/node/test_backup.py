@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 from .conftest import Cli
 
@@ -92,3 +99,97 @@ def test_export_and_import_through_a_running_node_count_blocks_and_pass_max_body
     assert sent[-1] == exported
     assert _facts(b) == _facts(a)
     node_b.stop()
+
+
+def _merklog(home: Path, *args: str, stdin=None) -> subprocess.CompletedProcess:
+    """``merklog --home HOME ARGS…`` as a real process (bytes out)."""
+    return subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args],
+        capture_output=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["stopped-home", "running-node"])
+def test_export_writes_through_links_fifos_and_standard_output(
+    tmp_path: Path, node_factory, running: bool
+) -> None:
+    """``export`` replaced whatever its path named with a new file: a symbolic link
+    became a file of its own (the file it pointed at kept its old bytes), a FIFO's
+    reader waited forever, and ``-`` made a file named ``-``. Now a link is written
+    through, a FIFO as the CAR is made, ``-`` is standard output (the summary on
+    standard error), and every form carries the same CAR."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    Cli(home)("put", 'v(1). v(1.0). v(true). v("1"). v(x"01").')
+    node = node_factory(home).start() if running else None
+    try:
+        plain = tmp_path / "plain.car"
+        assert _merklog(home, "export", str(plain)).returncode == 0
+        car = plain.read_bytes()
+        assert len(car) > 200
+
+        target, link = tmp_path / "target.car", tmp_path / "link.car"
+        target.write_text("keep")
+        link.symlink_to(target)
+        assert _merklog(home, "export", str(link)).returncode == 0
+        assert link.is_symlink() and target.read_bytes() == car
+
+        done = _merklog(home, "export", "-")
+        assert done.returncode == 0 and done.stdout == car
+        assert b"exported 7 blocks to standard output" in done.stderr
+        assert not (Path.cwd() / "-").exists()
+
+        fifo = tmp_path / "pipe.car"
+        os.mkfifo(fifo)
+        received: list[bytes] = []
+        reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+        reader.start()
+        assert _merklog(home, "export", str(fifo)).returncode == 0
+        reader.join(60)
+        assert received == [car] and stat.S_ISFIFO(fifo.lstat().st_mode)
+    finally:
+        if node is not None:
+            node.stop()
+
+
+def _small_files() -> None:
+    """In the child: files of at most 64 KiB, and a write past that fails (EFBIG)
+    instead of killing the process (SIGXFSZ)."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["stopped-home", "running-node"])
+def test_a_failed_export_leaves_the_old_file_as_it_was(
+    tmp_path: Path, node_factory, running: bool
+) -> None:
+    """Written to a temporary file renamed into place once whole: an export that cannot
+    finish (the file would pass the process's size limit, as on a full disk) fails with
+    one line and leaves the earlier backup as it was, and no temporary file."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    rows = tmp_path / "rows.dl"
+    rows.write_text("".join(f'row({i}, "{i}").\n' for i in range(5000)))
+    Cli(home)("put", "-f", str(rows))
+    node = node_factory(home).start() if running else None
+    try:
+        old = tmp_path / "backups" / "b.car"
+        old.parent.mkdir()
+        old.write_bytes(b"an earlier backup")
+        done = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "export", str(old)],
+            capture_output=True,
+            timeout=120,
+            preexec_fn=_small_files,
+        )
+        assert done.returncode != 0 and b"Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.decode().strip().splitlines()) == 1, done.stderr
+        assert old.read_bytes() == b"an earlier backup"
+        assert sorted(p.name for p in old.parent.iterdir()) == ["b.car"]
+    finally:
+        if node is not None:
+            node.stop()
