@@ -27,13 +27,17 @@ def target(state: State) -> Iterator[Target]:
 
 
 def facts_text(args: tuple[str, ...], file: Any) -> str:
-    """Facts from the arguments, else from ``--file`` (``-`` = stdin)."""
-    parts = list(args)
+    """Facts from the arguments, else from ``--file`` (``-`` = stdin).
+
+    An argument may leave out its final ``.`` (``merklog put 'edge(1, 2)'``); a file or
+    standard input is read as it is, so that one ending in a comment is not given a
+    ``.`` of its own and its errors name lines that exist."""
+    parts = [a if a.rstrip().endswith(".") else a + "." for a in args if a.strip()]
     if file is not None:
         parts.append(file.read())
     elif not parts and not sys.stdin.isatty():
         parts.append(sys.stdin.read())
-    text = "\n".join(p if p.rstrip().endswith(".") else p + "." for p in parts if p.strip())
+    text = "\n".join(p for p in parts if p.strip())
     if not text.strip():
         raise click.UsageError("no facts given (e.g. merklog put 'edge(1, 2).')")
     return text

@@ -6,6 +6,8 @@ import json
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from merklog.store import Link, fact_cid, make_fact
 
 
@@ -59,6 +61,35 @@ def test_put_reads_a_file(run, tmp_path: Path) -> None:
     f = tmp_path / "facts.dl"
     f.write_text("edge(5, 6).\nedge(6, 7).\n")
     assert len(run("put", "-f", str(f)).output.splitlines()) == 2
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["stopped-home", "running-node"])
+def test_a_file_ending_in_a_comment_is_read_as_it_is(
+    run, tmp_path: Path, node_factory, running: bool
+) -> None:
+    """``put``/``retract`` gave every input not ending in ``.`` a ``.`` of its own, so a
+    file whose last line is a comment failed (``3:1: expected a rule head``, a line that
+    does not exist). Only an argument may leave its ``.`` out; a file is read as it is."""
+    run("init")
+    node = node_factory(run.home).start() if running else None
+    try:
+        for n, ending in enumerate(("% the end", "// the end", "/* the end */")):
+            data = tmp_path / f"c{n}.dl"
+            data.write_text(f'a({n}). a({n}.0). a("{n}").\n{ending}\n')
+            assert len(run("put", "-f", str(data)).output.splitlines()) == 3
+        assert len(run("ls", "a").output.splitlines()) == 9
+        run("retract", "-f", str(tmp_path / "c0.dl"))
+        assert len(run("ls", "a").output.splitlines()) == 6
+        run("put", "b(1)", "b(2).")  # arguments may leave the final '.' out
+        assert len(run("ls", "b").output.splitlines()) == 2
+        bad = tmp_path / "bad.dl"
+        bad.write_text("a(7).\na(8\n")
+        failed = run("put", "-f", str(bad), ok=False)
+        assert failed.exit_code == 2 and "found end of input" in failed.output
+        assert "found '.'" not in failed.output
+    finally:
+        if node is not None:
+            node.stop()
 
 
 def test_bulk_put_on_a_stopped_home_raises_its_page_cache(run, tmp_path: Path, monkeypatch) -> None:
