@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from merklog.replication.errors import NotFound, ReplicationError
+from merklog.replication.errors import NotFound, ReplicationError, TooLarge
 from merklog.store import Link, StoreError, decode, decode_fact, encode_facts
 from merklog.store.gcpause import gc_paused
 
@@ -386,6 +386,8 @@ async def _write(
         await writeaccess.sync_before_first_write_async(node)
     try:
         result = await node.write_async(add, rem, encoded)
+    except TooLarge as exc:  # a fact over the limit every peer takes: bad input, not refusal
+        raise ApiError(exc.status, exc.code, exc.detail) from None
     except ReplicationError as exc:  # e.g. this key is not (yet) a writer
         raise ApiError(403, "refused", str(exc)) from None
     await node.settled()  # read-your-writes: the answer comes after the epoch that saw it

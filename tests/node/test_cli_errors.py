@@ -76,6 +76,40 @@ def test_bad_input_exits_2(ready: Path, tmp_path: Path) -> None:
     assert Cli(ready)("ls").output.count("\t") == 1  # the store is intact
 
 
+def test_a_fact_over_the_limit_is_bad_input_through_a_running_node_too(
+    ready: Path, tmp_path: Path, node_factory
+) -> None:
+    """Through a running node a fact over the 1 MiB limit was answered 403 ``refused``
+    and the CLI said exit 7, as if the key could not write. It is bad input, as on a
+    stopped home: 413 ``too_large`` naming the limit, exit 2, nothing written."""
+    import json
+    import tomllib
+    import urllib.error
+    import urllib.request
+
+    node = node_factory(ready).start()
+    try:
+        big = tmp_path / "big.dl"
+        big.write_text(f'blob("{"x" * 1_048_570}").\n')  # 1,048,577 bytes encoded
+        assert_fails(merklog(ready, "put", "-f", str(big)), ExitCode.BAD_INPUT, "1048576-byte limit")
+        token = tomllib.loads((ready / "config.toml").read_text())["api"]["token"]
+        body = json.dumps({"assert": [{"rel": "blob", "args": ["x" * 1_048_570]}]}).encode()
+        request = urllib.request.Request(
+            node.url + "/v1/facts",
+            data=body,
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == 413
+        answer = json.loads(refused.value.read())
+        assert answer["error"] == "too_large" and "1048576-byte limit" in answer["detail"]
+        assert Cli(ready)("ls").output.count("\t") == 1  # nothing written
+    finally:
+        node.stop()
+
+
 def test_deeply_nested_terms_exit_2_with_their_position(ready: Path, tmp_path: Path) -> None:
     """Terms nested thousands deep (a parenthesis or operator at a time): a LINE:COL
     syntax error and exit 2, where Python's stack used to overflow (an internal error,
