@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 
 from .errors import InvalidValue
@@ -81,9 +82,11 @@ def format_value(value: Value) -> str:
     if kind is int:  # the common kinds first, by exact type: ``put`` renders every value
         return int.__repr__(value)  # type: ignore[arg-type]
     if kind is str:
-        if '"' in value or "\\" in value or "\n" in value:  # type: ignore[operator]
-            return _quote(value)  # type: ignore[arg-type]
-        return '"' + value + '"'  # type: ignore[operator]
+        # isprintable: no control character or line separator (a few that need no
+        # escape, such as U+00A0, take the slower path and come out as they are).
+        if value.isprintable() and '"' not in value and "\\" not in value:  # type: ignore[union-attr]
+            return '"' + value + '"'  # type: ignore[operator]
+        return _quote(value)  # type: ignore[arg-type]
     if value is True:
         return "true"
     if value is False:
@@ -130,8 +133,29 @@ def args_texts(arg_lists: Sequence[Sequence[Value]]) -> list[str] | None:
     brackets = len(arg_lists) + 1
     if "\\" in text or text.count("[") != brackets or text.count("]") != brackets:
         return None
+    # The characters JSON leaves unescaped that a rendering must escape (isascii is a
+    # flag of the string, not a scan).
+    if "\x7f" in text or (not text.isascii() and _RAW_IN_JSON.search(text) is not None):
+        return None
     return text[2:-2].split("], [")
 
 
+#: What a string literal must escape: the quote, the backslash, and every character a
+#: reader of the output would take apart or not see — the C0 and C1 controls and DEL
+#: (tab, carriage return, NUL, escape…) and the Unicode line and paragraph separators —
+#: so that a rendered fact is one line of text that reads back as the same value.
+_NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\x7f-\x9f\u2028\u2029]')
+#: The characters of :data:`_NEEDS_ESCAPE` that JSON writes unescaped.
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    return named if named is not None else f"\\u{{{ord(char):x}}}"
+
+
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """``text`` as a string literal the lexer reads back as ``text``."""
+    return '"' + _NEEDS_ESCAPE.sub(_escape, text) + '"'

@@ -232,6 +232,40 @@ def test_format_value_round_trips_through_the_parser(values):
         assert parse_literal_value(format_value(v)) == v
 
 
+@given(
+    st.lists(
+        st.one_of(
+            st.text(),
+            st.integers(min_value=-(2**63), max_value=2**63 - 1),
+            st.booleans(),
+            st.floats(allow_nan=False, allow_infinity=False),
+        ),
+        max_size=4,
+    )
+)
+def test_a_rendered_fact_is_one_line_of_printable_text(values):
+    """Output lines are ``CID<TAB>fact``: a string holding a tab, a carriage return, an
+    escape or a Unicode line separator used to be printed raw, so the line could not be
+    cut at its tab or read back with ``put -f``. Every such character is escaped, by
+    :func:`format_value` and by the one-call rendering of ``put`` (``args_texts``)."""
+    from merklog.store.values import args_texts
+
+    rendered = ", ".join(format_value(v) for v in values)
+    fast = args_texts([values])
+    texts = [rendered] if fast is None else [rendered, fast[0]]
+    for text in texts:
+        assert text.splitlines() == ([text] if text else [])
+        assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text), text
+        (fact,) = parse_program(f"v({text}).\n").facts
+        assert [(type(a), a) for a in fact.args] == [(type(v), v) for v in values]
+
+
+@pytest.mark.parametrize("char", ["\t", "\r", "\0", "\x1b", "\x7f", "\x85", "\u2028", "\u2029", "\x0b"])
+def test_every_control_and_line_break_is_escaped(char: str) -> None:
+    text = format_value(f"a{char}b")
+    assert char not in text and parse_literal_value(text) == f"a{char}b"
+
+
 @pytest.mark.parametrize(
     "term, col",
     [
