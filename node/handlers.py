@@ -270,6 +270,10 @@ def _facts_field(body: dict[str, Any], name: str) -> list:
     )
 
 
+#: The fields of a ``POST /v1/facts`` body.
+_WRITE_FIELDS = frozenset(("assert", "retract"))
+
+
 def decode_write_body(raw: bytes) -> tuple[list, list, list]:
     """The checked facts of a ``POST /v1/facts`` body and the asserts' blocks:
     ``(asserts, retracts, encode_facts(asserts))``, computed from the body alone (the
@@ -278,6 +282,12 @@ def decode_write_body(raw: bytes) -> tuple[list, list, list]:
     (none of them form cycles)."""
     with gc_paused():
         body = json_object(raw)
+        unknown = sorted(set(body) - _WRITE_FIELDS)
+        if unknown:  # a misspelt "assert" must not answer 200 having written nothing
+            raise NodeInputError(
+                f"unknown field {', '.join(map(repr, unknown))}: a write body has"
+                ' "assert" and/or "retract"'
+            )
         add = _facts_field(body, "assert")
         return add, _facts_field(body, "retract"), encode_facts(add)
 

@@ -15,7 +15,14 @@ import binascii
 from itertools import chain
 from typing import Any
 
-from merklog.store import Fact, InvalidValue, Link, check_facts, make_fact
+from merklog.store import (
+    Fact,
+    InvalidValue,
+    Link,
+    check_facts,
+    check_writable_relation,
+    make_fact,
+)
 
 from .errors import NodeInputError
 
@@ -56,14 +63,17 @@ def value_from_json(obj: Any, where: str = "value") -> Any:
 
 def fact_from_json(obj: Any, where: str = "fact") -> Fact:
     """``{"rel": "edge", "args": [1, 2]}`` → ``edge(1, 2)`` with typed values."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("rel"), str):
+    if not isinstance(obj, dict) or not isinstance(obj.get("rel"), str) or "args" not in obj:
         raise NodeInputError(f'{where}: expected {{"rel": "<name>", "args": [...]}}')
-    args = obj.get("args", [])
+    if len(obj) != 2:
+        extra = ", ".join(sorted(repr(k) for k in obj if k not in ("rel", "args")))
+        raise NodeInputError(f'{where}: unknown key {extra} (a fact has "rel" and "args")')
+    args = obj["args"]
     if not isinstance(args, list):
         raise NodeInputError(f'{where}: "args" must be a list')
     values = [value_from_json(a, f"{where} argument {i}") for i, a in enumerate(args)]
     try:
-        return make_fact(obj["rel"], values)
+        return make_fact(check_writable_relation(obj["rel"]), values)
     except InvalidValue as exc:
         raise NodeInputError(f"{where}: {exc}") from None
 
@@ -74,7 +84,6 @@ def fact_to_json(fact: Fact) -> dict[str, Any]:
 
 
 _PLAIN = frozenset((int, float, str, bool))
-_NO_ARGS: list = []
 
 
 def facts_from_json(items: list, where: str = "assert") -> list[Fact]:
@@ -84,12 +93,14 @@ def facts_from_json(items: list, where: str = "assert") -> list[Fact]:
     is checked column-wise (:func:`merklog.store.check_facts`) instead of one call chain
     per value; anything else, or any error, takes the per-item path, so every message
     names its item exactly as before."""
-    if set(map(type, items)) == {dict}:
+    if set(map(type, items)) == {dict} and set(map(len, items)) == {2}:
         rels = [item.get("rel") for item in items]
-        arg_lists = [item.get("args", _NO_ARGS) for item in items]
-        if set(map(type, rels)) == {str} and set(map(type, arg_lists)) <= {list}:
+        arg_lists = [item.get("args") for item in items]
+        if set(map(type, rels)) == {str} and set(map(type, arg_lists)) == {list}:
             if set(map(type, chain.from_iterable(arg_lists))) <= _PLAIN:
                 try:
+                    for rel in set(rels):
+                        check_writable_relation(rel)
                     return check_facts(
                         [Fact(rel, tuple(args)) for rel, args in zip(rels, arg_lists, strict=True)]
                     )

@@ -13,10 +13,19 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from merklog.replication.blocks import Assert, Retract
-from merklog.store import Fact, Link, check_facts, encode_facts, make_fact
+from merklog.store import (
+    Fact,
+    InvalidValue,
+    Link,
+    check_facts,
+    check_writable_relation,
+    encode_facts,
+    make_fact,
+)
 from merklog.store.codec import fact_texts
 from merklog.store.gcpause import gc_paused
 
@@ -52,6 +61,9 @@ class WriteResult:
         }
 
 
+_rel_of = itemgetter(0)
+
+
 def _answer(pairs: list[tuple[Link, Fact]], full: bool) -> list:
     """The CIDs of ``pairs`` as text, or ``{"cid", "fact"}`` per pair when ``full``,
     each rendered in bulk (a 200k-fact write answers 200k of them, ADR 0153)."""
@@ -76,20 +88,32 @@ def not_visible(replica: Any, facts: list[tuple[Link, Fact]]) -> list[tuple[Link
 
 
 def coerce_facts(facts: Iterable[FactLike]) -> list[Fact]:
-    """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text."""
+    """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text, each with a
+    relation name Datalog can write (:func:`~merklog.store.check_writable_relation`)."""
     items = facts if isinstance(facts, list) else list(facts)
     if items and set(map(type, items)) == {Fact}:  # bulk: one column-wise check
-        return check_facts(items)
+        return checked_relations(check_facts(items))
     out: list[Fact] = []
     for item in items:
         if isinstance(item, Fact):
             out.append(make_fact(item.rel, item.args))
         elif isinstance(item, str):
             out.extend(queries.parse_facts(item))
-        else:
+        elif isinstance(item, tuple | list) and len(item) == 2:
             rel, args = item
             out.append(make_fact(rel, args))
-    return out
+        else:
+            raise InvalidValue(
+                f"{item!r:.80} is not a fact: give a Fact, a (rel, args) pair or Datalog text"
+            )
+    return checked_relations(out)
+
+
+def checked_relations(facts: list[Fact]) -> list[Fact]:
+    """``facts``, once every relation they name is one a new fact may have."""
+    for rel in set(map(_rel_of, facts)):
+        check_writable_relation(rel)
+    return facts
 
 
 def check_declared(engine: Any, facts: list[Fact]) -> None:

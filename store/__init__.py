@@ -32,7 +32,7 @@ from .errors import (
 )
 from .link import Link
 from .sqlite import SQLiteBlockStore
-from .values import Value, check_value, format_value
+from .values import Value, check_value, check_writable_relation, format_value
 
 __all__ = [
     "BlockNotFound",
@@ -51,6 +51,7 @@ __all__ = [
     "Value",
     "check_facts",
     "check_value",
+    "check_writable_relation",
     "decode",
     "decode_fact",
     "encode",

@@ -69,6 +69,24 @@ def check_relation(name: object) -> str:
     return name
 
 
+#: A relation name Datalog text can write (the lexer's name token): a lowercase ASCII
+#: letter, then ASCII letters, digits and ``_``.
+_WRITABLE_RELATION = re.compile(r"[a-z][A-Za-z0-9_]*")
+
+
+def check_writable_relation(name: str) -> str:
+    """A relation name a new fact may have: one the language can name, so that every
+    fact written can be queried and retracted in Datalog text. Stricter than
+    :func:`check_relation`, which decoding keeps, so that facts an earlier version let
+    through (``Up``, ``é``) stay readable and keep syncing."""
+    if _WRITABLE_RELATION.fullmatch(name) is None:
+        raise InvalidValue(
+            f"relation name {name!r} cannot be written in Datalog: it must start with a"
+            " lowercase ASCII letter, then ASCII letters, digits or _"
+        )
+    return name
+
+
 def check_args(args: object, where: str = "fact") -> tuple[Value, ...]:
     """Validate a fact's argument list (tuple or list of values)."""
     if not isinstance(args, tuple | list):

@@ -44,7 +44,9 @@ def register(cli: click.Group) -> None:
         with target(state) as t, _blocks_bar("export") as progress:
             n = t.export_car(file, progress)
         to_stdout = str(file) == "-"
-        click.echo(f"exported {n} blocks to {'standard output' if to_stdout else file}", err=to_stdout)
+        click.echo(
+            f"exported {n} blocks to {'standard output' if to_stdout else file}", err=to_stdout
+        )
 
     @cli.command("import")
     @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))

@@ -260,7 +260,9 @@ def test_a_rendered_fact_is_one_line_of_printable_text(values):
         assert [(type(a), a) for a in fact.args] == [(type(v), v) for v in values]
 
 
-@pytest.mark.parametrize("char", ["\t", "\r", "\0", "\x1b", "\x7f", "\x85", "\u2028", "\u2029", "\x0b"])
+@pytest.mark.parametrize(
+    "char", ["\t", "\r", "\0", "\x1b", "\x7f", "\x85", "\u2028", "\u2029", "\x0b"]
+)
 def test_every_control_and_line_break_is_escaped(char: str) -> None:
     text = format_value(f"a{char}b")
     assert char not in text and parse_literal_value(text) == f"a{char}b"

@@ -144,11 +144,31 @@ def test_json_fact_form_over_http_keeps_types(home: Path, node_factory) -> None:
         [{"rel": "v", "args": [2**63]}],
         [{"rel": "v"}, 5],
         {"rel": "v", "args": [1]},
+        [{"rel": "v"}],  # no "args": not v()
+        [{"rel": "v", "args": [7], "arg": [8]}],  # a misspelt key
+        [{"rel": "V", "args": [7]}],  # names no query or retract could write
+        [{"rel": "é", "args": [7]}],
     ):
         status, err = node.request("POST", "/v1/facts", {"assert": bad})
         assert status == 400 and err["error"] == "bad input", (bad, err)
+    # A misspelt field wrote nothing and said 200.
+    status, err = node.request("POST", "/v1/facts", {"asert": "v(7)."})
+    assert status == 400 and "unknown field 'asert'" in err["detail"], err
     _, facts = node.request("GET", "/v1/facts?rel=v")
     assert len(facts["facts"]) == 5
+
+
+def test_python_api_writes_only_relation_names_datalog_can_write(tmp_path: Path) -> None:
+    with merklog.open(memory=True) as node:
+        for rel in ("Up", "P", "é"):
+            with pytest.raises(merklog.Error, match="cannot be written in Datalog"):
+                node.assert_(rel, 1)
+            with pytest.raises(merklog.Error, match="cannot be written in Datalog"):
+                node.write(asserts=[(rel, (1,))])
+        with pytest.raises(merklog.Error, match="is not a fact"):
+            node.write(asserts=[("p",)])
+        node.assert_("up_Down2", 1)
+        assert node.query("up_Down2(X)").rows == [(1,)]
 
 
 def test_the_documented_app_runs_and_prints_what_the_doc_says(tmp_path: Path) -> None:

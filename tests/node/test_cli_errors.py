@@ -91,7 +91,9 @@ def test_a_fact_over_the_limit_is_bad_input_through_a_running_node_too(
     try:
         big = tmp_path / "big.dl"
         big.write_text(f'blob("{"x" * 1_048_570}").\n')  # 1,048,577 bytes encoded
-        assert_fails(merklog(ready, "put", "-f", str(big)), ExitCode.BAD_INPUT, "1048576-byte limit")
+        assert_fails(
+            merklog(ready, "put", "-f", str(big)), ExitCode.BAD_INPUT, "1048576-byte limit"
+        )
         token = tomllib.loads((ready / "config.toml").read_text())["api"]["token"]
         body = json.dumps({"assert": [{"rel": "blob", "args": ["x" * 1_048_570]}]}).encode()
         request = urllib.request.Request(

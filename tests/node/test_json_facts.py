@@ -19,10 +19,23 @@ json_value = st.one_of(
 )
 item = st.one_of(
     st.fixed_dictionaries(
-        {"rel": st.sampled_from(["p", "edge", "Bad name", ""]), "args": st.lists(json_value)}
+        {
+            "rel": st.sampled_from(["p", "edge", "Bad name", "", "Up", "é", "_x", "pQ_1"]),
+            "args": st.lists(json_value),
+        }
     ),
-    st.fixed_dictionaries({"rel": st.just("p")}),  # no args: p()
-    st.sampled_from([{"args": [1]}, {"rel": 1, "args": []}, {"rel": "p", "args": 1}, [], "p(1)"]),
+    st.fixed_dictionaries({"rel": st.just("p")}),  # no args: refused, not p()
+    st.sampled_from(
+        [
+            {"args": [1]},
+            {"rel": 1, "args": []},
+            {"rel": "p", "args": 1},
+            {"rel": "p", "args": [1], "arg": [2]},
+            {"rel": "p", "x": [1]},
+            [],
+            "p(1)",
+        ]
+    ),
 )
 
 
@@ -55,3 +68,18 @@ def test_bulk_json_facts_keep_types() -> None:
         (str, "'1'"),
         (float, "0.0"),
     ]
+
+
+def test_a_json_fact_names_a_relation_datalog_can_write_and_has_exactly_rel_and_args() -> None:
+    """``Up``, ``P`` or ``é`` were stored although no query or retract could name them;
+    a fact without ``args`` became ``p()`` and a misspelt key was ignored."""
+    import pytest
+
+    for rel in ("Up", "P", "é", "a-b", "_x", "1abc"):
+        with pytest.raises(NodeInputError, match="cannot be written in Datalog|identifier"):
+            facts_from_json([{"rel": rel, "args": [1]}])
+    with pytest.raises(NodeInputError, match=r"assert\[1\]: expected"):
+        facts_from_json([{"rel": "p", "args": []}, {"rel": "p"}])
+    with pytest.raises(NodeInputError, match="unknown key 'arg'"):
+        facts_from_json([{"rel": "p", "args": [1], "arg": [2]}])
+    assert [f.rel for f in facts_from_json([{"rel": "pQ_1", "args": []}])] == ["pQ_1"]
