@@ -61,6 +61,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: The smallest and largest value of numeric options (inclusive; None: no bound). Every
+#: other number must be at least 0: no option means anything below it.
+_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "node.port": (0, 65535),
+    "node.max_body": (1024, None),
+    "node.epoch_interval": (0.001, None),
+    "node.outbox_interval": (0.001, None),
+    "store.ipfs_timeout": (0.001, None),
+    "sync.timeout": (0.001, None),
+}
+
 #: Options whose value is a path relative to the home directory.
 _PATHS = {("store", "path"), ("node", "program"), ("node", "static_dir")}
 
@@ -97,6 +108,11 @@ def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> No
             raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
     elif not isinstance(value, str):
         value = str(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        low, high = _RANGES.get(key, (0, None))
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise ConfigError(f"{where}: {key} must be {bounds}, got {value!r}")
     cfg[section][name] = value
 
 

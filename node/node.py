@@ -135,15 +135,34 @@ class Node:
     # ------------------------------------------------------------------ lifecycle
     @classmethod
     def open(cls, home: str | Path, **overrides: Any) -> Node:
-        """Open (creating if needed) the node stored in ``home``; takes the home lock."""
+        """Open (creating if needed) the node stored in ``home``; takes the home lock.
+
+        Nothing is created when the options are bad or ``home`` is not a directory; a
+        home whose store is missing, empty, not SQLite or damaged raises
+        :class:`~.failures.StoreDamaged` (the CLI's exit 5 and message) and is not
+        written to: SQLite would otherwise make a new empty database in its place."""
+        import sqlite3
+
+        from .failures import StoreDamaged, classify
+        from .storecheck import precheck
+
         home = Path(home).expanduser()
+        settings = {k.replace("__", "."): v for k, v in overrides.items()}
+        Config.load(None, settings)  # a bad option fails before anything is created
+        if home.exists() and not home.is_dir():
+            raise NodeInputError(f"{home} is not a directory (a merklog home is one)")
         lock = HomeLock.acquire(home)
         try:
             cfg, _ = init_home(home) if not (home / "config.toml").exists() else (None, False)
-            cfg = Config.load(home, {k.replace("__", "."): v for k, v in overrides.items()})
+            cfg = Config.load(home, settings)
             if not cfg.get("dataset.id"):
                 cfg, _ = init_home(home)
-            return cls(cfg, lock)
+            precheck(cfg)
+            try:
+                return cls(cfg, lock)
+            except sqlite3.DatabaseError as exc:
+                code, message = classify(exc, home)
+                raise StoreDamaged(message, code) from None
         except BaseException:
             lock.release()
             raise

@@ -259,3 +259,40 @@ def test_python_api_on_a_joined_home_syncs_with_its_origin_before_the_first_writ
     assert url in message and f"await node.sync({url!r})" in message
     with merklog.open(d_home) as node:
         assert node.list_facts() == []
+
+
+def test_open_refuses_a_damaged_home_without_touching_it(tmp_path: Path) -> None:
+    """``merklog.open`` on a home whose store was emptied wrote a fresh schema into it
+    and raised ``genesis block … is not known``, after which the CLI could no longer
+    say what was wrong; a truncated store raised a raw ``sqlite3.DatabaseError``, a
+    path that is a file a raw ``FileExistsError``, and a bad option left a whole home
+    behind. Each is now a ``merklog.Error`` and changes nothing on disk."""
+    good = tmp_path / "good"
+    with merklog.open(good) as node:
+        node.assert_("v", 1)
+    store = (good / "store.sqlite").read_bytes()
+
+    empty = tmp_path / "empty"
+    Cli(empty)("init")
+    (empty / "store.sqlite").write_bytes(b"")
+    with pytest.raises(merklog.Error, match="is empty"):
+        merklog.open(empty)
+    assert (empty / "store.sqlite").stat().st_size == 0
+    assert Cli(empty)("status", ok=False).exit_code == 5
+
+    truncated = tmp_path / "truncated"
+    Cli(truncated)("init")
+    Cli(truncated)("put", "v(1).")
+    (truncated / "store.sqlite").write_bytes(store[:5000])
+    with pytest.raises(merklog.Error, match="damaged or not a merklog store"):
+        merklog.open(truncated)
+    assert (truncated / "store.sqlite").read_bytes() == store[:5000]
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    with pytest.raises(merklog.Error, match="not a directory"):
+        merklog.open(a_file)
+
+    with pytest.raises(merklog.Error, match="node.port"):
+        merklog.open(tmp_path / "new", settings={"node.port": "x"})
+    assert not (tmp_path / "new").exists()

@@ -275,3 +275,18 @@ def test_large_put_file_goes_through_a_running_node_in_chunks(
     out = run("put", "-f", str(f)).output
     assert len(out.splitlines()) == 3000 and "Error" not in out
     assert len(run("ls", "row").output.splitlines()) == 3000
+
+
+@pytest.mark.parametrize(
+    "option", ["node.port=99999", "node.port=-1", "node.max_body=0", "sync.interval=-5"]
+)
+def test_an_option_out_of_range_is_refused_before_anything_is_created(
+    run, home: Path, option: str
+) -> None:
+    """``init --port 99999`` made a home whose node then died at start-up with an
+    internal error (``OverflowError: bind(): port must be 0-65535``)."""
+    refused = run("--set", option, "init", ok=False)
+    assert refused.exit_code == 2 and "must be" in refused.output, refused.output
+    assert not home.exists()
+    run("init")
+    assert run("--set", option, "status", ok=False).exit_code == 2
