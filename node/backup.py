@@ -37,10 +37,11 @@ def read_genesis(car: Path) -> tuple[Link, bytes]:
     """The dataset genesis block of an exported CAR (its first ``kind: dataset`` block)."""
     from merklog.replication.blocks import parse_genesis
     from merklog.store import decode
-    from merklog.store.car import read_car
+
+    from .carfiles import read_input_car
 
     with open(car, "rb") as src:
-        _roots, blocks = read_car(src)
+        _roots, blocks = read_input_car(src, car)
         for cid, data in blocks:
             obj = decode(data)
             if isinstance(obj, dict) and obj.get("kind") == "dataset":

@@ -10,13 +10,16 @@ here and :mod:`.backup` can restore without an import cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
-from merklog.store import Link
+from merklog.store import CIDMismatch, InvalidBlock, Link
 
 from .files import output_file
+
+#: A block as a CAR holds it.
+Block = tuple[Link, bytes]
 
 
 class Owner(Protocol):
@@ -89,8 +92,6 @@ def import_car(
     node: Owner, path: str | Path, progress: Callable[[int], None] | None = None
 ) -> dict[str, int]:
     """Verify and apply the blocks of the CAR file at ``path`` (see :func:`import_blocks`)."""
-    from merklog.store.car import read_car
-
     def counted(blocks: Iterable[tuple[Link, bytes]]) -> Iterable[tuple[Link, bytes]]:
         for i, block in enumerate(blocks, 1):
             if progress is not None and i % 1000 == 0:
@@ -98,5 +99,25 @@ def import_car(
             yield block
 
     with open(path, "rb") as src:
-        _roots, blocks = read_car(src)
+        _roots, blocks = read_input_car(src, path)
         return import_blocks(node, counted(blocks))
+
+
+def read_input_car(src: BinaryIO, path: str | Path) -> tuple[list[Link], Iterator[Block]]:
+    """``read_car(src)`` of a CAR file the user gave (``path`` names it): a block that
+    does not hash to its CID is reported as that file's fault (``InvalidBlock``: bad
+    input, exit 2), not as damage to the home's store (``CIDMismatch``, exit 5)."""
+    from merklog.store.car import read_car
+
+    try:
+        roots, blocks = read_car(src)
+    except CIDMismatch as exc:
+        raise InvalidBlock(f"{path} is damaged: {exc}") from None
+    return roots, _verified(blocks, path)
+
+
+def _verified(blocks: Iterable[Block], path: str | Path) -> Iterator[Block]:
+    try:
+        yield from blocks
+    except CIDMismatch as exc:
+        raise InvalidBlock(f"{path} is damaged: {exc}") from None

@@ -10,6 +10,8 @@ import pytest
 
 from merklog.store import Link, fact_cid, make_fact
 
+from .conftest import Cli
+
 
 def _ls(run) -> list[str]:
     return run("ls").output.splitlines()
@@ -203,8 +205,13 @@ def test_export_import_round_trip_and_corrupt_car(run, tmp_path: Path) -> None:
     bad.write_bytes(bytes(data))
     before = _ls(run)
     result = run("import", str(bad), ok=False)
-    assert result.exit_code != 0 and "Error" in result.output
+    # The CAR's fault (bad input, exit 2), not the store's (exit 5 sent users to fsck).
+    assert result.exit_code == 2 and f"{bad} is damaged: CID mismatch" in result.output
     assert _ls(run) == before
+    fresh = Cli(tmp_path / "fresh")
+    restored = fresh("restore", str(bad), ok=False)
+    assert restored.exit_code == 2 and f"{bad} is damaged" in restored.output
+    assert not (tmp_path / "fresh").exists()
 
 
 def test_status_shows_dataset_heads_epoch(run, home: Path) -> None:
