@@ -9,11 +9,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from .cli import State
+from .failures import ExitCode, Failure
 from .target import Target, open_target
 
 T = TypeVar("T")
@@ -43,8 +44,9 @@ def facts_text(args: tuple[str, ...], file: Any) -> str:
     return text
 
 
-def fail(message: str) -> None:
-    raise click.ClickException(message)
+def fail(message: str, code: ExitCode = ExitCode.FAILED) -> NoReturn:
+    """Stop the command with ``message`` and exit status ``code`` (docs/operations.md)."""
+    raise Failure(message, code)
 
 
 def guard(fn: Callable[[], T]) -> T:

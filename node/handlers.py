@@ -24,6 +24,7 @@ from . import helperproc, queries, writeaccess
 from .bulkput import ReadyChunk
 from .errors import NodeInputError
 from .factpages import FACTS_PAGE_MAX, fact_refs
+from .failures import UnknownRelation
 from .helperproc import HelperError, Worker
 from .jsonvalues import facts_from_json, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
@@ -160,7 +161,9 @@ async def query(request: web.Request) -> web.Response:
     text = await _query_text(request)
     try:
         body = await asyncio.get_running_loop().run_in_executor(None, _answer_query, node, text)
-    except (NodeInputError, ValueError) as exc:  # syntax, unknown relation or arity
+    except UnknownRelation as exc:  # a relation or arity nothing has: not found, as the CLI's 3
+        raise ApiError(404, "unknown relation", str(exc)) from None
+    except (NodeInputError, ValueError) as exc:  # syntax, unsafe or unschedulable query
         raise ApiError(400, "bad query", str(exc)) from None
     return web.Response(text=body, content_type="application/json")
 

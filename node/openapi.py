@@ -23,6 +23,7 @@ BAD_INPUT = _err("Bad input; nothing was changed")
 UNAUTHORIZED = _err("Missing or wrong bearer token (or, on peer routes, peer signature)")
 FORBIDDEN = _err("Refused: this node's key may not do that (e.g. not a writer, not the owner)")
 NOT_FOUND = _err("No such block, dataset or route")
+UNKNOWN_RELATION = _err("The query names a relation (or arity) neither the data nor the program has")
 TOO_LARGE = _err("Request body larger than node.max_body")
 PEER_DOWN = _err("The peer could not be reached or refused the sync; nothing was changed here")
 
@@ -176,13 +177,13 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "Evaluate a query such as path(1, X) against the current epoch",
                 READ,
-                {"200": _json("QueryResult"), "400": BAD_INPUT},
+                {"200": _json("QueryResult"), "400": BAD_INPUT, "404": UNKNOWN_RELATION},
                 parameters=[_q("q", "Query: an atom or a comma-separated body")],
             ),
             "post": _op(
                 "Same as GET, query in a JSON body",
                 READ,
-                {"200": _json("QueryResult"), "400": BAD_INPUT},
+                {"200": _json("QueryResult"), "400": BAD_INPUT, "404": UNKNOWN_RELATION},
                 requestBody=_body("Query"),
             ),
         },

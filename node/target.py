@@ -18,7 +18,7 @@ from . import writeaccess
 from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config
 from .errors import NodeInputError
-from .failures import ExitCode, Failure, UnknownRelation, exit_code_for_status
+from .failures import ExitCode, Failure, exit_code_for_status
 from .runtime import HomeLock, read_runfile, remove_runfile
 from .storecheck import precheck
 
@@ -148,12 +148,7 @@ class RemoteTarget:
         )
 
     def query(self, q: str) -> dict[str, Any]:
-        try:
-            return self._do(self.client.query, q)
-        except TargetError as exc:  # the node answers 400; the CLI's status is "not found"
-            if "unknown relation" in str(exc):
-                raise UnknownRelation(str(exc)) from None
-            raise
+        return self._do(self.client.query, q)  # an unknown relation: 404, exit 3
 
     def facts(self, rel: str | None) -> list[dict[str, str]]:
         return self._do(self.client.facts, rel)["facts"]

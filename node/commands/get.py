@@ -23,7 +23,7 @@ def register(cli: click.Group) -> None:
         try:
             Link.parse(cid)
         except (ValueError, StoreError) as exc:
-            raise click.ClickException(f"not a CID: {cid!r} ({exc})") from None
+            raise Failure(f"not a CID: {cid!r} ({exc})", ExitCode.BAD_INPUT) from None
         with target(state) as t:
             try:
                 info = guard(lambda: t.block(cid))

@@ -20,7 +20,7 @@ def register(cli: click.Group) -> None:
     @click.option("--epoch-interval", type=float, default=None, help="Seconds between idle epochs.")
     @click.option(
         "--program",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
         default=None,
         help="Check this Datalog program and store it in the home before serving.",
     )

@@ -44,17 +44,21 @@ def register(cli: click.Group) -> None:
         """Add (or update) peer NAME at URL (http://HOST:PORT)."""
         from merklog.node.client import NodeAPIError, NodeClient
         from merklog.node.cliutil import fail, guard, target
+        from merklog.node.failures import ExitCode, exit_code_for_status
 
         if not name.replace("-", "").replace("_", "").isalnum():
-            fail(f"peer name {name!r} must be letters, digits, - or _")
+            fail(f"peer name {name!r} must be letters, digits, - or _", ExitCode.BAD_INPUT)
         if not url.startswith(("http://", "https://")):
-            fail(f"peer URL must start with http:// or https://, got {url!r}")
+            fail(f"peer URL must start with http:// or https://, got {url!r}", ExitCode.BAD_INPUT)
         cfg = _config(state)
         if key is None:
             try:
                 info = NodeClient(url, token or "", timeout=10).status()
             except NodeAPIError as exc:
-                fail(f"cannot ask {url} for its key ({exc}); pass --key HEX to add it offline")
+                fail(
+                    f"cannot ask {url} for its key ({exc}); pass --key HEX to add it offline",
+                    exit_code_for_status(exc.status),
+                )
             key = info["key"]
             if info.get("dataset") != cfg.get("dataset.id"):
                 fail(
@@ -66,7 +70,7 @@ def register(cli: click.Group) -> None:
             if len(raw_key) != 32:
                 raise ValueError("expected 32 bytes")
         except ValueError as exc:
-            fail(f"--key must be a 64-digit hex Ed25519 public key ({exc})")
+            fail(f"--key must be a 64-digit hex Ed25519 public key ({exc})", ExitCode.BAD_INPUT)
         if writer:
             with target(state) as t:
                 guard(lambda: t.grant(key))
@@ -88,10 +92,12 @@ def register(cli: click.Group) -> None:
     def remove(state: State, name: str) -> None:
         """Forget peer NAME."""
         from merklog.node.cliutil import fail
+        from merklog.node.failures import ExitCode
 
         cfg = _config(state)
         if name not in cfg.peers:
-            fail(f"unknown peer {name!r} (known: {', '.join(sorted(cfg.peers)) or 'none'})")
+            known = ", ".join(sorted(cfg.peers)) or "none"
+            fail(f"unknown peer {name!r} (known: {known})", ExitCode.NOT_FOUND)
         del cfg.peers[name]
         cfg.save()
         click.echo(f"removed peer {name}")

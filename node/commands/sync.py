@@ -17,6 +17,7 @@ def register(cli: click.Group) -> None:
         from rich.progress import FileSizeColumn, Progress, SpinnerColumn, TextColumn
 
         from merklog.node.cliutil import fail, guard, target
+        from merklog.node.failures import ExitCode
 
         if not peer.startswith(("http://", "https://")):
             from merklog.node.target import load_config
@@ -24,7 +25,8 @@ def register(cli: click.Group) -> None:
             cfg = guard(lambda: load_config(state.home, state.overrides))
             if peer not in cfg.peers:
                 fail(
-                    f"unknown peer {peer!r}: give http://HOST:PORT or add it with `merklog peers add`"
+                    f"unknown peer {peer!r}: give http://HOST:PORT or add it with `merklog peers add`",
+                    ExitCode.NOT_FOUND,
                 )
             peer = cfg.peers[peer]["url"]
         console = Console(stderr=True)

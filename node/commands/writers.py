@@ -10,6 +10,7 @@ from merklog.node.cli import State, pass_state
 def _key(state: State, key_or_peer: str) -> str:
     """A peer name from ``[peers]`` stands for its key; anything else must be a hex key."""
     from merklog.node.cliutil import fail, guard
+    from merklog.node.failures import ExitCode
     from merklog.node.target import load_config
 
     cfg = guard(lambda: load_config(state.home, state.overrides))
@@ -21,8 +22,10 @@ def _key(state: State, key_or_peer: str) -> str:
             return key_or_peer
     except ValueError:
         pass
-    fail(f"{key_or_peer!r} is neither a peer with a key in [peers] nor a 64-digit hex key")
-    raise AssertionError("unreachable")
+    fail(
+        f"{key_or_peer!r} is neither a peer with a key in [peers] nor a 64-digit hex key",
+        ExitCode.BAD_INPUT,
+    )
 
 
 def register(cli: click.Group) -> None:

@@ -67,15 +67,16 @@ def test_http_program_rejects_unchecked_program_with_400(home: Path, node_factor
         _, q = node.request("GET", "/v1/query?q=path(1,%20X)")
         assert q["rows"] == [[2], [3]]
         status, q = node.request("GET", "/v1/query?q=ok(X)")  # never defined: unknown
-        assert status == 400 and "unknown relation ok/1" in q["detail"]
+        assert status == 404 and "unknown relation ok/1" in q["detail"]
+        assert q["error"] == "unknown relation"  # not found, as the CLI's exit 3
     # Through the running node the CLI reports the same message and exits 2.
     bad = home.parent / "bad.dl"
     bad.write_text(BAD_PROGRAMS[0][0])
     result = run("load", str(bad), ok=False)
     assert result.exit_code == 2 and "2:6" in result.output
     _, metrics = node.request("GET", "/metrics")
-    # 4 refused programs and 3 queries of an unknown relation
-    assert "merklog_rejected_inputs_total 7.0" in metrics.decode()
+    # 4 refused programs (the 3 queries of an unknown relation were not found, not rejected)
+    assert "merklog_rejected_inputs_total 4.0" in metrics.decode()
 
 
 def test_load_program_raises_node_input_error(tmp_path: Path) -> None:
