@@ -37,7 +37,7 @@ import re
 from itertools import chain
 from math import isfinite
 
-from merklog.store import Fact, Link, Value
+from merklog.store import MAX_RELATION_CHARS, Fact, Link, Value
 from merklog.store.gcpause import gc_paused
 
 from .ast import Pos
@@ -56,8 +56,11 @@ _ARG = (
 # Possessive: a comment runs to the end of its line, never giving back what it holds
 # (with backtracking, ``% p(1).`` read as a blank ``%`` and then the fact ``p(1)``).
 _GAP = r"(?:[ \t\r\n\f]++|%[^\n]*+|//[^\n]*+)*+"
+# A relation name as the lexer reads it, up to its length limit: a longer one is left to
+# the parser, which names its position.
+_NAME = rf"[a-z][A-Za-z0-9_]{{0,{MAX_RELATION_CHARS - 1}}}"
 _FACT = re.compile(
-    rf"{_GAP}([a-z][A-Za-z0-9_]*)[ \t]*\([ \t]*"
+    rf"{_GAP}({_NAME})[ \t]*\([ \t]*"
     rf"((?:(?:{_ARG})[ \t]*,[ \t]*)*(?:{_ARG}))?[ \t]*\)[ \t]*\.(?![.a-z])"
 )
 _END = re.compile(rf"{_GAP}\Z")
@@ -65,7 +68,7 @@ _ARGS = re.compile(_ARG)
 _NOSRC = Source("")
 
 # Tier 1: one fact per line, nothing else on it; the argument list goes to ``json.loads``.
-_LINE_BODY = r"[ \t]*([a-z][A-Za-z0-9_]*)[ \t]*\((.*)\)[ \t]*\.[ \t]*\r?"
+_LINE_BODY = rf"[ \t]*({_NAME})[ \t]*\((.*)\)[ \t]*\.[ \t]*\r?"
 _LINES = re.compile(rf"^{_LINE_BODY}$", re.MULTILINE)
 _ONE_LINE = re.compile(_LINE_BODY)
 _JSON_VALUE_TYPES = frozenset((int, float, str, bool))

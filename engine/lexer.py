@@ -22,7 +22,7 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from merklog.store import Link
+from merklog.store import MAX_RELATION_CHARS, Link
 
 from .errors import ParseError
 
@@ -149,6 +149,12 @@ def tokenize(text: str, src: Source | None = None) -> list[Token]:
         value = m.group(kind)
         start = m.start(kind)
         if kind == "name":
+            if len(value) > MAX_RELATION_CHARS:  # no fact of it could be written
+                raise src.error(
+                    start,
+                    f"a name of {len(value)} characters, over the {MAX_RELATION_CHARS}-character"
+                    " limit (MAX_RELATION_CHARS)",
+                )
             append(Token("NAME", value, start))
             last = "NAME"
             continue

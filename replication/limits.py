@@ -10,6 +10,8 @@ what                        writer produces at most     receiver accepts at most
 ==========================  ==========================  ==============================
 fact block (encoded)        ``MAX_FACT_BYTES`` (refused  ``RECEIVE_MAX_SECTION`` (CAR
                             at ``put`` with TooLarge)    section, CID included)
+relation name of a fact     ``MAX_RELATION_CHARS``       the fact block's limit (read
+                            (refused with TooLarge)      without padding, node/factscan)
 delta block (encoded)       ``WRITE_MAX_DELTA_BYTES``    ``MAX_DELTA_BYTES``
 ops per delta               ``MAX_OPS``                  ``MAX_OPS``
 observed CIDs per retract   ``WRITE_MAX_OBSERVED``       ``RECEIVE_MAX_OBSERVED``

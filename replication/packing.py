@@ -13,7 +13,7 @@ from itertools import accumulate
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from merklog.store import Link, encode_facts
+from merklog.store import MAX_RELATION_CHARS, Link, encode_facts
 
 from .blocks import Assert, Grant, Op, Retract, Revoke
 from .errors import TooLarge
@@ -77,6 +77,13 @@ def plan_ops(
     else:
         it = iter(encoded)
         blocks = [next(it) if k in _FACT_OPS else None for k in kinds]
+    asserted_rels = {op.fact.rel for op, k in zip(ops, kinds, strict=True) if k is Assert}
+    if asserted_rels and max(map(len, asserted_rels)) > MAX_RELATION_CHARS:
+        rel = max(asserted_rels, key=len)
+        raise TooLarge(
+            f"relation name {rel[:40]}… has {len(rel)} characters, over the"
+            f" {MAX_RELATION_CHARS}-character limit for a new fact (MAX_RELATION_CHARS)"
+        )
     if encoded and max(map(len, map(_data_of, encoded))) > MAX_FACT_BYTES:
         for op, k, got in zip(ops, kinds, blocks, strict=True):
             if k is Assert and len(got[1]) > MAX_FACT_BYTES:

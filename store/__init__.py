@@ -32,9 +32,10 @@ from .errors import (
 )
 from .link import Link
 from .sqlite import SQLiteBlockStore
-from .values import Value, check_value, check_writable_relation, format_value
+from .values import MAX_RELATION_CHARS, Value, check_value, check_writable_relation, format_value
 
 __all__ = [
+    "MAX_RELATION_CHARS",
     "BlockNotFound",
     "BlockStore",
     "CIDMismatch",

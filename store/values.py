@@ -70,8 +70,10 @@ def check_relation(name: object) -> str:
 
 
 #: A relation name Datalog text can write (the lexer's name token): a lowercase ASCII
-#: letter, then ASCII letters, digits and ``_``.
+#: letter, then ASCII letters, digits and ``_``; at most :data:`MAX_RELATION_CHARS`.
 _WRITABLE_RELATION = re.compile(r"[a-z][A-Za-z0-9_]*")
+#: The longest relation name a new fact may have.
+MAX_RELATION_CHARS = 256
 
 
 def check_writable_relation(name: str) -> str:
@@ -81,8 +83,13 @@ def check_writable_relation(name: str) -> str:
     through (``Up``, ``é``) stay readable and keep syncing."""
     if _WRITABLE_RELATION.fullmatch(name) is None:
         raise InvalidValue(
-            f"relation name {name!r} cannot be written in Datalog: it must start with a"
+            f"relation name {name[:40]!r} cannot be written in Datalog: it must start with a"
             " lowercase ASCII letter, then ASCII letters, digits or _"
+        )
+    if len(name) > MAX_RELATION_CHARS:
+        raise InvalidValue(
+            f"relation name {name[:40]}… has {len(name)} characters, over the"
+            f" {MAX_RELATION_CHARS}-character limit (MAX_RELATION_CHARS)"
         )
     return name
 

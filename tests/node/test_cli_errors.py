@@ -112,6 +112,24 @@ def test_a_fact_over_the_limit_is_bad_input_through_a_running_node_too(
         node.stop()
 
 
+def test_a_relation_name_over_the_limit_anywhere_in_a_large_put_writes_nothing(
+    ready: Path, tmp_path: Path
+) -> None:
+    """A relation name of 100,000 characters was accepted and synced, and then no home
+    holding it could open (node/factscan padded every name to the longest). Names are
+    now at most MAX_RELATION_CHARS, checked as the input is read: a too-long name on
+    the last line of an input larger than one chunk is a LINE:COL error and nothing of
+    the input is written, not the chunks before it."""
+    from merklog.node.commands.put import LOCAL_CHUNK_FACTS
+
+    data = tmp_path / "facts.dl"
+    lines = [f"n({i}, {i}.0, \"{i}\")." for i in range(LOCAL_CHUNK_FACTS + 1000)]
+    data.write_text("\n".join([*lines, "r" + "x" * 99_999 + "(1).", ""]))
+    at = f"{len(lines) + 1}:1"
+    assert_fails(merklog(ready, "put", "-f", str(data)), ExitCode.BAD_INPUT, at, "256-character")
+    assert Cli(ready)("ls").output.count("\t") == 1  # edge(1, 2) only
+
+
 def test_deeply_nested_terms_exit_2_with_their_position(ready: Path, tmp_path: Path) -> None:
     """Terms nested thousands deep (a parenthesis or operator at a time): a LINE:COL
     syntax error and exit 2, where Python's stack used to overflow (an internal error,

@@ -90,3 +90,38 @@ def test_a_visible_fact_without_its_block_leaves_it_to_the_per_fact_read(node: N
     missing = Link.for_dag_cbor(b"\xa2crelanemptyeargs\x80").raw
     assert factscan.scan_visible(offer, sorted([*cids, missing])) is None
     assert factscan.scan_visible(offer, [*cids, b"\x01\x55\x00"]) is None  # another CID kind
+
+
+def test_relation_names_are_told_apart_without_padding_every_name_to_the_longest() -> None:
+    """A fact whose relation name ran to 100,000 bytes (earlier versions let a writer
+    make one, and it synced to every peer) made opening a home of 20,000 facts
+    allocate a 20,001 × 100,000 array (2 GB; 19 GB on a peer with 40,000 facts): no
+    peer could start. Long names are now read one at a time."""
+    import tracemalloc
+
+    names = [b"edge", b"n" + b"x" * 99_999, b"edge", b"p", b"n" + b"x" * 99_998 + b"y"]
+    names += [b"edge"] * 20_000 + [b"n" + b"x" * 99_999]
+    buf = np.frombuffer(b"".join(names), np.uint8)
+    lengths = np.array([len(n) for n in names], np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    tracemalloc.start()
+    try:
+        distinct, code = factscan._names(buf, starts, lengths)
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [distinct[i] for i in code.tolist()] == names
+    assert len(distinct) == len(set(names)) == 4
+    assert peak < 20 << 20, peak  # the padded array alone would be ~2 GB
+
+
+def test_a_relation_name_over_the_limit_is_refused_at_write(tmp_path: Path) -> None:
+    from merklog.store import MAX_RELATION_CHARS, Error
+
+    with Node.open(tmp_path / "h") as n:
+        n.write([("r" + "x" * (MAX_RELATION_CHARS - 1), (1,))])  # at the limit: fine
+        with pytest.raises(Error, match="256-character limit"):
+            n.write([("r" + "x" * MAX_RELATION_CHARS, (1,))])
+        with pytest.raises(Error, match="256-character limit"):
+            n.write(["r" + "x" * 100_000 + "(1)."])
+        assert n.status()["facts"] == 1
