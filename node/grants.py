@@ -23,8 +23,15 @@ def grant(replica: Any, key_hex: str) -> str | None:
 
 def revoke(replica: Any, key_hex: str) -> str | None:
     """Stop the Ed25519 public key ``key_hex`` from writing (owner only); the CID of the
-    revoke delta, or None when there was nothing to change."""
-    cid = replica.revoke(public_key(key_hex))
+    revoke delta, or None when there was nothing to change. The owner's own key is
+    refused: the owner is a writer whatever the deltas say, so such a delta would only
+    look as if it did something."""
+    key = public_key(key_hex)
+    if key == replica.genesis.owner:
+        raise NodeInputError(
+            "that is the dataset owner's key: the owner always writes and cannot be revoked"
+        )
+    cid = replica.revoke(key)
     return str(cid) if cid else None
 
 

@@ -40,3 +40,23 @@ def test_a_revoked_writer_is_told_it_was_revoked(tmp_path: Path, node_factory) -
     c("init", "--join", na.url, "--token", na.read_token)
     never = c("put", "x(2).", ok=False)
     assert never.exit_code == 7 and "revoked" not in never.output
+
+
+def test_the_owner_cannot_revoke_itself(tmp_path: Path, node_factory) -> None:
+    """Revoking the owner's key answered 200 with a revoke delta that changed nothing
+    (the owner always writes). It is refused, from the CLI and over HTTP, and no delta
+    is written."""
+    owner = Cli(tmp_path / "owner")
+    owner("init")
+    key = json.loads(owner("status", "--json").output)["key"]
+    heads = json.loads(owner("status", "--json").output)["heads"]
+    refused = owner("writers", "revoke", key, ok=False)
+    assert refused.exit_code == 2 and "owner" in refused.output
+    node = node_factory(owner.home).start()
+    try:
+        status, body = node.request("DELETE", f"/v1/writers/{key}")
+        assert status == 400 and "cannot be revoked" in body["detail"], body
+    finally:
+        node.stop()
+    assert json.loads(owner("status", "--json").output)["heads"] == heads
+    owner("put", "v(1).")
