@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import pkgutil
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -186,6 +187,13 @@ def run(args: list[str] | None = None) -> int:
     return 0
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    """SIGTERM (``kill``, a service manager) ends a one-shot command the way an error
+    does: cleanup runs (an export's temporary file is removed, an open transaction rolls
+    back) and the exit status is 128 + 15. ``node run`` installs its own handler."""
+    raise SystemExit(128 + signum)
+
+
 #: True in the console-script process (``main``), which ends when its command does;
 #: False when ``cli`` is invoked in-process (tests' CliRunner, embedding apps).
 ONE_SHOT = False
@@ -201,6 +209,8 @@ def main() -> None:
     asked for it (:func:`end_without_teardown`) then ends without interpreter teardown."""
     global ONE_SHOT
     ONE_SHOT = True
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         code = run()
     finally:
