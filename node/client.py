@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -72,6 +73,14 @@ class NodeClient:
                 message = str(exc)
             raise NodeAPIError(exc.code, message) from None
         except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            if method != "GET" and not isinstance(reason, ConnectionRefusedError | socket.gaierror):
+                # Sent, then no answer (a timeout, a reset): the node may have applied it.
+                raise NodeAPIError(
+                    0,
+                    f"no answer from node at {self.url} ({reason}): the request was sent and"
+                    " may have been applied; check (`merklog status`, `query`) before repeating",
+                ) from None
             raise NodeAPIError(0, f"cannot reach node at {self.url}: {exc}") from None
 
     def write(self, asserts: str = "", retracts: str = "", answer: str = "full") -> dict[str, Any]:

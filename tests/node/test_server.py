@@ -248,3 +248,30 @@ def test_write_answer_cids_lists_the_full_answers_cids(home: Path, node_factory)
     out = run("put", "u(2).", 'u("2").', "u(2.0).").output.splitlines()
     _, again = node.request("POST", "/v1/facts", {"assert": 'u(2). u("2"). u(2.0).'})
     assert out == [f"{item['cid']}\t{item['fact']}" for item in again["asserted"]]
+
+
+def test_a_write_sent_without_an_answer_says_it_may_have_been_applied() -> None:
+    """A write to a node that took it and then stopped answering (SIGSTOP, a timeout)
+    said only "cannot reach node", although the write was applied when the node went
+    on. A request that was sent says it may have been applied; one that could not
+    connect, or a read, still says the node could not be reached."""
+    import socket
+
+    from merklog.node.client import NodeAPIError, NodeClient
+
+    with socket.socket() as silent:  # accepts connections (backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        client = NodeClient(url, "token", timeout=0.5)
+        with pytest.raises(NodeAPIError, match="may have been applied") as sent:
+            client.write("v(1).")
+        assert sent.value.status == 0
+        with pytest.raises(NodeAPIError, match="cannot reach node"):
+            client.status()
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(NodeAPIError, match="cannot reach node") as refused:
+        NodeClient(f"http://127.0.0.1:{port}", "token", timeout=0.5).write("v(1).")
+    assert "may have been" not in str(refused.value)
