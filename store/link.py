@@ -100,7 +100,11 @@ class Link:
 
     @classmethod
     def parse(cls, text: str) -> Link:
-        """Parse a base32 (``b…``) CIDv1 string, or any multibase a CID accepts."""
+        """Parse a base32 (``b…``) CIDv1 string, or any multibase a CID accepts.
+
+        A base32 string must be the one way to write its CID (lowercase, unused trailing
+        bits zero): ``…wwz`` read as the CID written ``…wwy``, so one block answered to
+        two names, and a not-found message echoed a CID other than the one typed."""
         if not isinstance(text, str):
             raise InvalidValue(f"expected a CID string, got {type(text).__name__}")
         if text.startswith("b") and text.isalnum():
@@ -109,7 +113,10 @@ class Link:
                 raw = base64.b32decode(body + "=" * (-len(body) % 8))
             except ValueError as exc:
                 raise InvalidValue(f"not a base32 CID: {text!r}") from exc
-            return cls(raw)
+            link = cls(raw)
+            if str(link) != text:
+                raise InvalidValue(f"not a canonical base32 CID: {text!r} (written {link})")
+            return link
         from multiformats import CID
 
         try:
