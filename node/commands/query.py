@@ -94,14 +94,18 @@ def _widths(columns: list[str], cells: list[list[str]]) -> list[int]:
 def register(cli: click.Group) -> None:
     @cli.command("query")
     @click.argument("query")
-    @click.option("--json", "fmt", flag_value="json", help="One JSON object {columns, rows}.")
-    @click.option("--csv", "fmt", flag_value="csv", help="CSV with a header row.")
+    @click.option("--json", "as_json", is_flag=True, help="One JSON object {columns, rows}.")
+    @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
     @pass_state
-    def query(state: State, query: str, fmt: str | None) -> None:
+    def query(state: State, query: str, as_json: bool, as_csv: bool) -> None:
         """Evaluate QUERY (an atom or comma-separated body) over the current epoch."""
         from rich.console import Console
 
         from merklog.node.cliutil import guard, target
+
+        if as_json and as_csv:  # the last flag used to win silently
+            raise click.UsageError("--json and --csv are two output formats: give one")
+        fmt = "json" if as_json else "csv" if as_csv else None
 
         with target(state) as t:
             result = guard(lambda: t.query(query))

@@ -141,6 +141,8 @@ def test_query_table_json_csv(run) -> None:
     assert data == {"columns": ["X"], "rows": [[2], [4]]}
     csv = run("query", "--csv", "edge(X, Y)").output.splitlines()
     assert csv == ["X,Y", "1,2", "1,4", "2,3"]
+    both = run("query", "--json", "--csv", "edge(X, Y)", ok=False)  # the last one won
+    assert both.exit_code == 2 and "give one" in both.output
 
 
 def test_bad_datalog_is_rejected_with_position_and_nothing_changes(run, home: Path) -> None:
