@@ -431,9 +431,7 @@ async def sync_now(request: web.Request) -> web.Response:
     url = body.get("url")
     if not isinstance(url, str) or not url.strip():
         raise NodeInputError('"url" must be a peer name or an http(s) URL')
-    url = node.resolve_peer(url.strip())
-    if not url.startswith(("http://", "https://")):
-        raise NodeInputError(f"{body['url']!r} is neither a peer in [peers] nor an http(s) URL")
+    url = node.peer_url(url)
     if NDJSON in request.headers.get("Accept", ""):
         return await _sync_streamed(request, node, url)
     try:

@@ -390,13 +390,18 @@ class Node:
         in ``merklog_sync_failures_total``; logged at WARNING when it starts failing on a
         running node, whose operator reads its log; a one-shot caller such as the CLI's
         ``sync`` on a stopped home reports the error itself, so there it is only DEBUG)
-        and changes nothing here.
+        and changes nothing here. ``url`` may also name a peer of ``[peers]``; anything
+        else is a :class:`NodeInputError`.
         """
-        return await peersync.sync_node(self, url, progress)
+        return await peersync.sync_node(self, self.peer_url(url), progress)
 
-    def resolve_peer(self, name_or_url: str) -> str:
-        """A configured peer's URL by name, or the URL itself."""
-        return peersync.resolve_peer(self.config, name_or_url)
+    def peer_url(self, name_or_url: str) -> str:
+        """A configured peer's URL by name, or the http(s) URL itself (NodeInputError if
+        ``name_or_url`` is neither)."""
+        url = peersync.resolve_peer(self.config, name_or_url.strip())
+        if not url.startswith(("http://", "https://")):
+            raise NodeInputError(f"{name_or_url!r} is neither a peer in [peers] nor an http(s) URL")
+        return url
 
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
         """Visible stored facts (optionally of one relation: read through its index) with

@@ -94,7 +94,7 @@ class LocalTarget:
     def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
         import asyncio  # a home opened here; a command through a node never needs it
 
-        return asyncio.run(self.node.sync(self.node.resolve_peer(url), progress))
+        return asyncio.run(self.node.sync(url, progress))
 
     def grant(self, key: str) -> Any:
         return self.node.grant(key)

@@ -296,3 +296,12 @@ def test_open_refuses_a_damaged_home_without_touching_it(tmp_path: Path) -> None
     with pytest.raises(merklog.Error, match="node.port"):
         merklog.open(tmp_path / "new", settings={"node.port": "x"})
     assert not (tmp_path / "new").exists()
+
+
+def test_sync_with_something_that_is_not_a_peer_says_so() -> None:
+    """``await node.sync("notaurl")`` said ``peer :// failed mid-request``."""
+    import asyncio
+
+    with merklog.open(memory=True) as node:
+        with pytest.raises(merklog.Error, match="'notaurl' is neither a peer"):
+            asyncio.run(node.sync("notaurl"))
