@@ -87,7 +87,7 @@ def register(cli: click.Group) -> None:
             fail(f"{program}:{err}")
             return
         if not facts_dir.is_dir():
-            fail(f"facts directory {facts_dir} does not exist")
+            fail(f"error: facts directory {facts_dir} does not exist")
         unknown = [rel for rel in only if rel not in prog.arities]
         if unknown:
             fail(f"error: --output {unknown[0]}: the program has no relation {unknown[0]}")

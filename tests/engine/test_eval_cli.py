@@ -467,3 +467,11 @@ def test_commands_load_numpy_with_one_blas_thread_unless_told(tmp_path: Path) ->
     )
     assert told.stdout.split() == ["2"]
     assert lines(tmp_path / "o" / "q.csv") == ["1"]
+
+
+def test_a_missing_facts_directory_is_an_error_line_like_the_others(tmp_path: Path) -> None:
+    program = tmp_path / "p.dl"
+    program.write_text("q(X) :- p(X).\n")
+    done = run_eval(str(program), "--facts", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"error: facts directory {tmp_path / 'nope'} does not exist"
