@@ -60,16 +60,25 @@ def require_writer(node: Any) -> None:
         )
     origin = origin_url(node.config)
     synced = origin is not None and bool(node.replica.peer_heads(origin.rstrip("/")))
+    failed = _last_sync_error(node, origin) if origin and not synced else None
     hint = (
         f"; it synced with {origin}, so the grant has not been made there yet"
         if synced
         else (f" and has not synced with {origin} yet" if origin else "")
-    )
+    ) + (f" (its last sync with it failed: {failed})" if failed else "")
     raise NotAWriter(
         f"this node cannot write yet: its key {key} is not a writer of dataset"
         f" {node.dataset}{hint}. Ask the dataset owner to grant it (on the owner's home:"
         f" `merklog peers add NAME URL --writer`), then `merklog sync` and write again."
     )
+
+
+def _last_sync_error(node: Any, url: str) -> str | None:
+    """Why the last sync with ``url`` failed, if it did (a grant made on the owner's
+    home does not arrive while the owner refuses this node's syncs, e.g. because it is
+    not in the owner's ``[peers]``)."""
+    state = node.peer_sync.get(url.rstrip("/"))
+    return state.last_error if state is not None else None
 
 
 def sync_before_first_write(node: Any, sync: Callable[[str], Any]) -> None:
@@ -85,8 +94,8 @@ def sync_before_first_write(node: Any, sync: Callable[[str], Any]) -> None:
         sync(origin)
     except PeerUnreachable as exc:
         raise _unreachable(origin, exc) from None
-    except Exception as exc:  # refused (not granted): require_writer's message says so
-        log.warning("sync with %s before the first write failed: %s", origin, exc)
+    except Exception as exc:  # refused (not granted): require_writer's message says why
+        log.info("sync with %s before the first write failed: %s", origin, exc)
 
 
 def _must_sync_first(node: Any) -> str | None:

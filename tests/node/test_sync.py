@@ -23,6 +23,11 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     c("init", "--join", na.url, "--token", na.read_token)
     refused = c("put", "edge(9, 9).", ok=False)
     assert refused.exit_code == 7 and "cannot write yet" in refused.output
+    # Why its sync found no grant, said on the error line itself (it was a WARNING only):
+    # A does not list C's key, so A refuses C's syncs.
+    assert "its last sync with it failed:" in refused.output
+    assert "is not allowed to sync" in refused.output
+    assert "WARNING" not in refused.output  # one line, the Error line
     assert "Traceback" not in refused.output
     assert _facts(a) == _facts(b) == ["edge(1, 2)", "edge(7, 8)"]
     # The running node's program state sees replicated facts too.
