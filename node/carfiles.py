@@ -98,9 +98,14 @@ def import_car(
                 progress(i)
             yield block
 
+    from merklog.replication.errors import WrongDataset
+
     with open(path, "rb") as src:
         _roots, blocks = read_input_car(src, path)
-        return import_blocks(node, counted(blocks))
+        try:
+            return import_blocks(node, counted(blocks))
+        except WrongDataset as exc:  # the file's fault: bad input, as through a node (400)
+            raise InvalidBlock(f"{path} holds another dataset: {exc}") from None
 
 
 def read_input_car(src: BinaryIO, path: str | Path) -> tuple[list[Link], Iterator[Block]]:

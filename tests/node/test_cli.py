@@ -210,6 +210,11 @@ def test_export_import_round_trip_and_corrupt_car(run, tmp_path: Path) -> None:
     # The CAR's fault (bad input, exit 2), not the store's (exit 5 sent users to fsck).
     assert result.exit_code == 2 and f"{bad} is damaged: CID mismatch" in result.output
     assert _ls(run) == before
+    other = Cli(tmp_path / "other")
+    other("init")
+    other("export", str(tmp_path / "other.car"))
+    foreign = run("import", str(tmp_path / "other.car"), ok=False)
+    assert foreign.exit_code == 2 and "holds another dataset" in foreign.output  # was 1
     fresh = Cli(tmp_path / "fresh")
     restored = fresh("restore", str(bad), ok=False)
     assert restored.exit_code == 2 and f"{bad} is damaged" in restored.output
