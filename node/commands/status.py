@@ -49,7 +49,9 @@ def _peer_table(peers: list[dict]) -> None:
     from rich.table import Table
 
     table = Table(show_edge=False)
-    for header in ("name", "url", "last attempt", "last success", "behind", "last error"):
+    # "last attempt" is when the last sync started, "last success" when the last good
+    # one ended: a long sync that worked shows a success later than its attempt.
+    for header in ("name", "url", "last started", "last success", "behind", "last error"):
         table.add_column(header, no_wrap=header != "last error")
     for p in peers:
         behind = p.get("deltas_behind")
