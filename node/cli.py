@@ -69,8 +69,12 @@ class Boundary(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
             raise
-        except KeyboardInterrupt:
-            raise click.Abort() from None
+        except KeyboardInterrupt:  # said as "Aborted!" before, with no word on what stays
+            raise click.ClickException(
+                "interrupted (Ctrl-C): what was written before it stays written (writes a"
+                " running node had received included); the same put or retract run again"
+                " adds nothing twice"
+            ) from None
         except Exception as exc:
             from .failures import classify
 

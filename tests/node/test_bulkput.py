@@ -147,6 +147,7 @@ def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(run: Cli, home: Path
     printed += rest.splitlines(keepends=True)
     assert proc.returncode == 1
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "interrupted (Ctrl-C): what was written before it stays written" in err, err
     assert [line.rstrip("\n").split("\t")[1] + "." for line in printed] == lines[: 2 * chunk]
     with _store(home) as conn:
         assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (2 * chunk,)
