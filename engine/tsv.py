@@ -441,6 +441,20 @@ def read_relation(
     return list(zip(*lists, strict=True))
 
 
+def row_line(path: Path, row: int) -> int:
+    """The 1-based line of the fact file ``path`` that holds its ``row``-th row (0-based;
+    empty lines hold none, as :func:`read_relation` reads them): where to point a user
+    at a row that a later check refuses."""
+    seen = -1
+    with open(path, "rb") as lines:
+        for number, line in enumerate(lines, 1):
+            if line.rstrip(b"\n").removesuffix(b"\r"):
+                seen += 1
+                if seen == row:
+                    return number
+    raise ValueError(f"{path} has no row {row}")
+
+
 def read_facts_dir(
     directory: Path,
     relations: Iterable[str] | None = None,
@@ -567,6 +581,7 @@ def write_relation(path: Path, relations: Any, rel: str, sort: bool = False) -> 
 
 
 __all__ = [
+    "row_line",
     "FLOAT_TEXT",
     "INT_TEXT",
     "FactRows",

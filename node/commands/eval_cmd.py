@@ -10,7 +10,9 @@ or fact file prints ``FILE:line:col: message`` on stderr, exits 1 and writes not
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -114,6 +116,7 @@ def register(cli: click.Group) -> None:
                 outputs = sorted(prog.idb)
             if only:
                 outputs = list(dict.fromkeys(only))
+            _check_declared(prog, facts_dir, facts, fail)
             relations = prog.evaluate(facts)
         except FactFileError as err:
             fail(f"{err.path}:{err}")
@@ -132,3 +135,22 @@ def register(cli: click.Group) -> None:
             fail(f"error: {err}")
             return
         click.echo(f"wrote {len(outputs)} relations to {out_dir}", err=True)
+
+
+def _check_declared(prog: Any, facts_dir: Path, facts: dict, fail: Callable[[str], None]) -> None:
+    """Refuse the first fact-file row that does not fit its relation's ``.decl``, named
+    as ``FILE:LINE:1`` (the program's own check, run later, knows no file or line)."""
+    from merklog.engine.errors import DeclarationError
+    from merklog.engine.tsv import row_line
+
+    schema = prog.checked.schema
+    for rel, rows in facts.items():
+        if rel not in schema.declarations or hasattr(rows, "ndim"):
+            continue  # undeclared, or an int64 matrix (only int columns): nothing to refuse
+        for i, row in enumerate(rows):
+            try:
+                schema.check_fact(rel, tuple(row))
+            except DeclarationError as err:
+                path = facts_dir / f"{rel}.facts"
+                fail(f"{path}:{row_line(path, i)}:1: {err}")
+                return

@@ -475,3 +475,18 @@ def test_a_missing_facts_directory_is_an_error_line_like_the_others(tmp_path: Pa
     done = run_eval(str(program), "--facts", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
     assert done.returncode == 1
     assert done.stderr.strip() == f"error: facts directory {tmp_path / 'nope'} does not exist"
+
+
+def test_a_fact_file_row_that_misfits_its_decl_is_named_by_file_and_line(tmp_path: Path) -> None:
+    """The message had no place in the file (``error: f("abc") does not fit…``)."""
+    program = tmp_path / "p.dl"
+    program.write_text(".decl f(x: int, y: str).\ng(X) :- f(X, _).\n")
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    (facts / "f.facts").write_text('1\ta\n\n2\tb\n3\t"c"\nabc\td\n')  # line 5 misfits
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"{facts / 'f.facts'}:5:1: f(\"abc\", \"d\") does not fit"), (
+        done.stderr
+    )
+    assert not (tmp_path / "o").exists()
