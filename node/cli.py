@@ -67,6 +67,11 @@ class Boundary(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # one line, not click's usage, hint and blank line
+            where = exc.ctx.command_path if exc.ctx is not None else "merklog"
+            failure = click.ClickException(f"{exc.format_message()} (see `{where} --help`)")
+            failure.exit_code = exc.exit_code
+            raise failure from None
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except KeyboardInterrupt:  # said as "Aborted!" before, with no word on what stays

@@ -288,3 +288,22 @@ def test_unknown_relation_through_a_running_node_exits_3(ready: Path, node_facto
     assert_fails(merklog(ready, "query", "edge(X)"), ExitCode.NOT_FOUND, "edge/2")
     line = assert_fails(merklog(ready, "retract", "edge(5, 5)."), ExitCode.NOT_FOUND)
     assert "not visible" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("query", "edge(X, Y)", "--json", "--csv"),
+        ("export", "/"),
+        ("get",),
+        ("querry", "edge(X, Y)"),
+        ("put", "--nope"),
+    ],
+)
+def test_a_usage_error_is_one_line(ready: Path, args: tuple[str, ...]) -> None:
+    """Click printed a usage error as four lines (usage, a hint, a blank line, the
+    error); it is one ``Error:`` line that names the command's ``--help``, exit 2."""
+    done = merklog(ready, *args)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("Error: ") and "--help`)" in done.stderr, done.stderr
