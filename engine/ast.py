@@ -208,6 +208,24 @@ class Rule:
     def inductive(self) -> bool:
         return self.time == "next"
 
+    @property
+    def computes_values(self) -> bool:
+        """Whether the rule can derive a value its inputs do not hold: arithmetic in its
+        head or body, or an aggregate. A recursion of rules that cannot only ever
+        derives tuples of values it was given, so it always reaches a fixpoint."""
+
+        def computed(term: object) -> bool:
+            return isinstance(term, BinOp | Neg)
+
+        if any(computed(a) for a in self.head.args):
+            return True
+        for lit in self.body:
+            if isinstance(lit, Aggregate):
+                return True
+            if isinstance(lit, Comparison) and (computed(lit.left) or computed(lit.right)):
+                return True
+        return False
+
     def __str__(self) -> str:
         suffix = {"now": "", "next": "@next", "async": "@async"}[self.time]
         head = str(self.head)

@@ -36,6 +36,7 @@ from merklog.store.gcpause import gc_paused
 from . import ast, planner
 from .arith import NoBinding, make_arith, make_compare, negate, sort_key, sum_values
 from .columnar import decode_columns, distinct_columns, try_columnar
+from .errors import MAX_FIXPOINT_ITERATIONS, IterationLimitError
 from .rows import RowSet, engine_rows
 from .values import row_from_engine, to_engine
 
@@ -749,11 +750,16 @@ class BatchEvaluator:
             if new:
                 delta.setdefault(rel, set()).update(new)
         recursive = [c for c in compiled if c.deltas]
+        bounded = any(c.rule.computes_values for c in recursive)
+        rounds = 0
         while delta:
             for rel, new in delta.items():
                 ctx.full[rel].add_new(new)
             if not recursive:
                 break
+            rounds += 1
+            if bounded and rounds > MAX_FIXPOINT_ITERATIONS:
+                raise IterationLimitError.after([c.rule.head.rel for c in recursive])
             ctx.delta.clear()
             ctx.delta.update((rel, Rel(new)) for rel, new in delta.items())
             fresh: dict[str, set[Row]] = {}

@@ -33,7 +33,7 @@ import numpy as np
 from merklog.store import Link
 
 from . import ast, planner
-from .errors import EngineError
+from .errors import MAX_FIXPOINT_ITERATIONS, EngineError, IterationLimitError
 from .values import Bool, Float, to_engine
 
 #: Strata whose input relations hold fewer tuples than this run tuple at a time
@@ -961,7 +961,12 @@ def try_columnar(
                 rel: _Dedup(Packer([lo] * a, [hi] * a), base[rel].cols if rel in base else None)
                 for rel, a in arities.items()
             }
+            rounds = 0
+            bounded = any(rule.computes_values for rule, *_ in recursive)
             while True:
+                rounds += 1
+                if bounded and rounds > MAX_FIXPOINT_ITERATIONS:
+                    raise IterationLimitError.after([rule.head.rel for rule, *_ in recursive])
                 new_delta: dict[str, ColRel] = {}
                 for rel, parts in pending.items():
                     fresh = dedup[rel].fresh(_concat(parts, arities[rel]), trusted is not None)

@@ -142,6 +142,35 @@ class AsyncHeadError(EngineError):
     default_hint = "write p(@Peer, ...)@async with Peer bound in the body"
 
 
+#: Rounds a recursive stratum whose rules compute values (arithmetic, aggregates:
+#: :attr:`~merklog.engine.ast.Rule.computes_values`) may take to reach its fixpoint in
+#: one evaluation. Such a recursion can keep making new values (``n(X + 1) :- n(X).``)
+#: and never reach one; every evaluator stops it here with :class:`IterationLimitError`
+#: instead of running (and growing) until the process is killed. A recursion of plain
+#: rules derives only tuples of values it was given and is never limited (a walk along
+#: a chain of millions of links takes as many rounds as it needs).
+MAX_FIXPOINT_ITERATIONS = 1_000_000
+
+
+class IterationLimitError(EngineError):
+    """A recursive stratum did not reach its fixpoint within
+    :data:`MAX_FIXPOINT_ITERATIONS` rounds: its rules keep deriving new values."""
+
+    code = "iteration_limit"
+    default_hint = (
+        "a recursive rule keeps deriving new values (e.g. n(X + 1) :- n(X)); bound it"
+        " with a condition such as X < 1000"
+    )
+
+    @classmethod
+    def after(cls, relations: Sequence[str] = ()) -> IterationLimitError:
+        names = ", ".join(sorted(set(relations)))
+        return cls(
+            f"the recursion{' deriving ' + names if names else ''} did not reach a fixpoint"
+            f" in {MAX_FIXPOINT_ITERATIONS:,} rounds (MAX_FIXPOINT_ITERATIONS)"
+        )
+
+
 class UnsupportedError(EngineError):
     """A construct of another dialect merklog does not implement; ``construct`` names it."""
 

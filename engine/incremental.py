@@ -77,7 +77,7 @@ from .dataflow import (
 )
 from .dataflow.columns import ColumnBatch
 from .dataflow.lazydelta import SignedRows
-from .errors import EngineError
+from .errors import MAX_FIXPOINT_ITERATIONS, EngineError
 from .io import Sink, Source
 from .rows import DeltaMap, EngineSet, RowSet, engine_rows
 from .stratify import Stratum, stratify
@@ -1008,6 +1008,9 @@ class _Compiler:
         for r in rules:
             self._prepare_helpers(r)
         child_node = self.root.child(label="stratum " + ",".join(members))
+        if any(r.computes_values for r in rules):  # may never reach a fixpoint
+            child_node.max_iterations = MAX_FIXPOINT_ITERATIONS
+            child_node.relations = tuple(members)
         child = child_node.child
         feedback = {m: child.feedback(label=f"{m}@iter") for m in members}
         scope = _Scope(self, child, dict(feedback))

@@ -27,6 +27,7 @@ from contextlib import nullcontext
 from itertools import repeat
 from typing import Any, Protocol
 
+from merklog.engine.errors import EngineError
 from merklog.engine.values import row_to_engine
 from merklog.replication.bulk import visible_count
 from merklog.store import Fact
@@ -215,7 +216,7 @@ class EpochDriver:
                 events: dict[str, set[tuple]] = {
                     rel: set(map(row_to_engine, rows)) for rel, rows in self._carry.items()
                 }
-                self._carry = {}
+                carried, self._carry = self._carry, {}
                 if node.config.get("node.tick"):
                     events.setdefault(TICK_REL, set()).add((epoch,))
                 messages = [(m.cid, m.fact) for m in node.inbox.pending()]
@@ -223,19 +224,28 @@ class EpochDriver:
                     events.setdefault(fact.rel, set()).add(row_to_engine(fact.args))
                 engine = node.engine
                 listened = bool(self.subs or self.sinks)
-                if reload:  # a fresh program over the whole EDB: a batch evaluation
-                    outbox = engine.evaluate_all(self.edb.base(), events)
-                    deltas: dict = {}
-                else:
-                    deltas, outbox = engine.step(
-                        inserts,
-                        deletes,
-                        events,
-                        base=self.edb.base,
-                        keep_snapshot=not self.warm_up,
-                        want_deltas=listened,
-                    )
-                    self.warm_up = self.warm_up and engine.snapshot
+                try:
+                    if reload:  # a fresh program over the whole EDB: a batch evaluation
+                        outbox = engine.evaluate_all(self.edb.base(), events)
+                        deltas: dict = {}
+                    else:
+                        deltas, outbox = engine.step(
+                            inserts,
+                            deletes,
+                            events,
+                            base=self.edb.base,
+                            keep_snapshot=not self.warm_up,
+                            want_deltas=listened,
+                        )
+                        self.warm_up = self.warm_up and engine.snapshot
+                except EngineError:
+                    # The program failed (a recursion without fixpoint): its engine state
+                    # may be half updated, so the next epoch re-derives from the EDB, which
+                    # holds the changes taken; the writes taken are durable and answered.
+                    self._reload = True
+                    self._carry = carried  # the @next tuples wait for that epoch
+                    self._settle(taken_seq)
+                    raise
             nxt = engine.next_tuples()
             # Send each @async tuple once while its body keeps holding (also across restarts).
             # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.

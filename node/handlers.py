@@ -416,13 +416,12 @@ async def load_program(request: web.Request) -> web.Response:
     text = body.get("program")
     if not isinstance(text, str):
         raise NodeInputError('"program" must be a string')
-    try:
-        node.load_program(text, source=str(body.get("source") or "<program>"))
+    source = str(body.get("source") or "<program>")
+    try:  # its first epoch runs in the call: off the event loop
+        await asyncio.get_running_loop().run_in_executor(None, node.load_program, text, source)
     except NodeInputError as exc:
         raise ApiError(400, "bad program", str(exc)) from None
-    # Answer with the state the new program derives (its first epoch ran).
-    await asyncio.get_running_loop().run_in_executor(None, node.run_epoch)
-    return web.json_response(node.status())
+    return web.json_response(node.status())  # the state the new program derives
 
 
 async def sync_now(request: web.Request) -> web.Response:

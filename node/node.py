@@ -308,21 +308,37 @@ class Node:
     def load_program(
         self, text: str, source: str = "<program>", engine: str = "auto", persist: bool = True
     ) -> None:
-        """Parse, check and install a program; the next epoch re-derives from the current EDB.
+        """Parse, check and install a program, and run its first epoch: on return, queries
+        answer with what it derives from the current EDB.
 
         Raises NodeInputError (``SOURCE:LINE:COL: …``) for a program that fails to parse or
-        any static check (range restriction, unsafe negation, stratification, …); then
-        nothing changes. A checked program is stored in the home as a block (see
-        :mod:`.programstore`) before it replaces the running one.
+        any static check (range restriction, unsafe negation, stratification, …), or whose
+        first epoch fails (a recursion that never reaches a fixpoint, ``n(X + 1) :- n(X)``);
+        then the running program stays. A program that ran is stored in the home as a
+        block (see :mod:`.programstore`). ``persist=False`` (the home's own program, put
+        back when it opens) stores nothing and leaves the first epoch to the next run.
         """
+        from merklog.engine.errors import EngineError
+
         runner = programs.compile_program(text, source, engine)
-        if persist:
-            conn = storage.store_conn(self.store)
-            programstore.save(conn, self.store, storage.transaction(self.store), text, source)
         with self._mutex:
+            before = self.engine, self.program_text
             self.engine = runner
             self.program_text = text
             self.epochs.program_changed()
+        if not persist:
+            self.wake()
+            return
+        try:
+            self.run_epoch()
+        except EngineError as exc:
+            with self._mutex:
+                self.engine, self.program_text = before
+                self.epochs.program_changed()  # the next epoch re-derives with it
+            self.wake()
+            raise programs.ProgramError(f"{source}: {exc}") from None
+        conn = storage.store_conn(self.store)
+        programstore.save(conn, self.store, storage.transaction(self.store), text, source)
         self.wake()
 
     # ------------------------------------------------------------------ epochs

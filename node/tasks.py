@@ -34,8 +34,8 @@ class Owner(Protocol):
     async def sync(self, url: str) -> dict: ...
 
 
-async def wait_event(event: asyncio.Event, timeout: float) -> None:
-    """Wait until ``event`` is set or ``timeout`` passes (``asyncio.timeout`` keeps a
+async def wait_event(event: asyncio.Event, timeout: float | None) -> None:
+    """Wait until ``event`` is set or ``timeout`` passes (None: no timeout; ``asyncio.timeout`` keeps a
     cancellation that arrives together with the event, unlike 3.11's ``wait_for``)."""
     try:
         async with asyncio.timeout(timeout):
@@ -128,16 +128,30 @@ class BackgroundTasks:
         interval = float(self.node.config.get("node.epoch_interval"))
         assert self.epoch_wake is not None
         loop = asyncio.get_running_loop()
+        from merklog.engine.errors import EngineError
+
+        failed: str | None = None
         while True:
-            await wait_event(self.epoch_wake, interval)
+            # After a program failed (a recursion without fixpoint), only a change (a
+            # write, a sync, a program) runs the next epoch: the same epoch every
+            # interval would fail the same way, a second of CPU each time.
+            await wait_event(self.epoch_wake, None if failed else interval)
             if self.stopping:
                 return
             self.epoch_wake.clear()
             self._epoch_future = loop.run_in_executor(None, self.node.run_epoch)
             try:
                 await asyncio.shield(self._epoch_future)
+                failed = None
             except asyncio.CancelledError:
                 raise
+            except EngineError as exc:  # the program's fault: one line, once per message
+                if str(exc) != failed:
+                    log.error(
+                        "epoch failed, the program's state is the last good epoch's: %s",
+                        exc.message,
+                    )
+                failed = str(exc)
             except Exception:
                 log.exception("epoch failed")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import IterationLimitError
 from .operators import Operator
 from .timestamp import Timestamp
 from .zset import ZSet, add_into
@@ -262,7 +263,10 @@ class Circuit:
         per iteration evaluated; returns the number of iterations evaluated."""
         i = 0
         runs = 0
+        limit = self.owner.max_iterations if isinstance(self.owner, ChildNode) else None
         while True:
+            if limit is not None and runs >= limit:
+                raise IterationLimitError.after(self.owner.relations)
             ts = Timestamp(epoch, i)
             for node in self.nodes:
                 node.eval(ts)
@@ -297,6 +301,10 @@ class ChildNode(Node):
         self.exports: list[Node] = []
         self.results: list[ZSet] = []
         self.iterations = 0
+        #: Rounds a fixed point may take (None: unlimited); the relations it derives,
+        #: for the error. Set by whoever builds a recursion that computes values.
+        self.max_iterations: int | None = None
+        self.relations: tuple[str, ...] = ()
 
     def export(self, inner: Node, label: str = "") -> ExportNode:
         """Expose the per-epoch sum over iterations of ``inner`` to the parent."""

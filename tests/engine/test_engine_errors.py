@@ -50,3 +50,49 @@ def test_a_field_outside_its_column_type_is_an_engine_error() -> None:
     with pytest.raises(FieldError) as err:
         parse_field("1.5", "number")
     assert isinstance(err.value, EngineError) and "as a number" in err.value.message
+
+
+RUNAWAY = "n(0).\nn(X + 1) :- n(X).\nm(X) :- n(X), X < 5.\n"
+
+
+@pytest.fixture
+def low_limit(monkeypatch: pytest.MonkeyPatch) -> int:
+    """MAX_FIXPOINT_ITERATIONS at 1,000 in every evaluator (the real 1,000,000 rounds
+    take seconds)."""
+    from merklog.engine import batch, columnar, errors, incremental
+
+    for module in (batch, columnar, errors, incremental):
+        monkeypatch.setattr(module, "MAX_FIXPOINT_ITERATIONS", 1_000)
+    return 1_000
+
+
+@pytest.mark.parametrize("backend", ["tuple", "auto"])
+def test_a_recursion_without_fixpoint_stops_with_an_error(backend: str, low_limit: int) -> None:
+    """``n(X + 1) :- n(X)`` passes every static check and never reaches a fixpoint: the
+    evaluators ran (and grew) until the process was killed, and a node with it loaded
+    could not be stopped by SIGTERM. A recursion that computes values stops at
+    MAX_FIXPOINT_ITERATIONS rounds; a plain one is never limited."""
+    from merklog.engine.errors import IterationLimitError
+
+    with pytest.raises(IterationLimitError, match="deriving n did not reach a fixpoint") as err:
+        Program.parse(RUNAWAY, backend=backend).evaluate()
+    assert isinstance(err.value, merklog.Error) and err.value.code == "iteration_limit"
+    assert "1,000 rounds" in str(err.value)
+    walk = Program.parse("reach(Y) :- reach(X), next(X, Y).", backend=backend)
+    links = low_limit + 10  # more rounds than the limit: plain rules, never stopped
+    got = walk.evaluate({"reach": [(0,)], "next": [(i, i + 1) for i in range(links)]})
+    assert len(got["reach"]) == links + 1
+
+
+def test_the_incremental_engine_stops_a_recursion_without_fixpoint(low_limit: int) -> None:
+    from merklog.engine.errors import IterationLimitError
+    from merklog.engine.incremental import IncrementalEngine
+
+    engine = IncrementalEngine(Program.parse("n(X + 1) :- n(X), go(1).").checked)
+    engine.step(inserts={"n": [(0,)]})
+    with pytest.raises(IterationLimitError, match="deriving n did not reach a fixpoint"):
+        engine.step(inserts={"go": [(1,)]})
+    walk = IncrementalEngine(Program.parse("reach(Y) :- reach(X), next(X, Y).").checked)
+    walk.step(inserts={"next": [(i, i + 1) for i in range(low_limit + 10)]})
+    out = walk.step(inserts={"reach": [(0,)]})
+    assert len(out["reach"]) == low_limit + 11

@@ -200,3 +200,35 @@ def test_loaded_program_is_stored_in_the_home_not_read_from_its_file(
     node.stop()
     source.unlink()
     assert _rows(run, "reach(X)") == [[2]]
+
+
+@pytest.fixture
+def low_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MAX_FIXPOINT_ITERATIONS at 1,000 in every evaluator (1,000,000 rounds take s)."""
+    from merklog.engine import batch, columnar, errors, incremental
+
+    for module in (batch, columnar, errors, incremental):
+        monkeypatch.setattr(module, "MAX_FIXPOINT_ITERATIONS", 1_000)
+
+
+def test_a_program_without_fixpoint_is_refused_and_the_running_one_stays(low_limit) -> None:
+    """Loading ``n(X + 1) :- n(X).`` hung the load, every query and the node's shutdown
+    (memory grew by GBs a minute). Its first epoch now stops at the round limit, the
+    load is refused with the reason, and the program before keeps answering."""
+    import merklog
+
+    with merklog.open(memory=True) as node:
+        node.assert_("e", 1)
+        node.load_program("r(X) :- e(X).")
+        with pytest.raises(merklog.Error, match="runaway.dl: the recursion deriving n"):
+            node.load_program("n(0).\nn(X + 1) :- n(X).\n", "runaway.dl")
+        assert node.program_text == "r(X) :- e(X)."
+        assert node.query("r(X)").rows == [(1,)]
+        # A write can make a loaded program run away: it is durable and said so, the
+        # queries keep the last good epoch, and the next change re-derives.
+        node.load_program("n(0).\nn(X + 1) :- n(X), go(1).\nm(X) :- n(X).")
+        with pytest.raises(merklog.Error, match="did not reach a fixpoint"):
+            node.assert_("go", 1)
+        assert [f.rel for _cid, f in node.list_facts("go")] == ["go"]
+        node.retract("go", 1)
+        assert node.query("m(X)").rows == [(0,)]
