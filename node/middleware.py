@@ -81,9 +81,9 @@ def route_access(request: web.Request) -> str:
 
 
 def _presented_token(request: web.Request) -> str:
-    header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer "):
-        return header[7:].strip()
+    scheme, _, credentials = request.headers.get("Authorization", "").strip().partition(" ")
+    if scheme.lower() == "bearer":  # the scheme name is case-insensitive (RFC 7235 §2.1)
+        return credentials.strip()
     # EventSource (SSE) cannot send headers: reads may carry ?access_token= (RFC 6750 §2.3).
     if request.method in ("GET", "HEAD"):
         return request.query.get("access_token", "")

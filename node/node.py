@@ -359,7 +359,9 @@ class Node:
 
     # ------------------------------------------------------------------ queries
     def relation(self, rel: str) -> set[tuple]:
-        """Current tuples of ``rel`` (stored, derived, or this epoch's events)."""
+        """Current tuples of ``rel`` (stored, derived, or this epoch's events), in engine
+        form: floats and booleans wrapped (``Float``, ``Bool``) so that the set keeps
+        ``1``, ``1.0`` and ``True`` apart; :meth:`query` answers plain values."""
         return self.epochs.relation(rel)
 
     def _evaluate(self, query: Any) -> tuple[list[str], list[Row]]:

@@ -259,3 +259,31 @@ def test_client_dying_mid_sync_is_not_a_server_error(tmp_path: Path, node_factor
     assert na.proc is None
     log = na.stderr_text
     assert "Traceback" not in log and "ERROR" not in log and "Error handling" not in log, log
+
+
+def test_the_bearer_scheme_name_is_case_insensitive(home: Path, node_factory) -> None:
+    """``Authorization: bearer TOKEN`` got 401: the scheme name is case-insensitive
+    (RFC 7235 §2.1). A wrong token still gets 401, whatever the case."""
+    import tomllib
+
+    Cli(home)("init")
+    token = tomllib.loads((home / "config.toml").read_text())["api"]["token"]
+    node = node_factory(home).start()
+    try:
+        for scheme, secret, status in (
+            ("bearer", token, 200),
+            ("BEARER", token, 200),
+            ("Bearer", token, 200),
+            ("bearer", "wrong", 401),
+            ("Basic", token, 401),
+        ):
+            req = urllib.request.Request(node.url + "/v1/status")
+            req.add_header("Authorization", f"{scheme} {secret}")
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    got = resp.status
+            except urllib.error.HTTPError as exc:
+                got = exc.code
+            assert got == status, (scheme, secret, got)
+    finally:
+        node.stop()
