@@ -427,12 +427,18 @@ class Node:
         return factpages.list_facts(self.replica, self.store, rel)
 
     def page_facts(
-        self, rel: str | None = None, after: Link | None = None, limit: int = 1000
+        self, rel: str | None = None, after: Link | str | None = None, limit: int = 1000
     ) -> tuple[list[tuple[Link, Fact]], Link | None]:
         """One page of visible facts in CID order, starting after CID ``after``; returns
         (page, cursor for the next page or None when this was the last). Reads forward
         from the cursor in index order, so a page costs O(limit) block reads whatever the
-        home holds besides (see :mod:`.factpages`)."""
+        home holds besides (see :mod:`.factpages`). ``after`` may be a CID string."""
+        if isinstance(after, str):
+            after = Link.parse(after)
+        elif after is not None and not isinstance(after, Link):
+            raise NodeInputError(f"after: expected a CID, got {type(after).__name__}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise NodeInputError(f"limit: expected a positive integer, got {limit!r}")
         return factpages.page_facts(self.replica, self.store, rel, after, limit)
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:

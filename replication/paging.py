@@ -69,8 +69,9 @@ def visible_of_relation_after(replica: Any, rel: str, after: Link | None, limit:
     fact id order; from the start when ``after`` is None): range scans of the index's
     rows and of its id ranges from the cursor, with one ``repl_assert`` primary-key
     probe per fact passed (retracted facts of ``rel`` are skipped there; other
-    relations' facts are never touched), merged by id. A cursor this node never stored
-    raises NotFound."""
+    relations' facts are never touched), merged by id. A cursor this node never stored,
+    or a fact of another relation (whose id would skip some of ``rel``'s facts), raises
+    NotFound."""
     with replica._lock:
         start = 0
         if after is not None:
@@ -80,6 +81,12 @@ def visible_of_relation_after(replica: Any, rel: str, after: Link | None, limit:
             if row is None:
                 raise NotFound(f"fact {after} is not a cursor of this node's pages")
             start = int(row[0])
+            member = replica.conn.execute(
+                "SELECT 1 FROM repl_rel_member WHERE ds = ? AND rel = ? AND fact = ? LIMIT 1",
+                (replica.ds, rel, start),
+            ).fetchone()
+            if member is None:
+                raise NotFound(f"fact {after} is not a cursor of relation {rel!r}'s pages")
         params = (replica.ds, rel, start, limit)
         rows = replica.conn.execute(_ROWS_AFTER, params).fetchall()
         ranged = replica.conn.execute(_RANGES_AFTER, params).fetchall()

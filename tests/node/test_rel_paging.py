@@ -216,3 +216,28 @@ def test_a_client_that_leaves_mid_block_stream_is_no_server_error(
     assert status == 200
     proc.stop()
     assert "Traceback" not in proc.stderr_text and "ERROR" not in proc.stderr_text
+
+
+def test_a_cursor_of_another_relation_is_refused_not_a_silent_skip(tmp_path: Path) -> None:
+    """``page_facts("a", after=<CID of b(1)>)`` answered a page that started after b(1)'s
+    id and so left out a(3), a(4) and a(5). A fact of another relation is not a cursor
+    of this relation's pages; the Python API also takes the cursor as a string, and a
+    limit below 1 is an error (it returned an empty last page)."""
+    import merklog
+    from merklog.store import fact_cid, make_fact
+
+    with merklog.open(memory=True) as node:
+        for fact in ("a(1).", "a(2).", "a(3).", "b(1).", "a(4).", "a(5)."):
+            node.write(asserts=[fact])
+        other = fact_cid(make_fact("b", [1]))
+        with pytest.raises(merklog.Error, match="not a cursor of relation 'a'"):
+            node.page_facts("a", other, 10)
+        first, cursor = node.page_facts("a", None, 2)
+        rest, end = node.page_facts("a", str(cursor), 10)
+        assert [f.args for _c, f in first + rest] == [(1,), (2,), (3,), (4,), (5,)]
+        assert end is None
+        for bad in (0, -1, True):
+            with pytest.raises(merklog.Error, match="limit"):
+                node.page_facts("a", None, bad)
+        with pytest.raises(merklog.Error, match="not a CID|not a base32"):
+            node.page_facts("a", "notacid", 10)
