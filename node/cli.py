@@ -75,10 +75,13 @@ class Boundary(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except KeyboardInterrupt:  # said as "Aborted!" before, with no word on what stays
+            writes = ctx.invoked_subcommand in ("put", "retract")
             raise click.ClickException(
                 "interrupted (Ctrl-C): what was written before it stays written (writes a"
                 " running node had received included); the same put or retract run again"
                 " adds nothing twice"
+                if writes
+                else "interrupted (Ctrl-C)"
             ) from None
         except Exception as exc:
             from .failures import classify

@@ -42,9 +42,25 @@ def announce(message: str, fmt: str = "text") -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def interrupted(record: logging.LogRecord) -> bool:
+    """Whether ``record`` reports an exception caused by Ctrl-C (a KeyboardInterrupt in
+    its chain), as py4j logs, with a traceback, for the command it was sending when a
+    Spark command is interrupted. The command's one error line says it was interrupted."""
+    exc = record.exc_info[1] if record.exc_info else None
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def setup_logging(verbose: int, fmt: str = "text") -> None:
-    """Log to stderr at WARNING (``-v`` INFO, ``-vv`` DEBUG) as text or JSON lines."""
+    """Log to stderr at WARNING (``-v`` INFO, ``-vv`` DEBUG) as text or JSON lines;
+    below ``-vv``, without the tracebacks a Ctrl-C makes libraries log (:func:`interrupted`)."""
     handler = logging.StreamHandler(sys.stderr)
+    if verbose < 2:
+        handler.addFilter(lambda record: not interrupted(record))
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

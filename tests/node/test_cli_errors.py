@@ -123,7 +123,7 @@ def test_a_relation_name_over_the_limit_anywhere_in_a_large_put_writes_nothing(
     from merklog.node.commands.put import LOCAL_CHUNK_FACTS
 
     data = tmp_path / "facts.dl"
-    lines = [f"n({i}, {i}.0, \"{i}\")." for i in range(LOCAL_CHUNK_FACTS + 1000)]
+    lines = [f'n({i}, {i}.0, "{i}").' for i in range(LOCAL_CHUNK_FACTS + 1000)]
     data.write_text("\n".join([*lines, "r" + "x" * 99_999 + "(1).", ""]))
     at = f"{len(lines) + 1}:1"
     assert_fails(merklog(ready, "put", "-f", str(data)), ExitCode.BAD_INPUT, at, "256-character")
@@ -307,3 +307,53 @@ def test_a_usage_error_is_one_line(ready: Path, args: tuple[str, ...]) -> None:
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith("Error: ") and "--help`)" in done.stderr, done.stderr
+
+
+def test_ctrl_c_of_a_command_that_writes_nothing_says_only_that(tmp_path: Path) -> None:
+    """The note on what stays written is for put and retract; ``eval``, ``compact`` or
+    ``analyze`` interrupted said it too. Tracebacks that libraries log for the call Ctrl-C
+    cut short (py4j's 'Exception while sending command') are not printed below -vv."""
+    import signal
+    import time
+
+    program = tmp_path / "slow.dl"  # a million rounds before it stops: seconds
+    program.write_text("n(0).\nn(X + 1) :- n(X).\n")
+    (tmp_path / "facts").mkdir()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "merklog.node.cli",
+            "eval",
+            str(program),
+            "--facts",
+            str(tmp_path / "facts"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and err.strip() == "Error: interrupted (Ctrl-C)", err
+
+
+def test_library_tracebacks_caused_by_ctrl_c_are_not_logged() -> None:
+    import logging
+
+    from merklog.node.logs import interrupted
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("reentrant call") from None
+    except RuntimeError:
+        cut = logging.LogRecord("root", logging.ERROR, "x", 1, "sending", None, sys.exc_info())
+    assert cut.exc_info[1].__context__ is not None and interrupted(cut)
+    plain = logging.LogRecord("root", logging.ERROR, "x", 1, "other", None, None)
+    assert not interrupted(plain)
