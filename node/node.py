@@ -16,6 +16,7 @@ the HTTP server in :mod:`.server`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -55,6 +56,11 @@ from .status import node_status
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
 from .writes import FactLike, WriteResult
+
+log = logging.getLogger(__name__)
+
+#: Seconds :meth:`Node.close` waits for an epoch that is still running.
+CLOSE_WAIT = 60.0
 
 
 @dataclass
@@ -174,9 +180,19 @@ class Node:
         return cls(cfg, None, Identity.generate())
 
     def close(self) -> None:
-        """Stop the background tasks (if any), close the store, release the home lock."""
+        """Stop the background tasks (if any), let an epoch still running finish (a slow
+        live-query callback, say: its commit needs the store), then close the store and
+        release the home lock. Another process could otherwise take the home while that
+        epoch still writes to it."""
         self.tasks.cancel()
-        self.store.close()
+        finished = self.epochs.mutex.acquire(timeout=CLOSE_WAIT)
+        try:
+            if not finished:
+                log.warning("an epoch still ran after %.0f s; closing the store anyway", CLOSE_WAIT)
+            self.store.close()
+        finally:
+            if finished:
+                self.epochs.mutex.release()
         if self._lock is not None:
             self._lock.release()
             self._lock = None

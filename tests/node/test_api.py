@@ -305,3 +305,37 @@ def test_sync_with_something_that_is_not_a_peer_says_so() -> None:
     with merklog.open(memory=True) as node:
         with pytest.raises(merklog.Error, match="'notaurl' is neither a peer"):
             asyncio.run(node.sync("notaurl"))
+
+
+def test_leaving_async_with_waits_for_an_epoch_still_running(tmp_path: Path, caplog) -> None:
+    """A live-query callback still running when the block ended: the node released the
+    home's lock at once while its epoch thread went on, so another process could write
+    the home meanwhile, and the epoch then failed on the closed store ('Cannot operate
+    on a closed database'). Closing now lets that epoch finish first."""
+    import asyncio
+    import logging
+    import time
+
+    home = tmp_path / "h"
+    events: list[str] = []
+
+    def slow(event: str, added: list, removed: list) -> None:
+        if event == "delta":
+            events.append("callback start")
+            time.sleep(3)  # longer than stop()'s 2 s wait for the epoch
+            events.append("callback end")
+
+    async def main() -> None:
+        async with merklog.open(home) as node:
+            node.load_program("r(X) :- e(X).")
+            node.subscribe("r(X)", slow)
+            node.assert_("e", 1)
+            while not events:
+                await asyncio.sleep(0.05)
+        events.append("closed")
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(main())
+    assert events == ["callback start", "callback end", "closed"]
+    assert not [r for r in caplog.records if r.exc_info], caplog.text
+    assert "e(1)" in Cli(home)("ls").output
