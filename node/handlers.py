@@ -190,8 +190,9 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
         loop.call_soon_threadsafe(queue.put_nowait, (event, added, removed, node.epoch))
 
     text = await _query_text(request)
-    try:
-        sub = node.subscribe(text, callback)
+    try:  # the first answer is a whole query (seconds over a large relation): off the loop,
+        # which goes on serving, and stopping, meanwhile
+        sub = await loop.run_in_executor(None, node.subscribe, text, callback)
     except (NodeInputError, ValueError) as exc:
         raise ApiError(400, "bad query", str(exc)) from None
     try:
@@ -217,19 +218,35 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
                         await resp.write(b": keep-alive\n\n")
                     continue
                 event, added, removed, epoch = getter.result()
-                payload = {
-                    "columns": columns,
-                    "epoch": epoch,
-                    "added": [[value_to_json(v) for v in r] for r in added],
-                    "removed": [[value_to_json(v) for v in r] for r in removed],
-                }
-                await resp.write(f"event: {event}\ndata: {json.dumps(payload)}\n\n".encode())
+                args = (event, columns, epoch, added, removed)
+                if len(added) + len(removed) > SSE_INLINE_ROWS:  # rendered off the loop
+                    data = await loop.run_in_executor(None, _sse_event, *args)
+                else:
+                    data = _sse_event(*args)
+                if closing.is_set():
+                    break
+                await resp.write(data)
             await resp.write_eof()
         finally:
             closed.cancel()
     finally:
         node.unsubscribe(sub)
     return resp
+
+
+#: Live-query events with more rows than this are rendered on a worker thread.
+SSE_INLINE_ROWS = 1000
+
+
+def _sse_event(event: str, columns: list, epoch: int, added: list, removed: list) -> bytes:
+    """One Server-Sent Event: ``event`` with the rows as JSON values."""
+    payload = {
+        "columns": columns,
+        "epoch": epoch,
+        "added": [[value_to_json(v) for v in r] for r in added],
+        "removed": [[value_to_json(v) for v in r] for r in removed],
+    }
+    return f"event: {event}\ndata: {json.dumps(payload)}\n\n".encode()
 
 
 async def genesis(request: web.Request) -> web.Response:
