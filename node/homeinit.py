@@ -86,8 +86,9 @@ async def _fetch_join(url: str, timeout: float, token: str) -> Join:
         async with aiohttp.ClientSession(timeout=limit, headers=headers) as session:
             async with session.get(url + "/v1/genesis") as resp:
                 if resp.status == 401:
+                    wants = "refused the token given" if token else "wants a token"
                     raise Failure(
-                        f"cannot join {url}: it wants a token; pass --token with its"
+                        f"cannot join {url}: it {wants}; pass --token with its"
                         " read token (`merklog token` on that node)",
                         ExitCode.BAD_INPUT,
                     )
