@@ -60,17 +60,16 @@ def _absolute(item: str | Path) -> str:
     return str(Path(text).expanduser().resolve())
 
 
-def _input_rows(inputs: list[str]) -> int | None:
+def _input_rows(inputs: list[str], hint: str) -> int | None:
     """Op rows of local inputs from their Parquet footers, which size the JVM's flags
-    (None when unknown: a URL, or files the job itself will report as unreadable)."""
-    import pyarrow as pa
-
-    from merklog.node.spark.inputs import input_rows
+    (None when unknown: a URL); an input that is not a merklog export is a usage error
+    naming it (:func:`merklog.node.spark.inputs.input_rows`)."""
+    from merklog.node.spark.inputs import NotAnExport, input_rows
 
     try:
         return input_rows(inputs)
-    except (OSError, ValueError, pa.ArrowException):
-        return None
+    except NotAnExport as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from None
 
 
 def _conf(confs: tuple[str, ...]) -> dict[str, str]:
@@ -247,7 +246,7 @@ def register(cli: click.Group) -> None:
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
         sources = [_absolute(i) for i in inputs]
-        rows = _input_rows(sources)
+        rows = _input_rows(sources, "INPUTS")
         # The JVM boots while the Spark code is imported and the driver reads the inputs
         # (ADR 0122, ADR 0158).
         prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)
@@ -329,12 +328,13 @@ def register(cli: click.Group) -> None:
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="--input")
         sources = [_absolute(i) for i in inputs]
-        rows = _input_rows(sources)
+        rows = _input_rows(sources, "--input")
         # The JVM boots while the Spark code is imported (ADR 0158).
         prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)
         try:
             from merklog.node.spark.analyze import (
                 evaluate,
+                output_arities,
                 output_relations,
                 relations_from_snapshot,
                 used_relations,
@@ -353,7 +353,9 @@ def register(cli: click.Group) -> None:
                 ops = read_ops(spark, sources)
                 base = relations_from_snapshot(snapshot_frame(ops), used_relations(parsed))
                 result = evaluate(spark, parsed, base)
-                written = write_outputs(result, output_relations(parsed), target, fmt)
+                written = write_outputs(
+                    result, output_relations(parsed), target, fmt, output_arities(parsed)
+                )
         except EngineError as exc:
             raise click.ClickException(f"{program}:{exc}") from None
         if written and not target.is_dir():

@@ -581,16 +581,34 @@ def strata_of(program: ast.Program) -> list[list[ast.Rule]]:
     from merklog.engine.checks import check_program
 
     checked = check_program(program)
-    if checked.int_bits != 64 and any(
-        isinstance(t, ast.BinOp | ast.Neg) for rule in program.rules for t in _rule_terms(rule)
-    ):
-        raise UnsupportedError.at(
-            program.rules[0].pos,
-            "analyze implements merklog's int64 arithmetic, not Soufflé's 32-bit numbers",
-            "run Soufflé programs with arithmetic on the local engine (merklog eval)",
-            construct="souffle-arithmetic",
-        )
+    if checked.int_bits != 64:  # Soufflé's numbers wrap at 32 bits: sums and arithmetic
+        for rule in program.rules:
+            if any(isinstance(t, ast.BinOp | ast.Neg) for t in _rule_terms(rule)) or any(
+                isinstance(lit, ast.Aggregate) and lit.func == "sum" for lit in _literals(rule)
+            ):
+                raise UnsupportedError.at(
+                    rule.pos,
+                    "analyze implements merklog's int64 arithmetic and sums, not Soufflé's"
+                    " 32-bit numbers",
+                    "run Soufflé programs with arithmetic or sum on the local engine"
+                    " (merklog eval)",
+                    construct="souffle-arithmetic",
+                )
     return [list(s.rules) for s in checked.strata if not s.temporal]
+
+
+def _literals(rule: ast.Rule) -> list[ast.BodyLiteral]:
+    """Every body literal of ``rule``, those inside aggregates too."""
+    out: list[ast.BodyLiteral] = []
+
+    def walk(lits: tuple[ast.BodyLiteral, ...]) -> None:
+        for lit in lits:
+            out.append(lit)
+            if isinstance(lit, ast.Aggregate):
+                walk(lit.body)
+
+    walk(rule.body)
+    return out
 
 
 def _rule_terms(rule: ast.Rule) -> list[ast.Term]:
@@ -854,11 +872,24 @@ def output_relations(program: ast.Program) -> list[str]:
     return sorted({r.head.rel for r in program.rules})
 
 
+def output_arities(program: ast.Program) -> dict[str, int]:
+    """Each relation's arity as the program writes it (rule heads, then declarations):
+    the CSV header of a relation nothing derived."""
+    arities = {r.head.rel: len(r.head.args) for r in program.rules}
+    arities.update({d.rel: len(d.columns) for d in program.declarations})
+    return arities
+
+
 def write_outputs(
-    result: AnalyzeResult, names: list[str], out_dir: str | Path, fmt: str = "parquet"
+    result: AnalyzeResult,
+    names: list[str],
+    out_dir: str | Path,
+    fmt: str = "parquet",
+    arities: dict[str, int] | None = None,
 ) -> dict[str, str]:
     """Write each relation: Parquet keeps exact values (``args`` list<value> like the export);
-    CSV writes columns ``c0…`` in Datalog literal syntax. Returns relation → path."""
+    CSV writes columns ``c0…`` in Datalog literal syntax (an empty relation's header has
+    ``arities[name]`` columns). Returns relation → path."""
     from pyspark.sql import functions as F
 
     out = Path(out_dir)
@@ -884,22 +915,43 @@ def write_outputs(
                 )
             df.write.mode("overwrite").parquet(str(path))
         elif fmt == "csv":
-            if df is None:
-                df = result_spark(result).createDataFrame([], "c0 string")
-            else:
-                df = df.select(
-                    *[
-                        literal_text(rel.column(i)).alias(f"c{i}")
-                        for i in range(len(rel.kinds or ()))
-                    ]
-                )
-            df.coalesce(1).write.mode("overwrite").option("header", "true").option(
-                "quote", "\u0000"
-            ).csv(str(path))
+            arity = len(rel.kinds or ()) if df is not None else (arities or {}).get(name, 0)
+            _write_csv(df, arity, rel, path)
         else:
             raise ValueError(f"unknown output format {fmt!r} (parquet or csv)")
         written[name] = str(path)
     return written
+
+
+def _write_csv(df: Any, arity: int, rel: Any, path: Path) -> None:
+    """One ``part-00000.csv`` under ``path``: the header ``c0,…`` and a line per tuple,
+    its fields' literals (``format_value``) joined by commas, so ``rel(LINE).`` reads
+    back exactly. Spark writes the lines as text (its CSV writer wrapped a field holding
+    a comma or a carriage return in its quote character, NUL when quoting is "off");
+    the header goes in front here, where the order of the file is certain."""
+    import shutil
+
+    from pyspark.sql import functions as F
+
+    header = (",".join(f"c{i}" for i in range(arity)) + "\n").encode()
+    if df is None or arity == 0:  # no tuple, or a nullary relation: true is one empty line
+        holds = df is not None and bool(df.limit(1).count())
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        (path / "part-00000.csv").write_bytes(header + (b"\n" if holds else b""))
+        (path / "_SUCCESS").write_bytes(b"")
+        return
+    fields = [literal_text(rel.column(i)) for i in range(arity)]
+    lines = df.select(F.concat_ws(",", *fields).alias("value"))
+    lines.coalesce(1).write.mode("overwrite").text(str(path))
+    (part,) = sorted(path.glob("part-*.txt"))
+    target = path / "part-00000.csv"
+    with open(target, "wb") as out, open(part, "rb") as body:
+        out.write(header)
+        shutil.copyfileobj(body, out, 1 << 20)
+    part.unlink()
+    for crc in path.glob(".part-*.crc"):  # the checksum of the file that is gone
+        crc.unlink()
 
 
 def result_spark(result: AnalyzeResult) -> Any:

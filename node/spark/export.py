@@ -114,6 +114,9 @@ class OpsWriter:
         self, out_dir: str | Path, file_rows: int = 2_000_000, progress: Progress | None = None
     ) -> None:
         self.dir = Path(out_dir) / "ops"
+        # An export written over an earlier one replaces its files: a part file of the
+        # earlier one left here would be read as this export's (a reader takes every one).
+        shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.file_rows = file_rows
         self.progress = progress
@@ -325,6 +328,7 @@ class FactsWriter:
 
     def __init__(self, out_dir: str | Path) -> None:
         self.base = Path(out_dir) / "facts"
+        shutil.rmtree(self.base, ignore_errors=True)  # an earlier export's relations: gone
         self.base.mkdir(parents=True, exist_ok=True)
         self.writers: dict[str, pq.ParquetWriter] = {}
         self.counts: dict[str, int] = {}
@@ -484,6 +488,7 @@ def export(
             datasets.add(str(row["dataset"]))
             yield row
 
+    (out / GENESIS_FILE).unlink(missing_ok=True)  # an earlier replica export's: not this one's
     n_ops = write_ops(tap(log_rows), out, batch_rows=batch_rows, progress=progress)
     by_ds: dict[str, dict[bytes, Fact]] = {}
     for dataset, fact in visible:

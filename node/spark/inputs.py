@@ -19,16 +19,43 @@ def op_paths(inputs: list[str | Path]) -> list[str]:
     return paths
 
 
+class NotAnExport(ValueError):
+    """A local input that holds no op rows of a merklog export."""
+
+
 def input_rows(inputs: list[str | Path]) -> int | None:
-    """Op rows in the inputs, from the Parquet footers (None when an input is not local)."""
+    """Op rows in the inputs, from the Parquet footers (None when an input is not local).
+
+    Each local input is checked on the way, before any JVM starts: a folder without
+    Parquet files, a file that is not Parquet, or Parquet without the op columns (a
+    snapshot given by mistake) raises :class:`NotAnExport` naming it; Spark reported
+    these as an internal error and a Java stack trace, or ran on nothing."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    total = 0
-    for path in op_paths(inputs):
+    needed = {"dataset", "delta_cid", "op"}  # what every op file has (Spark reads the rest)
+    total: int | None = 0
+    for item, path in zip(inputs, op_paths(inputs), strict=True):
         if "://" in path:
-            return None
+            total = None
+            continue
         p = Path(path)
         files = [p] if p.is_file() else sorted(p.rglob("*.parquet"))
+        if not files:
+            raise NotAnExport(
+                f"{item} holds no Parquet files: not a merklog export (`merklog parquet export`)"
+            )
         for f in files:
-            total += pq.ParquetFile(f).metadata.num_rows
+            try:
+                meta = pq.ParquetFile(f).metadata
+            except (OSError, pa.ArrowException) as exc:
+                raise NotAnExport(f"{f} is not a Parquet file of a merklog export ({exc})") from None
+            missing = needed - set(meta.schema.names)
+            if missing:
+                raise NotAnExport(
+                    f"{f} is not a merklog export's op file (no column"
+                    f" {', '.join(sorted(missing))})"
+                )
+            if total is not None:
+                total += meta.num_rows
     return total

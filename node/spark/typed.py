@@ -453,18 +453,25 @@ def _literal_of(kind: str, col: Any) -> Any:
     if kind == "bool":
         return F.when(col, F.lit("true")).otherwise(F.lit("false"))
     if kind == "str":
-        esc = F.regexp_replace(
-            F.regexp_replace(F.regexp_replace(col, r"\\", r"\\\\"), '"', '\\\\"'), "\n", "\\\\n"
-        )
-        return F.concat(F.lit('"'), esc, F.lit('"'))
+        # The quote and the backslash in SQL; a string holding a control character or a
+        # line separator (rare) through format_value itself, which writes \t, \r, \0 or
+        # \u{hex} for them: one rendering of a value, and an output line stays one line.
+        esc = F.regexp_replace(F.regexp_replace(col, r"\\", r"\\\\"), '"', '\\\\"')
+        plain = F.concat(F.lit('"'), esc, F.lit('"'))
+        return F.when(col.rlike(_NEEDS_ESCAPE_JAVA), _format_udf()(col)).otherwise(plain)
     if kind == "bytes":
         return F.concat(F.lit('x"'), F.lower(F.hex(col)), F.lit('"'))
     if kind == "link":
         return F.concat(F.lit('cid"'), col, F.lit('"'))
-    return _float_udf()(col)
+    return _format_udf()(col)
 
 
-def _float_udf() -> Any:
+#: The characters :func:`merklog.store.format_value` escapes in a string besides the
+#: quote and the backslash, as a Java regular expression.
+_NEEDS_ESCAPE_JAVA = r"[\x00-\x1f\x7f-\x9f\u2028\u2029]"
+
+
+def _format_udf() -> Any:
     from pyspark.sql import functions as F
 
     def fmt(v):  # no annotations: pyspark would read them as a pandas UDF

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -126,6 +128,25 @@ def test_outputs_round_trip_exactly(spark, merged, tmp_path):
     facts = parse_program("".join(f"m({line}).\n" for line in lines)).facts
     assert {tuple(args) for _rel, args in facts} == base["misc"]
     assert csv_paths["m"].endswith("m")
+
+
+def test_csv_lines_read_back_whatever_the_strings_hold(spark, tmp_path):
+    """Spark's CSV writer wrapped a field holding a comma, a CR or a NUL in NUL bytes
+    (its quote character with quoting "off"), and tabs and other controls came out raw:
+    such lines no longer parsed as ``o(LINE).``. Each line is now the literals joined by
+    commas, written as text, the header first; an empty relation's header has its
+    arity's columns."""
+    odd = {("a,b",), ("x\ry",), ("n\0ul",), ("t\tab",), ('q"b',), ("",), ("e\x1b\u2028",), ("é",)}
+    program = parse_program("o(X) :- s(X).\nnone(X, Y) :- nothing(X, Y).")
+    result = evaluate(spark, program, relations_from_rows(spark, {"s": odd}))
+    paths = write_outputs(result, ["o", "none"], tmp_path / "csv", "csv", {"none": 2})
+    (part,) = Path(paths["o"]).glob("*.csv")
+    header, *lines = part.read_bytes().decode().split("\n")[:-1]
+    assert header == "c0" and len(lines) == len(odd)
+    facts = parse_program("".join(f"o({line}).\n" for line in lines)).facts
+    assert {tuple(args) for _rel, args in facts} == odd
+    (empty,) = Path(paths["none"]).glob("*.csv")
+    assert empty.read_text() == "c0,c1\n"
 
 
 def test_unsupported_constructs_fail_clearly(spark):

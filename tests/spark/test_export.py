@@ -179,3 +179,44 @@ def test_export_command_does_not_import_pandas(tmp_path):
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "False"
+
+
+def test_an_export_over_an_earlier_one_replaces_its_files(tmp_path):
+    """Exporting into the folder of an earlier export left that export's relation
+    folders under facts/ (a hive reader of facts/ then read another dataset's facts
+    beside this one's) while export.json listed only the new ones."""
+    import pyarrow.dataset as pads
+
+    def home(name: str, facts: str) -> Path:
+        path = tmp_path / name
+        for args in (["init"], ["put", facts]):
+            subprocess.run(
+                [sys.executable, "-m", "merklog.node.cli", "--home", str(path), *args],
+                check=True,
+                capture_output=True,
+            )
+        return path
+
+    first = home("a", "old(1). old(2). other(3).")
+    second = home("b", "x(1.0). x(true).")
+    out = tmp_path / "export"
+    for source in (first, second):
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "merklog.node.cli",
+                "--home",
+                str(source),
+                "parquet",
+                "export",
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    assert sorted(p.name for p in (out / "facts").iterdir()) == ["relation=x"]
+    facts = pads.dataset(out / "facts", partitioning="hive").to_table()
+    assert facts.num_rows == 2
+    ops = pq.read_table(out / "ops")
+    assert set(ops.column("relation").to_pylist()) == {"x"}

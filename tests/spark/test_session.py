@@ -66,17 +66,33 @@ def _rows(n: int) -> list[dict]:
 def test_cli_sizes_inputs_from_parquet_footers(tmp_path) -> None:
     write_ops(_rows(7), tmp_path / "a", file_rows=3, batch_rows=3)  # several files
     write_ops(_rows(5), tmp_path / "b")
-    assert _input_rows([str(tmp_path / "a"), str(tmp_path / "b")]) == 12
-    assert _input_rows([str(tmp_path / "a" / "ops")]) == 7
+    assert _input_rows([str(tmp_path / "a"), str(tmp_path / "b")], "INPUTS") == 12
+    assert _input_rows([str(tmp_path / "a" / "ops")], "INPUTS") == 7
 
 
-def test_cli_size_is_unknown_for_urls_and_unreadable_files(tmp_path) -> None:
+def test_cli_size_is_unknown_for_urls_and_inputs_that_are_no_export_are_refused(tmp_path) -> None:
+    """An input that is not a merklog export (junk named .parquet, an empty folder, a
+    snapshot's Parquet given by mistake) made Spark fail with an internal error and a
+    Java stack trace, or (analyze) run on nothing: it is a usage error naming it."""
+    import click
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     write_ops(_rows(3), tmp_path / "a")
-    assert _input_rows([str(tmp_path / "a"), "hdfs://nn/exports/b"]) is None
+    assert _input_rows([str(tmp_path / "a"), "hdfs://nn/exports/b"], "INPUTS") is None
     bad = tmp_path / "bad" / "ops"
     bad.mkdir(parents=True)
     (bad / "part-00000.parquet").write_bytes(b"not parquet")
-    assert _input_rows([str(tmp_path / "bad")]) is None
+    with pytest.raises(click.BadParameter, match="is not a Parquet file of a merklog export"):
+        _input_rows([str(tmp_path / "bad")], "INPUTS")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(click.BadParameter, match="holds no Parquet files"):
+        _input_rows([str(tmp_path / "empty")], "--input")
+    other = tmp_path / "other"
+    other.mkdir()
+    pq.write_table(pa.table({"relation": ["x"], "fact_cid": [b"1"]}), other / "f.parquet")
+    with pytest.raises(click.BadParameter, match="not a merklog export's op file"):
+        _input_rows([str(other)], "--input")
 
 
 def test_a_local_master_shuffles_without_compression_or_checksums(spark, monkeypatch) -> None:
