@@ -122,6 +122,16 @@ def _session(
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    except Exception as exc:
+        # pyspark's PySparkRuntimeError (not imported here): the JVM exited before its
+        # gateway answered, which a --master Spark cannot parse does, among others.
+        if "JAVA_GATEWAY_EXITED" not in str(exc):
+            raise
+        where = f" with --master {master}" if master else ""
+        raise click.ClickException(
+            f"the Spark JVM exited before it started{where}: check --master (local[N],"
+            " spark://HOST:PORT) and the Java install; -v shows the JVM's own output"
+        ) from None
 
 
 def _identity(home: Path) -> Any:

@@ -107,3 +107,41 @@ def test_compact_with_args_in_spark_gives_the_same_snapshot(spark, tmp_path, mon
     assert first["manifest"] == second["manifest"]
     with pytest.raises(AssertionError, match="driver read"):  # the patch is in force
         run(*compact, str(tmp_path / "s3"))
+
+
+def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
+    """``--master bogus://x`` said ``internal error (PySparkRuntimeError:
+    [JAVA_GATEWAY_EXITED] …) please report it`` with exit 70."""
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "h"
+    run("--home", str(home), "init")
+    run("--home", str(home), "put", "p(1).")
+    run("--home", str(home), "parquet", "export", str(tmp_path / "ex"))
+    (tmp_path / "p.dl").write_text("q(X) :- p(X).\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "merklog.node.cli",
+            "analyze",
+            str(tmp_path / "p.dl"),
+            "--input",
+            str(tmp_path / "ex"),
+            "--out",
+            str(tmp_path / "o"),
+            "--master",
+            "bogus://x",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().startswith("Error: the Spark JVM exited before it started"), (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
