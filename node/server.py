@@ -12,6 +12,7 @@ the token check leaves every peer route alone.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,6 +147,22 @@ def router_routes(app: web.Application) -> set[tuple[str, str]]:
     return out
 
 
+def _bad_request_line(record: logging.LogRecord) -> bool:
+    """A request aiohttp could not parse (a raw non-ASCII character in its URL, say) is
+    the client's mistake, answered 400: logged as one INFO line, not an ERROR with a
+    traceback (aiohttp.server logs every one that way)."""
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, HttpProcessingError):
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        said = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+        record.msg, record.args = "bad HTTP request: %s", (said[:300],)
+        record.exc_info = record.exc_text = None
+        return logging.getLogger("aiohttp.server").isEnabledFor(logging.INFO)
+    return True
+
+
 async def serve(
     node: Node,
     host: str,
@@ -155,6 +172,9 @@ async def serve(
 ) -> None:
     """Serve until SIGINT/SIGTERM; ``announce(url)`` once listening and ready."""
     app = build_app(node, body_worker)
+    server_log = logging.getLogger("aiohttp.server")
+    if _bad_request_line not in server_log.filters:
+        server_log.addFilter(_bad_request_line)
     # No aiohttp access log: it would print ?access_token= query strings.
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2, access_log=None)
     await runner.setup()

@@ -275,3 +275,26 @@ def test_a_write_sent_without_an_answer_says_it_may_have_been_applied() -> None:
     with pytest.raises(NodeAPIError, match="cannot reach node") as refused:
         NodeClient(f"http://127.0.0.1:{port}", "token", timeout=0.5).write("v(1).")
     assert "may have been" not in str(refused.value)
+
+
+def test_a_request_aiohttp_cannot_parse_is_no_logged_error(tmp_path, node_factory) -> None:
+    """A raw non-ASCII character in a request's URL was logged at ERROR with a
+    traceback from aiohttp.server, by any client, before any token check. It is a
+    400 and, at the default level, nothing in the log."""
+    import socket
+
+    from .conftest import Cli
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    node = node_factory(home).start()
+    try:
+        host, port = node.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall("GET /v1/facts?limit=٣ HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            answer = conn.recv(4096)
+        assert answer.startswith(b"HTTP/1.") and b" 400 " in answer.split(b"\r\n")[0]
+    finally:
+        node.stop()
+    log = "".join(node.stderr_lines)
+    assert "Traceback" not in log and "ERROR" not in log, log
