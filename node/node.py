@@ -84,6 +84,7 @@ class Node:
         self.config = config
         self.home = config.home
         self._lock = lock
+        self._closed = False
         self.metrics = NodeMetrics()
         if identity is None:
             if self.home is None:
@@ -157,7 +158,11 @@ class Node:
         Config.load(None, settings)  # a bad option fails before anything is created
         if home.exists() and not home.is_dir():
             raise NodeInputError(f"{home} is not a directory (a merklog home is one)")
-        lock = HomeLock.acquire(home)
+        try:
+            lock = HomeLock.acquire(home)
+        except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+            # a parent that is a file, or a place this user cannot create a directory
+            raise NodeInputError(f"cannot make {home} a merklog home: {exc.strerror}") from None
         try:
             cfg, _ = init_home(home) if not (home / "config.toml").exists() else (None, False)
             cfg = Config.load(home, settings)
@@ -184,6 +189,7 @@ class Node:
         live-query callback, say: its commit needs the store), then close the store and
         release the home lock. Another process could otherwise take the home while that
         epoch still writes to it."""
+        self._closed = True
         self.tasks.cancel()
         finished = self.epochs.mutex.acquire(timeout=CLOSE_WAIT)
         try:
@@ -269,8 +275,15 @@ class Node:
     ) -> WriteResult:
         """Assert and retract in one signed delta; durable on return. A freshly joined
         home first syncs once with its origin, as ``put`` does (ADR 0076)."""
+        self._require_open()
         writeaccess.sync_before_first_write_here(self)
         return self._write(asserts, retracts)
+
+    def _require_open(self) -> None:
+        """Raise NodeInputError once :meth:`close` ran: a closed home node raised a raw
+        ``sqlite3.ProgrammingError`` and a closed memory node kept taking writes."""
+        if self._closed:
+            raise NodeInputError("this node is closed: open it again (merklog.open)")
 
     def _write(
         self,
@@ -336,6 +349,7 @@ class Node:
         """
         from merklog.engine.errors import EngineError
 
+        self._require_open()
         runner = programs.compile_program(text, source, engine)
         with self._mutex:
             before = self.engine, self.program_text
@@ -385,6 +399,7 @@ class Node:
 
     def query(self, text: str) -> QueryResult:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
+        self._require_open()
         q = queries.parse_query(text)
         with self._mutex:  # an unknown relation or arity is an error, not "(0 rows)"
             self.epochs.ready()

@@ -339,3 +339,21 @@ def test_leaving_async_with_waits_for_an_epoch_still_running(tmp_path: Path, cap
     assert events == ["callback start", "callback end", "closed"]
     assert not [r for r in caplog.records if r.exc_info], caplog.text
     assert "e(1)" in Cli(home)("ls").output
+
+
+def test_a_home_that_cannot_be_made_and_a_closed_node_say_so(tmp_path: Path) -> None:
+    """A home under a file raised a raw NotADirectoryError; a closed home node raised
+    sqlite3.ProgrammingError on a write, and a closed memory node went on taking them."""
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(merklog.Error, match="cannot make .* a merklog home: Not a directory"):
+        merklog.open(tmp_path / "a-file" / "home")
+    for node in (merklog.open(memory=True), merklog.open(tmp_path / "h")):
+        node.assert_("p", 1)
+        node.close()
+        for call in (
+            lambda n=node: n.assert_("p", 2),
+            lambda n=node: n.query("p(X)"),
+            lambda n=node: n.load_program("q(X) :- p(X)."),
+        ):
+            with pytest.raises(merklog.Error, match="this node is closed"):
+                call()
