@@ -110,10 +110,10 @@ async def list_facts(request: web.Request) -> web.Response:
             after = Link.parse(request.query["after"])
         except (ValueError, StoreError) as exc:
             raise NodeInputError(f"after= must be a fact CID from a previous page: {exc}") from None
-    try:
-        limit = int(request.query.get("limit", FACTS_PAGE))
-    except ValueError:
-        raise NodeInputError("limit= must be an integer") from None
+    raw = request.query.get("limit", str(FACTS_PAGE))
+    if not (raw.isascii() and raw.isdigit()):  # int() also reads "1_0" and "٣"
+        raise NodeInputError(f"limit= must be a decimal integer, got {raw!r}")
+    limit = int(raw)
     if not 1 <= limit <= FACTS_PAGE_MAX:
         raise NodeInputError(f"limit= must be between 1 and {FACTS_PAGE_MAX}")
     try:

@@ -91,6 +91,9 @@ def test_facts_are_paged(home: Path, node_factory, tmp_path: Path) -> None:
         after = page["next"]
     assert pages == 3 and len(seen) == len(set(seen)) == 2500
     assert node.request("GET", "/v1/facts?limit=0")[0] == 400
+    # int() reads these as 10 and 3; a page size is written in ASCII digits
+    for odd in ("1_0", "%D9%A3", "+5", "%205"):
+        assert node.request("GET", f"/v1/facts?limit={odd}")[0] == 400, odd
     assert node.request("GET", "/v1/facts?after=zzz")[0] == 400
     assert len(run("ls").output.splitlines()) == 2501  # the CLI follows the pages
 
