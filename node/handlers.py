@@ -59,7 +59,23 @@ def json_object(raw: bytes) -> dict[str, Any]:
         raise NodeInputError("request body nests its JSON arrays or objects too deeply") from None
     if not isinstance(body, dict):
         raise NodeInputError("request body must be a JSON object")
+    # A key given twice kept its last value only ({"assert": …, "assert": …} wrote the
+    # second): a key's quoted name found twice in the bytes is looked at exactly.
+    if any(raw.count(json.dumps(key).encode()) > 1 for key in body):
+        json.loads(raw, object_pairs_hook=_without_repeats)
     return body
+
+
+def _without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; NodeInputError if a key repeats."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise NodeInputError(f"request body gives the key {key!r} twice")
+            seen.add(key)
+    return out
 
 
 # ------------------------------------------------------------------------- public

@@ -151,6 +151,17 @@ def test_json_fact_form_over_http_keeps_types(home: Path, node_factory) -> None:
     ):
         status, err = node.request("POST", "/v1/facts", {"assert": bad})
         assert status == 400 and err["error"] == "bad input", (bad, err)
+    # A key given twice wrote only its last value.
+    import urllib.error
+    import urllib.request
+
+    twice = urllib.request.Request(
+        node.url + "/v1/facts", data=b'{"assert": "v(8).", "assert": "v(9)."}', method="POST"
+    )
+    twice.add_header("Authorization", f"Bearer {node.token}")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(twice, timeout=30)
+    assert refused.value.code == 400 and b"gives the key 'assert' twice" in refused.value.read()
     # A misspelt field wrote nothing and said 200.
     status, err = node.request("POST", "/v1/facts", {"asert": "v(7)."})
     assert status == 400 and "unknown field 'asert'" in err["detail"], err
