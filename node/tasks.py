@@ -164,6 +164,7 @@ class BackgroundTasks:
         interval = float(node.config.get("node.outbox_interval"))
         timeout = float(node.config.get("sync.timeout"))
         assert self.outbox_wake is not None
+        told: set[str] = set()  # delivery errors already logged at WARNING
         async with aiohttp.ClientSession() as session:
             while True:
                 await wait_event(self.outbox_wake, interval)
@@ -179,7 +180,16 @@ class BackgroundTasks:
                     node.metrics.async_messages.labels("delivered").inc(report.delivered)
                 if report.failed:
                     node.metrics.async_messages.labels("failed").inc(report.failed)
-                    log.info("@async delivery: %s", "; ".join(report.errors[:3]))
+                    # A new reason (a destination that is no peer, a peer down) once at
+                    # WARNING, where an operator sees it; its retries at INFO.
+                    new = [e for e in dict.fromkeys(report.errors) if e not in told]
+                    if new and len(told) < 1000:
+                        told.update(new)
+                        log.warning("@async delivery failed, will retry: %s", "; ".join(new[:3]))
+                    else:
+                        log.info("@async delivery: %s", "; ".join(report.errors[:3]))
+                elif report.delivered:
+                    told.clear()
 
     async def _sync_loop(self) -> None:
         """Every ``sync.interval`` seconds, sync with each peer in ``[peers]`` (re-read, so

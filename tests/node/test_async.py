@@ -119,6 +119,11 @@ def test_unknown_async_destination_stays_queued(tmp_path: Path, node_factory) ->
         )
     )
     assert na.request("GET", "/v1/status")[1]["outbox_pending"] == 1
+    # Said once at the default log level (it was INFO only: nothing without -v).
+    assert _until(lambda: any("@async delivery failed" in line for line in na.stderr_lines))
+    time.sleep(1.0)  # retries meanwhile: not logged again at WARNING
+    warned = [line for line in na.stderr_lines if "@async delivery failed" in line]
+    assert len(warned) == 1 and "nobody" in warned[0], warned
 
 
 def test_async_messages_keep_value_identity_across_epochs_and_restarts(
