@@ -82,7 +82,14 @@ def register(cli: click.Group) -> None:
             click.echo(message, err=True)
             sys.exit(1)
 
-        text = program.read_text(encoding="utf-8")
+        from merklog.node.cliutil import read_text_file
+        from merklog.node.failures import Failure
+
+        try:
+            text = read_text_file(program)
+        except Failure as exc:  # eval's own convention: FILE:LINE:COL, exit 1
+            fail(str(exc))
+            return
         try:
             prog = Program.parse(text, dialect=dialect)
         except EngineError as err:

@@ -17,9 +17,9 @@ def register(cli: click.Group) -> None:
         """Check PROGRAM and install it: its text is stored in the home (a block), so
         editing or deleting the file afterwards changes nothing; a program that fails a
         check changes nothing either."""
-        from merklog.node.cliutil import guard, target
+        from merklog.node.cliutil import guard, read_text_file, target
 
-        text = program.read_text()
+        text = read_text_file(program)
         with target(state) as t:
             status = guard(lambda: t.load_program(text, str(program)))
         click.echo(f"loaded {program} (epoch {status['epoch']}, {status['derived']} derived facts)")

@@ -47,6 +47,7 @@ def register(cli: click.Group) -> None:
         import asyncio
         from contextlib import nullcontext
 
+        from merklog.node.cliutil import read_text_file
         from merklog.node.handlers import body_worker
         from merklog.node.node import Node, init_home
         from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile
@@ -80,7 +81,7 @@ def register(cli: click.Group) -> None:
                 node = Node(cfg, lock)
                 if program is not None:  # checked, stored in the home, then swapped in
                     try:
-                        node.load_program(program.read_text(), str(program))
+                        node.load_program(read_text_file(program), str(program))
                     except BaseException:
                         node.close()
                         lock = None

@@ -328,8 +328,9 @@ def register(cli: click.Group) -> None:
         """Evaluate PROGRAM over the merged visible facts; write every output relation."""
         from merklog.engine.errors import EngineError
         from merklog.engine.program import parse_text
+        from merklog.node.cliutil import read_text_file
 
-        text = program.read_text()
+        text = read_text_file(program)
         try:
             parsed = parse_text(text)
         except EngineError as exc:

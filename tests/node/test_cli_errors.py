@@ -357,3 +357,17 @@ def test_library_tracebacks_caused_by_ctrl_c_are_not_logged() -> None:
     assert cut.exc_info[1].__context__ is not None and interrupted(cut)
     plain = logging.LogRecord("root", logging.ERROR, "x", 1, "other", None, None)
     assert not interrupted(plain)
+
+
+def test_a_program_file_that_is_not_utf8_is_named_with_its_place(
+    ready: Path, tmp_path: Path
+) -> None:
+    """``load`` of a Latin-1 file said only ``'utf-8' codec can't decode byte 0xe9 in
+    position 19``: no file, no line."""
+    latin = tmp_path / "latin.dl"
+    latin.write_bytes("p(X) :- q(X).\nr(X) :- q(X). % café\n".encode("latin-1"))
+    assert_fails(merklog(ready, "load", str(latin)), ExitCode.BAD_INPUT, f"{latin}:2:20: not UTF-8")
+    evaluated = merklog(
+        ready, "eval", str(latin), "--facts", str(tmp_path), "--out", str(tmp_path / "o")
+    )
+    assert evaluated.returncode == 1 and evaluated.stderr.startswith(f"{latin}:2:20: not UTF-8")
