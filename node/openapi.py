@@ -502,6 +502,16 @@ def _schemas() -> dict[str, Any]:
     }
 
 
+def _with_query_tokens(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every GET that takes a token takes it as ``?access_token=`` too (the middleware
+    reads it on any GET, not only ``/v1/subscribe``, which alone listed it)."""
+    for ops in paths.values():
+        op = ops.get("get")
+        if op and op.get("security") and {"queryToken": []} not in op["security"]:
+            op["security"] = [*op["security"], {"queryToken": []}]
+    return paths
+
+
 def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
     """The whole document (a fresh dict each call)."""
     return {
@@ -517,11 +527,18 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
                 "`Authorization: Bearer <token>`. Every error is a JSON `Error` body."
             ),
         },
-        "paths": _paths(),
+        "paths": _with_query_tokens(_paths()),
         "components": {
             "securitySchemes": {
                 "readToken": {"type": "http", "scheme": "bearer", "description": "api.read_token"},
                 "writeToken": {"type": "http", "scheme": "bearer", "description": "api.token"},
+                "queryToken": {
+                    "type": "apiKey",
+                    "in": "query",
+                    "name": "access_token",
+                    "description": "the read or write token as ?access_token= (GET only: for "
+                    "EventSource and links, which send no headers; RFC 6750 §2.3)",
+                },
                 "peerSignature": {
                     "type": "apiKey",
                     "in": "header",

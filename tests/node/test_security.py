@@ -287,3 +287,16 @@ def test_the_bearer_scheme_name_is_case_insensitive(home: Path, node_factory) ->
             assert got == status, (scheme, secret, got)
     finally:
         node.stop()
+
+
+def test_openapi_lists_the_query_token_on_every_get_that_takes_a_token() -> None:
+    """The middleware reads ``?access_token=`` on any GET; the document listed it for
+    ``/v1/subscribe`` only."""
+    from merklog.node.openapi import openapi_document
+
+    doc = openapi_document()
+    gets = [ops["get"] for ops in doc["paths"].values() if ops.get("get", {}).get("security")]
+    assert gets and all({"queryToken": []} in op["security"] for op in gets)
+    posts = [ops["post"] for ops in doc["paths"].values() if "post" in ops]
+    assert all({"queryToken": []} not in op.get("security", []) for op in posts)
+    assert doc["components"]["securitySchemes"]["queryToken"]["name"] == "access_token"
