@@ -44,22 +44,6 @@ def facts_text(args: tuple[str, ...], file: Any) -> str:
     return text
 
 
-def read_text_file(path: Any) -> str:
-    """A program file the user named, as text. One that is not UTF-8 is bad input named
-    by ``FILE:LINE:COL`` of its first bad byte (Python's message gave neither)."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise Failure(
-            f"{path}:{line}:{col}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the"
-            " file as UTF-8",
-            ExitCode.BAD_INPUT,
-        ) from None
-
-
 def fail(message: str, code: ExitCode = ExitCode.FAILED) -> NoReturn:
     """Stop the command with ``message`` and exit status ``code`` (docs/operations.md)."""
     raise Failure(message, code)

@@ -1,4 +1,6 @@
-"""Owner-only files and directories: what a home holds is secret (tokens, keys) or data.
+"""Files the CLI and the node write and read: owner-only files and directories (what a
+home holds is secret, tokens and keys, or data), the files a user names for output
+(:func:`output_file`) and program files read as text (:func:`read_text_file`).
 
 Every file the node creates in a home — config.toml (API tokens), identity.pem,
 store.sqlite and its ``-wal``/``-shm`` companions, node.json, CAR exports — is
@@ -101,3 +103,21 @@ def output_file(path: str | Path) -> Iterator[BinaryIO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def read_text_file(path: str | Path) -> str:
+    """A program file the user named, as text. One that is not UTF-8 is bad input named
+    by ``FILE:LINE:COL`` of its first bad byte (Python's message gave neither)."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        from .failures import ExitCode, Failure
+
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise Failure(
+            f"{path}:{line}:{col}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the"
+            " file as UTF-8",
+            ExitCode.BAD_INPUT,
+        ) from None

@@ -82,8 +82,8 @@ def register(cli: click.Group) -> None:
             click.echo(message, err=True)
             sys.exit(1)
 
-        from merklog.node.cliutil import read_text_file
         from merklog.node.failures import Failure
+        from merklog.node.files import read_text_file
 
         try:
             text = read_text_file(program)

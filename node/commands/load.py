@@ -17,7 +17,8 @@ def register(cli: click.Group) -> None:
         """Check PROGRAM and install it: its text is stored in the home (a block), so
         editing or deleting the file afterwards changes nothing; a program that fails a
         check changes nothing either."""
-        from merklog.node.cliutil import guard, read_text_file, target
+        from merklog.node.cliutil import guard, target
+        from merklog.node.files import read_text_file
 
         text = read_text_file(program)
         with target(state) as t:

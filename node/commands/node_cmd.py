@@ -47,7 +47,7 @@ def register(cli: click.Group) -> None:
         import asyncio
         from contextlib import nullcontext
 
-        from merklog.node.cliutil import read_text_file
+        from merklog.node.files import read_text_file
         from merklog.node.handlers import body_worker
         from merklog.node.node import Node, init_home
         from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile

@@ -328,7 +328,7 @@ def register(cli: click.Group) -> None:
         """Evaluate PROGRAM over the merged visible facts; write every output relation."""
         from merklog.engine.errors import EngineError
         from merklog.engine.program import parse_text
-        from merklog.node.cliutil import read_text_file
+        from merklog.node.files import read_text_file
 
         text = read_text_file(program)
         try:
