@@ -112,12 +112,11 @@ def read_text_file(path: str | Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        from .failures import ExitCode, Failure
+        from .errors import NodeInputError  # bad input: exit 2, HTTP 400
 
         line = data.count(b"\n", 0, exc.start) + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise Failure(
+        raise NodeInputError(
             f"{path}:{line}:{col}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the"
-            " file as UTF-8",
-            ExitCode.BAD_INPUT,
+            " file as UTF-8"
         ) from None

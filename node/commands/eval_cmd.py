@@ -82,12 +82,12 @@ def register(cli: click.Group) -> None:
             click.echo(message, err=True)
             sys.exit(1)
 
-        from merklog.node.failures import Failure
+        from merklog.node.errors import NodeInputError
         from merklog.node.files import read_text_file
 
         try:
             text = read_text_file(program)
-        except Failure as exc:  # eval's own convention: FILE:LINE:COL, exit 1
+        except NodeInputError as exc:  # eval's own convention: FILE:LINE:COL, exit 1
             fail(str(exc))
             return
         try:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from merklog.store.errors import Error
+
 
 def op_paths(inputs: list[str | Path]) -> list[str]:
     """The op-row Parquet paths of ``inputs``: an export directory's ``ops/`` folder, any
@@ -19,7 +21,7 @@ def op_paths(inputs: list[str | Path]) -> list[str]:
     return paths
 
 
-class NotAnExport(ValueError):
+class NotAnExport(Error, ValueError):
     """A local input that holds no op rows of a merklog export."""
 
 
