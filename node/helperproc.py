@@ -156,6 +156,9 @@ class Worker:
                 kind, result = pickle.loads(self._results.read(size))
             except (OSError, EOFError, pickle.UnpicklingError, ValueError):
                 self._gone = True  # a pipe broke or closed: the child is gone
+                # Reaped now if it has exited, not left a zombie for the node's lifetime.
+                with suppress(ChildProcessError):
+                    os.waitpid(self.pid, os.WNOHANG)
                 raise HelperError(f"the {self.name} ended") from None
         if kind == _RAISED:
             raise result

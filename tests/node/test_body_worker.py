@@ -206,6 +206,8 @@ def test_a_dead_worker_costs_only_its_speed(tmp_path: Path, node_factory) -> Non
     while "body worker process is gone" not in node.stderr_text and time.monotonic() < deadline:
         time.sleep(0.05)
     assert node.stderr_text.count("body worker process is gone") == 1
+    # Reaped by the node once it found the worker gone, not left a zombie it holds.
+    assert not os.path.exists(f"/proc/{worker}"), open(f"/proc/{worker}/stat").read()
     assert node.stop() == 0
 
 
