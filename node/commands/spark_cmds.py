@@ -362,7 +362,7 @@ def register(cli: click.Group) -> None:
         try:
             with spark_progress(spark, "analyze"):
                 ops = read_ops(spark, sources)
-                base = relations_from_snapshot(snapshot_frame(ops), used_relations(parsed))
+                base = relations_from_snapshot(snapshot_frame(ops), used_relations(parsed), parsed)
                 result = evaluate(spark, parsed, base)
                 written = write_outputs(
                     result, output_relations(parsed), target, fmt, output_arities(parsed)

@@ -180,14 +180,17 @@ def used_relations(program: ast.Program) -> dict[str, int | None]:
 
 
 def relations_from_snapshot(
-    snapshot: Any, relations: Iterable[str] | Mapping[str, int | None] | None = None
+    snapshot: Any,
+    relations: Iterable[str] | Mapping[str, int | None] | None = None,
+    program: ast.Program | None = None,
 ) -> dict[str, Relation]:
     """Visible facts (``relation``, ``args`` list<value>) → one typed DataFrame per relation.
 
     ``relations``: read only these (the ones a program uses, :func:`used_relations`), so a
     relation the program never reads costs nothing; given as a mapping to arities, facts of
     other arities are left out, as the engine sets them aside. A column holding one value
-    type becomes a native column; a column holding several keeps the export's value struct."""
+    type becomes a native column; a column holding several keeps the export's value struct.
+    ``program``, if given, places errors at its atoms (``LINE:COL``)."""
     from pyspark.sql import functions as F
 
     if relations is not None:
@@ -215,7 +218,26 @@ def relations_from_snapshot(
     for rel, variants in sorted(per_rel.items()):
         arities = {n for n, _ in variants}
         if len(arities) != 1:
-            raise AnalyzeError(f"relation {rel} holds facts of arities {sorted(arities)}")
+            at = (
+                next(  # the rest pattern that reads it: the program's place to change
+                    (
+                        atom.pos
+                        for rule in program.rules
+                        for lit in rule.body
+                        for atom, _p in ast.body_atoms(lit)
+                        if atom.rel == rel and atom.rest
+                    ),
+                    None,
+                )
+                if program is not None
+                else None
+            )
+            raise AnalyzeError.at(
+                at,
+                f"{rel}(...) reads relation {rel}, which holds facts of arities"
+                f" {sorted(arities)}: a rest pattern matches one arity",
+                f"give the atom its arguments (e.g. {rel}(X, Y)) to read one arity",
+            )
         arity = arities.pop()
         kinds = tuple(frozenset(t[i] for _, t in variants) for i in range(arity))
         unknown = set().union(*kinds) - set(KINDS) if kinds else set()

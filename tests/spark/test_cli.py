@@ -145,3 +145,23 @@ def test_a_master_spark_cannot_use_is_one_error_line(tmp_path):
         done.stderr
     )
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+
+
+def test_a_rest_pattern_over_several_arities_is_an_error_at_its_atom(spark, tmp_path):
+    """The error said ``rp.dl:relation w holds facts of arities [2, 3]``: no LINE:COL."""
+    home = tmp_path / "h"
+    run("--home", str(home), "init")
+    run("--home", str(home), "put", "w(1, 2).", "w(1, 2, 3).")
+    run("--home", str(home), "parquet", "export", str(tmp_path / "ex"))
+    prog = tmp_path / "rp.dl"
+    prog.write_text("% reads every w\nr(X) :- w(X, ...).\n")
+    err = run(
+        "analyze",
+        str(prog),
+        "--input",
+        str(tmp_path / "ex"),
+        "--out",
+        str(tmp_path / "o"),
+        ok=False,
+    )
+    assert f"{prog}:2:9: w(...) reads relation w, which holds facts of arities [2, 3]" in err, err
