@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -246,9 +246,9 @@ class SyncClient:
             stats.bytes_received += size
             try:
                 reader = CarReader(spool, self.max_block)
-                roots = await asyncio.to_thread(reader.read_header)
+                roots = await _reading(reader.read_header)
                 counted = _Counting(reader.blocks())
-                result: ApplyResult = await asyncio.to_thread(replica.apply_blocks, counted, True)
+                result: ApplyResult = await _reading(replica.apply_blocks, counted, True)
             finally:
                 spool.close()
             await asyncio.to_thread(replica.remember_peer_heads, peer, roots)
@@ -339,8 +339,8 @@ class SyncClient:
                 spool, size = await self._spool(resp, "block response")
             try:
                 reader = CarReader(spool, self.max_block)
-                await asyncio.to_thread(reader.read_header)
-                got = await asyncio.to_thread(list, reader.blocks())  # re-hashed by CarReader
+                await _reading(reader.read_header)
+                got = await _reading(list, reader.blocks())  # re-hashed by CarReader
             finally:
                 spool.close()
             asked = set(ask[:looked])
@@ -397,8 +397,8 @@ class SyncClient:
                 spool, _size = await self._spool(resp, "sync response")
             try:
                 reader = CarReader(spool, self.max_block)
-                roots = await asyncio.to_thread(reader.read_header)
-                got = await asyncio.to_thread(list, reader.blocks())
+                roots = await _reading(reader.read_header)
+                got = await _reading(list, reader.blocks())
             finally:
                 spool.close()
             before = len(received)
@@ -453,6 +453,25 @@ class BlockFetch:
     block_bytes: int = 0
     #: The peer had no blocks route: its whole log was read (costs not counted here).
     from_log: bool = False
+
+
+T = TypeVar("T")
+
+
+async def _reading(fn: Callable[..., T], *args: Any) -> T:
+    """``await asyncio.to_thread(fn, *args)`` for work that reads a spooled response: if
+    the caller is cancelled (the node stops, a sync task is cancelled), the thread still
+    runs, so the cancellation waits for it before the caller's ``finally`` closes the
+    spool under it (the thread's "I/O operation on closed file" then surfaced as
+    "Future exception was never retrieved" in the node's log)."""
+    work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        await asyncio.wait({work})
+        if not work.cancelled():
+            work.exception()  # retrieved: its outcome no longer matters to anyone
+        raise
 
 
 def _processed(resp: aiohttp.ClientResponse, asked: int) -> int:
