@@ -66,6 +66,15 @@ class Boundary(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         try:
+            return self._invoke(ctx)
+        except click.ClickException as exc:
+            state = ctx.find_object(State)
+            if state is not None and state.log_format == "json":
+                raise JsonFailure(exc.format_message(), exc.exit_code) from None
+            raise
+
+    def _invoke(self, ctx: click.Context) -> object:
+        try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # one line, not click's usage, hint and blank line
             where = exc.ctx.command_path if exc.ctx is not None else "merklog"
@@ -92,6 +101,21 @@ class Boundary(click.Group):
             failure = click.ClickException(message)
             failure.exit_code = int(code)
             raise failure from None
+
+
+class JsonFailure(click.ClickException):
+    """A command's failure with ``--log-format json``: one JSON line on stderr, shaped
+    like the log records around it (a plain ``Error:`` line broke a JSON log reader)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: object = None) -> None:
+        from .logs import JsonFormatter
+
+        record = logging.LogRecord("merklog.cli", logging.ERROR, "", 0, self.message, None, None)
+        click.echo(JsonFormatter().format(record), err=True)
 
 
 @click.group(cls=Boundary, context_settings={"help_option_names": ["-h", "--help"]})

@@ -371,3 +371,20 @@ def test_a_program_file_that_is_not_utf8_is_named_with_its_place(
         ready, "eval", str(latin), "--facts", str(tmp_path), "--out", str(tmp_path / "o")
     )
     assert evaluated.returncode == 1 and evaluated.stderr.startswith(f"{latin}:2:20: not UTF-8")
+
+
+def test_with_json_logs_the_error_line_is_json_too(ready: Path) -> None:
+    """``--log-format json`` promised JSON lines on stderr, but a failing command ended
+    with a plain ``Error:`` line."""
+    import json
+
+    for args, code in (
+        (("query", "nope(X)"), ExitCode.NOT_FOUND),
+        (("query", "edge(X, Y)", "--json", "--csv"), ExitCode.BAD_INPUT),
+        (("put", "edge(1,"), ExitCode.BAD_INPUT),
+    ):
+        done = merklog(ready, "--log-format", "json", *args)
+        assert done.returncode == code, done.stderr
+        records = [json.loads(line) for line in done.stderr.splitlines()]
+        assert records[-1]["level"] == "ERROR" and records[-1]["logger"] == "merklog.cli"
+        assert "Traceback" not in done.stderr
