@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 
 from . import commands as _commands_pkg
+from .errors import NodeError
 from .home import ENV_HOME, default_home
 from .logs import setup_logging
 
@@ -103,9 +104,10 @@ class Boundary(click.Group):
             raise failure from None
 
 
-class JsonFailure(click.ClickException):
+class JsonFailure(click.ClickException, NodeError):
     """A command's failure with ``--log-format json``: one JSON line on stderr, shaped
-    like the log records around it (a plain ``Error:`` line broke a JSON log reader)."""
+    like the log records around it (a plain ``Error:`` line broke a JSON log reader).
+    A ``merklog.Error`` too, like every error merklog defines."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
