@@ -123,7 +123,7 @@ def format_value(value: Value) -> str:
     if isinstance(value, Link):
         return f'cid"{value}"'
     if isinstance(value, float):
-        text = repr(value)
+        text = repr(value + 0.0)  # -0.0 is stored as 0.0: one value, one rendering
         return text if ("." in text or "e" in text or "inf" in text) else text + ".0"
     return str(value)
 
@@ -162,6 +162,8 @@ def args_texts(arg_lists: Sequence[Sequence[Value]]) -> list[str] | None:
     # flag of the string, not a scan).
     if "\x7f" in text or (not text.isascii() and _RAW_IN_JSON.search(text) is not None):
         return None
+    if "-0.0" in text and _NEGATIVE_ZERO.search(text) is not None:  # format_value: 0.0
+        return None
     return text[2:-2].split("], [")
 
 
@@ -170,6 +172,9 @@ def args_texts(arg_lists: Sequence[Sequence[Value]]) -> list[str] | None:
 #: (tab, carriage return, NUL, escape…) and the Unicode line and paragraph separators —
 #: so that a rendered fact is one line of text that reads back as the same value.
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\x7f-\x9f\u2028\u2029]')
+#: JSON's spelling of the float -0.0 (``float.__repr__``), which :func:`format_value`
+#: renders as the ``0.0`` it is stored as; a string holding it only costs the slower path.
+_NEGATIVE_ZERO = re.compile(r"-0\.0(?![0-9])")
 #: The characters of :data:`_NEEDS_ESCAPE` that JSON writes unescaped.
 _RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}

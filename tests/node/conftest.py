@@ -222,6 +222,12 @@ def all_pages(node, rel, limit):
             return out, pages
 
 
+def as_printed(lines: list[str]) -> list[str]:
+    """Fact lines as ``put`` prints them back: as given, but ``-0.0`` as the value ``0.0``
+    it is stored as (one value, one rendering)."""
+    return [re.sub(r"-0\.0(?![0-9])", "0.0", line) for line in lines]
+
+
 def reaped(pid: int) -> bool:
     """The process is gone (reaped), or a zombie someone else must wait for (its parent
     is not this test process): nothing of it is left for a test to clean up."""
