@@ -105,11 +105,7 @@ async def sync_with(
         replica.identity, timeout=float(cfg.get("sync.timeout")), progress=progress
     ) as client:
         stats = await client.sync(url, replica)
-    out = dataclasses.asdict(stats)
-    out["bytes_in"] = stats.bytes_received
-    out["bytes_out"] = stats.bytes_sent
-    out["deltas_in"] = stats.accepted
-    return out
+    return dataclasses.asdict(stats)
 
 
 async def sync_node(
@@ -144,9 +140,9 @@ async def sync_node(
         node_log.info("sync with %s works again", url)
     state.succeeded()
     save_history(node.home, node.peer_sync)
-    node.metrics.sync_bytes.labels("in").inc(stats.get("bytes_in", 0))
-    node.metrics.sync_bytes.labels("out").inc(stats.get("bytes_out", 0))
-    node.metrics.deltas.inc(stats.get("deltas_in", 0))
+    node.metrics.sync_bytes.labels("in").inc(stats.get("bytes_received", 0))
+    node.metrics.sync_bytes.labels("out").inc(stats.get("bytes_sent", 0))
+    node.metrics.deltas.inc(stats.get("accepted", 0))
     node.last_sync = {"url": url, "at": time.time(), **stats}
     node.wake()
     if not node.tasks.running:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+
+from merklog.replication.client import SyncStats
 
 from .conftest import Cli, peered_pair
 
@@ -17,7 +20,11 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     # B's first write: it syncs once with the node it joined from, receives the grant
     # made there, then writes (no "not a writer in the causal past" surprise).
     b("put", "edge(7, 8).")
-    assert "synced" in b("sync", "a").output
+    line = b("sync", "a").output.strip()
+    assert line.startswith("synced with http://127.0.0.1:"), line
+    # each figure once, by the names of the sync's stats (no aliases beside them)
+    names = [part.split()[0] for part in line.split(": ", 1)[1].split(", ")]
+    assert names == [field.name for field in dataclasses.fields(SyncStats)], names
     # C joined too but was never granted: it says so plainly, exit status 7.
     c = Cli(tmp_path / "c")
     c("init", "--join", na.url, "--token", na.read_token)
@@ -46,7 +53,14 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
         assert result.exit_code != 0 and "Error" in result.output
     assert _facts(b) == before
     _, metrics = nb.request("GET", "/metrics")
-    assert "merklog_sync_bytes_total" in metrics.decode()
+    counted = {
+        line.split()[0]: float(line.split()[1])
+        for line in metrics.decode().splitlines()
+        if line.startswith("merklog_sync_bytes_total{")
+    }
+    # B's syncs moved bodies both ways and the counter has them
+    assert counted['merklog_sync_bytes_total{direction="in"}'] > 0, counted
+    assert counted['merklog_sync_bytes_total{direction="out"}'] > 0, counted
 
 
 def test_sync_interval_syncs_with_every_peer_automatically(tmp_path: Path, node_factory) -> None:
