@@ -81,6 +81,8 @@ class EpochDriver:
         self._intake = threading.Lock()
         self._staging = threading.local()
         self._pending: list[tuple[Fact, int]] = []
+        #: Why the last epoch failed (the program's error), None after one that ran.
+        self.last_error: str | None = None
         # Read-your-writes: _seq counts hand-overs to _pending, _done_seq the last one an
         # epoch has finished with; settled() waits until that covers the caller's write.
         self._seq = 0
@@ -238,13 +240,14 @@ class EpochDriver:
                             want_deltas=listened,
                         )
                         self.warm_up = self.warm_up and engine.snapshot
-                except EngineError:
+                except EngineError as exc:
                     # The program failed (a recursion without fixpoint): its engine state
                     # may be half updated, so the next epoch re-derives from the EDB, which
                     # holds the changes taken; the writes taken are durable and answered.
                     self._reload = True
                     self._carry = carried  # the @next tuples wait for that epoch
-                    self._settle(taken_seq)
+                    self.last_error = f"the epoch that evaluates them failed: {exc}"
+                    self._settle(taken_seq, self.last_error)
                     raise
             nxt = engine.next_tuples()
             # Send each @async tuple once while its body keeps holding (also across restarts).
@@ -266,6 +269,7 @@ class EpochDriver:
                     sub.deliver(set(self.evaluate(sub.query)[1]), epoch=epoch)
             sinks = list(self.sinks)
             self.subs = [s for s in self.subs if not s.closed]
+            self.last_error = None
             # Queries and live queries now show this epoch: the writes it took are
             # answered before its state is saved, which waits for the store while
             # another write is in its transaction (ADR 0145). Those writes are durable
@@ -307,28 +311,44 @@ class EpochDriver:
         metrics.epoch_seconds.observe(time.perf_counter() - t0)
         return epoch
 
-    def _settle(self, seq: int) -> None:
+    def _settle(self, seq: int, error: str | None = None) -> None:
+        """Answer the :meth:`settled` waiters whose changes the epoch through ``seq`` took:
+        with None, or with ``error`` when that epoch failed (the changes stay stored)."""
         with self._intake:
             self._done_seq = max(self._done_seq, seq)
             ready = [w for w in self._waiters if w[0] <= self._done_seq]
             self._waiters = [w for w in self._waiters if w[0] > self._done_seq]
         for _seq, loop, fut in ready:
-            loop.call_soon_threadsafe(_resolve, fut)
+            loop.call_soon_threadsafe(_resolve, fut, error)
 
-    async def settled(self, timeout: float = 10.0) -> None:
-        """Wait until an epoch has evaluated every change handed over so far (a write
-        acknowledged before this call is then visible to queries and live queries)."""
+    async def settled(self, timeout: float = 10.0) -> str | None:
+        """Wait until an epoch has taken every change handed over so far (a write
+        acknowledged before this call is then visible to queries and live queries).
+
+        Returns None when it evaluated them, else why not: the failed epoch's error (the
+        changes stay stored; queries show the last good epoch) or that none came within
+        ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
         with self._intake:
             if self._done_seq >= self._seq:
-                return
+                return self.last_error
             fut: asyncio.Future = loop.create_future()
             self._waiters.append((self._seq, loop, fut))
         self.node.wake()
         try:
-            await asyncio.wait_for(fut, timeout)
+            return await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             log.warning("no epoch within %.1f s after a write", timeout)
+            return f"no epoch evaluated the changes within {timeout:g} s"
+
+    def pending_arities(self, rel: str) -> set[int]:
+        """Arities of ``rel`` among the stored facts handed over but not yet evaluated (a
+        query between a write and its epoch finds the relation; its rows come with the
+        epoch). Scans the pending changes: for the unknown-relation check only."""
+        with self._intake:
+            return {
+                len(fact.args) for fact, weight in self._pending if weight > 0 and fact.rel == rel
+            }
 
     # ------------------------------------------------------------------ reads and sinks
     def relation(self, rel: str) -> set[tuple]:
@@ -390,6 +410,6 @@ class EpochDriver:
         self.sinks.append(sink)
 
 
-def _resolve(fut: asyncio.Future) -> None:
+def _resolve(fut: asyncio.Future, error: str | None = None) -> None:
     if not fut.done():
-        fut.set_result(None)
+        fut.set_result(error)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from merklog.store.errors import Error
 
-__all__ = ["Error", "NodeError", "NodeInputError", "Unauthorized"]
+__all__ = ["Error", "NodeError", "NodeInputError", "NotSettled", "Unauthorized"]
 
 
 class NodeError(Error):
@@ -21,3 +21,14 @@ class NodeInputError(NodeError, ValueError):
 
 class Unauthorized(NodeError):
     """A request lacks the token its route needs (HTTP 401)."""
+
+
+class NotSettled(NodeError):
+    """Writes are stored, but no epoch evaluated them: the program failed on them (a
+    recursion without fixpoint) or no epoch came in time. Queries show the last good
+    epoch. ``result`` is the write's :class:`~merklog.node.writes.WriteResult` when one
+    call both wrote and evaluated (a plain ``with`` node's ``assert_``), else None."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result

@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +22,7 @@ from merklog.store.gcpause import gc_paused
 
 from . import helperproc, queries, writeaccess
 from .bulkput import ReadyChunk
-from .errors import NodeInputError
+from .errors import NodeInputError, NotSettled
 from .factpages import FACTS_PAGE_MAX, fact_refs
 from .failures import UnknownRelation
 from .helperproc import HelperError, Worker
@@ -436,7 +436,10 @@ async def _write(
         raise ApiError(exc.status, exc.code, exc.detail) from None
     except ReplicationError as exc:  # e.g. this key is not (yet) a writer
         raise ApiError(403, "refused", str(exc)) from None
-    await node.settled()  # read-your-writes: the answer comes after the epoch that saw it
+    # read-your-writes: the answer comes after the epoch that saw it. The write is durable
+    # even when that epoch failed (the epoch loop logs why): it is answered as written.
+    with suppress(NotSettled):
+        await node.settled()
     # Rendered and serialised with the GC paused: the per-fact dicts die before it
     # resumes, so no collection walks them (and none is triggered by them) per request.
     with gc_paused():

@@ -46,7 +46,7 @@ from . import (
 from . import dataset as dataset_mod
 from .config import Config
 from .epoch import TICK_REL, EpochDriver, Sink
-from .errors import NodeInputError
+from .errors import NodeInputError, NotSettled
 from .homeinit import IDENTITY_FILE, init_home
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
@@ -224,6 +224,7 @@ class Node:
         The first epoch of the loop hands the stored facts to the incremental engine
         (the first epoch evaluated them in one batch, ADR 0070), so the first write after
         start-up finds incremental state ready."""
+        self._require_open()
         self.epochs.ready()  # the stored facts and the program's state before serving
         self.epochs.warm_up = True
         self.tasks.start()
@@ -271,13 +272,25 @@ class Node:
         writes.check_declared(self.engine, facts)
 
     def write(
-        self, asserts: Iterable[FactLike] = (), retracts: Iterable[FactLike] = ()
+        self,
+        asserts: Iterable[FactLike] = (),
+        retracts: Iterable[FactLike] = (),
+        *,
+        evaluate: bool = True,
     ) -> WriteResult:
         """Assert and retract in one signed delta; durable on return. A freshly joined
-        home first syncs once with its origin, as ``put`` does (ADR 0076)."""
+        home first syncs once with its origin, as ``put`` does (ADR 0076).
+
+        ``asserts`` and ``retracts`` are lists of facts: Fact objects, ``(rel, args)``
+        pairs or Datalog texts. Without an epoch loop (plain ``with``) the write is
+        evaluated before it returns, as :meth:`assert_` is, unless ``evaluate=False`` (a
+        bulk load whose next epoch, or the next open, evaluates it)."""
         self._require_open()
+        asserts = _fact_list(asserts, "asserts")
+        retracts = _fact_list(retracts, "retracts")
         writeaccess.sync_before_first_write_here(self)
-        return self._write(asserts, retracts)
+        result = self._write(asserts, retracts)
+        return self._settle_sync(result) if evaluate else result
 
     def _require_open(self) -> None:
         """Raise NodeInputError once :meth:`close` ran: a closed home node raised a raw
@@ -319,18 +332,33 @@ class Node:
         Fact objects, ``(rel, args)`` pairs or Datalog text such as ``"edge(1, 2)."`` —
         are still accepted; for many facts in one delta use :meth:`write`.
         """
-        return self._settle_sync(self.write(asserts=_typed_or_many(fact)))
+        return self.write(asserts=_typed_or_many(fact))
 
     def retract(self, *fact: Any) -> WriteResult:
         """Retract one typed fact (``node.retract("edge", 1, 2)``): every visible
         assertion of it (observed-remove). Older forms as in :meth:`assert_`."""
-        return self._settle_sync(self.write(retracts=_typed_or_many(fact)))
+        return self.write(retracts=_typed_or_many(fact))
 
     def _settle_sync(self, result: WriteResult) -> WriteResult:
         """Without a running epoch loop (plain ``with``), evaluate the write at once so the
-        next query sees it; with one, ``await node.settled()`` does that."""
+        next query sees it; with one, ``await node.settled()`` does that. A program that
+        fails on the write raises :class:`NotSettled`, which says the write is stored."""
+        from merklog.engine.errors import EngineError
+
         if not self.tasks.running:
-            self.run_epoch()
+            try:
+                self.run_epoch()
+            except EngineError as exc:
+                what = (
+                    f"the write is stored (delta {result.delta})"
+                    if result.delta is not None
+                    else "the write changed nothing"
+                )
+                raise NotSettled(
+                    f"{what}, but the epoch that evaluates it failed: {exc}; queries show the"
+                    " last good epoch",
+                    result,
+                ) from None
         return result
 
     # ------------------------------------------------------------------ program
@@ -350,6 +378,8 @@ class Node:
         from merklog.engine.errors import EngineError
 
         self._require_open()
+        if not isinstance(text, str):
+            raise NodeInputError(f"a program is Datalog text, got {type(text).__name__}")
         runner = programs.compile_program(text, source, engine)
         with self._mutex:
             before = self.engine, self.program_text
@@ -380,18 +410,27 @@ class Node:
     def run_epoch(self) -> int:
         """Evaluate one epoch now (see :meth:`.epoch.EpochDriver.run`); returns its number.
         Safe to call from any thread."""
+        self._require_open()
         return self.epochs.run()
 
     async def settled(self, timeout: float = 10.0) -> None:
         """Wait until an epoch has evaluated every change handed over so far (a write
-        acknowledged before this call is then visible to queries and live queries)."""
-        await self.epochs.settled(timeout)
+        acknowledged before this call is then visible to queries and live queries).
+
+        Raises :class:`NotSettled` when the epoch that took them failed (the program ran
+        away on them; they stay stored and queries show the last good epoch) or none came
+        within ``timeout`` seconds."""
+        self._require_open()
+        error = await self.epochs.settled(timeout)
+        if error is not None:
+            raise NotSettled(f"the writes are stored, but {error}")
 
     # ------------------------------------------------------------------ queries
     def relation(self, rel: str) -> set[tuple]:
         """Current tuples of ``rel`` (stored, derived, or this epoch's events), in engine
         form: floats and booleans wrapped (``Float``, ``Bool``) so that the set keeps
         ``1``, ``1.0`` and ``True`` apart; :meth:`query` answers plain values."""
+        self._require_open()
         return self.epochs.relation(rel)
 
     def _evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
@@ -399,25 +438,43 @@ class Node:
 
     def query(self, text: str) -> QueryResult:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
-        self._require_open()
-        q = queries.parse_query(text)
-        with self._mutex:  # an unknown relation or arity is an error, not "(0 rows)"
-            self.epochs.ready()
-            querycheck.require_known(
-                q,
-                querycheck.program_arities(self.engine.checked.program),
-                self.epochs.edb.arities,
-                {TICK_REL: {1}} if self.config.get("node.tick") else None,
-            )
+        q = self._known_query(text)
         # The answer's rows have no cycles: no collection walks the EDB because of them.
         with gc_paused():
             columns, rows = querycheck.evaluate(self._evaluate, q)
             plain = [row_from_engine(r) for r in rows]  # distinct engine rows, plain out
             return QueryResult(columns, sorted(plain, key=_row_key), self.epoch)
 
-    def subscribe(self, text: str, callback: Callback) -> Subscription:
-        """Call ``callback("result", rows, [])`` now, then ``("delta", added, removed)``."""
+    def _known_query(self, text: str, live: bool = False) -> Any:
+        """``text`` parsed, once its relations and arities are known here: an unknown
+        relation or arity is an error (:class:`UnknownRelation`), not "(0 rows)" or a live
+        query that never answers. Known means the program's, the last epoch's stored facts'
+        or those of a write that epoch has not evaluated yet (whose rows come with it).
+        ``live``: a relation nothing has yet is allowed (a live query waits for its first
+        facts), one known with another arity is not."""
+        self._require_open()
+        if not isinstance(text, str):
+            raise NodeInputError(f"a query is Datalog text, got {type(text).__name__}")
         q = queries.parse_query(text)
+        epochs = self.epochs
+        with self._mutex:
+            epochs.ready()
+            querycheck.require_known(
+                q,
+                querycheck.program_arities(self.engine.checked.program),
+                lambda rel: epochs.edb.arities(rel) or epochs.pending_arities(rel),
+                {TICK_REL: {1}} if self.config.get("node.tick") else None,
+                new_relations=live,
+            )
+        return q
+
+    def subscribe(self, text: str, callback: Callback) -> Subscription:
+        """Call ``callback("result", rows, [])`` now, then ``("delta", added, removed)``.
+        A relation known here with another arity is refused, as :meth:`query` refuses it;
+        one nothing has yet is taken (its first facts arrive as a delta)."""
+        if not callable(callback):
+            raise NodeInputError(f"callback: expected a callable, got {type(callback).__name__}")
+        q = self._known_query(text, live=True)
         sub = Subscription(
             q, frozenset(queries.query_relations(q)), callback, queries.atom_matcher(q)
         )
@@ -425,10 +482,17 @@ class Node:
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
+        """Stop a live query (what :meth:`subscribe` returned)."""
+        self._require_open()
+        if not isinstance(sub, Subscription):
+            raise NodeInputError(f"unsubscribe: expected a Subscription, got {type(sub).__name__}")
         self.epochs.unsubscribe(sub)
 
     def add_sink(self, sink: Sink) -> None:
         """``sink(epoch, changes)`` after every epoch that changed something."""
+        self._require_open()
+        if not callable(sink):
+            raise NodeInputError(f"sink: expected a callable, got {type(sink).__name__}")
         self.epochs.add_sink(sink)
 
     # ------------------------------------------------------------------ sync and status
@@ -442,11 +506,14 @@ class Node:
         and changes nothing here. ``url`` may also name a peer of ``[peers]``; anything
         else is a :class:`NodeInputError`.
         """
+        self._require_open()
         return await peersync.sync_node(self, self.peer_url(url), progress)
 
     def peer_url(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the http(s) URL itself (NodeInputError if
         ``name_or_url`` is neither)."""
+        if not isinstance(name_or_url, str):
+            raise NodeInputError(f"a peer is a name or an URL, got {type(name_or_url).__name__}")
         url = peersync.resolve_peer(self.config, name_or_url.strip())
         if not url.startswith(("http://", "https://")):
             raise NodeInputError(f"{name_or_url!r} is neither a peer in [peers] nor an http(s) URL")
@@ -455,6 +522,7 @@ class Node:
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
         """Visible stored facts (optionally of one relation: read through its index) with
         their CIDs, in CID order."""
+        self._require_open()
         return factpages.list_facts(self.replica, self.store, rel)
 
     def page_facts(
@@ -464,6 +532,7 @@ class Node:
         (page, cursor for the next page or None when this was the last). Reads forward
         from the cursor in index order, so a page costs O(limit) block reads whatever the
         home holds besides (see :mod:`.factpages`). ``after`` may be a CID string."""
+        self._require_open()
         if isinstance(after, str):
             after = Link.parse(after)
         elif after is not None and not isinstance(after, Link):
@@ -474,24 +543,29 @@ class Node:
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
         """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""
+        self._require_open()
         return carfiles.export_blocks(self.store, self.replica, self.dataset)
 
     def export_car(self, path: str | Path, progress: Callable[[int], None] | None = None) -> int:
         """Write the replica to a CAR file (atomically); returns the number of blocks."""
+        self._require_open()
         return carfiles.export_car(self.store, self.replica, self.dataset, path, progress)
 
     def import_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
         """Verify and apply blocks (all or nothing); the next epoch sees the new facts."""
+        self._require_open()
         return carfiles.import_blocks(self, blocks)
 
     def import_car(
         self, path: str | Path, progress: Callable[[int], None] | None = None
     ) -> dict[str, int]:
         """Verify and apply the blocks of a CAR file (see :meth:`import_blocks`)."""
+        self._require_open()
         return carfiles.import_car(self, path, progress)
 
     def grant(self, key_hex: str) -> str | None:
         """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""
+        self._require_open()
         cid = grants.grant(self.replica, key_hex)
         self.wake()
         return cid
@@ -500,6 +574,7 @@ class Node:
         """Stop the Ed25519 public key ``key_hex`` from writing (owner only). Deltas it
         signed before (in the causal past of the revoke) stay; later ones are refused by
         every replica that has seen the revoke."""
+        self._require_open()
         cid = grants.revoke(self.replica, key_hex)
         self.wake()
         return cid
@@ -511,16 +586,19 @@ class Node:
         return dataset_mod.AtomicApply(self.replica, self.atomically)
 
     def heads(self) -> list[Link]:
+        self._require_open()
         return self.replica.heads()
 
     def status(self) -> dict[str, Any]:
         """Dataset, key, heads, epoch, fact counts, program, outbox and peers (see
         :mod:`.status`)."""
+        self._require_open()
         return node_status(self)
 
     def peer_status(self) -> list[dict[str, Any]]:
         """Sync state of every configured peer (added at run time too) and of every URL
         synced ad hoc: last attempt, last success, last error, deltas behind."""
+        self._require_open()
         return peersync.peer_status(self)
 
 
@@ -530,6 +608,24 @@ def _typed_or_many(items: tuple[Any, ...]) -> list[FactLike]:
     if items and isinstance(items[0], str) and items[0].isidentifier():
         return [(items[0], items[1:])]
     return list(items)
+
+
+def _fact_list(facts: Any, name: str) -> Any:
+    """``facts`` if it can be a list of facts; a clear error for one fact or one text given
+    where a list is expected (a bare string was read character by character)."""
+    if isinstance(facts, str | bytes):
+        raise NodeInputError(
+            f"{name}: expected a list of facts, got one {type(facts).__name__}; write"
+            f" {name}=[{facts[:40]!r}] (Datalog texts, Fact objects or (rel, args) pairs)"
+        )
+    if isinstance(facts, Fact):
+        raise NodeInputError(f"{name}: expected a list of facts, got one Fact; write {name}=[fact]")
+    pair = isinstance(facts, tuple) and len(facts) == 2
+    if pair and isinstance(facts[0], str) and isinstance(facts[1], tuple | list):
+        raise NodeInputError(
+            f"{name}: expected a list of facts, got one (rel, args) pair; write {name}=[{facts!r}]"
+        )
+    return facts
 
 
 def _row_key(row: Row) -> tuple:

@@ -191,7 +191,7 @@ class ProgramRunner:
         self.heads = frozenset(r.head.rel for r in checked.program.rules)
         self.mode = "incremental"
         if engine not in ("auto", "batch"):
-            raise ValueError(f"engine must be auto or batch, got {engine!r}")
+            raise NodeInputError(f"engine must be auto or batch, got {engine!r}")
         try:
             if engine == "batch":  # forced (benchmarks, comparisons): no warning
                 self.mode = "batch"

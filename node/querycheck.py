@@ -38,10 +38,13 @@ def require_known(
     program: Mapping[str, set[int]],
     data: Callable[[str], set[int]],
     extra: Mapping[str, set[int]] | None = None,
+    *,
+    new_relations: bool = False,
 ) -> None:
     """Raise :class:`UnknownRelation` for the first atom of ``query`` whose relation and
     arity neither ``program``, ``data`` (the arities of the visible facts of a relation)
-    nor ``extra`` has."""
+    nor ``extra`` has. ``new_relations``: a relation nothing has yet passes (a live query
+    may wait for its first fact); one known with other arities does not."""
     for lit in query:
         for atom, _polarity in ast.body_atoms(lit):
             rel, n, rest = atom.rel, len(atom.args), atom.rest
@@ -57,6 +60,8 @@ def require_known(
                 raise UnknownRelation(
                     f"unknown relation {rel}/{n}: {rel} exists here as {have} only; check the query"
                 )
+            if new_relations:
+                continue
             raise UnknownRelation(
                 f"unknown relation {rel}/{n}: no visible fact has it and the program does not"
                 " mention it"

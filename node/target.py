@@ -67,8 +67,9 @@ class LocalTarget:
     def write_facts(
         self, asserts: list[Fact], retracts: list[Fact], answer: str = "full"
     ) -> dict[str, Any]:
-        # Node.write syncs a freshly joined home with its origin first (ADR 0037, 0076).
-        return self.node.write(asserts, retracts).to_json(answer)
+        # Node.write syncs a freshly joined home with its origin first (ADR 0037, 0076). A
+        # one-shot command evaluates nothing: the node's next start does (no epoch per put).
+        return self.node.write(asserts, retracts, evaluate=False).to_json(answer)
 
     def query(self, q: str) -> dict[str, Any]:
         return self.node.query(q).to_json()

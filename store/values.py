@@ -55,9 +55,15 @@ def check_value(value: object, where: str = "value") -> Value:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     raise InvalidValue(
-        f"{where}: {kind.__name__} is not a merklog value "
+        f"{where}: {_type_name(kind)} is not a merklog value "
         "(expected int64, finite float, str, bytes, bool or CID link)"
     )
+
+
+def _type_name(kind: type) -> str:
+    """``int``, ``str`` for builtins; ``numpy.bool`` (not a bare ``bool``) for others."""
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
 
 
 def check_relation(name: object) -> str:
@@ -65,7 +71,9 @@ def check_relation(name: object) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidValue(f"relation name must be a non-empty string, got {name!r}")
     if not (name[0].isalpha() and all(c.isalnum() or c == "_" for c in name)):
-        raise InvalidValue(f"relation name {name!r} must be an identifier (letters, digits, _)")
+        raise InvalidValue(
+            f"relation name {name[:40]!r} must start with a letter, then letters, digits or _"
+        )
     return name
 
 

@@ -222,6 +222,15 @@ def all_pages(node, rel, limit):
             return out, pages
 
 
+@pytest.fixture
+def low_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MAX_FIXPOINT_ITERATIONS at 1,000 in every evaluator (1,000,000 rounds take s)."""
+    from merklog.engine import batch, columnar, errors, incremental
+
+    for module in (batch, columnar, errors, incremental):
+        monkeypatch.setattr(module, "MAX_FIXPOINT_ITERATIONS", 1_000)
+
+
 def as_printed(lines: list[str]) -> list[str]:
     """Fact lines as ``put`` prints them back: as given, but ``-0.0`` as the value ``0.0``
     it is stored as (one value, one rendering)."""

@@ -368,3 +368,147 @@ def test_a_home_that_cannot_be_made_and_a_closed_node_say_so(tmp_path: Path) -> 
         ):
             with pytest.raises(merklog.Error, match="this node is closed"):
                 call()
+
+
+def test_every_call_on_a_closed_node_says_so(tmp_path: Path) -> None:
+    """Reads, grants, exports, live queries and sync on a closed node: a home node raised
+    sqlite3.ProgrammingError (sync blamed the peer), a memory node went on signing
+    grants and calling live queries back."""
+    import asyncio
+
+    key = "00" * 32
+    for node in (merklog.open(memory=True), merklog.open(tmp_path / "h")):
+        node.assert_("p", 1)
+        sub = node.subscribe("p(X)", lambda *_: None)
+        node.close()
+        calls = {
+            "list_facts": lambda n=node: n.list_facts(),
+            "page_facts": lambda n=node: n.page_facts(),
+            "status": lambda n=node: n.status(),
+            "heads": lambda n=node: n.heads(),
+            "grant": lambda n=node: n.grant(key),
+            "revoke": lambda n=node: n.revoke(key),
+            "export_car": lambda n=node: n.export_car(tmp_path / "x.car"),
+            "run_epoch": lambda n=node: n.run_epoch(),
+            "relation": lambda n=node: n.relation("p"),
+            "subscribe": lambda n=node: n.subscribe("p(X)", print),
+            "unsubscribe": lambda n=node, s=sub: n.unsubscribe(s),
+            "add_sink": lambda n=node: n.add_sink(print),
+            "write": lambda n=node: n.write(["p(3)."]),
+            "sync": lambda n=node: asyncio.run(n.sync("http://127.0.0.1:9")),
+            "settled": lambda n=node: asyncio.run(n.settled()),
+        }
+        for name, call in calls.items():
+            with pytest.raises(merklog.Error, match="this node is closed"):
+                call()
+                pytest.fail(f"{name} on a closed node did not raise")
+        assert not (tmp_path / "x.car").exists()
+
+
+def test_write_in_a_plain_with_is_evaluated_like_assert(tmp_path: Path) -> None:
+    """``write`` ran no epoch without an epoch loop: the next query answered the state
+    before it (or UnknownRelation for a new relation) and live queries missed it."""
+    for node in (merklog.open(memory=True), merklog.open(tmp_path / "h")):
+        with node:
+            seen = []
+            node.subscribe("edge(X, Y)", lambda *event, seen=seen: seen.append(event))
+            node.assert_("edge", 1, 2)
+            node.write(asserts=[("edge", (2, 3))], retracts=[("edge", (1, 2))])
+            assert node.query("edge(X, Y)").rows == [(2, 3)]
+            assert seen[-1] == ("delta", [(2, 3)], [(1, 2)])
+            node.write(asserts=[("fresh", (1, 1.0, True))])
+            assert node.query("fresh(X, Y, Z)").rows == [(1, 1.0, True)]
+            epoch = node.epoch
+            node.write(asserts=["bulk(1)."], evaluate=False)  # durable, evaluated later
+            assert node.epoch == epoch
+            assert node.query("bulk(X)").rows == []  # known, not evaluated yet
+            node.run_epoch()
+            assert node.query("bulk(X)").rows == [(1,)]
+
+
+def test_a_write_whose_epoch_fails_says_it_is_stored(low_limit) -> None:
+    """A write that makes the program run away is durable; ``assert_`` raised the bare
+    engine error, as if nothing had been written, and ``settled()`` returned as if the
+    epoch had evaluated it."""
+    import asyncio
+
+    from merklog.node.errors import NotSettled
+
+    with merklog.open(memory=True) as node:
+        node.load_program("n(X) :- seed(X).\nn(X + 1) :- n(X).\n")
+        with pytest.raises(
+            NotSettled, match="the write is stored .*epoch that evaluates it failed"
+        ):
+            node.assert_("seed", 0)
+        assert [f.args for _cid, f in node.list_facts("seed")] == [(0,)]
+        try:
+            node.assert_("other", 1)
+        except NotSettled as exc:  # the program still fails: said, and the write is kept
+            assert exc.result.asserted and exc.result.delta is not None
+        assert len(node.list_facts("other")) == 1
+        node.retract("seed", 0)  # the program's input gone: epochs run again
+        assert node.query("other(X)").rows == [(1,)]
+
+    async def in_a_loop() -> None:
+        async with merklog.open(memory=True) as node:
+            node.load_program("n(X) :- seed(X).\nn(X + 1) :- n(X).\n")
+            node.assert_("seed", 0)
+            with pytest.raises(NotSettled, match="the writes are stored, but the epoch"):
+                await node.settled()
+            node.retract("seed", 0)
+            await node.settled()
+            assert node.query("n(X)").rows == []
+
+    asyncio.run(in_a_loop())
+
+
+def test_a_relation_written_but_not_yet_evaluated_is_known(tmp_path: Path) -> None:
+    """In ``async with``, a query of a relation whose first fact was just written raised
+    UnknownRelation ("no visible fact has it") until the epoch came; live queries took
+    any arity and never answered a wrong one."""
+    import asyncio
+
+    async def main() -> None:
+        async with merklog.open(memory=True) as node:
+            node.assert_("w", 1)
+            assert node.query("w(X)").rows in ([], [(1,)])  # before or after its epoch
+            await node.settled()
+            assert node.query("w(X)").rows == [(1,)]
+            with pytest.raises(merklog.Error, match="w exists here as w/1 only"):
+                node.subscribe("w(X, Y)", print)
+            with pytest.raises(merklog.Error, match="unknown relation nope/1"):
+                node.query("nope(X)")
+            seen = []  # a live query may wait for a relation's first facts
+            node.subscribe("later(X)", lambda *event: seen.append(event))
+            node.assert_("later", 2)
+            await node.settled()
+            assert seen == [("result", [], []), ("delta", [(2,)], [])]
+
+    asyncio.run(main())
+
+
+def test_wrong_arguments_name_what_is_expected() -> None:
+    """Each of these raised a raw AttributeError or ValueError with an internal message,
+    or (a bare string) was read character by character."""
+    import asyncio
+
+    with merklog.open(memory=True) as node:
+        cases = [
+            (lambda: node.load_program(None), "a program is Datalog text, got NoneType"),
+            (lambda: node.load_program("p(1).", engine="bogus"), "engine must be auto or batch"),
+            (lambda: asyncio.run(node.sync(None)), "a peer is a name or an URL, got NoneType"),
+            (lambda: node.unsubscribe(None), "expected a Subscription, got NoneType"),
+            (lambda: node.subscribe("p(X)", None), "callback: expected a callable"),
+            (lambda: node.write(asserts="edge(1, 2)."), "asserts: expected a list of facts"),
+            (lambda: node.write(retracts=("edge", (1, 2))), "one \\(rel, args\\) pair"),
+            (lambda: node.assert_("_x", 1), "must start with a letter"),
+        ]
+        for call, message in cases:
+            with pytest.raises(merklog.Error, match=message):
+                call()
+        np = pytest.importorskip("numpy")
+        with pytest.raises(merklog.Error, match="numpy.bool is not a merklog value"):
+            node.assert_("v", np.True_)
+        assert node.list_facts() == []
+        node.write(asserts=("a(1).", "b(2)."))  # a tuple of texts is a list of facts
+        assert len(node.list_facts()) == 2

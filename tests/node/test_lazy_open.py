@@ -54,8 +54,8 @@ def test_status_counts_what_the_first_epoch_reads(tmp_path: Path) -> None:
         node.write(MIXED)
         epoch = node.epoch
     with Node.open(home) as node:
-        node.write(["p(2)."], ["p(true)."])
-        assert node.epoch == epoch  # opening and writing evaluate nothing
+        node.write(["p(2)."], ["p(true)."], evaluate=False)
+        assert node.epoch == epoch  # opening and a bulk write evaluate nothing
         before = node.status()
         assert node.epoch == epoch  # no program: status needs no epoch either
         assert before["facts"] == len(MIXED)

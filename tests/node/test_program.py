@@ -202,15 +202,6 @@ def test_loaded_program_is_stored_in_the_home_not_read_from_its_file(
     assert _rows(run, "reach(X)") == [[2]]
 
 
-@pytest.fixture
-def low_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """MAX_FIXPOINT_ITERATIONS at 1,000 in every evaluator (1,000,000 rounds take s)."""
-    from merklog.engine import batch, columnar, errors, incremental
-
-    for module in (batch, columnar, errors, incremental):
-        monkeypatch.setattr(module, "MAX_FIXPOINT_ITERATIONS", 1_000)
-
-
 def test_a_program_without_fixpoint_is_refused_and_the_running_one_stays(low_limit) -> None:
     """Loading ``n(X + 1) :- n(X).`` hung the load, every query and the node's shutdown
     (memory grew by GBs a minute). Its first epoch now stops at the round limit, the
