@@ -33,7 +33,7 @@ def facts_text(args: tuple[str, ...], file: Any) -> str:
     An argument may leave out its final ``.`` (``merklog put 'edge(1, 2)'``); a file or
     standard input is read as it is, so that one ending in a comment is not given a
     ``.`` of its own and its errors name lines that exist."""
-    parts = [a if a.rstrip().endswith(".") else a + "." for a in args if a.strip()]
+    parts = [_with_period(a) for a in args if a.strip()]
     if file is not None:
         parts.append(file.read())
     elif not parts and not sys.stdin.isatty():
@@ -42,6 +42,27 @@ def facts_text(args: tuple[str, ...], file: Any) -> str:
     if not text.strip():
         raise click.UsageError("no facts given (e.g. merklog put 'edge(1, 2).')")
     return text
+
+
+def _with_period(arg: str) -> str:
+    """``arg`` with the ``.`` it may leave out, when it ends like a complete fact (``)`` or
+    a name, outside a string, every parenthesis closed); otherwise as it is, so that
+    ``bad(1`` is an error at the end of what the user typed ("found end of input"), not
+    at a ``.`` they never wrote."""
+    end = arg.rstrip()[-1:]
+    if end == "." or not (end == ")" or end.isalnum() or end == "_"):
+        return arg
+    depth, quoted, escaped = 0, False, False
+    for ch in arg:
+        if quoted:
+            escaped, quoted = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            quoted = True
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+    return arg + "." if depth == 0 and not quoted else arg
 
 
 def fail(message: str, code: ExitCode = ExitCode.FAILED) -> NoReturn:

@@ -76,6 +76,17 @@ def test_bad_input_exits_2(ready: Path, tmp_path: Path) -> None:
     assert Cli(ready)("ls").output.count("\t") == 1  # the store is intact
 
 
+def test_an_unfinished_fact_argument_is_an_error_where_the_user_stopped(ready: Path) -> None:
+    """``put 'bad(1'`` was given a ``.`` of its own and failed at "found '.'", a
+    character the user never typed; a complete fact still needs no final ``.``."""
+    for text, col in (("bad(1", 6), ("bad(", 5), ('bad(1, "a"', 11), ("bad(1, (2)", 11)):
+        line = assert_fails(merklog(ready, "put", text), ExitCode.BAD_INPUT, "found end of input")
+        assert f"1:{col}:" in line, line
+        assert "'.'" not in line, line
+    assert merklog(ready, "put", 'ok(1, "(")').returncode == 0
+    assert merklog(ready, "retract", 'ok(1, "(")').returncode == 0
+
+
 def test_a_fact_over_the_limit_is_bad_input_through_a_running_node_too(
     ready: Path, tmp_path: Path, node_factory
 ) -> None:
