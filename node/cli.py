@@ -76,7 +76,9 @@ class Boundary(click.Group):
 
     def _invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe (``| head``) is met here, not by click's exit
+            return result
         except click.UsageError as exc:  # one line, not click's usage, hint and blank line
             where = exc.ctx.command_path if exc.ctx is not None else "merklog"
             failure = click.ClickException(f"{exc.format_message()} (see `{where} --help`)")
@@ -84,6 +86,13 @@ class Boundary(click.Group):
             raise failure from None
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except BrokenPipeError:
+            if not _stdout_closed():
+                raise  # a socket, not the reader of the output: classified below
+            # ``| head``: the reader wants no more. Quiet, and 128 + SIGPIPE as a Unix tool
+            # that the signal ends (Python ignores SIGPIPE, so the write raised instead).
+            _discard_stdout()
+            raise click.exceptions.Exit(STDOUT_CLOSED) from None
         except KeyboardInterrupt:  # said as "Aborted!" before, with no word on what stays
             writes = ctx.invoked_subcommand in ("put", "retract")
             raise click.ClickException(
@@ -102,6 +111,32 @@ class Boundary(click.Group):
             failure = click.ClickException(message)
             failure.exit_code = int(code)
             raise failure from None
+
+
+#: Exit status when standard output is closed before the command is done (``| head``).
+STDOUT_CLOSED = 141
+
+
+def _stdout_closed() -> bool:
+    """Whether this process's standard output is a pipe whose reader has gone."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _fd, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real stdout (CliRunner)
+        return False
+
+
+def _discard_stdout() -> None:
+    """Point standard output at /dev/null, so the interpreter's final flush of what is
+    still buffered does not fail again (and print "Exception ignored…")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 class JsonFailure(click.ClickException, NodeError):

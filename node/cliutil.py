@@ -6,6 +6,7 @@ every exception into one line and a documented exit status.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -73,3 +74,17 @@ def fail(message: str, code: ExitCode = ExitCode.FAILED) -> NoReturn:
 def guard(fn: Callable[[], T]) -> T:
     """Run ``fn`` (kept for the commands' call sites; the boundary reports failures)."""
     return fn()
+
+
+def stdout_console(**options: Any) -> Any:
+    """A rich console on standard output whose closed pipe (``| head``) ends the command
+    like any other write to it (exit :data:`merklog.node.cli.STDOUT_CLOSED`); rich's own
+    handling exited 1."""
+    from rich.console import Console as RichConsole
+
+    class _Console(RichConsole):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "standard output closed")
+
+    return _Console(**options)

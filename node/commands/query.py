@@ -99,9 +99,7 @@ def register(cli: click.Group) -> None:
     @pass_state
     def query(state: State, query: str, as_json: bool, as_csv: bool) -> None:
         """Evaluate QUERY (an atom or comma-separated body) over the current epoch."""
-        from rich.console import Console
-
-        from merklog.node.cliutil import guard, target
+        from merklog.node.cliutil import guard, stdout_console, target
 
         if as_json and as_csv:  # the last flag used to win silently
             raise click.UsageError("--json and --csv are two output formats: give one")
@@ -121,5 +119,5 @@ def register(cli: click.Group) -> None:
             if not columns:
                 click.echo("true" if rows else "false")
                 return
-            print_table(Console(soft_wrap=True), columns, [[_cell(v) for v in r] for r in rows])
+            print_table(stdout_console(soft_wrap=True), columns, [[_cell(v) for v in r] for r in rows])
             click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")

@@ -45,8 +45,9 @@ def _when(ts: float | None) -> str:
 
 def _peer_table(peers: list[dict]) -> None:
     """One row per peer: sync state as a table (the running node's view when it runs)."""
-    from rich.console import Console
     from rich.table import Table
+
+    from merklog.node.cliutil import stdout_console
 
     table = Table(show_edge=False)
     # "last attempt" is when the last sync started, "last success" when the last good
@@ -66,4 +67,4 @@ def _peer_table(peers: list[dict]) -> None:
     import sys
 
     # Not a terminal (a pipe, a log): wide enough that rows never wrap.
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    stdout_console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -87,6 +87,33 @@ def test_an_unfinished_fact_argument_is_an_error_where_the_user_stopped(ready: P
     assert merklog(ready, "retract", 'ok(1, "(")').returncode == 0
 
 
+@pytest.mark.parametrize(
+    "args", [("status",), ("query", "edge(X, Y)"), ("ls",), ("put", "more(1)."), ("peers", "list")]
+)
+def test_a_closed_standard_output_ends_the_command_quietly(ready: Path, args) -> None:
+    """``merklog status | head -1`` exited 1, sometimes with "Error: [Errno 32] Broken
+    pipe" (rich's console and click each handled the closed pipe their own way). Now
+    every command meets it alike: nothing on stderr, exit 141 (128 + SIGPIPE, as a Unix
+    tool the signal ends). The pipe's reader is gone before the command writes."""
+    Cli(ready)("peers", "add", "p", "http://127.0.0.1:9", "--key", "ab" * 32)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(ready), *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (141, ""), result
+    if args[0] == "put":  # what it wrote stays written
+        assert "more(1)" in Cli(ready)("ls").output
+
+
 def test_a_fact_over_the_limit_is_bad_input_through_a_running_node_too(
     ready: Path, tmp_path: Path, node_factory
 ) -> None:
