@@ -45,6 +45,7 @@ def register(cli: click.Group) -> None:
     ) -> None:
         """Serve this node until SIGINT/SIGTERM; /healthz answers 200 once ready."""
         import asyncio
+        import sys
         from contextlib import nullcontext
 
         from merklog.node.files import read_text_file
@@ -97,7 +98,16 @@ def register(cli: click.Group) -> None:
                 token = cfg.get("api.token")
                 say(f"merklog node {cfg.get('dataset.id')} listening on {url}", state.log_format)
                 if cfg.path("node.static_dir"):
-                    say(f"app: {url}/#token={token}", state.log_format)
+                    # The URL with the write token is for the person at the terminal; a
+                    # log (a service's journal, a file) gets the URL without the secret.
+                    if sys.stderr.isatty() and state.log_format != "json":
+                        say(f"app: {url}/#token={token}", state.log_format)
+                    else:
+                        say(
+                            f"app: {url}/ (open it as {url}/#token=WRITE_TOKEN;"
+                            " `merklog token --write` prints the token)",
+                            state.log_format,
+                        )
 
             try:
                 asyncio.run(

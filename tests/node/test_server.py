@@ -298,3 +298,21 @@ def test_a_request_aiohttp_cannot_parse_is_no_logged_error(tmp_path, node_factor
         node.stop()
     log = "".join(node.stderr_lines)
     assert "Traceback" not in log and "ERROR" not in log, log
+
+
+def test_the_app_url_in_a_log_holds_no_token(home: Path, tmp_path: Path, node_factory) -> None:
+    """With a static app, ``node run`` printed ``app: URL/#token=<write token>`` to any
+    stderr: under a service manager, the journal kept the write token. A log (stderr not
+    a terminal, as here) gets the URL and where to find the token instead."""
+    static = tmp_path / "static"
+    static.mkdir()
+    (static / "index.html").write_text("<p>app</p>")
+    Cli(home)("init")
+    token = Cli(home)("token", "--write").output.strip()
+    node = node_factory(home, "--static-dir", str(static)).start()
+    deadline = time.monotonic() + 10
+    while "app: " not in node.stderr_text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = node.stderr_text
+    assert f"app: {node.url}/ (open it as {node.url}/#token=WRITE_TOKEN" in log, log
+    assert token not in log
