@@ -95,7 +95,13 @@ def register(cli: click.Group) -> None:
     @cli.command("query")
     @click.argument("query")
     @click.option("--json", "as_json", is_flag=True, help="One JSON object {columns, rows}.")
-    @click.option("--csv", "as_csv", is_flag=True, help="CSV with a header row.")
+    @click.option(
+        "--csv",
+        "as_csv",
+        is_flag=True,
+        help="CSV with a header row; each cell is the value in Datalog syntax (strings in"
+        ' double quotes, so 1 and "1" stay apart; --json gives plain values).',
+    )
     @pass_state
     def query(state: State, query: str, as_json: bool, as_csv: bool) -> None:
         """Evaluate QUERY (an atom or comma-separated body) over the current epoch."""
@@ -119,5 +125,7 @@ def register(cli: click.Group) -> None:
             if not columns:
                 click.echo("true" if rows else "false")
                 return
-            print_table(stdout_console(soft_wrap=True), columns, [[_cell(v) for v in r] for r in rows])
+            print_table(
+                stdout_console(soft_wrap=True), columns, [[_cell(v) for v in r] for r in rows]
+            )
             click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
