@@ -15,7 +15,7 @@ from merklog.node.commands import put
 from merklog.store import Link, sqlrun
 from merklog.store.sqlite import SQLiteBlockStore
 
-from .conftest import Cli
+from .conftest import Cli, as_printed
 
 # Values Python's == merges (1, 1.0, true) beside look-alikes ("1", x"01").
 VALUES = ["1", "1.0", "true", '"1"', 'x"01"', "-0.0", '"x"', "9223372036854775807"]
@@ -59,7 +59,7 @@ def test_chunks_stored_in_sqlite_runs_give_the_facts_and_output_of_one_by_one_wr
     monkeypatch.setattr(put, "LOCAL_CHUNK_FACTS", 1200)
     assert 1200 >= sqlrun.RUN_MIN
     printed = _printed(_in_thread(run, "put", "-f", str(data)).output)
-    assert [fact + "." for _cid, fact in printed] == lines
+    assert [fact + "." for _cid, fact in printed] == as_printed(lines)
     for i in (0, 1, 2, 3, 4, 5, 6, 7, 1150, 3001, 3699):
         (cid, _fact) = _printed(run("put", lines[i]).output)[0]
         assert cid == printed[i][0]
@@ -108,7 +108,7 @@ def test_a_full_disk_mid_put_keeps_the_chunks_before_and_writes_nothing_after(
     errors = [line for line in result.output.splitlines() if "\t" not in line and line.strip()]
     assert len(errors) == 1 and "full" in errors[0], result.output
     printed = [fact + "." for _cid, fact in _printed(result.output)]
-    assert printed == lines[:3000]
+    assert printed == as_printed(lines[:3000])
     monkeypatch.undo()
     rows = json.loads(run("query", "--json", "v(X, Y)").output)["rows"]
     assert len(rows) == len(printed)
@@ -148,7 +148,9 @@ def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(run: Cli, home: Path
     assert proc.returncode == 1
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "interrupted (Ctrl-C): what was written before it stays written" in err, err
-    assert [line.rstrip("\n").split("\t")[1] + "." for line in printed] == lines[: 2 * chunk]
+    assert [line.rstrip("\n").split("\t")[1] + "." for line in printed] == as_printed(
+        lines[: 2 * chunk]
+    )
     with _store(home) as conn:
         assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (2 * chunk,)
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
