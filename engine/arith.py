@@ -303,6 +303,36 @@ def values_equal(a: Value, b: Value) -> bool:
     return _comparable(a, b) and _plain(a) == _plain(b)
 
 
+def equal_values(value: Value) -> tuple[Value, ...]:
+    """The engine-form values ``value == v`` holds for: ``value`` itself, and for a number
+    the other numeric type's value of exactly the same magnitude (``2`` and ``2.0``;
+    ``2**53 + 1`` has no float twin, ``0.5`` no int one). An evaluator that looks an
+    expression's value up in an index (``q(X * 2)``) looks up each, so the atom compares
+    as ``==`` does rather than by identity."""
+    kind = type(value)
+    if kind is int:
+        twin = float(value)  # type: ignore[arg-type]
+        if int(twin) == value:
+            return (value, Float(twin))
+    elif kind is Float and value.is_integer():  # type: ignore[union-attr]
+        twin_int = int(value)  # type: ignore[arg-type]
+        if INT64_MIN <= twin_int <= INT64_MAX:
+            return (value, twin_int)
+    return (value,)
+
+
+def numeric_key(value: Value) -> Value:
+    """One representative of the values ``==`` holds between: an integral ``Float`` within
+    int64 becomes that int (``2.0`` -> ``2``), anything else is itself. Two values are
+    ``==``-equal numbers exactly when their keys are identical, so an evaluator that joins
+    by identity joins an expression's value by ``==`` when both sides map through this."""
+    if type(value) is Float and value.is_integer():  # type: ignore[union-attr]
+        whole = int(value)  # type: ignore[arg-type]
+        if INT64_MIN <= whole <= INT64_MAX:
+            return whole
+    return value
+
+
 # ----------------------------------------------------------------- sum aggregate
 
 _FSCALE = 1074  # every finite double is an integer multiple of 2**-1074

@@ -28,13 +28,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Any
 
 from merklog.store import Fact, Link, fact_cid
 from merklog.store.gcpause import gc_paused
 
 from . import ast, planner
-from .arith import NoBinding, make_arith, make_compare, negate, sort_key, sum_values
+from .arith import (
+    NoBinding,
+    equal_values,
+    make_arith,
+    make_compare,
+    negate,
+    sort_key,
+    sum_values,
+)
 from .columnar import decode_columns, distinct_columns, try_columnar
 from .errors import MAX_FIXPOINT_ITERATIONS, IterationLimitError
 from .rows import RowSet, engine_rows
@@ -358,6 +367,7 @@ class RuleCompiler:
         rel = atom.rel
         ctx = self.ctx
         key_pos, key_fns, binds, checks = self._match_plan(atom, bound)
+        exprs = _expression_keys(atom, bound)
         cid_slot = self.slot(lit.cid.name) if lit.cid is not None else None
         cid_bound = lit.cid is not None and lit.cid.name in bound
         cids = ctx.cids
@@ -375,6 +385,11 @@ class RuleCompiler:
                 key = kf0(env) if single else tuple(f(env) for f in key_fns)
             except NoBinding:
                 return ()
+            if exprs:  # q(X * 2): its value compares as ==, so 2 finds q(2.0) too
+                keys = _equal_keys(key, exprs, single)
+                if len(keys) > 1:
+                    index = r.index(key_pos)
+                    return [t for k in keys for t in index.get(k, ())]
             return r.index(key_pos).get(key, ())
 
         if not checks and cid_slot is None and rest_slot is None:
@@ -453,25 +468,28 @@ class RuleCompiler:
         full = self.ctx.full
         key_pos, key_fns, binds, checks = self._match_plan(atom, bound)
         exact = not atom.rest and not binds
+        exprs = _expression_keys(atom, bound)
 
         def step(env: list) -> None:
             try:
                 key = tuple(f(env) for f in key_fns)
             except NoBinding:
-                nxt(env)
-                return
+                return  # an argument without a value: the binding is dropped, not kept
             r = full.get(rel, EMPTY)
+            keys = _equal_keys(key, exprs, False) if exprs else (key,)
             if exact:
-                if key in r.tuples:
+                if any(k in r.tuples for k in keys):
                     return
             elif not key_pos:
                 if any(not checks or all(t[a] == t[b] for a, b in checks) for t in r.tuples):
                     return
             else:
                 idx = r.index(key_pos)
-                bucket = idx.get(key[0] if len(key_pos) == 1 else key, ())
-                if any(not checks or all(t[a] == t[b] for a, b in checks) for t in bucket):
-                    return
+                one = len(key_pos) == 1
+                for k in keys:
+                    bucket = idx.get(k[0] if one else k, ())
+                    if any(not checks or all(t[a] == t[b] for a, b in checks) for t in bucket):
+                        return
             nxt(env)
 
         return step
@@ -799,3 +817,26 @@ def _sort_key(row: Row) -> tuple:
 def sort_rows(rows: Iterable[Row]) -> list[Row]:
     """Deterministic order for tuples of mixed value types."""
     return sorted(rows, key=_sort_key)
+
+
+def _expression_keys(atom: ast.Atom, bound: set[str]) -> tuple[int, ...]:
+    """Positions, among an atom's lookup-key arguments (:meth:`RuleCompiler._match_plan`'s
+    order), of the arithmetic expressions: their values compare as ``==`` does."""
+    out: list[int] = []
+    k = 0
+    for arg in atom.args:
+        if isinstance(arg, ast.Var) and arg.name not in bound:
+            continue
+        if isinstance(arg, ast.BinOp | ast.Neg):
+            out.append(k)
+        k += 1
+    return tuple(out)
+
+
+def _equal_keys(key: Any, exprs: tuple[int, ...], single: bool) -> list[Any]:
+    """Every lookup key equal to ``key`` under ``==`` at the expression positions
+    ``exprs`` (``2`` and ``2.0``; :func:`merklog.engine.arith.equal_values`)."""
+    if single:
+        return list(equal_values(key))
+    options = [equal_values(v) if i in exprs else (v,) for i, v in enumerate(key)]
+    return list(product(*options))

@@ -54,6 +54,7 @@ from merklog.store import Fact, Value, fact_cid
 from merklog.store.gcpause import gc_paused
 
 from . import ast, planner
+from .arith import numeric_key
 from .arraybase import ArrayBase
 from .dataflow import (
     Aggregate,
@@ -1240,8 +1241,12 @@ class _Compiler:
             i for i, a in enumerate(atom.args) if not (isinstance(a, ast.Var) and a.anonymous)
         )
 
-    def _neg_keys(self, atom: ast.Atom, key_pos: tuple[int, ...]) -> Node:
-        """Root stream: the set of key tuples of ``atom``'s relation that match its pattern."""
+    def _neg_keys(
+        self, atom: ast.Atom, key_pos: tuple[int, ...], numeric: tuple[int, ...] = ()
+    ) -> Node:
+        """Root stream: the set of key tuples of ``atom``'s relation that match its pattern;
+        at the key tuple's positions ``numeric`` (the atom's expression arguments) each
+        value as its :func:`~merklog.engine.arith.numeric_key` (compared by ``==``)."""
         checks = []
         seen: dict[str, int] = {}
         for i, a in enumerate(atom.args):
@@ -1253,18 +1258,22 @@ class _Compiler:
             else:
                 seen[a.name] = i
         n = len(atom.args)
-        cache_key = ("neg", atom.rel, n, atom.rest, key_pos, tuple(checks))
+        cache_key = ("neg", atom.rel, n, atom.rest, key_pos, tuple(checks), numeric)
         node = self._helpers.get(cache_key)
         if node is not None:
             return node
         conds = [f"len(r) {'>=' if atom.rest else '=='} {n}"]
         conds += [f"r[{a}] == r[{b}]" for a, b in checks]
         src = self.rel_node(atom.rel)
-        if not atom.rest and not checks and key_pos == tuple(range(n)):
+        if not atom.rest and not checks and key_pos == tuple(range(n)) and not numeric:
             node = src
         else:
-            proj = _tuple_src([f"r[{i}]" for i in key_pos])
-            fn = _lambda(f"lambda r: ({proj},) if {' and '.join(conds)} else ()")
+            proj = _tuple_src(
+                [f"_nk(r[{i}])" if j in numeric else f"r[{i}]" for j, i in enumerate(key_pos)]
+            )
+            fn = _lambda(
+                f"lambda r: ({proj},) if {' and '.join(conds)} else ()", {"_nk": numeric_key}
+            )
             mapped = self.root.operator(FlatMap(fn), src)
             node = self.root.operator(DistinctTrace(), mapped, label=f"keys !{atom}")
         self._helpers[cache_key] = node
@@ -1288,15 +1297,33 @@ class _Compiler:
                     parts.append(f"c{len(ns) - 1}")
             key_fn = _lambda("lambda r: " + _tuple_src(parts), ns)
         else:
+            # Expression arguments compare by == (``!q(X * 2)`` is blocked by q(2.0) when
+            # X is 1): both sides' values at those positions as their numeric keys. An
+            # argument without a value (``X / 0``) drops the binding, as everywhere.
             fns = [self._term(t, idx) for t in terms]
             _ops, _cmp, errors = self.arith()
-            unmatched = object()
+            numeric = tuple(
+                j for j, t in enumerate(terms) if not isinstance(t, ast.Var | ast.Const)
+            )
+            no_value = object()
 
             def key_fn(r: Row) -> Any:
                 try:
-                    return tuple(f(r) for f in fns)
+                    key = [f(r) for f in fns]
                 except errors:
-                    return unmatched  # no value: nothing to negate, the binding survives
+                    return no_value
+                for j in numeric:
+                    key[j] = numeric_key(key[j])
+                return tuple(key)
+
+            src = self._plan_node(scope, plan)
+            valued = scope.circuit.operator(
+                FlatMap(lambda r: () if key_fn(r) is no_value else (r,)),
+                src,
+                label=f"{lit} has a value",
+            )
+            plan = _Plan(valued, plan.vars)
+            keys = scope.lift(self._neg_keys(atom, key_pos, numeric))
 
         return self._antijoin(scope, plan, keys, key_fn, label=str(lit))
 

@@ -18,7 +18,7 @@ from merklog.engine.batch import BatchEvaluator
 from merklog.engine.columnar import Ineligible
 from merklog.engine.incremental import IncrementalEngine
 from merklog.engine.parser import parse_program
-from merklog.engine.values import row_to_engine
+from merklog.engine.values import row_to_engine, to_engine
 from merklog.node.cli import cli
 from merklog.store import fact_cid, make_fact
 
@@ -383,3 +383,57 @@ def test_columnar_equals_tuple_on_mixed_joins_negation_and_constants(a_facts, c_
     engine = IncrementalEngine(Program.parse(_FIXED).checked)
     engine.step(inserts=facts)
     assert {rel: engine.relation(rel).engine for rel in "jkntuv"} == rels["tuple"]
+
+
+# ------------------------------------------------------------------ expressions inside atoms
+
+ARITH_VALUES = st.sampled_from([0, 1, 2, 3, -1, 1.0, 2.0, 4.0, 0.5, 1.5, "s", True, b"\x01"])
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    st.sampled_from(["+", "-", "*", "/", "%"]),
+    st.sampled_from(["0", "1", "2", "2.0", "0.5", "-1"]),
+    st.lists(ARITH_VALUES, max_size=6),
+    st.lists(st.tuples(ARITH_VALUES, ARITH_VALUES), max_size=8),
+)
+def test_expression_arguments_compare_as_equality_in_every_evaluator(op, const, ps, qs) -> None:
+    """``q(X * 2)`` keeps the bindings whose value equals a ``q`` tuple's under ``==``
+    (``2`` finds ``q(2.0)``), whatever the body's order, and an argument without a value
+    (``X / 0``, ``"s" + 1``) drops the binding, under negation too. The tuple evaluator
+    looked the value up by identity (``a`` empty, ``c`` not), the incremental engine's
+    negation too, and both kept a negated binding whose expression had no value. The
+    reference is the rules' meaning, computed here with ``arith`` and ``values_equal``."""
+    from merklog.engine.arith import NoBinding, arith, values_equal
+
+    p_rows = {row_to_engine((v,)) for v in ps}
+    q_rows = {row_to_engine(t) for t in qs}
+    c = to_engine(float(const)) if "." in const else int(const)
+    want: dict[str, set] = {"a": set(), "c": set(), "n": set(), "w": set()}
+    for (x,) in p_rows:
+        try:
+            value = arith(op, x, c)
+        except NoBinding:
+            continue  # no value: every rule drops this binding
+        matches = [row for row in q_rows if values_equal(row[0], value)]
+        if matches:
+            want["a"].add((x,))
+            want["c"].add((x,))
+            want["w"].update((x, row[1]) for row in matches)
+        else:
+            want["n"].add((x,))
+    expr = f"X {op} {const}"
+    text = f"""
+    a(X) :- p(X), q({expr}, _).
+    c(X) :- q({expr}, _), p(X).
+    n(X) :- p(X), !q({expr}, _).
+    w(X, Y) :- p(X), q({expr}, Y).
+    """
+    rules = parse_program(text).rules
+    base = {"p": p_rows, "q": q_rows}
+    engine = IncrementalEngine(rules)
+    engine.step(inserts={rel: list(rows) for rel, rows in base.items()})
+    assert {rel: engine.relation(rel).engine for rel in want} == want, ("incremental", text)
+    for backend in ("tuple", "auto"):
+        got = _engine_sets(BatchEvaluator(rules, backend=backend).evaluate(base), want)
+        assert got == want, (backend, text, ps, qs)
