@@ -82,11 +82,38 @@ class NotWritableYet(Failure):
 
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
+#: The HTTP status of the node's ``POST /v1/sync`` when the peer answered but the sync
+#: failed (refused, or a broken answer): the node is fine, a dependency failed.
+#: :func:`exit_code_for_status` maps it back to exit 1, like a stopped home's sync.
+PEER_FAILED_STATUS = 424
+
+
+def peer_failure(exc: BaseException) -> tuple[ExitCode, int, str] | None:
+    """How a failed sync with a peer is reported, the same by a stopped home and through
+    a running node: ``(exit status, HTTP status of POST /v1/sync, error name)``; None
+    when ``exc`` is no peer failure.
+
+    A peer that could not be reached (refused connection, timeout, DNS) is worth a
+    retry: exit 4, HTTP 502 ``peer unreachable``. A peer that answered and refused (a
+    4xx: not allowed to sync, another dataset, the node itself) needs a configuration
+    fixed: exit 1, HTTP 424 ``peer refused``; any other answer (a 5xx, a malformed
+    answer) exit 1, HTTP 424 ``peer error``. The CLI's message is ``NAME: DETAIL``
+    on both paths."""
+    from merklog.replication.errors import PeerError, PeerRefused, PeerUnreachable
+
+    if isinstance(exc, PeerUnreachable):
+        return ExitCode.PEER_UNREACHABLE, 502, "peer unreachable"
+    if isinstance(exc, PeerRefused):
+        return ExitCode.FAILED, PEER_FAILED_STATUS, "peer refused"
+    if isinstance(exc, PeerError):
+        return ExitCode.FAILED, PEER_FAILED_STATUS, "peer error"
+    return None
+
 
 def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, str]:
     """The exit status and one-line message for ``exc`` (raised by a CLI command)."""
     from merklog.engine.errors import EngineError
-    from merklog.replication.errors import PeerUnreachable, ReplicationError, TooLarge
+    from merklog.replication.errors import PeerError, ReplicationError, TooLarge
     from merklog.store.errors import (
         BlockNotFound,
         CIDMismatch,
@@ -101,8 +128,9 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
     store = f"the store of {home}" if home is not None else "the store"
     if isinstance(exc, Failure):
         return exc.exit_code, str(exc)
-    if isinstance(exc, PeerUnreachable):
-        return ExitCode.PEER_UNREACHABLE, exc.detail
+    if isinstance(exc, PeerError):
+        code, _status, name = peer_failure(exc) or (ExitCode.FAILED, 0, "peer error")
+        return code, f"{name}: {exc.detail}"
     if isinstance(exc, StoreUnavailable):  # the IPFS daemon of an IPFS home
         return ExitCode.PEER_UNREACHABLE, str(exc)
     if isinstance(exc, Unauthorized):
@@ -157,6 +185,8 @@ def exit_code_for_status(status: int) -> ExitCode:
         return ExitCode.NOT_A_WRITER
     if status in (502, 503, 504):
         return ExitCode.PEER_UNREACHABLE
+    if status == PEER_FAILED_STATUS:  # the node reached the peer, which refused
+        return ExitCode.FAILED
     if status == 507:
         return ExitCode.DISK_FULL
     return ExitCode.FAILED

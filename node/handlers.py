@@ -24,7 +24,7 @@ from . import helperproc, queries, writeaccess
 from .bulkput import ReadyChunk
 from .errors import NodeInputError, NotSettled
 from .factpages import FACTS_PAGE_MAX, fact_refs
-from .failures import UnknownRelation
+from .failures import PEER_FAILED_STATUS, UnknownRelation, peer_failure
 from .helperproc import HelperError, Worker
 from .jsonvalues import facts_from_json, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
@@ -472,7 +472,15 @@ async def sync_now(request: web.Request) -> web.Response:
     try:
         return web.json_response(await node.sync(url))
     except ReplicationError as exc:  # unreachable, refused: the peer's problem
-        raise ApiError(502, "peer unreachable", str(exc)) from None
+        raise _sync_error(exc) from None
+
+
+def _sync_error(exc: ReplicationError) -> ApiError:
+    """A failed sync's answer: 502 ``peer unreachable`` (retry later) or 424 ``peer
+    refused``/``peer error`` (the peer answered: fix the configuration), as
+    :func:`.failures.peer_failure` classifies it for the CLI too."""
+    _code, status, name = peer_failure(exc) or (None, PEER_FAILED_STATUS, "peer error")
+    return ApiError(status, name, exc.detail)
 
 
 #: ``POST /v1/sync`` with ``Accept: application/x-ndjson`` streams its progress.
@@ -483,7 +491,7 @@ async def _sync_streamed(request: web.Request, node: Node, url: str) -> web.Stre
     """The sync as JSON lines: ``{"progress": {"direction", "bytes", "deltas"}}`` after
     each request body, then ``{"result": stats}``, so ``merklog sync`` through a running
     node shows real bytes and deltas. A failure before the first line is the usual JSON
-    error status (502); after it, a last line ``{"error", "detail", "status"}``."""
+    error status (502 unreachable, 424 refused); after it, a last line ``{"error", "detail", "status"}``."""
     events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
     def progress(direction: str, size: int, deltas: int) -> None:
@@ -509,9 +517,10 @@ async def _sync_streamed(request: web.Request, node: Node, url: str) -> web.Stre
         try:
             last: dict[str, Any] = {"result": task.result()}
         except ReplicationError as exc:
+            error = _sync_error(exc)
             if resp is None:
-                raise ApiError(502, "peer unreachable", str(exc)) from None
-            last = {"error": "peer unreachable", "detail": str(exc), "status": 502}
+                raise error from None
+            last = {"error": error.error, "detail": error.detail, "status": error.status}
         except Exception as exc:
             if resp is None:
                 raise  # the error middleware answers with its status

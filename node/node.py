@@ -499,11 +499,12 @@ class Node:
     async def sync(self, url: str, progress: Callable[[str, int, int], None] | None = None) -> dict:
         """Pull from and push to the peer at ``url``; new facts reach the next epoch.
 
-        A peer that cannot be reached or refuses raises :class:`PeerUnreachable` (counted
-        in ``merklog_sync_failures_total``; logged at WARNING when it starts failing on a
-        running node, whose operator reads its log; a one-shot caller such as the CLI's
-        ``sync`` on a stopped home reports the error itself, so there it is only DEBUG)
-        and changes nothing here. ``url`` may also name a peer of ``[peers]``; anything
+        A peer that cannot be reached raises :class:`PeerUnreachable`, one that answers
+        with a refusal (not allowed to sync, another dataset) :class:`PeerRefused`; both
+        are a :class:`PeerError`, counted in ``merklog_sync_failures_total`` and logged
+        at WARNING when it starts failing on a running node, whose operator reads its
+        log (a one-shot caller such as the CLI's ``sync`` on a stopped home reports the
+        error itself, so there it is only DEBUG); a failed sync changes nothing here. ``url`` may also name a peer of ``[peers]``; anything
         else is a :class:`NodeInputError`.
         """
         self._require_open()

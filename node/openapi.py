@@ -23,9 +23,19 @@ BAD_INPUT = _err("Bad input; nothing was changed")
 UNAUTHORIZED = _err("Missing or wrong bearer token (or, on peer routes, peer signature)")
 FORBIDDEN = _err("Refused: this node's key may not do that (e.g. not a writer, not the owner)")
 NOT_FOUND = _err("No such block, dataset or route")
-UNKNOWN_RELATION = _err("The query names a relation (or arity) neither the data nor the program has")
+UNKNOWN_RELATION = _err(
+    "The query names a relation (or arity) neither the data nor the program has"
+)
 TOO_LARGE = _err("Request body larger than node.max_body")
-PEER_DOWN = _err("The peer could not be reached or refused the sync; nothing was changed here")
+PEER_DOWN = _err(
+    "peer unreachable: the peer could not be reached (connection refused, timeout, DNS);"
+    " nothing was changed here, try again later (CLI exit 4)"
+)
+PEER_REFUSED = _err(
+    "peer refused (the peer answered with a refusal: not allowed to sync, another dataset,"
+    " this node itself) or peer error (any other answer); nothing was changed here, fix"
+    " the configuration (CLI exit 1)"
+)
 
 READ: list[dict[str, list[str]]] = [{"readToken": []}, {"writeToken": []}]
 WRITE: list[dict[str, list[str]]] = [{"writeToken": []}]
@@ -244,6 +254,7 @@ def _paths() -> dict[str, Any]:
                         },
                     },
                     "400": BAD_INPUT,
+                    "424": PEER_REFUSED,
                     "502": PEER_DOWN,
                 },
                 requestBody=_body("SyncRequest"),

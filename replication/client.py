@@ -25,7 +25,7 @@ import aiohttp
 from merklog.store import BlockStore, Link
 
 from .auth import EMPTY_DIGEST, sign_headers
-from .errors import PeerError, PeerUnreachable, TooLarge
+from .errors import PeerError, PeerRefused, PeerUnreachable, TooLarge
 from .identity import Identity
 from .limits import (
     RECEIVE_MAX_BODY,
@@ -151,13 +151,17 @@ class SyncClient:
 
     @staticmethod
     async def _error(resp: aiohttp.ClientResponse) -> PeerError:
+        """The peer's error answer as an exception: a 4xx (but 408/429: try again) is a
+        refusal (:class:`PeerRefused`), anything else a :class:`PeerError`."""
         text = await resp.text()
         try:
             obj = json.loads(text)
             code, detail = obj["error"], obj.get("detail", "")
         except (ValueError, KeyError, TypeError):
             code, detail = "http_error", text[:300]
-        return PeerError(
+        refused = 400 <= resp.status < 500 and resp.status not in (408, 429)
+        kind = PeerRefused if refused else PeerError
+        return kind(
             f"{resp.url}: HTTP {resp.status} {code}: {detail}", code=code, status=resp.status
         )
 

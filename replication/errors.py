@@ -122,7 +122,9 @@ class RequestTimeout(ReplicationError):
 
 
 class PeerError(ReplicationError):
-    """A remote peer answered a sync call with an error (client side)."""
+    """A sync with a remote peer failed (client side): the parent of
+    :class:`PeerUnreachable` (no answer) and :class:`PeerRefused` (a refusal); raised as
+    itself when the peer answered with something else (a 5xx, a malformed answer)."""
 
     code = "peer_error"
     status = 502
@@ -133,4 +135,13 @@ class PeerUnreachable(PeerError):
     beyond what earlier completed requests applied."""
 
     code = "peer_unreachable"
+    status = 502
+
+
+class PeerRefused(PeerError):
+    """A peer answered and refused the sync (an HTTP 4xx: not allowed to sync, another
+    dataset, a bad signature): retrying will not help until a configuration changes.
+    ``status`` is the peer's HTTP status, ``code`` its error name."""
+
+    code = "peer_refused"
     status = 502

@@ -512,3 +512,39 @@ def test_wrong_arguments_name_what_is_expected() -> None:
         assert node.list_facts() == []
         node.write(asserts=("a(1).", "b(2)."))  # a tuple of texts is a list of facts
         assert len(node.list_facts()) == 2
+
+
+def test_a_refusing_peer_raises_peer_refused_and_a_down_one_peer_unreachable(
+    tmp_path: Path, node_factory
+) -> None:
+    """``except PeerUnreachable`` catches a peer that is down, not one that answered
+    and refused; ``PeerError`` (a ``merklog.Error``) is the parent of both."""
+    import asyncio
+    import socket
+
+    from merklog.replication.errors import PeerError, PeerRefused, PeerUnreachable
+
+    a = Cli(tmp_path / "a")
+    a("init")
+    origin = node_factory(a.home).start()
+    other = Cli(tmp_path / "other")
+    other("init")  # another dataset: the origin answers 404
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}"
+
+    async def sync(url: str) -> BaseException:
+        async with merklog.open(other.home) as node:
+            try:
+                await node.sync(url)
+            except merklog.Error as exc:
+                return exc
+        raise AssertionError("the sync should have failed")
+
+    refused = asyncio.run(sync(origin.url))
+    assert isinstance(refused, PeerRefused) and isinstance(refused, PeerError)
+    assert not isinstance(refused, PeerUnreachable)
+    assert refused.status == 404 and "not served here" in str(refused)
+    unreachable = asyncio.run(sync(down))
+    assert isinstance(unreachable, PeerUnreachable) and isinstance(unreachable, PeerError)
+    assert not isinstance(unreachable, PeerRefused)

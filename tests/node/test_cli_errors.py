@@ -426,3 +426,34 @@ def test_with_json_logs_the_error_line_is_json_too(ready: Path) -> None:
         records = [json.loads(line) for line in done.stderr.splitlines()]
         assert records[-1]["level"] == "ERROR" and records[-1]["logger"] == "merklog.cli"
         assert "Traceback" not in done.stderr
+
+
+def test_a_refusing_peer_exits_1_and_an_unreachable_one_4_stopped_or_running(
+    tmp_path: Path, node_factory
+) -> None:
+    """A script tells "peer down, retry" (4) from "peer refused, fix the config" (1): the
+    same status and the same line whether the home's node is stopped or running."""
+    a = Cli(tmp_path / "a")
+    a("init")
+    origin = node_factory(a.home).start()
+    joined = Cli(tmp_path / "joined")  # A does not list its key: 403
+    joined("init", "--join", origin.url, "--token", origin.read_token)
+    other = Cli(tmp_path / "other")  # another dataset: 404
+    other("init")
+    down = f"http://127.0.0.1:{free_port()}"
+    cases = [
+        (joined.home, origin.url, ExitCode.FAILED, "peer refused", "not allowed to sync"),
+        (other.home, origin.url, ExitCode.FAILED, "peer refused", "not served here"),
+        (other.home, down, ExitCode.PEER_UNREACHABLE, "peer unreachable", "cannot reach"),
+    ]
+    stopped = [assert_fails(merklog(h, "sync", url), code, *w) for h, url, code, *w in cases]
+    nodes = {h: node_factory(h).start() for h in (joined.home, other.home)}
+    running = [assert_fails(merklog(h, "sync", url), code, *w) for h, url, code, *w in cases]
+    assert running == stopped
+    # A running node asked to sync with itself: it answers, and refuses.
+    itself = nodes[other.home].url
+    assert_fails(merklog(other.home, "sync", itself), ExitCode.FAILED, "peer refused")
+    status, answer = nodes[other.home].request("POST", "/v1/sync", {"url": origin.url})
+    assert (status, answer["error"]) == (424, "peer refused")
+    status, answer = nodes[other.home].request("POST", "/v1/sync", {"url": down})
+    assert (status, answer["error"]) == (502, "peer unreachable")
