@@ -85,12 +85,11 @@ async def _fetch_join(url: str, timeout: float, token: str) -> Join:
     try:
         async with aiohttp.ClientSession(timeout=limit, headers=headers) as session:
             async with session.get(url + "/v1/genesis") as resp:
-                if resp.status == 401:
+                if resp.status == 401:  # a peer's refusal: exit 1, as for `peers add`
                     wants = "refused the token given" if token else "wants a token"
                     raise Failure(
                         f"cannot join {url}: it {wants}; pass --token with its"
-                        " read token (`merklog token` on that node)",
-                        ExitCode.BAD_INPUT,
+                        " read token (`merklog token` on that node)"
                     )
                 if resp.status != 200:
                     raise Failure(

@@ -457,3 +457,22 @@ def test_a_refusing_peer_exits_1_and_an_unreachable_one_4_stopped_or_running(
     assert (status, answer["error"]) == (424, "peer refused")
     status, answer = nodes[other.home].request("POST", "/v1/sync", {"url": down})
     assert (status, answer["error"]) == (502, "peer unreachable")
+
+
+def test_a_peer_refusing_the_token_exits_1_for_join_and_peers_add(
+    tmp_path: Path, node_factory
+) -> None:
+    """A wrong (or missing) read token is the peer's refusal, exit 1 (not bad input),
+    whether ``init --join`` or ``peers add`` asked; the failed join leaves no home."""
+    a = Cli(tmp_path / "a")
+    a("init")
+    node = node_factory(a.home).start()
+    fresh = tmp_path / "fresh"
+    for token in (("--token", "wrong"), ()):
+        result = merklog(fresh, "init", "--join", node.url, *token)
+        assert_fails(result, ExitCode.FAILED, node.url, "--token")
+        assert not fresh.exists()
+    b = Cli(tmp_path / "b")
+    b("init")
+    result = merklog(b.home, "peers", "add", "a", node.url, "--token", "wrong")
+    assert_fails(result, ExitCode.FAILED, node.url)

@@ -71,9 +71,9 @@ def test_sync_interval_syncs_with_every_peer_automatically(tmp_path: Path, node_
     na = node_factory(a.home).start()
     wrong = Cli(tmp_path / "wrong")
     refused = wrong("init", "--join", na.url, "--token", "not-the-token", ok=False)
-    assert refused.exit_code == 2 and "refused the token given" in refused.output
+    assert refused.exit_code == 1 and "refused the token given" in refused.output
     missing = Cli(tmp_path / "missing")("init", "--join", na.url, ok=False)
-    assert missing.exit_code == 2 and "it wants a token" in missing.output
+    assert missing.exit_code == 1 and "it wants a token" in missing.output
     b("init", "--join", na.url, "--token", na.read_token)
     nb = node_factory(b.home, env={"MERKLOG_SYNC_INTERVAL": "0.2"}).start()
     a("peers", "add", "b", nb.url, "--writer", "--token", nb.read_token)
