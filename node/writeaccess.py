@@ -14,12 +14,15 @@ Rules that sit above the replica's own:
   event loop it syncs there and then; ``async with merklog.open(home)`` syncs when it
   opens (an unreachable origin is logged, the node still opens); a write made inside a
   running event loop that still needs the sync cannot wait for it and raises
-  :class:`NotWritableYet` saying ``await node.sync(origin)`` (ADR 0076).
+  :class:`NotWritableYet` saying ``await node.sync(origin)`` (ADR 0076). If the origin
+  answered and refused that sync (e.g. it does not list this node's key), the write
+  fails with :class:`NotAWriter` naming the refusal, as it does outside an event loop.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +32,11 @@ from .config import ORIGIN
 from .failures import NotAWriter, NotWritableYet
 
 log = logging.getLogger(__name__)
+
+#: The nodes whose origin answered and refused their sync before the first write (not
+#: merely unreachable): their write inside an event loop is then refused as
+#: :class:`NotAWriter` with that answer, not as "the origin was unreachable".
+_REFUSED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def origin_url(config: Any) -> str | None:
@@ -129,6 +137,7 @@ async def sync_before_first_write_async(node: Any) -> None:
         raise _unreachable(origin, exc) from None
     except Exception as exc:  # refused (not granted): require_writer's message says so
         log.warning("sync with %s before the first write failed: %s", origin, exc)
+        _REFUSED.add(node)  # the origin answered: a later write in a loop says so
 
 
 def sync_before_first_write_here(node: Any) -> None:
@@ -148,6 +157,9 @@ def sync_before_first_write_here(node: Any) -> None:
         asyncio.get_running_loop()
     except RuntimeError:
         sync_before_first_write(node, lambda url: asyncio.run(node.sync(url)))
+        return
+    if node in _REFUSED:  # it was tried when the node opened and the origin refused
+        require_writer(node)  # NotAWriter, with the origin's answer
         return
     raise NotWritableYet(
         f"this node cannot write yet: it joined from {origin} and must sync with it once"

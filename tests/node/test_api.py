@@ -548,3 +548,36 @@ def test_a_refusing_peer_raises_peer_refused_and_a_down_one_peer_unreachable(
     unreachable = asyncio.run(sync(down))
     assert isinstance(unreachable, PeerUnreachable) and isinstance(unreachable, PeerError)
     assert not isinstance(unreachable, PeerRefused)
+
+
+def test_async_open_on_a_joined_home_whose_origin_refuses_says_not_a_writer(
+    tmp_path: Path, node_factory
+) -> None:
+    """The origin answers but refuses the home's key (not in its ``[peers]``): inside
+    ``async with`` a write raises ``NotAWriter`` naming the refusal, as with plain
+    ``with``, not ``NotWritableYet`` saying the origin was unreachable."""
+    import asyncio
+
+    from merklog.node.failures import NotAWriter
+
+    a = Cli(tmp_path / "a")
+    a("init")
+    origin = node_factory(a.home).start()
+    home = _joined(tmp_path, "b", origin, grant=False)
+
+    async def write() -> merklog.Error:
+        async with merklog.open(home) as node:
+            try:
+                node.assert_("edge", 1, 2)
+            except merklog.Error as exc:
+                assert node.list_facts() == []
+                return exc
+        raise AssertionError("the write should have been refused")
+
+    with merklog.open(home) as node, pytest.raises(NotAWriter) as plain:
+        node.assert_("edge", 1, 2)
+    refused = asyncio.run(write())
+    assert isinstance(refused, NotAWriter), refused
+    assert "is not allowed to sync" in str(refused), refused
+    assert "unreachable" not in str(refused)
+    assert type(refused) is type(plain.value)
