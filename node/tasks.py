@@ -193,19 +193,45 @@ class BackgroundTasks:
 
     async def _sync_loop(self) -> None:
         """Every ``sync.interval`` seconds, sync with each peer in ``[peers]`` (re-read, so
-        ``merklog peers add`` takes effect); an unreachable peer is logged and retried."""
+        ``merklog peers add`` takes effect); an unreachable peer is logged and retried.
+
+        Each distinct URL once per round: ``init --join URL`` then ``peers add NAME URL``
+        (the tutorial's steps) list the same node twice, which must not mean two syncs
+        and two counted failures. Each peer's sync is a task of its own, bounded by its
+        own ``sync.timeout``: a peer that accepts but never answers delays nobody else,
+        and a peer still syncing is not started again until that sync ends."""
         node = self.node
         interval = float(node.config.get("sync.interval"))
-        while not self.stopping:
-            await asyncio.sleep(interval)
-            for _name, url in sorted(node.peer_urls().items()):
+        running: dict[str, asyncio.Task] = {}
+        try:
+            while not self.stopping:
+                await asyncio.sleep(interval)
                 if self.stopping:
                     return
-                if url == (node.url or ""):
-                    continue
-                try:
-                    await node.sync(url)
-                except MerklogError:  # logged and counted by sync(); retried next round
-                    pass
-                except Exception:  # a bug, not an offline peer: say so, keep the loop alive
-                    log.exception("automatic sync with %s failed", url)
+                for url in round_urls(node.peer_urls(), node.url):
+                    if url not in running:
+                        task = asyncio.create_task(self._sync_one(url))
+                        running[url] = task
+                        task.add_done_callback(lambda _t, url=url: running.pop(url, None))
+        finally:  # stopping: the syncs in flight end with the loop
+            tasks = list(running.values())
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=2.0)
+
+    async def _sync_one(self, url: str) -> None:
+        """One automatic sync with ``url``; failures are logged and counted by ``sync``."""
+        try:
+            await self.node.sync(url)
+        except MerklogError:  # logged and counted by sync(); retried next round
+            pass
+        except Exception:  # a bug, not an offline peer: say so, keep the loop alive
+            log.exception("automatic sync with %s failed", url)
+
+
+def round_urls(peers: dict[str, str], own_url: str | None) -> list[str]:
+    """The URLs one automatic sync round contacts: each distinct peer URL once (several
+    ``[peers]`` names may point at one node), never this node's own URL."""
+    own = (own_url or "").rstrip("/")
+    return sorted({url.rstrip("/") for url in peers.values()} - {own})

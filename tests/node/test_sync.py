@@ -169,3 +169,81 @@ def test_peer_sync_history_survives_a_restart(tmp_path: Path, node_factory) -> N
     nb = node_factory(b.home).start()
     _, st = nb.request("GET", "/v1/status")
     assert peer_a(st["peers"])["last_success"] == stopped["last_success"]
+
+
+def _sync_failures(node) -> dict[str, float]:
+    """``merklog_sync_failures_total`` of a running node, by peer URL."""
+    _, metrics = node.request("GET", "/metrics")
+    out = {}
+    for line in metrics.decode().splitlines():
+        if line.startswith("merklog_sync_failures_total{"):
+            out[line.split('peer="')[1].split('"')[0]] = float(line.split()[-1])
+    return out
+
+
+def _free_url() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_automatic_sync_contacts_a_url_listed_twice_once_per_round(
+    tmp_path: Path, node_factory
+) -> None:
+    """``init --join URL`` then ``peers add NAME URL`` (the tutorial's steps) list one
+    node under two names: each round syncs it once, so its failures count once per
+    round, like those of a peer listed once."""
+    import time
+
+    home = Cli(tmp_path / "home")
+    home("init")
+    twice, once = _free_url(), _free_url()  # both down: every attempt fails at once
+    key = "11" * 32
+    home("peers", "add", "origin", twice, "--key", key)
+    home("peers", "add", "laptop", twice, "--key", key)
+    home("peers", "add", "other", once, "--key", key)
+    node = node_factory(home.home, env={"MERKLOG_SYNC_INTERVAL": "0.2"}).start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _sync_failures(node).get(once, 0) < 8:
+        time.sleep(0.2)
+    counted = _sync_failures(node)
+    assert counted.get(once, 0) >= 8, counted
+    assert counted[twice] <= counted[once] + 1, counted  # not twice as many
+    rows = [p for p in node.request("GET", "/v1/status")[1]["peers"] if p["url"] == twice]
+    assert len(rows) == 1 and rows[0]["failures"] <= counted[once] + 1, rows
+
+
+def test_a_hung_peer_does_not_stall_automatic_sync_with_the_others(
+    tmp_path: Path, node_factory
+) -> None:
+    """A peer that accepts the connection but never answers holds only its own sync
+    (for ``sync.timeout``): a healthy peer's write still arrives within a few rounds."""
+    import socket
+    import time
+
+    hung = socket.socket()  # listens (the kernel accepts connections), never answers
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)
+    try:
+        a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+        a("init")
+        na = node_factory(a.home).start()
+        b("init", "--join", na.url, "--token", na.read_token)
+        hung_url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        # sorted first and last around "origin": whichever order a round took
+        b("peers", "add", "aaa-hung", hung_url, "--key", "11" * 32)
+        b("peers", "add", "zzz-hung", hung_url + "/", "--key", "11" * 32)
+        env = {"MERKLOG_SYNC_INTERVAL": "0.2", "MERKLOG_SYNC_TIMEOUT": "20"}
+        nb = node_factory(b.home, env=env).start()
+        a("peers", "add", "b", nb.url, "--token", nb.read_token)  # A lets B sync
+        time.sleep(1.0)  # a round is under way: the hung peer holds its sync
+        a("put", "edge(1, 2).")
+        started = time.monotonic()
+        while time.monotonic() - started < 20 and "edge(1, 2)" not in _facts(b):
+            time.sleep(0.1)
+        took = time.monotonic() - started
+        assert "edge(1, 2)" in _facts(b) and took < 8, took
+    finally:
+        hung.close()
