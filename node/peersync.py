@@ -68,19 +68,43 @@ class PeerSync:
 
 def load_history(home: Path | None) -> dict[str, PeerSync]:
     """The per-peer sync history saved in ``home`` (empty without a home or a file; an
-    unreadable file is logged and ignored: it is a record, not data)."""
+    unreadable file, or an entry whose values have the wrong types, is logged and
+    ignored: it is a record, not data, and must never fail ``status``)."""
     if home is None or not (home / STATE_FILE).exists():
         return {}
     try:
         raw = json.loads((home / STATE_FILE).read_text())
         fields = {f.name for f in dataclasses.fields(PeerSync)}
-        return {
-            str(url): PeerSync(**{k: v for k, v in rec.items() if k in fields})
-            for url, rec in raw.items()
-        }
+        out = {}
+        for url, rec in raw.items():
+            entry = PeerSync(**{k: v for k, v in rec.items() if k in fields})
+            wrong = _wrong_types(entry)
+            if wrong:
+                log.warning("ignoring the entry %r of %s: %s", url, home / STATE_FILE, wrong)
+                continue
+            out[str(url)] = entry
+        return out
     except (OSError, ValueError, TypeError, AttributeError) as exc:
         log.warning("ignoring unreadable %s: %s", home / STATE_FILE, exc)
         return {}
+
+
+def _wrong_types(entry: PeerSync) -> str | None:
+    """What in a loaded entry has the wrong type (None: nothing): a URL string, times as
+    numbers or null, the error as a string or null, failures a count."""
+
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    checks = {
+        "url": isinstance(entry.url, str) and bool(entry.url),
+        "last_attempt": entry.last_attempt is None or number(entry.last_attempt),
+        "last_success": entry.last_success is None or number(entry.last_success),
+        "last_error": entry.last_error is None or isinstance(entry.last_error, str),
+        "failures": number(entry.failures) and entry.failures == int(entry.failures) >= 0,
+    }
+    wrong = [name for name, ok in checks.items() if not ok]
+    return f"wrong type of {', '.join(wrong)}" if wrong else None
 
 
 def save_history(home: Path | None, history: dict[str, PeerSync]) -> None:

@@ -247,3 +247,36 @@ def test_a_hung_peer_does_not_stall_automatic_sync_with_the_others(
         assert "edge(1, 2)" in _facts(b) and took < 8, took
     finally:
         hung.close()
+
+
+def test_a_peer_history_entry_with_wrong_types_is_ignored_not_a_crash(tmp_path: Path) -> None:
+    """``peersync.json`` is a record: an entry whose values have the wrong types is
+    logged and left out (``status`` exits 0, not 70); the other entries still show."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    home = Cli(tmp_path / "home")
+    home("init")
+    good = {"url": "http://good", "last_attempt": 5.0, "last_success": 5.0, "failures": 0}
+    bad = {"url": "http://x", "last_attempt": "abc", "last_success": [1], "failures": "z"}
+    (home.home / "peersync.json").write_text(json.dumps({"http://x": bad, "http://good": good}))
+
+    def status(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(home.home), "status", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            timeout=60,
+        )
+
+    shown = status()
+    assert shown.returncode == 0 and "http://good" in shown.stdout, shown.stderr
+    done = status("--json")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    urls = [p["url"] for p in json.loads(done.stdout)["peers"]]
+    assert urls == ["http://good"], urls
+    assert "http://x" in done.stderr and "wrong type" in done.stderr  # logged
