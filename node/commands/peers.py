@@ -78,6 +78,18 @@ def register(cli: click.Group) -> None:
         cfg.peers[name] = {"url": url.rstrip("/"), "key": key}
         cfg.save()
         click.echo(f"added peer {name} {url} key {key[:16]}…" + (" (writer)" if writer else ""))
+        same = sorted(
+            other
+            for other, peer in cfg.peers.items()
+            if other != name
+            and isinstance(peer, dict)
+            and str(peer.get("url", "")).rstrip("/") == url.rstrip("/")
+        )
+        if same:  # e.g. `origin` from `init --join`: both names stay, one sync per round
+            click.echo(
+                f"note: {url} is also peer {', '.join(same)}; it is one peer to sync with",
+                err=True,
+            )
 
     @peers.command("list")
     @pass_state

@@ -202,7 +202,8 @@ def test_automatic_sync_contacts_a_url_listed_twice_once_per_round(
     twice, once = _free_url(), _free_url()  # both down: every attempt fails at once
     key = "11" * 32
     home("peers", "add", "origin", twice, "--key", key)
-    home("peers", "add", "laptop", twice, "--key", key)
+    added = home("peers", "add", "laptop", twice, "--key", key)
+    assert f"note: {twice} is also peer origin" in added.output  # said, and allowed
     home("peers", "add", "other", once, "--key", key)
     node = node_factory(home.home, env={"MERKLOG_SYNC_INTERVAL": "0.2"}).start()
     deadline = time.monotonic() + 30
