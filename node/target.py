@@ -182,9 +182,38 @@ class RemoteTarget:
 
 
 def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
+    """The config of the initialised home ``home`` as the CLI uses it: TargetError if
+    there is none, :func:`refuse_memory_store` if it names the memory store."""
     if not (home / CONFIG_FILE).exists():
         raise TargetError(f"{home} is not a merklog home; run `merklog --home {home} init` first")
-    return Config.load(home, overrides)
+    cfg = Config.load(home, overrides)
+    refuse_memory_store(cfg, overrides)
+    return cfg
+
+
+def refuse_memory_store(cfg: Config, overrides: dict[str, Any] | None = None) -> None:
+    """Refuse (exit 2) ``store.backend = "memory"`` for a home used from the CLI.
+
+    A memory store lives as long as one process: every command would start a new, empty
+    dataset and keep nothing it was told (``put`` said it worked). It is for the Python
+    API's throwaway nodes (``merklog.open(memory=True)``); the message names where the
+    setting came from."""
+    if cfg.get("store.backend") != "memory":
+        return
+    import os
+
+    if "store.backend" in (overrides or {}):
+        where = "--set store.backend=memory"
+    elif "MERKLOG_STORE_BACKEND" in os.environ:
+        where = "MERKLOG_STORE_BACKEND=memory"
+    else:
+        where = f'store.backend = "memory" in {cfg.home / CONFIG_FILE if cfg.home else "config"}'
+    raise Failure(
+        f"{where}: a memory store keeps nothing once a command ends, so each command would"
+        " start a new, empty dataset; use store.backend sqlite (the default) or ipfs, or"
+        " the Python API merklog.open(memory=True) for a throwaway node",
+        ExitCode.BAD_INPUT,
+    )
 
 
 @contextmanager

@@ -7,6 +7,22 @@ import click
 from merklog.node.cli import State, pass_state
 
 
+class _StoreChoice(click.Choice):
+    """``--store``'s choices, saying why ``memory`` is not one (it is a store.backend of
+    the Python API): click's own message only listed the others."""
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):  # noqa: ANN201
+        if value == "memory":
+            self.fail(
+                "a memory store keeps nothing once a command ends, so a home cannot use"
+                " it; use sqlite (the default) or ipfs, or the Python API"
+                " merklog.open(memory=True) for a throwaway node",
+                param,
+                ctx,
+            )
+        return super().convert(value, param, ctx)
+
+
 def register(cli: click.Group) -> None:
     @cli.command("init")
     @click.option("--port", type=int, default=None, help="HTTP port written to the config.")
@@ -22,7 +38,7 @@ def register(cli: click.Group) -> None:
     @click.option(
         "--store",
         "backend",
-        type=click.Choice(["sqlite", "ipfs", "memory"]),
+        type=_StoreChoice(["sqlite", "ipfs"]),
         default=None,
         help="Where blocks live (store.backend): a SQLite file, or an IPFS daemon.",
     )
@@ -66,6 +82,7 @@ def register(cli: click.Group) -> None:
         from merklog.node.node import IDENTITY_FILE
         from merklog.node.runtime import HomeLock
         from merklog.node.storage import check_store
+        from merklog.node.target import refuse_memory_store
 
         overrides = dict(state.overrides)
         if port is not None:
@@ -84,8 +101,11 @@ def register(cli: click.Group) -> None:
                     f"{state.home} already keeps its blocks in {now}; to move it to "
                     f"{backend}, init a new home and import a CAR export of this one"
                 )
-        # Bad options and an unusable store (IPFS daemon down) fail before anything exists.
-        check_store(Config.load(state.home, overrides))
+        # Bad options, the memory store (--set store.backend=memory) and an unusable store
+        # (IPFS daemon down) fail before anything exists.
+        wanted = Config.load(state.home, overrides)
+        refuse_memory_store(wanted, overrides)
+        check_store(wanted)
         current = (
             Config.load(state.home).get("dataset.id")
             if (state.home / "config.toml").exists()

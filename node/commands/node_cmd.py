@@ -48,13 +48,14 @@ def register(cli: click.Group) -> None:
         import sys
         from contextlib import nullcontext
 
+        from merklog.node.config import Config
         from merklog.node.files import read_text_file
         from merklog.node.handlers import body_worker
         from merklog.node.node import Node, init_home
         from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile
         from merklog.node.server import serve
         from merklog.node.storecheck import precheck
-        from merklog.node.target import load_config
+        from merklog.node.target import load_config, refuse_memory_store
 
         # Forked first, while this process runs one thread and holds neither the home's
         # lock nor its database (ADR 0148); ended whatever happens next.
@@ -69,6 +70,9 @@ def register(cli: click.Group) -> None:
             ):
                 if value is not None:
                     overrides[key] = value
+            # The memory store would serve a dataset that dies with the node: refused
+            # before --init makes a home (load_config below refuses it too).
+            refuse_memory_store(Config.load(state.home, overrides), overrides)
             try:
                 lock = HomeLock.acquire_for_node(state.home)
             except HomeBusy as exc:

@@ -165,12 +165,14 @@ def _local_replica(state: State) -> Iterator[Any]:
     from merklog.node.config import Config
     from merklog.node.runtime import HomeBusy, HomeLock
     from merklog.node.storecheck import precheck
+    from merklog.node.target import refuse_memory_store
     from merklog.replication.replica import Replica
     from merklog.store import Link
 
     cfg = Config.load(state.home, state.overrides)
     if not cfg.get("dataset.id"):
         raise click.ClickException(f"no dataset in {state.home}: run 'merklog init' first")
+    refuse_memory_store(cfg, state.overrides)
     precheck(cfg)
     try:
         lock = HomeLock.acquire(state.home)

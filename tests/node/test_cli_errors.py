@@ -476,3 +476,22 @@ def test_a_peer_refusing_the_token_exits_1_for_join_and_peers_add(
     b("init")
     result = merklog(b.home, "peers", "add", "a", node.url, "--token", "wrong")
     assert_fails(result, ExitCode.FAILED, node.url)
+
+
+def test_the_memory_store_is_refused_for_a_home(tmp_path: Path) -> None:
+    """``init --store memory`` made a home in which every command started a new, empty
+    dataset: ``put`` said it worked and kept nothing. A memory store only lives inside
+    one process (``merklog.open(memory=True)``): init refuses it and creates nothing,
+    and a home whose config.toml was edited to it is refused by every command."""
+    home = tmp_path / "home"
+    for args in (("init", "--store", "memory"), ("--set", "store.backend=memory", "init")):
+        assert_fails(
+            merklog(home, *args), ExitCode.BAD_INPUT, "memory", "merklog.open(memory=True)"
+        )
+        assert not home.exists()
+    assert "memory" not in merklog(home, "init", "--help").stdout
+    Cli(home)("init")
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace('backend = "sqlite"', 'backend = "memory"'))
+    for args in (("put", "a(1)."), ("status", "--json"), ("node", "run", "--port", "0")):
+        assert_fails(merklog(home, *args), ExitCode.BAD_INPUT, str(config), "memory")
