@@ -10,6 +10,7 @@ as TOML literals when they look like one (numbers, booleans), else taken as stri
 from __future__ import annotations
 
 import copy
+import math
 import os
 import secrets
 import tomllib
@@ -72,6 +73,13 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "sync.timeout": (0.001, None),
 }
 
+#: Options that take one of a few words. ``memory`` is for the Python API only (a store
+#: that lives as long as one process); the CLI refuses it for a home (see
+#: :func:`merklog.node.target.load_config`).
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "store.backend": ("sqlite", "ipfs", "memory"),
+}
+
 #: Options whose value is a path relative to the home directory.
 _PATHS = {("store", "path"), ("node", "program"), ("node", "static_dir")}
 
@@ -86,6 +94,23 @@ def _parse_literal(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+
+
+def _check_choice(key: str, value: Any, where: str) -> None:
+    """Raise ConfigError if ``value`` is not one ``key`` takes: a word of ``_CHOICES``, or
+    for ``dataset.id`` a CID (or "" before init). Checked here so a bad one is refused
+    before a home is created, not after ``init_home`` wrote it (``Node.open``)."""
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(
+            f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, got {value!r}"
+        )
+    if key == "dataset.id" and value:
+        from merklog.store import Error, Link
+
+        try:
+            Link.parse(value)
+        except (ValueError, Error) as exc:
+            raise ConfigError(f"{where}: dataset.id must be a dataset CID ({exc})") from None
 
 
 def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> None:
@@ -103,6 +128,8 @@ def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> No
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: {key} must be a number, got {value!r}")
         value = float(value)
+        if not math.isfinite(value):  # NaN passes every range check: no epoch ever came
+            raise ConfigError(f"{where}: {key} must be a finite number, got {value!r}")
     elif isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
@@ -113,6 +140,7 @@ def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> No
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
             raise ConfigError(f"{where}: {key} must be {bounds}, got {value!r}")
+    _check_choice(key, value, where)
     cfg[section][name] = value
 
 

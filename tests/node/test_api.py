@@ -581,3 +581,21 @@ def test_async_open_on_a_joined_home_whose_origin_refuses_says_not_a_writer(
     assert "is not allowed to sync" in str(refused), refused
     assert "unreachable" not in str(refused)
     assert type(refused) is type(plain.value)
+
+
+def test_open_refuses_bad_settings_before_making_a_home(tmp_path: Path) -> None:
+    """A store.backend that is no backend, a dataset.id that is no CID and an epoch
+    interval of NaN (which passed every range check and stopped idle epochs) were taken:
+    the first two left a whole home behind, the last a node that never ticked."""
+    home = tmp_path / "new"
+    for settings, says in (
+        ({"store.backend": "bogus"}, "store.backend"),
+        ({"dataset.id": "bogus"}, "dataset.id"),
+        ({"node.epoch_interval": float("nan")}, "node.epoch_interval"),
+        ({"sync.timeout": float("inf")}, "sync.timeout"),
+    ):
+        with pytest.raises(merklog.Error, match=says):
+            merklog.open(home, settings=settings)
+        assert not home.exists()
+    with merklog.open(memory=True, settings={"store.backend": "memory"}) as node:
+        node.assert_("p", 1)  # the memory store stays the Python API's

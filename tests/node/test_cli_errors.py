@@ -495,3 +495,29 @@ def test_the_memory_store_is_refused_for_a_home(tmp_path: Path) -> None:
     config.write_text(config.read_text().replace('backend = "sqlite"', 'backend = "memory"'))
     for args in (("put", "a(1)."), ("status", "--json"), ("node", "run", "--port", "0")):
         assert_fails(merklog(home, *args), ExitCode.BAD_INPUT, str(config), "memory")
+
+
+def test_non_finite_numbers_and_bad_choices_are_refused_before_anything_exists(
+    ready: Path, tmp_path: Path
+) -> None:
+    """``nan`` passed every range check (an epoch interval of NaN stopped idle and tick
+    epochs), and a dataset.id that is no CID was written into a new home."""
+    assert_fails(
+        merklog(ready, "--set", "node.epoch_interval=nan", "status"),
+        ExitCode.BAD_INPUT,
+        "node.epoch_interval",
+        "nan",
+    )
+    env = {**os.environ, "MERKLOG_SYNC_TIMEOUT": "inf"}
+    done = subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(ready), "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert_fails(done, ExitCode.BAD_INPUT, "MERKLOG_SYNC_TIMEOUT", "inf")
+    new = tmp_path / "new"
+    for setting in ("dataset.id=bogus", "store.backend=bogus", "node.epoch_interval=-inf"):
+        assert_fails(merklog(new, "--set", setting, "init"), ExitCode.BAD_INPUT, setting[:8])
+        assert not new.exists()
