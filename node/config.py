@@ -13,6 +13,7 @@ import copy
 import math
 import os
 import secrets
+import string
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -80,6 +81,9 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "store.backend": ("sqlite", "ipfs", "memory"),
 }
 
+#: The fields of a ``[peers.NAME]`` entry, as ``peers add`` and ``init --join`` write them.
+PEER_FIELDS = ("url", "key")
+
 #: Options whose value is a path relative to the home directory.
 _PATHS = {("store", "path"), ("node", "program"), ("node", "static_dir")}
 
@@ -94,6 +98,32 @@ def _parse_literal(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+
+
+def _check_peer(name: str, value: Any, where: str) -> None:
+    """Raise ConfigError unless ``value`` is a peer entry as ``peers add`` writes it: a
+    table with an http(s) ``url`` and, optionally, the peer's ``key`` (64 hex digits).
+    Checked when the config is read, so every command refuses a hand-edited entry of the
+    wrong shape (exit 2) instead of one of them failing on it later as a bug."""
+    entry = f"[peers.{name}]"
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f'{where}: {entry} must be a table with url = "http://HOST:PORT" (and key ='
+            f' "HEX"), got {value!r}; `merklog peers add NAME URL` writes one'
+        )
+    unknown = sorted(set(value) - set(PEER_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}: {entry} has unknown field {unknown[0]!r} (known: url, key)")
+    url = value.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: {entry} url must be an http:// or https:// URL, got {url!r}")
+    key = value.get("key")
+    if key is not None and (
+        not isinstance(key, str) or len(key) != 64 or not set(key) <= set(string.hexdigits)
+    ):
+        raise ConfigError(
+            f"{where}: {entry} key must be the peer's public key as 64 hex digits, got {key!r}"
+        )
 
 
 def _check_choice(key: str, value: Any, where: str) -> None:
@@ -116,6 +146,7 @@ def _check_choice(key: str, value: Any, where: str) -> None:
 def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> None:
     section, _, name = key.partition(".")
     if section == "peers":
+        _check_peer(name, value, where)
         cfg.setdefault("peers", {})[name] = value
         return
     if section not in DEFAULTS or name not in DEFAULTS[section]:

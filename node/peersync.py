@@ -25,7 +25,7 @@ from merklog.replication.auth import AllowList
 from merklog.replication.errors import PeerUnreachable
 from merklog.store import Error as MerklogError
 
-from .config import Config
+from .config import CONFIG_FILE, Config, ConfigError
 from .errors import NodeInputError
 from .files import write_private
 
@@ -198,10 +198,24 @@ def describe(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def current_peers(config: Config) -> dict[str, Any]:
+    """``[peers]`` as config.toml says now (peers added while the node runs count); the
+    node's own ``config.peers`` for a memory node, or while the file has an error (a
+    hand edit the CLI refuses): logged, and a running node keeps syncing with the peers
+    it had instead of its sync loop and status failing on the file."""
+    if config.home is None:
+        return config.peers
+    try:
+        return Config.load(config.home).peers
+    except ConfigError as exc:
+        log.warning("using the peers read at start; %s is refused: %s", CONFIG_FILE, exc)
+        return config.peers
+
+
 def peer_urls(config: Config) -> dict[str, str]:
     """``{name: url}`` of the peers in ``[peers]``, re-read from config.toml so peers
     added while the node runs (``merklog peers add``) count."""
-    peers = Config.load(config.home).peers if config.home is not None else config.peers
+    peers = current_peers(config)
     out: dict[str, str] = {}
     for name, peer in peers.items():
         url = peer.get("url") if isinstance(peer, dict) else peer
@@ -218,7 +232,7 @@ def resolve_peer(config: Config, name_or_url: str) -> str:
         and config.home is not None
         and not name_or_url.startswith(("http://", "https://"))
     ):
-        peer = Config.load(config.home).peers.get(name_or_url)  # added since start
+        peer = current_peers(config).get(name_or_url)  # added since start
     if isinstance(peer, dict):
         return str(peer["url"])
     if isinstance(peer, str):
@@ -262,7 +276,12 @@ class _ConfigAllowList:
         except OSError:
             return self._allow
         if mtime != self._mtime:
-            fresh = Config.load(self.cfg.home)
+            try:
+                fresh = Config.load(self.cfg.home)
+            except ConfigError as exc:  # a bad hand edit: keep who may sync until fixed
+                log.warning("keeping the peers allowed to sync; %s is refused: %s", path, exc)
+                self._mtime = mtime
+                return self._allow
             allow = self._cls()
             for peer in fresh.peers.values():
                 if isinstance(peer, dict) and peer.get("key"):

@@ -599,3 +599,23 @@ def test_open_refuses_bad_settings_before_making_a_home(tmp_path: Path) -> None:
         assert not home.exists()
     with merklog.open(memory=True, settings={"store.backend": "memory"}) as node:
         node.assert_("p", 1)  # the memory store stays the Python API's
+
+
+def test_an_open_node_keeps_its_peers_while_config_toml_has_a_bad_peer(
+    tmp_path: Path, caplog
+) -> None:
+    """Peer entries are checked when config.toml is read; a node already open re-reads
+    it for peers added meanwhile, and a bad hand edit must not stop its status (or its
+    automatic sync loop): it keeps the peers it had and logs why."""
+    import logging
+
+    home = tmp_path / "h"
+    Cli(home)("init")
+    Cli(home)("peers", "add", "good", "http://127.0.0.1:7401", "--key", "00" * 32)
+    with merklog.open(home) as node:
+        config = home / "config.toml"
+        config.write_text(config.read_text() + "\n[peers.x]\nurl = 5\n")
+        with caplog.at_level(logging.WARNING):
+            assert node.peer_urls() == {"good": "http://127.0.0.1:7401"}
+            assert [p["name"] for p in node.status()["peers"]] == ["good"]
+    assert "[peers.x] url must be" in caplog.text

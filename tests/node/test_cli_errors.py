@@ -497,6 +497,24 @@ def test_the_memory_store_is_refused_for_a_home(tmp_path: Path) -> None:
         assert_fails(merklog(home, *args), ExitCode.BAD_INPUT, str(config), "memory")
 
 
+def test_a_peer_entry_of_the_wrong_shape_exits_2(ready: Path) -> None:
+    """A hand-edited ``[peers]`` entry with a number for its url, or a string instead of
+    a table, crashed ``sync``/``peers list`` with an internal error (exit 70) while other
+    commands accepted the file. Every command now refuses it naming file and entry."""
+    config = ready / "config.toml"
+    original = config.read_text()
+    for entry, says in (
+        ('\n[peers.x]\nurl = 5\nkey = "zz"\n', "url"),
+        ('\n[peers.x]\nurl = "http://127.0.0.1:7401"\nkey = "zz"\n', "key"),
+        ('\n[peers]\nx = "http://127.0.0.1:7401"\n', "table"),
+    ):
+        config.write_text(original + entry)
+        for args in (("sync", "x"), ("peers", "list"), ("status",), ("put", "edge(5, 6).")):
+            assert_fails(merklog(ready, *args), ExitCode.BAD_INPUT, str(config), "[peers.x]", says)
+    config.write_text(original)
+    assert "edge(5, 6)" not in Cli(ready)("ls").output
+
+
 def test_non_finite_numbers_and_bad_choices_are_refused_before_anything_exists(
     ready: Path, tmp_path: Path
 ) -> None:
