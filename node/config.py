@@ -22,7 +22,7 @@ from typing import Any
 import tomli_w
 
 from .errors import NodeError
-from .files import write_private
+from .files import tighten_secrets, write_private
 from .home import ENV_HOME as ENV_HOME  # re-exported: config is where callers look
 from .home import default_home as default_home
 
@@ -193,11 +193,14 @@ class Config:
     ) -> Config:
         """Defaults < config.toml < env ``MERKLOG_SECTION_KEY`` < ``overrides`` ("section.key").
 
-        ``home=None`` (a memory node) reads no file."""
+        ``home=None`` (a memory node) reads no file. Reading a home's file first makes
+        its secrets owner-only (:func:`~.files.tighten_secrets`): ``merklog token`` or
+        ``peers list`` open nothing else of the home."""
         cfg = copy.deepcopy(DEFAULTS)
         cfg["peers"] = {}
         path = home / CONFIG_FILE if home is not None else None
         if path is not None and path.exists():
+            tighten_secrets(path.parent)
             try:
                 data = tomllib.loads(path.read_text())
             except tomllib.TOMLDecodeError as exc:

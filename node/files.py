@@ -22,6 +22,8 @@ from typing import BinaryIO
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+#: The secrets at the top of a home: API tokens and the node's private key.
+SECRET_FILES = ("config.toml", "identity.pem")
 
 
 def private_dir(path: Path) -> Path:
@@ -47,6 +49,20 @@ def tighten(path: Path) -> None:
             os.chmod(path, FILE_MODE)
     except FileNotFoundError:
         pass
+
+
+def tighten_secrets(home: Path) -> None:
+    """Make the home's secret files (:data:`SECRET_FILES`) owner-only if they exist.
+
+    Called whenever a command reads a home's config or takes its lock, so a home an older
+    version (or a ``cp``, an unpack) left readable by others stops being so as soon as it
+    is used, like its directory and store. A file this user does not own is left as it
+    is: reading it is still possible, and refusing would be no safer."""
+    for name in SECRET_FILES:
+        try:
+            tighten(home / name)
+        except PermissionError:
+            pass
 
 
 def write_private(path: Path, data: bytes) -> None:

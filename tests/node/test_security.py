@@ -300,3 +300,18 @@ def test_openapi_lists_the_query_token_on_every_get_that_takes_a_token() -> None
     posts = [ops["post"] for ops in doc["paths"].values() if "post" in ops]
     assert all({"queryToken": []} not in op.get("security", []) for op in posts)
     assert doc["components"]["securitySchemes"]["queryToken"]["name"] == "access_token"
+
+
+@pytest.mark.parametrize(
+    "args", [("status",), ("token",), ("put", "edge(1, 2)."), ("peers", "list")]
+)
+def test_every_command_tightens_the_homes_secrets(home: Path, args: tuple[str, ...]) -> None:
+    """Opening a home tightened its directory and store but left a world-readable
+    config.toml (API tokens) and identity.pem (private key) as they were."""
+    run = Cli(home)
+    run("init")
+    secrets = (home / "config.toml", home / "identity.pem")
+    for path in secrets:
+        path.chmod(0o644)
+    run(*args)
+    assert [_mode(path) for path in secrets] == [0o600, 0o600]
