@@ -63,6 +63,12 @@ class StoreDamaged(Failure):
     exit_code = ExitCode.STORE_DAMAGED
 
 
+class KeyMissing(StoreDamaged):
+    """An initialised home has lost its node key (``identity.pem``): a new key would not
+    be a writer of the dataset, so only ``init`` may make one (exit 5, like a damaged
+    store: part of the home is gone)."""
+
+
 class NotAWriter(Failure, Unauthorized):
     """This node's key is not (yet) a writer of the dataset (HTTP: 403, like the
     replica's own Unauthorized)."""

@@ -22,8 +22,10 @@ from typing import BinaryIO
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+#: The node's Ed25519 key in its home (PKCS#8 PEM, 0600).
+IDENTITY_FILE = "identity.pem"
 #: The secrets at the top of a home: API tokens and the node's private key.
-SECRET_FILES = ("config.toml", "identity.pem")
+SECRET_FILES = ("config.toml", IDENTITY_FILE)
 
 
 def private_dir(path: Path) -> Path:

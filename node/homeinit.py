@@ -25,16 +25,17 @@ from . import dataset as dataset_mod
 from . import storage
 from .config import ORIGIN, Config, new_token
 from .failures import ExitCode, Failure
+from .files import IDENTITY_FILE as IDENTITY_FILE  # re-exported: callers look here
 from .files import private_dir
-
-#: The node's Ed25519 key in its home (PKCS#8 PEM, 0600).
-IDENTITY_FILE = "identity.pem"
 
 
 def init_home(
     home: Path, overrides: dict[str, Any] | None = None, join: tuple[Link, bytes] | None = None
 ) -> tuple[Config, bool]:
     """Create keys, config and dataset in ``home`` if missing; return (config, created).
+
+    The one place a node key is made (``init``, a first ``merklog.open``): opening a home
+    whose key went missing is refused instead (:func:`.storecheck.load_key`).
 
     ``join=(dataset, genesis_block)`` follows an existing dataset instead of creating one.
     """

@@ -47,12 +47,14 @@ from . import dataset as dataset_mod
 from .config import Config
 from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError, NotSettled
-from .homeinit import IDENTITY_FILE, init_home
+from .homeinit import IDENTITY_FILE as IDENTITY_FILE  # re-exported (commands, tests)
+from .homeinit import init_home
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
 from .peersync import PeerSync, load_history
 from .runtime import HomeLock
 from .status import node_status
+from .storecheck import load_key
 from .subscriptions import Callback, Row, Subscription
 from .tasks import BackgroundTasks
 from .writes import FactLike, WriteResult
@@ -89,7 +91,7 @@ class Node:
         if identity is None:
             if self.home is None:
                 raise NodeInputError("a node without a home needs an identity")
-            identity = Identity.load_or_create(self.home / IDENTITY_FILE)
+            identity = load_key(self.home)  # never a new one: only init makes keys
         self.identity = identity
         self.store = storage.open_store(config)
         try:
@@ -147,7 +149,9 @@ class Node:
         Nothing is created when the options are bad or ``home`` is not a directory; a
         home whose store is missing, empty, not SQLite or damaged raises
         :class:`~.failures.StoreDamaged` (the CLI's exit 5 and message) and is not
-        written to: SQLite would otherwise make a new empty database in its place."""
+        written to: SQLite would otherwise make a new empty database in its place. An
+        initialised home whose node key is gone raises :class:`~.failures.KeyMissing`
+        (exit 5 too) rather than getting a new key that may not write to its dataset."""
         import sqlite3
 
         from .failures import StoreDamaged, classify

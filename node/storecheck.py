@@ -1,16 +1,21 @@
-"""A cheap look at a home's store before opening it: missing, empty or not SQLite.
+"""A cheap look at a home before opening it: its store missing, empty or not SQLite, or
+its node key missing.
 
 SQLite happily opens a zero-length or deleted file as a new, empty database, after
 which the node would only say "genesis block … is not known". Checking the file
 first gives the user the real reason and a way out; deeper damage is found by
-SQLite itself (``DatabaseError``, exit status 5) or by ``merklog fsck``.
+SQLite itself (``DatabaseError``, exit status 5) or by ``merklog fsck``. Likewise a
+missing ``identity.pem`` would be replaced by a new key that may not write to the
+dataset, and the owner told to "ask the dataset owner".
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from .failures import StoreDamaged
+from .failures import KeyMissing, StoreDamaged
+from .files import IDENTITY_FILE
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 _WAY_OUT = (
@@ -21,8 +26,41 @@ _WAY_OUT = (
 
 def precheck(cfg: Any) -> None:
     """Raise :class:`StoreDamaged` if the configured SQLite store is missing, empty or
-    not a SQLite file while the config names a dataset that should be in it."""
-    if cfg.get("store.backend") != "sqlite" or not cfg.get("dataset.id"):
+    not a SQLite file, or :class:`KeyMissing` if the node key is, while the config names
+    a dataset that should be in the home."""
+    if not cfg.get("dataset.id"):
+        return
+    _check_store(cfg)
+    if cfg.home is not None:
+        check_key(cfg.home)
+
+
+def check_key(home: Path) -> Path:
+    """The path of ``home``'s node key; :class:`KeyMissing` saying how to get one back if
+    the file is not there."""
+    path = home / IDENTITY_FILE
+    if not path.exists():
+        raise KeyMissing(
+            f"the node key {path} is missing, so this home cannot sign writes as itself;"
+            f" put the key back (e.g. `cp BACKUP-identity.pem {path}`, the copy made as"
+            ' docs/operations.md "Backup and restore" says), or run'
+            f" `merklog --home {home} init` to make a new key, which a writer of the"
+            " dataset must then grant (`merklog peers add NAME URL --writer` on its home)"
+        )
+    return path
+
+
+def load_key(home: Path) -> Any:
+    """``home``'s node key (an :class:`~merklog.replication.identity.Identity`), never a
+    new one: :class:`KeyMissing` if it is gone (only ``init`` makes keys)."""
+    from merklog.replication.identity import Identity
+
+    return Identity.load(check_key(home))
+
+
+def _check_store(cfg: Any) -> None:
+    """The store half of :func:`precheck` (SQLite homes only)."""
+    if cfg.get("store.backend") != "sqlite":
         return
     path = cfg.path("store.path")
     if path is None:

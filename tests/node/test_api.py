@@ -601,6 +601,19 @@ def test_open_refuses_bad_settings_before_making_a_home(tmp_path: Path) -> None:
         node.assert_("p", 1)  # the memory store stays the Python API's
 
 
+def test_open_refuses_a_home_whose_key_is_missing(tmp_path: Path) -> None:
+    """A home whose identity.pem was gone got a new key on open, which may not write to
+    the dataset; ``merklog.open`` now raises the CLI's exit-5 error and makes no key."""
+    home = tmp_path / "h"
+    with merklog.open(home) as node:
+        node.assert_("v", 1)
+    (home / "identity.pem").unlink()
+    with pytest.raises(merklog.Error, match="identity.pem is missing") as info:
+        merklog.open(home)
+    assert info.value.exit_code == 5
+    assert not (home / "identity.pem").exists()
+
+
 def test_an_open_node_keeps_its_peers_while_config_toml_has_a_bad_peer(
     tmp_path: Path, caplog
 ) -> None:

@@ -497,6 +497,21 @@ def test_the_memory_store_is_refused_for_a_home(tmp_path: Path) -> None:
         assert_fails(merklog(home, *args), ExitCode.BAD_INPUT, str(config), "memory")
 
 
+def test_a_missing_node_key_exits_5_and_no_new_key_is_made(ready: Path) -> None:
+    """A command on an initialised home whose identity.pem was gone made a new key, so
+    the owner's home could no longer write and was told to ask the dataset owner. Only
+    ``init`` makes a key; every other command says the key is missing and how to fix it."""
+    key = ready / "identity.pem"
+    saved = key.read_bytes()
+    key.unlink()
+    for args in (("put", "edge(2, 3)."), ("status",), ("query", "edge(X, Y)"), ("fsck",)):
+        assert_fails(merklog(ready, *args), ExitCode.STORE_DAMAGED, str(key), "missing", "init")
+        assert not key.exists()
+    key.write_bytes(saved)  # the way out it names: put the key back
+    key.chmod(0o600)
+    assert merklog(ready, "put", "edge(2, 3).").returncode == 0
+
+
 def test_a_peer_entry_of_the_wrong_shape_exits_2(ready: Path) -> None:
     """A hand-edited ``[peers]`` entry with a number for its url, or a string instead of
     a table, crashed ``sync``/``peers list`` with an internal error (exit 70) while other
