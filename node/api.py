@@ -21,7 +21,8 @@ def open(  # noqa: A001 - the public name is merklog.open
     """Open a node: its home directory (created with keys, config and dataset on first use)
     or, with ``memory=True``, a throwaway in-memory node that touches no file.
 
-    ``home=None`` means ``$MERKLOG_HOME``, else ``~/.merklog`` (ignored for memory nodes).
+    ``home=None`` means ``$MERKLOG_HOME``, else ``~/.merklog`` (ignored for memory nodes);
+    an empty ``home`` raises ``merklog.Error`` (it would make the current directory a home).
     ``settings`` overrides config options by dotted name, e.g. ``{"sync.interval": 5.0}``
     (the same keys as ``merklog --set``); a bad one raises ``merklog.Error``.
 
@@ -32,5 +33,5 @@ def open(  # noqa: A001 - the public name is merklog.open
     overrides = dict(settings or {})
     if memory:
         return Node.memory(overrides)
-    where = Path(home).expanduser() if home is not None else default_home()
+    where = home if home is not None else default_home()  # Node.open refuses "" (not cwd)
     return Node.open(where, **{k.replace(".", "__"): v for k, v in overrides.items()})

@@ -146,7 +146,7 @@ class Node:
     def open(cls, home: str | Path, **overrides: Any) -> Node:
         """Open (creating if needed) the node stored in ``home``; takes the home lock.
 
-        Nothing is created when the options are bad or ``home`` is not a directory; a
+        Nothing is created when the options are bad, ``home`` is empty or not a directory; a
         home whose store is missing, empty, not SQLite or damaged raises
         :class:`~.failures.StoreDamaged` (the CLI's exit 5 and message) and is not
         written to: SQLite would otherwise make a new empty database in its place. An
@@ -157,6 +157,11 @@ class Node:
         from .failures import StoreDamaged, classify
         from .storecheck import precheck
 
+        if not str(home).strip():  # Path("") is ".": keys and store would land in cwd
+            raise NodeInputError(
+                "the home path is empty; name a directory, or pass None for the default"
+                " ($MERKLOG_HOME, else ~/.merklog)"
+            )
         home = Path(home).expanduser()
         settings = {k.replace("__", "."): v for k, v in overrides.items()}
         Config.load(None, settings)  # a bad option fails before anything is created

@@ -601,6 +601,17 @@ def test_open_refuses_bad_settings_before_making_a_home(tmp_path: Path) -> None:
         node.assert_("p", 1)  # the memory store stays the Python API's
 
 
+def test_open_refuses_an_empty_home_path(tmp_path: Path, monkeypatch) -> None:
+    """``merklog.open("")`` made the current directory a home: keys and store written
+    there and the directory chmod 0700."""
+    monkeypatch.chdir(tmp_path)
+    tmp_path.chmod(0o755)
+    with pytest.raises(merklog.Error, match="home path is empty") as info:
+        merklog.open("")
+    assert isinstance(info.value, ValueError)
+    assert list(tmp_path.iterdir()) == [] and tmp_path.stat().st_mode & 0o777 == 0o755
+
+
 def test_open_refuses_a_home_whose_key_is_missing(tmp_path: Path) -> None:
     """A home whose identity.pem was gone got a new key on open, which may not write to
     the dataset; ``merklog.open`` now raises the CLI's exit-5 error and makes no key."""
