@@ -7,7 +7,10 @@ store.sqlite and its ``-wal``/``-shm`` companions, node.json, CAR exports — is
 mode 0600 and the home directory 0700, whatever the umask. SQLite creates its
 ``-wal`` and ``-shm`` files with the permissions of the database file, so creating
 that file 0600 before SQLite opens it covers all three. Opening an existing home
-tightens what an older version left readable.
+tightens what an older version left readable: it takes the group's and others' bits
+away and never adds one (a home an operator made read-only, 0500, stays so), and it
+leaves alone a file this user does not own (it cannot change it; reading it may still
+work).
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ SECRET_FILES = ("config.toml", IDENTITY_FILE)
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) if missing; ``path`` itself ends up 0700."""
+    """Create ``path`` (and parents) if missing, 0700; an existing one loses its group's
+    and others' bits (see the module docstring)."""
     path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
-    if path.stat().st_mode & 0o777 != DIR_MODE:
-        os.chmod(path, DIR_MODE)
+    _owner_only(path)
     return path
 
 
@@ -45,12 +48,20 @@ def private_file(path: Path) -> Path:
 
 
 def tighten(path: Path) -> None:
-    """Make an existing file owner-only (no-op for a missing one)."""
+    """Take the group's and others' bits off an existing file (no-op for a missing one)."""
     try:
-        if path.stat().st_mode & 0o777 != FILE_MODE:
-            os.chmod(path, FILE_MODE)
+        _owner_only(path)
     except FileNotFoundError:
         pass
+
+
+def _owner_only(path: Path) -> None:
+    """``path``'s mode without the group's and others' bits; the owner's stay as they are
+    (never adds write to a read-only file). A file of another user is left alone."""
+    info = path.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077 and info.st_uid == os.geteuid():
+        os.chmod(path, mode & ~0o077)
 
 
 def tighten_secrets(home: Path) -> None:

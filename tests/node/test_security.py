@@ -67,6 +67,25 @@ def test_an_older_world_readable_home_is_tightened(home: Path, loose_umask) -> N
     assert _mode(home / "store.sqlite") == 0o600 and _mode(home) == 0o700
 
 
+def test_tightening_never_adds_a_permission(home: Path) -> None:
+    """Opening a home took a 0500 home to 0700 and a 0400 store to 0600: an operator's
+    read-only protection undone (and a put then went through). Tightening only takes
+    the group's and others' bits away."""
+    run = Cli(home)
+    run("init")
+    run("put", "edge(1, 2).")
+    (home / "store.sqlite").chmod(0o440)
+    (home / "config.toml").chmod(0o444)
+    home.chmod(0o550)
+    try:
+        run("ls")
+        assert _mode(home) == 0o500
+        assert _mode(home / "store.sqlite") == 0o400
+        assert _mode(home / "config.toml") == 0o400
+    finally:
+        home.chmod(0o700)
+
+
 def _call(url: str, method: str, token: str | None, body: bytes | None = None):
     req = urllib.request.Request(url, data=body, method=method)
     req.add_header("Content-Type", "application/json")
