@@ -69,6 +69,7 @@ class Helper:
 
     def __init__(self, produce: Callable[[], Iterator[Any]]) -> None:
         read, write = os.pipe()
+        _fork_parent()
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(read)
@@ -123,6 +124,7 @@ class Worker:
     def __init__(self, handle: Callable[[Any], Any], name: str = "helper process") -> None:
         requests_read, requests_write = os.pipe()
         results_read, results_write = os.pipe()
+        _fork_parent()
         pid = os.fork()
         if pid == 0:  # the child: never returns
             os.close(requests_write)
@@ -230,6 +232,7 @@ def _child_life(work: Callable[[], None], ignored: tuple[int, ...]) -> NoReturn:
     ``os._exit``: status 0, or 1 if ``work`` raised (the parent is gone: a broken pipe)."""
     code = 0
     try:
+        _die_with_parent()
         for sig in ignored:
             signal.signal(sig, signal.SIG_IGN)
         work()
@@ -237,6 +240,33 @@ def _child_life(work: Callable[[], None], ignored: tuple[int, ...]) -> NoReturn:
         code = 1
     finally:
         os._exit(code)
+
+
+#: The pid of the process about to fork (read by the child: was it already gone?).
+_parent_pid = 0
+#: ``prctl`` option: the signal a process gets when the thread that forked it ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _fork_parent() -> None:
+    global _parent_pid
+    _parent_pid = os.getpid()
+
+
+def _die_with_parent() -> None:
+    """End this child with its parent, even on ``kill -9`` of the parent: the child
+    shares the parent's open files, the home's lock among them (a flock is released
+    when every descriptor of it is closed), so a helper outliving a killed ``put`` kept
+    the home locked and the next command waiting (Linux ``PR_SET_PDEATHSIG``)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the child ends at its pipe's EOF instead
+        return
+    if os.getppid() != _parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _send(out: Any, kind: int, payload: Any) -> None:

@@ -253,3 +253,49 @@ def test_the_child_ignores_ctrl_c() -> None:
         child = next(items)
         os.kill(child, signal.SIGINT)
         assert next(items) == "after the interrupt"
+
+
+def test_a_helper_ends_with_its_killed_parent_and_frees_the_home_lock(tmp_path: Path) -> None:
+    """``kill -9`` of a put left its forked helper running for seconds with the put's open
+    files, the home's flock among them: the next command found the home "in use" and
+    gave up after 15 s. The helper now dies with its parent, and the lock is free."""
+    import fcntl
+    import time
+
+    lock = tmp_path / "node.lock"
+    script = (
+        "import fcntl, os, signal, sys, time\n"
+        "from merklog.node.helperproc import Helper\n"
+        f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "def slow():\n"
+        "    yield 1\n"
+        "    time.sleep(60)  # busy with the next chunk, as a put's helper is for seconds\n"
+        "    yield 2\n"
+        "helper = Helper(slow)\n"
+        "next(iter(helper))\n"
+        "print(helper.pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    parent = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert parent.returncode == -signal.SIGKILL, parent.stderr
+    child = int(parent.stdout.strip())
+
+    def running() -> bool:
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 5
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not running()
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while held
+    finally:
+        os.close(fd)
