@@ -221,11 +221,13 @@ def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator
     """The running node if there is one, else the home opened in-process."""
     config = load_config(home, overrides)
     precheck(config)
-    lock = HomeLock.try_acquire(home)
+    lock, info = _lock_or_node(home)
     if lock is None:
-        info = _wait_for_runfile(home)
         if not info:
-            raise TargetError(f"{home} is in use by another process that serves no HTTP API")
+            raise TargetError(
+                f"{home} is in use by another process that serves no HTTP API (another"
+                " merklog command?); try again when it has ended"
+            )
         yield RemoteTarget(NodeClient(info["url"], config.get("api.token")), config)
         return
     remove_runfile(home)  # we hold the lock: a run file left by a killed node is stale
@@ -242,16 +244,23 @@ def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator
         node.close()
 
 
-def _wait_for_runfile(home: Path, timeout: float = 15.0) -> dict | None:
-    """The running node's pid/URL; a node that holds the lock but is still starting
-    (opening the store, first epoch) gets ``timeout`` seconds to start listening."""
+def _lock_or_node(home: Path, timeout: float = 15.0) -> tuple[HomeLock | None, dict | None]:
+    """The home's lock, or the running node's pid/URL: whichever comes first within
+    ``timeout`` seconds. A node that holds the lock but is still starting (opening the
+    store, first epoch) writes its run file when it listens; a one-shot command that
+    holds it (a put, an export) frees it when it ends, and the lock is tried again
+    meanwhile (it was not: a command waited the whole timeout for a run file that
+    never came, then refused although the home had been free for seconds)."""
     import time
 
     deadline = time.monotonic() + timeout
     while True:
+        lock = HomeLock.try_acquire(home)
+        if lock is not None:
+            return lock, None
         info = read_runfile(home)
         if info or time.monotonic() > deadline:
-            return info
+            return None, info
         time.sleep(0.05)
 
 

@@ -554,3 +554,34 @@ def test_non_finite_numbers_and_bad_choices_are_refused_before_anything_exists(
     for setting in ("dataset.id=bogus", "store.backend=bogus", "node.epoch_interval=-inf"):
         assert_fails(merklog(new, "--set", setting, "init"), ExitCode.BAD_INPUT, setting[:8])
         assert not new.exists()
+
+
+def test_a_command_waits_for_another_command_to_free_the_home(ready: Path) -> None:
+    """A command that found the home's lock held by another one-shot command waited 15 s
+    for a node's run file that never came, then refused, although the other command
+    had ended seconds before. It now takes the lock as soon as it is free."""
+    import time
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(ready / 'node.lock')!r}, os.O_RDWR)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(1.5)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        result = merklog(ready, "put", "waited(1).")
+        took = time.monotonic() - started
+    finally:
+        holder.wait(timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert took < 10, took  # the old code refused after 15 s
+    assert "waited(1)" in Cli(ready)("ls").output
