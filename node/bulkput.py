@@ -233,7 +233,7 @@ def put_chunks(
                     said.pop()
             if flight:
                 yield _committed(flight, render)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (the CLI's handler)
             if held is not None:
                 held.abort()  # a first write still held (its input unread) rolls back
             for entry in said:  # committed: said before the chunk in flight

@@ -93,6 +93,14 @@ class Boundary(click.Group):
             # that the signal ends (Python ignores SIGPIPE, so the write raised instead).
             _discard_stdout()
             raise click.exceptions.Exit(STDOUT_CLOSED) from None
+        except SystemExit as exc:
+            if exc.code == 128 + signal.SIGTERM and ctx.invoked_subcommand in ("put", "retract"):
+                click.echo(
+                    "Error: stopped (SIGTERM): what was written before it stays written, and"
+                    " printed; the same put or retract run again adds nothing twice",
+                    err=True,
+                )
+            raise
         except KeyboardInterrupt:  # said as "Aborted!" before, with no word on what stays
             writes = ctx.invoked_subcommand in ("put", "retract")
             raise click.ClickException(
