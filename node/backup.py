@@ -13,6 +13,7 @@ nothing below the facade imports it, so there is no import cycle, lazy or not.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +23,9 @@ from merklog.store import Link
 
 from .config import Config
 from .failures import ExitCode, Failure
+from .files import RESTORE_MARKER
 from .homeinit import IDENTITY_FILE, Join, initialise
-from .runtime import HomeLock
+from .runtime import LOCK_FILE, HomeLock
 
 
 class Restoring(Protocol):
@@ -57,9 +59,12 @@ def restore(
     open_node: Callable[[Config, HomeLock], Restoring],
 ) -> dict[str, Any]:
     """Create ``home`` from the backup ``car`` (and key file ``identity``); returns the
-    import counts plus ``dataset``. Refuses a home that is already initialised.
-    ``open_node(config, lock)`` opens the fresh home's node (and owns the lock)."""
-    if (home / "config.toml").exists():
+    import counts plus ``dataset``. Refuses a home that is already initialised, unless
+    it is what a restore that was killed left (:data:`RESTORE_MARKER`): that one is
+    undone and the restore starts again. ``open_node(config, lock)`` opens the fresh
+    home's node (and owns the lock)."""
+    unfinished = (home / RESTORE_MARKER).exists()
+    if (home / "config.toml").exists() and not unfinished:
         raise Failure(
             f"{home} is already a merklog home; restore into a new --home (or import the"
             " CAR into this one with `merklog import`)"
@@ -67,6 +72,15 @@ def restore(
     dataset, genesis = read_genesis(car)
     existed = home.exists()
     lock = HomeLock.acquire(home)
+    if unfinished:
+        existed, before = _undo_unfinished(home)
+    else:
+        before = sorted(p.name for p in home.iterdir() if p.name != LOCK_FILE)
+    # Until the import has committed, the home says it is an unfinished restore: a
+    # restore killed with -9 (no cleanup runs) is then undone by the next one, and other
+    # commands refuse it instead of serving an empty dataset.
+    marker = {"existed": existed, "before": before}
+    (home / RESTORE_MARKER).write_text(json.dumps(marker))
     try:
         if identity is not None:
             shutil.copyfile(identity, home / IDENTITY_FILE)
@@ -75,6 +89,7 @@ def restore(
         node = open_node(cfg, lock)
         try:
             result = node.import_car(car)
+            (home / RESTORE_MARKER).unlink()
         finally:
             node.close()
             lock = None
@@ -83,5 +98,26 @@ def restore(
             lock.release()
         if not existed:
             shutil.rmtree(home, ignore_errors=True)
+        else:
+            _undo_unfinished(home)
         raise
     return {"dataset": str(dataset), **result}
+
+
+def _undo_unfinished(home: Path) -> tuple[bool, list[str]]:
+    """Remove what an unfinished restore made in ``home`` (everything but what its
+    marker lists as there before, and the lock); returns the marker's record."""
+    try:
+        record = json.loads((home / RESTORE_MARKER).read_text())
+        existed, before = bool(record["existed"]), list(record["before"])
+    except (OSError, ValueError, KeyError, TypeError):
+        existed, before = False, []
+    keep = {*before, LOCK_FILE}
+    for path in home.iterdir():
+        if path.name in keep:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return existed, before

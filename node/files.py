@@ -27,6 +27,8 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 #: The node's Ed25519 key in its home (PKCS#8 PEM, 0600).
 IDENTITY_FILE = "identity.pem"
+#: What a restore keeps in the home until its import has committed (:mod:`.backup`).
+RESTORE_MARKER = "restore.unfinished"
 #: The secrets at the top of a home: API tokens and the node's private key.
 SECRET_FILES = ("config.toml", IDENTITY_FILE)
 

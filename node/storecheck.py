@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .failures import KeyMissing, StoreDamaged
-from .files import IDENTITY_FILE
+from .failures import Failure, KeyMissing, StoreDamaged
+from .files import IDENTITY_FILE, RESTORE_MARKER
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 _WAY_OUT = (
@@ -28,6 +28,11 @@ def precheck(cfg: Any) -> None:
     """Raise :class:`StoreDamaged` if the configured SQLite store is missing, empty or
     not a SQLite file, or :class:`KeyMissing` if the node key is, while the config names
     a dataset that should be in the home."""
+    if cfg.home is not None and (cfg.home / RESTORE_MARKER).exists():
+        raise Failure(
+            f"{cfg.home} holds a restore that was stopped before it ended; run the same"
+            f" `merklog --home {cfg.home} restore BACKUP.car` again (it starts over)"
+        )
     if not cfg.get("dataset.id"):
         return
     _check_store(cfg)

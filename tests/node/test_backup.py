@@ -220,3 +220,43 @@ def test_an_export_stopped_by_sigterm_leaves_no_temporary_file(tmp_path: Path) -
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and b"Traceback" not in err, err
     assert not tmp.exists() and not out.exists()
+
+
+def test_a_restore_killed_mid_import_is_refused_by_others_and_redone_by_itself(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` during a restore's import (no cleanup can run) left a home that looked
+    initialised with no facts: commands served an empty dataset and the same restore
+    refused it as "already a merklog home". The home now says it is an unfinished
+    restore until the import commits; other commands refuse it and the restore starts
+    over."""
+    src = Cli(tmp_path / "src")
+    src("init")
+    src("put", "a(1).", "a(1.0).", 'a("1").')
+    car = tmp_path / "backup.car"
+    src("export", str(car))
+    home = tmp_path / "restored"
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys\n"
+            "from merklog.node import node\n"
+            "node.Node.import_car = lambda self, *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "from merklog.node.cli import main\n"
+            f"sys.argv = ['merklog', '--home', {str(home)!r}, 'restore', {str(car)!r}]\n"
+            "main()\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert (home / "config.toml").exists()  # what a killed restore leaves
+    status = Cli(home)("status", ok=False)
+    assert status.exit_code == 1 and "restore that was stopped before it ended" in status.output
+    Cli(home)("restore", str(car))
+    assert sorted(Cli(home)("query", "--json", "a(X)").output.split("rows")[1]) == sorted(
+        src("query", "--json", "a(X)").output.split("rows")[1]
+    )
+    assert not (home / "restore.unfinished").exists()
