@@ -33,12 +33,15 @@ own writer leaves to chance). See docs/spark.md and ADR 0046.
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -677,7 +680,7 @@ def compact(
         raise CompactError("gathering fact arguments needs inputs this process can read")
     n_in = input_rows(inputs)
     parts = max(1, math.ceil((n_in if n_in is not None else 0) / rows_per_partition))
-    staging = out / _STAGING / uuid.uuid4().hex
+    staging, staging_lock = _claim_staging(out)
     settings = {
         "spark.sql.shuffle.partitions": str(parts),
         "spark.sql.adaptive.coalescePartitions.enabled": "false",
@@ -773,11 +776,54 @@ def compact(
         if reader is not None:
             reader.close()
         shutil.rmtree(staging, ignore_errors=True)
+        os.close(staging_lock)
         try:
             (out / _STAGING).rmdir()
         except OSError:
             pass
     return results
+
+
+def _claim_staging(out: Path) -> tuple[Path, int]:
+    """A fresh staging directory under ``out/_compact_staging`` and an open descriptor
+    holding a lock on it for this compaction's life. What compactions that were killed
+    (``kill -9``: no cleanup ran) left there is removed first: a directory whose lock
+    nobody holds. One that another compaction still holds is left alone."""
+    root = out / _STAGING
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.iterdir():
+        _remove_if_abandoned(old)
+    staging = root / uuid.uuid4().hex
+    staging.mkdir()
+    fd = os.open(staging / _STAGING_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return staging, fd
+
+
+#: The file in a staging directory whose flock says a compaction still uses it.
+_STAGING_LOCK = ".lock"
+#: Seconds after which a staging directory without a lock file (one being created right
+#: now has none for a moment) counts as abandoned.
+_UNLOCKED_STAGING_AGE = 600.0
+
+
+def _remove_if_abandoned(old: Path) -> None:
+    try:
+        fd = os.open(old / _STAGING_LOCK, os.O_RDWR)
+    except FileNotFoundError:
+        with suppress(OSError):
+            if time.time() - old.stat().st_mtime > _UNLOCKED_STAGING_AGE:
+                shutil.rmtree(old, ignore_errors=True)
+        return
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return  # another compaction's, in progress
+    finally:
+        os.close(fd)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _unstable(deltas_files: dict[str, list[Path]]) -> list[bytes]:

@@ -301,3 +301,53 @@ def test_keyed_job_gives_the_bytes_of_the_cid_job_and_keyless_exports_the_same_f
     assert {Fact(r["relation"], decode_args(r["args"])) for r in facts} == reference_visible(
         [r for i in range(3) for r in sim.log_rows(i)]
     )
+
+
+def test_a_killed_compactions_staging_is_removed_by_the_next_one(spark, tmp_path):
+    """``kill -9`` of a compaction left ``OUT/_compact_staging/<id>`` (11 MB in one case),
+    and later compactions into OUT never removed it. The next compaction removes what
+    no live compaction holds, and leaves one that another compaction still holds."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+
+    sim = Simulation(peers=2, pool=30, seed=7).run(60)
+    sim.sync_all()
+    dirs = _export_views(sim, tmp_path)
+    out = tmp_path / "snap"
+    root = out / "_compact_staging"
+    # A compaction that was killed: its staging directory, its lock file held by nobody.
+    dead = root / "dead"
+    (dead / "facts").mkdir(parents=True)
+    (dead / "facts" / "part-0.parquet").write_bytes(b"x" * 1000)
+    (dead / ".lock").touch()
+    # One still running: another process holds its lock.
+    live = root / "live"
+    live.mkdir()
+    (live / ".lock").touch()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(live / '.lock')!r}, os.O_RDWR)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        compact(spark, dirs, out, Identity.from_seed(b"\x05" * 32))
+        assert not dead.exists()
+        assert live.exists() and sorted(p.name for p in root.iterdir()) == ["live"]
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    fd = os.open(live / ".lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the holder is gone: free
+    os.close(fd)
