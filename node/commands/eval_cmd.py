@@ -4,7 +4,8 @@ Reads ``<rel>.facts`` (tab-separated, one tuple a line) and writes ``<rel>.csv``
 (tab-separated, no header; sorted with ``--sorted``) for every derived relation —
 for Soufflé programs, the ``.input`` and ``.output`` relations, typed per ``.decl``.
 Files are read and written as columns (:mod:`merklog.engine.tsv`). A bad program
-or fact file prints ``FILE:line:col: message`` on stderr, exits 1 and writes nothing.
+or fact file prints ``FILE:line:col: message`` on stderr, exits 1 and writes nothing;
+results are written all or nothing (temporary files renamed when every one is written).
 """
 
 from __future__ import annotations
@@ -119,7 +120,12 @@ def register(cli: click.Group) -> None:
                     if atom.rest
                 }
                 nullary = {r: 0 for r in known if prog.arities[r] == 0 and r not in rest}
-                facts = read_facts_dir(facts_dir, known, None, nullary, prog.int_bits)
+                # A relation the program defines (a rule head, an inline fact, a .decl) has
+                # the program's arity: a file of another one is refused at FILE:LINE:1
+                # (set aside, its facts would vanish or be written as mixed-width lines).
+                defined = _defined(prog)
+                sizes = {r: prog.arities[r] for r in known if r in defined} | nullary
+                facts = read_facts_dir(facts_dir, known, None, sizes, prog.int_bits)
                 outputs = sorted(prog.idb)
             if only:
                 outputs = list(dict.fromkeys(only))
@@ -131,17 +137,64 @@ def register(cli: click.Group) -> None:
         except EngineError as err:  # edge.facts has 2 columns but the program reads edge/1, …
             fail(f"{program}:{err}" if err.line else f"error: {err}")
             return
-        except (ValueError, OSError) as err:
+        except OSError as err:  # a fact file that is a directory, unreadable, …
+            raise _file_failure(err) from None
+        except ValueError as err:
             fail(f"error: {err}")
             return
-        out_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            for rel in outputs:
-                write_relation(out_dir / f"{rel}.csv", relations, rel, sort=sort)
-        except OSError as err:
-            fail(f"error: {err}")
-            return
+        _write_all(out_dir, outputs, lambda rel, path: write_relation(path, relations, rel, sort))
         click.echo(f"wrote {len(outputs)} relations to {out_dir}", err=True)
+
+
+def _defined(prog: Any) -> set[str]:
+    """Relations whose arity the program itself fixes: rule heads, inline facts, .decl."""
+    ast = prog.ast
+    return set(prog.idb) | {rel for rel, _args in ast.facts} | {d.rel for d in ast.declarations}
+
+
+def _file_failure(err: OSError) -> Exception:
+    """``FILE: reason`` for an OS error on one of eval's files (Python's own text,
+    ``[Errno 21] Is a directory: 'out/b.csv'``, puts the file last or leaves it out),
+    with the CLI's exit status for it (a full disk: 6)."""
+    from merklog.node.failures import _FULL, ExitCode, Failure
+
+    code = ExitCode.DISK_FULL if err.errno in _FULL else ExitCode.FAILED
+    reason = err.strerror or str(err)
+    return Failure(f"{err.filename}: {reason}" if err.filename else reason, code)
+
+
+def _write_all(out_dir: Path, outputs: list[str], write: Callable[[str, Path], Any]) -> None:
+    """Write ``OUT/<rel>.csv`` for every relation of ``outputs``, all or nothing.
+
+    Each file is written under a temporary name in ``out_dir`` and renamed into place
+    only when every one is written, so a failure (a full disk, a directory in the way)
+    leaves the output directory as it was and names the file it was writing."""
+    import errno
+    import os
+    import secrets
+
+    done: list[tuple[Path, Path]] = []
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for rel in outputs:
+            final = out_dir / f"{rel}.csv"
+            try:
+                if final.is_dir():
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+                tmp = out_dir / f".{rel}.csv.{secrets.token_hex(6)}.tmp"
+                # 0o666 less the umask, as open() would give the file itself
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                done.append((tmp, final))
+                write(rel, tmp)
+            except OSError as err:  # name the file the user asked for, not the temporary
+                err.filename = str(final)
+                raise
+        for tmp, final in done:
+            os.replace(tmp, final)
+    except OSError as err:
+        for tmp, _final in done:
+            tmp.unlink(missing_ok=True)
+        raise _file_failure(err) from None
 
 
 def _check_declared(prog: Any, facts_dir: Path, facts: dict, fail: Callable[[str], None]) -> None:

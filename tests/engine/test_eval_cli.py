@@ -487,7 +487,90 @@ def test_a_fact_file_row_that_misfits_its_decl_is_named_by_file_and_line(tmp_pat
     (facts / "f.facts").write_text('1\ta\n\n2\tb\n3\t"c"\nabc\td\n')  # line 5 misfits
     done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith(f"{facts / 'f.facts'}:5:1: f(\"abc\", \"d\") does not fit"), (
+    assert done.stderr.startswith(f'{facts / "f.facts"}:5:1: f("abc", "d") does not fit'), (
         done.stderr
     )
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_fact_file_of_another_arity_than_a_written_relation_is_refused(tmp_path: Path) -> None:
+    """``path.facts`` of 3 fields for a derived path/2 (or ``edge.facts`` for an edge/2
+    with inline facts) printed ``Error: zip() argument 2 is longer than argument 1`` and
+    left an empty result file behind."""
+    facts = tmp_path / "facts"
+    write(facts / "edge.facts", "1\t2\n")
+    write(facts / "path.facts", "1\t2\t3\n")
+    program = write(tmp_path / "p.dl", "path(X, Y) :- edge(X, Y).\n")
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(
+        f"{facts / 'path.facts'}:1:1: 3 fields, but the program uses path with 2 arguments"
+    ), done.stderr
+    assert not (tmp_path / "o").exists()
+
+    write(facts / "edge.facts", "7\t8\t9\n")
+    program = write(tmp_path / "q.dl", "edge(1, 2).\npath(X, Y) :- edge(X, Y).\n")
+    (facts / "path.facts").unlink()
+    out = tmp_path / "o2"
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(out), "--output", "edge")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(
+        f"{facts / 'edge.facts'}:1:1: 3 fields, but the program uses edge"
+    )
+    assert not out.exists()
+
+
+def _file_size_limit() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+
+def test_a_failed_write_names_the_file_and_leaves_the_outputs_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """A write failure left the other relations' new files behind and printed
+    ``error: [Errno 28] No space left on device`` (no file named)."""
+    facts = tmp_path / "facts"
+    write(facts / "e.facts", "".join(f"{n}\n" for n in range(300)))
+    program = write(tmp_path / "p.dl", "a(X) :- e(X).\nb(X, Y) :- e(X), e(Y).\n")
+    out = tmp_path / "out"
+    write(out / "a.csv", "old\n")
+    # b.csv (90,000 rows) outgrows the file size limit: the write fails with EFBIG
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "merklog.node.cli",
+            "eval",
+            str(program),
+            "--facts",
+            str(facts),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_file_size_limit,
+    )
+    assert done.returncode == 6, done.stderr  # the disk-full status
+    assert done.stderr.strip() == f"Error: {out / 'b.csv'}: File too large"
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv"]
+    assert (out / "a.csv").read_text() == "old\n"
+
+    (out / "b.csv").mkdir()  # a directory in the way
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(out))
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"Error: {out / 'b.csv'}: Is a directory"
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv", "b.csv"]
+    assert (out / "a.csv").read_text() == "old\n"
+
+
+def test_a_directory_named_like_a_fact_file_is_named_in_the_error(tmp_path: Path) -> None:
+    (tmp_path / "facts" / "e.facts").mkdir(parents=True)
+    program = write(tmp_path / "p.dl", "a(X) :- e(X).\n")
+    done = run_eval(str(program), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"Error: {tmp_path / 'facts' / 'e.facts'}: Is a directory"
     assert not (tmp_path / "o").exists()
