@@ -133,9 +133,16 @@ def format_field(value: Any) -> str:
 # ----------------------------------------------------------------------------- reading
 
 
+#: A UTF-8 byte order mark: skipped at the start of a fact file (as pyarrow does), so a
+#: file holding only one is empty.
+BOM = b"\xef\xbb\xbf"
+
+
 def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
     """(1-based line number, line without its end) of every non-empty line."""
-    for number, line in enumerate(data.split(b"\n"), 1):
+    lines = data.split(b"\n")
+    lines[0] = lines[0].removeprefix(BOM)
+    for number, line in enumerate(lines, 1):
         if line.endswith(b"\r"):
             line = line[:-1]
         if line:
@@ -194,8 +201,9 @@ def _type_hint(kind: str) -> str:
 
 
 def _first_line(data: bytes) -> tuple[int, bytes] | None:
-    """(line number, text) of the first non-empty line, without splitting the whole file."""
-    pos, number = 0, 1
+    """(line number, text) of the first non-empty line, without splitting the whole file
+    (a leading byte order mark is no text)."""
+    pos, number = (len(BOM) if data.startswith(BOM) else 0), 1
     while pos < len(data):
         end = data.find(b"\n", pos)
         if end < 0:
@@ -398,7 +406,7 @@ def read_relation(
     if column_types is not None:
         arity = len(column_types)
     if arity == 0:
-        return [()] if data.translate(None, b"\r\n") else []
+        return [()] if data.removeprefix(BOM).translate(None, b"\r\n") else []
     first = _first_line(data)
     if first is None:
         return []
@@ -448,6 +456,8 @@ def row_line(path: Path, row: int) -> int:
     seen = -1
     with open(path, "rb") as lines:
         for number, line in enumerate(lines, 1):
+            if number == 1:
+                line = line.removeprefix(BOM)
             if line.rstrip(b"\n").removesuffix(b"\r"):
                 seen += 1
                 if seen == row:

@@ -574,3 +574,17 @@ def test_a_directory_named_like_a_fact_file_is_named_in_the_error(tmp_path: Path
     assert done.returncode == 1
     assert done.stderr.strip() == f"Error: {tmp_path / 'facts' / 'e.facts'}: Is a directory"
     assert not (tmp_path / "o").exists()
+
+
+def test_a_fact_file_holding_only_a_byte_order_mark_is_empty(tmp_path: Path) -> None:
+    """It was read as one fact whose value is the BOM (``edge has arity 1`` for edge/2)."""
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    (facts / "u.facts").write_bytes(b"\xef\xbb\xbf")
+    (facts / "e.facts").write_bytes(b"\xef\xbb\xbf")
+    (facts / "n.facts").write_bytes(b"\xef\xbb\xbf")
+    program = write(tmp_path / "p.dl", "q(X) :- u(X).\nr(X) :- e(X, _).\ns() :- n().\n")
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    for rel in ("q", "r", "s"):
+        assert (tmp_path / "o" / f"{rel}.csv").read_bytes() == b""
