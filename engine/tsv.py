@@ -465,6 +465,17 @@ def row_line(path: Path, row: int) -> int:
     raise ValueError(f"{path} has no row {row}")
 
 
+def row_text(path: Path, line: int) -> str:
+    """The text of line ``line`` (1-based) of the fact file ``path``, without its line end
+    or a leading byte order mark: where :func:`row_line` points, to find a field's column."""
+    with open(path, "rb") as lines:
+        for number, text in enumerate(lines, 1):
+            if number == line:
+                text = text.removeprefix(BOM) if number == 1 else text
+                return text.rstrip(b"\n").removesuffix(b"\r").decode("utf-8")
+    raise ValueError(f"{path} has no line {line}")
+
+
 def read_facts_dir(
     directory: Path,
     relations: Iterable[str] | None = None,
@@ -592,6 +603,7 @@ def write_relation(path: Path, relations: Any, rel: str, sort: bool = False) -> 
 
 __all__ = [
     "row_line",
+    "row_text",
     "FLOAT_TEXT",
     "INT_TEXT",
     "FactRows",

@@ -199,9 +199,11 @@ def _write_all(out_dir: Path, outputs: list[str], write: Callable[[str, Path], A
 
 def _check_declared(prog: Any, facts_dir: Path, facts: dict, fail: Callable[[str], None]) -> None:
     """Refuse the first fact-file row that does not fit its relation's ``.decl``, named
-    as ``FILE:LINE:1`` (the program's own check, run later, knows no file or line)."""
+    as ``FILE:LINE:COL`` of its first misfit field (the program's own check, run later,
+    knows no file or line)."""
     from merklog.engine.errors import DeclarationError
-    from merklog.engine.tsv import row_line
+    from merklog.engine.schema import value_fits
+    from merklog.engine.tsv import row_line, row_text
 
     schema = prog.checked.schema
     for rel, rows in facts.items():
@@ -212,5 +214,17 @@ def _check_declared(prog: Any, facts_dir: Path, facts: dict, fail: Callable[[str
                 schema.check_fact(rel, tuple(row))
             except DeclarationError as err:
                 path = facts_dir / f"{rel}.facts"
-                fail(f"{path}:{row_line(path, i)}:1: {err}")
+                line = row_line(path, i)
+                decl = schema.declarations[rel]
+                misfit = next(  # 0 for a row of another arity (read_relation refuses it)
+                    (
+                        j
+                        for j, (_name, kind) in enumerate(decl.columns)
+                        if j < len(row) and not value_fits(row[j], kind)
+                    ),
+                    0,
+                )
+                fields = row_text(path, line).split("\t")
+                col = sum(len(f) + 1 for f in fields[:misfit]) + 1
+                fail(f"{path}:{line}:{col}: {err}")
                 return

@@ -588,3 +588,14 @@ def test_a_fact_file_holding_only_a_byte_order_mark_is_empty(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     for rel in ("q", "r", "s"):
         assert (tmp_path / "o" / f"{rel}.csv").read_bytes() == b""
+
+
+def test_a_decl_misfit_in_a_fact_file_is_reported_at_its_field(tmp_path: Path) -> None:
+    """It was reported at column 1 (``edge.facts:2:1:``) for a misfit in the second field."""
+    facts = tmp_path / "facts"
+    write(facts / "edge.facts", "1\t2\nábc\t4.0\n")
+    program = write(tmp_path / "p.dl", ".decl edge(src: any, dst: int).\np(X, Y) :- edge(X, Y).\n")
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1
+    assert done.stderr.startswith(f'{facts / "edge.facts"}:2:5: edge("ábc", 4.0) does not fit')
+    assert not (tmp_path / "o").exists()
