@@ -63,6 +63,7 @@ from .errors import (
     ArityError,
     AsyncHeadError,
     NextRuleFinitenessError,
+    ParseError,
     RangeRestrictionError,
     UnknownRelationError,
     UnsafeNegationError,
@@ -350,8 +351,38 @@ def _unbound(v: Var, rule: Rule, local_of: dict[str, Aggregate], where: str) -> 
     )
 
 
+#: The most literals one rule or query body may have, counting those inside its
+#: aggregates. The tuple executor compiles a body into a chain of closures, each
+#: calling the next, and the incremental engine walks the same plan: bodies of about
+#: 1,000 literals overflowed Python's stack (an internal RecursionError). Far beyond
+#: real programs; a longer body is a LINE:COL error, as a term nested too deep is.
+MAX_BODY_LITERALS = 256
+
+
+def _flat_literals(body: Iterable[BodyLiteral]) -> Iterable[BodyLiteral]:
+    """The literals of a body in order, each aggregate followed by its own body's."""
+    for lit in body:
+        yield lit
+        if isinstance(lit, Aggregate):
+            yield from _flat_literals(lit.body)
+
+
+def check_body_length(rule: Rule) -> None:
+    """Raise :class:`ParseError` at the first literal beyond :data:`MAX_BODY_LITERALS`."""
+    for n, lit in enumerate(_flat_literals(rule.body), 1):
+        if n > MAX_BODY_LITERALS:
+            raise ParseError.at(
+                lit.pos if lit.pos != NOPOS else rule.pos,
+                f"this body has more than {MAX_BODY_LITERALS} literals",
+                "split it: derive an intermediate relation from part of the body in a rule"
+                " of its own and read that relation here",
+            )
+
+
 def check_rule(rule: Rule) -> None:
-    """Range restriction, safe negation, aggregate scoping and @async head of one rule."""
+    """Body length, range restriction, safe negation, aggregate scoping and @async head
+    of one rule."""
+    check_body_length(rule)
     local_of: dict[str, Aggregate] = {}
     bound = _scope(rule.body, set(), rule, local_of)
     head = rule.head
@@ -519,7 +550,9 @@ def check_query_body(
 
 
 __all__ = [
+    "MAX_BODY_LITERALS",
     "CheckedProgram",
+    "check_body_length",
     "check_fact_arities",
     "check_next_rules",
     "check_program",

@@ -201,3 +201,34 @@ def test_unknown_relation_in_query():
     with pytest.raises(ArityError):
         check_query(checked, Atom("path", (Const(1),)))
     check_query(checked, Atom("path", (Var("X"),), rest=True))
+
+
+def test_a_body_over_the_literal_limit_is_a_line_col_error_on_every_path() -> None:
+    """About 1,000 literals overflowed Python's stack in the tuple executor's closure
+    chain and in the node (an internal RecursionError, exit 70)."""
+    import merklog
+    from merklog.engine import Program
+    from merklog.engine.checks import MAX_BODY_LITERALS
+    from merklog.engine.errors import ParseError
+
+    n = MAX_BODY_LITERALS
+    fits = "p(1).\nq(X) :- p(X)" + ", p(X)" * (n - 1) + "."
+    assert Program.parse(fits).evaluate()["q"] == {(1,)}
+    # the aggregate's own body counts: 1 + 1 + 254 + 1 is one too many
+    agg = "p(1).\nq(X, N) :- p(X), N := count : p(_)" + ", p(X)" * (n - 2) + "."
+    for text in (fits[:-1] + ", p(X).", agg):
+        with pytest.raises(ParseError) as caught:
+            Program.parse(text)
+        assert caught.value.line == 2
+        assert f"more than {n} literals" in str(caught.value)
+    long = "p(1).\nq(X) :- p(X)" + ", p(X)" * 999 + "."
+    with pytest.raises(ParseError, match=f"more than {n} literals"):
+        Program.parse(long)
+    with merklog.open(memory=True) as node:
+        with pytest.raises(
+            merklog.Error, match=f"x.dl:2:{len('q(X) :- p(X)') + 6 * (n - 1) + 3}: this"
+        ):
+            node.load_program(long, source="x.dl")
+        node.write(asserts=["p(1)."])
+        with pytest.raises(merklog.Error, match="more than 256 literals"):
+            node.query("p(X)" + ", p(X)" * 999)

@@ -599,3 +599,15 @@ def test_a_decl_misfit_in_a_fact_file_is_reported_at_its_field(tmp_path: Path) -
     assert done.returncode == 1
     assert done.stderr.startswith(f'{facts / "edge.facts"}:2:5: edge("ábc", 4.0) does not fit')
     assert not (tmp_path / "o").exists()
+
+
+def test_a_body_of_a_thousand_literals_is_a_program_error_not_an_internal_one(
+    tmp_path: Path,
+) -> None:
+    """It raised RecursionError in the closure chain: exit 70, ``internal error``."""
+    program = write(tmp_path / "p.dl", "p(1).\nq(X) :- p(X)" + ", p(X)" * 999 + ".\n")
+    (tmp_path / "facts").mkdir()
+    done = run_eval(str(program), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"{program}:2:1545: this body has more than 256 literals")
+    assert not (tmp_path / "o").exists()
