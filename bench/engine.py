@@ -721,7 +721,7 @@ def node_path(
             for rel, arr in data.items():
                 rows = [tuple(r) for r in arr.tolist()]
                 for i in range(0, len(rows), 200_000):
-                    node.write([(rel, r) for r in rows[i : i + 200_000]])
+                    node.write([(rel, r) for r in rows[i : i + 200_000]], evaluate=False)
         finally:
             node.close()
         print(

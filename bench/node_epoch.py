@@ -48,19 +48,18 @@ def main() -> None:
         nodes = {}
         for mode in ("auto", "batch"):
             node = Node.open(Path(tmp) / mode, store__backend="memory")
-            node.write([("edge", e) for e in sorted(edges)])
-            node.load_program(PROGRAM, "closure.dl", engine=mode)
+            node.write([("edge", e) for e in sorted(edges)], evaluate=False)
             t0 = time.perf_counter()
-            node.run_epoch()
+            node.load_program(PROGRAM, "closure.dl", engine=mode)  # runs its first epoch
             load = time.perf_counter() - t0
             nodes[mode] = (node, load, [])
         size = len(nodes["auto"][0].relation("path"))
         for kind, edge in changes:
             for node, _load, times in nodes.values():
                 if kind == "assert":
-                    node.write([("edge", edge)])
+                    node.write([("edge", edge)], evaluate=False)  # the epoch is timed below
                 else:
-                    node.write(retracts=[("edge", edge)])
+                    node.write(retracts=[("edge", edge)], evaluate=False)
                 t0 = time.perf_counter()
                 node.run_epoch()
                 times.append(time.perf_counter() - t0)
