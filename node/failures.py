@@ -9,6 +9,7 @@ exceptions to print them, so the mapping below is the whole story.
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 from enum import IntEnum
 from pathlib import Path
@@ -116,6 +117,34 @@ def peer_failure(exc: BaseException) -> tuple[ExitCode, int, str] | None:
     return None
 
 
+#: Below this many free bytes, the file system of a home counts as full: SQLite grows its
+#: ``-shm`` file in 32 KiB steps and its ``-wal`` file by pages, so a disk that failed one
+#: of them has less than this left.
+FULL_BELOW = 1 << 20
+
+
+def _io_error(exc: sqlite3.DatabaseError) -> bool:
+    """SQLite's ``disk I/O error`` (SQLITE_IOERR and its extended codes): what it says
+    when a write fails on ENOSPC while growing ``-shm`` or ``-wal`` (SQLite gives no
+    errno to Python), and also for other failing writes."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF == sqlite3.SQLITE_IOERR
+    return "disk I/O error" in str(exc)
+
+
+def disk_full(path: Path | None) -> bool:
+    """Whether the file system holding ``path`` (a home) has (next to) no free space
+    left for this user: how an I/O error of SQLite is told apart from a damaged store."""
+    if path is None:
+        return False
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return False
+    return fs.f_bavail * fs.f_frsize < FULL_BELOW
+
+
 def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, str]:
     """The exit status and one-line message for ``exc`` (raised by a CLI command)."""
     from merklog.engine.errors import EngineError
@@ -156,17 +185,24 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         return ExitCode.FAILED, str(exc)
     if isinstance(exc, sqlite3.DatabaseError):
         text = str(exc)
-        if "full" in text:
-            return ExitCode.DISK_FULL, f"no space left to write {store}: {text}"
+        if "full" in text or (_io_error(exc) and disk_full(home)):
+            return ExitCode.DISK_FULL, f"no space left on the device to write {store}: {text}"
         if "locked" in text or "busy" in text:
             return ExitCode.FAILED, f"{store} is in use by another process: {text}"
+        if "readonly" in text or "read-only" in text:
+            where = f"{home}/store.sqlite" if home is not None else "store.sqlite"
+            return ExitCode.FAILED, (
+                f"cannot write {store} ({text}): {where}, its -wal and -shm files and"
+                " the home directory must be writable by this user (check their owner"
+                " and modes, and that the file system is not mounted read-only)"
+            )
         return ExitCode.STORE_DAMAGED, (
             f"{store} is damaged or not a merklog store ({text}); restore it from a"
             " backup (docs/operations.md) or move it away and run `merklog init`"
         )
     if isinstance(exc, OSError):
         if exc.errno in _FULL:
-            return ExitCode.DISK_FULL, f"no space left on device: {exc}"
+            return ExitCode.DISK_FULL, f"no space left on the device: {exc}"
         return ExitCode.FAILED, str(exc)
     if isinstance(exc, ValueError):
         return ExitCode.BAD_INPUT, str(exc)
@@ -185,8 +221,10 @@ def exit_code_for_status(status: int) -> ExitCode:
         return ExitCode.PEER_UNREACHABLE
     if status == 404:
         return ExitCode.NOT_FOUND
-    if status in (400, 409, 413, 415, 422):
+    if status in (400, 413, 415, 422):
         return ExitCode.BAD_INPUT
+    if status == 409:  # the node's "failed": the operation could not be done (exit 1)
+        return ExitCode.FAILED
     if status == 403:
         return ExitCode.NOT_A_WRITER
     if status in (502, 503, 504):

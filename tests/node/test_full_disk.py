@@ -1,0 +1,123 @@
+"""A full disk (and a store this user cannot write) is reported as what it is: exit 6 /
+HTTP 507 "no space left on the device" (exit 1 for a read-only store), never a damaged
+store with advice to move it away, never a peer or node that cannot be reached.
+
+A real full disk needs root (a small tmpfs): the subprocesses here get the fault from
+``tests/node/diskfull/sitecustomize.py`` (the failing SQLite writes and what
+``os.statvfs`` says), or from a file size limit (``RLIMIT_FSIZE``: writes past it fail
+for real with EFBIG, which SQLite reports as ``disk I/O error``)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import resource
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from merklog.node.failures import ExitCode, classify, exit_code_for_status
+from merklog.node.middleware import _FAILURE_STATUS
+
+from .conftest import Cli
+from .test_cli_errors import assert_fails
+
+FAULTS = Path(__file__).parent / "diskfull"
+
+
+def fault_env(**faults: str) -> dict[str, str]:
+    """The environment of a subprocess whose disk fails as ``faults`` say (see
+    diskfull/sitecustomize.py): ``flag``, ``on`` or ``statvfs``."""
+    path = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}
+    for name, value in faults.items():
+        key = "STATVFS_FULL" if name == "statvfs" else f"FULL_{name.upper()}"
+        env[f"MERKLOG_TEST_{key}"] = value
+    return env
+
+
+def merklog(
+    home: Path, *args: str, env: dict | None = None, fsize: int | None = None
+) -> subprocess.CompletedProcess:
+    """``merklog --home HOME ARGS`` as a subprocess; ``fsize``: its file size limit."""
+
+    def limit() -> None:
+        if fsize is not None:
+            hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, hard))
+
+    return subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+        stdin=subprocess.DEVNULL,
+        preexec_fn=limit,
+    )
+
+
+def _joined(tmp_path: Path, node_factory) -> tuple[Cli, Cli]:
+    """``a`` (running, holding a fact) and ``b``, which joined from it and never synced;
+    ``a`` lets ``b`` sync."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    a("put", "edge(1, 2).")
+    joined = b("init", "--join", na.url, "--token", na.read_token).output
+    key = re.search(r"key hex\s+([0-9a-f]{64})", joined).group(1)
+    a("peers", "add", "b", "http://127.0.0.1:9", "--key", key)
+    return a, b
+
+
+def test_opening_a_home_on_a_full_disk_is_no_damaged_store(tmp_path: Path) -> None:
+    """SQLite says "disk I/O error" when it cannot grow -shm; that was "the store is
+    damaged … move it away and run `merklog init`" (exit 5) for a healthy home."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    Cli(home)("put", "edge(1, 2).")
+    assert not (home / "store.sqlite-shm").exists()
+    # -shm cannot grow past 16 KiB (a real write failure), and the disk shows no space.
+    full = fault_env(statvfs="1")
+    for args in (("status",), ("query", "edge(X, Y)"), ("put", "edge(2, 3).")):
+        done = merklog(home, *args, env=full, fsize=16 << 10)
+        line = assert_fails(done, ExitCode.DISK_FULL, "no space left on the device")
+        assert "damaged" not in line and "init" not in line
+    assert "edge(1, 2)" in merklog(home, "ls").stdout
+
+
+def test_a_store_this_user_cannot_write_is_no_damaged_store(tmp_path: Path) -> None:
+    """``attempt to write a readonly database`` (a store owned by another user, a
+    read-only mount) was "damaged … move it away and run `merklog init`" (exit 5).
+    Root writes any file, so the error comes from SQLite opening the file read-only."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    conn = sqlite3.connect(f"file:{home / 'store.sqlite'}?mode=ro", uri=True)
+    with pytest.raises(sqlite3.OperationalError) as err:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    code, message = classify(err.value, home)
+    assert code == ExitCode.FAILED
+    assert str(home / "store.sqlite") in message and "writable" in message
+    assert "damaged" not in message and "init" not in message
+
+
+def test_http_statuses_map_back_to_the_exit_statuses_they_come_from() -> None:
+    """The node's 409 "failed" (exit 1) came back to the CLI as exit 2 (bad input)."""
+    for code, (status, _name) in _FAILURE_STATUS.items():
+        if code == ExitCode.STORE_DAMAGED:
+            continue  # 500 is also the node's "internal error": the CLI cannot tell
+        assert exit_code_for_status(status) == code, (code, status)
+    assert exit_code_for_status(409) == ExitCode.FAILED
+
+
+def test_an_io_error_with_space_left_is_not_a_full_disk(tmp_path: Path) -> None:
+    """Free space is what tells a full disk from other I/O errors of SQLite."""
+    code, _ = classify(sqlite3.OperationalError("disk I/O error"), tmp_path)
+    assert code == ExitCode.STORE_DAMAGED
+    code, _ = classify(OSError(errno.ENOSPC, "No space left on device"), tmp_path)
+    assert code == ExitCode.DISK_FULL
