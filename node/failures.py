@@ -117,6 +117,14 @@ def peer_failure(exc: BaseException) -> tuple[ExitCode, int, str] | None:
     return None
 
 
+def local_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure of this home's own store or disk (SQLite's errors, a
+    full disk), not of a peer it was talking to or of a bug: a sync that meets one
+    reports it as what it is (a full disk: exit 6, HTTP 507), not as the peer
+    unreachable, and epochs that meet one log it once, not a traceback each."""
+    return isinstance(exc, sqlite3.Error) or (isinstance(exc, OSError) and exc.errno in _FULL)
+
+
 #: Below this many free bytes, the file system of a home counts as full: SQLite grows its
 #: ``-shm`` file in 32 KiB steps and its ``-wal`` file by pages, so a disk that failed one
 #: of them has less than this left.

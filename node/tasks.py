@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any, Protocol
 
 from merklog.store.errors import Error as MerklogError
 
 from .config import Config
+from .failures import classify, local_failure
 from .metrics import NodeMetrics
 
 log = logging.getLogger("merklog.node.node")
@@ -25,6 +27,7 @@ class Owner(Protocol):
     """What the tasks need of their node (the node implements it; no import of it here)."""
 
     config: Config
+    home: Path | None
     metrics: NodeMetrics
     outbox: Any
     url: str | None
@@ -131,6 +134,8 @@ class BackgroundTasks:
         from merklog.engine.errors import EngineError
 
         failed: str | None = None
+        #: Why epochs fail on this node's disk or store (a full disk), logged once.
+        disk_failed: str | None = None
         while True:
             # After a program failed (a recursion without fixpoint), only a change (a
             # write, a sync, a program) runs the next epoch: the same epoch every
@@ -143,6 +148,9 @@ class BackgroundTasks:
             try:
                 await asyncio.shield(self._epoch_future)
                 failed = None
+                if disk_failed is not None:
+                    log.info("epochs work again")
+                    disk_failed = None
             except asyncio.CancelledError:
                 raise
             except EngineError as exc:  # the program's fault: one line, once per message
@@ -152,8 +160,17 @@ class BackgroundTasks:
                         exc.message,
                     )
                 failed = str(exc)
-            except Exception:
-                log.exception("epoch failed")
+            except Exception as exc:
+                if not local_failure(exc):
+                    log.exception("epoch failed")
+                    continue
+                # The disk or the store (a full disk): every epoch fails the same way
+                # until space is freed, so one line when it starts (or its cause
+                # changes), as failing syncs are logged, not a traceback each interval.
+                _code, message = classify(exc, self.node.home)
+                if message != disk_failed:
+                    log.warning("epochs fail, retried every %gs: %s", interval, message)
+                disk_failed = message
 
     async def _delivery_loop(self) -> None:
         """Deliver queued ``@async`` messages (signed ``POST /v1/inbox``), retrying with

@@ -16,6 +16,7 @@ import resource
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,30 @@ def test_a_store_this_user_cannot_write_is_no_damaged_store(tmp_path: Path) -> N
     assert code == ExitCode.FAILED
     assert str(home / "store.sqlite") in message and "writable" in message
     assert "damaged" not in message and "init" not in message
+
+
+def test_a_ticking_node_on_a_full_disk_logs_one_warning(tmp_path: Path, node_factory) -> None:
+    """It logged "epoch failed" and a traceback for every epoch (5 a second here)."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    flag = tmp_path / "disk-is-full"
+    node = node_factory(
+        home,
+        env=fault_env(flag=str(flag)),
+        options=("-v", "--set", "node.tick=true", "--set", "node.epoch_interval=0.2"),
+    ).start()
+    flag.touch()
+    time.sleep(2)
+    flag.unlink()
+    deadline = time.monotonic() + 10
+    while "epochs work again" not in node.stderr_text and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = node.stderr_text
+    assert "Traceback" not in log and "epoch failed" not in log, log
+    warnings = [line for line in log.splitlines() if "epochs fail" in line]
+    assert len(warnings) == 1 and "WARNING" in warnings[0], log
+    assert "no space left on the device" in warnings[0]
+    assert "epochs work again" in log
 
 
 def test_http_statuses_map_back_to_the_exit_statuses_they_come_from() -> None:
