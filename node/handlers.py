@@ -28,7 +28,7 @@ from .failures import PEER_FAILED_STATUS, UnknownRelation, peer_failure
 from .helperproc import HelperError, Worker
 from .jsonvalues import facts_from_json, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
-from .middleware import ApiError
+from .middleware import ApiError, map_failure
 from .node import Node
 from .openapi import openapi_document
 from .writes import PreparedAsserts, coerce_facts
@@ -524,7 +524,13 @@ async def _sync_streamed(request: web.Request, node: Node, url: str) -> web.Stre
         except Exception as exc:
             if resp is None:
                 raise  # the error middleware answers with its status
-            last = {"error": "failed", "detail": str(exc), "status": 500}
+            # The status the middleware would have answered (a full disk: 507).
+            mapped = map_failure(exc, node.home)
+            if mapped is None:
+                log.error("sync with %s failed", url, exc_info=exc)
+                mapped = (500, "internal error", f"{type(exc).__name__}: {exc}")
+            status, name, detail = mapped
+            last = {"error": name, "detail": detail, "status": status}
     finally:
         if not task.done():
             task.cancel()  # the client went away: stop syncing for it

@@ -12,6 +12,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import ClientConnectionError, ClientPayloadError, web
@@ -21,7 +22,7 @@ from merklog.store import BlockNotFound, Error, InvalidValue, StoreError, StoreU
 
 from .config import Config
 from .errors import NodeError, NodeInputError, Unauthorized
-from .failures import ExitCode, Failure
+from .failures import ExitCode, Failure, classify
 from .metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,12 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-def _map(exc: BaseException) -> tuple[int, str, str] | None:
-    """(status, error, detail) for a failure a user can cause or meet; None for a bug."""
+def map_failure(exc: BaseException, home: Path | None = None) -> tuple[int, str, str] | None:
+    """(status, error, detail) for a failure a user can cause or meet; None for a bug.
+
+    Past the answers only HTTP has (an :class:`ApiError`, 401, a replication error's
+    own status, a down IPFS daemon), a failure is classified as the CLI classifies it
+    (:func:`merklog.node.failures.classify`: a full disk is 507 as it is exit 6)."""
     if isinstance(exc, ApiError):
         return exc.status, exc.error, exc.detail
     if isinstance(exc, Unauthorized):
@@ -150,8 +155,12 @@ def _map(exc: BaseException) -> tuple[int, str, str] | None:
         return 400, "bad input", str(exc)
     if isinstance(exc, StoreUnavailable):  # an IPFS home's daemon is down: nothing changed
         return 503, "store unavailable", str(exc)
-    if isinstance(exc, StoreError):
+    code, message = classify(exc, home)
+    if code == ExitCode.FAILED and isinstance(exc, StoreError):
         return 500, "store error", str(exc)
+    if code in _FAILURE_STATUS:
+        status, error = _FAILURE_STATUS[code]
+        return status, error, message
     return None
 
 
@@ -189,7 +198,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        mapped = _map(exc)
+        mapped = map_failure(exc, request.app[CONFIG_KEY].home)
         if mapped is None:
             log.exception("%s %s failed", request.method, request.path)
             return json_error(500, "internal error", f"{type(exc).__name__}: {exc}")
