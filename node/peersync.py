@@ -27,6 +27,7 @@ from merklog.store import Error as MerklogError
 
 from .config import CONFIG_FILE, Config, ConfigError
 from .errors import NodeInputError
+from .failures import local_failure
 from .files import write_private
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,9 @@ async def sync_node(
 
     A failure is counted in ``merklog_sync_failures_total`` and logged once when the
     peer starts failing (WARNING on a running node, DEBUG for a one-shot caller, who
-    reports it itself); a :class:`merklog.Error` is raised as is, anything else as
+    reports it itself); a :class:`merklog.Error` is raised as is, and so is a failure of
+    this node's own store or disk (:func:`~merklog.node.failures.local_failure`: a full
+    disk is exit 6 / HTTP 507, not the peer's fault); anything else as
     :class:`PeerUnreachable` naming the URL."""
     url = url.rstrip("/")
     state = node.peer_sync.setdefault(url, PeerSync(url))
@@ -157,8 +160,10 @@ async def sync_node(
             level = logging.WARNING if node.tasks.running else logging.DEBUG
             node_log.log(level, "sync with %s failed: %s", url, message)
         save_history(node.home, node.peer_sync)
-        if isinstance(exc, MerklogError):
-            raise  # already says what happened (unreachable, refused, not a writer)
+        if isinstance(exc, MerklogError) or local_failure(exc):
+            # Already says what happened (unreachable, refused, not a writer), or this
+            # node's own disk or store failed (a full disk), which the peer did not cause.
+            raise
         raise PeerUnreachable(f"sync with {url} failed: {message}") from exc
     if state.failures:
         node_log.info("sync with %s works again", url)

@@ -29,7 +29,7 @@ from typing import Any
 from merklog.replication.errors import PeerUnreachable
 
 from .config import ORIGIN
-from .failures import NotAWriter, NotWritableYet
+from .failures import NotAWriter, NotWritableYet, local_failure
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,8 @@ def sync_before_first_write(node: Any, sync: Callable[[str], Any]) -> None:
     except PeerUnreachable as exc:
         raise _unreachable(origin, exc) from None
     except Exception as exc:  # refused (not granted): require_writer's message says why
+        if local_failure(exc):
+            raise  # this home's disk or store failed (a full disk: exit 6), not the peer
         log.info("sync with %s before the first write failed: %s", origin, exc)
 
 
@@ -136,6 +138,8 @@ async def sync_before_first_write_async(node: Any) -> None:
     except PeerUnreachable as exc:
         raise _unreachable(origin, exc) from None
     except Exception as exc:  # refused (not granted): require_writer's message says so
+        if local_failure(exc):
+            raise  # this node's disk or store failed (a full disk: 507), not the peer
         log.warning("sync with %s before the first write failed: %s", origin, exc)
         _REFUSED.add(node)  # the origin answered: a later write in a loop says so
 

@@ -119,6 +119,51 @@ def _joined(tmp_path: Path, node_factory) -> tuple[Cli, Cli]:
     return a, b
 
 
+def test_a_full_disk_during_sync_on_a_stopped_home_is_no_unreachable_peer(
+    tmp_path: Path, node_factory, monkeypatch
+) -> None:
+    """It said "peer unreachable … Start that node" (exit 4): the peer was fine."""
+    from merklog.store.sqlite import SQLiteBlockStore
+
+    _a, b = _joined(tmp_path, node_factory)
+
+    def failing(method):  # the disk fills once blocks come from the peer (not as it opens)
+        def put(self, blocks):
+            blocks = list(blocks)
+            if len(blocks) > 1:
+                raise sqlite3.OperationalError("database or disk is full")
+            return method(self, blocks)
+
+        return put
+
+    for name in ("put_many", "put_encoded"):
+        monkeypatch.setattr(SQLiteBlockStore, name, failing(getattr(SQLiteBlockStore, name)))
+    for args in (("sync", "origin"), ("put", "mine(1).")):  # put: syncs first (joined)
+        result = b(*args, ok=False)
+        assert result.exit_code == ExitCode.DISK_FULL, result.output
+        assert "no space left" in result.output and "reach" not in result.output
+    assert not (b.home / "peersync.json.tmp").exists()
+
+
+def test_a_full_disk_during_sync_through_a_node_is_no_unreachable_peer(
+    tmp_path: Path, node_factory
+) -> None:
+    """A running node answered 502 "peer unreachable" (POST /v1/sync, `merklog sync`:
+    exit 4) and, for a joined node's first write, 503 "Start that node"."""
+    _a, b = _joined(tmp_path, node_factory)
+    flag = tmp_path / "disk-is-full"
+    nb = node_factory(b.home, env=fault_env(flag=str(flag))).start()
+    flag.touch()
+    status, body = nb.request("POST", "/v1/facts", {"assert": "mine(1)."})
+    assert status == 507 and body["error"] == "disk full", body
+    status, body = nb.request("POST", "/v1/sync", {"url": "origin"})
+    assert status == 507 and body["error"] == "disk full", body
+    assert_fails(merklog(b.home, "sync", "origin"), ExitCode.DISK_FULL, "no space left")
+    flag.unlink()
+    status, body = nb.request("POST", "/v1/sync", {"url": "origin"})
+    assert status == 200, body
+
+
 def test_opening_a_home_on_a_full_disk_is_no_damaged_store(tmp_path: Path) -> None:
     """SQLite says "disk I/O error" when it cannot grow -shm; that was "the store is
     damaged … move it away and run `merklog init`" (exit 5) for a healthy home."""
