@@ -81,15 +81,20 @@ def tighten_secrets(home: Path) -> None:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Replace ``path`` atomically (temp file + rename) with owner-only ``data``."""
+    """Replace ``path`` atomically (temp file + rename) with owner-only ``data``. A write
+    or rename that fails (a full disk) leaves ``path`` as it was and no temporary file."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.chmod(tmp, FILE_MODE)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def open_private(path: Path, mode: str = "wb"):  # noqa: ANN201 - a file object

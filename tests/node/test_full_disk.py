@@ -196,6 +196,18 @@ def test_a_store_this_user_cannot_write_is_no_damaged_store(tmp_path: Path) -> N
     assert "damaged" not in message and "init" not in message
 
 
+def test_a_full_disk_leaves_no_temporary_file_in_the_home(tmp_path: Path) -> None:
+    """``peers add`` on a full disk left an empty ``config.toml.tmp`` behind (here the
+    write fails for real past a file size limit, EFBIG)."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    before = (home / "config.toml").read_bytes()
+    done = merklog(home, "peers", "add", "p1", "http://127.0.0.1:9", "--key", "ab" * 32, fsize=512)
+    assert_fails(done, ExitCode.DISK_FULL, "no space left")
+    assert (home / "config.toml").read_bytes() == before
+    assert sorted(p.name for p in home.iterdir() if p.name.endswith(".tmp")) == []
+
+
 def test_a_ticking_node_on_a_full_disk_logs_one_warning(tmp_path: Path, node_factory) -> None:
     """It logged "epoch failed" and a traceback for every epoch (5 a second here)."""
     home = tmp_path / "home"
