@@ -23,6 +23,14 @@ class NodeAPIError(NodeError, RuntimeError):
         self.status = status
 
 
+class _OutputError(Exception):
+    """Writing a streamed answer where the caller wants it failed (``error``)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class NodeClient:
     """Calls ``url`` with the local bearer ``token``."""
 
@@ -60,9 +68,16 @@ class NodeClient:
                     return _follow_lines(resp, lines)
                 if sink is not None:
                     while chunk := resp.read(1 << 16):
-                        sink.write(chunk)
+                        try:
+                            sink.write(chunk)
+                        except OSError as exc:  # the local output, not the node
+                            raise _OutputError(exc) from exc
                     return int(resp.headers.get("X-Block-Count", "0"))
                 return json.loads(resp.read() or b"null")
+        except _OutputError as exc:
+            # A full local disk, a closed stdout (`export - | head`): what it is (exit 6,
+            # a quiet 141), not "cannot reach node".
+            raise exc.error from None
         except urllib.error.HTTPError as exc:
             try:
                 payload = json.loads(exc.read())

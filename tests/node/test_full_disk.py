@@ -232,6 +232,37 @@ def test_a_ticking_node_on_a_full_disk_logs_one_warning(tmp_path: Path, node_fac
     assert "epochs work again" in log
 
 
+def test_export_through_a_node_reports_local_output_errors_as_such(
+    tmp_path: Path, node_factory
+) -> None:
+    """A full local disk was "cannot reach node …: [Errno 28]" (exit 4), and a closed
+    standard output "[Errno 32] Broken pipe" (exit 4)."""
+    home = tmp_path / "home"
+    run = Cli(home)
+    run("init")
+    source = tmp_path / "facts.dl"
+    source.write_text("".join(f"edge({i}, {i + 1}).\n" for i in range(5000)))
+    run("put", "-f", str(source))
+    node_factory(home).start()
+
+    out = tmp_path / "out.car"
+    done = merklog(home, "export", str(out), fsize=64 << 10)  # a write fails: EFBIG
+    assert_fails(done, ExitCode.DISK_FULL, "no space left")
+    assert not out.exists() and not (tmp_path / "out.car.tmp").exists()
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "export", "-"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(100)
+    proc.stdout.close()  # `| head -c 100`
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""
+
+
 def test_http_statuses_map_back_to_the_exit_statuses_they_come_from() -> None:
     """The node's 409 "failed" (exit 1) came back to the CLI as exit 2 (bad input)."""
     for code, (status, _name) in _FAILURE_STATUS.items():
