@@ -87,7 +87,7 @@ class NotWritableYet(Failure):
     http_status = 503
 
 
-_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 #: The HTTP status of the node's ``POST /v1/sync`` when the peer answered but the sync
 #: failed (refused, or a broken answer): the node is fine, a dependency failed.
@@ -122,7 +122,7 @@ def local_failure(exc: BaseException) -> bool:
     full disk), not of a peer it was talking to or of a bug: a sync that meets one
     reports it as what it is (a full disk: exit 6, HTTP 507), not as the peer
     unreachable, and epochs that meet one log it once, not a traceback each."""
-    return isinstance(exc, sqlite3.Error) or (isinstance(exc, OSError) and exc.errno in _FULL)
+    return isinstance(exc, sqlite3.Error) or (isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS)
 
 
 #: Below this many free bytes, the file system of a home counts as full: SQLite grows its
@@ -209,7 +209,7 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
             " backup (docs/operations.md) or move it away and run `merklog init`"
         )
     if isinstance(exc, OSError):
-        if exc.errno in _FULL:
+        if exc.errno in DISK_FULL_ERRNOS:
             return ExitCode.DISK_FULL, f"no space left on the device: {exc}"
         return ExitCode.FAILED, str(exc)
     if isinstance(exc, ValueError):

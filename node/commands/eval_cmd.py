@@ -156,9 +156,9 @@ def _file_failure(err: OSError) -> Exception:
     """``FILE: reason`` for an OS error on one of eval's files (Python's own text,
     ``[Errno 21] Is a directory: 'out/b.csv'``, puts the file last or leaves it out),
     with the CLI's exit status for it (a full disk: 6)."""
-    from merklog.node.failures import _FULL, ExitCode, Failure
+    from merklog.node.failures import DISK_FULL_ERRNOS, ExitCode, Failure
 
-    code = ExitCode.DISK_FULL if err.errno in _FULL else ExitCode.FAILED
+    code = ExitCode.DISK_FULL if err.errno in DISK_FULL_ERRNOS else ExitCode.FAILED
     reason = err.strerror or str(err)
     return Failure(f"{err.filename}: {reason}" if err.filename else reason, code)
 
