@@ -10,6 +10,12 @@ again. Only the wanted blocks travel: they are asked for by CID
 (``POST /v1/datasets/{id}/blocks``, ADR 0075), so a repair costs the bytes of the
 blocks it replaces, not the peer's whole log. The store is opened directly, without the epoch loop, so a home whose
 damage keeps the node from starting can still be checked and repaired.
+
+On an IPFS home the checks run over the home's SQLite file (indexes, replica tables and
+the verified cache of every block; a block the cache lacks is read from the daemon), and
+a repair also imports every cached block into the daemon again, pinned: a daemon that
+lost blocks (garbage-collected, ``block rm``) gets them back. Asking the daemon for a
+block it lacks only ends by timing out, so its copy is not checked block by block.
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from merklog.store import BlockNotFound, CIDMismatch, Link
 
 from .failures import ExitCode, Failure, StoreDamaged
+
+if TYPE_CHECKING:
+    from merklog.store.ipfs_home import IPFSHomeStore
 
 
 @dataclass
@@ -41,6 +50,8 @@ class FsckResult:
     unavailable: int = 0
     #: The peer predates the blocks route: its whole log was read instead.
     from_log: bool = False
+    #: On an IPFS home: blocks imported into the daemon again by a repair.
+    repinned: int = 0
 
     @property
     def ok(self) -> bool:
@@ -53,9 +64,17 @@ def _open(cfg: Any) -> tuple[Any, Any]:
 
     from .homeinit import IDENTITY_FILE
 
-    if cfg.get("store.backend") != "sqlite":
-        raise Failure("fsck checks SQLite stores only", ExitCode.BAD_INPUT)
-    store = SQLiteBlockStore(cfg.path("store.path"))
+    backend = cfg.get("store.backend")
+    if backend == "ipfs":
+        from .storage import open_store
+
+        store = open_store(cfg)
+    elif backend == "sqlite":
+        store = SQLiteBlockStore(cfg.path("store.path"))
+    else:
+        raise Failure(
+            f"fsck checks a home's store, and a {backend} store has none", ExitCode.BAD_INPUT
+        )
     return store, Identity.load(cfg.home / IDENTITY_FILE)
 
 
@@ -118,11 +137,35 @@ def fsck(
             result.unavailable = len(wanted) - len(fetch.found)
             result.from_log = fetch.from_log
             report = check_replica(replica)
+        if repair_from is not None and cfg.get("store.backend") == "ipfs":
+            result.repinned = _reimport(store)
         result.problems.extend(report.problems)
         result.blocks, result.deltas = report.blocks, report.deltas
         return result
     finally:
         store.close()
+
+
+def _reimport(store: IPFSHomeStore, chunk: int = 2000) -> int:
+    """Import every block of an IPFS home's cache into its daemon again, pinned (the
+    daemon keeps one copy of each: a block it still has costs a request, not space)."""
+    count = 0
+    batch: list[Link] = []
+    for cid in store.iter_cids():
+        batch.append(cid)
+        if len(batch) == chunk:
+            count += _import_cached(store, batch)
+            batch = []
+    if batch:
+        count += _import_cached(store, batch)
+    return count
+
+
+def _import_cached(store: IPFSHomeStore, cids: list[Link]) -> int:
+    present = store.has_many(cids)
+    blocks = [(cid, data) for cid, data in store.get_many(cids) if cid in present]
+    store.remote.import_blocks(blocks)
+    return len(blocks)
 
 
 async def _genesis(client: Any, url: str, dataset: Link) -> bytes:

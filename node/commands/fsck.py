@@ -86,6 +86,7 @@ def register(cli: click.Group) -> None:
                         "bytes_received": result.bytes_received,
                         "unavailable": result.unavailable,
                         "from_log": result.from_log,
+                        "repinned": result.repinned,
                     }
                 )
             )
@@ -103,6 +104,8 @@ def register(cli: click.Group) -> None:
         )
         if result.unavailable:
             repaired += f", {result.unavailable} blocks not served by {repair_from}"
+        if result.repinned:
+            repaired += f", {result.repinned} blocks imported into the IPFS daemon again"
         if not result.ok:
             hint = "" if repair_from else "; run `merklog fsck --repair-from URL` with a peer"
             raise StoreDamaged(f"{len(result.problems)} problems remain{repaired}{hint}")

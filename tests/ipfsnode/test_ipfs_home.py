@@ -252,3 +252,35 @@ def test_running_node_answers_503_while_its_daemon_is_down(
     daemon.start()
     run("put", "a(2).")
     assert _ls(run) == ["a(1)", "a(2)"]
+
+
+def test_fsck_checks_and_repairs_an_ipfs_home(tmp_path: Path, ipfs_daemon: str, node_factory):
+    """``fsck`` said "SQLite stores only" on an IPFS home, while the error a damaged
+    block gives there points to ``fsck --repair-from``. It now checks the home's cache
+    and indexes, repairs a block the home lost from a peer (a SQLite home restored from
+    this one's backup), and imports every block into the daemon again."""
+    import sqlite3
+
+    run = Cli(tmp_path / "a")
+    run("init", "--store", "ipfs", "--ipfs-api", _url(ipfs_daemon))
+    run("put", "v(1).", "v(1.0).", "v(true).", 'v("1").', 'v(x"01").')
+    assert "ok:" in run("fsck").output
+    backup = tmp_path / "a.car"
+    run("export", str(backup))
+    peer = Cli(tmp_path / "peer")
+    peer("restore", str(backup))
+    key = json.loads(run("status", "--json").output)["key"]
+    peer("peers", "add", "a", "http://127.0.0.1:9", "--key", key)  # may sync with it
+    served = node_factory(peer.home).start()
+
+    victim = Link.parse(run("ls").output.splitlines()[0].split("\t")[0])
+    with sqlite3.connect(run.home / "store.sqlite") as conn:
+        conn.execute("DELETE FROM blocks WHERE cid = ?", (victim.raw,))
+    conn.close()
+    found = run("fsck", "--json", ok=False)
+    assert found.exit_code == 5 and str(victim) in found.output, found.output
+    fixed = json.loads(run("fsck", "--json", "--repair-from", served.url).output)
+    assert fixed["ok"] and fixed["repaired"] == 1, fixed
+    assert fixed["repinned"] == fixed["blocks"], fixed  # every block into the daemon again
+    assert "ok:" in run("fsck").output
+    _on_daemon(ipfs_daemon, _cids(run))
