@@ -233,7 +233,9 @@ class IPFSBlockStore(BlockStore):
             for item in answer:
                 root = item["Root"]
                 if root.get("PinErrorMsg"):
-                    raise StoreError(
+                    # The daemon failed on its side (one shutting down says "Database is
+                    # not open"): nothing is kept here, and a retry may succeed.
+                    raise StoreUnavailable(
                         f"IPFS daemon at {self.addr} could not pin {root['Cid']['/']}: "
                         f"{root['PinErrorMsg']}"
                     )

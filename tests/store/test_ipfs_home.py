@@ -205,3 +205,20 @@ def test_api_addresses_accept_urls_and_multiaddrs(text, addr):
 def test_bad_api_address_is_a_clear_error(text):
     with pytest.raises(StoreError, match="not an IPFS API address"):
         api_multiaddr(text)
+
+
+def test_a_daemon_that_fails_to_pin_is_unavailable_not_a_store_fault(tmp_path):
+    """A daemon shutting down answers ``dag/import`` with ``PinErrorMsg: Database is not
+    open``: that was a plain StoreError (exit 1); it is StoreUnavailable (exit 4, worth
+    retrying), the write rolled back, like any daemon failure."""
+    from merklog.store.errors import StoreUnavailable
+
+    answer = b'{"Root": {"Cid": {"/": "bafyreib"}, "PinErrorMsg": "Database is not open"}}'
+    with _FakeAPI(answer) as fake:
+        store = IPFSHomeStore(tmp_path / "p.sqlite", f"http://127.0.0.1:{fake.port}", timeout=5)
+        try:
+            with pytest.raises(StoreUnavailable, match="could not pin .*Database is not open"):
+                store.put_facts(_facts("pin", 3))
+            assert len(store) == 0
+        finally:
+            store.close()
