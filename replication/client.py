@@ -152,7 +152,9 @@ class SyncClient:
     @staticmethod
     async def _error(resp: aiohttp.ClientResponse) -> PeerError:
         """The peer's error answer as an exception: a 4xx (but 408/429: try again) is a
-        refusal (:class:`PeerRefused`), anything else a :class:`PeerError`."""
+        refusal (:class:`PeerRefused`); a 502, 503 or 504 says the peer (or what it
+        depends on, an IPFS daemon) cannot serve now, as good as unreachable
+        (:class:`PeerUnreachable`: worth retrying); anything else a :class:`PeerError`."""
         text = await resp.text()
         try:
             obj = json.loads(text)
@@ -160,7 +162,8 @@ class SyncClient:
         except (ValueError, KeyError, TypeError):
             code, detail = "http_error", text[:300]
         refused = 400 <= resp.status < 500 and resp.status not in (408, 429)
-        kind = PeerRefused if refused else PeerError
+        unavailable = resp.status in (502, 503, 504)
+        kind = PeerRefused if refused else PeerUnreachable if unavailable else PeerError
         return kind(
             f"{resp.url}: HTTP {resp.status} {code}: {detail}", code=code, status=resp.status
         )

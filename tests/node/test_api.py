@@ -549,6 +549,34 @@ def test_a_refusing_peer_raises_peer_refused_and_a_down_one_peer_unreachable(
     assert isinstance(unreachable, PeerUnreachable) and isinstance(unreachable, PeerError)
     assert not isinstance(unreachable, PeerRefused)
 
+    # A peer that answers 503 (its IPFS daemon is down: "store unavailable") cannot serve
+    # now: worth retrying, as good as unreachable. It was a plain PeerError (exit 1).
+    import http.server
+    import threading
+
+    class Unavailable(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"error": "store unavailable", "detail": "IPFS daemon not reachable"}'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Unavailable)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        busy = asyncio.run(sync(f"http://127.0.0.1:{server.server_address[1]}"))
+    finally:
+        server.shutdown()
+    assert isinstance(busy, PeerUnreachable) and busy.status == 503, repr(busy)
+
 
 def test_async_open_on_a_joined_home_whose_origin_refuses_says_not_a_writer(
     tmp_path: Path, node_factory
