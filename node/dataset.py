@@ -8,10 +8,11 @@ from typing import Any
 
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
-from merklog.store import BlockStore, Fact, Link
+from merklog.store import BlockNotFound, BlockStore, Fact, Link
 
 from .config import Config
 from .errors import NodeInputError
+from .failures import ExitCode, Failure
 from .storage import store_conn
 
 
@@ -53,6 +54,13 @@ def genesis_from_ipfs(cfg: Config, dataset_id: str) -> tuple[Link, bytes]:
     )
     try:
         return dataset, remote.get(dataset)
+    except BlockNotFound:  # not the home's damage: there is no home yet
+        raise Failure(
+            f"the IPFS daemon at {cfg.get('store.ipfs_api')} found no dataset {dataset} within"
+            f" {cfg.get('store.ipfs_timeout'):g} s: check the id, or connect the daemon to a"
+            " peer that has it",
+            ExitCode.NOT_FOUND,
+        ) from None
     finally:
         remote.close()
 

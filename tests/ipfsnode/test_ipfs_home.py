@@ -284,3 +284,20 @@ def test_fsck_checks_and_repairs_an_ipfs_home(tmp_path: Path, ipfs_daemon: str, 
     assert fixed["repinned"] == fixed["blocks"], fixed  # every block into the daemon again
     assert "ok:" in run("fsck").output
     _on_daemon(ipfs_daemon, _cids(run))
+
+
+def test_joining_a_dataset_the_daemon_cannot_find_says_so(tmp_path: Path, ipfs_daemon: str):
+    """``init --store ipfs --join <id>`` of a dataset no connected peer has said the home
+    was damaged and pointed to fsck (exit 5), naming a home it had removed. It is "not
+    found" (exit 3) naming the daemon, and nothing is created."""
+    from merklog.store import fact_cid, make_fact
+
+    home = tmp_path / "w"
+    unknown = str(fact_cid(make_fact("never", ("stored",))))
+    result = Cli(home)(
+        "--set", "store.ipfs_timeout=3", "init", "--store", "ipfs",
+        "--ipfs-api", _url(ipfs_daemon), "--join", unknown, ok=False,
+    )  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert f"found no dataset {unknown}" in result.output and "fsck" not in result.output
+    assert not home.exists()
