@@ -390,25 +390,32 @@ class Node:
         if not isinstance(text, str):
             raise NodeInputError(f"a program is Datalog text, got {type(text).__name__}")
         runner = programs.compile_program(text, source, engine)
+        failed: EngineError | None = None
+        # The swap, the new program's first epoch and then its save (or the old program put
+        # back) are one step under the epoch mutex: a query in between read a program that
+        # had derived nothing yet (0 rows, read-your-writes broken), and two loads at once
+        # could leave one program running and the other stored, or a failing load put back
+        # a program another load had replaced meanwhile.
         with self._mutex:
             before = self.engine, self.program_text
             self.engine = runner
             self.program_text = text
             self.epochs.program_changed()
-        if not persist:
-            self.wake()
-            return
-        try:
-            self.run_epoch()
-        except EngineError as exc:
-            with self._mutex:
-                self.engine, self.program_text = before
-                self.epochs.program_changed()  # the next epoch re-derives with it
-            self.wake()
-            raise programs.ProgramError(f"{source}: {exc}") from None
-        conn = storage.store_conn(self.store)
-        programstore.save(conn, self.store, storage.transaction(self.store), text, source)
+            if persist:
+                try:
+                    self.run_epoch()
+                except EngineError as exc:
+                    failed = exc
+                    self.engine, self.program_text = before
+                    self.epochs.program_changed()  # the next epoch re-derives with it
+                else:
+                    conn = storage.store_conn(self.store)
+                    programstore.save(
+                        conn, self.store, storage.transaction(self.store), text, source
+                    )
         self.wake()
+        if failed is not None:
+            raise programs.ProgramError(f"{source}: {failed}") from None
 
     # ------------------------------------------------------------------ epochs
     @property

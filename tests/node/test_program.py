@@ -223,3 +223,49 @@ def test_a_program_without_fixpoint_is_refused_and_the_running_one_stays(low_lim
         assert [f.rel for _cid, f in node.list_facts("go")] == ["go"]
         node.retract("go", 1)
         assert node.query("m(X)").rows == [(0,)]
+
+
+def test_program_loads_are_atomic_to_queries_and_to_each_other(tmp_path: Path) -> None:
+    """``load_program`` swapped the engine, then ran its first epoch outside the epoch
+    mutex: a query in between answered 0 rows of a derived relation (neither program's
+    answer), and two loads at once could leave one program running and the other stored.
+    Now every query sees the old program's answer or the new one's, and the running
+    program is the stored one."""
+    import threading
+
+    import merklog
+
+    edges = [("edge", (i, i + 1)) for i in range(300)]
+    programs = [
+        "rr(X, Y) :- edge(X, Y).\nrr(X, Z) :- rr(X, Y), edge(Y, Z).\nwhich(1).\n",
+        "rr(X, Z) :- edge(X, Z).\nrr(X, Z) :- edge(X, Y), rr(Y, Z).\nwhich(2).\n",
+    ]
+    home = tmp_path / "h"
+    with merklog.open(home) as node:
+        node.write(edges)
+        node.load_program(programs[0])
+        full = len(node.query("rr(X, Y)").rows)
+        counts: list[int] = []
+        stop = threading.Event()
+
+        def read() -> None:
+            while not stop.is_set():
+                counts.append(len(node.query("rr(X, Y)").rows))
+
+        def load(k: int) -> None:
+            for i in range(6):
+                node.load_program(programs[(i + k) % 2], f"p{k}.dl")
+
+        reader = threading.Thread(target=read)
+        loaders = [threading.Thread(target=load, args=(k,)) for k in (0, 1)]
+        reader.start()
+        for t in loaders:
+            t.start()
+        for t in loaders:
+            t.join()
+        stop.set()
+        reader.join()
+        assert counts and set(counts) == {full}, sorted(set(counts))
+        running = node.query("which(N)").rows
+    with merklog.open(home) as node:
+        assert node.query("which(N)").rows == running  # the stored program is the running one
