@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from itertools import repeat
 from typing import Any, Protocol
 
@@ -83,6 +83,8 @@ class EpochDriver:
         self._pending: list[tuple[Fact, int]] = []
         #: Why the last epoch failed (the program's error), None after one that ran.
         self.last_error: str | None = None
+        #: Set once the node is stopping (:meth:`release_waiters`): why no epoch comes.
+        self._no_more_epochs: str | None = None
         # Read-your-writes: _seq counts hand-overs to _pending, _done_seq the last one an
         # epoch has finished with; settled() waits until that covers the caller's write.
         self._seq = 0
@@ -321,6 +323,17 @@ class EpochDriver:
         for _seq, loop, fut in ready:
             loop.call_soon_threadsafe(_resolve, fut, error)
 
+    def release_waiters(self, reason: str) -> None:
+        """Answer every :meth:`settled` waiter with ``reason``: no epoch will come (the
+        node is stopping). Their writes are durable; a request waiting to answer one
+        answers now instead of at the server's shutdown timeout."""
+        with self._intake:
+            ready, self._waiters = self._waiters, []
+            self._no_more_epochs = reason
+        for _seq, loop, fut in ready:
+            with suppress(RuntimeError):  # that loop is closed already: nobody waits
+                loop.call_soon_threadsafe(_resolve, fut, reason)
+
     async def settled(self, timeout: float = 10.0) -> str | None:
         """Wait until an epoch has taken every change handed over so far (a write
         acknowledged before this call is then visible to queries and live queries).
@@ -332,6 +345,8 @@ class EpochDriver:
         with self._intake:
             if self._done_seq >= self._seq:
                 return self.last_error
+            if self._no_more_epochs is not None:  # stopping: none would come
+                return self._no_more_epochs
             fut: asyncio.Future = loop.create_future()
             self._waiters.append((self._seq, loop, fut))
         self.node.wake()

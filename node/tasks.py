@@ -94,6 +94,9 @@ class BackgroundTasks:
         epoch = self._epoch_future
         if epoch is not None and not epoch.done():  # let the epoch's commit finish
             await asyncio.wait([epoch], timeout=timeout)
+        # No epoch comes after this: a write request waiting for one answers now (its
+        # write is durable) rather than when the server's shutdown timeout cancels it.
+        self.node.epochs.release_waiters("the node is stopping: no epoch evaluated them")
 
     def cancel(self) -> None:
         """Cancel without waiting (closing a node whose loop is gone)."""

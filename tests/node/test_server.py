@@ -316,3 +316,29 @@ def test_the_app_url_in_a_log_holds_no_token(home: Path, tmp_path: Path, node_fa
     log = node.stderr_text
     assert f"app: {node.url}/ (open it as {node.url}/#token=WRITE_TOKEN" in log, log
     assert token not in log
+
+
+def test_sigterm_with_a_write_in_flight_answers_it_and_exits_at_once(
+    home: Path, node_factory
+) -> None:
+    """SIGTERM while a write request was being handled: the node stopped its epoch loop,
+    the request then waited for an epoch that never came, and the client got a
+    disconnect ~4 s later (two shutdown timeouts) although its write was stored. Now the
+    request is answered (the write is durable) and the node exits at once."""
+    Cli(home)("init")
+    node = node_factory(home).start()
+    body = {"assert": "".join(f"inflight({i}, {i * 7}).\n" for i in range(40_000))}
+    answer: list = []
+    writer = threading.Thread(target=lambda: answer.append(node.request("POST", "/v1/facts", body)))
+    writer.start()
+    time.sleep(0.15)  # the request is being decoded and written
+    started = time.monotonic()
+    assert node.stop(signal.SIGTERM) == 0
+    took = time.monotonic() - started
+    writer.join(30)
+    assert answer and answer[0][0] == 200, str(answer)[:200]
+    assert len(answer[0][1]["asserted"]) == 40_000
+    assert took < 3.0, took  # it took 4.0-4.3 s
+    restarted = node_factory(home).start()
+    _, rows = restarted.request("GET", "/v1/query?q=inflight(39999,%20X)")
+    assert rows["rows"] == [[39999 * 7]]
