@@ -222,17 +222,27 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
         await resp.prepare(request)
         columns = queries.query_columns_of(sub.query)
         closed = asyncio.ensure_future(closing.wait())
+        quiet_since = loop.time()
+        gone = False
         try:
             while not closing.is_set():
                 getter = asyncio.ensure_future(queue.get())
                 done, _ = await asyncio.wait(
-                    {getter, closed}, timeout=15, return_when="FIRST_COMPLETED"
+                    {getter, closed}, timeout=SSE_CHECK_SECONDS, return_when="FIRST_COMPLETED"
                 )
                 if getter not in done:
                     getter.cancel()
-                    if not closing.is_set():
+                    # A client that went away is noticed here, not when a write to it
+                    # fails: its live query stopped being evaluated up to 15 s later.
+                    transport = request.transport
+                    if transport is None or transport.is_closing():
+                        gone = True
+                        break
+                    if not closing.is_set() and loop.time() - quiet_since >= SSE_KEEPALIVE:
                         await resp.write(b": keep-alive\n\n")
+                        quiet_since = loop.time()
                     continue
+                quiet_since = loop.time()
                 event, added, removed, epoch = getter.result()
                 args = (event, columns, epoch, added, removed)
                 if len(added) + len(removed) > SSE_INLINE_ROWS:  # rendered off the loop
@@ -242,7 +252,8 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
                 if closing.is_set():
                     break
                 await resp.write(data)
-            await resp.write_eof()
+            if not gone:
+                await resp.write_eof()
         finally:
             closed.cancel()
     finally:
@@ -252,6 +263,10 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
 
 #: Live-query events with more rows than this are rendered on a worker thread.
 SSE_INLINE_ROWS = 1000
+#: Seconds between checks that a live query's client is still connected.
+SSE_CHECK_SECONDS = 0.5
+#: Seconds of silence after which a live-query stream gets a keep-alive comment.
+SSE_KEEPALIVE = 15.0
 
 
 def _sse_event(event: str, columns: list, epoch: int, added: list, removed: list) -> bytes:

@@ -342,3 +342,41 @@ def test_sigterm_with_a_write_in_flight_answers_it_and_exits_at_once(
     restarted = node_factory(home).start()
     _, rows = restarted.request("GET", "/v1/query?q=inflight(39999,%20X)")
     assert rows["rows"] == [[39999 * 7]]
+
+
+def test_a_live_query_whose_client_went_away_ends_soon(home: Path, node_factory) -> None:
+    """A subscriber's stream noticed a gone client only when a keep-alive write failed,
+    15 s later: its live query stayed registered and evaluated every epoch meanwhile."""
+    import socket
+
+    Cli(home)("init")
+    Cli(home)("put", "a(1).")
+    node = node_factory(home).start()
+
+    def subscribers() -> float:
+        req = urllib.request.Request(
+            node.url + "/metrics", headers={"Authorization": f"Bearer {node.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith("merklog_subscribers "):
+                    return float(line.split()[1])
+        raise AssertionError("no merklog_subscribers gauge")
+
+    host, port = node.url.split("//")[1].split(":")
+    clients = []
+    for _ in range(3):
+        s = socket.create_connection((host, int(port)))
+        s.sendall(
+            b"GET /v1/subscribe?q=a(X) HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {node.token}\r\n\r\n".encode()
+        )
+        assert b"200" in s.recv(4096)
+        clients.append(s)
+    assert subscribers() == 3
+    for s in clients:
+        s.close()
+    deadline = time.monotonic() + 6  # the old code kept them for 15 s
+    while subscribers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert subscribers() == 0
