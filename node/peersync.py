@@ -108,15 +108,18 @@ def _wrong_types(entry: PeerSync) -> str | None:
     return f"wrong type of {', '.join(wrong)}" if wrong else None
 
 
-def save_history(home: Path | None, history: dict[str, PeerSync]) -> None:
-    """Write the per-peer sync history to ``home`` atomically (owner-only)."""
+def save_history(
+    home: Path | None, history: dict[str, PeerSync], level: int = logging.WARNING
+) -> None:
+    """Write the per-peer sync history to ``home`` atomically (owner-only); a failure to
+    write it is logged at ``level`` (a status record must never fail a sync)."""
     if home is None:
         return
     data = {url: asdict(state) for url, state in history.items()}
     try:
         write_private(home / STATE_FILE, json.dumps(data, sort_keys=True).encode())
-    except OSError as exc:  # a status record must never fail a sync
-        log.warning("could not save %s: %s", home / STATE_FILE, exc)
+    except OSError as exc:
+        log.log(level, "could not save %s: %s", home / STATE_FILE, exc)
 
 
 async def sync_with(
@@ -156,10 +159,12 @@ async def sync_node(
     except Exception as exc:
         message = describe(exc)
         node.metrics.sync_failures.labels(url).inc()
+        # A one-shot caller (the CLI on a stopped home) reports the failure itself, on
+        # one line: nothing beside it (a full disk also fails the history's save).
+        level = logging.WARNING if node.tasks.running else logging.DEBUG
         if state.failed(message):
-            level = logging.WARNING if node.tasks.running else logging.DEBUG
             node_log.log(level, "sync with %s failed: %s", url, message)
-        save_history(node.home, node.peer_sync)
+        save_history(node.home, node.peer_sync, level)
         if isinstance(exc, MerklogError) or local_failure(exc):
             # Already says what happened (unreachable, refused, not a writer), or this
             # node's own disk or store failed (a full disk), which the peer did not cause.

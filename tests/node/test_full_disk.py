@@ -144,6 +144,18 @@ def test_a_full_disk_during_sync_on_a_stopped_home_is_no_unreachable_peer(
         assert "no space left" in result.output and "reach" not in result.output
     assert not (b.home / "peersync.json.tmp").exists()
 
+    # The full disk fails the peer history's save too: the failure is said on its one
+    # Error line; a WARNING "could not save …/peersync.json" beside it repeated it.
+    from merklog.node import peersync
+
+    def no_space(path: Path, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(peersync, "write_private", no_space)
+    result = b("sync", "origin", ok=False)
+    assert result.exit_code == ExitCode.DISK_FULL, result.output
+    assert "could not save" not in result.output, result.output
+
 
 def test_a_full_disk_during_sync_through_a_node_is_no_unreachable_peer(
     tmp_path: Path, node_factory
