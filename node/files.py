@@ -72,12 +72,10 @@ def tighten_secrets(home: Path) -> None:
     Called whenever a command reads a home's config or takes its lock, so a home an older
     version (or a ``cp``, an unpack) left readable by others stops being so as soon as it
     is used, like its directory and store. A file this user does not own is left as it
-    is: reading it is still possible, and refusing would be no safer."""
+    is (:func:`tighten` does not try): reading it is still possible, and refusing would
+    be no safer."""
     for name in SECRET_FILES:
-        try:
-            tighten(home / name)
-        except PermissionError:
-            pass
+        tighten(home / name)
 
 
 def write_private(path: Path, data: bytes) -> None:
