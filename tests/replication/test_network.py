@@ -215,3 +215,42 @@ async def test_pruned_deltas_are_a_clean_409(peers):
             await client.pull(a.url, rb)
     assert err.value.code == "pruned" and err.value.status == 409
     assert rb.delta_count() == 0
+
+
+async def test_a_cancelled_sync_keeps_nothing_of_the_response_it_was_applying(peers):
+    """Ctrl-C (or a node stopping) while a large pulled response is being applied: the
+    apply stops at the next block and rolls back. Before, the cancellation waited for
+    the whole apply to commit (8-14 s for a large sync), so a sync reported as
+    interrupted had in fact been applied."""
+    a, b = await peers(2)
+    ra = a.add(Replica.create(a.conn, a.blocks, a.identity, "big", [b.identity.public_key]))
+    async with SyncClient(b.identity) as client:
+        rb, _ = await client.clone(a.url, ra.dataset, b.conn, b.blocks)
+    b.add(rb)
+    ra.assert_facts(facts("big", 40_000))
+    heads_before = rb.heads()
+    loop = asyncio.get_running_loop()
+    applying = asyncio.Event()
+
+    class Watched:
+        """``rb``, saying when an apply starts (in the worker thread)."""
+
+        def apply_blocks(self, *args, **kw):
+            loop.call_soon_threadsafe(applying.set)
+            return rb.apply_blocks(*args, **kw)
+
+        def __getattr__(self, name):
+            return getattr(rb, name)
+
+    async with SyncClient(b.identity) as client:
+        task = asyncio.ensure_future(client.sync(a.url, Watched()))
+        await applying.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert rb.heads() == heads_before
+    assert len(rb.visible_facts()) == 0
+    async with SyncClient(b.identity) as client:  # the next sync brings all of it
+        await client.sync(a.url, rb)
+    assert rb.heads() == ra.heads()
+    assert rb.visible_facts() == ra.visible_facts()
