@@ -99,6 +99,12 @@ def _decode_string(src: Source, raw: str, offset: int) -> str:
 
     def repl(m: re.Match[str]) -> str:
         esc = m.group(1)
+        if esc == "u":  # neither \u{1-6 hex digits} nor \u and 4 hex digits
+            raise src.error(
+                offset + 1 + m.start(),
+                "malformed unicode escape \\u in string",
+                "write \\u{hex} with 1 to 6 hex digits, or \\u and exactly 4",
+            )
         if esc.startswith("u"):
             code = int(esc[2:-1] if esc.startswith("u{") else esc[1:], 16)
             if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:

@@ -153,6 +153,11 @@ def test_query_facts_and_value_entry_points():
         ("P(X).", 1, 1, "expected a rule head"),
         ('p("abc).', 1, 3, "unterminated string"),
         ('p("\\q").', 1, 4, "unknown escape"),
+        # A malformed \u was Python's "invalid literal for int() with base 16", no position.
+        ('p("\\u{}").', 1, 4, "malformed unicode escape"),
+        ('p("ab\\u12").', 1, 6, "malformed unicode escape"),
+        ('p("\\u{e9").', 1, 4, "malformed unicode escape"),
+        ('p("\\u{000000e9}").', 1, 4, "malformed unicode escape"),
         ('p(x"0").', 1, 3, "invalid bytes literal"),
         ('p(cid"bafynope").', 1, 3, "invalid CID literal"),
         ("p(X)@foo :- q(X).", 1, 6, "unknown head annotation"),
