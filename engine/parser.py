@@ -331,7 +331,8 @@ class Parser:
             return Positive(atom, None, atom.pos)
         if tok.kind == "NAME" and tok.value not in ("true", "false"):
             nxt = self.peek(1)
-            if nxt.kind == "OP" and nxt.value in (",", "."):
+            # ``ok`` for ``ok()``: before ',' or '.', or ending a query (``query 'ok'``)
+            if (nxt.kind == "OP" and nxt.value in (",", ".")) or nxt.kind == "EOF":
                 self.i += 1
                 atom = Atom(tok.value, (), False, self.pos(tok))  # type: ignore[arg-type]
                 return Positive(atom, None, atom.pos)
@@ -585,6 +586,13 @@ def parse_query(text: str, parser: Parser | None = None) -> Atom:
     imports the frontends built on it.
     """
     p = parser if parser is not None else Parser(text)
+    tok = p.peek()
+    if tok.kind == "NAME" and tok.value not in ("true", "false") and not p.is_rel_start():
+        nxt = p.peek(1)
+        if nxt.kind == "EOF" or (nxt.kind == "OP" and nxt.value == "." and p.peek(2).kind == "EOF"):
+            p.i += 1  # ``ok`` for ``ok()``, as in a rule body
+            p.accept(".")
+            return Atom(tok.value, (), False, p.pos(tok))  # type: ignore[arg-type]
     if not p.is_rel_start():
         raise p.error(
             p.peek(),

@@ -18,7 +18,13 @@ from merklog.engine.ast import (
     Var,
 )
 from merklog.engine.errors import ParseError
-from merklog.engine.parser import parse_facts, parse_literal_value, parse_program, parse_query
+from merklog.engine.parser import (
+    parse_facts,
+    parse_literal_value,
+    parse_program,
+    parse_query,
+    parse_query_body,
+)
 from merklog.store import Link, format_value
 
 CID = Link.for_dag_cbor(b"\xa0")
@@ -299,3 +305,15 @@ def test_terms_nest_at_most_max_term_depth(term: str, col: int) -> None:
         parse_program(f"q(1).\np(X) :- q(Y), X == {fine}.")
     with pytest.raises(ParseError, match="nests more than"):
         parse_facts("x(" + "(" * 200 + "1" + ")" * 200 + ").")
+
+
+def test_a_zero_arity_query_may_omit_its_parentheses():
+    """language.md writes zero-arity relations ``ok()`` (or ``ok``); ``merklog query 'ok'``
+    failed with "unexpected name 'ok' where a term is expected"."""
+    for text in ("ok", "ok.", "ok()"):
+        assert parse_query(text) == Atom("ok", ())
+        (lit,) = parse_query_body(text)
+        assert lit.atom == Atom("ok", ())
+    assert [lit.atom.rel for lit in parse_query_body("ok, done")] == ["ok", "done"]
+    with pytest.raises(ParseError):
+        parse_query("ok extra")
