@@ -51,7 +51,13 @@ class NodeClient:
     ) -> Any:
         """One request; ``raw`` is a CAR body (bytes, or a file-like object sent as a
         stream of ``length`` bytes), ``sink`` receives a streamed answer."""
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        # UTF-8, not \\u escapes: a put sizes its requests at 4 bytes per character
+        # at most (an astral character escaped by ensure_ascii takes 12).
+        data = (
+            raw
+            if raw is not None
+            else (None if body is None else json.dumps(body, ensure_ascii=False).encode())
+        )
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header(
             "Content-Type", "application/vnd.ipld.car" if raw is not None else "application/json"

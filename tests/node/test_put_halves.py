@@ -174,3 +174,21 @@ def test_a_helper_that_dies_is_replaced_by_reading_here(
     assert pid is not None and reaped(pid)
     assert got.stdout == want.stdout
     assert [fact + "." for _cid, fact in _printed(got.stdout)] == as_printed(lines)
+
+
+def test_put_through_a_node_sizes_its_requests_by_their_json_bytes(tmp_path, node_factory):
+    """Requests were cut at a quarter of ``node.max_body`` characters of text, assuming
+    JSON escaping at most doubles it; a raw control character takes six bytes and an
+    astral character took twelve (``\\ud83d\\ude00``), so facts a stopped home takes
+    were refused with 413 through a running node (exit 2, the chunks before kept)."""
+    run = Cli(tmp_path / "h")
+    run("--set", "node.max_body=65536", "init")
+    node = node_factory(run.home).start()
+    lines = [f'ctl({i}, "{chr(1) * 5000}").' for i in range(6)]
+    lines += [f'emoji({i}, "{chr(0x1F600) * 4000}").' for i in range(6)]
+    path = tmp_path / "wide.dl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run("put", "-f", str(path))
+    assert len(result.output.splitlines()) == 12
+    status, page = node.request("GET", "/v1/facts?limit=100")
+    assert status == 200 and len(page["facts"]) == 12
