@@ -172,8 +172,14 @@ def row_order(cols: Sequence[Column]) -> np.ndarray:
 
 
 def float_text(floats: np.ndarray) -> Any:
-    """Shortest round-trip text of float64 values, always with ``.`` or an exponent
-    (pyarrow writes ``1.0`` as ``1``), so every one reads back as a float."""
+    """Text of float64 values, each exactly as :func:`merklog.store.format_value` renders
+    it (Python's ``repr``: the shortest round-trip digits, fixed notation from 1e-4 up
+    to 1e16, else ``1e-07``, ``1e+16``), so a value has one rendering everywhere.
+
+    pyarrow formats a whole column at once with the same shortest digits but its own
+    layout (``1e-7``, ``-0.00001``, ``1e+15``, ``1`` for ``1.0``): its text is kept
+    where both are the same fixed notation (no exponent, magnitude in [1e-4, 1e16),
+    ``.0`` added to a whole number), and the rest, rare in most data, take ``repr``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -183,9 +189,17 @@ def float_text(floats: np.ndarray) -> Any:
     arr = pa.Array.from_buffers(pa.float64(), len(floats), [None, pa.py_buffer(floats)])
     text = arr.cast(pa.string())
     whole = pc.match_substring_regex(text, r"^-?[0-9]+$")
-    return pc.if_else(
+    text = pc.if_else(
         whole, pc.binary_join_element_wise(text, str_scalar(".0"), str_scalar("")), text
     )
+    size = np.abs(floats)
+    other = pc.match_substring(text, "e").to_numpy(zero_copy_only=False) | (
+        (size < 1e-4) & (size != 0.0) | (size >= 1e16)
+    )
+    if other.any():
+        reprs = pa.array(list(map(float.__repr__, floats[other].tolist())), pa.string())
+        text = pc.replace_with_mask(text, pa.array(other), reprs)
+    return text
 
 
 def dictionary_text(col: Column, format_field: Callable[[Any], str]) -> Any:

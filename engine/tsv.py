@@ -25,8 +25,9 @@ dialect's integer width (32 bits) -- anything else is an error naming the file,
 line and column, as Soufflé's "Error converting <…> in column … in line …";
 ``float`` takes a decimal float, finite; ``symbol`` takes the text unchanged.
 
-Writing: ints in decimal, floats in the shortest round-trip form (pyarrow's, so
-whole columns format at once: ``1e-7``, ``0.000025``, ``1e+16``) that always has a
+Writing: ints in decimal, floats in the shortest round-trip form laid out as
+:func:`merklog.store.format_value` does (``1e-07``, ``0.000025``, ``1e+16``; whole
+columns at once, :func:`~merklog.engine.outcols.float_text`) that always has a
 ``.`` or an exponent (``1.0``, never ``1``), strings raw, bools
 ``true``/``false``, bytes as hex, CIDs as text. So ``1`` and ``1.0`` stay two
 rows and every int and float reads back as itself. A nullary relation that

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merklog.engine.batch import sort_rows
-from merklog.engine.outcols import Column, column_text, dictionary_text, row_order
+from merklog.engine.outcols import Column, column_text, dictionary_text, float_text, row_order
 from merklog.engine.tsv import format_field, parse_field, write_relation
 from merklog.engine.values import from_engine, to_engine
-from merklog.store import Link
+from merklog.store import Link, format_value
 
 CID = Link.for_dag_cbor(b"\xa0")
 _EDGES = [
@@ -85,3 +85,26 @@ def test_one_kind_columns_with_repeated_values_break_ties_on_the_next_column() -
     assert cols[0].mask is not None and cols[0].mask.all() and len(cols[0].values) == len(rows)
     got = [rows[i] for i in row_order(cols)]
     assert [tuple(map(repr, r)) for r in got] == [tuple(map(repr, r)) for r in sort_rows(rows)]
+
+
+_LAYOUT_EDGES = [
+    1e-7, -1e-05, 1e-4, 0.00012, 123456789012345.0, 1e15, 9007199254740991.0, 1e16, 1e21,
+    5e-324, 1.7976931348623157e308, 0.1, 100.0, -0.0, 0.0, 123456789.0,
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(_LAYOUT_EDGES), st.floats(allow_nan=False, allow_infinity=False)),
+        min_size=1,
+    )
+)
+def test_a_float_column_is_written_as_format_value_renders_it(floats: list[float]) -> None:
+    """One value, one rendering: eval wrote pyarrow's layout (``1e-7``, ``-0.00001``,
+    ``1e+15``) where put, query and the HTTP API write ``1e-07``, ``-1e-05``,
+    ``1000000000000000.0``."""
+    import numpy as np
+
+    text = float_text(np.array(floats, dtype=np.float64)).to_pylist()
+    assert text == [format_value(f) for f in floats]
