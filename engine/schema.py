@@ -27,6 +27,7 @@ from typing import Any
 
 from merklog.store import Link, format_value
 
+from .arith import INT32_MAX, INT32_MIN
 from .ast import NOPOS, Declaration, Pos, Program
 from .errors import DeclarationError
 from .parser import MERKLOG_TYPES
@@ -34,6 +35,9 @@ from .values import from_engine, value_type
 
 #: The column types of the merklog dialect (parsed by the parser), and of the Soufflé frontend.
 SOUFFLE_TYPES = ("number", "unsigned", "float", "symbol", "any")
+
+#: The largest ``unsigned`` (Soufflé's 32-bit unsigned type).
+UINT32_MAX = 2**32 - 1
 
 _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,),
@@ -58,7 +62,11 @@ def value_fits(value: Any, column_type: str) -> bool:
         return True  # a Soufflé user type: the frontend checked it
     if type(value) not in want:
         return False
-    return column_type != "unsigned" or value >= 0
+    if column_type == "number":  # Soufflé's integer types are 32 bits wide here
+        return INT32_MIN <= value <= INT32_MAX
+    if column_type == "unsigned":
+        return 0 <= value <= UINT32_MAX
+    return True
 
 
 def _show(decl: Declaration) -> str:
@@ -106,9 +114,15 @@ class Schema:
             )
         for (name, kind), value in zip(decl.columns, args, strict=True):
             if not value_fits(value, kind):
+                plain = from_engine(value)
+                if kind in ("number", "unsigned") and type(plain) is int:
+                    return (
+                        f"column {name} of {rel} is {kind} ({_show(decl)}), and {plain} is"
+                        f" outside its 32-bit range"
+                    )
                 return (
                     f"column {name} of {rel} is {kind} ({_show(decl)}), "
-                    f"got {value_type(value)} {format_value(from_engine(value))}"
+                    f"got {value_type(value)} {format_value(plain)}"
                 )
         return None
 
@@ -132,10 +146,11 @@ class Schema:
 
 
 def check_declarations(program: Program) -> Schema:
-    """Static check: one declaration per relation; in the merklog dialect, inline
-    facts that fit their declaration (the Soufflé frontend types its own facts)."""
+    """Static check: one declaration per relation, and inline facts that fit their
+    declaration (``p(1.5).`` under ``.decl p(x: number)`` is refused at its line:col, as
+    a node refuses it at ``put`` and ``eval`` in a fact file)."""
     schema = Schema.of(program)
-    if schema and program.dialect == "merklog":
+    if schema:
         positions = program.fact_positions
         for i, (rel, args) in enumerate(program.facts):
             schema.check_fact(rel, args, positions[i] if i < len(positions) else NOPOS)

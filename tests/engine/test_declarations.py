@@ -75,3 +75,25 @@ def test_node_runner_refuses_a_fact_that_does_not_fit() -> None:
     runner.check_fact(make_fact("edge", (1, 2)))
     with pytest.raises(NodeInputError, match=r"edge\(1, true\) does not fit"):
         runner.check_fact(make_fact("edge", (1, True)))
+
+
+SOUFFLE = ".decl p(x: number)\n.decl u(x: unsigned)\n.decl q(x: number)\n.output q\nq(x + 1) :- p(x).\n"
+
+
+def test_souffle_integer_columns_hold_32_bits_on_every_path() -> None:
+    """eval refused 2147483648 in a fact file but took ``p(1.5).`` inline, while a node
+    refused 1.5 at put but stored ``p(9223372036854775807)``, from which the rule's
+    32-bit arithmetic derived ``q(0)``: one rule now, on each path."""
+    assert value_fits(2**31 - 1, "number") and not value_fits(2**31, "number")
+    assert value_fits(-(2**31), "number") and not value_fits(-(2**31) - 1, "number")
+    assert value_fits(2**32 - 1, "unsigned") and not value_fits(2**32, "unsigned")
+    assert not value_fits(-1, "unsigned") and not value_fits(True, "number")
+    runner = compile_program(SOUFFLE)
+    runner.check_fact(make_fact("p", (2**31 - 1,)))
+    with pytest.raises(NodeInputError, match="outside its 32-bit range"):
+        runner.check_fact(make_fact("p", (2**63 - 1,)))
+    with pytest.raises(NodeInputError, match="got float 1.5"):
+        runner.check_fact(make_fact("p", (1.5,)))
+    with pytest.raises(DeclarationError) as err:  # inline facts, as in the merklog dialect
+        Program.parse(SOUFFLE + "p(1).\np(1.5).\n")
+    assert (err.value.line, err.value.col) == (7, 1)
