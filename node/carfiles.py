@@ -91,38 +91,102 @@ def import_blocks(node: Owner, blocks: Iterable[tuple[Link, bytes]]) -> dict[str
 def import_car(
     node: Owner, path: str | Path, progress: Callable[[int], None] | None = None
 ) -> dict[str, int]:
-    """Verify and apply the blocks of the CAR file at ``path`` (see :func:`import_blocks`)."""
+    """Verify and apply the blocks of the CAR file at ``path`` (see :func:`import_blocks`).
+
+    A CAR that cannot be applied through its own fault (see :func:`import_fault`) raises
+    :class:`InvalidBlock` ``"PATH REASON"``: bad input (exit 2), as ``POST /v1/import``
+    answers 400 with the same reason, so ``merklog import`` says the same on a stopped
+    home and through a running node."""
+
     def counted(blocks: Iterable[tuple[Link, bytes]]) -> Iterable[tuple[Link, bytes]]:
         for i, block in enumerate(blocks, 1):
             if progress is not None and i % 1000 == 0:
                 progress(i)
             yield block
 
-    from merklog.replication.errors import WrongDataset
-
     with open(path, "rb") as src:
-        _roots, blocks = read_input_car(src, path)
         try:
+            _roots, blocks = read_import_car(src)
             return import_blocks(node, counted(blocks))
-        except WrongDataset as exc:  # the file's fault: bad input, as through a node (400)
-            raise InvalidBlock(f"{path} holds another dataset: {exc}") from None
+        except Exception as exc:
+            reason = import_fault(exc)
+            if reason is None:
+                raise
+            raise InvalidBlock(f"{path} {reason}") from None
 
 
-def read_input_car(src: BinaryIO, path: str | Path) -> tuple[list[Link], Iterator[Block]]:
-    """``read_car(src)`` of a CAR file the user gave (``path`` names it): a block that
-    does not hash to its CID is reported as that file's fault (``InvalidBlock``: bad
-    input, exit 2), not as damage to the home's store (``CIDMismatch``, exit 5)."""
+#: How ``POST /v1/import`` names the CAR in a refusal's detail (``the CAR REASON``); the
+#: CLI puts the file's name in its place.
+CAR_SUBJECT = "the CAR "
+
+
+class CarFault(InvalidBlock):
+    """A CAR being imported is not a valid CAR, or holds a block that does not hash to
+    its CID: ``reason`` says which, without naming the file."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def import_fault(exc: BaseException) -> str | None:
+    """Why an import is refused when the CAR is at fault (bad input: exit 2, HTTP 400
+    ``rejected``), worded without the file's name (the node does not know it): ``is
+    damaged: …``, ``is not a valid CAR: …``, ``holds another dataset: …`` or ``is
+    refused: …`` (a delta the dataset does not accept: a bad signature, an author who is
+    not a writer, a missing parent, …). None when ``exc`` is not the CAR's fault (this
+    home's store or disk)."""
+    from merklog.replication.errors import ReplicationError, WrongDataset
+
+    if isinstance(exc, CarFault):
+        return exc.reason
+    if isinstance(exc, WrongDataset):
+        return f"holds another dataset: {exc.detail}"
+    if isinstance(exc, ReplicationError):
+        return f"is refused: {exc.detail}"
+    return None
+
+
+def read_import_car(src: BinaryIO) -> tuple[list[Link], Iterator[Block]]:
+    """``read_car(src)`` of a CAR to import: its faults (not a CAR, a block that does not
+    hash to its CID) raise :class:`CarFault`, not the store's own ``CIDMismatch`` (which
+    means this home's store is damaged: exit 5, not the file's fault)."""
     from merklog.store.car import read_car
 
     try:
         roots, blocks = read_car(src)
-    except CIDMismatch as exc:
-        raise InvalidBlock(f"{path} is damaged: {exc}") from None
-    return roots, _verified(blocks, path)
+    except (CIDMismatch, InvalidBlock) as exc:
+        raise _car_fault(exc) from None
+    return roots, _checked(blocks)
 
 
-def _verified(blocks: Iterable[Block], path: str | Path) -> Iterator[Block]:
+def _car_fault(exc: CIDMismatch | InvalidBlock) -> CarFault:
+    if isinstance(exc, CIDMismatch):
+        return CarFault(f"is damaged: {exc}")
+    return CarFault(f"is not a valid CAR: {exc}")
+
+
+def _checked(blocks: Iterable[Block]) -> Iterator[Block]:
     try:
         yield from blocks
-    except CIDMismatch as exc:
-        raise InvalidBlock(f"{path} is damaged: {exc}") from None
+    except (CIDMismatch, InvalidBlock) as exc:
+        raise _car_fault(exc) from None
+
+
+def read_input_car(src: BinaryIO, path: str | Path) -> tuple[list[Link], Iterator[Block]]:
+    """``read_car(src)`` of a CAR file the user gave (``path`` names it): a block that
+    does not hash to its CID, or bytes that are no CAR, are reported as that file's fault
+    (``InvalidBlock`` ``"PATH REASON"``: bad input, exit 2), not as damage to the home's
+    store (``CIDMismatch``, exit 5)."""
+    try:
+        roots, blocks = read_import_car(src)
+    except CarFault as exc:
+        raise InvalidBlock(f"{path} {exc.reason}") from None
+    return roots, _named(blocks, path)
+
+
+def _named(blocks: Iterable[Block], path: str | Path) -> Iterator[Block]:
+    try:
+        yield from blocks
+    except CarFault as exc:
+        raise InvalidBlock(f"{path} {exc.reason}") from None

@@ -18,9 +18,12 @@ from .files import output_file
 class NodeAPIError(NodeError, RuntimeError):
     """The node answered with an error (message taken from its JSON body)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, error: str = "", detail: str = "") -> None:
         super().__init__(message)
         self.status = status
+        #: The JSON body's ``error`` and ``detail`` ("" if the answer had none).
+        self.error = error
+        self.detail = detail
 
 
 class _OutputError(Exception):
@@ -85,14 +88,14 @@ class NodeClient:
             # a quiet 141), not "cannot reach node".
             raise exc.error from None
         except urllib.error.HTTPError as exc:
+            error = detail = ""
             try:
                 payload = json.loads(exc.read())
-                message = payload.get("error", "error")
-                if payload.get("detail"):
-                    message += f": {payload['detail']}"
-            except ValueError:
+                error, detail = str(payload.get("error", "error")), str(payload.get("detail") or "")
+                message = error + (f": {detail}" if detail else "")
+            except (ValueError, AttributeError):
                 message = str(exc)
-            raise NodeAPIError(exc.code, message) from None
+            raise NodeAPIError(exc.code, message, error, detail) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             if method != "GET" and not isinstance(reason, ConnectionRefusedError | socket.gaierror):

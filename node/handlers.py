@@ -586,7 +586,7 @@ async def import_car(request: web.Request) -> web.Response:
     thread in one transaction."""
     import tempfile
 
-    from merklog.store.car import read_car
+    from .carfiles import CAR_SUBJECT, import_fault, read_import_car
 
     node = request.app[NODE_KEY]
     spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
@@ -596,13 +596,18 @@ async def import_car(request: web.Request) -> web.Response:
         spool.seek(0)
 
         def apply() -> dict[str, int]:
-            _roots, blocks = read_car(spool)
+            _roots, blocks = read_import_car(spool)
             return node.import_blocks(blocks)
 
         try:
             result = await asyncio.to_thread(apply)
         except (StoreError, ReplicationError) as exc:
-            raise ApiError(400, "rejected", str(exc)) from None
+            # The CAR's fault, said as a stopped home's import says it (the CLI puts the
+            # file's name for "the CAR "); anything else as it was.
+            reason = import_fault(exc)
+            if reason is None:
+                raise ApiError(400, "rejected", str(exc)) from None
+            raise ApiError(400, "rejected", CAR_SUBJECT + reason) from None
     finally:
         spool.close()
     return web.json_response(result)

@@ -178,7 +178,17 @@ class RemoteTarget:
     def import_car(
         self, path: Path, progress: Callable[[int], None] | None = None
     ) -> dict[str, Any]:
-        return self._do(self.client.import_car, path, progress)
+        from .carfiles import CAR_SUBJECT
+
+        try:
+            return self.client.import_car(path, progress)
+        except NodeAPIError as exc:
+            if exc.status == 400 and exc.detail.startswith(CAR_SUBJECT):
+                # The CAR's fault: the line a stopped home's import gives, naming the file.
+                raise TargetError(
+                    f"{path} {exc.detail[len(CAR_SUBJECT) :]}", ExitCode.BAD_INPUT
+                ) from None
+            raise TargetError(str(exc), exit_code_for_status(exc.status)) from None
 
 
 def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
