@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from merklog.replication.auth import AllowList
-from merklog.replication.errors import PeerUnreachable
+from merklog.replication.errors import PeerError, PeerUnreachable, ReplicationError
 from merklog.store import Error as MerklogError
 
 from .config import CONFIG_FILE, Config, ConfigError
 from .errors import NodeInputError
-from .failures import local_failure
+from .failures import Failure, local_failure
 from .files import write_private
 
 log = logging.getLogger(__name__)
@@ -165,6 +165,11 @@ async def sync_node(
         if state.failed(message):
             node_log.log(level, "sync with %s failed: %s", url, message)
         save_history(node.home, node.peer_sync, level)
+        if isinstance(exc, ReplicationError) and not isinstance(exc, PeerError | Failure):
+            # The peer answered with something this node refuses (a malformed CAR, a body
+            # over the limit, a delta that fails its checks): the peer's fault, said as a
+            # running node's POST /v1/sync says it (exit 1, 424 "peer error"), naming it.
+            raise PeerError(f"{url}: {message}") from exc
         if isinstance(exc, MerklogError) or local_failure(exc):
             # Already says what happened (unreachable, refused, not a writer), or this
             # node's own disk or store failed (a full disk), which the peer did not cause.

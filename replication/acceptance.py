@@ -20,6 +20,7 @@ from typing import Any
 import libipld
 
 from merklog.store import Fact, Link
+from merklog.store.errors import one_line
 from merklog.store.gcpause import gc_paused
 
 from .blocks import (
@@ -106,7 +107,7 @@ class Acceptance(ReplicaState):
             try:
                 obj = libipld.decode_dag_cbor(data)
             except Exception as exc:
-                raise MalformedBlock(f"block {cid}: malformed DAG-CBOR: {exc}") from exc
+                raise MalformedBlock(f"block {cid}: malformed DAG-CBOR: {one_line(exc)}") from exc
             kind = obj.get("kind") if isinstance(obj, dict) else None
             if kind == "delta":
                 delta = parse_delta(cid, data, obj)

@@ -22,6 +22,7 @@ import libipld
 
 from merklog.store import Fact, InvalidBlock, InvalidValue, Link, decode_fact, encode, make_fact
 from merklog.store.codec import fact_block, is_cid_shaped
+from merklog.store.errors import one_line
 
 from .errors import CycleError, InvalidDelta, InvalidSignature, MalformedBlock, TooLarge
 from .identity import PUBLIC_KEY_SIZE, SIGNATURE_SIZE, Identity, verify_signature
@@ -336,7 +337,7 @@ def _decode(data: bytes, what: str) -> Any:
     try:
         return libipld.decode_dag_cbor(bytes(data))
     except Exception as exc:  # libipld raises ValueError and others on malformed input
-        raise MalformedBlock(f"{what}: malformed DAG-CBOR: {exc}") from exc
+        raise MalformedBlock(f"{what}: malformed DAG-CBOR: {one_line(exc)}") from exc
 
 
 _DAG_CBOR_PREFIX = bytes([0x01, 0x71, 0x12, 0x20])
@@ -495,7 +496,7 @@ def decode_fact_fast(data: bytes, obj: Any = None) -> Fact:
         try:
             obj = libipld.decode_dag_cbor(bytes(data))
         except Exception as exc:
-            raise MalformedBlock(f"fact block: malformed DAG-CBOR: {exc}") from exc
+            raise MalformedBlock(f"fact block: malformed DAG-CBOR: {one_line(exc)}") from exc
     if type(obj) is dict and len(obj) == 2:
         rel, args = obj.get("rel"), obj.get("args")
         if type(rel) is str and type(args) is list and _plain_args(args):

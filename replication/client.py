@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from merklog.store import BlockStore, Link
+from merklog.store.errors import one_line
 
 from .auth import EMPTY_DIGEST, sign_headers
 from .errors import PeerError, PeerRefused, PeerUnreachable, ReplicationError, TooLarge
@@ -158,9 +159,10 @@ class SyncClient:
         text = await resp.text()
         try:
             obj = json.loads(text)
-            code, detail = obj["error"], obj.get("detail", "")
+            code, detail = str(obj["error"]), one_line(obj.get("detail", ""), 1000)
         except (ValueError, KeyError, TypeError):
-            code, detail = "http_error", text[:300]
+            # Not a merklog peer (an HTML error page): a short excerpt on one line.
+            code, detail = "http_error", one_line(text, markup=True)
         refused = 400 <= resp.status < 500 and resp.status not in (408, 429)
         unavailable = resp.status in (502, 503, 504)
         kind = PeerRefused if refused else PeerUnreachable if unavailable else PeerError
@@ -467,9 +469,7 @@ class BlockFetch:
 T = TypeVar("T")
 
 
-async def _reading(
-    fn: Callable[..., T], *args: Any, stop: Callable[[], None] | None = None
-) -> T:
+async def _reading(fn: Callable[..., T], *args: Any, stop: Callable[[], None] | None = None) -> T:
     """``await asyncio.to_thread(fn, *args)`` for work that reads a spooled response: if
     the caller is cancelled (the node stops, a sync task is cancelled, Ctrl-C), the
     thread still runs, so the cancellation waits for it before the caller's ``finally``

@@ -15,6 +15,7 @@ from typing import IO
 
 from merklog.store import CIDMismatch, InvalidBlock, Link, StoreError
 from merklog.store.car import CarDecoder, car_header, car_section
+from merklog.store.errors import one_line
 
 from .blocks import fast_verifies
 from .errors import CIDMismatchError, MalformedBlock, ReplicationError, TooLarge
@@ -87,7 +88,7 @@ def _translate(exc: Exception) -> ReplicationError:
         return CIDMismatchError(str(exc))
     if isinstance(exc, InvalidBlock) and "exceeds" in str(exc):
         return TooLarge(str(exc))
-    return MalformedBlock(f"malformed CAR: {exc}")
+    return MalformedBlock(f"malformed CAR: {one_line(exc)}")
 
 
 class CarReader:

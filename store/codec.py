@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import libipld
 
-from .errors import InvalidBlock, InvalidValue
+from .errors import InvalidBlock, InvalidValue, one_line
 from .gcpause import gc_paused
 from .link import Link
 from .values import (
@@ -192,7 +192,7 @@ def decode(data: bytes) -> Any:
     try:
         return from_reference_ipld(dag_cbor.decode(bytes(data)))
     except Exception as exc:  # dag_cbor raises many decoding error types
-        raise InvalidBlock(f"malformed DAG-CBOR: {exc}") from exc
+        raise InvalidBlock(f"malformed DAG-CBOR: {one_line(exc)}") from exc
 
 
 # ---------------------------------------------------------------- facts

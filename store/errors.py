@@ -12,6 +12,21 @@ class Error(Exception):
     """Root of every error merklog raises on purpose (``merklog.Error``)."""
 
 
+def one_line(text: object, limit: int = 200, markup: bool = False) -> str:
+    """``text`` (a message, an exception, a peer's answer) as one line of at most
+    ``limit`` characters: what merklog puts in its own error messages when it quotes a
+    decoder's report (dag_cbor's spans several lines) or a body a peer sent. Runs of
+    whitespace, line breaks included, become one space; with ``markup`` (a body that is
+    no merklog answer), HTML or XML loses its tags."""
+    import re
+
+    flat = str(text)
+    if markup and flat.lstrip().startswith("<"):
+        flat = re.sub(r"<[^>]*>", " ", flat)
+    flat = " ".join(flat.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
 class StoreError(Error):
     """Base class of every store error."""
 

@@ -13,6 +13,13 @@ from .conftest import Cli
 from .test_cli_errors import assert_fails, merklog
 
 
+def fails_on_one_line(result, code: int, *words: str) -> str:
+    """:func:`assert_fails`, and nothing else on stderr: the error is one line."""
+    line = assert_fails(result, code, *words)
+    assert result.stderr.strip().splitlines() == [line], result.stderr
+    return line
+
+
 def _forged_car(home: Path, out: Path) -> None:
     """A CAR of one delta on top of ``home``'s heads, signed by a key that is no writer."""
     import merklog as api
@@ -53,3 +60,80 @@ def test_importing_a_delta_by_a_non_writer_is_bad_input_stopped_or_running(
     assert running == stopped
     status, body = node.request("POST", "/v1/query", {"q": "forged(X)"})
     assert status in (200, 404) and "forged" not in str(body.get("rows", "")), body
+
+
+class _Junk:
+    """An HTTP server on 127.0.0.1 (port 0) that answers every request as ``mode`` says:
+    ``text`` 200 "hello", ``html`` a 501 HTML page, ``car`` 200 with a truncated CAR
+    header, ``huge`` 200 with 300 MiB (streamed)."""
+
+    def __init__(self, mode: str) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, body, size = 200, b"hello", None
+                if mode == "html":
+                    status = 501
+                    body = b"<!DOCTYPE HTML>\n<html>\n<head><title>Error</title></head>\n"
+                    body += b"<body>\n<h1>Unsupported method</h1>\n" + b"<p>x</p>\n" * 20
+                    body += b"</body>\n</html>\n"
+                elif mode == "car":
+                    body = b"\x0a\xa2eroots\x80gversion\x01"
+                elif mode == "huge":
+                    body, size = b"x" * (1 << 20), 300 << 20
+                self.send_response(status)
+                self.send_header("Content-Length", str(size or len(body)))
+                self.end_headers()
+                try:
+                    for _ in range((size or len(body)) // len(body)):
+                        self.wfile.write(body)
+                except OSError:
+                    pass  # the client stopped reading: what is tested
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_peer_answering_junk_gives_one_line_and_status_stopped_or_running(
+    tmp_path: Path, node_factory
+) -> None:
+    """A peer that answered 200 with junk said "malformed CAR: …" (exit 1) on a stopped
+    home but "peer error: malformed CAR: …" through a running node; one answering a
+    body over the limit exit 2 (bad input: the user's fault) against exit 1; an HTML
+    error page printed its 11 lines, a truncated CBOR answer a 7-line decoder report.
+    Now: the peer misbehaved, exit 1, one ``peer error:`` line naming the peer, the same
+    on both paths."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    servers = {mode: _Junk(mode) for mode in ("text", "html", "car", "huge")}
+    try:
+        stopped = {
+            mode: fails_on_one_line(
+                merklog(home, "sync", s.url), ExitCode.FAILED, "peer error: ", s.url
+            )
+            for mode, s in servers.items()
+        }
+        assert "malformed CAR" in stopped["text"] and "exceeds" in stopped["huge"]
+        assert "Unsupported method" in stopped["html"], stopped["html"]
+        node_factory(home).start()
+        for mode, s in servers.items():
+            running = fails_on_one_line(merklog(home, "sync", s.url), ExitCode.FAILED)
+            assert running == stopped[mode]
+        for line in stopped.values():
+            assert len(line) < 400, line
+    finally:
+        for s in servers.values():
+            s.close()
