@@ -122,7 +122,9 @@ def local_failure(exc: BaseException) -> bool:
     full disk), not of a peer it was talking to or of a bug: a sync that meets one
     reports it as what it is (a full disk: exit 6, HTTP 507), not as the peer
     unreachable, and epochs that meet one log it once, not a traceback each."""
-    return isinstance(exc, sqlite3.Error) or (isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS)
+    return isinstance(exc, sqlite3.Error) or (
+        isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+    )
 
 
 #: Below this many free bytes, the file system of a home counts as full: SQLite grows its
@@ -162,6 +164,7 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         CIDMismatch,
         InvalidBlock,
         InvalidValue,
+        StoreCorrupt,
         StoreUnavailable,
     )
 
@@ -182,6 +185,11 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         return ExitCode.BAD_INPUT, exc.detail
     if isinstance(exc, ReplicationError):
         return ExitCode.FAILED, exc.detail
+    if isinstance(exc, StoreCorrupt):
+        return ExitCode.STORE_DAMAGED, (
+            f"{store} is damaged ({exc}); `merklog fsck` lists what is wrong: restore a"
+            " backup (docs/operations.md)"
+        )
     if isinstance(exc, BlockNotFound | CIDMismatch):
         return ExitCode.STORE_DAMAGED, (
             f"{store} is damaged ({exc}); run `merklog fsck --repair-from URL` or restore"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from merklog.store import BlockNotFound, CIDMismatch, Link
 
-from .failures import ExitCode, Failure, StoreDamaged
+from .failures import ExitCode, Failure
 
 if TYPE_CHECKING:
     from merklog.store.ipfs_home import IPFSHomeStore
@@ -52,6 +52,9 @@ class FsckResult:
     from_log: bool = False
     #: On an IPFS home: blocks imported into the daemon again by a repair.
     repinned: int = 0
+    #: SQLite found page-level damage (or could not read its pages at all): the
+    #: problem says what; no block can be repaired, a backup must be restored.
+    page_damage: bool = False
 
     @property
     def ok(self) -> bool:
@@ -94,24 +97,29 @@ def fsck(
     """Check the home of ``cfg`` (and repair from ``repair_from``; ``progress(blocks,
     bytes)`` as repaired blocks arrive); the store is closed after."""
     from merklog.replication.client import SyncClient
-    from merklog.replication.consistency import check_replica
+    from merklog.replication.consistency import check_replica, check_unopened
     from merklog.replication.errors import NotFound
 
     dataset = Link.parse(cfg.get("dataset.id"))
     store, identity = _open(cfg)
     result = FsckResult()
     try:
-        pages = [p for p in store.integrity_check() if p.startswith("sqlite:")]
+        pages = _page_damage(store, cfg.home)
         if pages:
-            raise StoreDamaged(
-                f"SQLite reports page-level damage ({pages[0]}); blocks cannot be repaired one"
-                " by one: restore a backup (docs/operations.md)"
-            )
+            result.problems.append(pages)
+            result.page_damage = True
+            return result
         try:
             replica = _replica(store, identity, dataset)
         except (BlockNotFound, CIDMismatch, NotFound):
             if repair_from is None:
+                # Listed with every other problem the tables show (ADR: each is listed).
+                from .storage import store_conn
+
+                report = check_unopened(store_conn(store), store, dataset)
                 result.problems.append(f"genesis block {dataset} is missing or corrupted")
+                result.problems.extend(p for p in report.problems if str(dataset) not in p)
+                result.blocks, result.deltas = report.blocks, report.deltas
                 return result
             genesis = asyncio.run(_genesis(SyncClient(identity), repair_from, dataset))
             store.delete_many([dataset])
@@ -144,6 +152,34 @@ def fsck(
         return result
     finally:
         store.close()
+
+
+def _page_damage(store: Any, home: Any) -> str | None:
+    """One line summing up what SQLite's ``PRAGMA integrity_check`` reports (it lists up
+    to 100 problems, mostly "Page N is never used"), or None if it reports none. A store
+    so damaged that the check itself cannot run (``database disk image is malformed``)
+    counts too; other SQLite errors (a full disk, a lock) are raised as themselves."""
+    import sqlite3
+
+    from .failures import classify
+
+    try:
+        # Block-level problems it also finds are left to the replica checks.
+        # Block-level problems it also finds are left to the replica checks; one
+        # report of SQLite's may hold several lines.
+        reports = [
+            p.removeprefix("sqlite: ") for p in store.integrity_check() if p.startswith("sqlite:")
+        ]
+        found = [line.strip() for p in reports for line in p.splitlines() if line.strip()]
+        lines = [p for p in found if not p.startswith("***")] or found
+    except sqlite3.DatabaseError as exc:
+        if classify(exc, home)[0] != ExitCode.STORE_DAMAGED:
+            raise
+        lines = [str(exc)]
+    if not lines:
+        return None
+    more = f" (and {len(lines) - 1} more SQLite reports)" if len(lines) > 1 else ""
+    return f"SQLite reports page-level damage: {lines[0]}{more}"
 
 
 def _reimport(store: IPFSHomeStore, chunk: int = 2000) -> int:

@@ -8,11 +8,14 @@ plus ``BlockStore.put``.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
+from typing import Any
 
 from merklog.store import CIDMismatch, Link
 
 from .replica import Replica
+from .txn import conn_lock
 
 
 @dataclass
@@ -58,6 +61,11 @@ def check_tables(replica: Replica, report: Report) -> None:
             for r in conn.execute("SELECT DISTINCT fact FROM repl_assert_cid WHERE ds = ?", (ds,))
         }
     report.deltas = len(deltas)
+    if deltas and not heads:  # the genesis at least is a head: the table lost its rows
+        report.problems.append(
+            f"the replica has {len(deltas)} accepted deltas but no heads (table repl_head"
+            " is empty): its tables are damaged; restore a backup"
+        )
     for raw in heads:
         if raw not in deltas:
             report.problems.append(f"head {Link(raw)} is not an accepted delta")
@@ -76,4 +84,35 @@ def check_replica(replica: Replica) -> Report:
     report = Report()
     scan_blocks(replica, report)
     check_tables(replica, report)
+    return report
+
+
+@dataclass
+class _Tables:
+    """What the checks read of a replica: its connection, dataset row, blocks, lock."""
+
+    conn: sqlite3.Connection
+    ds: int
+    blockstore: Any
+    _lock: Any
+
+
+def check_unopened(conn: sqlite3.Connection, blockstore: Any, dataset: Link) -> Report:
+    """:func:`check_replica` of a dataset whose replica cannot be opened because its
+    genesis block is missing or corrupted: the same checks over its tables (found by the
+    dataset's CID), so every other problem is listed too. A store without the dataset's
+    tables reports only the scanned blocks."""
+    lock = conn_lock(conn, blockstore)
+    with lock:
+        try:
+            row = conn.execute(
+                "SELECT ds FROM repl_dataset WHERE cid = ?", (dataset.raw,)
+            ).fetchone()
+        except sqlite3.OperationalError:  # no replica tables at all
+            row = None
+    tables = _Tables(conn, int(row[0]) if row else -1, blockstore, lock)
+    report = Report()
+    scan_blocks(tables, report)  # type: ignore[arg-type]
+    if row is not None:
+        check_tables(tables, report)  # type: ignore[arg-type]
     return report

@@ -22,7 +22,7 @@ from operator import attrgetter, itemgetter
 from threading import Event
 from typing import Any, NamedTuple
 
-from merklog.store import BlockNotFound, BlockStore, Fact, Link
+from merklog.store import BlockNotFound, BlockStore, Fact, Link, StoreCorrupt
 from merklog.store.gcpause import gc_paused
 
 from . import relindex
@@ -212,6 +212,10 @@ class Replica(Acceptance, ORSet, Reconciliation):
             rows = self.conn.execute(
                 "SELECT cid FROM repl_head WHERE ds = ?", (self.ds,)
             ).fetchall()
+        if not rows:  # the genesis at least is a head: the table lost its rows
+            raise StoreCorrupt(
+                f"the replica of dataset {self.dataset} has no heads (table repl_head is empty)"
+            )
         return sorted(Link(r[0]) for r in rows)
 
     def has_delta(self, cid: Link) -> bool:

@@ -27,6 +27,7 @@ from .errors import (
     Error,
     InvalidBlock,
     InvalidValue,
+    StoreCorrupt,
     StoreError,
     StoreUnavailable,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "MemoryBlockStore",
     "SQLiteBlockStore",
     "SharedSQLite",
+    "StoreCorrupt",
     "StoreError",
     "StoreUnavailable",
     "Value",

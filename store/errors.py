@@ -38,6 +38,12 @@ class StoreUnavailable(StoreError):
     """
 
 
+class StoreCorrupt(StoreError):
+    """The store's tables contradict each other (damage below the blocks: a table that
+    lost rows), so the operation cannot go on; ``merklog fsck`` lists it, and a backup
+    must be restored."""
+
+
 class InvalidValue(StoreError, ValueError):
     """A value outside the value types of docs/storage.md (int64, finite float, str, bytes, bool, link)."""
 

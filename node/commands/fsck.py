@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 
@@ -31,6 +32,28 @@ def _repair_bar() -> Iterator[Callable[[int, int], None]]:
         yield lambda blocks, size: bar.update(task, completed=blocks, size=size)
 
 
+def _print_json(result: Any, repair_from: str | None) -> None:
+    """The report as one JSON object on standard output (docs/operations.md)."""
+    click.echo(
+        json.dumps(
+            {
+                "ok": result.ok,
+                "problems": result.problems,
+                "blocks": result.blocks,
+                "deltas": result.deltas,
+                "repaired_from": repair_from,
+                "repaired": result.repaired,
+                "repaired_bytes": result.repaired_bytes,
+                "requests": result.requests,
+                "bytes_received": result.bytes_received,
+                "unavailable": result.unavailable,
+                "from_log": result.from_log,
+                "repinned": result.repinned,
+            }
+        )
+    )
+
+
 def register(cli: click.Group) -> None:
     @cli.command("fsck")
     @click.option(
@@ -50,13 +73,18 @@ def register(cli: click.Group) -> None:
         stopped.
         """
         from merklog.node.failures import StoreDamaged
-        from merklog.node.fsck import fsck
+        from merklog.node.fsck import FsckResult, fsck
         from merklog.node.runtime import HomeBusy, HomeLock
         from merklog.node.storecheck import precheck
         from merklog.node.target import load_config
 
         cfg = load_config(state.home, state.overrides)
-        precheck(cfg)
+        try:
+            precheck(cfg)
+        except StoreDamaged as exc:  # a missing or empty store: a report too (one problem)
+            if as_json:
+                _print_json(FsckResult(problems=[str(exc)]), repair_from)
+            raise
         if repair_from is not None and not repair_from.startswith(("http://", "https://")):
             peer = cfg.peers.get(repair_from)
             if not isinstance(peer, dict) or "url" not in peer:
@@ -72,24 +100,7 @@ def register(cli: click.Group) -> None:
         finally:
             lock.release()
         if as_json:
-            click.echo(
-                json.dumps(
-                    {
-                        "ok": result.ok,
-                        "problems": result.problems,
-                        "blocks": result.blocks,
-                        "deltas": result.deltas,
-                        "repaired_from": repair_from,
-                        "repaired": result.repaired,
-                        "repaired_bytes": result.repaired_bytes,
-                        "requests": result.requests,
-                        "bytes_received": result.bytes_received,
-                        "unavailable": result.unavailable,
-                        "from_log": result.from_log,
-                        "repinned": result.repinned,
-                    }
-                )
-            )
+            _print_json(result, repair_from)
         else:
             for problem in result.problems[:20]:
                 click.echo(f"problem: {problem}")
@@ -106,6 +117,11 @@ def register(cli: click.Group) -> None:
             repaired += f", {result.unavailable} blocks not served by {repair_from}"
         if result.repinned:
             repaired += f", {result.repinned} blocks imported into the IPFS daemon again"
+        if result.page_damage:
+            raise StoreDamaged(
+                f"{result.problems[0]}; blocks cannot be repaired one by one: restore a"
+                " backup (docs/operations.md)"
+            )
         if not result.ok:
             hint = "" if repair_from else "; run `merklog fsck --repair-from URL` with a peer"
             raise StoreDamaged(f"{len(result.problems)} problems remain{repaired}{hint}")

@@ -137,3 +137,76 @@ def test_a_peer_answering_junk_gives_one_line_and_status_stopped_or_running(
     finally:
         for s in servers.values():
             s.close()
+
+
+def _filled(home: Path, tmp_path: Path, n: int = 3000) -> None:
+    Cli(home)("init")
+    facts = tmp_path / "facts.dl"
+    facts.write_text("".join(f'e({i}, "{"x" * 40}").\n' for i in range(n)))
+    Cli(home)("put", "-f", str(facts))
+
+
+def test_fsck_of_page_level_damage_is_one_line_and_a_json_report(tmp_path: Path) -> None:
+    """SQLite's report of page-level damage went into the ``Error:`` line whole (5 to
+    101 lines), and ``fsck --json`` printed nothing on stdout. Now the report is summed
+    up in one problem (its first line and how many more), the error is one line, and
+    ``--json`` prints the report before exit 5."""
+    import json
+    import shutil
+
+    base = tmp_path / "base"
+    _filled(base, tmp_path)
+    for page in (2, 70):  # the schema page (nothing reads) and a tree page
+        home = tmp_path / f"page{page}"
+        shutil.copytree(base, home)
+        with open(home / "store.sqlite", "r+b") as f:
+            f.seek(16384 * page)
+            f.write(b"\x37" * 16384)
+        line = fails_on_one_line(
+            merklog(home, "fsck"), ExitCode.STORE_DAMAGED, "page-level damage", "restore a backup"
+        )
+        result = merklog(home, "fsck", "--json")
+        fails_on_one_line(result, ExitCode.STORE_DAMAGED)
+        report = json.loads(result.stdout)
+        assert report["ok"] is False and len(report["problems"]) == 1, report
+        assert report["problems"][0].startswith("SQLite reports page-level damage: ")
+        assert report["problems"][0] in line
+
+
+def test_fsck_lists_every_problem_beside_a_damaged_genesis_block(tmp_path: Path) -> None:
+    """A damaged genesis block stopped fsck: the other missing block went unlisted and
+    ``blocks`` was 0. Now both are listed (docs: each problem is listed)."""
+    import json
+    import sqlite3
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    Cli(home)("put", "a(1).", "a(2).", "a(3).")
+    with sqlite3.connect(home / "store.sqlite") as db:
+        ids = [r[0] for r in db.execute("SELECT id FROM blocks ORDER BY id")]
+        db.execute("UPDATE blocks SET data = substr(data, 1, 10) WHERE id = ?", (ids[0],))
+        db.execute("DELETE FROM blocks WHERE id = ?", (ids[1],))
+    result = merklog(home, "fsck", "--json")
+    fails_on_one_line(result, ExitCode.STORE_DAMAGED, "2 problems")
+    report = json.loads(result.stdout)
+    assert report["problems"][0].startswith("genesis block "), report
+    assert len(report["problems"]) == 2 and report["problems"][1].endswith(" is missing")
+    assert report["blocks"] > 0
+
+
+def test_a_replica_table_without_heads_is_a_damaged_store(tmp_path: Path) -> None:
+    """With the rows of ``repl_head`` gone, fsck said ok and ``put`` failed with
+    "Error: max() arg is an empty sequence", exit 2 (bad input). Now fsck lists it and
+    ``put`` says the store is damaged, exit 5, naming fsck and a backup."""
+    import sqlite3
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    Cli(home)("put", "a(1).")
+    with sqlite3.connect(home / "store.sqlite") as db:
+        db.execute("DELETE FROM repl_head")
+    fails_on_one_line(merklog(home, "fsck"), ExitCode.STORE_DAMAGED)
+    assert "no heads" in merklog(home, "fsck").stdout
+    fails_on_one_line(
+        merklog(home, "put", "a(2)."), ExitCode.STORE_DAMAGED, "no heads", "merklog fsck"
+    )
