@@ -69,6 +69,8 @@ def restore(
             f"{home} is already a merklog home; restore into a new --home (or import the"
             " CAR into this one with `merklog import`)"
         )
+    if identity is not None:
+        _check_identity(identity)
     dataset, genesis = read_genesis(car)
     existed = home.exists()
     lock = HomeLock.acquire(home)
@@ -102,6 +104,17 @@ def restore(
             _undo_unfinished(home)
         raise
     return {"dataset": str(dataset), **result}
+
+
+def _check_identity(path: Path) -> None:
+    """Refuse (exit 2, nothing created) a ``--identity`` file that holds no node key."""
+    from merklog.replication.errors import BadKey
+    from merklog.replication.identity import Identity
+
+    try:
+        Identity.load(path)
+    except BadKey as exc:
+        raise Failure(f"--identity: {exc.detail}", ExitCode.BAD_INPUT) from None
 
 
 def _undo_unfinished(home: Path) -> tuple[bool, list[str]]:

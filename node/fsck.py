@@ -62,11 +62,11 @@ class FsckResult:
 
 
 def _open(cfg: Any) -> tuple[Any, Any]:
-    from merklog.replication.identity import Identity
     from merklog.store.sqlite import SQLiteBlockStore
 
-    from .homeinit import IDENTITY_FILE
+    from .storecheck import load_key
 
+    identity = load_key(cfg.home)  # never a new one; a damaged one is exit 5
     backend = cfg.get("store.backend")
     if backend == "ipfs":
         from .storage import open_store
@@ -78,7 +78,7 @@ def _open(cfg: Any) -> tuple[Any, Any]:
         raise Failure(
             f"fsck checks a home's store, and a {backend} store has none", ExitCode.BAD_INPUT
         )
-    return store, Identity.load(cfg.home / IDENTITY_FILE)
+    return store, identity
 
 
 def _replica(store: Any, identity: Any, dataset: Link) -> Any:

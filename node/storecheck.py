@@ -47,20 +47,35 @@ def check_key(home: Path) -> Path:
     if not path.exists():
         raise KeyMissing(
             f"the node key {path} is missing, so this home cannot sign writes as itself;"
-            f" put the key back (e.g. `cp BACKUP-identity.pem {path}`, the copy made as"
-            ' docs/operations.md "Backup and restore" says), or run'
-            f" `merklog --home {home} init` to make a new key, which a writer of the"
-            " dataset must then grant (`merklog peers add NAME URL --writer` on its home)"
+            f" {_key_way_out(home, path)}"
         )
     return path
+
+
+def _key_way_out(home: Path, path: Path) -> str:
+    return (
+        f"put the key back (e.g. `cp BACKUP-identity.pem {path}`, the copy made as"
+        ' docs/operations.md "Backup and restore" says), or run'
+        f" `merklog --home {home} init` to make a new key, which a writer of the"
+        " dataset must then grant (`merklog peers add NAME URL --writer` on its home)"
+    )
 
 
 def load_key(home: Path) -> Any:
     """``home``'s node key (an :class:`~merklog.replication.identity.Identity`), never a
     new one: :class:`KeyMissing` if it is gone (only ``init`` makes keys)."""
+    from merklog.replication.errors import BadKey
     from merklog.replication.identity import Identity
 
-    return Identity.load(check_key(home))
+    path = check_key(home)
+    try:
+        return Identity.load(path)
+    except BadKey as exc:  # as a missing key: part of the home is gone (exit 5)
+        raise KeyMissing(
+            f"the node key {path} is damaged ({exc.why}), so this home cannot sign writes"
+            " as itself;"
+            f" {_key_way_out(home, path)}"
+        ) from None
 
 
 def _check_store(cfg: Any) -> None:

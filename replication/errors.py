@@ -121,6 +121,15 @@ class RequestTimeout(ReplicationError):
     status = 408
 
 
+class BadKey(ReplicationError):
+    """A key file that holds no Ed25519 private key (empty, truncated, junk); ``why``
+    says what it holds instead ("it is empty")."""
+
+    code = "bad_key"
+    status = 400
+    why = ""
+
+
 class PeerError(ReplicationError):
     """A sync with a remote peer failed (client side): the parent of
     :class:`PeerUnreachable` (no answer) and :class:`PeerRefused` (a refusal); raised as

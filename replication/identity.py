@@ -10,11 +10,14 @@ import os
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature as _CryptoInvalidSignature
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
+
+from .errors import BadKey
 
 PUBLIC_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
@@ -74,9 +77,20 @@ class Identity:
         data = Path(path).read_bytes()
         if len(data) == 32:
             return cls.from_seed(data)
-        key = serialization.load_pem_private_key(data, password=None)
+        what = "it is empty" if not data.strip() else "it is not a PEM private key"
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError, UnsupportedAlgorithm):  # the library's own words
+            key = None  # name no file and point to its FAQ: said below instead
+        else:
+            what = "it holds another kind of key"
         if not isinstance(key, Ed25519PrivateKey):
-            raise ValueError(f"{path} does not hold an Ed25519 private key")
+            error = BadKey(
+                f"{path} is not a valid node key ({what}; a node key is an Ed25519 private"
+                " key in PEM, as `merklog init` writes it)"
+            )
+            error.why = what
+            raise error
         return cls(key)
 
     @classmethod

@@ -210,3 +210,37 @@ def test_a_replica_table_without_heads_is_a_damaged_store(tmp_path: Path) -> Non
     fails_on_one_line(
         merklog(home, "put", "a(2)."), ExitCode.STORE_DAMAGED, "no heads", "merklog fsck"
     )
+
+
+def test_a_damaged_node_key_is_named_with_the_missing_key_status(tmp_path: Path) -> None:
+    """An empty or junk ``identity.pem`` made ``status`` and ``put`` print the
+    cryptography library's "Unable to load PEM file. See https://cryptography.io/…
+    MalformedFraming", exit 2, naming no file; ``restore --identity junk.pem`` too. Now
+    the home's key is damaged as a missing one is (exit 5, the file named, the way out
+    said), and a junk ``--identity`` is bad input that creates nothing."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    car = tmp_path / "home.car"
+    Cli(home)("export", str(car))
+    key = home / "identity.pem"
+    for content in (b"", b"junk\n"):
+        key.write_bytes(content)
+        for args in (("status",), ("put", "a(1)."), ("fsck",)):
+            line = fails_on_one_line(
+                merklog(home, *args),
+                ExitCode.STORE_DAMAGED,
+                str(key),
+                "damaged",
+                "put the key back",
+            )
+            assert "cryptography" not in line and "PEM file" not in line, line
+    junk = tmp_path / "junk.pem"
+    junk.write_bytes(b"junk\n")
+    fresh = tmp_path / "fresh"
+    fails_on_one_line(
+        merklog(fresh, "restore", str(car), "--identity", str(junk)),
+        ExitCode.BAD_INPUT,
+        str(junk),
+        "not a valid node key",
+    )
+    assert not fresh.exists()
