@@ -118,21 +118,24 @@ def register(cli: click.Group) -> None:
             join = Join("", dataset, genesis, None)
         elif join_url is not None:
             join = fetch_join(join_url, token=token or "")
-        if join is not None and current and str(join.dataset) != current:
-            if not force:
-                raise click.ClickException(
-                    f"{state.home} already follows dataset {current}; --join {join_url} would"
-                    f" switch it to dataset {join.dataset} and its current facts would no"
-                    " longer be visible. Add --force to do that, or use a new --home."
-                )
-            click.echo(
-                f"switching {state.home} from dataset {current} to {join.dataset}: the blocks"
-                " of the old dataset stay in the store but are no longer visible",
-                err=True,
-            )
         existed = state.home.exists()
+        # The home's lock first: a running node refuses the init before it is announced
+        # as switching datasets (it said "switching …", then refused).
         lock = HomeLock.acquire(state.home)
         try:
+            if join is not None and current and str(join.dataset) != current:
+                if not force:
+                    raise click.ClickException(
+                        f"{state.home} already follows dataset {current}; --join {join_url}"
+                        f" would switch it to dataset {join.dataset} and its current facts"
+                        " would no longer be visible. Add --force to do that, or use a new"
+                        " --home."
+                    )
+                click.echo(
+                    f"switching {state.home} from dataset {current} to {join.dataset}: the"
+                    " blocks of the old dataset stay in the store but are no longer visible",
+                    err=True,
+                )
             cfg, created = initialise(state.home, overrides, join, existed)
         finally:
             lock.release()

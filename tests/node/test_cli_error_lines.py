@@ -244,3 +244,27 @@ def test_a_damaged_node_key_is_named_with_the_missing_key_status(tmp_path: Path)
         "not a valid node key",
     )
     assert not fresh.exists()
+
+
+def test_init_join_force_on_a_running_home_refuses_without_announcing_a_switch(
+    tmp_path: Path, node_factory
+) -> None:
+    """``init --join URL --force`` on a home whose node runs printed "switching … from
+    dataset X to Y" and then refused ("a merklog node is already running"), having
+    switched nothing. Now it only refuses."""
+    import tomllib
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    Cli(a)("init")
+    Cli(b)("init")
+    na = node_factory(a).start()
+    node_factory(b).start()
+    before = (b / "config.toml").read_text()
+    result = merklog(b, "init", "--join", na.url, "--token", na.read_token, "--force")
+    fails_on_one_line(result, ExitCode.FAILED, "already running")
+    assert "switching" not in result.stdout + result.stderr
+    assert (b / "config.toml").read_text() == before
+    assert (
+        tomllib.loads(before)["dataset"]["id"]
+        != tomllib.loads((a / "config.toml").read_text())["dataset"]["id"]
+    )
