@@ -35,14 +35,48 @@ def facts_text(args: tuple[str, ...], file: Any) -> str:
     standard input is read as it is, so that one ending in a comment is not given a
     ``.`` of its own and its errors name lines that exist."""
     parts = [_with_period(a) for a in args if a.strip()]
+    _check_utf8("\n".join(parts))
     if file is not None:
-        parts.append(file.read())
+        parts.append(_read_utf8(file))
     elif not parts and not sys.stdin.isatty():
-        parts.append(sys.stdin.read())
+        parts.append(_read_utf8(sys.stdin))
     text = "\n".join(p for p in parts if p.strip())
     if not text.strip():
         raise click.UsageError("no facts given (e.g. merklog put 'edge(1, 2).')")
     return text
+
+
+def _read_utf8(stream: Any) -> str:
+    """A text stream's contents, read as its bytes so that bytes that are not UTF-8 are
+    bad input at ``FILE:LINE:COL`` (the codec's own message named neither), the same
+    whether the home's node runs or not. Line ends are read as text mode reads them."""
+    raw = getattr(stream, "buffer", None)
+    if raw is None:
+        return stream.read()
+    from .files import decode_utf8
+
+    name = getattr(stream, "name", "-")
+    name = "<stdin>" if name in ("-", "<stdin>", 0) else name
+    text = decode_utf8(raw.read(), name)
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def _check_utf8(args: str) -> None:
+    """Arguments holding bytes that are not UTF-8 (Python keeps them as lone surrogates):
+    bad input at ``LINE:COL`` of the joined arguments, not a codec's message (a
+    different one through a running node)."""
+    try:
+        args.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        from .errors import NodeInputError
+
+        line = args.count("\n", 0, exc.start) + 1
+        col = exc.start - (args.rfind("\n", 0, exc.start) + 1) + 1
+        bad = ord(args[exc.start])
+        byte = f"byte 0x{bad - 0xDC00:02x}" if 0xDC80 <= bad <= 0xDCFF else f"U+{bad:04X}"
+        raise NodeInputError(
+            f"{line}:{col}: not UTF-8 text ({byte}); give facts as UTF-8"
+        ) from None
 
 
 def _with_period(arg: str) -> str:

@@ -142,7 +142,13 @@ def output_file(path: str | Path) -> Iterator[BinaryIO]:
 def read_text_file(path: str | Path) -> str:
     """A program file the user named, as text. One that is not UTF-8 is bad input named
     by ``FILE:LINE:COL`` of its first bad byte (Python's message gave neither)."""
-    data = Path(path).read_bytes()
+    return decode_utf8(Path(path).read_bytes(), path)
+
+
+def decode_utf8(data: bytes, name: str | Path) -> str:
+    """``data`` (the contents of the file ``name``) as text; bytes that are not UTF-8 are
+    bad input named by ``NAME:LINE:COL`` of the first of them (Python's message gave
+    neither)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -151,6 +157,6 @@ def read_text_file(path: str | Path) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise NodeInputError(
-            f"{path}:{line}:{col}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the"
+            f"{name}:{line}:{col}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the"
             " file as UTF-8"
         ) from None

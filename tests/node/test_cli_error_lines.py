@@ -268,3 +268,40 @@ def test_init_join_force_on_a_running_home_refuses_without_announcing_a_switch(
         tomllib.loads(before)["dataset"]["id"]
         != tomllib.loads((a / "config.toml").read_text())["dataset"]["id"]
     )
+
+
+def test_facts_that_are_not_utf8_are_named_by_place_stopped_or_running(
+    tmp_path: Path, node_factory
+) -> None:
+    """``put -f`` of a file with a byte that is not UTF-8 said "'utf-8' codec can't
+    decode byte 0xff in position 3" (no file, no line); an argument holding one gave a
+    lone-surrogate message on a stopped home and a codec's through a running node. Now
+    ``FILE:LINE:COL`` (or ``LINE:COL`` of the arguments), the same on both paths, and
+    nothing is written."""
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    bad = tmp_path / "bad.dl"
+    bad.write_bytes(b'ok(1).\ns("\xff").\n')
+
+    def put_bytes() -> subprocess.CompletedProcess:  # argv as bytes, as a shell gives it
+        return subprocess.run(
+            [os.fsencode(sys.executable), b"-m", b"merklog.node.cli", b"--home",
+             os.fsencode(home), b"put", b's("\xff").'],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def lines() -> tuple[str, str]:
+        from_file = fails_on_one_line(
+            merklog(home, "put", "-f", str(bad)), ExitCode.BAD_INPUT, f"{bad}:2:4:", "UTF-8"
+        )
+        from_arg = fails_on_one_line(put_bytes(), ExitCode.BAD_INPUT, "1:4:", "byte 0xff")
+        return from_file, from_arg
+
+    stopped = lines()
+    node_factory(home).start()
+    assert lines() == stopped
+    assert "ok(1)" not in Cli(home)("ls").output
