@@ -48,7 +48,7 @@ def value_from_json(obj: Any, where: str = "value") -> Any:
             try:
                 return Link.parse(tag)
             except (ValueError, InvalidValue) as exc:
-                raise NodeInputError(f"{where}: {tag!r} is not a CID ({exc})") from None
+                raise NodeInputError(f"{where}: {exc}") from None  # "not a CID: 'x'", once
         if isinstance(tag, dict) and len(tag) == 1 and isinstance(tag.get("bytes"), str):
             text = tag["bytes"]
             try:

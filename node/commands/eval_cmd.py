@@ -48,8 +48,8 @@ def register(cli: click.Group) -> None:
         "--sorted",
         "sort",
         is_flag=True,
-        help="Write each result file's rows sorted (ints and floats by value, then strings, "
-        "bytes, CIDs); without it the row order is unspecified.",
+        help="Write each result file's rows sorted (bools, then ints and floats by value, "
+        "then strings, bytes, CIDs); without it the row order is unspecified.",
     )
     @click.option(
         "--output",

@@ -23,7 +23,7 @@ def register(cli: click.Group) -> None:
         try:
             Link.parse(cid)
         except (ValueError, StoreError) as exc:
-            raise Failure(f"not a CID: {cid!r} ({exc})", ExitCode.BAD_INPUT) from None
+            raise Failure(str(exc), ExitCode.BAD_INPUT) from None  # "not a CID: 'x'", once
         with target(state) as t:
             try:
                 info = guard(lambda: t.block(cid))

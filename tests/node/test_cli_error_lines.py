@@ -305,3 +305,19 @@ def test_facts_that_are_not_utf8_are_named_by_place_stopped_or_running(
     node_factory(home).start()
     assert lines() == stopped
     assert "ok(1)" not in Cli(home)("ls").output
+
+
+def test_a_bad_cid_is_said_once_and_eval_help_names_bools(tmp_path: Path, node_factory) -> None:
+    """``get notacid`` said "not a CID: 'notacid' (not a CID: 'notacid')", and the HTTP
+    answer for ``{"/": "notacid"}`` repeated itself too; ``eval --help`` left bools out of
+    the ``--sorted`` order, which puts them first."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    line = fails_on_one_line(merklog(home, "get", "notacid"), ExitCode.BAD_INPUT)
+    assert line.count("not a CID") == 1 and "'notacid'" in line, line
+    node = node_factory(home).start()
+    status, body = node.request(
+        "POST", "/v1/facts", {"assert": [{"rel": "p", "args": [{"/": "notacid"}]}]}
+    )
+    assert status == 400 and body["detail"].count("not a CID") == 1, body
+    assert "bools, then ints" in " ".join(merklog(home, "eval", "--help").stdout.split())
