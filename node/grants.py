@@ -16,8 +16,13 @@ from .errors import NodeInputError
 
 def grant(replica: Any, key_hex: str) -> str | None:
     """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only); the CID
-    of the grant delta, or None when there was nothing to change."""
-    cid = replica.grant(public_key(key_hex))
+    of the grant delta, or None when there was nothing to change: the key (the owner's
+    included) may already write on top of the current heads. Each grant used to be a
+    new signed delta, which every peer then synced, for a change of nothing."""
+    key = public_key(key_hex)
+    if _owner(replica) and replica.is_writer(key):
+        return None
+    cid = replica.grant(key)
     return str(cid) if cid else None
 
 
@@ -31,8 +36,16 @@ def revoke(replica: Any, key_hex: str) -> str | None:
         raise NodeInputError(
             "that is the dataset owner's key: the owner always writes and cannot be revoked"
         )
+    if _owner(replica) and not replica.is_writer(key):  # never granted, or revoked already
+        return None
     cid = replica.revoke(key)
     return str(cid) if cid else None
+
+
+def _owner(replica: Any) -> bool:
+    """Whether this replica's key owns the dataset (anyone else's grant or revoke is
+    refused by the replica, with its own message, whatever the key's state)."""
+    return bool(replica.identity.public_key == replica.genesis.owner)
 
 
 def public_key(key_hex: str) -> bytes:

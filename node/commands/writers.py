@@ -43,7 +43,10 @@ def register(cli: click.Group) -> None:
         key = _key(state, key_or_peer)
         with target(state) as t:
             delta = guard(lambda: t.grant(key))
-        click.echo(f"granted {key[:16]}… (delta {_delta(delta)})")
+        if _delta(delta) == "none":
+            click.echo(f"{key[:16]}… can already write: nothing to grant (no delta)")
+        else:
+            click.echo(f"granted {key[:16]}… (delta {_delta(delta)})")
 
     @writers.command("revoke")
     @click.argument("key_or_peer")
@@ -56,7 +59,10 @@ def register(cli: click.Group) -> None:
         key = _key(state, key_or_peer)
         with target(state) as t:
             delta = guard(lambda: t.revoke(key))
-        click.echo(f"revoked {key[:16]}… (delta {_delta(delta)})")
+        if _delta(delta) == "none":
+            click.echo(f"{key[:16]}… cannot write: nothing to revoke (no delta)")
+        else:
+            click.echo(f"revoked {key[:16]}… (delta {_delta(delta)})")
 
 
 def _delta(result: object) -> str:

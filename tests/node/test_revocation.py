@@ -60,3 +60,33 @@ def test_the_owner_cannot_revoke_itself(tmp_path: Path, node_factory) -> None:
         node.stop()
     assert json.loads(owner("status", "--json").output)["heads"] == heads
     owner("put", "v(1).")
+
+
+def test_grants_and_revokes_that_change_nothing_write_no_delta(
+    tmp_path: Path, node_factory
+) -> None:
+    """Granting the owner or a key granted before, and revoking a key that was never
+    granted or was revoked already, each wrote a new signed delta that every peer then
+    synced. They change nothing, and now say so, from the CLI and over HTTP."""
+    owner = Cli(tmp_path / "owner")
+    owner("init")
+    me = json.loads(owner("status", "--json").output)["key"]
+    other = "ab" * 32
+    heads = json.loads(owner("status", "--json").output)["heads"]
+    assert "nothing to grant" in owner("writers", "grant", me).output
+    assert "nothing to revoke" in owner("writers", "revoke", other).output
+    assert json.loads(owner("status", "--json").output)["heads"] == heads
+    assert "granted" in owner("writers", "grant", other).output  # a real change
+    heads = json.loads(owner("status", "--json").output)["heads"]
+    node = node_factory(owner.home).start()
+    try:
+        status, body = node.request("POST", "/v1/writers", {"key": other.upper()})
+        assert status == 200 and body["delta"] is None, body
+        status, body = node.request("DELETE", f"/v1/writers/{other}")
+        assert status == 200 and body["delta"], body
+        status, again = node.request("DELETE", f"/v1/writers/{other}")
+        assert status == 200 and again["delta"] is None, again
+        heads = [body["delta"]]
+    finally:
+        node.stop()
+    assert json.loads(owner("status", "--json").output)["heads"] == heads
