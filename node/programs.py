@@ -207,7 +207,24 @@ class ProgramRunner:
             )
             self.mode = "batch"
             self._impl = _BatchFallback(checked)
+        #: Whether the per-epoch engine has been fed an epoch: its state is then no longer
+        #: that of a fresh engine, and a reload (:meth:`evaluate_all`) replaces it.
+        self._fed = False
         self._snapshot: _Snapshot | None = None
+
+    def _fresh_impl(self) -> None:
+        """A per-epoch engine with no state, of the same mode, for the next :meth:`step`
+        to feed the whole base. The engine of a failed epoch (a recursion without fixpoint)
+        is half updated: it still held the retracted seed and ran away again on the next
+        write, and one the node put back after a failed program load had missed the
+        changes that load's epoch took."""
+        if self._fed:
+            self._impl = (
+                _Incremental(self.checked)
+                if self.mode == "incremental"
+                else _BatchFallback(self.checked)
+            )
+            self._fed = False
 
     def check_fact(self, fact: Fact) -> None:
         """Refuse (NodeInputError) a fact that does not fit the program's ``.decl``
@@ -224,6 +241,7 @@ class ProgramRunner:
         answer from until :meth:`step` hands the base to the per-epoch engine."""
         from merklog.engine.batch import BatchEvaluator, as_rel
 
+        self._fresh_impl()  # the next step feeds the whole base: to an engine that has none
         checked = self.checked
         strata = [list(s.rules) for s in checked.strata if not s.temporal]
         evaluator = BatchEvaluator(checked.program.rules, strata=strata, int_bits=checked.int_bits)
@@ -267,6 +285,7 @@ class ProgramRunner:
         else empty)."""
         snap = self._snapshot
         if snap is None:
+            self._fed = True  # also when the step fails: its state may be half updated
             return self._impl.step(inserts, deletes, events)
         carried = {rel: rows for rel, rows in snap.next.items() if rows}
         if keep_snapshot and not (inserts or deletes or events or snap.had_events or carried):
@@ -278,6 +297,7 @@ class ProgramRunner:
         now = {rel: engine_rows(rows) for rel, rows in events.items()}
         for rel, rows in carried.items():
             now[rel] = now[rel] | rows.engine if rel in now else set(rows.engine)
+        self._fed = True
         fresh, outbox = self._impl.step(base(), {}, now)
         self._snapshot = None
         if not want_deltas:

@@ -462,6 +462,64 @@ def test_a_write_whose_epoch_fails_says_it_is_stored(low_limit) -> None:
     asyncio.run(in_a_loop())
 
 
+@pytest.mark.parametrize("where", ["memory", "home", "async with"])
+def test_retracting_the_seed_of_a_runaway_recursion_lets_writes_settle_again(
+    tmp_path: Path, low_limit, where: str
+) -> None:
+    """After an epoch failed, the engine kept its half-updated state: the reload that
+    followed the seed's retraction answered from a snapshot, but the next write fed the
+    stored facts to that engine, which still held the seed and ran away again. The write
+    after the retraction raised NotSettled (a plain ``with``; ``settled()`` in ``async
+    with``) and its fact stayed invisible to queries."""
+    import asyncio
+
+    from merklog.node.errors import NotSettled
+
+    program = "n(X + 1) :- n(X).\n"
+    if where != "async with":
+        with merklog.open(memory=True) if where == "memory" else merklog.open(tmp_path) as node:
+            node.load_program(program)
+            with pytest.raises(NotSettled):
+                node.assert_("n", 0)
+            node.retract("n", 0)
+            node.assert_("m", 1)  # raised NotSettled
+            assert node.query("m(X)").rows == [(1,)]
+            node.run_epoch()
+            node.assert_("m", 2)
+            assert node.query("m(X)").rows == [(1,), (2,)]
+            assert node.query("n(X)").rows == []
+        return
+
+    async def in_a_loop() -> None:
+        async with merklog.open(memory=True) as node:
+            node.load_program(program)
+            node.assert_("n", 0)
+            with pytest.raises(NotSettled):
+                await node.settled()
+            node.retract("n", 0)
+            await node.settled()
+            node.assert_("m", 1)
+            await node.settled()  # raised NotSettled
+            assert node.query("m(X)").rows == [(1,)]
+
+    asyncio.run(in_a_loop())
+
+
+def test_a_failed_program_load_leaves_the_running_program_correct(low_limit) -> None:
+    """A program load whose first epoch fails puts the running program back; that epoch
+    had taken a retraction the running program's engine never saw, and the write after
+    the next one brought the retracted fact back into what it derives."""
+    with merklog.open(memory=True) as node:
+        node.load_program("q(X) :- p(X).")
+        node.write(asserts=[("p", (1,)), ("p", (2,)), ("seed", (0,))])
+        node.write(retracts=[("p", (1,))], evaluate=False)
+        with pytest.raises(merklog.Error, match="did not reach a fixpoint"):
+            node.load_program("q(X) :- p(X).\nn(X) :- seed(X).\nn(X + 1) :- n(X).\n")
+        node.assert_("p", 3)
+        node.assert_("p", 4)
+        assert node.query("q(X)").rows == [(2,), (3,), (4,)]
+
+
 def test_a_relation_written_but_not_yet_evaluated_is_known(tmp_path: Path) -> None:
     """In ``async with``, a query of a relation whose first fact was just written raised
     UnknownRelation ("no visible fact has it") until the epoch came; live queries took
