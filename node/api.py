@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .config import default_home
+from .config import Config, ConfigError, default_home
+from .errors import NodeInputError
 from .node import Node
 
 __all__ = ["open"]
@@ -21,17 +22,45 @@ def open(  # noqa: A001 - the public name is merklog.open
     """Open a node: its home directory (created with keys, config and dataset on first use)
     or, with ``memory=True``, a throwaway in-memory node that touches no file.
 
-    ``home=None`` means ``$MERKLOG_HOME``, else ``~/.merklog`` (ignored for memory nodes);
-    an empty ``home`` raises ``merklog.Error`` (it would make the current directory a home).
-    ``settings`` overrides config options by dotted name, e.g. ``{"sync.interval": 5.0}``
-    (the same keys as ``merklog --set``); a bad one raises ``merklog.Error``.
+    ``home=None`` means ``$MERKLOG_HOME``, else ``~/.merklog``; a memory node has no home
+    (a ``home`` with ``memory=True`` raises ``merklog.Error``), and an empty ``home``
+    raises it too (it would make the current directory a home). ``settings`` is a mapping
+    that overrides config options by dotted name, e.g. ``{"sync.interval": 5.0}`` (the
+    same keys as ``merklog --set``); a bad one raises ``merklog.Error`` (``ConfigError``).
 
     Use it as ``with merklog.open(...) as node:`` (synchronous: writes, queries, one
     epoch per write) or ``async with merklog.open(...) as node:``, which also runs the
     epoch loop, ``@async`` delivery and automatic sync until the block ends.
     """
-    overrides = dict(settings or {})
+    overrides = _settings(settings)
     if memory:
+        if home is not None:
+            raise NodeInputError(
+                "a memory node has no home: pass a home or memory=True, not both"
+                f" (home={str(home)!r})"
+            )
         return Node.memory(overrides)
     where = home if home is not None else default_home()  # Node.open refuses "" (not cwd)
     return Node.open(where, **{k.replace(".", "__"): v for k, v in overrides.items()})
+
+
+def _settings(settings: Any) -> dict[str, Any]:
+    """``settings`` as a dict of checked options (``ConfigError`` naming "settings" for a
+    bad one, before anything is created): a mapping of dotted option names to values. A
+    non-string key raised a raw AttributeError, and a list of pairs was taken as no
+    settings at all."""
+    if settings is None:
+        return {}
+    if not isinstance(settings, Mapping):
+        raise ConfigError(
+            "settings: expected a mapping of option names to values, such as"
+            f' {{"sync.interval": 5.0}}, got {type(settings).__name__}'
+        )
+    for key in settings:
+        if not isinstance(key, str):
+            raise ConfigError(
+                f"settings: an option name is a dotted string such as 'sync.interval', got {key!r}"
+            )
+    overrides = dict(settings)
+    Config.load(None, overrides, overrides_from="settings")
+    return overrides

@@ -190,10 +190,13 @@ class Config:
         home: Path | None,
         overrides: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
+        overrides_from: str = "command line",
     ) -> Config:
         """Defaults < config.toml < env ``MERKLOG_SECTION_KEY`` < ``overrides`` ("section.key").
 
-        ``home=None`` (a memory node) reads no file. Reading a home's file first makes
+        ``home=None`` (a memory node) reads no file. ``overrides_from`` names where the
+        overrides came from in errors ("command line": ``--set``; "settings": the Python
+        API's ``merklog.open(settings=...)``). Reading a home's file first makes
         its secrets owner-only (:func:`~.files.tighten_secrets`): ``merklog token`` or
         ``peers list`` open nothing else of the home."""
         cfg = copy.deepcopy(DEFAULTS)
@@ -218,7 +221,7 @@ class Config:
                     _set(cfg, f"{section}.{name}", _parse_literal(env[var]), var)
         for key, value in (overrides or {}).items():
             if value is not None:
-                _set(cfg, key, value, "command line")
+                _set(cfg, key, value, overrides_from)
         return cls(home, cfg)
 
     def get(self, key: str) -> Any:

@@ -687,6 +687,37 @@ def test_open_refuses_bad_settings_before_making_a_home(tmp_path: Path) -> None:
         node.assert_("p", 1)  # the memory store stays the Python API's
 
 
+def test_open_refuses_settings_that_are_no_mapping_of_option_names(tmp_path: Path) -> None:
+    """A non-string key raised a raw AttributeError, a list of pairs was taken as no
+    settings at all, and every settings error said "command line:" though none was used."""
+    home = tmp_path / "new"
+    for settings, says in (
+        ({1: 2}, "settings: an option name is a dotted string such as 'sync.interval', got 1"),
+        ([("sync.interval", 1.0)], "settings: expected a mapping of option names to values"),
+        ({"nope.key": 1}, "settings: unknown option 'nope.key'"),
+        ({"sync.interval": "x"}, "settings: sync.interval must be a number"),
+    ):
+        for open_ in (
+            lambda s=settings: merklog.open(home, settings=s),
+            lambda s=settings: merklog.open(memory=True, settings=s),
+        ):
+            with pytest.raises(merklog.Error, match=re.escape(says)) as info:
+                open_()
+            assert type(info.value).__name__ == "ConfigError"
+            assert "command line" not in str(info.value)
+        assert not home.exists()
+    with merklog.open(memory=True, settings={"sync.interval": 2}) as node:
+        assert node.config.get("sync.interval") == 2.0
+
+
+def test_open_refuses_a_home_with_memory_true(tmp_path: Path) -> None:
+    """``merklog.open(home, memory=True)`` ignored the home: the app believed it kept its
+    data there, and nothing was ever written to it."""
+    with pytest.raises(merklog.Error, match="a memory node has no home"):
+        merklog.open(tmp_path / "h", memory=True)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_open_refuses_an_empty_home_path(tmp_path: Path, monkeypatch) -> None:
     """``merklog.open("")`` made the current directory a home: keys and store written
     there and the directory chmod 0700."""
