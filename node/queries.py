@@ -5,6 +5,8 @@ the batch evaluator)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 from merklog.engine import ast
@@ -25,7 +27,24 @@ def parse_facts(text: str) -> list[Fact]:
         parsed = _parse(text)
     except Exception as exc:  # parser errors carry line:column
         raise NodeInputError(str(exc)) from exc
-    return [f if isinstance(f, Fact) else make_fact(f[0], f[1]) for f in parsed]
+    facts = [f if isinstance(f, Fact) else make_fact(f[0], f[1]) for f in parsed]
+    return _zeros_as_stored(facts) if "-" in text else facts
+
+
+def _zeros_as_stored(facts: list[Fact]) -> list[Fact]:
+    """``facts`` with ``-0.0`` as the ``0.0`` the store keeps (the parser leaves it to
+    ``make_fact``, which its facts skip): a write of ``p(-0.0).`` answered a Fact holding
+    ``-0.0`` under the CID of ``0.0``. One pass over the floats; facts are rebuilt only
+    when one of them is a zero."""
+    floats = [v for v in chain.from_iterable(map(itemgetter(1), facts)) if type(v) is float]
+    if 0.0 not in floats:
+        return facts
+    return [
+        Fact(f.rel, tuple(v + 0.0 if type(v) is float else v for v in f.args))  # -0.0 + 0.0 is 0.0
+        if any(type(v) is float and v == 0.0 for v in f.args)
+        else f
+        for f in facts
+    ]
 
 
 def parse_query(text: str) -> tuple[ast.BodyLiteral, ...]:

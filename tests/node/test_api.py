@@ -520,6 +520,18 @@ def test_a_failed_program_load_leaves_the_running_program_correct(low_limit) -> 
         assert node.query("q(X)").rows == [(2,), (3,), (4,)]
 
 
+def test_a_datalog_text_write_answers_the_stored_zero_not_minus_zero() -> None:
+    """``write(asserts=["p(-0.0)."])`` answered a Fact holding ``-0.0`` under the CID of
+    ``0.0``, the value the store keeps (and ``assert_("p", -0.0)`` answers)."""
+    with merklog.open(memory=True) as node:
+        typed = node.assert_("p", -0.0).asserted
+        text = node.write(asserts=["p(-0.0). q(-1, -0.0, -1e-400, 0.0, -2.5)."]).asserted
+        assert text[0] == typed[0] and repr(text[0][1].args) == "(0.0,)"
+        assert repr(text[1][1].args) == "(-1, 0.0, 0.0, 0.0, -2.5)"
+        retracted = node.write(retracts=["p(-0.0)."]).retracted
+        assert repr(retracted[0][1].args) == "(0.0,)"
+
+
 def test_a_relation_written_but_not_yet_evaluated_is_known(tmp_path: Path) -> None:
     """In ``async with``, a query of a relation whose first fact was just written raised
     UnknownRelation ("no visible fact has it") until the epoch came; live queries took
