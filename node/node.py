@@ -213,6 +213,7 @@ class Node:
             self._lock = None
 
     def __enter__(self) -> Node:
+        self._require_open()  # `with node:` on a closed node said nothing
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -341,12 +342,12 @@ class Node:
         Fact objects, ``(rel, args)`` pairs or Datalog text such as ``"edge(1, 2)."`` —
         are still accepted; for many facts in one delta use :meth:`write`.
         """
-        return self.write(asserts=_typed_or_many(fact))
+        return self.write(asserts=_typed_or_many(fact, "assert_"))
 
     def retract(self, *fact: Any) -> WriteResult:
         """Retract one typed fact (``node.retract("edge", 1, 2)``): every visible
         assertion of it (observed-remove). Older forms as in :meth:`assert_`."""
-        return self.write(retracts=_typed_or_many(fact))
+        return self.write(retracts=_typed_or_many(fact, "retract"))
 
     def _settle_sync(self, result: WriteResult) -> WriteResult:
         """Without a running epoch loop (plain ``with``), evaluate the write at once so the
@@ -619,12 +620,30 @@ class Node:
         return peersync.peer_status(self)
 
 
-def _typed_or_many(items: tuple[Any, ...]) -> list[FactLike]:
-    """``("edge", 1, 2)`` (a relation name then values) → one fact; anything else is the
-    older list form (Fact objects, ``(rel, args)`` pairs, Datalog text)."""
-    if items and isinstance(items[0], str) and items[0].isidentifier():
-        return [(items[0], items[1:])]
+def _typed_or_many(items: tuple[Any, ...], call: str) -> list[FactLike]:
+    """``("edge", 1, 2)`` (a relation name then values) → one fact; the older list form
+    (Fact objects, ``(rel, args)`` pairs, Datalog texts such as ``"edge(1, 2)."``) as it
+    is. A first argument that is a string is a relation name unless every argument is
+    of that older form: ``("a b", 1)`` or ``("", 1)`` name a bad relation (they were
+    parsed as Datalog text, or said ``1 is not a fact``), and ``()`` or ``("")`` are
+    refused (they wrote nothing without a word)."""
+    if not items:
+        raise NodeInputError(f'{call}: give a relation name, then its values: {call}("edge", 1, 2)')
+    first = items[0]
+    if isinstance(first, str) and (first.isidentifier() or not all(map(_older_form, items))):
+        return [(first, items[1:])]
+    if not isinstance(first, str | Fact | tuple | list):  # make_fact names the bad name
+        return [(first, items[1:])]
     return list(items)
+
+
+def _older_form(item: Any) -> bool:
+    """Whether ``item`` is a fact of the older forms: Fact, ``(rel, args)``, Datalog text."""
+    if isinstance(item, str):
+        return "(" in item or "." in item  # `edge(1, 2).`, `ok.`
+    if isinstance(item, tuple | list):
+        return len(item) == 2
+    return isinstance(item, Fact)
 
 
 def _fact_list(facts: Any, name: str) -> Any:

@@ -405,6 +405,42 @@ def test_every_call_on_a_closed_node_says_so(tmp_path: Path) -> None:
         assert not (tmp_path / "x.car").exists()
 
 
+def test_with_on_a_closed_node_says_so(tmp_path: Path) -> None:
+    """``with node:`` on a closed node raised nothing (the doc: every call raises)."""
+    for node in (merklog.open(memory=True), merklog.open(tmp_path / "h")):
+        node.close()
+        with pytest.raises(merklog.Error, match="this node is closed"), node:
+            pytest.fail("entered a closed node")
+
+
+def test_assert_takes_its_first_argument_as_a_relation_name() -> None:
+    """``assert_()`` and ``assert_("")`` wrote nothing without a word, ``assert_("", 1)``
+    said "1 is not a fact", and ``assert_("a b", 1)`` was parsed as Datalog text (an error
+    at 1:3). The older forms (Datalog text, Fact, pairs) still work."""
+    with merklog.open(memory=True) as node:
+        for args, says in (
+            ((), 'assert_: give a relation name, then its values: assert_("edge", 1, 2)'),
+            (("",), "relation name must be a non-empty string, got ''"),
+            (("", 1), "relation name must be a non-empty string, got ''"),
+            (("a b", 1), "relation name 'a b' must start with a letter"),
+            (("v(80)", 1), "relation name 'v(80)' must start with a letter"),
+            (("v(80)", "x"), "relation name 'v(80)' must start with a letter"),
+            ((1, 2), "relation name must be a non-empty string, got 1"),
+        ):
+            for call in (node.assert_, node.retract):
+                with pytest.raises(
+                    merklog.Error, match=re.escape(says.replace("assert_", call.__name__))
+                ):
+                    call(*args)
+        assert node.list_facts() == []
+        node.assert_("p(1). p(2).")
+        node.assert_("p(3).", ("p", (4,)), make_fact("p", (5,)))
+        node.assert_("ok.")
+        node.assert_("q", "s")
+        assert node.query("p(X)").rows == [(1,), (2,), (3,), (4,), (5,)]
+        assert node.query("ok").rows == [()] and node.query("q(X)").rows == [("s",)]
+
+
 def test_write_in_a_plain_with_is_evaluated_like_assert(tmp_path: Path) -> None:
     """``write`` ran no epoch without an epoch loop: the next query answered the state
     before it (or UnknownRelation for a new relation) and live queries missed it."""
