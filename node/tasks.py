@@ -148,6 +148,10 @@ class BackgroundTasks:
                 return
             self.epoch_wake.clear()
             self._epoch_future = loop.run_in_executor(None, self.node.run_epoch)
+            # Stopping cancels this loop while the epoch runs; the shield then drops the
+            # epoch's outcome, and a failed epoch's error went to stderr as "Future
+            # exception was never retrieved" (its settled() waiters have it already).
+            self._epoch_future.add_done_callback(_outcome_taken)
             try:
                 await asyncio.shield(self._epoch_future)
                 failed = None
@@ -255,3 +259,9 @@ def round_urls(peers: dict[str, str], own_url: str | None) -> list[str]:
     ``[peers]`` names may point at one node), never this node's own URL."""
     own = (own_url or "").rstrip("/")
     return sorted({url.rstrip("/") for url in peers.values()} - {own})
+
+
+def _outcome_taken(future: asyncio.Future) -> None:
+    """Mark a finished epoch's error as retrieved (see :meth:`BackgroundTasks._epoch_loop`)."""
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("an epoch failed while the node stopped: %s", future.exception())

@@ -14,13 +14,22 @@ The API for apps (see docs/python-api.md)::
 root of every error merklog raises on purpose.
 
 This module is the package root (installed from ``node/public/``). It imports
-nothing eagerly, so ``import merklog.store`` or ``import merklog.engine`` never
-loads the node: the names below resolve on first use (PEP 562).
+nothing of merklog eagerly, so ``import merklog.store`` or ``import merklog.engine``
+never loads the node: the names below resolve on first use (PEP 562).
+
+As a library, merklog prints nothing on its own: the ``merklog`` logger has a
+``NullHandler``, so an app that configured no logging does not get merklog's warnings
+and tracebacks on stderr through Python's last-resort handler (an app that wants them
+configures logging, e.g. ``logging.basicConfig()``). The ``merklog`` CLI and
+``merklog node run`` configure their own handler (:mod:`merklog.node.logs`).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["Error", "Fact", "Link", "Node", "open"]
 

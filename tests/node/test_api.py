@@ -111,6 +111,88 @@ def test_async_with_exits_after_sync(tmp_path: Path, node_factory) -> None:
     assert q["rows"] == [[1]]
 
 
+QUIET_APP = """
+import asyncio, logging, socket, sys
+import merklog
+from merklog.engine import batch, columnar, errors, incremental
+
+for module in (batch, columnar, errors, incremental):  # a runaway recursion fails fast
+    module.MAX_FIXPOINT_ITERATIONS = 1_000
+if sys.argv[1] == "configured":
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+with socket.socket() as s:  # a port nothing listens on
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+
+def boom(event, added, removed):
+    if event == "delta":
+        raise RuntimeError("callback failed")
+
+async def main():
+    async with merklog.open(memory=True) as node:
+        node.load_program("n(X + 1) :- n(X).")
+        sub = node.subscribe("p(X)", boom)
+        node.assert_("p", 1)
+        await node.settled()
+        print("subscriber closed:", sub.closed, flush=True)
+        try:
+            await node.sync(f"http://127.0.0.1:{port}")
+        except merklog.Error as exc:
+            print("sync:", type(exc).__name__, flush=True)
+        for rel in ("n", "m"):  # the loop logs the first failure before it runs the next
+            node.assert_(rel, 0)
+            try:
+                await node.settled()
+            except merklog.Error as exc:
+                print("settled:", type(exc).__name__, flush=True)
+
+async def leave_during_a_failing_epoch():
+    for module in (batch, columnar, errors, incremental):  # an epoch that lasts a while
+        module.MAX_FIXPOINT_ITERATIONS = 20_000
+    async with merklog.open(memory=True) as node:
+        node.load_program("n(X + 1) :- n(X).")
+        node.assert_("n", 0)
+        await asyncio.sleep(0.05)  # the epoch has started: leaving the block stops it
+
+asyncio.run(main())
+asyncio.run(leave_during_a_failing_epoch())
+"""
+
+
+def test_the_library_prints_nothing_unless_the_app_configures_logging(tmp_path: Path) -> None:
+    """An app that configured no logging got merklog's warnings on stderr through Python's
+    last-resort handler: ``sync with URL failed`` (the call raises anyway), ``epoch
+    failed`` and, for a live-query callback that raised, a whole traceback. The records
+    still reach an app that configures logging. Leaving ``async with`` while an epoch
+    failed printed asyncio's "Future exception was never retrieved" and a traceback."""
+    (tmp_path / "app.py").write_text(QUIET_APP)
+    said = {}
+    for mode in ("quiet", "configured"):
+        out = subprocess.run(
+            [sys.executable, str(tmp_path / "app.py"), mode],
+            capture_output=True,
+            text=True,
+            timeout=120,  # a hang guard, not a timing assertion
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [
+            "subscriber closed: True",
+            "sync: PeerUnreachable",
+            "settled: NotSettled",
+            "settled: NotSettled",
+        ]
+        said[mode] = out.stderr
+    assert said["quiet"] == ""
+    assert "never retrieved" not in said["configured"]
+    for line in (
+        "live-query subscriber",
+        "RuntimeError: callback failed",
+        "sync with",
+        "epoch failed",
+    ):
+        assert line in said["configured"], said["configured"]
+
+
 def test_json_fact_form_over_http_keeps_types(home: Path, node_factory) -> None:
     Cli(home)("init")
     node = node_factory(home).start()
