@@ -249,6 +249,29 @@ class Config:
         write_private(self.home / CONFIG_FILE, render(self.data).encode())
 
 
+def static_dir(config: Config) -> Path | None:
+    """``node.static_dir`` as an absolute path (None if unset or not a folder), refused
+    (ConfigError) if serving it would publish the home: it is the home, lies inside it,
+    or holds the home or its store. Everything in the folder is served without a token
+    (``/`` and ``/static/``), and the home holds both API tokens and the node key."""
+    path = config.path("node.static_dir")
+    if path is None or not path.is_dir():
+        return None
+    root = path.resolve()
+    secrets_at = [("the home", config.home)] if config.home is not None else []
+    store = config.path("store.path") if config.get("store.backend") == "sqlite" else None
+    if store is not None and config.home is not None:
+        secrets_at.append(("the store", store))
+    for what, where in secrets_at:
+        where = where.resolve()
+        if root == where or root in where.parents or where in root.parents:
+            raise ConfigError(
+                f"node.static_dir {path} would publish {what} ({where}): everything in it is"
+                " served without a token; give a folder that holds only the app's files"
+            )
+    return root
+
+
 def render(data: dict[str, dict[str, Any]]) -> str:
     """The TOML text of a config, with a comment per section."""
     head = (

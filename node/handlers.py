@@ -22,6 +22,7 @@ from merklog.store.gcpause import gc_paused
 
 from . import helperproc, queries, writeaccess
 from .bulkput import ReadyChunk
+from .config import static_dir
 from .errors import NodeInputError, NotSettled
 from .factpages import FACTS_PAGE_MAX, fact_refs
 from .failures import PEER_FAILED_STATUS, UnknownRelation, peer_failure
@@ -82,12 +83,30 @@ def _without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 async def index(request: web.Request) -> web.StreamResponse:
-    static = request.app[NODE_KEY].config.path("node.static_dir")
-    if static is None or not (static / "index.html").exists():
+    static = static_dir(request.app[NODE_KEY].config)
+    if static is None or not (static / "index.html").is_file():
         return web.json_response(
             {"service": "merklog", "docs": "/openapi.json", "health": "/healthz"}
         )
     return web.FileResponse(static / "index.html")
+
+
+async def static_file(request: web.Request) -> web.StreamResponse:
+    """A file of ``node.static_dir`` (the app's scripts, styles, images), public like the
+    app page. Not served (404): a hidden name (a part starting with ``.``, which also
+    rules out ``..``), a folder, or a file a symbolic link puts outside the folder."""
+    static = static_dir(request.app[NODE_KEY].config)
+    name = request.match_info["path"]
+    if static is None:
+        raise ApiError(404, "not found", "no node.static_dir is set: there are no static files")
+    parts = name.split("/")
+    missing = ApiError(404, "not found", f"no file static/{name} in node.static_dir")
+    if any(not part or part.startswith(".") for part in parts):
+        raise missing
+    path = static.joinpath(*parts).resolve()
+    if static not in path.parents or not path.is_file():
+        raise missing
+    return web.FileResponse(path)
 
 
 async def healthz(request: web.Request) -> web.Response:

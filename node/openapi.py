@@ -99,6 +99,20 @@ def _paths() -> dict[str, Any]:
                 {"200": {"description": "HTML page or JSON"}},
             )
         },
+        "/static/{path}": {
+            "get": _op(
+                "A file of node.static_dir (the app's scripts, styles, images), public",
+                None,
+                {
+                    "200": {"description": "The file; its type from its name"},
+                    "404": _err(
+                        "No node.static_dir, no such file, a hidden name (a part starting"
+                        " with '.'), a folder, or a symbolic link leading out of the folder"
+                    ),
+                },
+                parameters=[_path("path", "Path of the file inside node.static_dir")],
+            )
+        },
         "/healthz": {
             "get": _op(
                 "Readiness: 200 once the store is open and the first epoch ran",

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from . import handlers as h
 from . import middleware
+from .config import static_dir
 from .helperproc import Worker
 from .node import Node
 from .peersync import config_allow_list
@@ -46,6 +47,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/", h.index, "public"),
     Route("GET", "/healthz", h.healthz, "public"),
     Route("GET", "/openapi.json", h.openapi, "public"),
+    Route("GET", "/static/{path:.+}", h.static_file, "public"),
     Route("GET", "/metrics", h.metrics, "read"),
     Route("GET", "/v1/status", h.status, "read"),
     Route("GET", "/v1/genesis", h.genesis, "read"),
@@ -107,9 +109,7 @@ def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
     for route in ROUTES:
         app.router.add_route(route.method, route.path, route.handler)
         access[(route.method, route.path)] = route.access
-    static = node.config.path("node.static_dir")
-    if static is not None and static.is_dir():
-        app.router.add_static("/static/", static)
+    static_dir(node.config)  # refuses a folder that would publish the home
     sync, others = peer_routes(node)
     for route in others:
         app.router.add_route(route.method, route.path, route.handler)
@@ -133,11 +133,9 @@ def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
 
 def router_routes(app: web.Application) -> set[tuple[str, str]]:
     """``(METHOD, path template)`` of every route ``app`` answers (sub-apps included,
-    HEAD and static files left out): what ``/openapi.json`` must list."""
+    HEAD left out): what ``/openapi.json`` must list."""
     out: set[tuple[str, str]] = set()
     for resource in app.router.resources():
-        if isinstance(resource, web.StaticResource):
-            continue
         if isinstance(resource, web.PrefixedSubAppResource):
             out |= router_routes(resource._app)  # its resources carry the prefix already
             continue

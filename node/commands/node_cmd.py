@@ -49,6 +49,7 @@ def register(cli: click.Group) -> None:
         from contextlib import nullcontext
 
         from merklog.node.config import Config
+        from merklog.node.config import static_dir as checked_static_dir
         from merklog.node.files import read_text_file
         from merklog.node.handlers import body_worker
         from merklog.node.node import Node, init_home
@@ -83,6 +84,7 @@ def register(cli: click.Group) -> None:
                     init_home(state.home)
                 cfg = load_config(state.home, overrides)
                 precheck(cfg)
+                checked_static_dir(cfg)  # one that would publish the home: exit 2
                 node = Node(cfg, lock)
                 if program is not None:  # checked, stored in the home, then swapped in
                     try:

@@ -103,12 +103,18 @@ def _concrete(path: str) -> str:
         path.replace("{cid}", "bafyreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku")
         .replace("{key}", "00" * 32)
         .replace("/v1/subscribe", "/v1/subscribe?q=nothing(X)")
+        .replace("{path:.+}", "app.js")
     )
 
 
-def test_every_route_needs_the_token_its_table_entry_names(home: Path, node_factory) -> None:
+def test_every_route_needs_the_token_its_table_entry_names(
+    home: Path, tmp_path: Path, node_factory
+) -> None:
     Cli(home)("init")
-    node = node_factory(home).start()
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "app.js").write_text("// the app")
+    node = node_factory(home, "--static-dir", str(app)).start()
     assert {r.access for r in ROUTES} == {"public", "read", "write"}
     for route in ROUTES:
         if route.path == "/v1/subscribe":
@@ -191,6 +197,51 @@ def test_openapi_lists_every_route_of_the_router(tmp_path: Path) -> None:
     for path in ("/v1/writers", "/v1/export", "/v1/import", "/v1/genesis", "/v1/inbox"):
         assert path in doc["paths"]
     assert any(p.startswith("/v1/datasets/") for p in doc["paths"])
+
+
+def test_static_files_are_the_app_folders_and_never_the_homes(tmp_path: Path, node_factory) -> None:
+    """``node.static_dir`` was served whole at an undocumented public ``/static/``; set
+    to the home, anyone read config.toml (both tokens) and identity.pem. Now the route is
+    documented and listed, serves the folder's plain files only, and a folder that would
+    publish the home is refused before the node starts."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    app = tmp_path / "app"
+    (app / "js").mkdir(parents=True)
+    (app / "index.html").write_text("<p>app</p>")
+    (app / "js" / "app.js").write_text("// the app")
+    (app / ".env").write_text("SECRET=1")
+    (app / "key.pem").symlink_to(home / "identity.pem")
+    (app / "home").symlink_to(home)
+    node = node_factory(home, "--static-dir", str(app)).start()
+    with urllib.request.urlopen(node.url + "/static/js/app.js", timeout=30) as resp:
+        assert resp.status == 200 and resp.read() == b"// the app"
+    for path in ("/static/.env", "/static/key.pem", "/static/home/config.toml", "/static/js"):
+        status, ctype, err = _call(node.url + path, "GET", None)
+        assert status == 404 and ctype.startswith("application/json"), path
+        assert err["error"] == "not found", path
+    with socket.create_connection(node.url.removeprefix("http://").split(":"), timeout=10) as c:
+        c.sendall(b"GET /static/%2e%2e/home/config.toml HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert b" 404 " in c.recv(4096).split(b"\r\n")[0]
+    status, doc = node.request("GET", "/openapi.json")
+    assert doc["paths"]["/static/{path}"]["get"]["security"] == []
+    node.stop()
+
+    for folder in (home, tmp_path, home / "www"):
+        folder.mkdir(exist_ok=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "node", "run"]
+            + ["--port", "0", "--static-dir", str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, (folder, done.stderr)
+        assert done.stderr.startswith("Error: node.static_dir ") and "would publish" in done.stderr
+        assert "Traceback" not in done.stderr and not (home / "node.json").exists()
 
 
 def test_writer_revocation_from_cli_and_http(tmp_path: Path, node_factory) -> None:
