@@ -29,6 +29,8 @@ from .node import Node
 from .peersync import config_allow_list
 from .runtime import remove_runfile, write_runfile
 
+log = logging.getLogger(__name__)
+
 NODE_KEY = h.NODE_KEY
 READY_KEY = h.READY_KEY
 
@@ -145,17 +147,80 @@ def router_routes(app: web.Application) -> set[tuple[str, str]]:
     return out
 
 
+#: Longest request line (method, URL, version) the node reads: longer answers 414.
+MAX_REQUEST_LINE = 8190
+#: Longest header (name and value) the node reads: longer, or more than aiohttp's 128
+#: headers, answers 431. Unlike the request line's, so the two can be told apart.
+MAX_HEADER = 16384
+
+
+def unparsed_answer(exc: Exception, max_line: int = MAX_REQUEST_LINE) -> tuple[int, str, str]:
+    """``(status, error, detail)`` for a request aiohttp could not parse. The detail
+    never quotes the request: aiohttp's own message holds the Python repr of the request
+    line, ``?access_token=`` and all."""
+    from aiohttp.http_exceptions import LineTooLong
+
+    if isinstance(exc, LineTooLong):
+        if exc.args[1:2] == (max_line,):
+            return 414, "uri too long", f"the request line is over {max_line} bytes"
+        return 431, "request header fields too large", f"a header is over {MAX_HEADER} bytes"
+    if "Too many headers" in str(exc):
+        return 431, "request header fields too large", "the request has too many headers"
+    return 400, "bad request", "the request is not valid HTTP/1.1"
+
+
+def _node_server(metrics: Any) -> type[web.Server]:
+    """aiohttp's low-level server, but a request it cannot parse is answered as every
+    other error (a JSON ``{"error", "detail"}``, counted in
+    ``merklog_http_requests_total`` under ``route="unmatched"``) and logged without its
+    text. aiohttp answered plain text echoing the request line and logged that line."""
+
+    class Handler(web.RequestHandler):
+        def handle_error(
+            self,
+            request: Any,
+            status: int = 500,
+            exc: BaseException | None = None,
+            message: str | None = None,
+        ) -> web.StreamResponse:
+            from aiohttp.http_exceptions import HttpProcessingError
+
+            if not isinstance(exc, HttpProcessingError):
+                return super().handle_error(request, status, exc, message)
+            status, error, detail = unparsed_answer(exc, self.max_line_size)
+            log.info("bad HTTP request: %s %s (%s)", status, detail, type(exc).__name__)
+            metrics.http_requests.labels("unmatched", request.method, str(status)).inc()
+            response = middleware.json_error(status, error, detail)
+            response.force_close()
+            return response
+
+    class Server(web.Server):
+        def __call__(self) -> web.RequestHandler:
+            return Handler(self, loop=self._loop, **self._kwargs)
+
+    return Server
+
+
+class _Runner(web.AppRunner):
+    """``web.AppRunner`` whose server answers unparsable requests as JSON errors."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _node_server(self.app[middleware.METRICS_KEY])
+        return server
+
+
 def _bad_request_line(record: logging.LogRecord) -> bool:
-    """A request aiohttp could not parse (a raw non-ASCII character in its URL, say) is
-    the client's mistake, answered 400: logged as one INFO line, not an ERROR with a
-    traceback (aiohttp.server logs every one that way)."""
+    """A request aiohttp could not parse is the client's mistake, answered 4xx: should
+    aiohttp.server log one (the node's handler above logs them itself), one INFO line
+    without the request's text (aiohttp's message quotes the request line, tokens and
+    all), not an ERROR with a traceback."""
     from aiohttp.http_exceptions import HttpProcessingError
 
     exc = record.exc_info[1] if record.exc_info else None
     if isinstance(exc, HttpProcessingError):
         record.levelno, record.levelname = logging.INFO, "INFO"
-        said = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
-        record.msg, record.args = "bad HTTP request: %s", (said[:300],)
+        record.msg, record.args = "bad HTTP request: %s (%s)", (exc.code, type(exc).__name__)
         record.exc_info = record.exc_text = None
         return logging.getLogger("aiohttp.server").isEnabledFor(logging.INFO)
     return True
@@ -174,7 +239,14 @@ async def serve(
     if _bad_request_line not in server_log.filters:
         server_log.addFilter(_bad_request_line)
     # No aiohttp access log: it would print ?access_token= query strings.
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2, access_log=None)
+    runner = _Runner(
+        app,
+        handle_signals=False,
+        shutdown_timeout=2,
+        access_log=None,
+        max_line_size=MAX_REQUEST_LINE,
+        max_field_size=MAX_HEADER,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

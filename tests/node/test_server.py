@@ -380,3 +380,60 @@ def test_a_live_query_whose_client_went_away_ends_soon(home: Path, node_factory)
     while subscribers() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert subscribers() == 0
+
+
+def _raw_answer(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of one raw request (the node closes the connection)."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(request)
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, body
+
+
+def test_an_unparsable_request_answers_json_and_no_token_is_logged(
+    home: Path, node_factory
+) -> None:
+    """A request line over 8190 bytes answered a text/plain 400 echoing the Python repr
+    of the line, ``?access_token=`` included, and aiohttp logged that line at INFO with
+    the token; malformed requests answered in plain text too, and none was counted."""
+    Cli(home)("init")
+    node = node_factory(home, options=("-v",)).start()
+    token = node.read_token
+    query = "e(X)" + ",e(X)" * 2100
+    cases = [
+        (f"GET /v1/subscribe?access_token={token}&q={query} HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        (f"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Token: {token}{'a' * 17000}\r\n\r\n", 431),
+        ("GET /healthz HTTP/1.1\r\n" + "X-A: 1\r\n" * 130 + "\r\n", 431),
+        (f"GARBAGE{token}\r\n\r\n", 400),
+        ("POST /v1/facts HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400),
+        (
+            "POST /v1/facts HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+        ),
+    ]
+    for request, status in cases:
+        got, headers, body = _raw_answer(node.url, request.encode())
+        assert got == status, (request[:60], got, body[:200])
+        assert headers["content-type"].startswith("application/json"), request[:60]
+        answer = json.loads(body)
+        assert set(answer) == {"error", "detail"} and token not in body.decode(), answer
+    # A header of 9,000 bytes is no error.
+    big = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-A: " + b"a" * 9000
+    assert _raw_answer(node.url, big + b"\r\n\r\n")[0] == 200
+    _, metrics = node.request("GET", "/metrics")
+    text = metrics.decode()
+    for status, n in (("414", 1), ("431", 2), ("400", 3)):
+        assert f'route="unmatched",status="{status}"}} {n}.0' in text, text
+    node.stop()
+    log = node.stderr_text
+    assert "bad HTTP request: 414" in log
+    assert token not in log and "Traceback" not in log and "ERROR" not in log, log
