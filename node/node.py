@@ -529,13 +529,14 @@ class Node:
 
     def peer_url(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the http(s) URL itself (NodeInputError if
-        ``name_or_url`` is neither)."""
+        ``name_or_url`` is neither, or the URL is malformed or holds a password:
+        :func:`.peersync.check_peer_url`)."""
         if not isinstance(name_or_url, str):
             raise NodeInputError(f"a peer is a name or an URL, got {type(name_or_url).__name__}")
         url = peersync.resolve_peer(self.config, name_or_url.strip())
         if not url.startswith(("http://", "https://")):
             raise NodeInputError(f"{name_or_url!r} is neither a peer in [peers] nor an http(s) URL")
-        return url
+        return peersync.check_peer_url(url)
 
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:
         """Visible stored facts (optionally of one relation: read through its index) with

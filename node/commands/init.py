@@ -117,7 +117,9 @@ def register(cli: click.Group) -> None:
             dataset, genesis = genesis_from_ipfs(Config.load(state.home, overrides), join_url)
             join = Join("", dataset, genesis, None)
         elif join_url is not None:
-            join = fetch_join(join_url, token=token or "")
+            from merklog.node.peersync import check_peer_url
+
+            join = fetch_join(check_peer_url(join_url), token=token or "")
         existed = state.home.exists()
         # The home's lock first: a running node refuses the init before it is announced
         # as switching datasets (it said "switching …", then refused).

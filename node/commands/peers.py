@@ -48,8 +48,9 @@ def register(cli: click.Group) -> None:
 
         if not name.replace("-", "").replace("_", "").isalnum():
             fail(f"peer name {name!r} must be letters, digits, - or _", ExitCode.BAD_INPUT)
-        if not url.startswith(("http://", "https://")):
-            fail(f"peer URL must start with http:// or https://, got {url!r}", ExitCode.BAD_INPUT)
+        from merklog.node.peersync import check_peer_url
+
+        url = check_peer_url(url)  # malformed, or user:password@ (shown in status): exit 2
         cfg = _config(state)
         if key is None:
             try:

@@ -29,6 +29,9 @@ def register(cli: click.Group) -> None:
                     ExitCode.NOT_FOUND,
                 )
             peer = cfg.peers[peer]["url"]
+        from merklog.node.peersync import check_peer_url
+
+        peer = check_peer_url(peer)  # a malformed URL is bad input (exit 2), not "unreachable"
         console = Console(stderr=True)
         with (
             target(state) as t,

@@ -385,3 +385,42 @@ def test_every_command_tightens_the_homes_secrets(home: Path, args: tuple[str, .
         path.chmod(0o644)
     run(*args)
     assert [_mode(path) for path in secrets] == [0o600, 0o600]
+
+
+BAD_PEER_URLS = (
+    "http://127.0.0.1:99999",
+    "http://[::1",
+    "http://127.0.0.1:abc",
+    "http://user:s3cret@127.0.0.1:9",
+    "http:///v1",
+)
+
+
+def test_a_malformed_or_credentialed_peer_url_is_bad_input_and_not_recorded(
+    home: Path, node_factory
+) -> None:
+    """``POST /v1/sync`` of ``http://127.0.0.1:99999`` or ``http://[::1`` answered 502
+    ``peer unreachable`` (CLI exit 4: "worth retrying"), and each such URL became a
+    permanent peer row in ``/v1/status`` and ``peersync.json``; a URL with
+    ``user:password@`` synced and was shown to every read-token holder."""
+    run = Cli(home)
+    run("init")
+    node = node_factory(home).start()
+    for url in BAD_PEER_URLS:
+        status, body = node.request("POST", "/v1/sync", {"url": url})
+        assert status == 400 and body["error"] == "bad input", (url, body)
+        assert "s3cret" not in body["detail"]
+        result = run("sync", url, ok=False)
+        assert result.exit_code == 2 and "s3cret" not in result.output, (url, result.output)
+    assert node.request("GET", "/v1/status")[1]["peers"] == []
+    assert "merklog_sync_failures_total{" not in node.request("GET", "/metrics")[1].decode()
+    node.stop()
+    for url in BAD_PEER_URLS:
+        assert run("sync", url, ok=False).exit_code == 2, url
+    result = run(
+        "peers", "add", "p", "http://user:s3cret@127.0.0.1:9", "--key", "00" * 32, ok=False
+    )
+    assert result.exit_code == 2 and "s3cret" not in result.output
+    assert (
+        not (home / "peersync.json").exists() and "s3cret" not in (home / "config.toml").read_text()
+    )
