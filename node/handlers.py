@@ -228,6 +228,8 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     try:  # the first answer is a whole query (seconds over a large relation): off the loop,
         # which goes on serving, and stopping, meanwhile
         sub = await loop.run_in_executor(None, node.subscribe, text, callback)
+    except UnknownRelation as exc:  # as /v1/query answers it (and the CLI's exit 3)
+        raise ApiError(404, "unknown relation", str(exc)) from None
     except (NodeInputError, ValueError) as exc:
         raise ApiError(400, "bad query", str(exc)) from None
     try:

@@ -215,7 +215,11 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "Live query as Server-Sent Events",
                 READ,
-                {"200": _raw("text/event-stream", "Event stream"), "400": BAD_INPUT},
+                {
+                    "200": _raw("text/event-stream", "Event stream"),
+                    "400": BAD_INPUT,
+                    "404": UNKNOWN_RELATION,
+                },
                 description=(
                     "First event `result` holds the whole current answer; then one `delta` "
                     "event per epoch that changed it, with `added` and `removed` rows. The "

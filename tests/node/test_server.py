@@ -437,3 +437,17 @@ def test_an_unparsable_request_answers_json_and_no_token_is_logged(
     log = node.stderr_text
     assert "bad HTTP request: 414" in log
     assert token not in log and "Traceback" not in log and "ERROR" not in log, log
+
+
+def test_subscribe_refuses_an_unknown_arity_as_query_does(home: Path, node_factory) -> None:
+    """``/v1/query`` of a relation known at another arity answered 404 ``unknown
+    relation``; ``/v1/subscribe`` of the same query 400 ``bad query``."""
+    Cli(home)("init")
+    node = node_factory(home).start()
+    node.request("POST", "/v1/facts", {"assert": "e(1)."})
+    q_status, q_body = node.request("GET", "/v1/query?q=e(X,%20Y)")
+    s_status, s_body = node.request("GET", "/v1/subscribe?q=e(X,%20Y)")
+    assert q_status == s_status == 404 and q_body == s_body, (q_body, s_body)
+    assert s_body["error"] == "unknown relation" and "e/1" in s_body["detail"]
+    doc = node.request("GET", "/openapi.json")[1]
+    assert "404" in doc["paths"]["/v1/subscribe"]["get"]["responses"]
