@@ -468,8 +468,9 @@ async def _write(
         await writeaccess.sync_before_first_write_async(node)
     try:
         result = await node.write_async(add, rem, encoded)
-    except TooLarge as exc:  # a fact over the limit every peer takes: bad input, not refusal
-        raise ApiError(exc.status, exc.code, exc.detail) from None
+    except TooLarge as exc:  # a fact over the limit every peer takes: bad input (exit 2),
+        # not a refusal, nor a body over node.max_body (413)
+        raise ApiError(400, "bad input", exc.detail) from None
     except ReplicationError as exc:  # e.g. this key is not (yet) a writer
         raise ApiError(403, "refused", str(exc)) from None
     # read-your-writes: the answer comes after the epoch that saw it. The write is durable

@@ -119,7 +119,8 @@ def test_a_fact_over_the_limit_is_bad_input_through_a_running_node_too(
 ) -> None:
     """Through a running node a fact over the 1 MiB limit was answered 403 ``refused``
     and the CLI said exit 7, as if the key could not write. It is bad input, as on a
-    stopped home: 413 ``too_large`` naming the limit, exit 2, nothing written."""
+    stopped home: 400 ``bad input`` naming the limit (it answered 413 ``too_large``,
+    which the docs keep for a body over ``node.max_body``), exit 2, nothing written."""
     import json
     import tomllib
     import urllib.error
@@ -142,9 +143,9 @@ def test_a_fact_over_the_limit_is_bad_input_through_a_running_node_too(
         )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=60)
-        assert refused.value.code == 413
+        assert refused.value.code == 400
         answer = json.loads(refused.value.read())
-        assert answer["error"] == "too_large" and "1048576-byte limit" in answer["detail"]
+        assert answer["error"] == "bad input" and "1048576-byte limit" in answer["detail"]
         assert Cli(ready)("ls").output.count("\t") == 1  # nothing written
     finally:
         node.stop()
