@@ -241,6 +241,9 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
             }
         )
         await resp.prepare(request)
+        if request.method == "HEAD":  # GET's status and headers, no stream
+            await resp.write_eof()
+            return resp
         columns = queries.query_columns_of(sub.query)
         closed = asyncio.ensure_future(closing.wait())
         quiet_since = loop.time()
@@ -314,8 +317,12 @@ async def export_car(request: web.Request) -> web.StreamResponse:
     from merklog.store.car import car_header, car_section
 
     node = request.app[NODE_KEY]
-    roots, blocks = node.export_blocks()
     resp = web.StreamResponse(headers={"Content-Type": "application/vnd.ipld.car"})
+    if request.method == "HEAD":  # GET's status and headers, nothing read
+        await resp.prepare(request)
+        await resp.write_eof()
+        return resp
+    roots, blocks = node.export_blocks()
     await resp.prepare(request)
     await resp.write(car_header(roots))
     for cid, data in blocks:

@@ -214,9 +214,25 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 # ------------------------------------------------------------------------- metrics
 
 
+async def _template_of_path(app: web.Application, request: web.Request) -> str:
+    """The template of the route whose path ``request`` matches, whatever its method
+    (a 405 resolves to no route), or ``unmatched``."""
+    for resource in app.router.resources():
+        if isinstance(resource, web.PrefixedSubAppResource):
+            found = await _template_of_path(resource._app, request)  # prefixed already
+            if found != "unmatched":
+                return found
+            continue
+        _match, allowed = await resource.resolve(request)
+        if allowed:
+            return resource.canonical
+    return "unmatched"
+
+
 @web.middleware
 async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Count every answer in ``merklog_http_requests_total{route, method, status}``."""
+    """Count every answer in ``merklog_http_requests_total{route, method, status}``; a
+    405 under the route of its path."""
     status = 500
     try:
         response = await handler(request)
@@ -226,6 +242,7 @@ async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
         status = exc.status
         raise
     finally:
-        request.app[METRICS_KEY].http_requests.labels(
-            route_template(request), request.method, str(status)
-        ).inc()
+        route = route_template(request)
+        if status == 405 and route == "unmatched":
+            route = await _template_of_path(request.app, request)
+        request.app[METRICS_KEY].http_requests.labels(route, request.method, str(status)).inc()

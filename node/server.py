@@ -87,10 +87,19 @@ def peer_routes(node: Node) -> tuple[web.Application, list[web.RouteDef]]:
     for route in routes:
         assert isinstance(route, web.RouteDef)
         if route.path.startswith(SYNC_PREFIX + "/"):
-            sync.router.add_route(route.method, route.path[len(SYNC_PREFIX) :], route.handler)
+            _add(sync, route.method, route.path[len(SYNC_PREFIX) :], route.handler)
         else:
             others.append(route)
     return sync, others
+
+
+def _add(app: web.Application, method: str, path: str, handler: Any) -> None:
+    """Route ``method path`` to ``handler``; a GET route answers HEAD too (RFC 9110
+    §9.3.2: uptime checkers send HEAD), with GET's headers and no body."""
+    if method == "GET":
+        app.router.add_get(path, handler)  # and HEAD (allow_head)
+    else:
+        app.router.add_route(method, path, handler)
 
 
 def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
@@ -109,12 +118,12 @@ def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
     app[h.BODY_DECODER_KEY] = h.BodyDecoder(body_worker)
     access: dict[tuple[str, str], str] = {}
     for route in ROUTES:
-        app.router.add_route(route.method, route.path, route.handler)
+        _add(app, route.method, route.path, route.handler)
         access[(route.method, route.path)] = route.access
     static_dir(node.config)  # refuses a folder that would publish the home
     sync, others = peer_routes(node)
     for route in others:
-        app.router.add_route(route.method, route.path, route.handler)
+        _add(app, route.method, route.path, route.handler)
         access[(route.method, route.path)] = "peer"
     app.add_subapp(SYNC_PREFIX, sync)
     app[middleware.ACCESS_KEY] = access

@@ -424,3 +424,46 @@ def test_a_malformed_or_credentialed_peer_url_is_bad_input_and_not_recorded(
     assert (
         not (home / "peersync.json").exists() and "s3cret" not in (home / "config.toml").read_text()
     )
+
+
+def _status(url: str, method: str, token: str | None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, method=method)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read() if method == "HEAD" else b""
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read() if method == "HEAD" else b""
+
+
+def test_every_get_route_answers_head_and_a_405_counts_under_its_route(
+    home: Path, tmp_path: Path, node_factory
+) -> None:
+    """HEAD answered 405 on every GET route, ``/healthz`` included (uptime checkers
+    send HEAD), and every 405 was counted under ``route="unmatched"``."""
+    Cli(home)("init")
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "index.html").write_text("<p>app</p>")
+    (app / "app.js").write_text("// the app")
+    node = node_factory(home, "--static-dir", str(app)).start()
+    gets = [route for route in ROUTES if route.method == "GET"]
+    assert {route.path for route in gets} >= {"/healthz", "/", "/v1/status", "/v1/subscribe"}
+    for route in gets:
+        url = node.url + _concrete(route.path)
+        for token in (node.token, None):
+            expected = _status(url, "GET", token)[0] if route.path != "/v1/subscribe" else None
+            status, body = _status(url, "HEAD", token)
+            assert body == b"", route
+            if expected is not None:
+                assert status == expected, (route, token, status, expected)
+            else:  # a stream: HEAD gets its status and headers, and ends
+                assert status == (200 if token else 401), route
+    assert _status(node.url + "/healthz", "HEAD", None)[0] == 200
+    assert _call(node.url + "/healthz", "PUT", None, b"")[0] == 405
+    assert _call(node.url + "/v1/status", "DELETE", node.token)[0] == 405
+    metrics = node.request("GET", "/metrics")[1].decode()
+    assert 'method="PUT",route="/healthz",status="405"' in metrics
+    assert 'method="DELETE",route="/v1/status",status="405"' in metrics
+    assert 'route="unmatched",status="405"' not in metrics
