@@ -27,7 +27,7 @@ from .errors import NodeInputError, NotSettled
 from .factpages import FACTS_PAGE_MAX, fact_refs
 from .failures import PEER_FAILED_STATUS, UnknownRelation, peer_failure
 from .helperproc import HelperError, Worker
-from .jsonvalues import facts_from_json, value_to_json
+from .jsonvalues import facts_from_json, int_or_oversized, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
 from .middleware import ApiError, map_failure
 from .node import Node
@@ -53,18 +53,27 @@ async def json_body(request: web.Request) -> dict[str, Any]:
 def json_object(raw: bytes) -> dict[str, Any]:
     """``raw`` as a JSON object (NodeInputError otherwise)."""
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise NodeInputError(f"request body is not JSON: {exc}") from exc
-    except RecursionError:  # arrays or objects nested ~1,000 deep overflow the decoder
-        raise NodeInputError("request body nests its JSON arrays or objects too deeply") from None
+        body = _loads(raw)
+    except ValueError:  # an integer of more digits than int() reads (4,300): read it as
+        # one that does not fit, which the field it is in reports (assert[0] argument 1: …)
+        body = _loads(raw, parse_int=int_or_oversized)
     if not isinstance(body, dict):
         raise NodeInputError("request body must be a JSON object")
     # A key given twice kept its last value only ({"assert": …, "assert": …} wrote the
     # second): a key's quoted name found twice in the bytes is looked at exactly.
     if any(raw.count(json.dumps(key).encode()) > 1 for key in body):
-        json.loads(raw, object_pairs_hook=_without_repeats)
+        _loads(raw, object_pairs_hook=_without_repeats, parse_int=int_or_oversized)
     return body
+
+
+def _loads(raw: bytes, **options: Any) -> Any:
+    """``json.loads(raw, **options)``; NodeInputError for what is not JSON."""
+    try:
+        return json.loads(raw, **options)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise NodeInputError(f"request body is not JSON: {exc}") from exc
+    except RecursionError:  # arrays or objects nested ~1,000 deep overflow the decoder
+        raise NodeInputError("request body nests its JSON arrays or objects too deeply") from None
 
 
 def _without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

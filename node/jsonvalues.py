@@ -38,8 +38,41 @@ def value_to_json(value: Any) -> Any:
     return value
 
 
+class OversizedInt:
+    """A JSON integer too long for Python's ``int()`` (over 4,300 digits), far outside
+    64 bits: kept as its text so that the field holding it is named in the error, not
+    Python's limit (``json.loads(..., parse_int=int_or_oversized)``). No field takes
+    it: it is neither a number nor a string."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        digits = self.text.lstrip("-")
+        sign = self.text[: len(self.text) - len(digits)]
+        return f"{sign}{digits[:12]}…{digits[-4:]} ({len(digits)} digits)"
+
+
+#: More digits than this and a JSON integer is read as an OversizedInt.
+_INT_DIGITS_READ = 4300
+
+
+def int_or_oversized(text: str) -> int | OversizedInt:
+    """A JSON integer literal as an int, or an :class:`OversizedInt` if ``int()`` would
+    refuse it for its length."""
+    if len(text) > _INT_DIGITS_READ:
+        return OversizedInt(text)
+    return int(text)
+
+
+def _oversized(value: OversizedInt, where: str) -> NodeInputError:
+    return NodeInputError(f"{where}: integer {value} does not fit in 64 signed bits")
+
+
 def value_from_json(obj: Any, where: str = "value") -> Any:
     """The merklog value a JSON value stands for (NodeInputError if none)."""
+    if isinstance(obj, OversizedInt):
+        raise _oversized(obj, where)
     if obj is None or isinstance(obj, list):
         raise NodeInputError(f"{where}: {type(obj).__name__} is not a merklog value")
     if isinstance(obj, dict):
@@ -71,6 +104,9 @@ def fact_from_json(obj: Any, where: str = "fact") -> Fact:
     args = obj["args"]
     if not isinstance(args, list):
         raise NodeInputError(f'{where}: "args" must be a list')
+    for i, arg in enumerate(args):  # named as make_fact names a value out of range
+        if isinstance(arg, OversizedInt) and isinstance(obj["rel"], str):
+            raise _oversized(arg, f"{where}: {obj['rel']}(…) argument {i}")
     values = [value_from_json(a, f"{where} argument {i}") for i, a in enumerate(args)]
     try:
         return make_fact(check_writable_relation(obj["rel"]), values)

@@ -451,3 +451,38 @@ def test_subscribe_refuses_an_unknown_arity_as_query_does(home: Path, node_facto
     assert s_body["error"] == "unknown relation" and "e/1" in s_body["detail"]
     doc = node.request("GET", "/openapi.json")[1]
     assert "404" in doc["paths"]["/v1/subscribe"]["get"]["responses"]
+
+
+def _post_raw(node, path: str, body: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(node.url + path, data=body, method="POST")
+    req.add_header("Authorization", f"Bearer {node.token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_json_integer_too_long_to_read_is_named_by_its_field(home: Path, node_factory) -> None:
+    """A JSON integer of 5,001 digits answered Python's "Exceeds the limit (4300
+    digits) for integer string conversion … use sys.set_int_max_str_digits()", naming
+    no field; an integer just over 64 bits names its field and argument."""
+    Cli(home)("init")
+    node = node_factory(home).start()
+    huge = b"1" + b"0" * 5000
+    status, body = _post_raw(
+        node, "/v1/facts", b'{"assert": [{"rel": "e", "args": [1, ' + huge + b"]}]}"
+    )
+    assert status == 400 and body["error"] == "bad input"
+    assert body["detail"] == (
+        "assert[0]: e(…) argument 1: integer 100000000000…0000 (5001 digits)"
+        " does not fit in 64 signed bits"
+    ), body
+    status, body = _post_raw(
+        node,
+        "/v1/facts",
+        b'{"assert": "ok(1).", "retract": [{"rel": "e", "args": [-' + huge + b"]}]}",
+    )
+    assert status == 400 and body["detail"].startswith("retract[0]: e(…) argument 0: integer -1")
+    assert "sys.set_int_max_str_digits" not in body["detail"]
+    assert node.request("GET", "/v1/facts")[1]["facts"] == []
