@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from merklog.replication.errors import NotFound, ReplicationError, TooLarge
-from merklog.store import Link, StoreError, decode, decode_fact, encode_facts
+from merklog.store import InvalidValue, Link, StoreError, decode, decode_fact, encode_facts
 from merklog.store.gcpause import gc_paused
 
 from . import helperproc, queries, writeaccess
@@ -195,7 +195,9 @@ async def _query_text(request: web.Request) -> str:
         q = (await json_body(request)).get("q")
     else:
         q = request.query.get("q")
-    if not isinstance(q, str) or not q.strip():
+    if q is not None and not isinstance(q, str):
+        raise ApiError(400, "bad query", f'"q" must be a string, got {_json_type(q)}')
+    if q is None or not q.strip():
         raise ApiError(400, "bad query", 'missing query "q", e.g. q=path(1, X)')
     return q
 
@@ -346,16 +348,40 @@ async def export_car(request: web.Request) -> web.StreamResponse:
 def _facts_field(body: dict[str, Any], name: str) -> list:
     """``"assert"``/``"retract"``: Datalog text, or a list of JSON facts
     ``{"rel": "edge", "args": [1, 2]}`` with typed values."""
-    value = body.get(name)
-    if value is None or value == "":
+    if name not in body:
         return []
+    value = body[name]
     if isinstance(value, str):
-        return coerce_facts([value]) if value.strip() else []
+        if not value.strip():
+            return []
+        if name == "assert":
+            return coerce_facts([value])
+        try:  # LINE:COL alone would read as a position in "assert"
+            return coerce_facts([value])
+        except (NodeInputError, InvalidValue) as exc:
+            raise NodeInputError(f"{name}: {exc}") from None
     if isinstance(value, list):
         return facts_from_json(value, name)
+    # null too: a body whose only field is null must not answer 200 having written nothing
     raise NodeInputError(
-        f'"{name}" must be Datalog text or a list of {{"rel": ..., "args": [...]}} facts'
+        f'"{name}" must be Datalog text or a list of {{"rel": ..., "args": [...]}} facts,'
+        f" got {_json_type(value)}"
     )
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type name of a decoded JSON value (``null``, ``number``, ``object``, …)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    return "a number"
 
 
 #: The fields of a ``POST /v1/facts`` body.
@@ -505,7 +531,12 @@ async def load_program(request: web.Request) -> web.Response:
     text = body.get("program")
     if not isinstance(text, str):
         raise NodeInputError('"program" must be a string')
-    source = str(body.get("source") or "<program>")
+    source = body.get("source")
+    if source is not None and not isinstance(source, str):  # "5:1:5:" read as a position
+        raise NodeInputError(
+            f'"source" must be a string (the name errors give), got {_json_type(source)}'
+        )
+    source = source or "<program>"
     try:  # its first epoch runs in the call: off the event loop
         await asyncio.get_running_loop().run_in_executor(None, node.load_program, text, source)
     except NodeInputError as exc:

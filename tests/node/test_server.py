@@ -486,3 +486,29 @@ def test_a_json_integer_too_long_to_read_is_named_by_its_field(home: Path, node_
     assert status == 400 and body["detail"].startswith("retract[0]: e(…) argument 0: integer -1")
     assert "sys.set_int_max_str_digits" not in body["detail"]
     assert node.request("GET", "/v1/facts")[1]["facts"] == []
+
+
+def test_fields_of_the_wrong_type_are_refused_and_named(home: Path, node_factory) -> None:
+    """``"source": 5`` was taken (errors then read ``5:1:5:``), ``{"q": 5}`` said the
+    query was missing, ``{"assert": null}`` answered 200 writing nothing, and a syntax
+    error in ``retract`` text gave a LINE:COL that reads as one in ``assert``."""
+    Cli(home)("init")
+    node = node_factory(home).start()
+    status, body = node.request("POST", "/v1/program", {"program": "p(X) :- e(X).", "source": 5})
+    assert status == 400 and body["detail"].startswith('"source" must be a string'), body
+    assert node.request("GET", "/v1/status")[1]["program"] is False  # nothing installed
+    status, body = node.request(
+        "POST", "/v1/program", {"program": "p(X :- e(X).", "source": "a.dl"}
+    )
+    assert status == 400 and body["detail"].startswith("a.dl:1:"), body
+    status, body = node.request("POST", "/v1/query", {"q": 5})
+    assert (status, body["error"]) == (400, "bad query")
+    assert body["detail"] == '"q" must be a string, got a number', body
+    for empty in ({"assert": None}, {"retract": None}, {"assert": "ok(1).", "retract": None}):
+        status, body = node.request("POST", "/v1/facts", empty)
+        assert status == 400 and "got null" in body["detail"], (empty, body)
+    status, body = node.request("POST", "/v1/facts", {"assert": "ok(1).", "retract": "ok(2"})
+    assert status == 400 and body["detail"].startswith("retract: 1:5: "), body
+    status, body = node.request("POST", "/v1/facts", {"assert": "ok(1", "retract": "ok(2)."})
+    assert status == 400 and body["detail"].startswith("1:5: "), body
+    assert node.request("GET", "/v1/facts")[1]["facts"] == []
