@@ -533,10 +533,13 @@ def _schemas() -> dict[str, Any]:
 
 def _with_query_tokens(paths: dict[str, Any]) -> dict[str, Any]:
     """Every GET that takes a token takes it as ``?access_token=`` too (the middleware
-    reads it on any GET, not only ``/v1/subscribe``, which alone listed it)."""
+    reads it on any GET, not only ``/v1/subscribe``, which alone listed it). Peer GET
+    routes take a request signature only: no token, in a header or the query."""
+    tokens = ({"readToken": []}, {"writeToken": []})
     for ops in paths.values():
         op = ops.get("get")
-        if op and op.get("security") and {"queryToken": []} not in op["security"]:
+        takes_token = op and any(scheme in tokens for scheme in op.get("security", ()))
+        if takes_token and {"queryToken": []} not in op["security"]:
             op["security"] = [*op["security"], {"queryToken": []}]
     return paths
 

@@ -366,7 +366,11 @@ def test_openapi_lists_the_query_token_on_every_get_that_takes_a_token() -> None
 
     doc = openapi_document()
     gets = [ops["get"] for ops in doc["paths"].values() if ops.get("get", {}).get("security")]
-    assert gets and all({"queryToken": []} in op["security"] for op in gets)
+    tokens = [op for op in gets if {"readToken": []} in op["security"]]
+    assert tokens and all({"queryToken": []} in op["security"] for op in tokens)
+    # Peer GET routes want a signature: ?access_token= is refused there (401).
+    peer = [op for op in gets if {"peerSignature": []} in op["security"]]
+    assert len(peer) == 2 and all(op["security"] == [{"peerSignature": []}] for op in peer)
     posts = [ops["post"] for ops in doc["paths"].values() if "post" in ops]
     assert all({"queryToken": []} not in op.get("security", []) for op in posts)
     assert doc["components"]["securitySchemes"]["queryToken"]["name"] == "access_token"
