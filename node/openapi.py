@@ -230,7 +230,18 @@ def _paths() -> dict[str, Any]:
                     _q("q", "Query: an atom or a comma-separated body"),
                     _q("access_token", "Read or write token (instead of the header)", False),
                 ],
-            )
+            ),
+            "post": _op(
+                "Same as GET, query in a JSON body (for a query too long for a URL: a"
+                " request line over 8190 bytes answers 414)",
+                READ,
+                {
+                    "200": _raw("text/event-stream", "Event stream"),
+                    "400": BAD_INPUT,
+                    "404": UNKNOWN_RELATION,
+                },
+                requestBody=_body("Query"),
+            ),
         },
         "/v1/export": {
             "get": _op(

@@ -59,6 +59,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/query", h.query, "read"),
     Route("POST", "/v1/query", h.query, "read"),
     Route("GET", "/v1/subscribe", h.subscribe, "read"),
+    Route("POST", "/v1/subscribe", h.subscribe, "read"),
     Route("GET", "/v1/export", h.export_car, "read"),
     Route("POST", "/v1/program", h.load_program, "write"),
     Route("POST", "/v1/sync", h.sync_now, "write"),

@@ -512,3 +512,25 @@ def test_fields_of_the_wrong_type_are_refused_and_named(home: Path, node_factory
     status, body = node.request("POST", "/v1/facts", {"assert": "ok(1", "retract": "ok(2)."})
     assert status == 400 and body["detail"].startswith("1:5: "), body
     assert node.request("GET", "/v1/facts")[1]["facts"] == []
+
+
+def test_a_live_query_too_long_for_a_url_can_be_posted(home: Path, node_factory) -> None:
+    """``/v1/subscribe`` was GET only, and a request line over 8190 bytes cannot be
+    read: a live query that long could not be opened at all."""
+    from urllib.parse import quote
+
+    Cli(home)("init")
+    node = node_factory(home).start()
+    node.request("POST", "/v1/facts", {"assert": "e(1)."})
+    query = 'e(X),X!="' + "a" * 9000 + '"'
+    request = f"GET /v1/subscribe?q={quote(query)} HTTP/1.1\r\nHost: x\r\n\r\n"
+    status = _raw_answer(node.url, request.encode())[0]
+    assert status == 414
+    req = urllib.request.Request(
+        node.url + "/v1/subscribe", data=json.dumps({"q": query}).encode(), method="POST"
+    )
+    req.add_header("Authorization", f"Bearer {node.read_token}")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        assert resp.readline() == b"event: result\n"
+        assert json.loads(resp.readline().removeprefix(b"data: "))["added"] == [[1]]
