@@ -113,6 +113,8 @@ def _json_args(
 
 
 def _number(tok: str) -> Value:
+    if len(tok) > 200:  # out of range (int() refuses 4,300 digits): the parser says so
+        raise _Fallback
     neg = tok[0] == "-"
     body = tok[1:] if neg else tok
     head = body[:2]
@@ -183,6 +185,8 @@ def _match_fact(m: re.Match[str]) -> Fact:
     if raw is None:
         return Fact(rel, ())
     if "," not in raw and raw.isdigit():
+        if len(raw) > 200:  # see _number
+            raise _Fallback
         value = int(raw)
         if value > INT64_MAX:
             raise _Fallback

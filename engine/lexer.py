@@ -61,6 +61,10 @@ _ESCAPES = {
     '"': '"',
     "'": "'",
 }
+#: Longer integer literals are out of every dialect's range whatever their digits (int64
+#: takes 20 characters in decimal, 66 in binary with its ``0b``, leading zeros aside).
+_INT_LITERAL_MAX_CHARS = 200
+
 _ESCAPE_RE = re.compile(r"\\(u\{[0-9a-fA-F]{1,6}\}|u[0-9a-fA-F]{4}|.)")
 
 # Kinds after which a ``%`` is the modulo operator, not a comment.
@@ -169,6 +173,12 @@ def tokenize(text: str, src: Source | None = None) -> list[Token]:
             last = "VAR"
             continue
         if kind == "int":
+            if len(value) > _INT_LITERAL_MAX_CHARS:  # int() refuses 4,300 digits and more
+                raise src.error(
+                    start,
+                    f"integer literal of {len(value)} characters is out of range",
+                    "integers are 64-bit (32-bit in the Soufflé dialect)",
+                )
             if value[:2] in ("0x", "0X"):
                 number = int(value[2:], 16)
             elif value[:2] in ("0b", "0B"):

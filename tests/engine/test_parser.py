@@ -317,3 +317,16 @@ def test_a_zero_arity_query_may_omit_its_parentheses():
     assert [lit.atom.rel for lit in parse_query_body("ok, done")] == ["ok", "done"]
     with pytest.raises(ParseError):
         parse_query("ok extra")
+
+
+@pytest.mark.parametrize("literal", ["1" * 5001, "-" + "1" * 5001, "0x" + "f" * 5001])
+def test_an_integer_literal_too_long_for_int_is_a_parse_error(literal: str) -> None:
+    """A 5,001-digit literal gave Python's "Exceeds the limit (4300 digits) for integer
+    string conversion … sys.set_int_max_str_digits()", with no position, from every
+    parser path (put, eval, query)."""
+    for parse in (parse_program, parse_facts):
+        with pytest.raises(ParseError) as err:
+            parse(f"e({literal}, 2).\n")
+        assert "out of range" in err.value.message and err.value.line == 1
+    with pytest.raises(ParseError):
+        parse_query(f"e({literal})")
