@@ -518,6 +518,7 @@ def _schemas() -> dict[str, Any]:
                 "url": {"type": "string"},
                 "last_attempt": {"type": ["number", "null"]},
                 "last_success": {"type": ["number", "null"]},
+                "last_incoming": {"type": ["number", "null"]},
                 "last_error": {"type": ["string", "null"]},
                 "failures": {"type": "integer"},
                 "deltas_behind": {"type": ["integer", "null"]},

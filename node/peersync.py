@@ -47,6 +47,9 @@ class PeerSync:
     last_success: float | None = None
     last_error: str | None = None
     failures: int = 0  # consecutive failed attempts (0 after a success)
+    #: When the peer last synced with us (a pull or push request signed by its key in
+    #: ``[peers]`` was served); ``last_success`` is when we last synced with it.
+    last_incoming: float | None = None
 
     def attempt(self) -> None:
         self.last_attempt = time.time()
@@ -62,6 +65,9 @@ class PeerSync:
         self.last_error = error
         self.failures += 1
         return news
+
+    def served(self) -> None:
+        self.last_incoming = time.time()
 
     def to_json(self, name: str | None, deltas_behind: int | None) -> dict[str, Any]:
         return {"name": name, **asdict(self), "deltas_behind": deltas_behind}
@@ -101,6 +107,7 @@ def _wrong_types(entry: PeerSync) -> str | None:
         "url": isinstance(entry.url, str) and bool(entry.url),
         "last_attempt": entry.last_attempt is None or number(entry.last_attempt),
         "last_success": entry.last_success is None or number(entry.last_success),
+        "last_incoming": entry.last_incoming is None or number(entry.last_incoming),
         "last_error": entry.last_error is None or isinstance(entry.last_error, str),
         "failures": number(entry.failures) and entry.failures == int(entry.failures) >= 0,
     }
@@ -187,6 +194,24 @@ async def sync_node(
     if not node.tasks.running:
         node.run_epoch()
     return stats
+
+
+def record_incoming(node: Any, peer: bytes, kind: str) -> None:
+    """replication's ``on_served`` hook: the peer with key ``peer`` pulled from or pushed
+    to this node (``kind``). Recorded as ``last_incoming`` of every ``[peers]`` entry with
+    that key (saved to the home); a key no entry names is not recorded."""
+    key = peer.hex()
+    urls = sorted(
+        {
+            str(p["url"]).rstrip("/")
+            for p in current_peers(node.config).values()
+            if isinstance(p, dict) and str(p.get("key", "")).lower() == key and p.get("url")
+        }
+    )
+    for url in urls:
+        node.peer_sync.setdefault(url, PeerSync(url)).served()
+    if urls:
+        save_history(node.home, node.peer_sync)
 
 
 def peer_status(node: Any) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from . import middleware
 from .config import static_dir
 from .helperproc import Worker
 from .node import Node
-from .peersync import config_allow_list
+from .peersync import config_allow_list, record_incoming
 from .runtime import remove_runfile, write_runfile
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ def peer_routes(node: Node) -> tuple[web.Application, list[web.RouteDef]]:
         {node.replica.dataset: node.served_replica},
         config_allow_list(node.config),
         inbox=node.inbox,
+        on_served=partial(record_incoming, node),
     )
     sync = web.Application()
     others: list[web.RouteDef] = []

@@ -13,6 +13,11 @@ Endpoints (all requests signed, see :mod:`.auth`; errors are 4xx JSON
   = how many of the CIDs were looked at (the caller asks again for the rest)
 - ``POST /v1/datasets/{id}/push``     CAR → ``{"accepted", "duplicates", "facts", "heads"}``
 - ``POST /v1/inbox``                  CAR of ``@async`` message blocks → ``{"accepted", "duplicates"}``
+
+``on_served(peer_key, kind)``, if given, is called (on the event loop) after a sync
+response was sent in full (``kind`` "pull") or a push was applied ("push"): how the
+owner learns that a peer synced with it. A hook that raises is logged, never the
+caller's failure.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import tempfile
 import zlib
 from collections.abc import Callable, Mapping
@@ -49,6 +55,8 @@ from .metrics import Metrics
 from .replica import Replica, Summary
 from .wire import SPOOL_MEMORY, CarReader
 
+log = logging.getLogger(__name__)
+
 CAR_TYPE = "application/vnd.ipld.car"
 DAG_CBOR_TYPE = "application/vnd.ipld.dag-cbor"
 
@@ -77,6 +85,8 @@ class Limits:
 
 
 ReplicaLookup = Mapping[Link, Replica] | Callable[[Link], Replica | None]
+#: ``on_served(peer_key, kind)``: a peer's sync request was served ("pull" or "push").
+ServedHook = Callable[[bytes, str], None]
 
 
 @dataclass
@@ -89,6 +99,7 @@ class SyncService:
     limits: Limits = field(default_factory=Limits)
     metrics: Metrics = field(default_factory=Metrics)
     guard: ReplayGuard | None = None
+    on_served: ServedHook | None = None
 
     def __post_init__(self) -> None:
         if self.guard is None:
@@ -151,6 +162,14 @@ class SyncService:
             raise
         out.seek(0)
         return out
+
+    def _served(self, peer: bytes, kind: str) -> None:
+        if self.on_served is None:
+            return
+        try:
+            self.on_served(peer, kind)
+        except Exception:  # a record of who synced must never fail the sync
+            log.exception("recording a %s by peer %s… failed", kind, peer.hex()[:16])
 
     @staticmethod
     def _heads_json(replica: Replica) -> list[str]:
@@ -250,6 +269,7 @@ class SyncService:
         self.metrics["bytes_out"] += sent
         self.metrics["deltas_out"] += len(deltas)
         self.metrics["sync_requests"] += 1
+        self._served(signed.peer, "pull")
         return resp
 
     async def blocks(self, request: web.Request) -> web.StreamResponse:
@@ -302,6 +322,7 @@ class SyncService:
             body.close()
         self.metrics["deltas_in"] += result.accepted
         self.metrics["push_requests"] += 1
+        self._served(signed.peer, "push")
         heads = await asyncio.to_thread(self._heads_json, replica)
         return web.json_response({**result.to_json(), "heads": heads})
 
@@ -354,9 +375,13 @@ def sync_routes(
     inbox: Inbox | None = None,
     limits: Limits | None = None,
     metrics: Metrics | None = None,
+    on_served: ServedHook | None = None,
 ) -> tuple[list[web.RouteDef], SyncService]:
-    """Route definitions for ``app.add_routes(...)`` plus the service (metrics, limits)."""
-    service = SyncService(replicas, allow, inbox, limits or Limits(), metrics or Metrics())
+    """Route definitions for ``app.add_routes(...)`` plus the service (metrics, limits);
+    ``on_served`` see the module docstring."""
+    service = SyncService(
+        replicas, allow, inbox, limits or Limits(), metrics or Metrics(), on_served=on_served
+    )
     return service.routes(), service
 
 

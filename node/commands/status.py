@@ -51,8 +51,10 @@ def _peer_table(peers: list[dict]) -> None:
 
     table = Table(show_edge=False)
     # "last attempt" is when the last sync started, "last success" when the last good
-    # one ended: a long sync that worked shows a success later than its attempt.
-    for header in ("name", "url", "last started", "last success", "behind", "last error"):
+    # one ended: a long sync that worked shows a success later than its attempt. "last
+    # incoming" is when the peer last synced with this node (pulled from or pushed to it).
+    headers = ("name", "url", "last started", "last success", "last incoming", "behind")
+    for header in (*headers, "last error"):
         table.add_column(header, no_wrap=header != "last error")
     for p in peers:
         behind = p.get("deltas_behind")
@@ -61,6 +63,7 @@ def _peer_table(peers: list[dict]) -> None:
             p["url"],
             _when(p.get("last_attempt")),
             _when(p.get("last_success")),
+            _when(p.get("last_incoming")),
             "?" if behind is None else str(behind),
             p.get("last_error") or "-",
         )

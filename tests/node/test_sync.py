@@ -171,6 +171,42 @@ def test_peer_sync_history_survives_a_restart(tmp_path: Path, node_factory) -> N
     assert peer_a(st["peers"])["last_success"] == stopped["last_success"]
 
 
+def test_a_sync_started_by_the_peer_shows_in_this_nodes_status(
+    tmp_path: Path, node_factory
+) -> None:
+    """B syncs with A (pull and push): A's status shows it for peer b as
+    ``last_incoming`` (it was null: only syncs A started counted), kept in A's home; A's
+    own ``last_success`` stays null (A never synced), and a peer that never synced with
+    A has no ``last_incoming``."""
+    import json
+
+    a, b, na, nb = peered_pair(tmp_path, node_factory)
+    a("peers", "add", "c", "http://127.0.0.1:9", "--key", "ab" * 32)
+
+    def peer(node, name: str) -> dict:
+        _, st = node.request("GET", "/v1/status")
+        (entry,) = [p for p in st["peers"] if p["name"] == name]
+        return entry
+
+    assert peer(na, "b")["last_incoming"] is None
+    b("put", "edge(7, 8).")  # B writes: its sync pushes to A as well as pulling
+    before = peer(na, "b")
+    b("sync", "a")
+    after = peer(na, "b")
+    assert after["last_incoming"] is not None
+    assert before["last_incoming"] is None or after["last_incoming"] > before["last_incoming"]
+    assert after["last_success"] is None and after["last_attempt"] is None
+    assert peer(na, "c")["last_incoming"] is None
+    _, st = na.request("GET", "/v1/status")
+    assert st["last_sync"] is None  # A's own syncs: none
+    na.stop()
+    stopped = json.loads(a("status", "--json").output)["peers"]
+    (entry,) = [p for p in stopped if p["name"] == "b"]
+    assert entry["last_incoming"] == after["last_incoming"]
+    table = a("status").output
+    assert "last incoming" in table
+
+
 def _sync_failures(node) -> dict[str, float]:
     """``merklog_sync_failures_total`` of a running node, by peer URL."""
     _, metrics = node.request("GET", "/metrics")
