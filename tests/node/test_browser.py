@@ -163,6 +163,9 @@ def test_two_devices_ticking_the_same_item_apart_end_ticked(
     pb.wait_for_function("document.getElementById('peers').textContent.includes('a')")
     synced_before = float(pb.get_attribute("#synced", "data-ts") or 0)
     assert synced_before > 0  # B's node synced with A (the CLI sync above)
+    # A's page counts that sync too, although B started it (A's peer b: last_incoming).
+    pa.wait_for_function("Number(document.getElementById('synced').dataset.ts) > 0", timeout=15000)
+    a_synced_before = float(pa.get_attribute("#synced", "data-ts") or 0)
     # Apart (no sync): both tick bread, and each ticks one other item.
     for page, other in ((pa, "milk"), (pb, "bike")):
         page.locator('input[data-id="bread"]').click()
@@ -183,6 +186,122 @@ def test_two_devices_ticking_the_same_item_apart_end_ticked(
         f"Number(document.getElementById('synced').dataset.ts) > {synced_before}", timeout=15000
     )
     assert pb.text_content("#peers") == "a" and indicator(pb) == "online"
+    pa.wait_for_function(
+        f"Number(document.getElementById('synced').dataset.ts) > {a_synced_before}",
+        timeout=15000,
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     pa.screenshot(path=str(ARTIFACTS / "checklist-node-a.png"))
     pb.screenshot(path=str(ARTIFACTS / "checklist-node-b.png"))
+
+
+def _status_polls(page) -> list[int]:
+    """A list that grows by one each time the page's status poll is answered."""
+    polls: list[int] = []
+    page.on("response", lambda r: polls.append(1) if r.url.endswith("/v1/status") else None)
+    return polls
+
+
+def _wait_polls(page, polls: list[int], n: int) -> None:
+    """Let the page answer ``n`` more status polls (each used to re-render the list)."""
+    target = len(polls) + n
+    deadline = time.monotonic() + 30
+    while len(polls) < target:
+        assert time.monotonic() < deadline, "the page stopped polling its node"
+        page.wait_for_timeout(100)
+
+
+def test_refreshes_never_lose_a_click_or_the_focus(tmp_path: Path, node_factory, browser) -> None:
+    """The page used to rebuild the whole list every second: an idle page mutated it, a
+    box replaced between press and release lost the click, and a focused box lost the
+    focus (Space then did nothing). Now an idle page leaves the list alone, and items
+    are updated in place, even when the list does change during a click."""
+    node = start_checklist_node(tmp_path / "a", node_factory)
+    page = open_app(browser, node)
+    polls = _status_polls(page)
+    page.evaluate(
+        "window.__mutations = 0; new MutationObserver((l) => { window.__mutations += l.length })"
+        ".observe(document.getElementById('items'),"
+        " {childList: true, subtree: true, attributes: true, characterData: true})"
+    )
+    _wait_polls(page, polls, 3)
+    assert page.evaluate("window.__mutations") == 0  # idle: nothing re-rendered
+
+    # A press held across status polls and a real change of another item: it counts.
+    box = page.locator('input[data-id="milk"]').bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    status, _ = node.request("POST", "/v1/facts", {"assert": 'done("bread").'})
+    assert status == 200
+    page.wait_for_function(CHECKED.format("bread"), timeout=15000)
+    _wait_polls(page, polls, 2)
+    page.mouse.up()
+    page.wait_for_function(
+        CHECKED.format("milk") + " && document.getElementById('pending').textContent === '0'",
+        timeout=15000,
+    )
+    _, q = node.request("GET", "/v1/query?q=done(X)")
+    assert sorted(q["rows"]) == [["bread"], ["milk"]]
+
+    # Keyboard: a focused box keeps the focus across refreshes, and Space ticks it.
+    page.focus('input[data-id="bike"]')
+    _wait_polls(page, polls, 2)
+    assert page.evaluate("document.activeElement.dataset.id") == "bike"
+    page.keyboard.press("Space")
+    page.wait_for_function(CHECKED.format("bike"), timeout=15000)
+    deadline = time.monotonic() + 15
+    while ["bike"] not in node.request("GET", "/v1/query?q=done(X)")[1]["rows"]:
+        assert time.monotonic() < deadline, "Space on the focused box sent no write"
+        time.sleep(0.1)
+    page.close()
+
+
+def test_a_missing_or_wrong_token_is_shown_and_the_writes_kept(
+    tmp_path: Path, node_factory, browser
+) -> None:
+    """Opened without a token, with a wrong one or the read token, the page said
+    "offline (writes are kept and sent later)" and then dropped the writes as
+    unauthorized. It now says what is wrong with the token and keeps the writes, which
+    a page opened with the write token sends."""
+    node = start_checklist_node(tmp_path / "a", node_factory)
+    context = browser.new_context()
+    page = context.new_page()
+    reason = "document.getElementById('indicator').dataset.reason === '{}'"
+    unauthorized = "document.getElementById('indicator').dataset.state === 'unauthorized' && "
+
+    page.goto(f"{node.url}/")
+    page.wait_for_function(unauthorized + reason.format("missing"), timeout=15000)
+    assert "no token" in page.text_content("#conn")
+    page.fill("#text", "Water the plants")
+    page.click("#add button")
+    page.wait_for_function("document.getElementById('pending').textContent === '1'")
+
+    page.goto(f"{node.url}/#token=not-the-token")  # same page: the fragment changes
+    page.wait_for_function(unauthorized + reason.format("wrong"), timeout=15000)
+    assert "token refused" in page.text_content("#conn")
+
+    page.goto(f"{node.url}/#token={node.read_token}")
+    page.wait_for_selector('input[data-id="milk"]', timeout=15000)  # it reads
+    page.wait_for_function(unauthorized + reason.format("readonly"), timeout=15000)
+    assert "read-only token" in page.text_content("#conn")
+    assert "offline" not in page.text_content("#conn")
+    assert page.text_content("#pending") == "1"
+    assert page.locator("label.pending").count() == 1  # the item, not sent yet
+    assert "dropped" not in page.text_content("#message")
+    _, q = node.request("GET", "/v1/query?q=item(X,%20%22Water%20the%20plants%22)")
+    assert q["rows"] == []
+    page.close()
+
+    page = context.new_page()  # reopened with the write token: the write is sent
+    page.goto(f"{node.url}/#token={node.token}")
+    page.wait_for_function(
+        "document.getElementById('pending').textContent === '0' && "
+        "document.getElementById('indicator').dataset.state === 'online' && "
+        "[...document.querySelectorAll('#items span')]"
+        ".some((s) => s.textContent.includes('Water the plants'))",
+        timeout=20000,
+    )
+    _, q = node.request("GET", "/v1/query?q=item(X,%20%22Water%20the%20plants%22)")
+    assert len(q["rows"]) == 1
+    context.close()
