@@ -39,7 +39,14 @@ from merklog.store.car import car_header, car_section
 
 from .auth import AllowList, ReplayGuard, SignedRequest, check_digest, verify_request
 from .blockserve import plan_blocks, read_sections, runs
-from .errors import MalformedBlock, NotFound, ReplicationError, RequestTimeout, TooLarge
+from .errors import (
+    Forbidden,
+    MalformedBlock,
+    NotFound,
+    ReplicationError,
+    RequestTimeout,
+    TooLarge,
+)
 from .limits import (
     RECEIVE_MAX_BLOCK_REQUEST,
     RECEIVE_MAX_BLOCK_REQUEST_BYTES,
@@ -121,9 +128,17 @@ class SyncService:
 
     # ------------------------------------------------------------ plumbing
 
-    def _authenticate(self, request: web.Request, dataset: Link | None) -> SignedRequest:
+    def _authenticate(
+        self, request: web.Request, dataset: Link | None, replica: Replica | None = None
+    ) -> SignedRequest:
         assert self.guard is not None
         signed = verify_request(request.method, request.path_qs, request.headers, self.guard)
+        if replica is not None and signed.peer == replica.identity.public_key:
+            # A sync with one's own URL: "not allowed to sync" sent its user to [peers].
+            raise Forbidden(
+                "the request is signed with this node's own key: that URL is this node itself,"
+                " which has nothing to sync with itself"
+            )
         self.allow.require(signed.peer, dataset)
         return signed
 
@@ -179,19 +194,19 @@ class SyncService:
 
     async def heads(self, request: web.Request) -> web.StreamResponse:
         replica = self.replica(request.match_info["id"])
-        self._authenticate(request, replica.dataset)
+        self._authenticate(request, replica.dataset, replica)
         heads = await asyncio.to_thread(self._heads_json, replica)
         count = await asyncio.to_thread(replica.delta_count)
         return web.json_response({"dataset": str(replica.dataset), "heads": heads, "deltas": count})
 
     async def genesis(self, request: web.Request) -> web.StreamResponse:
         replica = self.replica(request.match_info["id"])
-        self._authenticate(request, replica.dataset)
+        self._authenticate(request, replica.dataset, replica)
         return web.Response(body=replica.genesis.data, content_type=DAG_CBOR_TYPE)
 
     async def sync(self, request: web.Request) -> web.StreamResponse:
         replica = self.replica(request.match_info["id"])
-        signed = self._authenticate(request, replica.dataset)
+        signed = self._authenticate(request, replica.dataset, replica)
         raw = await self._read_small(request, self.limits.max_sync_request, signed)
         try:
             obj = json.loads(raw)
@@ -275,7 +290,7 @@ class SyncService:
     async def blocks(self, request: web.Request) -> web.StreamResponse:
         """Blocks by CID (see :mod:`.blockserve`): what a repair lacks, not the whole log."""
         replica = self.replica(request.match_info["id"])
-        signed = self._authenticate(request, replica.dataset)
+        signed = self._authenticate(request, replica.dataset, replica)
         raw = await self._read_small(request, self.limits.max_block_request_bytes, signed)
         try:
             obj = json.loads(raw)
@@ -313,7 +328,7 @@ class SyncService:
 
     async def push(self, request: web.Request) -> web.StreamResponse:
         replica = self.replica(request.match_info["id"])
-        signed = self._authenticate(request, replica.dataset)
+        signed = self._authenticate(request, replica.dataset, replica)
         body = await self._spool(request, self.limits.max_push_body, signed)
         try:
             reader = CarReader(body, self.limits.max_block)

@@ -72,6 +72,14 @@ def register(cli: click.Group) -> None:
                 raise ValueError("expected 32 bytes")
         except ValueError as exc:
             fail(f"--key must be a 64-digit hex Ed25519 public key ({exc})", ExitCode.BAD_INPUT)
+        from merklog.node.storecheck import load_key
+
+        if raw_key == guard(lambda: load_key(state.home)).public_key:
+            fail(
+                f"{url} is this node itself (it holds this home's key): a node does not sync"
+                " with itself",
+                ExitCode.BAD_INPUT,
+            )
         if writer:
             with target(state) as t:
                 guard(lambda: t.grant(key))

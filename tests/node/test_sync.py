@@ -317,3 +317,16 @@ def test_a_peer_history_entry_with_wrong_types_is_ignored_not_a_crash(tmp_path: 
     urls = [p["url"] for p in json.loads(done.stdout)["peers"]]
     assert urls == ["http://good"], urls
     assert "http://x" in done.stderr and "wrong type" in done.stderr  # logged
+
+
+def test_a_node_asked_to_sync_with_itself_says_so(tmp_path: Path, node_factory) -> None:
+    """A sync with a node's own URL said "peer <own key> is not allowed to sync", which
+    sent its user to [peers]; and `peers add self <own URL>` was accepted."""
+    a = Cli(tmp_path / "a")
+    a("init")
+    node = node_factory(a.home).start()
+    status, body = node.request("POST", "/v1/sync", {"url": node.url})
+    assert status == 424 and "this node itself" in body["detail"], body
+    added = a("peers", "add", "self", node.url, "--token", node.read_token, ok=False)
+    assert added.exit_code == 2 and "this node itself" in added.output
+    assert "self" not in a("peers", "list").output
