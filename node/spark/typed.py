@@ -328,11 +328,16 @@ def _pair_arith(op: str, kind: str, left: Any, right: Any) -> Any:
         return F.try_subtract(left, right)
     if op == "*":
         return F.try_multiply(left, right)
+    if op == "%":  # Spark's % truncates like the engine's
+        return F.when((right != 0) & ~((left == F.lit(-(2**63))) & (right == -1)), left % right)
+    # Truncating division: left - left % right is an exact multiple of right (and never
+    # overflows), so the decimal quotient is a whole number and no rounding can move it;
+    # dividing the raw operands would round the scale-6 quotient half-up first
+    # (9999999 / 10000000 would be 1). Only -2^63 / -1 leaves int64.
     ok = (right != 0) & ~((left == F.lit(-(2**63))) & (right == -1))
-    if op == "/":  # truncating division, exact through decimal
-        dec = "decimal(38,0)"
-        return F.when(ok, (left.cast(dec) / right.cast(dec)).cast("bigint"))
-    return F.when(ok, left % right)  # Spark's % truncates like the engine's
+    dec = "decimal(38,0)"
+    exact = (left - left % right).cast(dec)
+    return F.when(ok, (exact / right.cast(dec)).cast("bigint"))
 
 
 def combine(results: list[tuple[Any, str, Any]]) -> TCol | None:

@@ -102,6 +102,29 @@ def test_mixed_columns_match_the_engine(spark):
     assert (20, 0) in got.rows("boundsum") and (21, 2) in got.rows("boundsum")
 
 
+def test_integer_division_truncates_like_the_engine(spark):
+    """``/`` truncates toward zero exactly (no rounding of a quotient near a whole number,
+    9999999 / 10000000 is 0), in native int columns and in columns that mix types."""
+    big = [2**53, 2**53 + 1, 2**63 - 1, -(2**63), -(2**63) + 1, -1, 1, 7, -7]
+    ints = [9999999, -9999999, 29999999, 10000000, 19999999, -29999999] + big
+    base = {"i": [(x,) for x in ints], "m": [(x,) for x in ints] + [(1.5,), ("1",), (True,)]}
+    text = """
+        q(X, Y, Z) :- i(X), i(Y), Z == X / Y.
+        mq(X, Y, Z) :- m(X), m(Y), Z == X / Y.
+    """
+    program = parse_program(text)
+    expected = Program.parse(text).evaluate(base)
+    got = evaluate(spark, program, relations_from_rows(spark, base))
+    for rel in ("q", "mq"):
+        assert got.rows(rel) == expected[rel], rel
+        rows = got.rows(rel)
+        assert (9999999, 10000000, 0) in rows and (-9999999, 10000000, 0) in rows
+        assert (29999999, 10000000, 2) in rows
+        assert (2**53, 2**53 + 1, 0) in rows and (2**63 - 1, -(2**63), 0) in rows
+        assert (2**63 - 1, 2**53 + 1, 1023) in rows
+        assert not [r for r in rows if r[:2] == (-(2**63), -1)]  # overflows: no value
+
+
 def test_mixed_outputs_round_trip_exactly(spark, tmp_path):
     rows = [(1, "a"), (1.0, "a"), (True, b"\x00"), ("1", 2.5), (Link.for_block(b"x", 0x55), 0)]
     program = parse_program("o(X, Y) :- m(X, Y).")

@@ -72,6 +72,7 @@ PROGRAMS = {
         quo(K, V, Q) :- kv(K, V), Q == V / K, Q > 0.
         mixed(X, F, Y) :- ints(X), floats(F), Y == X + F, Y < 100.0.
         cat(S, T) :- strs(S), T == S + "!".
+        iquo(X, Y, Q) :- ints(X), ints(Y), Q == X / Y.
     """,
     "mixed_identity": """
         mj(X) :- mx(X), ints(X).
@@ -109,6 +110,7 @@ PROGRAMS = {
         lmin(M) :- M := min V : lk(V).
         lmax(M) :- M := max V : lk(V).
         ksum(K, S) :- ints(K), S := sum V : mkv(K, V).
+        mquo(X, Y, Q) :- mx(X), mx(Y), Q == X / Y.
     """,
 }
 
