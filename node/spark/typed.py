@@ -328,8 +328,8 @@ def _pair_arith(op: str, kind: str, left: Any, right: Any) -> Any:
         return F.try_subtract(left, right)
     if op == "*":
         return F.try_multiply(left, right)
-    if op == "%":  # Spark's % truncates like the engine's
-        return F.when((right != 0) & ~((left == F.lit(-(2**63))) & (right == -1)), left % right)
+    if op == "%":  # Spark's % truncates like the engine's; -2^63 % -1 is 0, in range
+        return F.when(right != 0, left % right)
     # Truncating division: left - left % right is an exact multiple of right (and never
     # overflows), so the decimal quotient is a whole number and no rounding can move it;
     # dividing the raw operands would round the scale-6 quotient half-up first

@@ -125,6 +125,24 @@ def test_integer_division_truncates_like_the_engine(spark):
         assert not [r for r in rows if r[:2] == (-(2**63), -1)]  # overflows: no value
 
 
+def test_int64_min_remainder_minus_one_is_zero(spark):
+    """``-2^63 % -1`` is 0 (in range; only ``-2^63 / -1`` overflows), in native int columns
+    and in columns that mix types, as in the engine."""
+    ints = [-(2**63), -(2**63) + 1, 2**63 - 1, -1, 1, 7, -7, 0]
+    base = {"i": [(x,) for x in ints], "m": [(x,) for x in ints] + [(1.5,), ("1",), (True,)]}
+    text = """
+        r(X, Y, Z) :- i(X), i(Y), Z == X % Y.
+        r1(Z) :- i(X), Z == X % -1.
+        mr(X, Y, Z) :- m(X), m(Y), Z == X % Y.
+    """
+    program = parse_program(text)
+    expected = Program.parse(text).evaluate(base)
+    got = evaluate(spark, program, relations_from_rows(spark, base))
+    for rel in ("r", "r1", "mr"):
+        assert got.rows(rel) == expected[rel], rel
+    assert (-(2**63), -1, 0) in got.rows("r") and (-(2**63), -1, 0) in got.rows("mr")
+
+
 def test_mixed_outputs_round_trip_exactly(spark, tmp_path):
     rows = [(1, "a"), (1.0, "a"), (True, b"\x00"), ("1", 2.5), (Link.for_block(b"x", 0x55), 0)]
     program = parse_program("o(X, Y) :- m(X, Y).")

@@ -73,6 +73,7 @@ PROGRAMS = {
         mixed(X, F, Y) :- ints(X), floats(F), Y == X + F, Y < 100.0.
         cat(S, T) :- strs(S), T == S + "!".
         iquo(X, Y, Q) :- ints(X), ints(Y), Q == X / Y.
+        irem(X, Y, R) :- ints(X), ints(Y), R == X % Y.
     """,
     "mixed_identity": """
         mj(X) :- mx(X), ints(X).
@@ -111,6 +112,7 @@ PROGRAMS = {
         lmax(M) :- M := max V : lk(V).
         ksum(K, S) :- ints(K), S := sum V : mkv(K, V).
         mquo(X, Y, Q) :- mx(X), mx(Y), Q == X / Y.
+        mrem(X, Y, R) :- mx(X), mx(Y), R == X % Y.
     """,
 }
 
