@@ -15,6 +15,7 @@ goes to a log file unless ``-v``; running Spark stages show as a progress bar.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -132,6 +133,45 @@ def _session(
             f"the Spark JVM exited before it started{where}: check --master (local[N],"
             " spark://HOST:PORT) and the Java install; -v shows the JVM's own output"
         ) from None
+
+
+def _writable_out(target: Path) -> bool:
+    """Make the output folder ``target`` (with its parents) and check that files can be
+    made in it, before the JVM starts: an unwritable ``--out`` is one line naming it
+    (exit 1; a full disk exit 6), not a Java stack trace after the job. True when this
+    made the folder (removed again if the command fails before writing into it)."""
+    import errno
+    import tempfile
+
+    from merklog.node.failures import DISK_FULL_ERRNOS, ExitCode, Failure
+
+    created = not target.exists()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target):
+            pass
+    except OSError as exc:
+        code = ExitCode.DISK_FULL if exc.errno in DISK_FULL_ERRNOS else ExitCode.FAILED
+        reason = exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
+        raise Failure(f"cannot write to --out {target}: {reason}", code) from None
+    return created
+
+
+def _raise_write_failure(exc: Exception, target: Path) -> None:
+    """One line (exit 6 for a full disk, else 1) for a Spark job that failed because it
+    could not write under ``target`` (the JVM's IOException, whose stack trace is no use
+    to a user); returns for any other failure."""
+    from merklog.node.failures import ExitCode, Failure
+
+    text = str(exc)
+    if "java.io.IOException" not in text and "Mkdirs failed" not in text:
+        return
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        raise Failure(f"no space left to write under --out {target}", ExitCode.DISK_FULL) from None
+    raise Failure(
+        f"Spark could not write the outputs under --out {target} (see -v for the JVM's message)",
+        ExitCode.FAILED,
+    ) from None
 
 
 def _identity(home: Path) -> Any:
@@ -331,10 +371,17 @@ def register(cli: click.Group) -> None:
         from merklog.engine.errors import EngineError
         from merklog.engine.program import parse_text
         from merklog.node.files import read_text_file
+        from merklog.node.spark.analyze import (
+            OutputFolderTaken,
+            check_out_folders,
+            output_relations,
+            static_check,
+        )
 
         text = read_text_file(program)
         try:
             parsed = parse_text(text)
+            static_check(parsed)  # every check of the program alone, before the JVM starts
         except EngineError as exc:
             raise click.ClickException(f"{program}:{exc}") from None
         for item in inputs:
@@ -342,40 +389,56 @@ def register(cli: click.Group) -> None:
                 raise click.BadParameter(f"{item} does not exist", param_hint="--input")
         sources = [_absolute(i) for i in inputs]
         rows = _input_rows(sources, "--input")
-        # The JVM boots while the Spark code is imported (ADR 0158).
-        prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)
-        try:
-            from merklog.node.spark.analyze import (
-                evaluate,
-                output_arities,
-                output_relations,
-                relations_from_snapshot,
-                used_relations,
-                write_outputs,
-            )
-            from merklog.node.spark.compact import read_ops, snapshot_frame
-            from merklog.node.spark.progress import spark_progress
-
-            spark = _session(master, remote, confs, state.verbose, rows, prelaunched)
-        finally:
-            if prelaunched is not None:
-                prelaunched.close()  # a JVM no session took over (an error before it)
+        names = output_relations(parsed)
         target = Path(_absolute(out))
         try:
-            with spark_progress(spark, "analyze"):
-                ops = read_ops(spark, sources)
-                base = relations_from_snapshot(snapshot_frame(ops), used_relations(parsed), parsed)
-                result = evaluate(spark, parsed, base)
-                written = write_outputs(
-                    result, output_relations(parsed), target, fmt, output_arities(parsed)
+            check_out_folders(target, names)
+        except OutputFolderTaken as exc:
+            raise click.ClickException(str(exc)) from None
+        created = _writable_out(target)
+        done = False
+        try:
+            # The JVM boots while the Spark code is imported (ADR 0158).
+            prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)
+            try:
+                from merklog.node.spark.analyze import (
+                    evaluate,
+                    output_arities,
+                    relations_from_snapshot,
+                    used_relations,
+                    write_outputs,
                 )
-        except EngineError as exc:
-            raise click.ClickException(f"{program}:{exc}") from None
-        if written and not target.is_dir():
-            raise click.ClickException(
-                f"Spark wrote the outputs to {target} on its own machine, which this one does"
-                " not see: with --remote or a cluster, --out must be a directory both share"
-            )
+                from merklog.node.spark.compact import read_ops, snapshot_frame
+                from merklog.node.spark.progress import spark_progress
+
+                spark = _session(master, remote, confs, state.verbose, rows, prelaunched)
+            finally:
+                if prelaunched is not None:
+                    prelaunched.close()  # a JVM no session took over (an error before it)
+            try:
+                with spark_progress(spark, "analyze"):
+                    ops = read_ops(spark, sources)
+                    base = relations_from_snapshot(
+                        snapshot_frame(ops), used_relations(parsed), parsed
+                    )
+                    result = evaluate(spark, parsed, base)
+                    written = write_outputs(result, names, target, fmt, output_arities(parsed))
+            except EngineError as exc:
+                raise click.ClickException(f"{program}:{exc}") from None
+            except Exception as exc:
+                _raise_write_failure(exc, target)
+                raise
+            if not all(Path(p).is_dir() for p in written.values()):
+                raise click.ClickException(
+                    f"Spark wrote the outputs to {target} on its own machine, which this one"
+                    " does not see: with --remote or a cluster, --out must be a directory both"
+                    " share"
+                )
+            done = True
+        finally:
+            if created and not done:
+                with contextlib.suppress(OSError):
+                    target.rmdir()  # the folder this command made, if nothing is in it
         for rel, path in written.items():
             click.echo(f"{rel}\t{path}")
 

@@ -46,6 +46,7 @@ from typing import Any
 
 from merklog.engine import ast, planner
 from merklog.engine.errors import EngineError, UnsupportedError
+from merklog.node.errors import NodeError
 from merklog.store import Value
 
 from .typed import (
@@ -80,6 +81,9 @@ __all__ = [
     "output_relations",
     "relations_from_rows",
     "relations_from_snapshot",
+    "OutputFolderTaken",
+    "check_out_folders",
+    "static_check",
     "strata_of",
     "used_relations",
     "write_outputs",
@@ -597,6 +601,14 @@ def _check_supported(program: ast.Program) -> None:
             )
 
 
+def static_check(program: ast.Program) -> None:
+    """Every check of ``program`` alone that :func:`evaluate` makes (``@next`` rules, the
+    engine's static checks, Soufflé arithmetic): no Spark needed, so the CLI makes them
+    before the JVM starts."""
+    _check_supported(program)
+    strata_of(program)
+
+
 def strata_of(program: ast.Program) -> list[list[ast.Rule]]:
     """Run the engine's static checks (line:column errors) and return its deductive strata
     in dependency order (Dialog query-engine spec §1.3.3, :mod:`merklog.engine.stratify`)."""
@@ -902,6 +914,46 @@ def output_arities(program: ast.Program) -> dict[str, int]:
     return arities
 
 
+class OutputFolderTaken(NodeError):
+    """``--out`` holds a file or folder named like an output relation that no analyze
+    wrote: replacing it would delete what is in it."""
+
+
+#: What Spark's writers (and :func:`_write_csv`) leave in a relation's folder.
+_OUTPUT_FILES = ("_SUCCESS", "._SUCCESS.crc", "part-*", ".part-*.crc")
+
+
+def _earlier_output(path: Path) -> bool:
+    """Whether the folder ``path`` is an earlier analyze output (Spark's ``_SUCCESS``
+    marker and part files only), or empty: replacing it loses nothing."""
+    entries = list(path.iterdir())
+    if not entries:
+        return True
+    names = {e.name for e in entries}
+    return (
+        "_SUCCESS" in names
+        and all(e.is_file() and not e.is_symlink() for e in entries)
+        and all(any(e.match(g) for g in _OUTPUT_FILES) for e in entries)
+    )
+
+
+def check_out_folders(out_dir: str | Path, names: Iterable[str]) -> None:
+    """Refuse (:class:`OutputFolderTaken`) when ``out_dir/REL`` exists for an output
+    relation and is not an earlier analyze output: writing REL replaces its folder."""
+    out = Path(out_dir)
+    for name in names:
+        path = out / name
+        if not path.exists() and not path.is_symlink():
+            continue
+        if path.is_dir() and not path.is_symlink() and _earlier_output(path):
+            continue
+        what = "folder" if path.is_dir() else "file"
+        raise OutputFolderTaken(
+            f"{path} is a {what} that no analyze wrote, and the output relation {name}"
+            " would replace it: give --out a folder of its own (nothing was written)"
+        )
+
+
 def write_outputs(
     result: AnalyzeResult,
     names: list[str],
@@ -915,6 +967,8 @@ def write_outputs(
     from pyspark.sql import functions as F
 
     out = Path(out_dir)
+    if "://" not in str(out_dir) and not str(out_dir).startswith("file:"):
+        check_out_folders(out, names)
     written: dict[str, str] = {}
     for name in names:
         rel = result.relations.get(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -165,3 +166,99 @@ def test_a_rest_pattern_over_several_arities_is_an_error_at_its_atom(spark, tmp_
         ok=False,
     )
     assert f"{prog}:2:9: w(...) reads relation w, which holds facts of arities [2, 3]" in err, err
+
+
+def _merklog(*args: str, timeout: float = 180) -> Any:
+    """``merklog ARGS`` as its own process (a JVM of its own, if it starts one)."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
+
+
+@pytest.fixture
+def export(tmp_path):
+    home = tmp_path / "h"
+    run("--home", str(home), "init")
+    run("--home", str(home), "put", "ni(1).", "ni(2).")
+    run("--home", str(home), "parquet", "export", str(tmp_path / "ex"))
+    return tmp_path / "ex"
+
+
+def test_analyze_never_replaces_a_folder_it_did_not_write(spark, tmp_path, export):
+    """``analyze --out .`` in a project with a ``docs/`` folder and a relation ``docs``
+    deleted ``docs/`` and wrote the relation there, exit 0. It is refused, before the
+    JVM starts (``--master bogus://x`` would fail to start one), and nothing is touched;
+    an earlier analyze output is replaced as before."""
+    prog = tmp_path / "docs.dl"
+    prog.write_text("docs(X) :- ni(X).\n")
+    proj = tmp_path / "proj"
+    (proj / "docs").mkdir(parents=True)
+    (proj / "docs" / "notes.md").write_text("precious")
+    (proj / "other").mkdir()
+    for out in (proj, proj / "docs"):
+        (proj / "docs" / "docs").mkdir(exist_ok=True)  # so --out proj/docs meets one too
+        (proj / "docs" / "docs" / "keep.txt").write_text("keep")
+        done = _merklog(
+            "analyze", str(prog), "--input", str(export), "--out", str(out), "--master", "bogus://x"
+        )
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines() == [
+            f"Error: {out / 'docs'} is a folder that no analyze wrote, and the output relation"
+            " docs would replace it: give --out a folder of its own (nothing was written)"
+        ]
+        assert (proj / "docs" / "notes.md").read_text() == "precious"
+        assert (proj / "docs" / "docs" / "keep.txt").read_text() == "keep"
+    for fmt in ("csv", "parquet", "csv"):  # an earlier output, of either format, is replaced
+        run("analyze", str(prog), "--input", str(export), "--out", str(tmp_path / "o"),
+            "--format", fmt)  # fmt: skip
+    assert (tmp_path / "o" / "docs" / "part-00000.csv").read_text() == "c0\n1\n2\n" or (
+        tmp_path / "o" / "docs" / "part-00000.csv"
+    ).read_text() == "c0\n2\n1\n"
+
+
+def test_an_unwritable_out_is_one_line_naming_it_before_the_jvm(tmp_path, export):
+    """``analyze --out /proc/x`` gave exit 70 and a 150-line Java stack trace once the
+    job had run."""
+    prog = tmp_path / "p.dl"
+    prog.write_text("p(X) :- ni(X).\n")
+    done = _merklog(
+        "analyze", str(prog), "--input", str(export), "--out", "/proc/merklog-x",
+        "--master", "bogus://x",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "Error: cannot write to --out /proc/merklog-x: No such file or directory"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("p(X, Y) :- ni(X).\n", "p.dl:1:6: "),
+        ("p(X)@next :- ni(X).\n", "p.dl:1:1: @next rules are not supported by analyze"),
+        (
+            ".decl ni(x: number)\n.decl p(x: number)\n.output p\np(x + 1) :- ni(x).\n",
+            "p.dl:4:1: analyze implements merklog's int64 arithmetic",
+        ),
+    ],
+)
+def test_program_checks_come_before_the_jvm_starts(tmp_path, export, text, message):
+    """An unsafe rule, an ``@next`` rule and Soufflé arithmetic were reported only once
+    the JVM was up (with a master it cannot use: its error instead)."""
+    prog = tmp_path / "p.dl"
+    prog.write_text(text)
+    out = tmp_path / "o"
+    done = _merklog(
+        "analyze", str(prog), "--input", str(export), "--out", str(out), "--master", "bogus://x"
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"Error: {tmp_path / message}"), done.stderr
+    assert not out.exists()
