@@ -174,6 +174,13 @@ def _raise_write_failure(exc: Exception, target: Path) -> None:
     ) from None
 
 
+def _nothing_to_compact(exc: Exception) -> None:
+    """Inputs without a delta: bad input, one line, exit 2."""
+    failure = click.ClickException(str(exc))
+    failure.exit_code = 2
+    raise failure from None
+
+
 def _identity(home: Path) -> Any:
     from merklog.replication.identity import Identity
 
@@ -299,10 +306,14 @@ def register(cli: click.Group) -> None:
                 raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
         sources = [_absolute(i) for i in inputs]
         rows = _input_rows(sources, "INPUTS")
+        if rows == 0:  # before the JVM starts
+            from merklog.node.spark.compact import NothingToCompact
+
+            _nothing_to_compact(NothingToCompact())
         # The JVM boots while the Spark code is imported and the driver reads the inputs
         # (ADR 0122, ADR 0158).
         prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)
-        from merklog.node.spark.compact import CompactError, compact
+        from merklog.node.spark.compact import CompactError, NothingToCompact, compact
         from merklog.node.spark.factargs import read_inputs
         from merklog.node.spark.progress import spark_progress
 
@@ -321,6 +332,8 @@ def register(cli: click.Group) -> None:
                     gather=False if args_in_spark else None,
                     reader=reader,
                 )
+        except NothingToCompact as exc:
+            _nothing_to_compact(exc)
         except CompactError as exc:
             raise click.ClickException(str(exc)) from None
         finally:

@@ -145,6 +145,17 @@ class CompactError(NodeInputError):
     a ``merklog.Error`` like every error the package raises, and a ``ValueError``)."""
 
 
+class NothingToCompact(CompactError):
+    """The inputs hold no delta (the export of a fresh home, or of one whose deltas were
+    all pruned): a snapshot is of a dataset, and they name none."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the inputs hold no deltas (the export of a fresh home, or of one whose deltas"
+            " were all pruned): there is nothing to compact"
+        )
+
+
 def _input_paths(inputs: list[str | Path]) -> list[str]:
     paths = op_paths(inputs)
     if not paths:
@@ -239,7 +250,7 @@ def live_frame(
 
     is_assert = F.col("op") == "assert"
     dataset = F.col("dataset")
-    if datasets is not None:
+    if datasets:
         coded = F.when(dataset == datasets[0], F.lit(0))
         for i, name in enumerate(datasets[1:], 1):
             coded = coded.when(dataset == name, F.lit(i))
@@ -679,6 +690,8 @@ def compact(
     if gather and reader is None:
         raise CompactError("gathering fact arguments needs inputs this process can read")
     n_in = input_rows(inputs)
+    if n_in == 0:
+        raise NothingToCompact()
     parts = max(1, math.ceil((n_in if n_in is not None else 0) / rows_per_partition))
     staging, staging_lock = _claim_staging(out)
     settings = {
@@ -752,6 +765,8 @@ def compact(
                 deltas_files = _staged_files(staging, "deltas", "meta")
                 acl_files = _staged_files(staging, "acl", "meta")
         datasets = sorted(ds for ds in deltas_files if deltas_files[ds])
+        if not datasets and not prune:  # inputs only Spark can read (URLs) held no delta
+            raise NothingToCompact()
         support = placing.result()
         for ds in datasets:
             shutil.rmtree(out / f"dataset={ds}", ignore_errors=True)

@@ -262,3 +262,29 @@ def test_program_checks_come_before_the_jvm_starts(tmp_path, export, text, messa
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith(f"Error: {tmp_path / message}"), done.stderr
     assert not out.exists()
+
+
+def test_compact_of_an_export_without_deltas_is_one_line(spark, tmp_path):
+    """``compact`` of a fresh home's export died with exit 70 ``IndexError`` (``live_frame``
+    read ``datasets[0]``). It is bad input, said before the JVM starts, and the library
+    refuses it on both paths; no snapshot folder is made."""
+    home = tmp_path / "h"
+    run("--home", str(home), "init")
+    run("--home", str(home), "parquet", "export", str(tmp_path / "ex"))
+    done = _merklog(
+        "--home", str(home), "compact", str(tmp_path / "ex"), "--out", str(tmp_path / "s"),
+        "--master", "bogus://x",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "Error: the inputs hold no deltas (the export of a fresh home, or of one whose deltas"
+        " were all pruned): there is nothing to compact"
+    ]
+    assert not (tmp_path / "s").exists()
+    from merklog.node.spark.compact import NothingToCompact, compact
+    from merklog.replication.identity import Identity
+
+    key = Identity.from_seed(b"\x05" * 32)
+    for gather in (None, False):
+        with pytest.raises(NothingToCompact):
+            compact(spark, [str(tmp_path / "ex")], tmp_path / "s2", key, gather=gather)
