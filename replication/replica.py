@@ -236,6 +236,21 @@ class Replica(Acceptance, ORSet, Reconciliation):
             ).fetchone()
         return int(n)
 
+    def delta_graph(self) -> list[tuple[bytes, bytes, int, list[bytes]]]:
+        """``(delta CID, author, seq, parent CIDs)`` of every accepted delta (genesis
+        excluded), raw bytes; pruned deltas too (their metadata stays)."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT cid, author, seq FROM repl_delta WHERE ds = ? AND clock > 0",
+                (self.ds,),
+            ).fetchall()
+            parents: dict[bytes, list[bytes]] = {}
+            for child, parent in self.conn.execute(
+                "SELECT child, parent FROM repl_parent WHERE ds = ?", (self.ds,)
+            ):
+                parents.setdefault(bytes(child), []).append(bytes(parent))
+        return [(bytes(c), bytes(a), int(s), sorted(parents.get(bytes(c), []))) for c, a, s in rows]
+
     def is_writer(self, key: bytes) -> bool:
         """Whether ``key`` may write on top of the current heads."""
         with self._lock:

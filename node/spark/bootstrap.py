@@ -129,7 +129,9 @@ def prune_replica(replica: Replica, snap: Snapshot) -> int:
     The OR-set state (support tags, visible counts) and the covered ids, clocks
     and parents stay, so acceptance and future retracts behave exactly as before;
     what goes is the ability to *serve* those delta blocks, which is safe once
-    they are causally stable (every writer has built on them: see docs/spark.md).
+    they are causally stable (every writer has built on them: see docs/spark.md). A
+    snapshot covering a delta that is not stable in this replica (by the authors and
+    parents it holds) is refused, deleting nothing.
     """
     if snap.manifest["dataset"] != replica.dataset:
         raise ManifestError("snapshot and replica are of different datasets")
@@ -137,6 +139,18 @@ def prune_replica(replica: Replica, snap: Snapshot) -> int:
     if missing:
         raise ManifestError(f"replica lacks {len(missing)} snapshot head(s); sync before pruning")
     cids = [Link(d["delta_cid"]) for d in snap.deltas()]
+    from .compact import stable_deltas
+
+    stable = stable_deltas(replica.delta_graph())
+    unstable = [c for c in cids if c.raw not in stable]
+    if unstable:
+        raise ManifestError(
+            f"{len(unstable)} of the snapshot's {len(cids)} deltas are not causally stable"
+            " in this replica (a writer has not built on them yet, as when the snapshot was"
+            " made without --prune, or before this replica saw newer writers): a peer that"
+            " lacks them could no longer sync; make the snapshot with `compact --prune` of"
+            " current exports"
+        )
     present = [c for c in cids if replica.blockstore.has(c)]
     replica.blockstore.delete_many(present)
     return len(present)

@@ -148,6 +148,33 @@ def test_prune_keeps_state_and_rejects_unsynced(spark, tmp_path, peers):
     assert b.visible_facts() == a.visible_facts()
 
 
+def test_prune_refuses_deltas_that_are_not_causally_stable_here(spark, tmp_path, peers):
+    """``merklog prune`` of a snapshot made without ``--prune`` deleted the newest deltas
+    too, which B had not built on: a peer lacking them was cut off for good (409 pruned,
+    and import-snapshot refuses a non-empty home). It is refused and nothing is deleted."""
+    a, b, _c = peers
+    rng = random.Random(8)
+    _edit(rng, a, 6)
+    _edit(rng, b, 6)
+    sync(a, b)
+    sync(b, a)
+    b.assert_facts([make_fact("edge", (60, 61))])  # B builds on everything so far
+    sync(a, b)
+    a.assert_facts([make_fact("edge", (50, 51))])  # nobody has built on this one yet
+    export_replica(a, tmp_path / "ea")
+    [res] = compact(spark, [tmp_path / "ea"], tmp_path / "snap", a.identity)
+    snap = load_snapshot(res.directory)
+    assert snap.manifest["deltas"] == a.delta_count()
+    before = [d.cid for d in a.iter_deltas()]
+    with pytest.raises(ManifestError, match=r"^1 of the snapshot's \d+ deltas are not causally"):
+        prune_replica(a, snap)
+    assert all(a.blockstore.has(cid) for cid in before)
+    sync(b, a)  # B builds on it: now every delta is stable, and the same snapshot prunes
+    b.assert_facts([make_fact("edge", (70, 71))])
+    sync(a, b)
+    assert prune_replica(a, snap) == len(before)
+
+
 async def test_bootstrapped_peer_pulls_only_newer_deltas_over_http(spark, tmp_path, peers):
     """The same, through the real sync protocol: an aiohttp server on 127.0.0.1 serving A."""
     from aiohttp import web
