@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from merklog.node.failures import ExitCode, Failure
+
 from .cds import cds_options
 from .launch import Launch, forget_gateway, launch_driver, start_driver
 
@@ -240,6 +242,44 @@ def prelaunch(
     return Prelaunch(master, settings, launch)
 
 
+#: Spark Connect's default port (``sc://HOST`` without one).
+CONNECT_PORT = 15002
+
+#: Seconds a TCP connection to a Spark Connect server may take to open.
+CONNECT_TIMEOUT = 10.0
+
+
+class ConnectUnreachable(Failure):
+    """The Spark Connect server of ``--remote`` could not be reached (refused, timeout,
+    DNS): exit 4, worth retrying, like a peer that cannot be reached."""
+
+    exit_code = ExitCode.PEER_UNREACHABLE
+
+
+def check_reachable(remote: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Open (and close) a TCP connection to the server of the ``sc://HOST:PORT`` URL
+    ``remote``, or raise :class:`ConnectUnreachable`. pyspark's client retries a server
+    that is not there for over ten minutes, silent, with Ctrl-C and SIGTERM unheard; a
+    URL pyspark would refuse anyway is left to it."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(remote)
+        host, port = parts.hostname, parts.port or CONNECT_PORT
+    except ValueError:
+        return
+    if parts.scheme != "sc" or not host:
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise ConnectUnreachable(
+            f"the Spark Connect server {remote} could not be reached ({reason})"
+        ) from None
+
+
 def build_session(
     master: str | None = None,
     remote: str | None = None,
@@ -268,6 +308,7 @@ def build_session(
     if master and remote:
         raise ValueError("give either master (spark://…, local[*]) or remote (sc://…), not both")
     if remote:
+        check_reachable(remote)
         builder = SparkSession.builder.remote(remote).appName(app_name)
         spark = builder.getOrCreate()
         if ship_code is not False:

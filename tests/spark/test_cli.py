@@ -288,3 +288,27 @@ def test_compact_of_an_export_without_deltas_is_one_line(spark, tmp_path):
     for gather in (None, False):
         with pytest.raises(NothingToCompact):
             compact(spark, [str(tmp_path / "ex")], tmp_path / "s2", key, gather=gather)
+
+
+def test_a_spark_connect_server_that_is_not_there_is_exit_4(tmp_path, export):
+    """``--remote sc://127.0.0.1:PORT`` with nothing listening hung for over ten minutes
+    (pyspark's client retrying), deaf to Ctrl-C and SIGTERM, and printed only pyspark's
+    raw ``[RETRIES_EXCEEDED]`` warning."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    prog = tmp_path / "p.dl"
+    prog.write_text("p(X) :- ni(X).\n")
+    url = f"sc://127.0.0.1:{port}"
+    for args in (
+        ["analyze", str(prog), "--input", str(export), "--out", str(tmp_path / "o")],
+        ["--home", str(tmp_path / "h"), "compact", str(export), "--out", str(tmp_path / "s")],
+    ):
+        done = _merklog(*args, "--remote", url, timeout=120)
+        assert done.returncode == 4, done.stderr
+        assert done.stderr.splitlines() == [
+            f"Error: the Spark Connect server {url} could not be reached (Connection refused)"
+        ]
+    assert not (tmp_path / "o").exists()
