@@ -264,6 +264,13 @@ def register(cli: click.Group) -> None:
                 replica, directory, progress=lambda n: bar.update(task, completed=n)
             )
         click.echo(json.dumps(summary, sort_keys=True))
+        if summary.get("missing_deltas"):
+            click.echo(
+                f"note: this home no longer holds {summary['missing_deltas']} of its deltas"
+                " (pruned, or covered by the snapshot it was bootstrapped from): the ops do"
+                " not account for every visible fact, and compact refuses this export",
+                err=True,
+            )
 
     @cli.command("compact")
     @click.argument("inputs", nargs=-1, required=True)
@@ -305,6 +312,12 @@ def register(cli: click.Group) -> None:
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
         sources = [_absolute(i) for i in inputs]
+        from merklog.node.spark.compact import CompactError, refuse_partial_exports
+
+        try:
+            refuse_partial_exports(sources)
+        except CompactError as exc:
+            raise click.ClickException(str(exc)) from None
         rows = _input_rows(sources, "INPUTS")
         if rows == 0:  # before the JVM starts
             from merklog.node.spark.compact import NothingToCompact

@@ -156,6 +156,34 @@ class NothingToCompact(CompactError):
         )
 
 
+def refuse_partial_exports(inputs: list[str | Path]) -> None:
+    """Refuse (:class:`CompactError`) a local input whose ``export.json`` says deltas were
+    missing from it (the export of a pruned home, or of one bootstrapped from a snapshot):
+    its ops do not account for its visible facts, and a snapshot of them would claim the
+    home's heads while lacking facts, so peers bootstrapped from it never converge."""
+    import json
+
+    for item in inputs:
+        text = str(item)
+        if "://" in text or text.startswith("file:"):
+            continue
+        path = Path(text)
+        for summary in (path / "export.json", path.parent / "export.json"):
+            if summary.is_file() and (path.name == "ops" or summary.parent == path):
+                try:
+                    missing = int(json.loads(summary.read_text()).get("missing_deltas", 0))
+                except (ValueError, OSError, AttributeError, TypeError):
+                    continue
+                if missing:
+                    raise CompactError(
+                        f"{item} is the export of a home that no longer holds {missing}"
+                        " of its deltas (pruned, or covered by the snapshot it was"
+                        " bootstrapped from): its ops do not account for all its facts, and"
+                        " a snapshot of it would lack facts while claiming the home's heads;"
+                        " compact exports made before pruning, or keep the snapshot made then"
+                    )
+
+
 def _input_paths(inputs: list[str | Path]) -> list[str]:
     paths = op_paths(inputs)
     if not paths:
@@ -689,6 +717,7 @@ def compact(
         reader = read_inputs(inputs)
     if gather and reader is None:
         raise CompactError("gathering fact arguments needs inputs this process can read")
+    refuse_partial_exports(inputs)
     n_in = input_rows(inputs)
     if n_in == 0:
         raise NothingToCompact()

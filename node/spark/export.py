@@ -356,14 +356,21 @@ class FactsWriter:
         return dict(self.counts)
 
 
-def _summary(out: Path, n_ops: int, datasets: Iterable[str], counts: dict[str, int]) -> dict:
-    summary = {
+def _summary(
+    out: Path, n_ops: int, datasets: Iterable[str], counts: dict[str, int], missing: int = 0
+) -> dict:
+    """``export.json``; ``missing_deltas`` (only when not 0): accepted deltas whose blocks
+    the replica no longer holds (pruned, or covered by the snapshot it was bootstrapped
+    from), so the ops do not account for every visible fact."""
+    summary: dict[str, Any] = {
         "format": "merklog-parquet-export",
         "version": FORMAT_VERSION,
         "ops": n_ops,
         "datasets": sorted(set(datasets)),
         "facts": counts,
     }
+    if missing:
+        summary["missing_deltas"] = missing
     (out / "export.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
     return summary
 
@@ -419,8 +426,9 @@ def export_replica(
             for cids, datas in _fact_pages(replica):
                 facts.add(fact_page_table(cids, datas), "fact_cid")
             log = _Partitions(k, tmp, "log", _LOG_SCHEMA)
-            seen = 0
+            seen = n_deltas = 0
             for blocks in _block_batches(iter_delta_blocks(replica, batch=64)):
+                n_deltas += len(blocks)
                 table = log_blocks_table(dataset, blocks)
                 log.add(table, "fact_cid")
                 seen += table.num_rows
@@ -450,7 +458,8 @@ def export_replica(
         raise StoreError(f"{n_visible - sum(counts.values())} visible facts have no block")
     # the genesis block travels with the export so a snapshot can let a fresh peer join
     (out / GENESIS_FILE).write_bytes(replica.genesis.data)
-    return _summary(out, n_ops, [dataset] if n_ops else [], counts)
+    missing = replica.delta_count() - n_deltas  # pruned, or covered by an installed snapshot
+    return _summary(out, n_ops, [dataset] if n_ops else [], counts, missing)
 
 
 def write_ops(

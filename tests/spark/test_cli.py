@@ -312,3 +312,39 @@ def test_a_spark_connect_server_that_is_not_there_is_exit_4(tmp_path, export):
             f"Error: the Spark Connect server {url} could not be reached (Connection refused)"
         ]
     assert not (tmp_path / "o").exists()
+
+
+def test_the_export_of_a_pruned_home_is_marked_and_compact_refuses_it(spark, tmp_path):
+    """``compact`` of a pruned home's export signed a snapshot that lacked the facts of the
+    pruned deltas while claiming the home's heads: peers bootstrapped from it matched the
+    heads and never converged. The export says how many deltas it lacks, and compact
+    refuses it (given as the export or as its ``ops/`` folder) before the JVM starts."""
+    home = tmp_path / "h"
+    run("--home", str(home), "init")
+    run("--home", str(home), "put", "a(1).", "a(2).")
+    run("--home", str(home), "put", "a(3).")
+    whole = json.loads(run("--home", str(home), "parquet", "export", str(tmp_path / "e1")))
+    assert "missing_deltas" not in whole
+    out = run("--home", str(home), "compact", str(tmp_path / "e1"), "--out", str(tmp_path / "s"))
+    snap = json.loads(out.strip().splitlines()[-1])["directory"]
+    assert run("--home", str(home), "prune", snap).strip() == "pruned 2 delta blocks"
+    run("--home", str(home), "put", "a(4).")
+    done = _merklog("--home", str(home), "parquet", "export", str(tmp_path / "e2"))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["missing_deltas"] == 2 and summary["facts"] == {"a": 4}
+    assert done.stderr.strip().startswith("note: this home no longer holds 2 of its deltas")
+    for given in (tmp_path / "e2", tmp_path / "e2" / "ops"):
+        done = _merklog(
+            "--home", str(home), "compact", str(tmp_path / "e1"), str(given),
+            "--out", str(tmp_path / "s2"), "--master", "bogus://x",
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines() == [
+            f"Error: {given} is the export of a home that no longer holds 2 of its deltas"
+            " (pruned, or covered by the snapshot it was bootstrapped from): its ops do not"
+            " account for all its facts, and a snapshot of it would lack facts while claiming"
+            " the home's heads; compact exports made before pruning, or keep the snapshot"
+            " made then"
+        ]
+    assert not (tmp_path / "s2").exists()
