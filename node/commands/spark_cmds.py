@@ -181,6 +181,28 @@ def _nothing_to_compact(exc: Exception) -> None:
     raise failure from None
 
 
+def _snapshot_dir(directory: Path) -> Path:
+    """The snapshot folder ``DIR`` names: ``DIR`` itself when it holds ``manifest.cbor``,
+    else the one ``dataset=<cid>/`` snapshot under it (the ``--out`` of ``compact``); a
+    usage error says which folder to give otherwise."""
+    if (directory / "manifest.cbor").exists():
+        return directory
+    found = sorted(p for p in directory.glob("dataset=*") if (p / "manifest.cbor").is_file())
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise click.BadParameter(
+            f"{directory} holds {len(found)} snapshots ({', '.join(p.name for p in found)}):"
+            " give one dataset=<cid>/ folder",
+            param_hint="DIRECTORY",
+        )
+    raise click.BadParameter(
+        f"{directory} is not a snapshot (no manifest.cbor): give the dataset=<cid>/ folder"
+        " that `merklog compact` wrote under its --out (or that --out, when it holds one)",
+        param_hint="DIRECTORY",
+    )
+
+
 def _identity(home: Path) -> Any:
     from merklog.replication.identity import Identity
 
@@ -487,6 +509,7 @@ def register(cli: click.Group) -> None:
             trusted = {bytes.fromhex(k) for k in trust} or None
         except ValueError:
             raise click.BadParameter("keys are hex", param_hint="--trust") from None
+        directory = _snapshot_dir(directory)
         try:
             snap = load_snapshot(directory, trusted)
             if not (state.home / "config.toml").exists():
@@ -529,6 +552,7 @@ def register(cli: click.Group) -> None:
         from merklog.node.spark.bootstrap import load_snapshot, prune_replica
         from merklog.node.spark.manifest import ManifestError
 
+        directory = _snapshot_dir(directory)
         node = _local_node(state)
         try:
             n = prune_replica(node.replica, load_snapshot(directory))

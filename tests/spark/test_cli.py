@@ -348,3 +348,24 @@ def test_the_export_of_a_pruned_home_is_marked_and_compact_refuses_it(spark, tmp
             " made then"
         ]
     assert not (tmp_path / "s2").exists()
+
+
+def test_import_snapshot_takes_the_compact_out_folder_or_says_which_to_give(spark, tmp_path):
+    """``import-snapshot`` of compact's ``--out`` (not its ``dataset=<cid>/`` child) said
+    ``[Errno 2] No such file or directory: '…/manifest.cbor'``."""
+    home = tmp_path / "h"
+    run("--home", str(home), "init")
+    run("--home", str(home), "put", "a(1).", "a(2).")
+    run("--home", str(home), "parquet", "export", str(tmp_path / "ex"))
+    run("--home", str(home), "compact", str(tmp_path / "ex"), "--out", str(tmp_path / "s"))
+    out = run("--home", str(tmp_path / "c"), "import-snapshot", str(tmp_path / "s"))
+    assert json.loads(out)["facts"] == 2
+    assert facts_of(tmp_path / "c") == {"a(1)", "a(2)"}
+    done = _merklog("--home", str(tmp_path / "d"), "import-snapshot", str(tmp_path / "ex"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"Error: Invalid value for DIRECTORY: {tmp_path / 'ex'} is not a snapshot (no"
+        " manifest.cbor): give the dataset=<cid>/ folder that `merklog compact` wrote under"
+        " its --out (or that --out, when it holds one) (see `merklog import-snapshot --help`)"
+    ]
+    assert not (tmp_path / "d").exists()
