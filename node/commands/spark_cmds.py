@@ -275,10 +275,15 @@ def register(cli: click.Group) -> None:
         from merklog.replication.bulk import op_count
 
         columns = (TextColumn("export"), MofNCompleteColumn(), TextColumn("ops"))
+        console = Console(stderr=True)
         with (
             _local_replica(state) as replica,
             Progress(
-                *columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True
+                *columns,
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+                disable=not console.is_terminal,  # a pipe or a log file got a blank line
             ) as bar,
         ):
             task = bar.add_task("export", total=op_count(replica))

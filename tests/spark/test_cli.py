@@ -369,3 +369,23 @@ def test_import_snapshot_takes_the_compact_out_folder_or_says_which_to_give(spar
         " its --out (or that --out, when it holds one) (see `merklog import-snapshot --help`)"
     ]
     assert not (tmp_path / "d").exists()
+
+
+def test_parquet_export_prints_nothing_on_stderr_off_a_terminal(tmp_path):
+    """Its progress bar, disabled off a terminal in the other commands, left a blank line
+    on a redirected stderr (a log file, a pipe)."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "h"
+    run("--home", str(home), "init")
+    run("--home", str(home), "put", "p(1).", "p(1.0).")
+    done = subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "parquet", "export",
+         str(tmp_path / "ex")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stderr == ""
+    assert json.loads(done.stdout)["ops"] == 2
