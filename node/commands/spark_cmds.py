@@ -441,6 +441,16 @@ def register(cli: click.Group) -> None:
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="--input")
         sources = [_absolute(i) for i in inputs]
+        from merklog.node.spark.compact import (
+            PARTIAL_FOR_ANALYZE,
+            CompactError,
+            refuse_partial_exports,
+        )
+
+        try:  # the ops of a pruned home's export lack facts: analyze would miss them
+            refuse_partial_exports(sources, PARTIAL_FOR_ANALYZE)
+        except CompactError as exc:
+            raise click.ClickException(str(exc)) from None
         rows = _input_rows(sources, "--input")
         names = output_relations(parsed)
         target = Path(_absolute(out))

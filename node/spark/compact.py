@@ -156,11 +156,23 @@ class NothingToCompact(CompactError):
         )
 
 
-def refuse_partial_exports(inputs: list[str | Path]) -> None:
+#: What compact says of a partial export: why it refuses it, and the way out.
+_PARTIAL_FOR_COMPACT = (
+    "a snapshot of it would lack facts while claiming the home's heads; compact exports"
+    " made before pruning, or keep the snapshot made then"
+)
+#: What analyze says of one (it reads the ops too, and would miss those facts).
+PARTIAL_FOR_ANALYZE = (
+    "analyze would miss the facts of those deltas; analyze an export made before pruning"
+)
+
+
+def refuse_partial_exports(inputs: list[str | Path], why: str = _PARTIAL_FOR_COMPACT) -> None:
     """Refuse (:class:`CompactError`) a local input whose ``export.json`` says deltas were
     missing from it (the export of a pruned home, or of one bootstrapped from a snapshot):
     its ops do not account for its visible facts, and a snapshot of them would claim the
-    home's heads while lacking facts, so peers bootstrapped from it never converge."""
+    home's heads while lacking facts, so peers bootstrapped from it never converge;
+    ``analyze`` over them would miss facts (``why`` says which)."""
     import json
 
     for item in inputs:
@@ -179,8 +191,7 @@ def refuse_partial_exports(inputs: list[str | Path]) -> None:
                         f"{item} is the export of a home that no longer holds {missing}"
                         " of its deltas (pruned, or covered by the snapshot it was"
                         " bootstrapped from): its ops do not account for all its facts, and"
-                        " a snapshot of it would lack facts while claiming the home's heads;"
-                        " compact exports made before pruning, or keep the snapshot made then"
+                        f" {why}"
                     )
 
 

@@ -348,6 +348,15 @@ def test_the_export_of_a_pruned_home_is_marked_and_compact_refuses_it(spark, tmp
             " made then"
         ]
     assert not (tmp_path / "s2").exists()
+    # analyze reads the same ops, and missed a(1) and a(2) without a word
+    (tmp_path / "all.dl").write_text("all(X) :- a(X).\n")
+    done = _merklog(
+        "analyze", str(tmp_path / "all.dl"), "--input", str(tmp_path / "e2"),
+        "--out", str(tmp_path / "an"), "--master", "bogus://x",
+    )  # fmt: skip
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "analyze would miss the facts of those deltas" in done.stderr
+    assert not (tmp_path / "an").exists()
 
 
 def test_import_snapshot_takes_the_compact_out_folder_or_says_which_to_give(spark, tmp_path):
