@@ -381,6 +381,12 @@ def register(cli: click.Group) -> None:
                 prelaunched.close()  # a JVM no session took over (an error before it)
             if reader is not None:
                 reader.close()
+        if not results:  # --prune and no delta is stable yet: no snapshot was written
+            raise click.ClickException(
+                "no delta is causally stable yet (every author's latest delta must have it in"
+                " its past), so --prune has nothing to cover and no snapshot was written; sync"
+                " with the other writers first, or compact without --prune"
+            )
         for res in results:
             m = res.manifest
             click.echo(

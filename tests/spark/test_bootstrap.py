@@ -208,3 +208,25 @@ async def test_bootstrapped_peer_pulls_only_newer_deltas_over_http(spark, tmp_pa
     assert stats.deltas_received == a.delta_count() - covered > 0
     assert c.visible_facts() == a.visible_facts()
     assert c.heads() == a.heads()
+
+
+def test_compact_prune_with_nothing_stable_says_so(spark, tmp_path, peers):
+    """With two writers' concurrent deltas nothing is causally stable: ``compact --prune``
+    wrote no snapshot, printed nothing and exited 0."""
+    from click.testing import CliRunner
+
+    from merklog.node.cli import cli
+
+    a, b, _c = peers
+    a.assert_facts([make_fact("edge", (1, 2))])
+    b.assert_facts([make_fact("edge", (3, 4))])
+    sync(a, b)  # A holds both; neither author's latest delta has the other's in its past
+    export_replica(a, tmp_path / "ea")
+    home = str(tmp_path / "home")
+    assert CliRunner().invoke(cli, ["--home", home, "init"]).exit_code == 0
+    done = CliRunner().invoke(
+        cli,
+        ["--home", home, "compact", str(tmp_path / "ea"), "--out", str(tmp_path / "s"), "--prune"],
+    )
+    assert done.exit_code == 1, done.output
+    assert "no delta is causally stable yet" in done.output
