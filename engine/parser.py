@@ -41,6 +41,10 @@ from .lexer import INT64_MAX, INT64_MIN, Source, Token, tokenize
 MERKLOG_TYPES = ("int", "float", "str", "bytes", "bool", "cid", "any")
 
 _LITERAL_KINDS = frozenset({"INT", "FLOAT", "STRING", "BYTES", "CID"})
+#: Literal kinds that are no number, and their names in errors: ``-`` before one of them
+#: is refused where it is written (it would derive nothing).
+_KIND_NAMES = {"STRING": "a string", "BYTES": "bytes", "CID": "a CID"}
+_NOT_NUMBER_KINDS = frozenset(_KIND_NAMES)
 #: How deep a term may nest: parentheses in parentheses, minus signs on minus signs,
 #: operators on operators (``1 + 2 + …`` is a chain of additions). Far beyond real
 #: programs, and well below where the parser's or the evaluator's recursion would
@@ -489,6 +493,14 @@ class Parser:
                 if type(value) is int:
                     self.check_int(nxt, value)
                 return Const(value, self.pos(tok))
+            if nxt.kind in _NOT_NUMBER_KINDS or (
+                nxt.kind == "NAME" and nxt.value in ("true", "false")
+            ):
+                # Negating a constant that is no number derives nothing, silently: say so.
+                raise self.error(
+                    tok,
+                    f"'-' applies to numbers, not to {_KIND_NAMES.get(nxt.kind, 'a boolean')}",
+                )
             self.enter(tok)
             inner = self.unary()
             self._nesting -= 1
@@ -648,14 +660,24 @@ def parse_facts_general(text: str) -> list[Fact]:
         before = len(facts)
         p.clause(rules, facts)
         if rules:
-            raise p.error(
-                start,
-                "expected a ground fact, found a rule or a non-ground atom",
-                'facts use constants only: rel(1, "a").',
-            )
+            raise _not_ground(p, start, rules[0])
         if len(facts) == before:
             raise p.error(start, "expected a fact")
     return facts
+
+
+def _not_ground(p: Parser, start: Token, rule: Rule) -> ParseError:
+    """The error for a clause ``parse_facts`` cannot store: at the first argument that is
+    no constant when the clause is a bare head (``p(X).``, ``q(--1).``), else at the clause."""
+    hint = 'facts use constants only: rel(1, "a").'
+    if not rule.body and rule.time == "now":
+        for arg in rule.head.args:
+            if isinstance(arg, Const):
+                continue
+            what = f"the variable {arg}" if isinstance(arg, Var) else "an expression"
+            pos = arg.pos
+            return ParseError(f"expected a constant, found {what}", pos.line, pos.col, hint)
+    return p.error(start, "expected a ground fact, found a rule", hint)
 
 
 def parse_literal_value(text: str) -> Value:

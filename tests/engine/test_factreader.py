@@ -138,7 +138,7 @@ def test_fast_path_reads_every_value_type() -> None:
         ('p(1).\np("\\q").', 2, 4),
         ('p(1).\np(x"abc").', 2, 3),
         ("p(1).\np(1e999).", 2, 3),
-        ("p(1).\np(X).", 2, 1),
+        ("p(1).\np(X).", 2, 3),
     ],
 )
 def test_errors_keep_line_and_column(text: str, line: int, col: int) -> None:

@@ -188,11 +188,38 @@ def test_syntax_errors_have_positions(text, line, col, fragment):
 
 
 def test_parse_facts_rejects_rules_and_variables():
-    with pytest.raises(ParseError) as err:
+    # At the argument that is no constant, naming what it is.
+    with pytest.raises(ParseError, match="found the variable X") as err:
         parse_facts("edge(1, 2).\nedge(X, 2).")
-    assert (err.value.line, err.value.col) == (2, 1)
-    with pytest.raises(ParseError):
+    assert (err.value.line, err.value.col) == (2, 6)
+    with pytest.raises(ParseError, match="found the variable _") as err:
+        parse_facts("edge(1, _).")
+    assert (err.value.line, err.value.col) == (1, 9)
+    for text in ("q(--1).", "q(-(1)).", "q(1 + 2)."):
+        with pytest.raises(ParseError, match="expected a constant, found an expression") as err:
+            parse_facts(text)
+        assert (err.value.line, err.value.col) == (1, 3)
+    with pytest.raises(ParseError, match="found a rule") as err:
         parse_facts("p(X) :- q(X).")
+    assert (err.value.line, err.value.col) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [('x"01"', "bytes"), ('"a"', "a string"), ("true", "a boolean"), ("false", "a boolean")],
+)
+def test_minus_before_a_constant_that_is_no_number_is_refused_where_written(text, what):
+    # It used to parse, as a fact in a program and in a rule, and derive nothing.
+    for parse, source in (
+        (parse_program, f"p({text}).\np(-{text})."),
+        (parse_program, f"p(1).\nq(Y) :- p(X), Y == -{text}."),
+        (parse_facts, f"p({text}).\np(-{text})."),
+    ):
+        with pytest.raises(ParseError, match=f"'-' applies to numbers, not to {what}") as err:
+            parse(source)
+        line = source.splitlines()[1]
+        assert (err.value.line, err.value.col) == (2, line.rindex("-") + 1)
+    assert parse_program("p(- 1.5). q(-(-2)).")  # numbers and expressions still parse
 
 
 def test_bulk_fact_fast_path_agrees_with_the_tokenizer():
