@@ -55,6 +55,14 @@ def interrupted(record: logging.LogRecord) -> bool:
     return False
 
 
+def json_logging() -> bool:
+    """Whether the CLI's log handler writes JSON lines (``--log-format json``)."""
+    return any(
+        handler.get_name() == "merklog" and isinstance(handler.formatter, JsonFormatter)
+        for handler in logging.getLogger().handlers
+    )
+
+
 def setup_logging(verbose: int, fmt: str = "text") -> None:
     """Log to stderr at WARNING (``-v`` INFO, ``-vv`` DEBUG) as text or JSON lines;
     below ``-vv``, without the tracebacks a Ctrl-C makes libraries log (:func:`interrupted`)."""

@@ -35,18 +35,22 @@ first run (:mod:`merklog.node.spark.cds`, ADR 0114): ~4-5 s less JVM CPU per com
 from __future__ import annotations
 
 import atexit
+import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from merklog.node.failures import ExitCode, Failure
+from merklog.node.logs import json_logging
 
 from .cds import cds_options
 from .launch import Launch, forget_gateway, launch_driver, start_driver
@@ -115,13 +119,32 @@ def _output_to(path: Path) -> Iterator[None]:
     """Point file descriptors 1 and 2 at ``path`` while a child process (the JVM) is
     started, so the child keeps writing there and holds neither of this process's
     streams; this process gets its own back afterwards."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        with _fds_to(fd):
+            yield
+    finally:
+        os.close(fd)
+
+
+#: Held while file descriptors 1 and 2 point away from this process's own streams, and
+#: the count of such blocks (:func:`_fds_to`); :func:`_log_lines` logs outside them only.
+_REDIRECTED = threading.Condition()
+_redirect_depth = 0
+
+
+@contextmanager
+def _fds_to(fd: int) -> Iterator[None]:
+    """File descriptors 1 and 2 pointed at ``fd`` for the block, then given back."""
+    global _redirect_depth
     sys.stdout.flush()
     sys.stderr.flush()
     saved: dict[int, int] = {}
     for n in (1, 2):
         with suppress(OSError):  # not open in this process: the child does not get it either
             saved[n] = os.dup(n)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with _REDIRECTED:
+        _redirect_depth += 1
     try:
         for n in saved:
             os.dup2(fd, n)
@@ -130,7 +153,61 @@ def _output_to(path: Path) -> Iterator[None]:
         for n, old in saved.items():
             os.dup2(old, n)
             os.close(old)
-        os.close(fd)
+        with _REDIRECTED:
+            _redirect_depth -= 1
+            _REDIRECTED.notify_all()
+
+
+#: A log4j line: ``26/11/27 22:22:09 WARN NativeCodeLoader: …``.
+_LOG4J_LINE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
+_LOG4J_LEVELS = {"TRACE": logging.DEBUG, "WARN": logging.WARNING, "FATAL": logging.CRITICAL}
+
+
+def _log_lines(stream: IO[bytes], logger: logging.Logger) -> None:
+    """Log each line the JVM writes (at its log4j level when it has one, else INFO),
+    never while this process's own stderr points elsewhere (:func:`_fds_to`): a record
+    logged into a JVM's pipe would be read back and logged again, without end."""
+    with stream:
+        for raw in stream:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if not line:
+                continue
+            match = _LOG4J_LINE.match(line)
+            level = match.group(1) if match else "INFO"
+            with _REDIRECTED:
+                _REDIRECTED.wait_for(lambda: _redirect_depth == 0)
+                logger.log(_LOG4J_LEVELS.get(level, getattr(logging, level)), "%s", line)
+
+
+@contextmanager
+def _output_as_log() -> Iterator[None]:
+    """Point file descriptors 1 and 2 at a pipe while the JVM is started, and log what
+    it writes there as records of ``merklog.spark.jvm``: with ``-v --log-format json``
+    every line on stderr is then a JSON object, the JVM's banners and log4j lines too.
+    The reader is a daemon thread; what the JVM writes after this process has gone
+    (its shutdown) is lost, as a quiet session's is not."""
+    read_fd, write_fd = os.pipe()
+    threading.Thread(
+        target=_log_lines,
+        args=(os.fdopen(read_fd, "rb"), logging.getLogger("merklog.spark.jvm")),
+        name="jvm-output",
+        daemon=True,
+    ).start()
+    try:
+        with _fds_to(write_fd):
+            yield
+    finally:
+        os.close(write_fd)  # the JVM holds its own copy
+
+
+def _jvm_output(quiet: bool) -> AbstractContextManager[None]:
+    """Where the driver JVM's output goes: a log file when quiet, else the terminal,
+    as log records when the log lines are JSON (:func:`_output_as_log`)."""
+    if quiet:
+        return _output_to(spark_log_path())
+    if json_logging():
+        return _output_as_log()
+    return nullcontext()
 
 
 def _prepare_env() -> None:
@@ -237,7 +314,7 @@ def prelaunch(
     _prepare_env()
     master = master or os.environ.get("MERKLOG_SPARK_MASTER") or "local[*]"
     settings = _local_settings(master, conf, input_rows, new_jvm=True)
-    with _output_to(spark_log_path()) if quiet else nullcontext():
+    with _jvm_output(quiet):
         launch = launch_driver(_jvm_conf(master, app_name, settings))
     return Prelaunch(master, settings, launch)
 
@@ -325,7 +402,7 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     jvm_conf = _jvm_conf(master, app_name, settings)
-    with _output_to(spark_log_path()) if quiet else nullcontext():
+    with _jvm_output(quiet):
         spark = _get_or_create(builder, jvm_conf, prelaunched)
     if ship_code is None:
         ship_code = not master.startswith("local")

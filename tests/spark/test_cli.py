@@ -398,3 +398,21 @@ def test_parquet_export_prints_nothing_on_stderr_off_a_terminal(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0 and done.stderr == ""
     assert json.loads(done.stdout)["ops"] == 2
+
+
+def test_verbose_json_logs_carry_the_jvms_own_lines_as_json(tmp_path, export):
+    """``-v --log-format json`` promises one JSON object per stderr line; the JVM's banners
+    and log4j lines (``WARNING: Using incubator modules``, ``NativeCodeLoader``) reached
+    stderr raw. They come as records of ``merklog.spark.jvm`` now, at their log4j level."""
+    home = tmp_path / "h"
+    done = _merklog(
+        "--home", str(home), "-v", "--log-format", "json",
+        "compact", str(export), "--out", str(tmp_path / "snap"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+    jvm = [r for r in records if r["logger"] == "merklog.spark.jvm"]
+    assert any("Using incubator modules" in r["msg"] for r in jvm), records
+    native = [r for r in jvm if "NativeCodeLoader" in r["msg"]]
+    assert native and all(r["level"] == "WARNING" for r in native), records
+    assert json.loads(done.stdout.strip().splitlines()[-1])["facts"] == 2
