@@ -25,6 +25,7 @@ from .errors import NodeError
 from .files import tighten_secrets, write_private
 from .home import ENV_HOME as ENV_HOME  # re-exported: config is where callers look
 from .home import default_home as default_home
+from .peerurl import peer_url_problem
 
 CONFIG_FILE = "config.toml"
 #: Name of the peer entry ``init --join URL`` records for URL (``[peers] origin``).
@@ -117,6 +118,9 @@ def _check_peer(name: str, value: Any, where: str) -> None:
     url = value.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ConfigError(f"{where}: {entry} url must be an http:// or https:// URL, got {url!r}")
+    problem = peer_url_problem(url)  # what `peers add` refuses, refused when hand-written
+    if problem is not None:
+        raise ConfigError(f"{where}: {entry} {problem}")
     key = value.get("key")
     if key is not None and (
         not isinstance(key, str) or len(key) != 64 or not set(key) <= set(string.hexdigits)

@@ -29,6 +29,7 @@ from .config import CONFIG_FILE, Config, ConfigError
 from .errors import NodeInputError
 from .failures import Failure, local_failure
 from .files import write_private
+from .peerurl import peer_url_problem
 
 log = logging.getLogger(__name__)
 #: A node's sync outcomes log under the node's name, as before they moved here.
@@ -281,34 +282,12 @@ def resolve_peer(config: Config, name_or_url: str) -> str:
 
 
 def check_peer_url(url: str) -> str:
-    """``url`` if it can name a peer: http(s), a host, a port from 1 to 65535 if given,
-    no ``user:password@``, query or fragment, no spaces or control characters; else
+    """``url`` if it can name a peer (:func:`.peerurl.peer_url_problem`); else
     NodeInputError saying what is wrong (bad input: retrying cannot help, and nothing is
-    recorded for it). A peer proves who it is by its node key, and URL credentials
-    would be kept in ``peersync.json`` and shown in ``/v1/status`` to every reader."""
-    from urllib.parse import urlsplit
-
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise NodeInputError(f"peer URL must start with http:// or https://, got {url!r}")
-    if any(c.isspace() or not c.isprintable() for c in url):
-        raise NodeInputError(f"peer URL {url!r} holds a space or a control character")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", …
-        raise NodeInputError(f"peer URL {url!r} is not a valid URL: {exc}") from None
-    if parts.username is not None or parts.password is not None:
-        shown = f"{parts.scheme}://…@{parts.netloc.rpartition('@')[2]}"
-        raise NodeInputError(
-            f"peer URL {shown} holds a user name or password: give {parts.scheme}://HOST:PORT"
-            " (a peer is known by its node key; the URL would be stored and shown in status)"
-        )
-    if not parts.hostname:
-        raise NodeInputError(f"peer URL {url!r} names no host: give http://HOST:PORT")
-    if port == 0:
-        raise NodeInputError(f"peer URL {url!r}: port 0 is no port a peer listens on")
-    if parts.query or parts.fragment or url.endswith(("?", "#")):
-        raise NodeInputError(f"peer URL {url!r} has a query or fragment: give http://HOST:PORT")
+    recorded for it)."""
+    problem = peer_url_problem(url)
+    if problem is not None:
+        raise NodeInputError(problem)
     return url
 
 

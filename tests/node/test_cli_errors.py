@@ -523,6 +523,11 @@ def test_a_peer_entry_of_the_wrong_shape_exits_2(ready: Path) -> None:
         ('\n[peers.x]\nurl = 5\nkey = "zz"\n', "url"),
         ('\n[peers.x]\nurl = "http://127.0.0.1:7401"\nkey = "zz"\n', "key"),
         ('\n[peers]\nx = "http://127.0.0.1:7401"\n', "table"),
+        # What `peers add` refuses is refused hand-written too (only the scheme was checked).
+        ('\n[peers.x]\nurl = "http://user:pw@127.0.0.1:7401"\n', "user name or password"),
+        ('\n[peers.x]\nurl = "http://127.0.0.1:99999"\n', "Port out of range"),
+        ('\n[peers.x]\nurl = "http://127.0.0.1:7401/?a=1"\n', "query or fragment"),
+        ('\n[peers.x]\nurl = "http:// 127.0.0.1:7401"\n', "space"),
     ):
         config.write_text(original + entry)
         for args in (("sync", "x"), ("peers", "list"), ("status",), ("put", "edge(5, 6).")):
