@@ -348,13 +348,42 @@ def check_reachable(remote: str, timeout: float = CONNECT_TIMEOUT) -> None:
         return
     if parts.scheme != "sc" or not host:
         return
+    params = {p.split("=", 1)[0].lower() for p in parts.path.split(";")[1:]}
+    plain = not params & {"use_ssl", "token"}  # a token turns TLS on in pyspark's client
     try:
-        socket.create_connection((host, port), timeout=timeout).close()
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            if plain and not _answers_http2(conn):
+                raise ConnectUnreachable(
+                    f"the Spark Connect server {remote} accepts connections but does not "
+                    f"answer as one (no HTTP/2 settings within {timeout:g} s)"
+                )
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
         raise ConnectUnreachable(
             f"the Spark Connect server {remote} could not be reached ({reason})"
         ) from None
+
+
+#: The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113 §3.4).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _answers_http2(conn: Any) -> bool:
+    """Whether the server on ``conn`` (a socket with a timeout) answers the HTTP/2
+    preface with its SETTINGS frame, as every gRPC server (Spark Connect) does at once.
+    A listener that accepts and stays silent (a wedged server, the wrong port) made
+    pyspark's client wait without end; it is one error line now."""
+    try:
+        conn.sendall(_H2_PREFACE)
+        header = b""
+        while len(header) < 9:
+            chunk = conn.recv(9 - len(header))
+            if not chunk:
+                return False
+            header += chunk
+    except OSError:  # silent past the timeout, or hung up (reset)
+        return False
+    return header[3] == 4  # the frame type: SETTINGS
 
 
 def build_session(

@@ -314,6 +314,48 @@ def test_a_spark_connect_server_that_is_not_there_is_exit_4(tmp_path, export):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_listener_that_never_answers_as_spark_connect_is_exit_4(tmp_path, export):
+    """A port that accepts connections and says nothing (a wedged server, the wrong
+    service) passed the TCP check, and pyspark's client then waited without end. The
+    HTTP/2 preface every gRPC server answers at once tells them apart: one line, exit 4,
+    after the connect timeout; a listener that hangs up at once is refused the same way."""
+    import socket
+    import threading
+
+    held: list[socket.socket] = []
+
+    def serve(server: socket.socket, keep: bool) -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            if keep:
+                held.append(conn)  # accepted, never answered
+            else:
+                conn.close()
+
+    for keep in (True, False):
+        server = socket.create_server(("127.0.0.1", 0))
+        threading.Thread(target=serve, args=(server, keep), daemon=True).start()
+        url = f"sc://127.0.0.1:{server.getsockname()[1]}"
+        try:
+            done = _merklog(
+                "--home", str(tmp_path / "h"), "compact", str(export),
+                "--out", str(tmp_path / "s"), "--remote", url, timeout=120,
+            )  # fmt: skip
+        finally:
+            server.close()
+        assert done.returncode == 4, done.stderr
+        assert done.stderr.splitlines() == [
+            f"Error: the Spark Connect server {url} accepts connections but does not answer"
+            " as one (no HTTP/2 settings within 10 s)"
+        ]
+        assert not (tmp_path / "s").exists()
+    for conn in held:
+        conn.close()
+
+
 def test_the_export_of_a_pruned_home_is_marked_and_compact_refuses_it(spark, tmp_path):
     """``compact`` of a pruned home's export signed a snapshot that lacked the facts of the
     pruned deltas while claiming the home's heads: peers bootstrapped from it matched the
