@@ -305,3 +305,40 @@ def test_a_missing_or_wrong_token_is_shown_and_the_writes_kept(
     _, q = node.request("GET", "/v1/query?q=item(X,%20%22Water%20the%20plants%22)")
     assert len(q["rows"]) == 1
     context.close()
+
+
+def test_a_write_this_node_may_not_make_yet_is_kept_until_a_grant_arrives(
+    tmp_path: Path, node_factory, browser
+) -> None:
+    """On a device that joined the list and was not granted, every click was answered
+    403 and the app dropped the write with a message. It keeps such writes now, says why,
+    and sends them once a writer's grant has reached the device by sync."""
+    na = start_checklist_node(tmp_path / "a", node_factory)
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    b("init", "--join", na.url, "--token", na.read_token)
+    b("load", str(EXAMPLE / "checklist.dl"))
+    nb = serve(tmp_path / "b", node_factory)
+    a("peers", "add", "b", nb.url, "--token", nb.read_token)  # may sync, may not write
+    b("peers", "add", "a", na.url, "--token", na.read_token)
+    b("sync", "a")
+    page = open_app(browser, nb)
+    page.fill("#text", "Water the plants")
+    page.click("#add button")
+    page.wait_for_function(
+        "document.getElementById('indicator').dataset.reason === 'notwriter'", timeout=15000
+    )
+    assert "not a writer" in page.text_content("#conn")
+    time.sleep(2.5)  # refused again on the status polls meanwhile: still kept
+    assert page.text_content("#pending") == "1"
+    assert "dropped" not in page.text_content("#message")
+
+    a("writers", "grant", "b")
+    b("sync", "a")  # the grant reaches the device; the next poll sends the write
+    page.wait_for_function(
+        "document.getElementById('pending').textContent === '0' && "
+        "document.getElementById('indicator').dataset.state === 'online'",
+        timeout=15000,
+    )
+    _, q = nb.request("GET", "/v1/query?q=item(X,%20%22Water%20the%20plants%22)")
+    assert len(q["rows"]) == 1
+    page.close()
