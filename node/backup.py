@@ -23,7 +23,7 @@ from merklog.store import Link
 
 from .config import Config
 from .failures import ExitCode, Failure
-from .files import RESTORE_MARKER
+from .files import RESTORE_MARKER, write_private
 from .homeinit import IDENTITY_FILE, Join, initialise
 from .runtime import LOCK_FILE, HomeLock
 
@@ -82,11 +82,12 @@ def restore(
     # restore killed with -9 (no cleanup runs) is then undone by the next one, and other
     # commands refuse it instead of serving an empty dataset.
     marker = {"existed": existed, "before": before}
-    (home / RESTORE_MARKER).write_text(json.dumps(marker))
+    # Owner-only from the start, as every file of a home (the marker names its files;
+    # a copied key must never be readable by others, not even until a chmod).
+    write_private(home / RESTORE_MARKER, json.dumps(marker).encode())
     try:
         if identity is not None:
-            shutil.copyfile(identity, home / IDENTITY_FILE)
-            (home / IDENTITY_FILE).chmod(0o600)
+            write_private(home / IDENTITY_FILE, Path(identity).read_bytes())
         cfg, _ = initialise(home, overrides, Join("", dataset, genesis, None), existed)
         node = open_node(cfg, lock)
         try:

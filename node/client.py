@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import urllib.error
@@ -96,8 +97,12 @@ class NodeClient:
             except (ValueError, AttributeError):
                 message = str(exc)
             raise NodeAPIError(exc.code, message, error, detail) from None
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(exc, http.client.IncompleteRead):  # the node stopped mid-answer
+                reason = f"its answer was cut off after {len(exc.partial):,} bytes"
+            elif isinstance(exc, http.client.HTTPException):  # a malformed answer
+                reason = f"no valid HTTP answer: {exc!r}"
             if method != "GET" and not isinstance(reason, ConnectionRefusedError | socket.gaierror):
                 # Sent, then no answer (a timeout, a reset): the node may have applied it.
                 raise NodeAPIError(
@@ -105,6 +110,8 @@ class NodeClient:
                     f"no answer from node at {self.url} ({reason}): the request was sent and"
                     " may have been applied; check (`merklog status`, `query`) before repeating",
                 ) from None
+            if isinstance(exc, http.client.HTTPException):
+                raise NodeAPIError(0, f"node at {self.url}: {reason}; try again") from None
             raise NodeAPIError(0, f"cannot reach node at {self.url}: {exc}") from None
 
     def write(self, asserts: str = "", retracts: str = "", answer: str = "full") -> dict[str, Any]:

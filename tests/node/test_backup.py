@@ -245,6 +245,7 @@ def test_a_restore_killed_mid_import_is_refused_by_others_and_redone_by_itself(
             "node.Node.import_car = lambda self, *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
             "from merklog.node.cli import main\n"
             f"sys.argv = ['merklog', '--home', {str(home)!r}, 'restore', {str(car)!r}]\n"
+            "os.umask(0o022)\n"
             "main()\n",
         ],
         capture_output=True,
@@ -253,6 +254,8 @@ def test_a_restore_killed_mid_import_is_refused_by_others_and_redone_by_itself(
     )
     assert killed.returncode == -9, killed.stderr
     assert (home / "config.toml").exists()  # what a killed restore leaves
+    # owner-only like every file of a home, whatever the umask (it was 0644)
+    assert (home / "restore.unfinished").stat().st_mode & 0o777 == 0o600
     status = Cli(home)("status", ok=False)
     assert status.exit_code == 1 and "restore that was stopped before it ended" in status.output
     Cli(home)("restore", str(car))

@@ -277,6 +277,54 @@ def test_a_write_sent_without_an_answer_says_it_may_have_been_applied() -> None:
     assert "may have been" not in str(refused.value)
 
 
+def test_an_answer_cut_off_mid_body_is_the_same_one_line_as_no_answer() -> None:
+    """A node stopped while it was sending a large write's answer left the client with
+    an ``IncompleteRead``, which ``put`` reported as an internal error (exit 70) although
+    the write had been applied. It is the "may have been applied" line (exit 4) now, and
+    for a read a line saying the answer was cut off."""
+    import socket
+    import threading
+
+    from merklog.node.client import NodeAPIError, NodeClient
+    from merklog.node.failures import ExitCode, exit_code_for_status
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer_half() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:  # the whole request, so no reset
+                    request += conn.recv(65536)
+                head, _, body = request.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                while len(body) < length:
+                    body += conn.recv(65536)
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 1000\r\n\r\n" + b'{"asserted": [' + b'"x", ' * 20
+                )
+
+    threading.Thread(target=answer_half, daemon=True).start()
+    client = NodeClient(f"http://127.0.0.1:{server.getsockname()[1]}", "token", timeout=5)
+    try:
+        with pytest.raises(NodeAPIError, match="may have been applied") as sent:
+            client.write("v(1).")
+        assert "its answer was cut off after 114 bytes" in str(sent.value)
+        assert exit_code_for_status(sent.value.status) == ExitCode.PEER_UNREACHABLE
+        with pytest.raises(NodeAPIError, match="its answer was cut off"):
+            client.status()
+    finally:
+        server.close()
+
+
 def test_a_request_aiohttp_cannot_parse_is_no_logged_error(tmp_path, node_factory) -> None:
     """A raw non-ASCII character in a request's URL was logged at ERROR with a
     traceback from aiohttp.server, by any client, before any token check. It is a
