@@ -113,7 +113,9 @@ def plan_ops(
             if ("retract", cid) in seen:
                 continue
             seen.add(("retract", cid))
-            observed = state.get(cid, [])
+            # In the order receivers require (sorted, each once), whatever the index gave:
+            # a repeated entry made a delta every peer refuses for good.
+            observed = sorted(set(state.get(cid, ())))
             for i in range(0, len(observed), WRITE_MAX_OBSERVED):
                 part = observed[i : i + WRITE_MAX_OBSERVED]
                 wire = {"op": "retract", "fact": cid, "observed": part}

@@ -313,3 +313,42 @@ def test_async_messages_stay_within_the_inbox_limits(tmp_path) -> None:
     assert sorted(m.fact.args[0] for m in got) == list(range(200))
     a_store.close()
     b_store.close()
+
+
+def test_a_retract_names_each_observed_assert_once_even_from_a_damaged_index(tmp_path) -> None:
+    """A fact CID with two ids in ``repl_fact`` (a table damaged by hand, or by a
+    merklog whose schema lacked the UNIQUE) made a retract list one delta twice in
+    ``observed``: every peer refused that delta for good ("observed must be sorted and
+    free of duplicates") and the writer noticed nothing. The writer lists each once."""
+    from merklog.replication.blocks import parse_delta
+
+    home = Home(tmp_path / "a.sqlite", OWNER)
+    fact = make_fact("p", [1])
+    [asserted] = home.replica.assert_facts([fact])
+    conn = home.store.conn
+    with home.store.transaction():  # the damage: the same CID under a second id
+        conn.execute("CREATE TABLE repl_fact_loose (id INTEGER PRIMARY KEY, cid BLOB NOT NULL)")
+        conn.execute("INSERT INTO repl_fact_loose SELECT id, cid FROM repl_fact")
+        conn.execute("DROP VIEW repl_assert_cid")
+        conn.execute("DROP VIEW repl_rel_member")
+        conn.execute("DROP TABLE repl_fact")
+        conn.execute("ALTER TABLE repl_fact_loose RENAME TO repl_fact")
+        [(old_id,)] = conn.execute("SELECT id FROM repl_fact").fetchall()
+        conn.execute(
+            "INSERT INTO repl_fact (cid) SELECT cid FROM repl_fact WHERE id = ?", (old_id,)
+        )
+        conn.execute(
+            "INSERT INTO repl_assert (ds, fact, delta, killed) SELECT ds, last_insert_rowid(),"
+            " delta, killed FROM repl_assert WHERE fact = ?",
+            (old_id,),
+        )
+    from merklog.replication.schema import SCHEMA
+
+    for statement in SCHEMA.split(";"):  # the views, back on the loose table
+        if "CREATE VIEW" in statement:
+            conn.execute(statement)
+    delta_cid = home.replica.retract_facts([fact])[0]
+    delta = parse_delta(delta_cid, home.store.get(delta_cid))  # what every peer checks
+    [op] = delta.ops
+    assert op["op"] == "retract" and len(op["observed"]) == 1
+    home.close()
