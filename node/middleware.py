@@ -1,8 +1,9 @@
 """The HTTP app's middlewares: request metrics, bearer-token auth and error mapping.
 
 Order (outermost first): ``count`` (every answer by route template and status),
-``errors`` (every failure becomes a JSON body ``{"error", "detail"}`` with the
-right status; a client that went away is not an error), ``auth`` (the token a
+``in_flight`` (requests that change the home, which a shutdown lets finish and
+answer), ``errors`` (every failure becomes a JSON body ``{"error", "detail"}`` with
+the right status; a client that went away is not an error), ``auth`` (the token a
 route needs, from the route table in :mod:`merklog.node.server`).
 """
 
@@ -11,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +248,53 @@ async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
         if status == 405 and route == "unmatched":
             route = await _template_of_path(request.app, request)
         request.app[METRICS_KEY].http_requests.labels(route, request.method, str(status)).inc()
+
+
+class InFlight:
+    """The requests that change the home (writes, imports, grants, loads, a peer's
+    push), from arrival to answer. A stopping node waits for them (``server``): aiohttp
+    cancels a handler still running two seconds into its shutdown, and a large write
+    committed in its worker thread all the same, stored but never answered (the client
+    told "no answer … may have been applied")."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        self.count += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.count -= 1
+            if self.count == 0:
+                self._idle.set()
+
+    async def drained(self, timeout: float) -> bool:
+        """Wait until none is in flight (True), or ``timeout`` seconds (False)."""
+        if self.count:
+            log.info("stopping: waiting for %d write request(s) to be answered", self.count)
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+IN_FLIGHT_KEY = web.AppKey("merklog_in_flight", InFlight)
+#: Requests that change nothing here (or nothing a client waits to hear is stored): a
+#: query sent as POST, and an outgoing sync, which a shutdown may cut short (it applies
+#: each peer's deltas in one transaction; a retry resumes it).
+_NOT_WRITES = frozenset({"/v1/query", "/v1/sync"})
+
+
+@web.middleware
+async def in_flight(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Hold :class:`InFlight` while a request that may change the home is handled."""
+    if request.method in ("GET", "HEAD", "OPTIONS") or request.path in _NOT_WRITES:
+        return await handler(request)
+    with request.config_dict[IN_FLIGHT_KEY].hold():
+        return await handler(request)

@@ -71,6 +71,9 @@ ROUTES: tuple[Route, ...] = (
 
 #: Prefix of the peer sync sub-app (replication's /v1/datasets/{id}/... routes).
 SYNC_PREFIX = "/v1/datasets"
+#: Seconds a stopping node waits for write requests in flight to be answered (a write
+#: of the largest body takes seconds; it commits whether it is waited for or not).
+WRITE_DRAIN_TIMEOUT = 300.0
 
 
 def peer_routes(node: Node) -> tuple[web.Application, list[web.RouteDef]]:
@@ -111,13 +114,14 @@ def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
     decode every body in this process."""
     app = web.Application(
         client_max_size=int(node.config.get("node.max_body")),
-        middlewares=[middleware.count, middleware.errors, middleware.auth],
+        middlewares=[middleware.count, middleware.in_flight, middleware.errors, middleware.auth],
     )
     app[NODE_KEY] = node
     app[READY_KEY] = {"ready": False}
     app[h.CLOSING_KEY] = asyncio.Event()
     app[middleware.CONFIG_KEY] = node.config
     app[middleware.METRICS_KEY] = node.metrics
+    app[middleware.IN_FLIGHT_KEY] = middleware.InFlight()
     app[h.BODY_DECODER_KEY] = h.BodyDecoder(body_worker)
     access: dict[tuple[str, str], str] = {}
     for route in ROUTES:
@@ -278,7 +282,22 @@ async def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         remove_runfile(node.home)
+        await _finish_writes(runner, app)
         await runner.cleanup()
+
+
+async def _finish_writes(runner: web.AppRunner, app: web.Application) -> None:
+    """Stop listening, then wait for the write requests in flight to be read, stored and
+    answered, before the runner's cleanup: that closes every connection, after which
+    aiohttp reads no more of a body, and cancels a handler still running two seconds
+    later, while its write commits in a worker thread all the same. The epoch loop still
+    runs meanwhile, so each such write's epoch answers it at once."""
+    app[READY_KEY]["ready"] = False
+    app[h.CLOSING_KEY].set()  # live-query streams end now, not after the writes
+    for site in list(runner.sites):
+        await site.stop()
+    if not await app[middleware.IN_FLIGHT_KEY].drained(WRITE_DRAIN_TIMEOUT):
+        log.warning("stopping with write requests still unanswered")
 
 
 def static_path(path: str | Path) -> Path:

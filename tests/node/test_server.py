@@ -325,6 +325,38 @@ def test_an_answer_cut_off_mid_body_is_the_same_one_line_as_no_answer() -> None:
         server.close()
 
 
+def test_a_write_in_flight_when_the_node_stops_is_answered(tmp_path, node_factory) -> None:
+    """SIGTERM while a large write was being decoded and stored: aiohttp cancelled its
+    handler two seconds into the shutdown, the write committed in its worker thread all
+    the same, and the client got no answer ("may have been applied") for facts that were
+    stored. The node now lets writes in flight finish and answers them, then stops."""
+    import json
+    import signal
+    import socket
+
+    Cli(tmp_path / "h")("init")
+    node = node_factory(tmp_path / "h").start()
+    n = 300_000  # seconds of decoding and storing: well past the 2 s aiohttp gives
+    body = json.dumps({"assert": "".join(f"w({i}).\n" for i in range(n))}).encode()
+    host, port = node.url.removeprefix("http://").split(":")
+    head = (
+        f"POST /v1/facts?answer=cids HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {node.token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=600) as conn:
+        conn.sendall(head + body)
+        node.proc.send_signal(signal.SIGTERM)  # the body is in: decoding, storing ahead
+        answer = b""
+        while chunk := conn.recv(1 << 20):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"200", answer[:300]
+    assert len(json.loads(rest.partition(b"\r\n\r\n")[2])["asserted"]) == n
+    assert node.proc.wait(timeout=120) == 0
+    assert f"facts {n} stored" in " ".join(Cli(tmp_path / "h")("status").output.split())
+
+
 def test_a_request_aiohttp_cannot_parse_is_no_logged_error(tmp_path, node_factory) -> None:
     """A raw non-ASCII character in a request's URL was logged at ERROR with a
     traceback from aiohttp.server, by any client, before any token check. It is a
