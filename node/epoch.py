@@ -104,7 +104,6 @@ class EpochDriver:
         self.warm_up = False
         self.subs: list[Subscription] = []
         self.sinks: list[Sink] = []
-        self._carry: dict[str, set[tuple]] = {}
         self._sent: set[epochstate.SentKey] = set()
         self._reload = True
         self.state = epochstate.EpochState()
@@ -113,8 +112,8 @@ class EpochDriver:
 
     # ------------------------------------------------------------------ restart
     def restore(self, load_facts: Callable[[], Edb]) -> None:
-        """Resume from the store: the epoch number and carry-over of the last committed
-        epoch now; the whole visible set (``load_facts``, in bulk:
+        """Resume from the store: the epoch number, ``@next`` tuples and sent ``@async``
+        keys of the last committed epoch now; the whole visible set (``load_facts``, in bulk:
         :func:`.edb.read_visible`) as the EDB of the first epoch, a reload, read when that
         epoch runs. A command that only writes, syncs or reads blocks (``put``, ``sync``,
         ``get``, ``export``) on a stopped home then never reads the visible set: opening
@@ -122,6 +121,7 @@ class EpochDriver:
         The first query, status or epoch reads it (:meth:`ready`)."""
         self.state = epochstate.load(storage.store_conn(self.node.store))
         self.epoch = self.state.epoch
+        self._sent = set(self.state.sent)
         self._reload = True
         self._load_facts = load_facts
         self._evaluated = False
@@ -133,18 +133,16 @@ class EpochDriver:
             if not self._evaluated:
                 self.run()
 
-    def resume(self, digest: str) -> None:
-        """Keep the restored ``@next`` tuples and sent ``@async`` keys only if the program
-        that produced them (by ``digest``) is the one now loaded."""
-        same = self.state.program == digest
-        self._carry = self.state.next if same else {}
-        self._sent = self.state.sent if same else set()
-
     def program_changed(self) -> None:
-        """A new program is installed (call under ``mutex``): the next epoch re-derives
-        from the whole EDB; carry-over and sent keys of the old program are dropped."""
-        self._carry = {}
-        self._sent = set()
+        """A program was installed, or put back after a refused load (call under
+        ``mutex``): the next epoch re-derives from the whole EDB.
+
+        Nothing of the epoch state is dropped (ADR 0175). That reload epoch takes the
+        ``@next`` tuples of the last committed epoch, as every reload does (those of
+        relations the program has: :meth:`~.programs.ProgramRunner.carried`), and the
+        ``@async`` tuples already sent stay sent: loading the same program again, or a
+        refused one, changes nothing a user can see, and a new program that still
+        derives a sent tuple does not send it twice."""
         self._reload = True
 
     # ------------------------------------------------------------------ intake
@@ -217,16 +215,18 @@ class EpochDriver:
             with gc_paused() if len(changes) >= GC_PAUSE_CHANGES else nullcontext():
                 inserts, deletes = self.edb.apply(changes)
                 reload, self._reload = self._reload, False
-                events: dict[str, set[tuple]] = {
-                    rel: set(map(row_to_engine, rows)) for rel, rows in self._carry.items()
-                }
-                carried, self._carry = self._carry, {}
+                engine = node.engine
+                # The @next tuples of the last committed epoch hold now. A per-epoch engine
+                # carries them itself; a reload (a restart, a program load, the epoch after
+                # a failed one) starts from scratch and takes them from the saved state.
+                events: dict[str, set[tuple]] = (
+                    engine.carried(self.state.next, self.state.program) if reload else {}
+                )
                 if node.config.get("node.tick"):
                     events.setdefault(TICK_REL, set()).add((epoch,))
                 messages = [(m.cid, m.fact) for m in node.inbox.pending()]
                 for _cid, fact in messages:
                     events.setdefault(fact.rel, set()).add(row_to_engine(fact.args))
-                engine = node.engine
                 listened = bool(self.subs or self.sinks)
                 try:
                     if reload:  # a fresh program over the whole EDB: a batch evaluation
@@ -246,8 +246,7 @@ class EpochDriver:
                     # The program failed (a recursion without fixpoint): its engine state
                     # may be half updated, so the next epoch re-derives from the EDB, which
                     # holds the changes taken; the writes taken are durable and answered.
-                    self._reload = True
-                    self._carry = carried  # the @next tuples wait for that epoch
+                    self._reload = True  # it takes the last good epoch's @next tuples again
                     self.last_error = f"the epoch that evaluates them failed: {exc}"
                     self._settle(taken_seq, self.last_error)
                     raise

@@ -139,7 +139,6 @@ class Node:
         self.engine: Any = programs.empty_program()
         self.epochs.restore(partial(edb.read_visible, self.replica))
         programstore.restore(self, config.path("node.program"))
-        self.epochs.resume(self.engine.digest)
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod

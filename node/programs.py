@@ -41,6 +41,7 @@ from merklog.engine.values import row_holds, row_to_engine
 from merklog.store import Fact
 
 from .errors import NodeInputError
+from .querycheck import program_arities
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +176,8 @@ class ProgramRunner:
     """A checked program (possibly empty) evaluated epoch by epoch over deltas.
 
     ``mode`` is ``"incremental"`` or ``"batch"`` (the fallback). ``digest``
-    identifies the program text, so persisted ``@next`` tuples are only
-    restored into the program that derived them.
+    identifies the program text: the epoch state records which program derived its
+    ``@next`` tuples (see :meth:`carried`).
     """
 
     def __init__(
@@ -232,6 +233,28 @@ class ProgramRunner:
         why = self.checked.schema.problem(fact.rel, fact.args)
         if why is not None:
             raise NodeInputError(f"{fact} does not fit: {why}")
+
+    def carried(self, tuples: Mapping[str, Iterable[Row]], digest: str) -> dict[str, set[Row]]:
+        """The ``@next`` tuples a committed epoch derived (``tuples``, by the program of
+        ``digest``) that this program takes as the events of its next epoch, as fresh
+        engine-form sets: all of them when it is that program; else those of relations
+        it mentions with the same arity whose rows fit its ``.decl`` declarations
+        (ADR 0175). A tuple of a relation the program no longer has is dropped: it
+        would hold for one epoch in a relation nothing of the program reads."""
+        same = digest == self.digest
+        arities = {} if same else program_arities(self.checked.program)
+        schema = self.checked.schema
+        out: dict[str, set[Row]] = {}
+        for rel, rows in tuples.items():
+            engine = engine_rows(rows)
+            if not same:
+                known = arities.get(rel, ())
+                engine = {
+                    row for row in engine if len(row) in known and schema.problem(rel, row) is None
+                }
+            if engine:
+                out[rel] = set(engine)
+        return out
 
     def evaluate_all(self, base: Mapping[str, Any], events: Mapping[str, Iterable[Row]]) -> Outbox:
         """A reload epoch: the program over the whole ``base`` (relation → int64 array or
