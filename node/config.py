@@ -39,6 +39,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "epoch_interval": 1.0,  # seconds between epochs when nothing is written
         "tick": False,  # feed a tick(N) clock fact every epoch
         "outbox_interval": 0.5,  # seconds between @async outbox delivery passes
+        "outbox_give_up": 3600.0,  # seconds an @async message no peer takes is retried
+        "async_keep": 604800.0,  # seconds delivered-to-us and dropped @async messages are kept
         "program": "",  # Datalog program file evaluated every epoch ("" = none)
         "max_body": 16 * 1024 * 1024,  # largest accepted request body, bytes
         "static_dir": "",  # folder served at / (an app page), "" = none

@@ -30,12 +30,14 @@ from typing import Any, Protocol
 from merklog.engine.errors import EngineError
 from merklog.engine.values import row_to_engine
 from merklog.replication.bulk import visible_count
+from merklog.replication.messages import REFUSED
 from merklog.store import Fact
 from merklog.store.gcpause import gc_paused
 
 from . import epochstate, queries, storage
 from .config import Config
 from .edb import Edb
+from .inboxfit import split_fitting
 from .metrics import NodeMetrics
 from .subscriptions import Row, Subscription
 
@@ -224,9 +226,10 @@ class EpochDriver:
                 )
                 if node.config.get("node.tick"):
                     events.setdefault(TICK_REL, set()).add((epoch,))
-                messages = [(m.cid, m.fact) for m in node.inbox.pending()]
-                for _cid, fact in messages:
-                    events.setdefault(fact.rel, set()).add(row_to_engine(fact.args))
+                # Messages that do not fit the program's declarations are set aside.
+                messages, refused = split_fitting(engine, node.inbox.pending())
+                for msg in messages:
+                    events.setdefault(msg.fact.rel, set()).add(row_to_engine(msg.fact.args))
                 listened = bool(self.subs or self.sinks)
                 try:
                     if reload:  # a fresh program over the whole EDB: a batch evaluation
@@ -281,14 +284,24 @@ class EpochDriver:
             with storage.transaction(node.store):
                 epochstate.save(storage.store_conn(node.store), state)
                 if messages:
-                    node.inbox.ack([cid for cid, _ in messages])
-                if outbox:
+                    node.inbox.ack([m.cid for m in messages])
+                if refused:
+                    node.inbox.ack([m.cid for m in refused], REFUSED)
+                queued = (
                     node.outbox.put_many((dest, f.rel, f.args) for dest, f in outbox)
+                    if outbox
+                    else []
+                )
             self.state = state
             self._sent = live
             self._evaluated = True
-            if outbox:
-                node.metrics.async_messages.labels("queued").inc(len(outbox))
+            events_metric = node.metrics.async_messages
+            if refused:
+                events_metric.labels("refused").inc(len(refused))
+            if len(queued) < len(outbox):  # over the size limit: logged, not queued
+                events_metric.labels("dropped").inc(len(outbox) - len(queued))
+            if queued:
+                events_metric.labels("queued").inc(len(queued))
                 node.tasks.wake_outbox()
             if sinks and reload:  # every tuple is new to a listener of the old program
                 deltas = engine.all_new()

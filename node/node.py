@@ -130,9 +130,19 @@ class Node:
         self.program_text = ""
         conn = storage.store_conn(self.store)
         self.outbox = Outbox(
-            conn, self.identity, resolve=self._resolve_destination, blockstore=self.store
+            conn,
+            self.identity,
+            resolve=self._resolve_destination,
+            blockstore=self.store,
+            give_up=float(config.get("node.outbox_give_up")),
+            address=partial(peersync.async_address, config),
         )
-        self.inbox = Inbox(conn, on_message=self._on_message, blockstore=self.store)
+        self.inbox = Inbox(
+            conn,
+            on_message=self._on_message,
+            blockstore=self.store,
+            recipient=self.identity.public_key,
+        )
         # Restart: the visible set is the EDB (fed whole to the first epoch, read when that
         # epoch runs: ADR 0154), the epoch number and @next carry-over come from the last
         # committed epoch.

@@ -309,7 +309,12 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Peer route: deliver signed @async message blocks (CAR)",
                 PEER,
-                {"200": _json("InboxResult"), "400": BAD_INPUT, "413": TOO_LARGE},
+                {
+                    "200": _json("InboxResult"),
+                    "400": BAD_INPUT,
+                    "403": FORBIDDEN,
+                    "413": TOO_LARGE,
+                },
                 requestBody=_body(media="application/vnd.ipld.car"),
             )
         },
@@ -536,6 +541,7 @@ def _schemas() -> dict[str, Any]:
                 "program": {"type": "boolean"},
                 "engine": {"type": "string", "enum": ["incremental", "batch"]},
                 "outbox_pending": {"type": "integer"},
+                "outbox_dropped": {"type": "integer"},
                 "peers": {"type": "array", "items": {"$ref": "#/components/schemas/PeerState"}},
                 "last_sync": {"type": ["object", "null"]},
             },

@@ -299,6 +299,29 @@ def async_destination(config: Config, dest: Any) -> str:
     return url.rstrip("/")
 
 
+def async_address(config: Config, dest: Any) -> str:
+    """The ``to`` of an ``@async`` message for ``dest``: the key of the peer ``dest``
+    names (by name, or by its URL) when ``[peers]`` gives one, so the receiver can refuse
+    a message meant for another node; else the destination as text."""
+    text = str(dest)
+    peer = config.peers.get(text) if isinstance(dest, str) else None
+    if peer is None and isinstance(dest, str) and config.home is not None:
+        peers = current_peers(config)
+        peer = peers.get(text)
+        if peer is None and text.startswith(("http://", "https://")):
+            url = text.rstrip("/")
+            peer = next(
+                (
+                    p
+                    for p in peers.values()
+                    if isinstance(p, dict) and str(p.get("url", "")).rstrip("/") == url
+                ),
+                None,
+            )
+    key = peer.get("key") if isinstance(peer, dict) else None
+    return str(key).lower() if key else text
+
+
 def config_allow_list(cfg: Config) -> Any:
     """The peers allowed to sync: keys in ``[peers]``, re-read when config.toml changes."""
     return _ConfigAllowList(cfg)

@@ -1,6 +1,6 @@
 """``Node.status()`` / ``GET /v1/status`` / ``merklog status``: one dict that says what a
 node holds and how it is doing — dataset, key, heads, epoch, stored and derived fact
-counts, program and engine mode, pending ``@async`` messages, and per-peer sync state
+counts, program and engine mode, pending and dropped ``@async`` messages, and per-peer sync state
 (from :mod:`.peersync`). The node delegates here; this module reads the node through
 :class:`Owner` and does not import it.
 """
@@ -43,6 +43,7 @@ def node_status(node: Owner) -> dict[str, Any]:
         "program": bool(node.program_text),
         "engine": node.engine.mode,
         "outbox_pending": node.outbox.pending_count(),
+        "outbox_dropped": node.outbox.dropped_count(),
         "peers": node.peer_status(),
         "last_sync": node.last_sync,
     }

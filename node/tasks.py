@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +23,9 @@ from .metrics import NodeMetrics
 
 log = logging.getLogger("merklog.node.node")
 
+#: Seconds between deletions of old consumed inbox and dropped outbox messages.
+PURGE_EVERY = 600.0
+
 
 class Owner(Protocol):
     """What the tasks need of their node (the node implements it; no import of it here)."""
@@ -29,6 +33,8 @@ class Owner(Protocol):
     config: Config
     home: Path | None
     metrics: NodeMetrics
+    epochs: Any
+    inbox: Any
     outbox: Any
     url: str | None
 
@@ -181,39 +187,87 @@ class BackgroundTasks:
 
     async def _delivery_loop(self) -> None:
         """Deliver queued ``@async`` messages (signed ``POST /v1/inbox``), retrying with
-        backoff until each destination acknowledges: at-least-once; receivers dedup."""
+        backoff until each destination acknowledges: at-least-once; receivers dedup.
+
+        Each destination's delivery is a task of its own, as each peer's sync is: a peer
+        that accepts but never answers holds only its own messages, for ``sync.timeout``
+        per attempt, and is not started again while an attempt runs. Each destination's
+        outcome is counted and logged when it ends (ADR 0176)."""
         import aiohttp
 
         node = self.node
         interval = float(node.config.get("node.outbox_interval"))
         timeout = float(node.config.get("sync.timeout"))
         assert self.outbox_wake is not None
-        told: set[str] = set()  # delivery errors already logged at WARNING
+        running: dict[str, asyncio.Task] = {}
+        told = DeliveryLog()
+        purged = 0.0
         async with aiohttp.ClientSession() as session:
-            while True:
-                await wait_event(self.outbox_wake, interval)
-                if self.stopping:
-                    return
-                self.outbox_wake.clear()
-                try:
-                    report = await node.outbox.deliver(session, timeout=timeout)
-                except Exception:
-                    log.exception("@async delivery pass failed")
-                    continue
-                if report.delivered:
-                    node.metrics.async_messages.labels("delivered").inc(report.delivered)
-                if report.failed:
-                    node.metrics.async_messages.labels("failed").inc(report.failed)
-                    # A new reason (a destination that is no peer, a peer down) once at
-                    # WARNING, where an operator sees it; its retries at INFO.
-                    new = [e for e in dict.fromkeys(report.errors) if e not in told]
-                    if new and len(told) < 1000:
-                        told.update(new)
-                        log.warning("@async delivery failed, will retry: %s", "; ".join(new[:3]))
-                    else:
-                        log.info("@async delivery: %s", "; ".join(report.errors[:3]))
-                elif report.delivered:
-                    told.clear()
+            try:
+                while True:
+                    await wait_event(self.outbox_wake, interval)
+                    if self.stopping:
+                        return
+                    self.outbox_wake.clear()
+                    now = time.time()
+                    try:
+                        by_url, unroutable = await asyncio.to_thread(
+                            node.outbox.plan, now, set(running)
+                        )
+                        purged = await self._purge(purged, now)
+                    except Exception:
+                        log.exception("@async delivery pass failed")
+                        continue
+                    for report in unroutable:
+                        told.record(report, node.metrics)
+                    for url, rows in by_url.items():
+                        running[url] = task = asyncio.create_task(
+                            self._deliver_one(session, url, rows, now, timeout, told)
+                        )
+                        task.add_done_callback(lambda _t, url=url: self._delivered(running, url))
+            finally:  # stopping: the deliveries in flight end with the loop
+                tasks = list(running.values())
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    await asyncio.wait(tasks, timeout=2.0)
+
+    async def _deliver_one(
+        self,
+        session: Any,
+        url: str,
+        rows: list,
+        now: float,
+        timeout: float,
+        told: DeliveryLog,
+    ) -> None:
+        """One delivery attempt to ``url``; counted and logged as soon as it ends."""
+        try:
+            report = await self.node.outbox.deliver_to(session, url, rows, now, timeout)
+        except Exception:  # the store, not the peer: say so, keep the loop alive
+            log.exception("@async delivery to %s failed", url)
+            return
+        told.record(report, self.node.metrics)
+
+    def _delivered(self, running: dict[str, asyncio.Task], url: str) -> None:
+        """A destination's attempt ended: messages queued for it meanwhile go now."""
+        running.pop(url, None)
+        if not self.stopping:
+            self.wake_outbox()
+
+    async def _purge(self, last: float, now: float) -> float:
+        """Delete consumed inbox and dropped outbox messages older than
+        ``node.async_keep`` seconds, at most every ``PURGE_EVERY`` seconds (and never
+        more often than that keep); returns when it last ran."""
+        keep = float(self.node.config.get("node.async_keep"))
+        if now - last < min(PURGE_EVERY, keep):
+            return last
+        node = self.node
+        inbox = await asyncio.to_thread(node.inbox.purge, now - keep)
+        outbox = await asyncio.to_thread(node.outbox.purge, now - keep)
+        if inbox or outbox:
+            log.debug("deleted %d consumed inbox and %d dropped outbox messages", inbox, outbox)
+        return now
 
     async def _sync_loop(self) -> None:
         """Every ``sync.interval`` seconds, sync with each peer in ``[peers]`` (re-read, so
@@ -252,6 +306,43 @@ class BackgroundTasks:
             pass
         except Exception:  # a bug, not an offline peer: say so, keep the loop alive
             log.exception("automatic sync with %s failed", url)
+
+
+class DeliveryLog:
+    """Counts and logs each destination's delivery outcome: a new reason a destination
+    fails (a peer down, a refusal, no route) once at WARNING, where an operator sees it,
+    and its retries at INFO; a destination that works again once at INFO; messages given
+    up once at WARNING each time some are."""
+
+    def __init__(self) -> None:
+        #: target -> the failure last logged at WARNING for it.
+        self.failing: dict[str, str] = {}
+
+    def record(self, report: Any, metrics: NodeMetrics) -> None:
+        """Count ``report`` (a :class:`~merklog.replication.messages.DestinationReport`)
+        in the metrics and log it."""
+        events = metrics.async_messages
+        if report.delivered:
+            events.labels("delivered").inc(report.delivered)
+        if report.failed:
+            events.labels("failed").inc(report.failed)
+        if report.dropped:
+            events.labels("dropped").inc(report.dropped)
+            log.warning(
+                "@async delivery: dropped %d message(s), not retried: %s",
+                report.dropped,
+                report.error,
+            )
+        if report.error is None:
+            if self.failing.pop(report.target, None) is not None:
+                log.info("@async delivery to %s works again", report.target)
+            return
+        if report.failed and self.failing.get(report.target) != report.error:
+            if len(self.failing) < 1000:
+                self.failing[report.target] = report.error
+            log.warning("@async delivery failed, will retry: %s", report.error)
+        elif report.failed:
+            log.info("@async delivery: %s", report.error)
 
 
 def round_urls(peers: dict[str, str], own_url: str | None) -> list[str]:

@@ -16,7 +16,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,15 +94,65 @@ def default_resolve(dest: Value) -> str:
     raise ValueError(f"cannot resolve @async destination {dest!r} to a peer URL")
 
 
+#: A ``repl_outbox`` row as delivery reads it: id, cid, dest, data, attempts, refused_since.
+Row = tuple[int, bytes, str, bytes, int, float | None]
+
+#: ``next_try`` of a dropped row: never due again.
+NEVER = 1e300
+
+#: HTTP statuses of a refusal that retrying the same request may cure: a timeout, "too
+#: early", rate limiting. Any other 4xx answer (a key the receiver does not list, a message
+#: it refuses) is a refusal that only a change of configuration can cure.
+_TRANSIENT_4XX = frozenset({408, 425, 429})
+
+
+def refusal_is_permanent(status: int) -> bool:
+    """Whether an HTTP answer ``status`` to ``POST /v1/inbox`` refuses the messages for good
+    (a 4xx that is no timeout or rate limit) rather than for now (5xx, 408, 429)."""
+    return 400 <= status < 500 and status not in _TRANSIENT_4XX
+
+
+@dataclass
+class DestinationReport:
+    """What one delivery attempt to one destination did with its due messages."""
+
+    #: The peer URL, or the destination text when it names none (no route).
+    target: str
+    delivered: int = 0
+    #: Messages that failed and will be retried after a backoff.
+    failed: int = 0
+    #: Messages given up for good: refused or without a route for ``give_up`` seconds.
+    dropped: int = 0
+    #: Why the attempt failed (None when everything was delivered).
+    error: str | None = None
+
+
 @dataclass
 class DeliveryReport:
     delivered: int = 0
     failed: int = 0
+    dropped: int = 0
     errors: list[str] = field(default_factory=list)
+
+    def add(self, part: DestinationReport) -> None:
+        """Count one destination's report in this pass's totals."""
+        self.delivered += part.delivered
+        self.failed += part.failed
+        self.dropped += part.dropped
+        if part.error is not None:
+            self.errors.append(part.error)
 
 
 class Outbox:
-    """Persisted ``@async`` outbox: ``put`` tuples, ``deliver`` them with retries."""
+    """Persisted ``@async`` outbox: ``put`` tuples, ``deliver`` them with retries.
+
+    Each destination (peer URL) is delivered to on its own: :meth:`deliver` posts to all
+    of them at once, and one that fails (a timeout, a refusal) holds only its own
+    messages, which all back off together. A refusal that retrying cannot cure (no route
+    to the destination, a 4xx answer such as 403) is retried for ``give_up`` seconds —
+    long enough to add the peer to ``[peers]`` on either side — then its messages are
+    dropped: kept as ``dropped`` rows, never sent (ADR 0176). Delivered messages are
+    deleted."""
 
     def __init__(
         self,
@@ -111,6 +161,8 @@ class Outbox:
         resolve: Callable[[Value], str] = default_resolve,
         blockstore: Any = None,
         max_backoff: float = 60.0,
+        give_up: float = 3600.0,
+        address: Callable[[Value], str] = str,
     ) -> None:
         require_autocommit(conn)
         self.conn = conn
@@ -118,7 +170,13 @@ class Outbox:
         self.resolve = resolve
         self.blockstore = blockstore
         self.max_backoff = max_backoff
+        self.give_up = give_up
+        #: The ``to`` text of a message for a destination (the node: the recipient's key
+        #: when it knows it, so the recipient can tell a message meant for another node).
+        self.address = address
         self._lock = conn_lock(conn, blockstore)
+        #: URL -> time before which it is not tried again (its last attempt failed).
+        self._held: dict[str, float] = {}
         with self._lock:
             ensure_schema(conn)
 
@@ -131,13 +189,14 @@ class Outbox:
         return cids[0]
 
     def put_many(self, tuples: Iterable[tuple[Value, str, Sequence[Value]]]) -> list[Link]:
-        """Queue many tuples in one transaction (the sink of one epoch). A message over
-        ``MAX_MESSAGE_BYTES`` is logged and dropped: every receiver would refuse it, and
-        queued it would be retried forever."""
+        """Queue many tuples in one transaction (the sink of one epoch); returns the CIDs
+        queued. A message over ``MAX_MESSAGE_BYTES`` (its whole block: the tuple, the
+        destination text, the sender key and nonce) is logged and left out: every
+        receiver would refuse it, and queued it would be retried forever."""
         rows = []
         for dest, rel, args in tuples:
             cid, data = encode_message(
-                self.identity.public_key, dest, make_fact(rel, args), os.urandom(12)
+                self.identity.public_key, self.address(dest), make_fact(rel, args), os.urandom(12)
             )
             if len(data) > MAX_MESSAGE_BYTES:
                 log.error(
@@ -157,55 +216,124 @@ class Outbox:
         return [Link(r[0]) for r in rows]
 
     def pending_count(self) -> int:
+        """Messages waiting to be delivered (not dropped)."""
         with self._lock:
             (n,) = self.conn.execute(
-                "SELECT count(*) FROM repl_outbox WHERE delivered IS NULL"
+                "SELECT count(*) FROM repl_outbox WHERE delivered IS NULL AND dropped IS NULL"
             ).fetchone()
         return int(n)
 
-    def _due(self, now: float) -> list[tuple[int, bytes, str, bytes, int]]:
+    def dropped_count(self) -> int:
+        """Messages given up and still kept (see :meth:`purge`)."""
+        with self._lock:
+            (n,) = self.conn.execute(
+                "SELECT count(*) FROM repl_outbox WHERE dropped IS NOT NULL"
+            ).fetchone()
+        return int(n)
+
+    def _due(self, now: float) -> list[Row]:
         with self._lock:
             return self.conn.execute(
-                "SELECT id, cid, dest, data, attempts FROM repl_outbox"
-                " WHERE delivered IS NULL AND next_try <= ? ORDER BY id",
+                "SELECT id, cid, dest, data, attempts, refused_since FROM repl_outbox"
+                " WHERE delivered IS NULL AND next_try <= ? AND dropped IS NULL ORDER BY id",
                 (now,),
             ).fetchall()
 
+    def plan(
+        self, now: float, busy: Collection[str] = ()
+    ) -> tuple[dict[str, list[Row]], list[DestinationReport]]:
+        """The due messages by peer URL, leaving out URLs in ``busy`` (a delivery to them
+        is under way) and URLs held after a failure; and the reports of the due messages
+        without a route (a destination that names no peer), which are backed off or
+        dropped here. Blocking: call it in a worker thread."""
+        by_url: dict[str, list[Row]] = {}
+        unroutable: dict[str, list[Row]] = {}
+        reasons: dict[str, str] = {}
+        for row in self._due(now):
+            dest = row[2]
+            try:
+                url = self.resolve(dest)
+            except ValueError as exc:
+                unroutable.setdefault(dest, []).append(row)
+                reasons[dest] = str(exc)
+                continue
+            if url in busy or self._held.get(url, 0.0) > now:
+                continue
+            by_url.setdefault(url, []).append(row)
+        reports = []
+        for dest, rows in unroutable.items():
+            report = DestinationReport(dest, error=reasons[dest])
+            report.dropped = self._failed(rows, now, reasons[dest], permanent=True)
+            report.failed = len(rows) - report.dropped
+            reports.append(report)
+        return by_url, reports
+
     async def deliver(
-        self, session: aiohttp.ClientSession, now: float | None = None, timeout: float = 10.0
+        self,
+        session: aiohttp.ClientSession,
+        now: float | None = None,
+        timeout: float = 10.0,
+        on_report: Callable[[DestinationReport], None] | None = None,
     ) -> DeliveryReport:
-        """Try every due message once, batched per destination; failures back off.
+        """Try every due message once: all destinations at once, each in batches; a
+        destination whose batch fails is backed off as a whole. ``on_report`` is called
+        with each destination's report as soon as that destination is done.
 
         The store work runs in a worker thread: the connection's lock may be held for
         seconds by a large write in another thread, and waiting for it on the event loop
         would stall every request the node serves meanwhile."""
         now = time.time() if now is None else now
-        report = DeliveryReport()
-        by_url: dict[str, list[tuple[int, bytes, str, bytes, int]]] = {}
-        for row in await asyncio.to_thread(self._due, now):
-            try:
-                url = self.resolve(row[2])
-            except ValueError as exc:
-                await asyncio.to_thread(self._failed, [row], now, str(exc))
-                report.failed += 1
-                report.errors.append(str(exc))
+        total = DeliveryReport()
+
+        def done(part: DestinationReport) -> None:
+            total.add(part)
+            if on_report is not None:
+                on_report(part)
+
+        by_url, unroutable = await asyncio.to_thread(self.plan, now)
+        for part in unroutable:
+            done(part)
+
+        async def one(url: str, rows: list[Row]) -> None:
+            done(await self.deliver_to(session, url, rows, now, timeout))
+
+        await asyncio.gather(*(one(url, rows) for url, rows in by_url.items()))
+        return total
+
+    async def deliver_to(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        rows: list[Row],
+        now: float,
+        timeout: float = 10.0,
+    ) -> DestinationReport:
+        """Post ``rows`` (due messages for ``url``, from :meth:`plan`) in batches, each
+        within ``timeout`` seconds. At the first batch that fails, it and every later one
+        back off together (one slow or refusing peer costs one timeout per attempt, not
+        one per batch), and ``url`` is held until they are due again."""
+        report = DestinationReport(url)
+        batches = list(_batches(rows))
+        for i, batch in enumerate(batches):
+            error, permanent = await self._post(session, url, batch, timeout)
+            if error is None:
+                await asyncio.to_thread(self._delivered, batch)
+                report.delivered += len(batch)
                 continue
-            by_url.setdefault(url, []).append(row)
-        for url, rows in by_url.items():
-            for batch in _batches(rows):
-                error = await self._post(session, url, batch, timeout)
-                if error is None:
-                    await asyncio.to_thread(self._delivered, batch)
-                    report.delivered += len(batch)
-                else:
-                    await asyncio.to_thread(self._failed, batch, now, error)
-                    report.failed += len(batch)
-                    report.errors.append(error)
+            rest = [row for b in batches[i:] for row in b]
+            report.error = error
+            report.dropped = await asyncio.to_thread(self._failed, rest, now, error, permanent)
+            report.failed = len(rest) - report.dropped
+            self._held[url] = now + self._backoff(min(r[4] for r in rest))
+            return report
+        self._held.pop(url, None)
         return report
 
     async def _post(
         self, session: aiohttp.ClientSession, url: str, batch: list, timeout: float
-    ) -> str | None:
+    ) -> tuple[str | None, bool]:
+        """(None, False) when the receiver acknowledged ``batch``; else (why, whether the
+        refusal is one retrying cannot cure)."""
         import aiohttp
 
         body = b"".join(iter_car([], [(Link(r[1]), r[3]) for r in batch]))
@@ -218,28 +346,55 @@ class Outbox:
             ) as resp:
                 if resp.status == 200:
                     await resp.read()
-                    return None
-                return f"{url}: HTTP {resp.status} {(await resp.text())[:200]}"
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            return f"{url}: {type(exc).__name__}: {exc}"
+                    return None, False
+                text = " ".join((await resp.text(errors="replace"))[:200].split())
+                return f"{url}: HTTP {resp.status} {text}", refusal_is_permanent(resp.status)
+        except TimeoutError:
+            return f"{url}: timed out after {timeout:g} s", False
+        except (aiohttp.ClientError, OSError) as exc:
+            why = str(exc) or type(exc).__name__
+            return f"{url}: {why}", False
 
-    def _delivered(self, rows: list) -> None:
+    def _backoff(self, attempts: int) -> float:
+        """Seconds before a message that failed ``attempts`` times before is tried again."""
+        return min(self.max_backoff, 0.25 * 2 ** min(attempts, 16))
+
+    def _delivered(self, rows: list[Row]) -> None:
+        """Delete acknowledged messages: nothing needs them any more (the epoch state
+        remembers which tuples were sent; the receiver deduplicates by CID)."""
+        with self._lock, transaction(self.conn, self.blockstore):
+            self.conn.executemany("DELETE FROM repl_outbox WHERE id = ?", [(r[0],) for r in rows])
+
+    def _failed(self, rows: list[Row], now: float, error: str, permanent: bool = False) -> int:
+        """Back ``rows`` off after a failed attempt; a ``permanent`` refusal that has lasted
+        ``give_up`` seconds for a row drops it. Returns how many were dropped."""
+        dropped = 0
+        updates = []
+        for row in rows:
+            since = (row[5] if row[5] is not None else now) if permanent else row[5]
+            if permanent and now - since >= self.give_up:
+                updates.append((row[4] + 1, NEVER, error[:500], since, now, row[0]))
+                dropped += 1
+            else:
+                updates.append(
+                    (row[4] + 1, now + self._backoff(row[4]), error[:500], since, None, row[0])
+                )
         with self._lock, transaction(self.conn, self.blockstore):
             self.conn.executemany(
-                "UPDATE repl_outbox SET delivered = ?, attempts = attempts + 1 WHERE id = ?",
-                [(time.time(), r[0]) for r in rows],
+                "UPDATE repl_outbox SET attempts = ?, next_try = ?, last_error = ?,"
+                " refused_since = ?, dropped = ? WHERE id = ?",
+                updates,
             )
+        return dropped
 
-    def _failed(self, rows: list, now: float, error: str) -> None:
+    def purge(self, before: float) -> int:
+        """Delete dropped messages given up before ``before`` (unix seconds); returns how
+        many. Delivered messages are deleted as they are acknowledged."""
         with self._lock, transaction(self.conn, self.blockstore):
-            self.conn.executemany(
-                "UPDATE repl_outbox SET attempts = attempts + 1, next_try = ?, last_error = ?"
-                " WHERE id = ?",
-                [
-                    (now + min(self.max_backoff, 0.25 * 2 ** min(r[4], 16)), error[:500], r[0])
-                    for r in rows
-                ],
+            cur = self.conn.execute(
+                "DELETE FROM repl_outbox WHERE dropped IS NOT NULL AND dropped < ?", (before,)
             )
+        return cur.rowcount
 
     async def run(self, session: aiohttp.ClientSession, interval: float = 0.5) -> None:
         """Deliver forever (cancel the task to stop)."""
@@ -248,24 +403,40 @@ class Outbox:
             await asyncio.sleep(interval)
 
 
+#: ``repl_inbox.consumed``: not yet taken by an epoch, taken, refused (did not fit).
+PENDING, CONSUMED, REFUSED = 0, 1, 2
+
+
+def names_a_key(to: str) -> bool:
+    """Whether a message's ``to`` is a node key (64 hex digits), which a receiver checks
+    against its own; other ``to`` texts (a peer name, a URL) only the sender can resolve."""
+    return len(to) == 64 and all(c in "0123456789abcdef" for c in to)
+
+
 class Inbox:
     """Receiver side: dedup by message CID, persist, hand new messages to the node.
 
     Messages reach a database through its one ``Inbox`` (the node's): it counts what it
     received, so :meth:`pending` answers "nothing" without the connection's lock when
     nothing came since it last found none. An epoch asks every time, and a large write
-    can hold that lock for seconds (ADR 0145)."""
+    can hold that lock for seconds (ADR 0145).
+
+    ``recipient`` (this node's public key): a message addressed to another node's key is
+    refused (403 ``wrong_recipient``). A consumed message keeps only its CID, for
+    dedup, until :meth:`purge` deletes it (ADR 0176)."""
 
     def __init__(
         self,
         conn: sqlite3.Connection,
         on_message: Callable[[Message], None] | None = None,
         blockstore: Any = None,
+        recipient: bytes | None = None,
     ) -> None:
         require_autocommit(conn)
         self.conn = conn
         self.on_message = on_message
         self.blockstore = blockstore
+        self.recipient = None if recipient is None else recipient.hex()
         self._lock = conn_lock(conn, blockstore)
         #: Receives that stored something (incremented under ``_lock``, before the lock
         #: is released), and the count at which :meth:`pending` last found nothing.
@@ -282,6 +453,11 @@ class Inbox:
             if msg.sender != sender:
                 raise Forbidden(
                     "message 'from' differs from the signing peer", code="sender_mismatch"
+                )
+            if self.recipient is not None and names_a_key(msg.dest) and msg.dest != self.recipient:
+                raise Forbidden(
+                    f"message {msg.cid} is addressed to node {msg.dest[:16]}…, not this node",
+                    code="wrong_recipient",
                 )
             messages.append((msg, bytes(data)))
         new: list[Message] = []
@@ -316,12 +492,29 @@ class Inbox:
             self._none_pending_at = received
         return [decode_message(Link(c), bytes(d)) for c, d in rows]
 
-    def ack(self, cids: Iterable[Link]) -> None:
-        """Mark messages consumed (call after the epoch that used them committed)."""
+    def ack(self, cids: Iterable[Link], state: int = CONSUMED) -> None:
+        """Mark messages consumed (call after the epoch that used them committed), or
+        ``REFUSED`` (the epoch set them aside). Only the CID is kept: a retry of the same
+        message is recognised until :meth:`purge` deletes the row."""
         with self._lock, transaction(self.conn, self.blockstore):
             self.conn.executemany(
-                "UPDATE repl_inbox SET consumed = 1 WHERE cid = ?", [(c.raw,) for c in cids]
+                "UPDATE repl_inbox SET consumed = ?, data = X'' WHERE cid = ?",
+                [(state, c.raw) for c in cids],
             )
+
+    def purge(self, before: float) -> int:
+        """Delete the consumed or refused messages received before ``before`` (unix
+        seconds); returns how many. A sender that retries one of them later (it never saw
+        the acknowledgement, and was down meanwhile) has it taken again. Rows are in
+        arrival order, so the scan stops at the first one kept."""
+        with self._lock, transaction(self.conn, self.blockstore):
+            cur = self.conn.execute(
+                "DELETE FROM repl_inbox WHERE consumed != 0 AND id < coalesce("
+                " (SELECT id FROM repl_inbox WHERE received >= ? ORDER BY id LIMIT 1),"
+                " 9223372036854775807)",
+                (before,),
+            )
+        return cur.rowcount
 
     def drain(self, limit: int | None = None) -> list[Message]:
         """``pending`` then ``ack`` in one call."""

@@ -75,7 +75,7 @@ CREATE TABLE IF NOT EXISTS repl_peer (
 CREATE TABLE IF NOT EXISTS repl_outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT, cid BLOB UNIQUE NOT NULL, dest TEXT NOT NULL,
     data BLOB NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_try REAL NOT NULL DEFAULT 0,
-    delivered REAL, last_error TEXT
+    delivered REAL, last_error TEXT, refused_since REAL, dropped REAL
 );
 CREATE INDEX IF NOT EXISTS repl_outbox_due ON repl_outbox (delivered, next_try);
 CREATE TABLE IF NOT EXISTS repl_inbox (
@@ -131,6 +131,23 @@ DROP TABLE repl_rel_fact_v1;
 """
 
 
+#: Columns added to existing tables without a new schema version (ADR 0176): an older
+#: merklog names its own columns in every statement on these tables and never sees these
+#: (it would count a dropped ``@async`` message as pending and retry it, nothing worse).
+_ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "repl_outbox": (("refused_since", "REAL"), ("dropped", "REAL")),
+}
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Add the columns of :data:`_ADDED_COLUMNS` a table made by an older merklog lacks."""
+    for table, columns in _ADDED_COLUMNS.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for name, kind in columns:
+            if name not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+
+
 def schema_version(conn: sqlite3.Connection) -> int:
     """The replication layout of this database: 0 none yet, 1 CID-keyed, 2 id-keyed, 3
     with relation ranges."""
@@ -148,6 +165,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     version = schema_version(conn)
     if version == SCHEMA_VERSION:
         _run(conn, SCHEMA)  # a table dropped by hand comes back empty, as before
+        _add_columns(conn)
         return
     if version > SCHEMA_VERSION:
         raise ReplicationError(
@@ -160,6 +178,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
             log.info("migrating the replication tables to integer fact ids (once, ADR 0132)")
             _run(conn, _MIGRATE_1_TO_2)
         _run(conn, SCHEMA)
+        _add_columns(conn)
         conn.execute(
             "INSERT OR REPLACE INTO repl_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )

@@ -29,6 +29,12 @@ def register(cli: click.Group) -> None:
         click.echo(f"epoch      {info['epoch']}")
         click.echo(f"facts      {info['facts']} stored, {info['derived']} derived")
         click.echo(f"heads      {', '.join(info['heads'])}")
+        if "outbox_pending" in info:
+            dropped = info.get("outbox_dropped") or 0
+            click.echo(
+                f"outbox     {info['outbox_pending']} @async messages pending"
+                + (f", {dropped} dropped (not retried)" if dropped else "")
+            )
         peers = info.get("peers") or []
         if not peers:
             click.echo("peers      -")

@@ -40,13 +40,18 @@ async def test_outbox_delivers_once_with_retries_and_dedup(tmp_path):
     try:
         outbox.put(url, "ping", [1, "hello"])
         outbox.put(url, "ping", [1, "hello"])  # same tuple, later epoch: a distinct message
+        queued = a_store.conn.execute("SELECT cid, dest, data FROM repl_outbox").fetchall()
         async with ClientSession() as session:
             report = await outbox.deliver(session)
             assert report.delivered == 2 and outbox.pending_count() == 0
             assert [m.fact for m in got] == [make_fact("ping", [1, "hello"])] * 2
             assert all(m.sender == sender.public_key for m in got)
+            # Delivered messages are deleted: nothing needs them any more.
+            assert a_store.conn.execute("SELECT count(*) FROM repl_outbox").fetchone() == (0,)
             # Lost acknowledgement: the sender retries; the receiver deduplicates by CID.
-            a_store.conn.execute("UPDATE repl_outbox SET delivered = NULL")
+            a_store.conn.executemany(
+                "INSERT INTO repl_outbox (cid, dest, data) VALUES (?, ?, ?)", queued
+            )
             report = await outbox.deliver(session)
             assert report.delivered == 2
             assert len(got) == 2
