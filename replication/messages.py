@@ -194,9 +194,16 @@ class Outbox:
         destination text, the sender key and nonce) is logged and left out: every
         receiver would refuse it, and queued it would be retried forever."""
         rows = []
+        # One address per destination, not per message: the node's may read config.toml.
+        # Keyed by type too: the values 1 and "1" are two destinations.
+        addresses: dict[tuple[type, str], str] = {}
         for dest, rel, args in tuples:
+            key = (type(dest), str(dest))
+            to = addresses.get(key)
+            if to is None:
+                to = addresses[key] = self.address(dest)
             cid, data = encode_message(
-                self.identity.public_key, self.address(dest), make_fact(rel, args), os.urandom(12)
+                self.identity.public_key, to, make_fact(rel, args), os.urandom(12)
             )
             if len(data) > MAX_MESSAGE_BYTES:
                 log.error(
@@ -249,14 +256,20 @@ class Outbox:
         by_url: dict[str, list[Row]] = {}
         unroutable: dict[str, list[Row]] = {}
         reasons: dict[str, str] = {}
+        urls: dict[str, str] = {}  # resolved once per destination: it may read config.toml
         for row in self._due(now):
             dest = row[2]
-            try:
-                url = self.resolve(dest)
-            except ValueError as exc:
-                unroutable.setdefault(dest, []).append(row)
-                reasons[dest] = str(exc)
+            if dest in reasons:
+                unroutable[dest].append(row)
                 continue
+            url = urls.get(dest)
+            if url is None:
+                try:
+                    url = urls[dest] = self.resolve(dest)
+                except ValueError as exc:
+                    unroutable[dest] = [row]
+                    reasons[dest] = str(exc)
+                    continue
             if url in busy or self._held.get(url, 0.0) > now:
                 continue
             by_url.setdefault(url, []).append(row)
