@@ -214,7 +214,6 @@ class BackgroundTasks:
                         by_url, unroutable = await asyncio.to_thread(
                             node.outbox.plan, now, set(running)
                         )
-                        purged = await self._purge(purged, now)
                     except Exception:
                         log.exception("@async delivery pass failed")
                         continue
@@ -225,6 +224,11 @@ class BackgroundTasks:
                             self._deliver_one(session, url, rows, now, timeout, told)
                         )
                         task.add_done_callback(lambda _t, url=url: self._delivered(running, url))
+                    try:
+                        purged = await self._purge(purged, now)
+                    except Exception as exc:  # the store (a full disk): try again later
+                        purged = now
+                        log.warning("@async: deleting old messages failed: %s", exc)
             finally:  # stopping: the deliveries in flight end with the loop
                 tasks = list(running.values())
                 for task in tasks:

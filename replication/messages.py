@@ -326,6 +326,7 @@ class Outbox:
         back off together (one slow or refusing peer costs one timeout per attempt, not
         one per batch), and ``url`` is held until they are due again."""
         report = DestinationReport(url)
+        started = time.monotonic()
         batches = list(_batches(rows))
         for i, batch in enumerate(batches):
             error, permanent = await self._post(session, url, batch, timeout)
@@ -333,11 +334,15 @@ class Outbox:
                 await asyncio.to_thread(self._delivered, batch)
                 report.delivered += len(batch)
                 continue
+            # Back off from when the attempt failed (a timeout may have taken a while).
+            failed_at = now + (time.monotonic() - started)
             rest = [row for b in batches[i:] for row in b]
             report.error = error
-            report.dropped = await asyncio.to_thread(self._failed, rest, now, error, permanent)
+            report.dropped = await asyncio.to_thread(
+                self._failed, rest, failed_at, error, permanent
+            )
             report.failed = len(rest) - report.dropped
-            self._held[url] = now + self._backoff(min(r[4] for r in rest))
+            self._held[url] = failed_at + self._backoff(min(r[4] for r in rest))
             return report
         self._held.pop(url, None)
         return report
