@@ -104,6 +104,8 @@ def test_async_tuples_reach_the_peer_with_retries_and_survive_restarts(
 
 
 def test_unknown_async_destination_stays_queued(tmp_path: Path, node_factory) -> None:
+    """A destination that names no peer stays queued for ``node.outbox_give_up`` seconds
+    (1 h by default: the peer may yet be added) and is said once at WARNING."""
     a = Cli(tmp_path / "a")
     a("init")
     (tmp_path / "s.dl").write_text(SENDER)
