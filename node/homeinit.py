@@ -3,8 +3,9 @@ joining a dataset from a peer.
 
 ``init_home`` creates what is missing in a home. ``initialise`` wraps it: whatever it created is
 removed again if any step fails (an unknown ``store.backend``, a full disk, a
-peer that vanished), so a failed ``merklog init`` never leaves a half-made home
-that later commands call "not a merklog home". ``fetch_join`` asks a peer for
+peer that vanished, an IPFS daemon that is down), so a failed ``merklog init``,
+``node run --init`` or first ``merklog.open`` never leaves a half-made home that
+later commands call "not a merklog home". ``fetch_join`` asks a peer for
 its dataset (genesis block, verified against the id) and its key, so the joined
 home knows where to sync once before its first write.
 """

@@ -48,7 +48,8 @@ from .config import Config
 from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError, NotSettled
 from .homeinit import IDENTITY_FILE as IDENTITY_FILE  # re-exported (commands, tests)
-from .homeinit import init_home
+from .homeinit import init_home as init_home  # re-exported: callers look here
+from .homeinit import initialise
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
 from .peersync import PeerSync, load_history
@@ -176,16 +177,20 @@ class Node:
         Config.load(None, settings)  # a bad option fails before anything is created
         if home.exists() and not home.is_dir():
             raise NodeInputError(f"{home} is not a directory (a merklog home is one)")
+        existed = home.exists()  # before the lock makes it
         try:
             lock = HomeLock.acquire(home)
         except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
             # a parent that is a file, or a place this user cannot create a directory
             raise NodeInputError(f"cannot make {home} a merklog home: {exc.strerror}") from None
         try:
-            cfg, _ = init_home(home) if not (home / "config.toml").exists() else (None, False)
+            if not (home / "config.toml").exists():
+                # all or nothing, as `merklog init`: an IPFS daemon that is down leaves
+                # no half-made home behind
+                initialise(home, {}, None, existed)
             cfg = Config.load(home, settings)
             if not cfg.get("dataset.id"):
-                cfg, _ = init_home(home)
+                cfg, _ = initialise(home, {}, None, True)
             precheck(cfg)
             try:
                 return cls(cfg, lock)

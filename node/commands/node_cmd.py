@@ -52,7 +52,8 @@ def register(cli: click.Group) -> None:
         from merklog.node.config import static_dir as checked_static_dir
         from merklog.node.files import read_text_file
         from merklog.node.handlers import body_worker
-        from merklog.node.node import Node, init_home
+        from merklog.node.homeinit import initialise
+        from merklog.node.node import Node
         from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile
         from merklog.node.server import serve
         from merklog.node.storecheck import precheck
@@ -74,6 +75,7 @@ def register(cli: click.Group) -> None:
             # The memory store would serve a dataset that dies with the node: refused
             # before --init makes a home (load_config below refuses it too).
             refuse_memory_store(Config.load(state.home, overrides), overrides)
+            existed = state.home.exists()  # before the lock makes it
             try:
                 lock = HomeLock.acquire_for_node(state.home)
             except HomeBusy as exc:
@@ -81,7 +83,10 @@ def register(cli: click.Group) -> None:
             remove_runfile(state.home)  # a node killed with -9 left its old URL behind
             try:
                 if do_init:
-                    init_home(state.home)
+                    # As `merklog init` does it: what a failed init created is removed again
+                    # (an IPFS daemon down left identity.pem and node.lock behind, a home
+                    # every later command called "not a merklog home").
+                    initialise(state.home, {}, None, existed)
                 cfg = load_config(state.home, overrides)
                 precheck(cfg)
                 checked_static_dir(cfg)  # one that would publish the home: exit 2

@@ -286,6 +286,71 @@ def test_unknown_backend_leaves_nothing_half_created(tmp_path: Path) -> None:
     assert merklog(existing, "status").returncode == 0
 
 
+def test_a_failed_node_run_init_leaves_nothing_half_created(tmp_path: Path, monkeypatch) -> None:
+    """``node run --init`` (the image's default command) with its IPFS daemon down left
+    ``identity.pem`` and ``node.lock`` behind: a home every later command called "not a
+    merklog home". It now rolls back as ``merklog init`` does; so does the Python API's
+    first ``merklog.open`` of a home."""
+    down = {
+        "MERKLOG_STORE_BACKEND": "ipfs",
+        "MERKLOG_STORE_IPFS_API": f"http://127.0.0.1:{free_port()}",
+    }
+    home = tmp_path / "new"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "merklog.node.cli",
+            "--home",
+            str(home),
+            "node",
+            "run",
+            "--init",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **down},
+        stdin=subprocess.DEVNULL,
+    )
+    assert_fails(result, ExitCode.PEER_UNREACHABLE, "IPFS")
+    assert not home.exists()
+    volume = tmp_path / "volume"  # an empty directory (a container's /data volume)
+    volume.mkdir()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "merklog.node.cli",
+            "--home",
+            str(volume),
+            "node",
+            "run",
+            "--init",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **down},
+        stdin=subprocess.DEVNULL,
+    )
+    assert_fails(result, ExitCode.PEER_UNREACHABLE, "IPFS")
+    assert {p.name for p in volume.iterdir()} <= {"node.lock"}  # no key, config or store
+    assert merklog(volume, "init").returncode == 0  # and a later init works there
+
+    import merklog as api
+
+    for key, value in down.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(api.Error):
+        api.open(tmp_path / "api")
+    assert not (tmp_path / "api").exists()
+
+
 def test_missing_home_says_run_init(tmp_path: Path) -> None:
     for args in (("status",), ("put", "a(1)."), ("query", "a(X)"), ("parquet", "export", "x")):
         assert_fails(merklog(tmp_path / "none", *args), ExitCode.FAILED, "merklog", "init")
