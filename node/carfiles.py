@@ -39,11 +39,22 @@ class Owner(Protocol):
 def export_blocks(
     store: Any, replica: Any, genesis: Link
 ) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
-    """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""
+    """(roots = heads, blocks = genesis then every delta with its facts, in clock order).
+
+    Each block once: a fact that several deltas assert (asserted again) comes with the
+    first of them only; an import finds it stored when the later delta arrives. (A CAR
+    with a block twice said `exported 20 blocks` where fsck of the restore counted 19.)"""
 
     def blocks() -> Iterable[tuple[Link, bytes]]:
         yield genesis, store.get(genesis)
-        yield from replica.missing_for([replica.dataset])
+        again = replica.reasserted_facts()
+        written: set[bytes] = set()
+        for cid, data in replica.missing_for([replica.dataset]):
+            if cid.raw in again:
+                if cid.raw in written:
+                    continue
+                written.add(cid.raw)
+            yield cid, data
 
     return replica.heads(), blocks()
 

@@ -222,6 +222,19 @@ class Reconciliation(ReplicaState):
                 out.append((cid, data))
         return out
 
+    def reasserted_facts(self) -> set[bytes]:
+        """Raw CIDs of the facts that more than one delta of this dataset asserts (a fact
+        asserted again, e.g. after its retraction). :meth:`blocks_for` yields their blocks
+        with every such delta; a CAR export writes each once. Usually few: the set stays
+        small where a set of every exported CID would grow with the dataset."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT f.cid FROM repl_assert a JOIN repl_fact f ON f.id = a.fact"
+                " WHERE a.ds = ? GROUP BY a.fact HAVING COUNT(*) > 1",
+                (self.ds,),
+            ).fetchall()
+        return {bytes(r[0]) for r in rows}
+
     def missing_for(
         self, their_heads: Sequence[Link], summary: Summary | None = None
     ) -> Iterator[tuple[Link, bytes]]:
