@@ -296,3 +296,41 @@ def test_an_export_writes_each_block_once(tmp_path: Path, node_factory) -> None:
         b("restore", str(car))
         assert _facts(b) == ["done(1)", "done(2)"]
         assert b("fsck").output.startswith(f"ok: {len(cids)} blocks"), b("fsck").output
+
+
+def test_the_backup_example_of_operations_md_runs_as_written(tmp_path: Path) -> None:
+    """The example exported `backup-$(date +%F).car` and restored a fixed
+    `backup-2026-11-23.car`: run literally, the restore found no such file. It runs in
+    sh with only the homes moved into a temporary directory."""
+    import re
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = doc[doc.index("## Backup and restore") :]
+    script = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    assert "~/.merklog" in script and "/new/home" in script
+    script = script.replace("~/.merklog", str(tmp_path / "old")).replace(
+        "/new/home", str(tmp_path / "new")
+    )
+    Cli(tmp_path / "old")("init")
+    Cli(tmp_path / "old")("put", "edge(1, 2).")
+    shim = tmp_path / "bin" / "merklog"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m merklog.node.cli "$@"\n')
+    shim.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        ["sh", "-ec", script],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert _facts(Cli(tmp_path / "new")) == ["edge(1, 2)"]
+    import json
+
+    old, new = (json.loads(Cli(tmp_path / x)("status", "--json").output) for x in ("old", "new"))
+    assert (new["dataset"], new["heads"], new["key"]) == (old["dataset"], old["heads"], old["key"])
