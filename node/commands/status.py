@@ -56,9 +56,10 @@ def _peer_table(peers: list[dict]) -> None:
     from merklog.node.cliutil import stdout_console
 
     table = Table(show_edge=False)
-    # "last attempt" is when the last sync started, "last success" when the last good
-    # one ended: a long sync that worked shows a success later than its attempt. "last
-    # incoming" is when the peer last synced with this node (pulled from or pushed to it).
+    # "last started" (JSON last_attempt) is when the last sync started, "last success"
+    # when the last good one ended: a long sync that worked shows a success later than
+    # its start. "last incoming" is when the peer last synced with this node (pulled from
+    # or pushed to it).
     headers = ("name", "url", "last started", "last success", "last incoming", "behind")
     for header in (*headers, "last error"):
         table.add_column(header, no_wrap=header != "last error")

@@ -205,6 +205,16 @@ def test_a_sync_started_by_the_peer_shows_in_this_nodes_status(
     assert entry["last_incoming"] == after["last_incoming"]
     table = a("status").output
     assert "last incoming" in table
+    # The tutorial (step 9) names the columns as the table heads them: it said "last
+    # attempt" for the column headed "last started".
+    import re
+
+    tutorial = (Path(__file__).resolve().parents[2] / "docs" / "tutorial.md").read_text()
+    para = tutorial[tutorial.index("a table with one row per") :]
+    para = para[: para.index("Stop the laptop")]
+    named = set(re.findall(r"last [a-z]+", para))
+    (header,) = [line for line in table.splitlines() if " url " in line]
+    assert named and all(name in header for name in named), (named, header)
 
 
 def _sync_failures(node) -> dict[str, float]:
