@@ -40,9 +40,19 @@ def test_dockerfile_copies_existing_paths_and_runs_the_cli():
 
 
 def test_systemd_unit_sections():
+    text = (DEPLOY / "merklog.service").read_text()
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str
-    unit.read_string((DEPLOY / "merklog.service").read_text())
+    unit.read_string(text)
     assert unit["Service"]["ExecStart"].endswith("merklog node run")
     assert unit["Service"]["User"] == "merklog"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
+    # The home holds the node key and tokens: systemd must not open it up (its default
+    # StateDirectoryMode is 0755).
+    assert unit["Service"]["StateDirectoryMode"] == "0700"
+    # Documentation= names a file the install steps in the header put there (pip
+    # installs no docs: file:///opt/merklog/docs/spark.md pointed at nothing).
+    for uri in unit["Unit"]["Documentation"].split():
+        assert uri.startswith("file:///opt/merklog/docs/"), uri
+        assert (ROOT / "docs" / uri.removeprefix("file:///opt/merklog/docs/")).is_file(), uri
+        assert "cp -r /path/to/merklog/docs /opt/merklog/docs" in text
