@@ -81,7 +81,8 @@ class Boundary(click.Group):
             return result
         except click.UsageError as exc:  # one line, not click's usage, hint and blank line
             where = exc.ctx.command_path if exc.ctx is not None else "merklog"
-            failure = click.ClickException(f"{exc.format_message()} (see `{where} --help`)")
+            hint = _global_option_hint(exc, where) or f"(see `{where} --help`)"
+            failure = click.ClickException(f"{exc.format_message()} {hint}")
             failure.exit_code = exc.exit_code
             raise failure from None
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
@@ -123,6 +124,23 @@ class Boundary(click.Group):
 
 #: Exit status when standard output is closed before the command is done (``| head``).
 STDOUT_CLOSED = 141
+
+
+def _global_option_hint(exc: click.UsageError, where: str) -> str:
+    """For an option of ``merklog`` itself given after the command (``merklog node run
+    --log-format json``, a systemd ``ExecStart`` that then restarts forever): where it goes
+    instead. Moving such options is not done for the user: after the command, ``-v`` or
+    ``--home`` may be the value of the command's own option (a token, a path)."""
+    if not isinstance(exc, click.NoSuchOption) or where == "merklog":
+        return ""
+    name = exc.option_name
+    if not any(name in (*p.opts, *p.secondary_opts) for p in cli.params):
+        return ""
+    command = where.removeprefix("merklog ")
+    return (
+        f"({name} is an option of merklog itself: give it before the command,"
+        f" `merklog {name} … {command}`)"
+    )
 
 
 def _stdout_closed() -> bool:

@@ -56,3 +56,38 @@ def test_systemd_unit_sections():
         assert uri.startswith("file:///opt/merklog/docs/"), uri
         assert (ROOT / "docs" / uri.removeprefix("file:///opt/merklog/docs/")).is_file(), uri
         assert "cp -r /path/to/merklog/docs /opt/merklog/docs" in text
+
+
+def test_the_documented_json_logging_runs_and_misplaced_options_say_where_they_go(tmp_path):
+    """deploy/README advised `--log-format json` in ExecStart, and `merklog node run
+    --log-format json` failed with "No such option" (exit 2) forever under
+    Restart=on-failure. What it shows now parses, a misplaced option of merklog itself
+    says where it goes, and the unit does not restart on exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    readme = (DEPLOY / "README.md").read_text()
+    (line,) = re.findall(r"^ExecStart=/opt/merklog/bin/merklog (.+)$", readme, re.M)
+    args = line.split()
+    assert "--log-format" in args and args.index("--log-format") < args.index("node")
+
+    def merklog(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(tmp_path), *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+
+    assert merklog(*args, "--help").returncode == 0
+    for misplaced in (["node", "run", "--log-format", "json"], ["node", "run", "-v"]):
+        done = merklog(*misplaced)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        option = misplaced[2]
+        assert f"`merklog {option} … node run`" in done.stderr, done.stderr
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.optionxform = str
+    unit.read_string((DEPLOY / "merklog.service").read_text())
+    assert unit["Service"]["RestartPreventExitStatus"] == "2"
