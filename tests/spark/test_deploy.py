@@ -39,6 +39,38 @@ def test_dockerfile_copies_existing_paths_and_runs_the_cli():
     assert re.search(r"^USER \d+:\d+$", text, re.M)
 
 
+def test_spark_containers_run_the_drivers_image_and_exports_are_writable():
+    """The worker was the stock apache/spark image: Python 3.10, Spark 4.0.1, no
+    pyarrow or libipld, and no interpreter at the driver's PYSPARK_PYTHON path. Master,
+    worker and job now run the merklog image, whose pyspark is pinned to the version the
+    Spark tests run; and /exports, the volume the peers' `parquet export` writes as uid
+    10001, exists in the image owned by that user (a new volume was root's, 0755)."""
+    from importlib.metadata import version
+
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    image = services["peer-a"]["image"]
+    for name in ("spark-master", "spark-worker", "spark-job"):
+        assert services[name]["image"] == image, name
+    for name, role in (("spark-master", ".master.Master"), ("spark-worker", ".worker.Worker")):
+        argv = [*services[name]["entrypoint"], *services[name]["command"]]
+        assert argv[:3] == ["/usr/bin/tini", "--", "spark-class"], argv
+        assert argv[3].endswith(role), argv
+    work = services["spark-worker"]["environment"]["SPARK_WORKER_DIR"]
+    assert work.startswith("/tmp/"), work  # writable by uid 10001
+    assert "exports:/exports" in services["spark-worker"]["volumes"]
+
+    text = (DEPLOY / "Dockerfile").read_text()
+    pins = re.findall(r'"pyspark==([0-9.]+)"', text)
+    assert pins == [version("pyspark")], f"pin pyspark in deploy/Dockerfile to {version('pyspark')}"
+    joined = text.replace("\\\n", " ")  # continuation lines as one
+    run = " ".join(re.findall(r"^RUN (.+)$", joined, re.M))
+    assert re.search(r"mkdir -p [^&]*/exports", run), run
+    assert re.search(r"chown 10001:10001 [^&]*/exports", run), run
+    assert re.search(r"chmod 0700 [^&]*/exports", run), run
+    user = re.search(r"^USER (\d+):", text, re.M).group(1)
+    assert user == "10001"
+
+
 def test_systemd_unit_sections():
     text = (DEPLOY / "merklog.service").read_text()
     unit = configparser.ConfigParser(strict=False, interpolation=None)
