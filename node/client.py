@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -99,6 +100,10 @@ class NodeClient:
             raise NodeAPIError(exc.code, message, error, detail) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLCertVerificationError):  # nothing was sent
+                from merklog.replication.errors import PeerUntrusted
+
+                raise PeerUntrusted.for_url(self.url, reason) from None
             if isinstance(exc, http.client.IncompleteRead):  # the node stopped mid-answer
                 reason = f"its answer was cut off after {len(exc.partial):,} bytes"
             elif isinstance(exc, http.client.HTTPException):  # a malformed answer

@@ -103,13 +103,16 @@ def peer_failure(exc: BaseException) -> tuple[ExitCode, int, str] | None:
     A peer that could not be reached (refused connection, timeout, DNS) is worth a
     retry: exit 4, HTTP 502 ``peer unreachable``. A peer that answered and refused (a
     4xx: not allowed to sync, another dataset, the node itself) needs a configuration
-    fixed: exit 1, HTTP 424 ``peer refused``; any other answer (a 5xx, a malformed
-    answer) exit 1, HTTP 424 ``peer error``. The CLI's message is ``NAME: DETAIL``
+    fixed: exit 1, HTTP 424 ``peer refused``; so does a peer whose TLS certificate this
+    host does not trust: exit 1, HTTP 424 ``peer untrusted``; any other answer (a 5xx,
+    a malformed answer) exit 1, HTTP 424 ``peer error``. The CLI's message is ``NAME: DETAIL``
     on both paths."""
-    from merklog.replication.errors import PeerError, PeerRefused, PeerUnreachable
+    from merklog.replication.errors import PeerError, PeerRefused, PeerUnreachable, PeerUntrusted
 
     if isinstance(exc, PeerUnreachable):
         return ExitCode.PEER_UNREACHABLE, 502, "peer unreachable"
+    if isinstance(exc, PeerUntrusted):  # its TLS certificate: configuration (ADR 0179)
+        return ExitCode.FAILED, PEER_FAILED_STATUS, "peer untrusted"
     if isinstance(exc, PeerRefused):
         return ExitCode.FAILED, PEER_FAILED_STATUS, "peer refused"
     if isinstance(exc, PeerError):

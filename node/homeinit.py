@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from merklog.replication.errors import PeerUntrusted
 from merklog.replication.identity import Identity
 from merklog.store import Link
 
@@ -103,6 +104,8 @@ async def _fetch_join(url: str, timeout: float, token: str) -> Join:
             async with session.get(url + "/v1/status") as resp:
                 if resp.status == 200:
                     key = _key_of(await resp.read())
+    except aiohttp.ClientConnectorCertificateError as exc:  # configuration, not a retry
+        raise PeerUntrusted.for_url(url, exc.certificate_error) from None
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise Failure(
             f"cannot join {url}: {exc or type(exc).__name__}", ExitCode.PEER_UNREACHABLE

@@ -33,8 +33,8 @@ PEER_DOWN = _err(
 )
 PEER_REFUSED = _err(
     "peer refused (the peer answered with a refusal: not allowed to sync, another dataset,"
-    " this node itself) or peer error (any other answer); nothing was changed here, fix"
-    " the configuration (CLI exit 1)"
+    " this node itself), peer untrusted (its TLS certificate is not trusted here) or peer"
+    " error (any other answer); nothing was changed here, fix the configuration (CLI exit 1)"
 )
 
 READ: list[dict[str, list[str]]] = [{"readToken": []}, {"writeToken": []}]

@@ -26,7 +26,14 @@ from merklog.store import BlockStore, Link
 from merklog.store.errors import one_line
 
 from .auth import EMPTY_DIGEST, sign_headers
-from .errors import PeerError, PeerRefused, PeerUnreachable, ReplicationError, TooLarge
+from .errors import (
+    PeerError,
+    PeerRefused,
+    PeerUnreachable,
+    PeerUntrusted,
+    ReplicationError,
+    TooLarge,
+)
 from .identity import Identity
 from .limits import (
     RECEIVE_MAX_BODY,
@@ -124,6 +131,8 @@ class SyncClient:
         try:
             async with self.session.request(method, url, timeout=self.timeout, **kw) as resp:
                 yield resp
+        except aiohttp.ClientConnectorCertificateError as exc:  # before its parent class
+            raise PeerUntrusted.for_url(_base(url), exc.certificate_error) from None
         except aiohttp.ClientConnectorError as exc:
             reason = exc.os_error.strerror if exc.os_error is not None else str(exc)
             raise PeerUnreachable(f"cannot reach peer {_base(url)}: {reason}") from None

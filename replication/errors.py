@@ -147,6 +147,26 @@ class PeerUnreachable(PeerError):
     status = 502
 
 
+class PeerUntrusted(PeerError):
+    """The peer's TLS certificate is not trusted here (self-signed, signed by a private CA
+    this host does not know, for another name, expired): no request was sent, and
+    retrying cannot help until a configuration changes (docs/adr/0179)."""
+
+    code = "peer_untrusted"
+    status = 502
+
+    @classmethod
+    def for_url(cls, base_url: str, reason: object) -> PeerUntrusted:
+        """The error for the peer at ``base_url`` (``https://HOST:PORT``); ``reason`` is
+        what the TLS layer said (an ``ssl.SSLCertVerificationError`` or its text)."""
+        why = getattr(reason, "verify_message", None) or str(reason)
+        return cls(
+            f"the TLS certificate of {base_url} is not trusted ({why}); if a private CA"
+            " signed it, set SSL_CERT_FILE to a CA bundle that holds that CA"
+            " (docs/operations.md)"
+        )
+
+
 class PeerRefused(PeerError):
     """A peer answered and refused the sync (an HTTP 4xx: not allowed to sync, another
     dataset, a bad signature): retrying will not help until a configuration changes.
