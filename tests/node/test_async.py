@@ -40,6 +40,18 @@ def _until(fn, timeout: float = 20.0):
         time.sleep(0.05)
 
 
+def ping_homes(tmp_path: Path) -> tuple[Cli, Cli]:
+    """Homes ``a`` (the async-ping sender program loaded) and ``b`` (the receiver's)."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    b("init")
+    (tmp_path / "sender.dl").write_text(SENDER)
+    (tmp_path / "receiver.dl").write_text(RECEIVER)
+    a("load", str(tmp_path / "sender.dl"))
+    b("load", str(tmp_path / "receiver.dl"))
+    return a, b
+
+
 def _rows(node, q: str) -> list:
     status, body = node.request("GET", "/v1/query?q=" + q.replace(" ", "%20"))
     assert status == 200, body
@@ -49,13 +61,7 @@ def _rows(node, q: str) -> list:
 def test_async_tuples_reach_the_peer_with_retries_and_survive_restarts(
     tmp_path: Path, node_factory
 ) -> None:
-    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
-    a("init")
-    b("init")
-    (tmp_path / "sender.dl").write_text(SENDER)
-    (tmp_path / "receiver.dl").write_text(RECEIVER)
-    a("load", str(tmp_path / "sender.dl"))
-    b("load", str(tmp_path / "receiver.dl"))
+    a, b = ping_homes(tmp_path)
     port_b = _free_port()
     key_b = json.loads(b("status", "--json").output)["key"]
     na = node_factory(a.home, env=FAST).start()
@@ -134,13 +140,7 @@ def test_async_messages_keep_value_identity_across_epochs_and_restarts(
     """``ping("b", 1)``, ``ping("b", 1.0)`` and ``ping("b", true)`` are three messages:
     each arrives although Python's ``1 == 1.0 == True``, and a restart of the sender
     (which reloads its "already sent" set) sends none of them again."""
-    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
-    a("init")
-    b("init")
-    (tmp_path / "sender.dl").write_text(SENDER)
-    (tmp_path / "receiver.dl").write_text(RECEIVER)
-    a("load", str(tmp_path / "sender.dl"))
-    b("load", str(tmp_path / "receiver.dl"))
+    a, b = ping_homes(tmp_path)
     nb = node_factory(b.home, env=FAST).start()
     key_b = json.loads(b("status", "--json").output)["key"]
     na = node_factory(a.home, env=FAST).start()

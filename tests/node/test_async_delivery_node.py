@@ -21,7 +21,7 @@ from merklog.store import make_fact
 from merklog.store.car import iter_car
 
 from .conftest import Cli
-from .test_async import FAST, RECEIVER, SENDER, _rows, _until
+from .test_async import FAST, RECEIVER, SENDER, _rows, _until, ping_homes
 from .test_async_loads import async_pair
 
 
@@ -127,13 +127,7 @@ def test_undeliverable_messages_are_dropped_and_shown(tmp_path: Path, node_facto
     refuses (403: it does not list this node) were retried forever. Refused for
     ``node.outbox_give_up`` seconds (0 here), they are dropped: counted, logged once,
     shown by ``status``, not retried."""
-    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
-    a("init")
-    b("init")
-    (tmp_path / "sender.dl").write_text(SENDER)
-    (tmp_path / "receiver.dl").write_text(RECEIVER)
-    a("load", str(tmp_path / "sender.dl"))
-    b("load", str(tmp_path / "receiver.dl"))
+    a, b = ping_homes(tmp_path)
     nb = node_factory(b.home, env=FAST).start()  # lists no peer: refuses A (403)
     na = node_factory(a.home, env={**FAST, "MERKLOG_NODE_OUTBOX_GIVE_UP": "0"}).start()
     key_b = json.loads(b("status", "--json").output)["key"]

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import Cli
-from .test_async import FAST, RECEIVER, SENDER, _rows, _until
+from .test_async import FAST, RECEIVER, _rows, _until, ping_homes
 
 
 def _received(node) -> float:
@@ -26,13 +25,7 @@ def _received(node) -> float:
 def async_pair(tmp_path: Path, node_factory, env: dict | None = None) -> tuple:
     """Sender ``a`` and receiver ``b`` running with the async-ping programs, each listing
     the other in ``[peers]``; returns ``(a, b, na, nb)``."""
-    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
-    a("init")
-    b("init")
-    (tmp_path / "sender.dl").write_text(SENDER)
-    (tmp_path / "receiver.dl").write_text(RECEIVER)
-    a("load", str(tmp_path / "sender.dl"))
-    b("load", str(tmp_path / "receiver.dl"))
+    a, b = ping_homes(tmp_path)
     nb = node_factory(b.home, env={**FAST, **(env or {})}).start()
     na = node_factory(a.home, env={**FAST, **(env or {})}).start()
     key_b = json.loads(b("status", "--json").output)["key"]

@@ -295,50 +295,24 @@ def test_a_failed_node_run_init_leaves_nothing_half_created(tmp_path: Path, monk
         "MERKLOG_STORE_BACKEND": "ipfs",
         "MERKLOG_STORE_IPFS_API": f"http://127.0.0.1:{free_port()}",
     }
+
+    def node_run_init(home: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(home)]
+            + ["node", "run", "--init", "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **down},
+            stdin=subprocess.DEVNULL,
+        )
+
     home = tmp_path / "new"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "merklog.node.cli",
-            "--home",
-            str(home),
-            "node",
-            "run",
-            "--init",
-            "--port",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **down},
-        stdin=subprocess.DEVNULL,
-    )
-    assert_fails(result, ExitCode.PEER_UNREACHABLE, "IPFS")
+    assert_fails(node_run_init(home), ExitCode.PEER_UNREACHABLE, "IPFS")
     assert not home.exists()
     volume = tmp_path / "volume"  # an empty directory (a container's /data volume)
     volume.mkdir()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "merklog.node.cli",
-            "--home",
-            str(volume),
-            "node",
-            "run",
-            "--init",
-            "--port",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **down},
-        stdin=subprocess.DEVNULL,
-    )
-    assert_fails(result, ExitCode.PEER_UNREACHABLE, "IPFS")
+    assert_fails(node_run_init(volume), ExitCode.PEER_UNREACHABLE, "IPFS")
     assert {p.name for p in volume.iterdir()} <= {"node.lock"}  # no key, config or store
     assert merklog(volume, "init").returncode == 0  # and a later init works there
 
