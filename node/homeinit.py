@@ -41,6 +41,7 @@ def init_home(
 
     ``join=(dataset, genesis_block)`` follows an existing dataset instead of creating one.
     """
+    refuse_store_switch(home, overrides)  # before anything is written
     private_dir(home)
     created = not (home / "config.toml").exists()
     cfg = Config.load(home, overrides)
@@ -60,6 +61,53 @@ def init_home(
             store.close()
     cfg.save()
     return cfg, created
+
+
+def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:
+    """Refuse (bad input, nothing written) an init of an initialised home that would
+    move where its blocks live: another ``store.backend``, or another IPFS daemon
+    (``store.ipfs_api``), asked by ``--store``, ``--ipfs-api``, ``--set`` or the
+    environment. Saving the config was all it did: the home then looked for its blocks
+    where none of them are (its older facts not on the new daemon, or the SQLite cache
+    read as a whole store). Two spellings of one daemon (a URL and its multiaddr) are
+    no switch."""
+    if not (home / "config.toml").exists():
+        return
+    now = Config.load(home, env={})  # the file's own values
+    wanted = Config.load(home, overrides)
+    have, want = now.get("store.backend"), wanted.get("store.backend")
+    if have != want:
+        api = " --set store.ipfs_api=URL" if want == "ipfs" else ""
+        raise Failure(
+            f"{home} already keeps its blocks in {have}; init does not move them to {want}:"
+            f" export it (`merklog --home {home} export FILE.car`) and restore that into a"
+            f" new home (`merklog --home NEW --set store.backend={want}{api} restore"
+            f" FILE.car --identity {home / IDENTITY_FILE}`)",
+            ExitCode.BAD_INPUT,
+        )
+    if have != "ipfs":
+        return
+    old, new = now.get("store.ipfs_api"), wanted.get("store.ipfs_api")
+    if _daemon(old) == _daemon(new) or _daemon(new) is None:
+        return  # the same daemon, or an address the store check refuses as such
+    raise Failure(
+        f"{home} keeps its blocks on the IPFS daemon at {old}; init does not re-point it"
+        f" to {new}. If the daemon moved, set store.ipfs_api in {home / 'config.toml'};"
+        " if the new daemon lacks the home's blocks, `merklog fsck --repair-from PEER`"
+        " then imports them into it",
+        ExitCode.BAD_INPUT,
+    )
+
+
+def _daemon(addr: Any) -> str | None:
+    """The API multiaddr ``addr`` names (None if it is no valid address)."""
+    from merklog.store.errors import StoreError
+    from merklog.store.ipfs import api_multiaddr
+
+    try:
+        return api_multiaddr(str(addr))
+    except StoreError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def register(cli: click.Group) -> None:
         """
         from merklog.node.config import Config
         from merklog.node.dataset import genesis_from_ipfs
-        from merklog.node.homeinit import Join, fetch_join, initialise
+        from merklog.node.homeinit import Join, fetch_join, initialise, refuse_store_switch
         from merklog.node.node import IDENTITY_FILE
         from merklog.node.runtime import HomeLock
         from merklog.node.storage import check_store
@@ -94,13 +94,9 @@ def register(cli: click.Group) -> None:
         if ipfs_api is not None:
             overrides["store.ipfs_api"] = ipfs_api
             overrides.setdefault("store.backend", "ipfs")
-        if backend is not None and (state.home / "config.toml").exists():
-            now = Config.load(state.home).get("store.backend")
-            if now != backend:
-                raise click.ClickException(
-                    f"{state.home} already keeps its blocks in {now}; to move it to "
-                    f"{backend}, init a new home and import a CAR export of this one"
-                )
+        # Another backend or daemon for an initialised home: refused before the daemon
+        # is asked anything (it may be down) and before anything is written.
+        refuse_store_switch(state.home, overrides)
         # Bad options, the memory store (--set store.backend=memory) and an unusable store
         # (IPFS daemon down) fail before anything exists.
         wanted = Config.load(state.home, overrides)

@@ -301,3 +301,58 @@ def test_joining_a_dataset_the_daemon_cannot_find_says_so(tmp_path: Path, ipfs_d
     assert result.exit_code == 3, result.output
     assert f"found no dataset {unknown}" in result.output and "fsck" not in result.output
     assert not home.exists()
+def test_init_never_moves_an_initialised_homes_blocks(
+    tmp_path: Path, ipfs_daemon: str, monkeypatch
+) -> None:
+    """``init --ipfs-api URL`` on a SQLite home said "already initialised" (exit 0) and
+    saved ``backend = "ipfs"``: its facts were then looked for on a daemon that never had
+    them. ``--set store.backend=…`` switched either way, and ``--ipfs-api`` re-pointed an
+    IPFS home at another daemon. Only ``--store sqlite`` refused. Every such ask is now
+    refused (exit 2, one line, config.toml untouched); the same daemon spelled another
+    way is no switch."""
+    url = _url(ipfs_daemon)
+    with socket.socket() as sock:  # a port no daemon listens on: the refusal asks nobody
+        sock.bind(("127.0.0.1", 0))
+        elsewhere = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    def refused(run: Cli, *args: str, env: dict[str, str] | None = None) -> str:
+        config = (run.home / "config.toml").read_bytes()
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        try:
+            result = run(*args, ok=False)
+        finally:
+            for name in env or {}:
+                monkeypatch.delenv(name)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.output.count("\n") == 1 and "Traceback" not in result.output
+        assert (run.home / "config.toml").read_bytes() == config
+        return result.output
+
+    s = Cli(tmp_path / "s")
+    s("init")
+    s("put", "kept(1).", "kept(1.0).")
+    for args in [
+        ("init", "--ipfs-api", url),
+        ("init", "--store", "ipfs", "--ipfs-api", url),
+        ("--set", "store.backend=ipfs", "--set", f"store.ipfs_api={url}", "init"),
+    ]:
+        out = refused(s, *args)
+        assert "already keeps its blocks in sqlite" in out and "restore" in out
+    out = refused(s, "init", env={"MERKLOG_STORE_BACKEND": "ipfs", "MERKLOG_STORE_IPFS_API": url})
+    assert "already keeps its blocks in sqlite" in out
+    assert _ls(s) == ["kept(1)", "kept(1.0)"]
+
+    i = Cli(tmp_path / "i")
+    i("init", "--store", "ipfs", "--ipfs-api", url)
+    i("put", "kept(true).")
+    for args in [("init", "--store", "sqlite"), ("--set", "store.backend=sqlite", "init")]:
+        assert "already keeps its blocks in ipfs" in refused(i, *args)
+    for args in [
+        ("init", "--ipfs-api", elsewhere),
+        ("--set", f"store.ipfs_api={elsewhere}", "init"),
+    ]:
+        out = refused(i, *args)
+        assert f"does not re-point it to {elsewhere}" in out and "fsck --repair-from" in out
+    assert "already initialised" in i("init", "--ipfs-api", ipfs_daemon).output  # same daemon
+    assert _ls(i) == ["kept(true)"]
