@@ -50,11 +50,13 @@ def api_multiaddr(addr: str) -> str:
     """The API multiaddr for ``addr``, given as a multiaddr or as an ``http://host:port`` URL.
 
     ``http://127.0.0.1:5001`` and ``http://127.0.0.1:5001/api/v0`` both become
-    ``/ip4/127.0.0.1/tcp/5001/http``; a multiaddr (starting with ``/``) is kept as is.
-    Raises :class:`StoreError` for anything else, so a typo fails before any request.
+    ``/ip4/127.0.0.1/tcp/5001/http``; a multiaddr (starting with ``/``) is kept as is
+    once it checks out as ``/ip4|ip6|dns|dns4|dns6/HOST/tcp/PORT[/http|/https]``.
+    Raises :class:`BadAPIAddress` for anything else, so a typo fails before any request.
     """
     text = addr.strip()
     if text.startswith("/"):
+        _check_multiaddr(text)
         return text
     url = urllib.parse.urlsplit(text)
     if url.scheme not in ("http", "https") or not url.hostname:
@@ -71,6 +73,37 @@ def api_multiaddr(addr: str) -> str:
     except ValueError:
         proto = "dns"
     return f"/{proto}/{url.hostname}/tcp/{port}/{url.scheme}"
+
+
+def _check_multiaddr(text: str) -> None:
+    """Raise :class:`BadAPIAddress` unless ``text`` is an API multiaddr merklog can use:
+    ``/ip4|ip6|dns|dns4|dns6/HOST/tcp/PORT`` with an optional ``/http`` or ``/https``.
+    The HTTP client found out only when asked to connect ("cannot reach the IPFS API at
+    /garbage: Unsupported Multiaddr pattern", exit 1 as if the daemon were down)."""
+    parts = text.strip("/").split("/")
+    usage = "(use http://HOST:PORT or a multiaddr /ip4/HOST/tcp/PORT/http)"
+    if len(parts) not in (4, 5) or parts[0] not in _HOST_PROTOCOLS or parts[2] != "tcp":
+        raise BadAPIAddress(f"not an IPFS API address: {text!r} {usage}")
+    proto, host, _tcp, port, *scheme = parts
+    if scheme and scheme[0] not in ("http", "https"):
+        raise BadAPIAddress(
+            f"not an IPFS API address: {text!r} (/{scheme[0]}: only /http or /https)"
+        )
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise BadAPIAddress(f"not an IPFS API address: {text!r} (bad port {port!r})")
+    if proto in ("ip4", "ip6"):
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            ip = None
+        if ip is None or ip.version != int(proto[-1]):
+            raise BadAPIAddress(f"not an IPFS API address: {text!r} (bad {proto} address {host!r})")
+    elif not host:
+        raise BadAPIAddress(f"not an IPFS API address: {text!r} (no host name)")
+
+
+#: The first protocol of an API multiaddr: where the daemon is.
+_HOST_PROTOCOLS = ("ip4", "ip6", "dns", "dns4", "dns6")
 
 
 def _reason(exc: Exception) -> str:

@@ -356,3 +356,28 @@ def test_init_never_moves_an_initialised_homes_blocks(
         assert f"does not re-point it to {elsewhere}" in out and "fsck --repair-from" in out
     assert "already initialised" in i("init", "--ipfs-api", ipfs_daemon).output  # same daemon
     assert _ls(i) == ["kept(true)"]
+
+
+def test_a_malformed_multiaddr_is_bad_input(tmp_path: Path, ipfs_daemon: str) -> None:
+    """``init --ipfs-api /garbage`` and a config.toml whose ``ipfs_api`` holds port 99999
+    or ``/udp/`` said "cannot reach the IPFS API at …: Unsupported Multiaddr pattern",
+    exit 1, where a malformed URL is exit 2. Both are now bad input, one line, exit 2,
+    and init creates nothing."""
+    for addr in ("/garbage", "/ip4/127.0.0.1/tcp/99999/http"):
+        result = Cli(tmp_path / "new")("init", "--ipfs-api", addr, ok=False)
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith(f"Error: not an IPFS API address: {addr!r}")
+        assert result.output.count("\n") == 1 and "Unsupported" not in result.output
+        assert not (tmp_path / "new").exists()
+    run = Cli(tmp_path / "home")
+    run("init", "--store", "ipfs", "--ipfs-api", ipfs_daemon)
+    config = run.home / "config.toml"
+    good = config.read_text()
+    for addr in ("/ip4/127.0.0.1/tcp/99999/http", "/ip4/127.0.0.1/udp/5001/http"):
+        config.write_text(good.replace(f'ipfs_api = "{ipfs_daemon}"', f'ipfs_api = "{addr}"'))
+        assert addr in config.read_text()
+        for args in (("ls",), ("status",), ("fsck",)):
+            result = run(*args, ok=False)
+            assert result.exit_code == 2, (args, result.output)
+            assert "not an IPFS API address" in result.output and addr in result.output
+            assert result.output.count("\n") == 1

@@ -195,13 +195,32 @@ def test_daemon_that_never_answers_fails_within_the_timeout(tmp_path):
         ("http://[::1]:5002", "/ip6/::1/tcp/5002/http"),
         ("http://ipfs:5001", "/dns/ipfs/tcp/5001/http"),
         ("/ip4/10.0.0.1/tcp/5001/http", "/ip4/10.0.0.1/tcp/5001/http"),
+        ("/ip4/10.0.0.1/tcp/5001", "/ip4/10.0.0.1/tcp/5001"),
+        ("/dns4/ipfs/tcp/5001/https", "/dns4/ipfs/tcp/5001/https"),
+        ("/ip6/::1/tcp/5001/http", "/ip6/::1/tcp/5001/http"),
     ],
 )
 def test_api_addresses_accept_urls_and_multiaddrs(text, addr):
     assert api_multiaddr(text) == addr
 
 
-@pytest.mark.parametrize("text", ["ftp://x:1", "127.0.0.1:5001", "http://h:notaport"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ftp://x:1",
+        "127.0.0.1:5001",
+        "http://h:notaport",
+        # Multiaddrs were passed on unchecked: the HTTP client's "Unsupported Multiaddr
+        # pattern" then read as a daemon that cannot be reached (exit 1, not bad input).
+        "/garbage",
+        "/ip4/127.0.0.1/tcp/99999/http",
+        "/ip4/127.0.0.1/udp/5001/http",
+        "/ip4/300.1.1.1/tcp/5001/http",
+        "/ip6/127.0.0.1/tcp/5001/http",
+        "/ip4/127.0.0.1/tcp/5001/ws",
+        "/dns//tcp/5001/http",
+    ],
+)
 def test_bad_api_address_is_a_clear_error(text):
     with pytest.raises(StoreError, match="not an IPFS API address"):
         api_multiaddr(text)
