@@ -93,9 +93,11 @@ def fsck(
     cfg: Any,
     repair_from: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    reimport_progress: Callable[[int, int], None] | None = None,
 ) -> FsckResult:
     """Check the home of ``cfg`` (and repair from ``repair_from``; ``progress(blocks,
-    bytes)`` as repaired blocks arrive); the store is closed after."""
+    bytes)`` as repaired blocks arrive, then on an IPFS home ``reimport_progress(blocks,
+    bytes)`` as its blocks go into the daemon again); the store is closed after."""
     from merklog.replication.client import SyncClient
     from merklog.replication.consistency import check_replica, check_unopened
     from merklog.replication.errors import NotFound
@@ -146,7 +148,7 @@ def fsck(
             result.from_log = fetch.from_log
             report = check_replica(replica)
         if repair_from is not None and cfg.get("store.backend") == "ipfs":
-            result.repinned = _reimport(store)
+            result.repinned = _reimport(store, reimport_progress)
         result.problems.extend(report.problems)
         result.blocks, result.deltas = report.blocks, report.deltas
         return result
@@ -182,26 +184,43 @@ def _page_damage(store: Any, home: Any) -> str | None:
     return f"SQLite reports page-level damage: {lines[0]}{more}"
 
 
-def _reimport(store: IPFSHomeStore, chunk: int = 2000) -> int:
+def _reimport(
+    store: IPFSHomeStore,
+    progress: Callable[[int, int], None] | None = None,
+    chunk: int = 1000,
+) -> int:
     """Import every block of an IPFS home's cache into its daemon again, pinned (the
-    daemon keeps one copy of each: a block it still has costs a request, not space)."""
-    count = 0
+    daemon keeps one copy of each: a block it still has costs a request, not space);
+    ``progress(blocks, bytes)`` after each ``chunk`` of them (the ~1 s a chunk takes
+    js-ipfs; the bar said "0 blocks" for the whole phase)."""
+    count = size = 0
     batch: list[Link] = []
     for cid in store.iter_cids():
         batch.append(cid)
         if len(batch) == chunk:
-            count += _import_cached(store, batch)
+            count, size = _import_cached(store, batch, count, size, progress)
             batch = []
     if batch:
-        count += _import_cached(store, batch)
+        count, size = _import_cached(store, batch, count, size, progress)
     return count
 
 
-def _import_cached(store: IPFSHomeStore, cids: list[Link]) -> int:
+def _import_cached(
+    store: IPFSHomeStore,
+    cids: list[Link],
+    count: int,
+    size: int,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[int, int]:
+    """Import the cached ones of ``cids``; the running (blocks, bytes) totals after."""
     present = store.has_many(cids)
     blocks = [(cid, data) for cid, data in store.get_many(cids) if cid in present]
     store.remote.import_blocks(blocks)
-    return len(blocks)
+    count += len(blocks)
+    size += sum(len(data) for _, data in blocks)
+    if progress is not None:
+        progress(count, size)
+    return count, size
 
 
 async def _genesis(client: Any, url: str, dataset: Link) -> bytes:

@@ -15,21 +15,34 @@ from merklog.node.cli import State, pass_state
 
 
 @contextmanager
-def _repair_bar() -> Iterator[Callable[[int, int], None]]:
-    """``progress(blocks, bytes)`` of the repaired blocks, shown on a terminal (stderr)."""
+def _repair_bar() -> Iterator[tuple[Callable[[int, int], None], Callable[[int, int], None]]]:
+    """``progress(blocks, bytes)`` of the repaired blocks, then of the blocks imported
+    into an IPFS home's daemon again, shown on a terminal (stderr)."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
     console = Console(stderr=True)
     with Progress(
         SpinnerColumn(),
-        TextColumn("repair: {task.completed} blocks, {task.fields[size]} bytes"),
+        TextColumn("{task.description}: {task.completed} blocks, {task.fields[size]} bytes"),
         console=console,
         transient=True,
         disable=not console.is_terminal,
     ) as bar:
         task = bar.add_task("repair", total=None, size=0)
-        yield lambda blocks, size: bar.update(task, completed=blocks, size=size)
+
+        def repaired(blocks: int, size: int) -> None:
+            bar.update(task, completed=blocks, size=size)
+
+        def reimported(blocks: int, size: int) -> None:
+            bar.update(task, description="into the IPFS daemon again", completed=blocks, size=size)
+
+        yield repaired, reimported
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 block``, ``2 blocks``: the summary line counted "1 blocks", "1 problems"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _print_json(result: Any, repair_from: str | None) -> None:
@@ -95,8 +108,8 @@ def register(cli: click.Group) -> None:
         except HomeBusy as exc:
             raise HomeBusy(f"{exc}: stop it before `merklog fsck`") from None
         try:
-            with _repair_bar() as progress:
-                result = fsck(cfg, repair_from, progress)
+            with _repair_bar() as (repaired, reimported):
+                result = fsck(cfg, repair_from, repaired, reimported)
         finally:
             lock.release()
         if as_json:
@@ -107,16 +120,15 @@ def register(cli: click.Group) -> None:
             if len(result.problems) > 20:
                 click.echo(f"… and {len(result.problems) - 20} more")
         repaired = (
-            f", {result.repaired} blocks repaired from {repair_from}"
-            f" ({result.repaired_bytes} bytes in {result.requests}"
-            f" request{'' if result.requests == 1 else 's'})"
+            f", {_count(result.repaired, 'block')} repaired from {repair_from}"
+            f" ({_count(result.repaired_bytes, 'byte')} in {_count(result.requests, 'request')})"
             if result.repaired
             else ""
         )
         if result.unavailable:
-            repaired += f", {result.unavailable} blocks not served by {repair_from}"
+            repaired += f", {_count(result.unavailable, 'block')} not served by {repair_from}"
         if result.repinned:
-            repaired += f", {result.repinned} blocks imported into the IPFS daemon again"
+            repaired += f", {_count(result.repinned, 'block')} imported into the IPFS daemon again"
         if result.page_damage:
             raise StoreDamaged(
                 f"{result.problems[0]}; blocks cannot be repaired one by one: restore a"
@@ -124,6 +136,12 @@ def register(cli: click.Group) -> None:
             )
         if not result.ok:
             hint = "" if repair_from else "; run `merklog fsck --repair-from URL` with a peer"
-            raise StoreDamaged(f"{len(result.problems)} problems remain{repaired}{hint}")
+            remain = "remains" if len(result.problems) == 1 else "remain"
+            raise StoreDamaged(
+                f"{_count(len(result.problems), 'problem')} {remain}{repaired}{hint}"
+            )
         if not as_json:
-            click.echo(f"ok: {result.blocks} blocks, {result.deltas} deltas checked{repaired}")
+            click.echo(
+                f"ok: {_count(result.blocks, 'block')}, {_count(result.deltas, 'delta')}"
+                f" checked{repaired}"
+            )

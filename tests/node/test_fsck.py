@@ -106,3 +106,26 @@ def test_repair_fetches_only_the_damaged_blocks(tmp_path: Path, node_factory) ->
     assert b("ls").output == a("ls").output
     text = b("fsck", "--repair-from", na.url)  # nothing to repair: nothing asked
     assert "repaired" not in text.output and _requests(na, "/v1/datasets/{id}/blocks") == 1
+
+
+def test_fsck_counts_one_thing_in_the_singular(tmp_path: Path, node_factory) -> None:
+    """A home missing one block said "1 problems remain", and its repair "1 blocks
+    repaired": counts of one now read in the singular, others in the plural."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    a("put", "one(1).", "one(1.0).")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    b_key = json.loads(b("status", "--json").output)["key"]
+    a("peers", "add", "b", "http://127.0.0.1:9", "--key", b_key)  # lets b read from a
+    b("sync", na.url)
+    cid = Link.parse(b("ls", "one").output.splitlines()[0].split("\t")[0])
+    with sqlite3.connect(b.home / "store.sqlite") as db:
+        db.execute("DELETE FROM blocks WHERE cid = ?", (cid.raw,))
+    found = b("fsck", ok=False)
+    assert found.exit_code == ExitCode.STORE_DAMAGED
+    assert f"problem: block {cid} is missing\n" in found.output
+    assert "Error: 1 problem remains; run `merklog fsck --repair-from URL`" in found.output
+    repaired = b("fsck", "--repair-from", na.url).output
+    assert ", 1 block repaired from " in repaired and " in 1 request)" in repaired, repaired
+    assert repaired.startswith("ok: ") and " blocks, 2 deltas checked, " in repaired, repaired
