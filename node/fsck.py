@@ -12,8 +12,10 @@ blocks it replaces, not the peer's whole log. The store is opened directly, with
 damage keeps the node from starting can still be checked and repaired.
 
 On an IPFS home the checks run over the home's SQLite file (indexes, replica tables and
-the verified cache of every block; a block the cache lacks is read from the daemon), and
-a repair also imports every cached block into the daemon again, pinned: a daemon that
+the verified cache of every block; a block the cache lacks is read from the daemon). A
+block missing from the cache or corrupted there is first asked of the home's own daemon,
+which may still hold it, and put back (verified, ``refilled``): no peer is needed for
+that. A repair also imports every cached block into the daemon again, pinned: a daemon that
 lost blocks (garbage-collected, ``block rm``) gets them back. Asking the daemon for a
 block it lacks only ends by timing out, so its copy is not checked block by block.
 """
@@ -52,6 +54,8 @@ class FsckResult:
     from_log: bool = False
     #: On an IPFS home: blocks imported into the daemon again by a repair.
     repinned: int = 0
+    #: On an IPFS home: blocks put back into the cache from the home's own daemon.
+    refilled: int = 0
     #: SQLite found page-level damage (or could not read its pages at all): the
     #: problem says what; no block can be repaired, a backup must be restored.
     page_damage: bool = False
@@ -132,6 +136,11 @@ def fsck(
             result.bytes_received += len(genesis)
             replica = _replica(store, identity, dataset)
         report = check_replica(replica)
+        if cfg.get("store.backend") == "ipfs" and (report.missing or report.corrupted):
+            # The home's own daemon first: it holds every block the home wrote, pinned.
+            result.refilled = len(store.refill(report.missing | report.corrupted))
+            if result.refilled:
+                report = check_replica(replica)
         if repair_from is not None and (report.missing or report.corrupted):
             wanted = report.missing | report.corrupted
             fetch = asyncio.run(

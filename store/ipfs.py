@@ -329,8 +329,10 @@ class IPFSBlockStore(BlockStore):
             new += not existed
         return new
 
-    def get(self, cid: Link) -> bytes:
-        data = self._read_block(cid, self.timeout)
+    def get(self, cid: Link, wait: float | None = None) -> bytes:
+        """The verified block; BlockNotFound once the daemon has looked for ``wait``
+        seconds (default ``timeout``) without finding it."""
+        data = self._read_block(cid, self.timeout if wait is None else wait)
         return verify(cid, data, f"IPFS {self.addr}")
 
     def has(self, cid: Link) -> bool:

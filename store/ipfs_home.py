@@ -16,25 +16,30 @@ references yet; a retry re-imports them harmlessly (they are content-addressed).
 
 Reads come from the cache; a block the cache lacks is fetched from the daemon with a
 bounded wait and verified against its CID (a tampered block raises CIDMismatch and
-is not kept). ``has`` answers for this home (the cache), never by asking the
-network, which for an absent block only ends by timing out.
+is not kept). ``has`` answers for this home (the cache), never by asking the network,
+which for an absent block only ends by timing out. The cache holds what this home wrote
+or accepted, so a read does not add to it; :meth:`IPFSHomeStore.refill` puts back blocks
+it lost that the daemon still holds (``fsck`` asks for the blocks the home's tables name).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from itertools import islice
 
 from .blockstore import verify
 from .codec import Fact, encode_facts
-from .errors import BlockNotFound
+from .errors import BlockNotFound, CIDMismatch
 from .ipfs import IPFSBlockStore, api_multiaddr
 from .link import Link
 from .sqlite import SQLiteBlockStore
 
 _CHUNK = 500
+#: Daemon requests at once when refilling the cache (each may wait out its bound).
+_REFILL_THREADS = 8
 
 
 class IPFSHomeStore(SQLiteBlockStore):
@@ -145,6 +150,40 @@ class IPFSHomeStore(SQLiteBlockStore):
             for cid in chunk:
                 data = cached.get(cid)
                 yield cid, (data if data is not None else self.remote.get(cid))
+
+    def refill(self, cids: Iterable[Link], wait: float | None = None) -> list[Link]:
+        """Put the blocks of ``cids`` back into the cache from the daemon, which may
+        still hold what the cache lost (a deleted or corrupted row): each asked for with
+        a wait of ``wait`` seconds (default the existence probe's bound: a daemon asked
+        for a block it lacks answers only by timing out), several at once, verified
+        against its CID, and stored in place of the cache's row. Returns the CIDs put
+        back; the others the daemon does not hold (or not intact)."""
+        wait = self.remote.probe_timeout if wait is None else wait
+
+        def fetch(cid: Link) -> tuple[Link, bytes] | None:
+            try:
+                return cid, self.remote.get(cid, wait)
+            except (BlockNotFound, CIDMismatch):
+                return None
+
+        wanted = list(dict.fromkeys(cids))
+        if not wanted:
+            return []
+        with ThreadPoolExecutor(min(_REFILL_THREADS, len(wanted))) as pool:
+            found = [got for got in pool.map(fetch, wanted) if got is not None]
+        with self.transaction() as conn:
+            self._upsert(conn, found)
+        return [cid for cid, _ in found]
+
+    @staticmethod
+    def _upsert(conn: sqlite3.Connection, blocks: list[tuple[Link, bytes]]) -> None:
+        """Store verified blocks in the cache, replacing a row under the same CID (one
+        that no longer hashes to it); nothing goes to the daemon, which holds them."""
+        conn.executemany(
+            "INSERT INTO blocks (cid, data) VALUES (?, ?)"
+            " ON CONFLICT (cid) DO UPDATE SET data = excluded.data",
+            [(cid.raw, data) for cid, data in blocks],
+        )
 
     def fetch(self, cid: Link) -> bytes:
         """The verified bytes of ``cid`` from the daemon (which may find it on the network)."""

@@ -62,6 +62,7 @@ def _print_json(result: Any, repair_from: str | None) -> None:
                 "unavailable": result.unavailable,
                 "from_log": result.from_log,
                 "repinned": result.repinned,
+                "refilled": result.refilled,
             }
         )
     )
@@ -108,8 +109,8 @@ def register(cli: click.Group) -> None:
         except HomeBusy as exc:
             raise HomeBusy(f"{exc}: stop it before `merklog fsck`") from None
         try:
-            with _repair_bar() as (repaired, reimported):
-                result = fsck(cfg, repair_from, repaired, reimported)
+            with _repair_bar() as (on_repair, on_reimport):
+                result = fsck(cfg, repair_from, on_repair, on_reimport)
         finally:
             lock.release()
         if as_json:
@@ -120,6 +121,11 @@ def register(cli: click.Group) -> None:
             if len(result.problems) > 20:
                 click.echo(f"… and {len(result.problems) - 20} more")
         repaired = (
+            f", {_count(result.refilled, 'block')} put back from the home's IPFS daemon"
+            if result.refilled
+            else ""
+        )
+        repaired += (
             f", {_count(result.repaired, 'block')} repaired from {repair_from}"
             f" ({_count(result.repaired_bytes, 'byte')} in {_count(result.requests, 'request')})"
             if result.repaired

@@ -254,16 +254,54 @@ def test_running_node_answers_503_while_its_daemon_is_down(
     assert _ls(run) == ["a(1)", "a(2)"]
 
 
+def _block_row(home: Path, cid: Link, data: bytes | None) -> None:
+    """Delete (``data=None``) or overwrite the home's cached block ``cid`` (SQLite cache)."""
+    import sqlite3
+
+    with sqlite3.connect(home / "store.sqlite") as conn:
+        if data is None:
+            conn.execute("DELETE FROM blocks WHERE cid = ?", (cid.raw,))
+        else:
+            conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (data, cid.raw))
+    conn.close()
+
+
+def _cached(home: Path, cid: Link) -> bytes | None:
+    import sqlite3
+
+    with sqlite3.connect(home / "store.sqlite") as conn:
+        row = conn.execute("SELECT data FROM blocks WHERE cid = ?", (cid.raw,)).fetchone()
+    conn.close()
+    return None if row is None else bytes(row[0])
+
+
+def _lose_on_daemon(addr: str, cid: Link) -> None:
+    """Make the daemon lose a fact block: unpin the pin-set block that pins it (a
+    pinned block is not removed by ``block/rm``), then remove it."""
+    remote = IPFSBlockStore(addr, timeout=30)
+    try:
+        keys = remote.client.pin.ls(str(cid))["Keys"]
+        (kind,) = [v["Type"] for k, v in keys.items() if Link.parse(k) == cid]
+        root = kind.removeprefix("indirect through ").strip()
+        remote.client.pin.rm(root)
+        remote.delete_many([cid])
+        assert not remote.has(cid)
+    finally:
+        remote.close()
+
+
 def test_fsck_checks_and_repairs_an_ipfs_home(tmp_path: Path, ipfs_daemon: str, node_factory):
     """``fsck`` said "SQLite stores only" on an IPFS home, while the error a damaged
     block gives there points to ``fsck --repair-from``. It now checks the home's cache
-    and indexes, repairs a block the home lost from a peer (a SQLite home restored from
-    this one's backup), and imports every block into the daemon again."""
-    import sqlite3
+    and indexes, puts a block its cache lost or holds corrupted back from the home's own
+    daemon, repairs a block both lost from a peer (a SQLite home restored from this
+    one's backup), and imports every block into the daemon again."""
+    import os
 
     run = Cli(tmp_path / "a")
     run("init", "--store", "ipfs", "--ipfs-api", _url(ipfs_daemon))
-    run("put", "v(1).", "v(1.0).", "v(true).", 'v("1").', 'v(x"01").')
+    token = os.urandom(4).hex()  # blocks (and pin-set blocks) of this test alone
+    run("put", *(f'v("{token}", {v}).' for v in ("1", "1.0", "true", '"1"', 'x"01"')))
     assert "ok:" in run("fsck").output
     backup = tmp_path / "a.car"
     run("export", str(backup))
@@ -273,12 +311,25 @@ def test_fsck_checks_and_repairs_an_ipfs_home(tmp_path: Path, ipfs_daemon: str, 
     peer("peers", "add", "a", "http://127.0.0.1:9", "--key", key)  # may sync with it
     served = node_factory(peer.home).start()
 
-    victim = Link.parse(run("ls").output.splitlines()[0].split("\t")[0])
-    with sqlite3.connect(run.home / "store.sqlite") as conn:
-        conn.execute("DELETE FROM blocks WHERE cid = ?", (victim.raw,))
-    conn.close()
+    victim, other = [Link.parse(line.split("\t")[0]) for line in run("ls").output.splitlines()][:2]
+    good = _cached(run.home, victim)
+    assert good is not None
+    # The cache lost a block and holds another corrupted; the daemon has both: fsck puts
+    # them back without a peer (it asked for one).
+    _block_row(run.home, victim, None)
+    _block_row(run.home, other, b"\x00" + good)
+    fixed = json.loads(run("fsck", "--json").output)
+    assert fixed["ok"] and fixed["refilled"] == 2 and fixed["repaired"] == 0, fixed
+    assert _cached(run.home, victim) == good and "ok:" in run("fsck").output
+    _block_row(run.home, victim, None)
+    line = run("fsck").output
+    assert line.startswith("ok: ") and "1 block put back from the home's IPFS daemon" in line
+    # Lost by both: a peer is needed.
+    _block_row(run.home, victim, None)
+    _lose_on_daemon(ipfs_daemon, victim)
     found = run("fsck", "--json", ok=False)
     assert found.exit_code == 5 and str(victim) in found.output, found.output
+    assert json.loads(found.output.splitlines()[0])["refilled"] == 0
     fixed = json.loads(run("fsck", "--json", "--repair-from", served.url).output)
     assert fixed["ok"] and fixed["repaired"] == 1, fixed
     assert fixed["repinned"] == fixed["blocks"], fixed  # every block into the daemon again
