@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from merklog.replication.blocks import parse_genesis
+from merklog.replication.errors import MalformedBlock
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
-from merklog.store import BlockNotFound, BlockStore, Fact, Link
+from merklog.store import BlockNotFound, BlockStore, Fact, Link, decode, decode_fact
 
 from .config import Config
 from .errors import NodeInputError
@@ -53,7 +55,7 @@ def genesis_from_ipfs(cfg: Config, dataset_id: str) -> tuple[Link, bytes]:
         api_multiaddr(cfg.get("store.ipfs_api")), timeout=cfg.get("store.ipfs_timeout")
     )
     try:
-        return dataset, remote.get(dataset)
+        data = remote.get(dataset)
     except BlockNotFound:  # not the home's damage: there is no home yet
         raise Failure(
             f"the IPFS daemon at {cfg.get('store.ipfs_api')} found no dataset {dataset} within"
@@ -63,6 +65,33 @@ def genesis_from_ipfs(cfg: Config, dataset_id: str) -> tuple[Link, bytes]:
         ) from None
     finally:
         remote.close()
+    try:
+        parse_genesis(dataset, data)
+    except MalformedBlock:
+        # The id of a fact or a delta: bad input, said as such (it said "a genesis block
+        # is a map {kind: 'dataset', …}", exit 1).
+        raise NodeInputError(
+            f"{dataset} is not a dataset id: it names {_kind_of(data)}, not a genesis block"
+            " (a dataset's id is in `merklog status` of a home that follows it)"
+        ) from None
+    return dataset, data
+
+
+def _kind_of(data: bytes) -> str:
+    """What a block that is no genesis block is, for the error: a fact, a delta, …"""
+    try:
+        decode_fact(data)
+        return "a fact"
+    except ValueError:  # InvalidBlock: any block that is no fact
+        pass
+    try:
+        obj = decode(data)
+    except ValueError:
+        return "a block that is not DAG-CBOR"
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if kind == "delta":
+        return "a delta"
+    return f"a block of kind {kind!r}" if isinstance(kind, str) else "another kind of block"
 
 
 def join_dataset(store: BlockStore, identity: Identity, dataset: Link, genesis: bytes) -> Link:

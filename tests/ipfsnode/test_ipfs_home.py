@@ -490,3 +490,25 @@ def test_fsck_repair_counts_the_blocks_it_imports_into_the_daemon(
     assert summary and summary.group(1) == summary.group(2) and int(summary.group(1)) > 2500
     counted = [int(n) for n in re.findall(r"into the IPFS daemon again: (\d+) blocks", drawn)]
     assert counted and max(counted) > 0 and counted == sorted(counted), drawn[-2000:]
+
+
+def test_joining_a_fact_or_delta_id_is_bad_input(tmp_path: Path, ipfs_daemon: str) -> None:
+    """``init --join <a fact's CID>`` on an IPFS store said "Error: a genesis block is a
+    map {kind: 'dataset', …}" (exit 1). Such a CID is bad input: exit 2, one line saying
+    what it names, and nothing is created."""
+    run = Cli(tmp_path / "a")
+    run("init", "--store", "ipfs", "--ipfs-api", ipfs_daemon)
+    run("put", "joined(1).")
+    fact = _cids(run)[0]
+    delta = json.loads(run("status", "--json").output)["heads"][0]
+    for cid, kind in ((str(fact), "a fact"), (delta, "a delta")):
+        home = tmp_path / f"j-{kind[2:]}"
+        result = Cli(home)(
+            "init", "--store", "ipfs", "--ipfs-api", ipfs_daemon, "--join", cid, ok=False
+        )
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith(
+            f"Error: {cid} is not a dataset id: it names {kind}, not a genesis block"
+        ), result.output
+        assert result.output.count("\n") == 1 and "map {kind" not in result.output
+        assert not home.exists()
