@@ -25,6 +25,7 @@ it lost that the daemon still holds (``fsck`` asks for the blocks the home's tab
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager

@@ -352,6 +352,8 @@ def test_joining_a_dataset_the_daemon_cannot_find_says_so(tmp_path: Path, ipfs_d
     assert result.exit_code == 3, result.output
     assert f"found no dataset {unknown}" in result.output and "fsck" not in result.output
     assert not home.exists()
+
+
 def test_init_never_moves_an_initialised_homes_blocks(
     tmp_path: Path, ipfs_daemon: str, monkeypatch
 ) -> None:
