@@ -230,11 +230,7 @@ class BackgroundTasks:
                         purged = now
                         log.warning("@async: deleting old messages failed: %s", exc)
             finally:  # stopping: the deliveries in flight end with the loop
-                tasks = list(running.values())
-                for task in tasks:
-                    task.cancel()
-                if tasks:
-                    await asyncio.wait(tasks, timeout=2.0)
+                await _cancel_all(running)
 
     async def _deliver_one(
         self,
@@ -296,11 +292,7 @@ class BackgroundTasks:
                         running[url] = task
                         task.add_done_callback(lambda _t, url=url: running.pop(url, None))
         finally:  # stopping: the syncs in flight end with the loop
-            tasks = list(running.values())
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                await asyncio.wait(tasks, timeout=2.0)
+            await _cancel_all(running)
 
     async def _sync_one(self, url: str) -> None:
         """One automatic sync with ``url``; failures are logged and counted by ``sync``."""
@@ -360,3 +352,12 @@ def _outcome_taken(future: asyncio.Future) -> None:
     """Mark a finished epoch's error as retrieved (see :meth:`BackgroundTasks._epoch_loop`)."""
     if not future.cancelled() and future.exception() is not None:
         log.debug("an epoch failed while the node stopped: %s", future.exception())
+
+
+async def _cancel_all(running: dict[str, asyncio.Task]) -> None:
+    """Cancel the per-peer tasks in ``running`` and give them two seconds to end."""
+    tasks = list(running.values())
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=2.0)
