@@ -66,20 +66,25 @@ def conn_lock(conn: sqlite3.Connection, blockstore: Any = None) -> threading.RLo
 
 @contextmanager
 def transaction(conn: sqlite3.Connection, blockstore: Any = None) -> Iterator[None]:
-    """Nestable atomic section on ``conn``: all or nothing, durable on the outermost exit."""
+    """Nestable atomic section on ``conn``: all or nothing, durable on the outermost exit.
+
+    Holds the connection's lock throughout: its savepoints are one stack for every
+    thread, and another thread's savepoint opened inside this one was released with it
+    (an epoch saving its state while a write ran on a memory node: "no such savepoint")."""
     shared = _shared(conn, blockstore)
     if shared is not None:
         with shared.transaction():
             yield
         return
     name = f"repl_sp{next(_names)}"
-    conn.execute(f"SAVEPOINT {name}")
-    try:
-        yield
-    except BaseException:
-        conn.execute(f"ROLLBACK TO {name}")
+    with conn_lock(conn):
+        conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+            raise
         conn.execute(f"RELEASE {name}")
-        raise
-    conn.execute(f"RELEASE {name}")
 
 

@@ -288,3 +288,47 @@ def test_granted_writer_history_is_checked_incrementally():
     pull(w, owner)
     with pytest.raises(Unauthorized):
         w.assert_facts([make_fact("p", [999])])
+
+
+def test_transactions_of_two_threads_on_one_connection_do_not_nest() -> None:
+    """On a connection no block store shares (a memory node's), ``transaction`` opened a
+    SAVEPOINT without the connection's lock. A second thread's savepoint then nested in
+    the first, the first's RELEASE released both, and the second failed with "no such
+    savepoint" (an epoch saving while a write ran: the Python API's documented app failed
+    one run in five). The second now waits for the first, and both commit."""
+    import threading
+
+    from merklog.replication.txn import connect, transaction
+
+    conn = connect(":memory:")
+    conn.execute("CREATE TABLE t (x)")
+    first_in, second_in = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            with transaction(conn):
+                conn.execute("INSERT INTO t VALUES (1)")
+                first_in.set()
+                second_in.wait(2)  # a second transaction nested here would start now
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def second() -> None:
+        first_in.wait(10)
+        try:
+            with transaction(conn):
+                second_in.set()
+                conn.execute("INSERT INTO t VALUES (2)")
+                a.join(10)  # the first one ends while this one is open, if nested
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    a, b = threading.Thread(target=first), threading.Thread(target=second)
+    a.start()
+    b.start()
+    a.join(30)
+    b.join(30)
+    assert errors == []
+    assert sorted(r[0] for r in conn.execute("SELECT x FROM t")) == [1, 2]
+    assert not conn.in_transaction
