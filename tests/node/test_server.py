@@ -345,6 +345,9 @@ def test_a_write_in_flight_when_the_node_stops_is_answered(tmp_path, node_factor
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
     with socket.create_connection((host, int(port)), timeout=600) as conn:
+        # A small send buffer: sendall returns only once the node has read most of the
+        # body, so the write is in flight (not merely queued in the kernel) at SIGTERM.
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
         conn.sendall(head + body)
         node.proc.send_signal(signal.SIGTERM)  # the body is in: decoding, storing ahead
         answer = b""
