@@ -46,6 +46,31 @@ def facts_text(args: tuple[str, ...], file: Any) -> str:
     return text
 
 
+def in_file(exc: BaseException, args: tuple[str, ...], file: Any) -> None:
+    """Make ``exc`` name the ``--file`` it points into: a message that starts with a
+    position ``LINE:COL`` in the text :func:`facts_text` joined says ``FILE:LINE:COL`` of
+    that file instead (as ``load`` and ``eval`` say it) when the position falls in the
+    file's part. A stopped home's parse errors and a running node's answers both start
+    so, and both paths then say the same. Changes ``exc`` in place."""
+    import re
+
+    from merklog.engine.errors import EngineError
+
+    if file is None:
+        return
+    before = sum(_with_period(a).count("\n") + 1 for a in args if a.strip())
+    found = re.match(r"(\d+):(\d+): ", str(exc))
+    if found is None or int(found[1]) <= before:
+        return
+    name = getattr(file, "name", None) or "<stdin>"
+    at = f"{name}:{int(found[1]) - before}:{found[2]}"
+    if isinstance(exc, EngineError):  # renders its position itself: carry it in the text
+        exc.message, exc.line = f"{at}: {exc.message}", 0
+        exc.args = (str(exc),)
+    else:
+        exc.args = (f"{at}: {str(exc)[found.end() :]}",)
+
+
 def _read_utf8(stream: Any) -> str:
     """A text stream's contents, read as its bytes so that bytes that are not UTF-8 are
     bad input at ``FILE:LINE:COL`` (the codec's own message named neither), the same

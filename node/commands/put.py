@@ -100,14 +100,30 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
 
 
 def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: bool) -> None:
-    from rich.console import Console
-
-    from merklog.node.cliutil import facts_text, target
+    from merklog.engine.errors import EngineError
+    from merklog.node.cliutil import facts_text, in_file
+    from merklog.node.errors import NodeError
     from merklog.node.failures import NotVisible
-    from merklog.node.target import LocalTarget
 
     text = facts_text(facts, file)
-    missing: list[dict] = []
+    try:
+        missing = _write_text(state, text, retract)
+    except (EngineError, NodeError) as exc:
+        in_file(exc, facts, file)  # FILE:LINE:COL where it points into the file
+        raise
+    if missing:
+        shown = ", ".join(item["fact"] for item in missing[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
+
+
+def _write_text(state: State, text: str, retract: bool) -> list[dict]:
+    """Write ``text`` to the target; the facts a retract found not visible."""
+    from rich.console import Console
+
+    from merklog.node.cliutil import target
+    from merklog.node.target import LocalTarget
+
     console = Console(stderr=True)
     with target(state) as t:
         # A large put on a stopped home starts writing its first chunk before the rest
@@ -125,14 +141,10 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
             if local and head is None and helper is not None:  # not the bulk shape
                 helper.close()  # read whole here
                 helper = None
-            missing = _write_target(state, t, text, head, helper, retract, console)
+            return _write_target(state, t, text, head, helper, retract, console)
         finally:
             if helper is not None:
                 helper.close()
-    if missing:
-        shown = ", ".join(item["fact"] for item in missing[:3])
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
 
 
 def _write_target(

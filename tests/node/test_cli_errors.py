@@ -87,6 +87,41 @@ def test_an_unfinished_fact_argument_is_an_error_where_the_user_stopped(ready: P
     assert merklog(ready, "retract", 'ok(1, "(")').returncode == 0
 
 
+def test_a_bad_fact_in_a_file_is_named_with_its_file_line_and_column(
+    ready: Path, tmp_path: Path, node_factory
+) -> None:
+    """``put -f facts.dl`` said ``2:6: …`` and, with facts given as arguments too, a line
+    of the text it joined (``3:6``), a place in no file the user has. It names the file
+    and its line, on a stopped home and through a running node, from a file or stdin;
+    an argument's error keeps its own position."""
+    data = tmp_path / "facts.dl"
+    data.write_text("a(1).\nb(2, .\n")
+
+    def check() -> None:
+        at = f"{data}:2:6: expected a term"
+        assert_fails(merklog(ready, "put", "-f", str(data)), ExitCode.BAD_INPUT, at)
+        assert_fails(merklog(ready, "put", "x(1).", "y(2)", "-f", str(data)), 2, at)
+        assert_fails(merklog(ready, "retract", "-f", str(data)), ExitCode.BAD_INPUT, at)
+        piped = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(ready), "put", "-f", "-"],
+            input=data.read_text(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert_fails(piped, ExitCode.BAD_INPUT, "<stdin>:2:6: expected a term")
+        line = assert_fails(merklog(ready, "put", "bad(1"), ExitCode.BAD_INPUT)
+        assert line.startswith("Error: 1:6: "), line
+
+    check()
+    node = node_factory(ready).start()
+    try:
+        check()
+    finally:
+        node.stop()
+    assert Cli(ready)("ls").output.count("\t") == 1  # nothing written
+
+
 @pytest.mark.parametrize(
     "args", [("status",), ("query", "edge(X, Y)"), ("ls",), ("put", "more(1)."), ("peers", "list")]
 )
