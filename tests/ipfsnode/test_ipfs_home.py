@@ -8,6 +8,7 @@ import base64
 import json
 import socket
 import threading
+import time
 import tomllib
 from pathlib import Path
 
@@ -217,7 +218,12 @@ def test_tampered_block_on_the_daemon_is_rejected_by_cid(
     a("put", 'secret("original").')
     (cid,) = _cids(a)
     key = base64.b32encode(cid.raw[2:]).decode().rstrip("=")
-    (path,) = (ipfs_daemon_handle.repo / "blocks").glob(f"*/{key}.data")
+    # the daemon may answer the write before its block file is on disk (a loaded machine)
+    deadline = time.monotonic() + 30
+    while not (found := list((ipfs_daemon_handle.repo / "blocks").glob(f"*/{key}.data"))):
+        assert time.monotonic() < deadline, f"no block file {key}.data on the daemon"
+        time.sleep(0.1)
+    (path,) = found
     good = path.read_bytes()
     from merklog.store import encode_fact, make_fact
 
