@@ -319,6 +319,22 @@ class Replica(Acceptance, ORSet, Reconciliation):
         encoded: Sequence[tuple[Link, bytes]] | None,
         before_commit: Callable[[], None] | None = None,
     ) -> list[Link]:
+        # The plan reads the visible set: inside the write's transaction, so that it is
+        # the state the write commits on even where the store lets other writes end
+        # while this thread holds the lock (an IPFS home, SharedSQLite).
+        try:
+            with self._tx():
+                return self._plan_and_write(ops, encoded, before_commit)
+        except BaseException:
+            self._changes = {}  # rolled back (also at the commit): nothing to tell
+            raise
+
+    def _plan_and_write(
+        self,
+        ops: Sequence[Op],
+        encoded: Sequence[tuple[Link, bytes]] | None,
+        before_commit: Callable[[], None] | None,
+    ) -> list[Link]:
         visible_at_start: set[Link] = set()
 
         def live(cids: Iterable[Link]) -> dict[Link, list[Link]]:

@@ -30,6 +30,12 @@ class SharedSQLite:
     Blocks are rows ``(cid BLOB UNIQUE, data BLOB)`` of table ``blocks_table`` (raw
     binary CIDv1; a reader names these two columns only); readers of that table
     re-hash what they read.
+
+    A store may release ``lock`` while its outermost transaction waits for something
+    outside SQLite (an IPFS home waiting for its daemon, ADR 0180): other threads then
+    read the last committed state, and a ``transaction()`` they open waits until that
+    one ends. So a write reads what it depends on inside its ``transaction()``, not
+    before it under ``lock`` alone.
     """
 
     conn: sqlite3.Connection

@@ -14,6 +14,11 @@ the caller gets a :class:`StoreError`: nothing is half-applied. If the daemon to
 the blocks but the SQLite commit failed, the daemon merely holds blocks nobody
 references yet; a retry re-imports them harmlessly (they are content-addressed).
 
+The wait for the daemon runs with the store's lock released (:mod:`.shipgate`,
+ADR 0180): while it lasts, other threads read the last committed state on a read-only
+connection and their transactions wait for this one to end, so a slow or stopped
+daemon delays writes, never reads.
+
 Reads come from the cache; a block the cache lacks is fetched from the daemon with a
 bounded wait and verified against its CID (a tampered block raises CIDMismatch and
 is not kept). ``has`` answers for this home (the cache), never by asking the network,
@@ -36,6 +41,7 @@ from .codec import Fact, encode_facts
 from .errors import BlockNotFound, CIDMismatch
 from .ipfs import IPFSBlockStore, api_multiaddr
 from .link import Link
+from .shipgate import ShipGate, ShippingConnection
 from .sqlite import SQLiteBlockStore
 
 _CHUNK = 500
@@ -70,6 +76,18 @@ class IPFSHomeStore(SQLiteBlockStore):
         self._outgoing: dict[Link, bytes] = {}
         super().__init__(path, **kwargs)  # type: ignore[arg-type]
 
+    def _connect(self, busy_timeout: float) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=busy_timeout,
+            factory=ShippingConnection,
+        )
+        self._gate = ShipGate(self.lock, self.path, busy_timeout)
+        self._gate.attach(conn)
+        return conn
+
     @property
     def api(self) -> str:
         """The daemon's API multiaddr."""
@@ -80,8 +98,11 @@ class IPFSHomeStore(SQLiteBlockStore):
     @contextmanager
     def transaction(self) -> Iterator:  # type: ignore[override]
         """SQLite's nestable transaction; the outermost one ships its blocks to the daemon
-        (one ``dag/import``) before it commits, and rolls back if that fails."""
+        (one ``dag/import``) before it commits, and rolls back if that fails. While it
+        waits for the daemon the lock is released (:class:`ShipGate`); a transaction
+        another thread opens meanwhile waits for this one to end."""
         with self.lock:
+            self._gate.wait()
             outermost = self._depth == 0
             if outermost:
                 self._outgoing = {}
@@ -90,7 +111,8 @@ class IPFSHomeStore(SQLiteBlockStore):
                 with super().transaction() as conn:
                     yield conn
                     if outermost and self._outgoing:
-                        self.remote.import_blocks(list(self._outgoing.items()))
+                        blocks = list(self._outgoing.items())
+                        self._gate.ship(lambda: self.remote.import_blocks(blocks))
             except BaseException:
                 if outermost:
                     self._outgoing = {}
@@ -192,7 +214,10 @@ class IPFSHomeStore(SQLiteBlockStore):
 
     def close(self) -> None:
         try:
-            super().close()
+            with self.lock:
+                self._gate.wait()  # a write still waiting for the daemon ends first
+                super().close()
+                self._gate.close()
         finally:
             self.remote.close()
 

@@ -116,17 +116,21 @@ class SQLiteBlockStore(BlockStore):
         self.path = os.fspath(path)
         self.lock = threading.RLock()
         self._depth = 0
-        self.conn = sqlite3.connect(
-            self.path,
-            isolation_level=None,  # autocommit; transaction() issues BEGIN/COMMIT itself
-            check_same_thread=False,
-            timeout=busy_timeout,
-        )
+        self.conn = self._connect(busy_timeout)
         try:
             self._open(cache_mb)
         except BaseException:
             self.conn.close()
             raise
+
+    def _connect(self, busy_timeout: float) -> sqlite3.Connection:
+        """The store's one connection (a subclass may give it another factory)."""
+        return sqlite3.connect(
+            self.path,
+            isolation_level=None,  # autocommit; transaction() issues BEGIN/COMMIT itself
+            check_same_thread=False,
+            timeout=busy_timeout,
+        )
 
     def _open(self, cache_mb: int) -> None:
         """Set the connection up and create (or check) the schema."""

@@ -241,3 +241,102 @@ def test_a_daemon_that_fails_to_pin_is_unavailable_not_a_store_fault(tmp_path):
             assert len(store) == 0
         finally:
             store.close()
+
+
+class _HoldingProxy:
+    """A loopback TCP proxy to the daemon that, while ``hold`` is set, keeps a
+    ``dag/import`` request from reaching it (``held`` is then set) until ``release``."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.hold = threading.Event()
+        self.held = threading.Event()
+        self.release = threading.Event()
+        ready = threading.Event()
+
+        async def serve() -> None:
+            self.loop = asyncio.get_running_loop()
+            self.stop = asyncio.Event()
+            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.port = server.sockets[0].getsockname()[1]
+            ready.set()
+            await self.stop.wait()
+            server.close()
+
+        self.thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+        self.thread.start()
+        ready.wait(30)
+
+    async def _handle(self, reader, writer) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(src, dst, upstream: bool) -> None:
+            try:
+                while data := await src.read(1 << 16):
+                    if upstream and self.hold.is_set() and b"/dag/import" in data:
+                        self.hold.clear()
+                        self.held.set()
+                        await asyncio.to_thread(self.release.wait, 120)
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_w, True), pipe(up_r, writer, False))
+
+    def close(self) -> None:
+        self.release.set()
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(10)
+
+
+def test_a_write_waiting_for_the_daemon_lets_other_threads_read(tmp_path, ipfs_daemon_handle):
+    """A write waiting for the daemon held the store's lock, so every reader of the home
+    waited with it (a stopped daemon: its whole timeout). Now other threads read the last
+    committed state meanwhile (not the waiting write's rows), a transaction another
+    thread opens waits until the first one ends, and both then commit, pinned."""
+    proxy = _HoldingProxy(ipfs_daemon_handle.api_port)
+    store = IPFSHomeStore(tmp_path / "h.sqlite", f"http://127.0.0.1:{proxy.port}", timeout=60)
+    try:
+        old, new, other = _facts("old", 5), _facts("new", 5), _facts("other", 5)
+        old_cids = store.put_facts(old)
+        proxy.hold.set()
+        writes: dict[str, list[Link]] = {}
+        writer = threading.Thread(target=lambda: writes.update(new=store.put_facts(new)))
+        writer.start()
+        assert proxy.held.wait(60)  # the write's blocks wait on their way to the daemon
+        seen: dict[str, object] = {}
+
+        def read() -> None:
+            seen["count"] = store.count_facts()
+            seen["old"] = [store.get(c) for c in old_cids] == [encode_fact(f)[1] for f in old]
+            seen["new"] = store.has_many(encode_fact(f)[0] for f in new)
+            with store.lock:  # the shared connection, as replication reads it
+                (seen["rows"],) = store.conn.execute("SELECT count(*) FROM facts").fetchone()
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(60)
+        assert not reader.is_alive() and "rows" in seen  # it did not wait for the write
+        assert seen == {"count": 5, "old": True, "new": set(), "rows": 5}
+        second = threading.Thread(target=lambda: writes.update(other=store.put_facts(other)))
+        second.start()
+        second.join(1)
+        assert second.is_alive() and "other" not in writes  # waits for the first write
+        assert writer.is_alive()
+        proxy.release.set()
+        writer.join(60)
+        second.join(60)
+        assert sorted(writes) == ["new", "other"]
+        assert store.count_facts() == 15
+        for cid in writes["new"][:2] + writes["other"][:2]:
+            assert _pins(store, cid).startswith(("indirect", "recursive", "direct"))
+    finally:
+        proxy.close()
+        store.close()
