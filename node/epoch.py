@@ -12,6 +12,11 @@ What runs epochs is elsewhere: the background epoch loop
 (:mod:`.tasks`) when the node is started, or the writer itself
 (``Node.run_epoch``) when it is not. Both call :meth:`EpochDriver.run`.
 
+An epoch's save runs after the driver's ``mutex`` is released: it may wait for another
+write's transaction (a write of an IPFS home waits for its daemon, up to
+``store.ipfs_timeout``), and queries and status need that mutex meanwhile (ADR 0180).
+Saves keep the epochs' order; a failed one is retried with the next.
+
 Read-your-writes: every hand-over is numbered; :meth:`EpochDriver.settled`
 waits until an epoch has taken every hand-over made before the call.
 """
@@ -24,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import nullcontext, suppress
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Protocol
 
@@ -50,6 +56,18 @@ GC_PAUSE_CHANGES = 20_000
 
 #: ``sink(epoch, changes)``: called after every epoch that changed something.
 Sink = Callable[[int, list[tuple[Fact, int]]], None]
+
+
+@dataclass(frozen=True)
+class _Save:
+    """What one epoch leaves to store: its state, the inbox messages it consumed and
+    those it set aside as not fitting the program (their CIDs), and the ``@async``
+    messages it sends (destination, relation, arguments)."""
+
+    state: epochstate.EpochState
+    acks: list[Any]
+    refused: list[Any]
+    outbox: list[tuple[str, str, tuple]]
 
 
 class Owner(Protocol):
@@ -111,6 +129,12 @@ class EpochDriver:
         self.state = epochstate.EpochState()
         #: Number of the last committed epoch.
         self.epoch = 0
+        #: Epochs evaluated but not saved yet, in order (guarded by ``_intake``), and the
+        #: inbox messages they consumed (not handed to another epoch meanwhile).
+        self._unsaved: list[_Save] = []
+        self._taken: set[Any] = set()
+        #: Held while saving: saves run one at a time, each taking every epoch not saved.
+        self.saving = threading.Lock()
 
     # ------------------------------------------------------------------ restart
     def restore(self, load_facts: Callable[[], Edb]) -> None:
@@ -226,8 +250,12 @@ class EpochDriver:
                 )
                 if node.config.get("node.tick"):
                     events.setdefault(TICK_REL, set()).add((epoch,))
-                # Messages that do not fit the program's declarations are set aside.
-                messages, refused = split_fitting(engine, node.inbox.pending())
+                # Messages that do not fit the program's declarations are set aside;
+                # those an epoch not saved yet consumed are not handed out again.
+                with self._intake:
+                    taken = set(self._taken)
+                pending = [m for m in node.inbox.pending() if m.cid not in taken]
+                messages, refused = split_fitting(engine, pending)
                 for msg in messages:
                     events.setdefault(msg.fact.rel, set()).add(row_to_engine(msg.fact.args))
                 listened = bool(self.subs or self.sinks)
@@ -279,32 +307,23 @@ class EpochDriver:
             # another write is in its transaction (ADR 0145). Those writes are durable
             # already; what the save makes durable is the epoch's own state.
             self._settle(taken_seq)
-            # Every epoch commits atomically: its number, carry-over, inbox acks, outbox.
+            # Every epoch commits atomically: its number, carry-over, inbox acks, outbox
+            # (saved below, once the mutex is released).
             state = epochstate.EpochState(epoch, engine.digest, nxt, live)
-            with storage.transaction(node.store):
-                epochstate.save(storage.store_conn(node.store), state)
-                if messages:
-                    node.inbox.ack([m.cid for m in messages])
-                if refused:
-                    node.inbox.ack([m.cid for m in refused], REFUSED)
-                queued = (
-                    node.outbox.put_many((dest, f.rel, f.args) for dest, f in outbox)
-                    if outbox
-                    else []
+            acks = [m.cid for m in messages]
+            refusals = [m.cid for m in refused]
+            with self._intake:
+                self._unsaved.append(
+                    _Save(state, acks, refusals, [(dest, f.rel, f.args) for dest, f in outbox])
                 )
+                self._taken.update(acks)
+                self._taken.update(refusals)
             self.state = state
             self._sent = live
             self._evaluated = True
-            events_metric = node.metrics.async_messages
-            if refused:
-                events_metric.labels("refused").inc(len(refused))
-            if len(queued) < len(outbox):  # over the size limit: logged, not queued
-                events_metric.labels("dropped").inc(len(outbox) - len(queued))
-            if queued:
-                events_metric.labels("queued").inc(len(queued))
-                node.tasks.wake_outbox()
             if sinks and reload:  # every tuple is new to a listener of the old program
                 deltas = engine.all_new()
+        self._save()
         # Facts for the sinks only when there are sinks: a reload's deltas are every tuple.
         out = (
             [(Fact(rel, row), w) for rel, d in deltas.items() for row, w in d.items()]
@@ -324,6 +343,43 @@ class EpochDriver:
         metrics.epochs.inc()
         metrics.epoch_seconds.observe(time.perf_counter() - t0)
         return epoch
+
+    def _save(self) -> None:
+        """Store every evaluated epoch not stored yet, in one transaction: the last one's
+        state, every one's inbox acks and outbox messages. On failure they stay queued
+        (the next save retries them) and the error is raised."""
+        node = self.node
+        with self.saving:
+            with self._intake:
+                saves, self._unsaved = self._unsaved, []
+            if not saves:
+                return
+            acks = [cid for save in saves for cid in save.acks]
+            refused = [cid for save in saves for cid in save.refused]
+            outbox = [message for save in saves for message in save.outbox]
+            try:
+                with storage.transaction(node.store):
+                    epochstate.save(storage.store_conn(node.store), saves[-1].state)
+                    if acks:
+                        node.inbox.ack(acks)
+                    if refused:
+                        node.inbox.ack(refused, REFUSED)
+                    queued = node.outbox.put_many(outbox) if outbox else []
+            except BaseException:
+                with self._intake:
+                    self._unsaved[:0] = saves
+                raise
+            with self._intake:
+                self._taken.difference_update(acks)
+                self._taken.difference_update(refused)
+        events_metric = node.metrics.async_messages
+        if refused:
+            events_metric.labels("refused").inc(len(refused))
+        if len(queued) < len(outbox):  # over the size limit: logged, not queued
+            events_metric.labels("dropped").inc(len(outbox) - len(queued))
+        if queued:
+            events_metric.labels("queued").inc(len(queued))
+            node.tasks.wake_outbox()
 
     def _settle(self, seq: int, error: str | None = None) -> None:
         """Answer the :meth:`settled` waiters whose changes the epoch through ``seq`` took:

@@ -215,11 +215,15 @@ class Node:
         self._closed = True
         self.tasks.cancel()
         finished = self.epochs.mutex.acquire(timeout=CLOSE_WAIT)
+        # An epoch saves after releasing the mutex (ADR 0180): that save ends first too.
+        saved = finished and self.epochs.saving.acquire(timeout=CLOSE_WAIT)
         try:
-            if not finished:
+            if not saved:
                 log.warning("an epoch still ran after %.0f s; closing the store anyway", CLOSE_WAIT)
             self.store.close()
         finally:
+            if saved:
+                self.epochs.saving.release()
             if finished:
                 self.epochs.mutex.release()
         if self._lock is not None:
