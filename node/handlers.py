@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from itertools import islice
 from typing import Any
 
 from aiohttp import web
@@ -187,7 +188,10 @@ async def get_block(request: web.Request) -> web.Response:
         cid = Link.parse(request.match_info["cid"])
     except (ValueError, StoreError) as exc:
         raise ApiError(400, "bad CID", str(exc)) from None
-    return web.json_response(describe_block(node, cid))
+    # Off the event loop, as every store read: the store's lock may be held by a write,
+    # and a block an IPFS home's cache lacks is asked of its daemon (ADR 0180).
+    loop = asyncio.get_running_loop()
+    return web.json_response(await loop.run_in_executor(None, describe_block, node, cid))
 
 
 async def _query_text(request: web.Request) -> str:
@@ -317,8 +321,9 @@ def _sse_event(event: str, columns: list, epoch: int, added: list, removed: list
 
 async def genesis(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
+    data = await asyncio.get_running_loop().run_in_executor(None, node.store.get, node.dataset)
     return web.Response(
-        body=node.store.get(node.dataset),
+        body=data,
         content_type="application/vnd.ipld.dag-cbor",
         headers={"X-Dataset": str(node.dataset)},
     )
@@ -333,13 +338,22 @@ async def export_car(request: web.Request) -> web.StreamResponse:
         await resp.prepare(request)
         await resp.write_eof()
         return resp
-    roots, blocks = node.export_blocks()
+    loop = asyncio.get_running_loop()
+    # The blocks are read on worker threads, a batch at a time (see get_block).
+    roots, blocks = await loop.run_in_executor(None, node.export_blocks)
     await resp.prepare(request)
     await resp.write(car_header(roots))
-    for cid, data in blocks:
-        await resp.write(car_section(cid, data))
+    it = iter(blocks)
+    while batch := await loop.run_in_executor(None, _next_blocks, it):
+        for cid, data in batch:
+            await resp.write(car_section(cid, data))
     await resp.write_eof()
     return resp
+
+
+def _next_blocks(it: Iterator[tuple[Link, bytes]], most: int = 256) -> list[tuple[Link, bytes]]:
+    """Up to ``most`` more blocks of ``it`` (an export's), read on the calling thread."""
+    return list(islice(it, most))
 
 
 # ------------------------------------------------------------------------- writes
@@ -541,7 +555,8 @@ async def load_program(request: web.Request) -> web.Response:
         await asyncio.get_running_loop().run_in_executor(None, node.load_program, text, source)
     except NodeInputError as exc:
         raise ApiError(400, "bad program", str(exc)) from None
-    return web.json_response(node.status())  # the state the new program derives
+    # The state the new program derives, read off the event loop (see get_block).
+    return web.json_response(await asyncio.get_running_loop().run_in_executor(None, node.status))
 
 
 async def sync_now(request: web.Request) -> web.Response:

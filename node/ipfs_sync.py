@@ -86,8 +86,12 @@ class IPFSHeadSync:
             await asyncio.sleep(self.interval)
 
     async def publish(self, session: aiohttp.ClientSession) -> None:
-        """Publish this node's current heads once."""
-        data = make_announcement(self.node.identity, self.node.dataset, self.node.heads())
+        """Publish this node's current heads once. The heads are read on a worker thread:
+        the store's lock may be held by a write for seconds, and the event loop also
+        answers /healthz, refusals and every other request meanwhile (ADR 0180)."""
+        loop = asyncio.get_running_loop()
+        heads = await loop.run_in_executor(None, self.node.heads)
+        data = make_announcement(self.node.identity, self.node.dataset, heads)
         form = aiohttp.FormData()
         form.add_field("file", data, filename="heads", content_type="application/octet-stream")
         async with session.post(
@@ -129,9 +133,13 @@ class IPFSHeadSync:
         await self.on_announcement(data)
 
     async def on_announcement(self, data: bytes) -> bool:
-        """Handle one announcement; True if it led to applying new deltas."""
+        """Handle one announcement; True if it led to applying new deltas. It is checked
+        on a worker thread: whether its key is a writer is read from the store."""
+        loop = asyncio.get_running_loop()
         try:
-            ann = parse_announcement(data, self.node.dataset, self.node.replica.is_writer)
+            ann = await loop.run_in_executor(
+                None, parse_announcement, data, self.node.dataset, self.node.replica.is_writer
+            )
         except ReplicationError as exc:
             self.stats["ignored"] += 1
             log.info("ignored an announcement on %s: %s", self.topic, exc)
@@ -140,7 +148,6 @@ class IPFSHeadSync:
             return False
         self.stats["accepted"] += 1
         async with self._busy:  # one fetch at a time: announcements repeat anyway
-            loop = asyncio.get_running_loop()
             try:
                 applied = await loop.run_in_executor(None, self._fetch_and_apply, ann.heads)
             except (StoreError, ReplicationError) as exc:

@@ -520,3 +520,109 @@ def test_joining_a_fact_or_delta_id_is_bad_input(tmp_path: Path, ipfs_daemon: st
         ), result.output
         assert result.output.count("\n") == 1 and "map {kind" not in result.output
         assert not home.exists()
+
+
+def _timed_get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    """(status, body) of a GET; HTTP errors are answers too."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+@pytest.mark.timeout(900)  # a daemon start on a shared, loaded machine
+def test_a_write_waiting_for_a_stopped_daemon_stalls_no_read(
+    tmp_path: Path, private_daemon, node_factory
+) -> None:
+    """While a write through the node waited for its daemon (stopped with SIGSTOP: it
+    accepts the request and never answers), every other request waited too: /healthz,
+    /openapi.json, a 401, /v1/status, /v1/query, /v1/facts, /v1/export and a peer's sync.
+    The write held the store's lock for its whole wait, the pubsub announcer read heads
+    on the event loop, and the epoch waited to save while holding what queries need.
+    Now they all answer while the write still waits (the write can only end by its
+    ``store.ipfs_timeout``), the write then fails with exit 4 and nothing of it is
+    stored."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    daemon = private_daemon()
+    stopped = threading.Event()
+
+    def stop_daemon() -> None:
+        os.killpg(daemon.proc.pid, signal.SIGSTOP)
+        stopped.set()
+
+    proxy = _KillingProxy(daemon.api_port, stop_daemon)
+    put = None
+    try:
+        a = Cli(tmp_path / "a")
+        a(
+            "--set", "store.ipfs_timeout=20", "--set", "node.epoch_interval=0.2",
+            "init", "--store", "ipfs",
+            "--ipfs-api", f"http://127.0.0.1:{proxy.port}",
+        )  # fmt: skip
+        node = node_factory(a.home).start()  # sync.ipfs_interval = 2: heads published
+        a("put", "pre(1).", 'pre("1").')
+        b = Cli(tmp_path / "b")  # a SQLite peer that syncs with the node meanwhile
+        b("init", "--join", node.url, "--token", node.read_token)
+        b_key = json.loads(b("status", "--json").output)["key"]
+        a("peers", "add", "b", "http://127.0.0.1:9", "--key", b_key)
+        assert b("sync", node.url).exit_code == 0
+        before = a("status", "--json").output
+
+        proxy.armed = True
+        put = subprocess.Popen(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(a.home), "put", "stall(1)."],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert stopped.wait(60)  # the write's blocks reached the daemon, which is stopped
+        # Epochs (every 0.2 s) and the heads announcer (every 2 s) come by meanwhile.
+        time.sleep(2.5)
+
+        token = node.token
+        answers = {
+            "healthz": _timed_get(node.url + "/healthz"),
+            "openapi": _timed_get(node.url + "/openapi.json"),
+            "unauthenticated": _timed_get(node.url + "/v1/status"),
+            "status": _timed_get(node.url + "/v1/status", token),
+            "query": _timed_get(node.url + "/v1/query?q=pre(X)", token),
+            "facts": _timed_get(node.url + "/v1/facts", token),
+            "export": _timed_get(node.url + "/v1/export", token),
+        }
+        synced = b("sync", node.url)  # the peer routes: heads, sync, blocks
+        # Every answer came while the write still waits for the daemon.
+        assert put.poll() is None, put.communicate()
+        assert {k: v[0] for k, v in answers.items()} == {
+            "healthz": 200, "openapi": 200, "unauthenticated": 401, "status": 200,
+            "query": 200, "facts": 200, "export": 200,
+        }  # fmt: skip
+        assert len(json.loads(answers["query"][1])["rows"]) == 2
+        assert "stall" not in answers["facts"][1].decode()
+        assert synced.exit_code == 0 and "Traceback" not in synced.output
+
+        out, _ = put.communicate(timeout=120)
+        assert put.returncode == 4, out
+        assert out.count("\n") == 1 and "IPFS" in out and "Traceback" not in out
+        os.killpg(daemon.proc.pid, signal.SIGCONT)
+        # Nothing of the failed write is stored, and the next write works.
+        assert _ls(a) == ['pre("1")', "pre(1)"]
+        assert json.loads(a("status", "--json").output)["heads"] == json.loads(before)["heads"]
+        a("put", "after(1).")
+        assert _ls(a) == ["after(1)", 'pre("1")', "pre(1)"]
+    finally:
+        if put is not None and put.poll() is None:
+            put.kill()
+        os.killpg(daemon.proc.pid, signal.SIGCONT)
+        proxy.close()
