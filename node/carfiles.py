@@ -43,7 +43,21 @@ def export_blocks(
 
     Each block once: a fact that several deltas assert (asserted again) comes with the
     first of them only; an import finds it stored when the later delta arrives. (A CAR
-    with a block twice said `exported 20 blocks` where fsck of the restore counted 19.)"""
+    with a block twice said `exported 20 blocks` where fsck of the restore counted 19.)
+
+    Refused (:class:`~.failures.Failure`, exit 1 / HTTP 409) before any block is read
+    when the home keeps some deltas only as a snapshot's metadata (pruned, or
+    bootstrapped from a snapshot): a CAR without them could not be restored."""
+    covered = replica.covered_count()
+    if covered:
+        from .failures import Failure
+
+        raise Failure(
+            f"this home keeps {covered} of its deltas only as a snapshot's metadata (pruned,"
+            " or bootstrapped from a snapshot), so a CAR backup would lack them and could"
+            " not be restored: keep that snapshot folder as the backup of the history it"
+            " covers (docs/spark.md)"
+        )
 
     def blocks() -> Iterable[tuple[Link, bytes]]:
         yield genesis, store.get(genesis)

@@ -42,6 +42,9 @@ class FsckResult:
     problems: list[str] = field(default_factory=list)
     blocks: int = 0
     deltas: int = 0
+    #: Accepted deltas whose blocks a snapshot covers (pruned or bootstrapped): not kept
+    #: here by design, so not problems.
+    covered: int = 0
     repaired: int = 0
     #: Payload bytes of the repaired blocks, and the requests and HTTP body bytes the
     #: repair cost (what moved over the network).
@@ -160,6 +163,7 @@ def fsck(
             result.repinned = _reimport(store, reimport_progress)
         result.problems.extend(report.problems)
         result.blocks, result.deltas = report.blocks, report.deltas
+        result.covered = report.covered
         return result
     finally:
         store.close()

@@ -251,6 +251,36 @@ class Replica(Acceptance, ORSet, Reconciliation):
                 parents.setdefault(bytes(child), []).append(bytes(parent))
         return [(bytes(c), bytes(a), int(s), sorted(parents.get(bytes(c), []))) for c, a, s in rows]
 
+    def covered_count(self) -> int:
+        """Accepted deltas whose blocks this replica does not keep because a snapshot
+        covers them (installed from one, or pruned after one)."""
+        with self._lock:
+            (n,) = self.conn.execute(
+                "SELECT count(*) FROM repl_covered WHERE ds = ?", (self.ds,)
+            ).fetchone()
+        return int(n)
+
+    def covered(self) -> set[bytes]:
+        """The raw CIDs :meth:`covered_count` counts."""
+        with self._lock:
+            return {
+                bytes(r[0])
+                for r in self.conn.execute("SELECT cid FROM repl_covered WHERE ds = ?", (self.ds,))
+            }
+
+    def drop_covered(self, cids: Sequence[Link]) -> int:
+        """Delete the blocks of accepted deltas ``cids`` that a snapshot covers, recording
+        them as covered (so a check does not call them lost); their metadata stays.
+        Returns how many blocks were present. The caller has checked they are stable."""
+        with self._lock, self._tx():
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO repl_covered VALUES (?, ?)",
+                [(self.ds, c.raw) for c in cids],
+            )
+            present = self.blockstore.has_many(cids)
+            self.blockstore.delete_many(list(present))
+        return len(present)
+
     def is_writer(self, key: bytes) -> bool:
         """Whether ``key`` may write on top of the current heads."""
         with self._lock:

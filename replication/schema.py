@@ -8,7 +8,10 @@ The tables *are* the log relations of docs/crdt.md: ``repl_delta`` = delta/4,
 set is ``SELECT DISTINCT fact FROM repl_assert WHERE killed = 0``.
 ``repl_rel_fact`` (and, for a local bulk write, ``repl_rel_range``: one row per id
 range) indexes asserted facts by relation and ``repl_index`` records which datasets'
-indexes are complete (see :mod:`.relindex`).
+indexes are complete (see :mod:`.relindex`). ``repl_covered`` lists the accepted deltas
+whose blocks the replica does not keep because a snapshot covers them: installed from
+one (``import-snapshot``) or deleted after one (``prune``); a check of the replica does
+not count them as lost (ADR 0183). Older merklogs ignore the table.
 
 Schema version 2 (ADR 0132): a fact is named by a small integer in ``repl_assert`` and
 ``repl_rel_fact``. ``repl_fact (id, cid)`` (one per database, insert-only) maps each
@@ -98,6 +101,9 @@ CREATE TABLE IF NOT EXISTS repl_index (
     ds INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY (ds, name)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS repl_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repl_covered (
+    ds INTEGER NOT NULL, cid BLOB NOT NULL, PRIMARY KEY (ds, cid)
+) WITHOUT ROWID;
 """
 
 #: The layout :data:`SCHEMA` creates (recorded in ``repl_meta``); 1 is the CID-keyed one.

@@ -82,6 +82,11 @@ def install_snapshot_state(
                 replica.blockstore.put_many(blocks)
                 conn = replica.conn
                 conn.executemany("INSERT INTO repl_delta VALUES (?, ?, ?, ?, ?, ?, ?)", delta_rows)
+                # Their blocks stay with the snapshot: not lost (fsck), never served.
+                conn.executemany(
+                    "INSERT OR IGNORE INTO repl_covered VALUES (?, ?)",
+                    [(ds, d.cid.raw) for d in deltas],
+                )
                 conn.executemany("INSERT OR IGNORE INTO repl_parent VALUES (?, ?, ?)", parent_rows)
                 conn.executemany(
                     "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)", auth_rows

@@ -54,6 +54,7 @@ def _print_json(result: Any, repair_from: str | None) -> None:
                 "problems": result.problems,
                 "blocks": result.blocks,
                 "deltas": result.deltas,
+                "covered": result.covered,
                 "repaired_from": repair_from,
                 "repaired": result.repaired,
                 "repaired_bytes": result.repaired_bytes,
@@ -147,7 +148,13 @@ def register(cli: click.Group) -> None:
                 f"{_count(len(result.problems), 'problem')} {remain}{repaired}{hint}"
             )
         if not as_json:
+            covered = (
+                f" ({_count(result.covered, 'delta')} kept as a snapshot's metadata only:"
+                " pruned or bootstrapped, not lost)"
+                if result.covered
+                else ""
+            )
             click.echo(
                 f"ok: {_count(result.blocks, 'block')}, {_count(result.deltas, 'delta')}"
-                f" checked{repaired}"
+                f" checked{covered}{repaired}"
             )

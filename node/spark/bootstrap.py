@@ -151,9 +151,7 @@ def prune_replica(replica: Replica, snap: Snapshot) -> int:
             " lacks them could no longer sync; make the snapshot with `compact --prune` of"
             " current exports"
         )
-    present = [c for c in cids if replica.blockstore.has(c)]
-    replica.blockstore.delete_many(present)
-    return len(present)
+    return replica.drop_covered(cids)
 
 
 __all__ = ["Snapshot", "export_replica", "install_snapshot", "load_snapshot", "prune_replica"]

@@ -458,3 +458,52 @@ def test_verbose_json_logs_carry_the_jvms_own_lines_as_json(tmp_path, export):
     native = [r for r in jvm if "NativeCodeLoader" in r["msg"]]
     assert native and all(r["level"] == "WARNING" for r in native), records
     assert json.loads(done.stdout.strip().splitlines()[-1])["facts"] == 2
+
+
+def test_fsck_and_backup_know_the_deltas_a_snapshot_covers(spark, tmp_path):
+    """After ``prune`` (and in a home bootstrapped by ``import-snapshot``) fsck listed
+    every delta the snapshot covers as a missing block, exit 5, on a healthy home, and
+    ``merklog export`` stopped at the first of them. Such deltas are recorded as covered:
+    fsck counts them apart (exit 0) and still finds a block that is really lost; the CAR
+    backup is refused up front, naming the snapshot as that history's backup."""
+    import sqlite3
+
+    from merklog.store import Link
+
+    def fsck(home, *args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(cli, ["--home", str(home), "fsck", *args])
+        assert "Traceback" not in result.output
+        return result.exit_code, result.output
+
+    a, c = tmp_path / "a", tmp_path / "c"
+    run("--home", str(a), "init")
+    run("--home", str(a), "put", "a(1).", "a(2).")
+    run("--home", str(a), "put", "a(3).")
+    run("--home", str(a), "parquet", "export", str(tmp_path / "e"))
+    out = run("--home", str(a), "compact", str(tmp_path / "e"), "--out", str(tmp_path / "s"))
+    snap = json.loads(out.strip().splitlines()[-1])["directory"]
+    assert run("--home", str(a), "prune", snap).strip() == "pruned 2 delta blocks"
+    run("--home", str(a), "put", "a(4).")
+    code, out = fsck(a)
+    assert code == 0, out
+    assert "2 deltas kept as a snapshot's metadata only" in out
+    code, out = fsck(a, "--json")
+    assert code == 0 and json.loads(out)["covered"] == 2, out
+    backup = CliRunner().invoke(cli, ["--home", str(a), "export", str(tmp_path / "b.car")])
+    assert backup.exit_code == 1, backup.output
+    assert "keeps 2 of its deltas only as a snapshot's metadata" in backup.output
+    assert not (tmp_path / "b.car").exists()
+
+    out = run("--home", str(c), "import-snapshot", snap)
+    code, out = fsck(c)
+    assert code == 0 and "kept as a snapshot's metadata only" in out, out
+    assert json.loads(fsck(c, "--json")[1])["covered"] == 2
+
+    # A block that is really lost is still one: the newest delta's, not covered.
+    with sqlite3.connect(a / "store.sqlite") as conn:
+        (newest,) = conn.execute("SELECT cid FROM repl_delta ORDER BY clock DESC").fetchone()
+        conn.execute("DELETE FROM blocks WHERE cid = ?", (newest,))
+    code, out = fsck(a, "--json")
+    report = json.loads(out.splitlines()[0])  # then the error line (stderr)
+    assert code == 5 and report["problems"] == [f"block {Link(newest)} is missing"], out
+    assert report["covered"] == 2
