@@ -18,13 +18,16 @@ settings.load_profile("long" if LONG else "ci")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under ``-n`` (pytest-xdist), keep every Spark test on one worker.
+    """Under ``-n`` (pytest-xdist), keep every test of the shared Spark session on one
+    worker (ADR 0182).
 
-    The Spark session is session-scoped; grouping its tests means one worker starts one
-    JVM instead of each worker starting its own on a 2-core machine.
+    The session fixture is session-scoped: grouping the tests that use it means one
+    worker starts that JVM instead of each worker starting its own on a 2-core machine.
+    Spark tests that start their own processes (launch, CDS, cluster commands) or need
+    no JVM at all run on either worker.
     """
     import pytest
 
     for item in items:
-        if "tests/spark/" in item.nodeid or item.get_closest_marker("spark"):
+        if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
