@@ -192,12 +192,12 @@ def initialise(
             cfg.peers[ORIGIN] = entry
             cfg.save()
     except BaseException:
-        _undo(home, existed, before)
+        undo_init(home, existed, before)
         raise
     return cfg, created
 
 
-def _undo(home: Path, existed: bool, before: set[str]) -> None:
+def undo_init(home: Path, existed: bool, before: set[str]) -> None:
     """Remove what a failed init created (the whole home if it did not exist)."""
     if not existed:
         shutil.rmtree(home, ignore_errors=True)

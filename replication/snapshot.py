@@ -45,6 +45,24 @@ class AclEntry:
     grant: bool
 
 
+def _check_closed(genesis: Link, deltas: Sequence[CoveredDelta], heads: Sequence[Link]) -> None:
+    """Refuse a snapshot whose deltas name a parent it does not cover (other than the
+    genesis), or whose heads it does not cover: made from a partial log (the export of a
+    pruned home), it would claim heads whose history this replica then never receives."""
+    covered = {d.cid for d in deltas}
+    covered.add(genesis)
+    for d in deltas:
+        for parent in d.parents:
+            if parent not in covered:
+                raise InvalidDelta(
+                    f"snapshot delta {d.cid} names parent {parent}, which the snapshot does not"
+                    " cover: it was made from a partial log (the export of a pruned home?)"
+                )
+    for head in heads:
+        if head not in covered:
+            raise InvalidDelta(f"snapshot head {head} is not a delta the snapshot covers")
+
+
 def install_snapshot_state(
     replica: Replica,
     facts: Iterable[tuple[Link, Fact, Sequence[Link]]],
@@ -59,6 +77,7 @@ def install_snapshot_state(
     """
     if replica.delta_count():
         raise InvalidDelta("a snapshot can only be installed into an empty replica")
+    _check_closed(replica.dataset, deltas, heads)
     ds = replica.ds
     blocks: list[tuple[Link, bytes]] = []
     asserts: list[tuple[int, bytes, bytes, int]] = []

@@ -157,6 +157,46 @@ def _writable_out(target: Path) -> bool:
     return created
 
 
+#: What an earlier ``parquet export`` leaves in its folder (a new one replaces them).
+_EXPORT_ENTRIES = {"export.json", "genesis.cbor", "ops", "facts"}
+
+
+def _check_export_folder(directory: Path, home: Path) -> None:
+    """Refuse (exit 1, nothing written) a ``parquet export`` folder that is the home or
+    inside it, or that holds anything but an earlier export: the export replaces its
+    ``ops/`` and ``facts/`` folders whole, and deleted a user's own folders of those
+    names."""
+    from merklog.node.failures import Failure
+
+    target, home_dir = directory.resolve(), home.resolve()
+    if target == home_dir or home_dir in target.parents:
+        raise Failure(f"{directory} is inside the home {home}: export to a folder of its own")
+    if not target.is_dir():
+        return
+    entries = sorted(p.name for p in target.iterdir() if not p.name.startswith(".export-"))
+    if not entries:
+        return
+    earlier = (target / "export.json").is_file() and _is_export_summary(target / "export.json")
+    foreign = [name for name in entries if name not in _EXPORT_ENTRIES] if earlier else entries
+    if foreign or not earlier:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        raise Failure(
+            f"{directory} holds files that no merklog export wrote ({shown}), and an export"
+            " replaces its ops/ and facts/ folders: export into a new or empty folder, or"
+            " over an earlier export (nothing was written)"
+        )
+
+
+def _is_export_summary(path: Path) -> bool:
+    """Whether ``path`` is the ``export.json`` a ``parquet export`` writes."""
+    try:
+        return json.loads(path.read_text()).get("format") == "merklog-parquet-export"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _raise_write_failure(exc: Exception, target: Path) -> None:
     """One line (exit 6 for a full disk, else 1) for a Spark job that failed because it
     could not write under ``target`` (the JVM's IOException, whose stack trace is no use
@@ -274,6 +314,7 @@ def register(cli: click.Group) -> None:
         from merklog.node.spark.bootstrap import export_replica
         from merklog.replication.bulk import op_count
 
+        _check_export_folder(directory, state.home)
         columns = (TextColumn("export"), MofNCompleteColumn(), TextColumn("ops"))
         console = Console(stderr=True)
         with (
@@ -522,7 +563,9 @@ def register(cli: click.Group) -> None:
     @pass_state
     def import_snapshot(state: State, directory: Path, trust: tuple[str, ...]) -> None:
         """Bootstrap a fresh node from a snapshot; then 'merklog sync' fetches only newer deltas."""
+        from merklog.node.homeinit import undo_init
         from merklog.node.node import init_home
+        from merklog.node.runtime import LOCK_FILE
         from merklog.node.spark.bootstrap import install_snapshot, load_snapshot
         from merklog.node.spark.manifest import ManifestError
 
@@ -531,9 +574,14 @@ def register(cli: click.Group) -> None:
         except ValueError:
             raise click.BadParameter("keys are hex", param_hint="--trust") from None
         directory = _snapshot_dir(directory)
+        # A home this command creates is removed again if the install fails: a joined,
+        # empty home left behind would take no snapshot and sync the whole history.
+        fresh = not (state.home / "config.toml").exists()
+        existed = state.home.exists()
+        before = {p.name for p in state.home.iterdir()} if existed else set()
         try:
             snap = load_snapshot(directory, trusted)
-            if not (state.home / "config.toml").exists():
+            if fresh:
                 genesis = snap.genesis_block()
                 if genesis is None:
                     raise click.ClickException(
@@ -552,8 +600,14 @@ def register(cli: click.Group) -> None:
                 node.run_epoch()
             finally:
                 node.close()
-        except ManifestError as exc:
-            raise click.ClickException(f"snapshot rejected: {exc}") from None
+        except BaseException as exc:
+            if fresh:  # the node is closed: its lock file goes too
+                undo_init(state.home, existed, before)
+                if LOCK_FILE not in before:
+                    (state.home / LOCK_FILE).unlink(missing_ok=True)
+            if isinstance(exc, ManifestError):
+                raise click.ClickException(f"snapshot rejected: {exc}") from None
+            raise
         click.echo(
             json.dumps(
                 {

@@ -180,19 +180,49 @@ def refuse_partial_exports(inputs: list[str | Path], why: str = _PARTIAL_FOR_COM
         if "://" in text or text.startswith("file:"):
             continue
         path = Path(text)
+        missing = 0
         for summary in (path / "export.json", path.parent / "export.json"):
             if summary.is_file() and (path.name == "ops" or summary.parent == path):
                 try:
                     missing = int(json.loads(summary.read_text()).get("missing_deltas", 0))
                 except (ValueError, OSError, AttributeError, TypeError):
                     continue
-                if missing:
-                    raise CompactError(
-                        f"{item} is the export of a home that no longer holds {missing}"
-                        " of its deltas (pruned, or covered by the snapshot it was"
-                        " bootstrapped from): its ops do not account for all its facts, and"
-                        f" {why}"
-                    )
+        # Each ops file says it too: a part file, or an ops/ folder copied without its
+        # export.json, of a partial export is refused as the export itself is.
+        missing = missing or _missing_in_files(path)
+        if missing:
+            raise CompactError(
+                f"{item} is the export of a home that no longer holds {missing}"
+                " of its deltas (pruned, or covered by the snapshot it was"
+                " bootstrapped from): its ops do not account for all its facts, and"
+                f" {why}"
+            )
+
+
+def _missing_in_files(path: Path) -> int:
+    """The deltas the ops files under ``path`` (a file, an export or its ``ops/``) say
+    their export lacks (their Parquet metadata, ``MISSING_DELTAS_KEY``); 0 when none say
+    so (an export made before the key existed says nothing)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .export import MISSING_DELTAS_KEY
+
+    if path.is_dir() and (path / "ops").is_dir():
+        path = path / "ops"
+    files = [path] if path.is_file() else sorted(path.rglob("*.parquet")) if path.is_dir() else []
+    for f in files:
+        try:
+            meta = pq.read_schema(f).metadata or {}
+        except (OSError, pa.ArrowException):
+            continue  # not Parquet: input_rows names it
+        try:
+            missing = int(meta.get(MISSING_DELTAS_KEY, b"0"))
+        except ValueError:
+            continue
+        if missing:
+            return missing
+    return 0
 
 
 def _input_paths(inputs: list[str | Path]) -> list[str]:

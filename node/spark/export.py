@@ -111,9 +111,16 @@ class OpsWriter:
     """Appends op record batches under ``DIR/ops/``, starting a new file every ``file_rows``."""
 
     def __init__(
-        self, out_dir: str | Path, file_rows: int = 2_000_000, progress: Progress | None = None
+        self,
+        out_dir: str | Path,
+        file_rows: int = 2_000_000,
+        progress: Progress | None = None,
+        missing_deltas: int = 0,
     ) -> None:
         self.dir = Path(out_dir) / "ops"
+        # Every part file says how many deltas the export lacks (MISSING_DELTAS_KEY), so
+        # a part file or an ops/ folder given without its export.json is known too.
+        self.schema = OPS_FILE_SCHEMA.with_metadata({MISSING_DELTAS_KEY: str(missing_deltas)})
         # An export written over an earlier one replaces its files: a part file of the
         # earlier one left here would be read as this export's (a reader takes every one).
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -129,7 +136,7 @@ class OpsWriter:
             return
         if self._writer is None:
             path = self.dir / f"part-{self._part:05d}.parquet"
-            self._writer = pq.ParquetWriter(path, OPS_FILE_SCHEMA, **PARQUET_OPTIONS)
+            self._writer = pq.ParquetWriter(path, self.schema, **PARQUET_OPTIONS)
         self._writer.write_table(with_keys(table), row_group_size=1 << 20)
         self.total += table.num_rows
         self._in_file += table.num_rows
@@ -145,12 +152,15 @@ class OpsWriter:
             self._writer.close()
             self._writer = None
         if self.total == 0:
-            pq.write_table(OPS_FILE_SCHEMA.empty_table(), self.dir / "part-00000.parquet")
+            pq.write_table(self.schema.empty_table(), self.dir / "part-00000.parquet")
         return self.total
 
 
 #: The ops files' schema: OPS_SCHEMA and the 64-bit keys of its CID columns (ADR 0131).
 OPS_FILE_SCHEMA = pa.schema([*OPS_SCHEMA, *KEY_FIELDS])
+#: Key of each ops file's Parquet metadata: the accepted deltas the export lacks (as
+#: ``missing_deltas`` of export.json: pruned, or covered by an installed snapshot).
+MISSING_DELTAS_KEY = b"merklog.missing_deltas"
 _FACT_TABLE = pa.schema([("fact_cid", pa.binary()), ("relation", pa.string()), ("args", ARGS_TYPE)])
 #: OPS_SCHEMA without the fact columns a join fills in.
 _LOG_SCHEMA = pa.schema([f for f in OPS_SCHEMA if f.name not in ("relation", "args")])
@@ -439,7 +449,9 @@ def export_replica(
             for cids in iter_visible_cids(replica):
                 n_visible += len(cids)
                 visible.add(pa.table({"fact_cid": binary_array(cids)}), "fact_cid")
-            ops = OpsWriter(out)
+            # deltas accepted but without blocks here: pruned, or covered by a snapshot
+            missing = replica.delta_count() - n_deltas
+            ops = OpsWriter(out, missing_deltas=missing)
             shown = FactsWriter(out)
             # the visible facts are filtered and written on a second thread while this one joins
             # and writes the ops: both are Arrow C++ work that releases the GIL
@@ -458,7 +470,6 @@ def export_replica(
         raise StoreError(f"{n_visible - sum(counts.values())} visible facts have no block")
     # the genesis block travels with the export so a snapshot can let a fresh peer join
     (out / GENESIS_FILE).write_bytes(replica.genesis.data)
-    missing = replica.delta_count() - n_deltas  # pruned, or covered by an installed snapshot
     return _summary(out, n_ops, [dataset] if n_ops else [], counts, missing)
 
 

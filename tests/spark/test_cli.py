@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from typing import Any
 
 import pytest
@@ -376,7 +377,11 @@ def test_the_export_of_a_pruned_home_is_marked_and_compact_refuses_it(spark, tmp
     summary = json.loads(done.stdout)
     assert summary["missing_deltas"] == 2 and summary["facts"] == {"a": 4}
     assert done.stderr.strip().startswith("note: this home no longer holds 2 of its deltas")
-    for given in (tmp_path / "e2", tmp_path / "e2" / "ops"):
+    # A part file of it, or its ops/ folder copied without export.json, says it too: the
+    # check read export.json only, and a snapshot of the part file claimed the heads.
+    shutil.copytree(tmp_path / "e2" / "ops", tmp_path / "copied")
+    part = tmp_path / "e2" / "ops" / "part-00000.parquet"
+    for given in (tmp_path / "e2", tmp_path / "e2" / "ops", part, tmp_path / "copied"):
         done = _merklog(
             "--home", str(home), "compact", str(tmp_path / "e1"), str(given),
             "--out", str(tmp_path / "s2"), "--master", "bogus://x",
@@ -398,6 +403,11 @@ def test_the_export_of_a_pruned_home_is_marked_and_compact_refuses_it(spark, tmp
     )  # fmt: skip
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "analyze would miss the facts of those deltas" in done.stderr
+    done = _merklog(
+        "analyze", str(tmp_path / "all.dl"), "--input", str(part),
+        "--out", str(tmp_path / "an"), "--master", "bogus://x",
+    )  # fmt: skip
+    assert done.returncode == 1 and "analyze would miss the facts" in done.stderr, done.stderr
     assert not (tmp_path / "an").exists()
 
 
@@ -507,3 +517,63 @@ def test_fsck_and_backup_know_the_deltas_a_snapshot_covers(spark, tmp_path):
     report = json.loads(out.splitlines()[0])  # then the error line (stderr)
     assert code == 5 and report["problems"] == [f"block {Link(newest)} is missing"], out
     assert report["covered"] == 2
+
+
+def test_a_snapshot_of_a_partial_log_is_refused_and_leaves_no_home(spark, tmp_path, monkeypatch):
+    """A snapshot made from a pruned home's ops (as the part-file hole of compact allowed,
+    and an earlier merklog did) claims the dataset's heads but covers deltas whose parents
+    it lacks: import-snapshot installed it, and the bootstrapped home then never received
+    the facts of those parents (fsck: 'parent … is not an accepted delta'). It is refused,
+    and the home the command had just created is removed again."""
+    import merklog.node.spark.compact as compact_mod
+
+    home = tmp_path / "h"
+    run("--home", str(home), "init")
+    run("--home", str(home), "put", "a(1).", "a(2).")
+    run("--home", str(home), "put", "a(3).")
+    run("--home", str(home), "parquet", "export", str(tmp_path / "e1"))
+    out = run("--home", str(home), "compact", str(tmp_path / "e1"), "--out", str(tmp_path / "s"))
+    run("--home", str(home), "prune", json.loads(out.strip().splitlines()[-1])["directory"])
+    run("--home", str(home), "put", "a(4).")
+    run("--home", str(home), "parquet", "export", str(tmp_path / "e2"))
+    monkeypatch.setattr(compact_mod, "refuse_partial_exports", lambda *a, **k: None)
+    out = run("--home", str(home), "compact", str(tmp_path / "e2"), "--out", str(tmp_path / "p"))
+    partial = json.loads(out.strip().splitlines()[-1])["directory"]
+
+    fresh = tmp_path / "fresh"
+    result = CliRunner().invoke(cli, ["--home", str(fresh), "import-snapshot", partial])
+    assert result.exit_code == 1, result.output
+    assert "snapshot rejected: snapshot delta" in result.output
+    assert "which the snapshot does not cover" in result.output
+    assert not fresh.exists()
+    fresh.mkdir()
+    (fresh / "mine.txt").write_text("kept")
+    result = CliRunner().invoke(cli, ["--home", str(fresh), "import-snapshot", partial])
+    assert result.exit_code == 1, result.output
+    assert sorted(p.name for p in fresh.iterdir()) == ["mine.txt"]
+
+
+def test_parquet_export_replaces_only_an_earlier_export(tmp_path):
+    """``parquet export DIR`` deleted a user's own ``DIR/facts`` and ``DIR/ops`` folders
+    (it replaces those of an earlier export whole), and wrote into the home itself. A
+    folder holding anything but an earlier export, or inside the home, is refused (exit 1,
+    nothing touched); a new, empty or earlier export's folder is written."""
+    home = tmp_path / "h"
+    run("--home", str(home), "init")
+    run("--home", str(home), "put", "a(1).", "a(1.0).")
+    proj = tmp_path / "proj"
+    (proj / "facts").mkdir(parents=True)
+    (proj / "facts" / "important.txt").write_text("precious")
+    for target in (proj, home, home / "sub"):
+        done = _merklog("--home", str(home), "parquet", "export", str(target))
+        assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr
+    assert (proj / "facts" / "important.txt").read_text() == "precious"
+    assert not (home / "sub").exists() and not (home / "ops").exists()
+    assert "no merklog export wrote (facts)" in _merklog(
+        "--home", str(home), "parquet", "export", str(proj)
+    ).stderr
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "empty", tmp_path / "new", tmp_path / "new"):  # twice: over it
+        summary = json.loads(run("--home", str(home), "parquet", "export", str(target)))
+        assert summary["facts"] == {"a": 2}
