@@ -573,6 +573,11 @@ def register(cli: click.Group) -> None:
             trusted = {bytes.fromhex(k) for k in trust} or None
         except ValueError:
             raise click.BadParameter("keys are hex", param_hint="--trust") from None
+        if any(len(k) != 32 for k in trusted or ()):  # a typo trusted nobody, silently
+            raise click.BadParameter(
+                "a node key is 32 bytes (64 hex digits), as `merklog status` shows it",
+                param_hint="--trust",
+            )
         directory = _snapshot_dir(directory)
         # A home this command creates is removed again if the install fails: a joined,
         # empty home left behind would take no snapshot and sync the whole history.

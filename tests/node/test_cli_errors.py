@@ -665,3 +665,15 @@ def test_a_command_waits_for_another_command_to_free_the_home(ready: Path) -> No
     assert result.returncode == 0, result.stderr
     assert took < 10, took  # the old code refused after 15 s
     assert "waited(1)" in Cli(ready)("ls").output
+
+
+def test_a_trusted_key_of_the_wrong_length_is_a_usage_error(tmp_path: Path) -> None:
+    """``import-snapshot --trust 00112233`` (hex, but no node key) was taken, and every
+    snapshot was then "signed by an untrusted key": a typo read as a forged snapshot."""
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    home = tmp_path / "home"
+    for key in ("00112233", "ab" * 33):
+        result = merklog(home, "import-snapshot", str(snap), "--trust", key)
+        assert_fails(result, ExitCode.BAD_INPUT, "--trust", "32 bytes (64 hex digits)")
+    assert not home.exists()
