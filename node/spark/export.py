@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -424,12 +425,40 @@ def export_replica(
     CIDs (an index scan). Ops get their relation and arguments by a lookup of the fact
     CID (:mod:`.cidjoin`), done per partition of at most ``partition_ops`` ops so memory
     stays bounded; with one partition the ops keep the log's (clock, CID) order. The
-    cyclic collector is paused: the reads make many small objects and no cycles."""
+    cyclic collector is paused: the reads make many small objects and no cycles.
+
+    The export is written into a staging folder inside ``out_dir`` and moved into place
+    only once whole: an export interrupted or failing midway (Ctrl-C, a full disk) leaves
+    an earlier export there as it was, and a folder it made itself is removed again."""
     out = Path(out_dir)
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     dataset = str(replica.dataset)
     k = max(1, math.ceil(op_count(replica) / partition_ops))
-    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
+    stage = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
+    try:
+        summary = _export_into(replica, out, stage, dataset, k, progress)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+        if made and not any(out.iterdir()):
+            out.rmdir()
+    return summary
+
+
+def _export_into(
+    replica: Replica,
+    out: Path,
+    stage: Path,
+    dataset: str,
+    k: int,
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """:func:`export_replica`'s work: partitions under ``stage/``, the export under
+    ``stage/new``, then moved into ``out`` (see there)."""
+    new = stage / "new"
+    new.mkdir()
+    tmp = stage / "parts"
+    tmp.mkdir()
     try:
         with gc_paused():  # many small objects, no cycles
             facts = _Partitions(k, tmp, "facts", _FACT_TABLE)
@@ -451,8 +480,8 @@ def export_replica(
                 visible.add(pa.table({"fact_cid": binary_array(cids)}), "fact_cid")
             # deltas accepted but without blocks here: pruned, or covered by a snapshot
             missing = replica.delta_count() - n_deltas
-            ops = OpsWriter(out, missing_deltas=missing)
-            shown = FactsWriter(out)
+            ops = OpsWriter(new, missing_deltas=missing)
+            shown = FactsWriter(new)
             # the visible facts are filtered and written on a second thread while this one joins
             # and writes the ops: both are Arrow C++ work that releases the GIL
             with ThreadPoolExecutor(max_workers=1) as pool:
@@ -469,8 +498,17 @@ def export_replica(
     if sum(counts.values()) != n_visible:
         raise StoreError(f"{n_visible - sum(counts.values())} visible facts have no block")
     # the genesis block travels with the export so a snapshot can let a fresh peer join
-    (out / GENESIS_FILE).write_bytes(replica.genesis.data)
-    return _summary(out, n_ops, [dataset] if n_ops else [], counts, missing)
+    (new / GENESIS_FILE).write_bytes(replica.genesis.data)
+    summary = _summary(new, n_ops, [dataset] if n_ops else [], counts, missing)
+    # Whole now: move it into place, export.json last (an earlier export's folders are
+    # moved aside into the staging folder, which the caller removes).
+    for name in ("ops", "facts"):
+        if (out / name).exists():
+            (out / name).rename(stage / f"old-{name}")
+        (new / name).rename(out / name)
+    os.replace(new / GENESIS_FILE, out / GENESIS_FILE)
+    os.replace(new / "export.json", out / "export.json")
+    return summary
 
 
 def write_ops(

@@ -220,3 +220,40 @@ def test_an_export_over_an_earlier_one_replaces_its_files(tmp_path):
     assert facts.num_rows == 2
     ops = pq.read_table(out / "ops")
     assert set(ops.column("relation").to_pylist()) == {"x"}
+
+
+def test_an_interrupted_export_leaves_the_earlier_one_whole(tmp_path, monkeypatch):
+    """Ctrl-C during ``parquet export`` over an earlier export deleted that export's ops/
+    and truncated its facts while its export.json stayed: compact then refused the folder
+    (or, after a prune, could read new ops under an old summary). The export is staged and
+    moved into place whole; interrupted, the earlier one is as it was and nothing of the
+    new one is left, and a folder it made is removed again."""
+    from click.testing import CliRunner
+
+    import merklog.node.spark.export as export_mod
+    from merklog.node.cli import cli
+
+    def run(*args: str) -> object:
+        return CliRunner().invoke(cli, ["--home", str(tmp_path / "h"), *args])
+
+    assert run("init").exit_code == 0
+    assert run("put", "a(1).", "a(1.0).", 'b("1").').exit_code == 0
+    out = tmp_path / "export"
+    assert run("parquet", "export", str(out)).exit_code == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert run("put", "c(true).").exit_code == 0
+
+    def interrupted(self):
+        raise KeyboardInterrupt  # Ctrl-C once every new file is written, before the move
+
+    monkeypatch.setattr(export_mod.FactsWriter, "close", interrupted)
+    for target in (out, tmp_path / "new"):
+        result = run("parquet", "export", str(target))
+        assert result.exit_code == 1 and "interrupted" in result.output, result.output
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+    assert not (tmp_path / "new").exists()
+    monkeypatch.undo()
+    assert run("parquet", "export", str(out)).exit_code == 0  # the earlier one replaced
+    assert sorted(p.name for p in out.iterdir()) == ["export.json", "facts", "genesis.cbor", "ops"]
+    assert "relation=c" in {p.name for p in (out / "facts").iterdir()}
