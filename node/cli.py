@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -66,6 +67,9 @@ class Boundary(click.Group):
         return super().list_commands(ctx)
 
     def invoke(self, ctx: click.Context) -> object:
+        from .interrupts import reset
+
+        reset()  # a Ctrl-C of an earlier invocation in this process is not this one's
         try:
             return self._invoke(ctx)
         except click.ClickException as exc:
@@ -85,7 +89,11 @@ class Boundary(click.Group):
             failure = click.ClickException(f"{exc.format_message()} {hint}")
             failure.exit_code = exc.exit_code
             raise failure from None
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort) as exc:
+            from .interrupts import pending
+
+            if pending() and isinstance(exc, click.ClickException):
+                return _interrupted(ctx)  # a command's own line for what the Ctrl-C broke
             raise
         except BrokenPipeError:
             if not _stdout_closed():
@@ -103,23 +111,35 @@ class Boundary(click.Group):
                 )
             raise
         except KeyboardInterrupt:  # said as "Aborted!" before, with no word on what stays
-            writes = ctx.invoked_subcommand in ("put", "retract")
-            raise click.ClickException(
-                "interrupted (Ctrl-C): what was written before it stays written (writes a"
-                " running node had received included); the same put or retract run again"
-                " adds nothing twice"
-                if writes
-                else "interrupted (Ctrl-C)"
-            ) from None
+            return _interrupted(ctx)
         except Exception as exc:
             from .failures import classify
+            from .interrupts import pending
 
+            if pending():  # what tearing down a Spark job after a Ctrl-C raised (py4j's)
+                logging.getLogger("merklog.cli").debug("after Ctrl-C", exc_info=True)
+                return _interrupted(ctx)
             state = ctx.find_object(State)
             code, message = classify(exc, state.home if state else None)
             logging.getLogger("merklog.cli").debug("command failed", exc_info=True)
             failure = click.ClickException(message)
             failure.exit_code = int(code)
             raise failure from None
+
+
+def _interrupted(ctx: click.Context) -> NoReturn:
+    """The one line (exit 1) of a command interrupted by Ctrl-C."""
+    from .interrupts import mark
+
+    mark()  # what is logged from here on (a JVM's teardown) follows the interrupt
+    writes = ctx.invoked_subcommand in ("put", "retract")
+    raise click.ClickException(
+        "interrupted (Ctrl-C): what was written before it stays written (writes a"
+        " running node had received included); the same put or retract run again"
+        " adds nothing twice"
+        if writes
+        else "interrupted (Ctrl-C)"
+    ) from None
 
 
 #: Exit status when standard output is closed before the command is done (``| head``).

@@ -45,7 +45,21 @@ def announce(message: str, fmt: str = "text") -> None:
 def interrupted(record: logging.LogRecord) -> bool:
     """Whether ``record`` reports an exception caused by Ctrl-C (a KeyboardInterrupt in
     its chain), as py4j logs, with a traceback, for the command it was sending when a
-    Spark command is interrupted. The command's one error line says it was interrupted."""
+    Spark command is interrupted. The command's one error line says it was interrupted.
+
+    While a Ctrl-C is being handled (:func:`merklog.node.interrupts.pending`), so are
+    py4j's records (its ``py4j`` loggers, and the root logger it logs "Exception while
+    sending command." to) and any record with a traceback: their chain holds no
+    KeyboardInterrupt when pyspark's SIGINT handler meets the gateway mid-call."""
+    from .interrupts import pending
+
+    if pending() and (
+        record.exc_info is not None
+        or record.name == "root"
+        or record.name == "py4j"
+        or record.name.startswith("py4j.")
+    ):
+        return True
     exc = record.exc_info[1] if record.exc_info else None
     seen = 0
     while exc is not None and seen < 20:
