@@ -110,10 +110,11 @@ def _session(
     input_rows: int | None = None,
     prelaunched: Any = None,
 ) -> Any:
+    from merklog.node.interrupts import mark_on_sigint
     from merklog.node.spark.session import build_session
 
     try:
-        return build_session(
+        session = build_session(
             master=master,
             remote=remote,
             conf=_conf(confs),
@@ -121,6 +122,8 @@ def _session(
             input_rows=input_rows,
             prelaunched=prelaunched,
         )
+        mark_on_sigint()  # after pyspark's SIGINT handler, which it wraps
+        return session
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except Exception as exc:
@@ -212,6 +215,14 @@ def _raise_write_failure(exc: Exception, target: Path) -> None:
         f"Spark could not write the outputs under --out {target} (see -v for the JVM's message)",
         ExitCode.FAILED,
     ) from None
+
+
+def _remove_made(target: Path) -> None:
+    """Remove ``target``, the output folder a failed ``compact`` made (it did not exist
+    before the command): what Spark left in it is no snapshot."""
+    import shutil
+
+    shutil.rmtree(target, ignore_errors=True)
 
 
 def _nothing_to_compact(exc: Exception) -> None:
@@ -395,9 +406,12 @@ def register(cli: click.Group) -> None:
         # (ADR 0122, ADR 0158).
         prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)
         from merklog.node.spark.compact import CompactError, NothingToCompact, compact
+        from merklog.node.spark.damage import raise_damaged_input
         from merklog.node.spark.factargs import read_inputs
         from merklog.node.spark.progress import spark_progress
 
+        created = not out.exists()
+        done = False
         reader = None
         try:
             identity = _identity(state.home)
@@ -413,15 +427,21 @@ def register(cli: click.Group) -> None:
                     gather=False if args_in_spark else None,
                     reader=reader,
                 )
+            done = True
         except NothingToCompact as exc:
             _nothing_to_compact(exc)
         except CompactError as exc:
             raise click.ClickException(str(exc)) from None
+        except Exception as exc:
+            raise_damaged_input(exc, sources)
+            raise
         finally:
             if prelaunched is not None:
                 prelaunched.close()  # a JVM no session took over (an error before it)
             if reader is not None:
                 reader.close()
+            if created and not done:
+                _remove_made(out)
         if not results:  # --prune and no delta is stable yet: no snapshot was written
             raise click.ClickException(
                 "no delta is causally stable yet (every author's latest delta must have it in"
@@ -536,6 +556,9 @@ def register(cli: click.Group) -> None:
             except EngineError as exc:
                 raise click.ClickException(f"{program}:{exc}") from None
             except Exception as exc:
+                from merklog.node.spark.damage import raise_damaged_input
+
+                raise_damaged_input(exc, sources)  # before the write check: an IOException too
                 _raise_write_failure(exc, target)
                 raise
             if not all(Path(p).is_dir() for p in written.values()):
