@@ -4,6 +4,7 @@ replicated deltas as one step for the epoch loop."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from merklog.replication.blocks import parse_genesis
@@ -79,11 +80,9 @@ def genesis_from_ipfs(cfg: Config, dataset_id: str) -> tuple[Link, bytes]:
 
 def _kind_of(data: bytes) -> str:
     """What a block that is no genesis block is, for the error: a fact, a delta, …"""
-    try:
+    with suppress(ValueError):  # InvalidBlock: any block that is no fact
         decode_fact(data)
         return "a fact"
-    except ValueError:  # InvalidBlock: any block that is no fact
-        pass
     try:
         obj = decode(data)
     except ValueError:

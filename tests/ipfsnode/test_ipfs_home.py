@@ -3,7 +3,6 @@ sync with a SQLite peer, a daemon that is down or dies mid-write, a tampered blo
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import socket
@@ -17,6 +16,7 @@ import pytest
 from merklog.store import Link
 from merklog.store.ipfs import IPFSBlockStore
 
+from ..ipfsproxy import ImportProxy
 from .conftest import Cli
 
 pytestmark = [
@@ -124,64 +124,12 @@ def test_init_on_a_daemon_that_is_down_creates_nothing(tmp_path: Path) -> None:
     assert bad.exit_code != 0 and "not an IPFS API address" in bad.output
 
 
-class _KillingProxy:
-    """A loopback TCP proxy to the daemon that, once armed, kills the daemon as soon as
-    a ``dag/import`` request starts to arrive: the daemon really dies mid-write."""
-
-    def __init__(self, target_port: int, on_import) -> None:
-        self.target_port = target_port
-        self.on_import = on_import
-        self.armed = False
-        self.killed = threading.Event()
-        ready = threading.Event()
-
-        async def serve() -> None:
-            self.loop = asyncio.get_running_loop()
-            self.stop = asyncio.Event()
-            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = server.sockets[0].getsockname()[1]
-            ready.set()
-            await self.stop.wait()
-            server.close()
-
-        self.thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-        self.thread.start()
-        ready.wait(30)
-
-    async def _handle(self, reader, writer) -> None:
-        try:
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.close()
-            return
-
-        async def pipe(src, dst, upstream: bool) -> None:
-            try:
-                while data := await src.read(1 << 16):
-                    if upstream and self.armed and b"/dag/import" in data:
-                        self.armed = False
-                        await asyncio.to_thread(self.on_import)
-                        self.killed.set()
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pipe(reader, up_w, True), pipe(up_r, writer, False))
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.stop.set)
-        self.thread.join(10)
-
-
 @pytest.mark.timeout(900)  # two daemon starts on a shared, loaded machine
 def test_daemon_dying_mid_write_applies_nothing_and_the_retry_succeeds(
     tmp_path: Path, private_daemon
 ) -> None:
     daemon = private_daemon()  # its own repo and API port: killed and restarted here
-    proxy = _KillingProxy(daemon.api_port, daemon.kill)
+    proxy = ImportProxy(daemon.api_port, daemon.kill)
     try:
         run = Cli(tmp_path / "home")
         run("init", "--store", "ipfs", "--ipfs-api", f"http://127.0.0.1:{proxy.port}")
@@ -190,7 +138,7 @@ def test_daemon_dying_mid_write_applies_nothing_and_the_retry_succeeds(
         facts.write_text("".join(f'big({i}, "{i}", {i}.5).\n' for i in range(3000)))
         proxy.armed = True
         result = run("put", "-f", str(facts), ok=False)
-        assert proxy.killed.wait(60)  # the daemon died during this write
+        assert proxy.met.wait(60)  # the daemon died during this write
         assert result.exit_code != 0
         assert "Traceback" not in result.output
         assert "IPFS" in result.output and f"tcp/{proxy.port}" in result.output
@@ -562,7 +510,7 @@ def test_a_write_waiting_for_a_stopped_daemon_stalls_no_read(
         os.killpg(daemon.proc.pid, signal.SIGSTOP)
         stopped.set()
 
-    proxy = _KillingProxy(daemon.api_port, stop_daemon)
+    proxy = ImportProxy(daemon.api_port, stop_daemon)
     put = None
     try:
         a = Cli(tmp_path / "a")

@@ -16,6 +16,8 @@ from merklog.store import CIDMismatch, Link, StoreError, encode, encode_fact, ma
 from merklog.store.ipfs import api_multiaddr
 from merklog.store.ipfs_home import IPFSHomeStore
 
+from ..ipfsproxy import ImportProxy
+
 pytestmark = [
     pytest.mark.ipfs,
     pytest.mark.filterwarnings("ignore:The 'strict' parameter:FutureWarning"),
@@ -243,57 +245,22 @@ def test_a_daemon_that_fails_to_pin_is_unavailable_not_a_store_fault(tmp_path):
             store.close()
 
 
-class _HoldingProxy:
-    """A loopback TCP proxy to the daemon that, while ``hold`` is set, keeps a
-    ``dag/import`` request from reaching it (``held`` is then set) until ``release``."""
+class _HoldingProxy(ImportProxy):
+    """An :class:`ImportProxy` that, once armed, keeps a ``dag/import`` request from
+    reaching the daemon (``held`` is then set) until ``release``."""
 
     def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.hold = threading.Event()
         self.held = threading.Event()
         self.release = threading.Event()
-        ready = threading.Event()
+        super().__init__(target_port, self._hold)
 
-        async def serve() -> None:
-            self.loop = asyncio.get_running_loop()
-            self.stop = asyncio.Event()
-            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = server.sockets[0].getsockname()[1]
-            ready.set()
-            await self.stop.wait()
-            server.close()
-
-        self.thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-        self.thread.start()
-        ready.wait(30)
-
-    async def _handle(self, reader, writer) -> None:
-        try:
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.close()
-            return
-
-        async def pipe(src, dst, upstream: bool) -> None:
-            try:
-                while data := await src.read(1 << 16):
-                    if upstream and self.hold.is_set() and b"/dag/import" in data:
-                        self.hold.clear()
-                        self.held.set()
-                        await asyncio.to_thread(self.release.wait, 120)
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pipe(reader, up_w, True), pipe(up_r, writer, False))
+    def _hold(self) -> None:
+        self.held.set()
+        self.release.wait(120)
 
     def close(self) -> None:
         self.release.set()
-        self.loop.call_soon_threadsafe(self.stop.set)
-        self.thread.join(10)
+        super().close()
 
 
 def test_a_write_waiting_for_the_daemon_lets_other_threads_read(tmp_path, ipfs_daemon_handle):
@@ -306,7 +273,7 @@ def test_a_write_waiting_for_the_daemon_lets_other_threads_read(tmp_path, ipfs_d
     try:
         old, new, other = _facts("old", 5), _facts("new", 5), _facts("other", 5)
         old_cids = store.put_facts(old)
-        proxy.hold.set()
+        proxy.armed = True
         writes: dict[str, list[Link]] = {}
         writer = threading.Thread(target=lambda: writes.update(new=store.put_facts(new)))
         writer.start()
