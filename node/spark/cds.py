@@ -11,8 +11,9 @@ The archive lives in ``<cache>/spark-cds/`` (``$MERKLOG_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/merklog``, else ``~/.cache/merklog``), one file per *key*: the
 Java binary, the pyspark install and the driver JVM's options, because the JVM only
 maps an archive made by the same JVM with the same class path. The first run without
-one dumps to ``<key>.jsa.<pid>.part`` (the JVM writes it as it exits, after this
-process); a later run promotes a part file that nobody has touched for
+one claims the dump by creating ``<key>.jsa.<pid>.part`` empty, and its JVM writes the
+archive there as it exits, after this process (runs that find a claim dump nothing); a
+later run promotes a part file that nobody has touched for
 :data:`SETTLE_SECONDS` to ``<key>.jsa``. A missing, stale or damaged archive is not
 an error: the JVM checks the header and starts without sharing, and its CDS log
 lines go to stderr (the log file of a quiet session), not to stdout. ``MERKLOG_SPARK_CDS=0`` turns
@@ -132,6 +133,28 @@ def cds_options(java_options: str, class_path: str = "") -> str:
         return ""
     if archive is not None:
         return f"-XX:SharedArchiveFile={archive} {QUIET}"
-    if any(directory.glob(f"{key}.jsa.*.part")):
+    part = _claim(directory, key)
+    if part is None:
         return QUIET  # another run is dumping it: do not dump a second one
-    return f"-XX:ArchiveClassesAtExit={directory / f'{key}.jsa.{os.getpid()}.part'} {QUIET}"
+    return f"-XX:ArchiveClassesAtExit={part} {QUIET}"
+
+
+def _claim(directory: Path, key: str) -> Path | None:
+    """Claim the dump of ``key``'s archive for this process: its part file, created now
+    (the JVM replaces it as it exits), or None when another process holds a claim.
+
+    A JVM writes its part file only as it exits, so without the empty one made here,
+    commands started side by side (or a long session and the commands beside it) would
+    each dump an archive, ~20 s of CPU apiece. Two claims made at the same moment: the
+    one that sorts first keeps it."""
+    mine = directory / f"{key}.jsa.{os.getpid()}.part"
+    if any(directory.glob(f"{key}.jsa.*.part")):
+        return None
+    try:
+        os.close(os.open(mine, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError:
+        return None
+    if sorted(directory.glob(f"{key}.jsa.*.part"))[0] != mine:
+        mine.unlink(missing_ok=True)
+        return None
+    return mine

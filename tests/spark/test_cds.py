@@ -63,12 +63,33 @@ def test_first_run_dumps_others_wait_then_the_archive_is_mapped(cache: Path, mon
 def test_a_cut_short_dump_is_dropped_and_dumped_again(cache: Path) -> None:
     part = Path(_flag(cds.cds_options(OPTS), "ArchiveClassesAtExit") or "")
     dead = part.with_name(part.name.replace(f".{os.getpid()}.", f".{_dead_pid()}."))
+    part.rename(dead)
     dead.write_bytes(b"\0" * 64)  # no header: the JVM died while dumping
     old = time.time() - cds.SETTLE_SECONDS - 1
     os.utime(dead, (old, old))
     again = cds.cds_options(OPTS)
     assert not dead.exists()
     assert _flag(again, "ArchiveClassesAtExit") is not None
+
+
+def test_the_dump_is_claimed_before_the_jvm_starts(cache: Path) -> None:
+    """Commands started side by side dump one archive between them: the first claims the
+    dump with an empty part file at once, before its JVM runs (a JVM writes its own only
+    as it exits), and a second command that finds the claim starts without dumping."""
+    part = Path(_flag(cds.cds_options(OPTS), "ArchiveClassesAtExit") or "")
+    assert part.exists() and part.stat().st_size == 0
+    beside = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from merklog.node.spark.cds import cds_options; print(cds_options({OPTS!r}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert beside.stdout.strip() == cds.QUIET
+    assert list(cache.glob("*.part")) == [part]
 
 
 def test_off_when_asked(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
