@@ -11,8 +11,6 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # short jobs: the fast-starting JVM (C1 only, serial GC); real jobs use the JVM defaults
 os.environ.setdefault("MERKLOG_SPARK_LIGHT_JVM", "1")
-# no class-data-sharing archive in the user's cache from test JVMs (test_cds.py tests it)
-os.environ.setdefault("MERKLOG_SPARK_CDS", "0")
 
 
 @pytest.fixture(scope="session")

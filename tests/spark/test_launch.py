@@ -15,6 +15,10 @@ import pytest
 
 from merklog.node.spark import launch
 
+#: The probes start JVMs with a fresh cache each: none dumps a class-data-sharing archive
+#: (a dump costs a JVM ~20 s of CPU as it exits; test_cds.py tests the archive).
+NO_CDS = {"MERKLOG_SPARK_CDS": "0"}
+
 CONF = {"spark.app.name": "merklog-launch-test", "spark.master": "local[1]"}
 
 PROBE = r"""
@@ -41,7 +45,7 @@ print(json.dumps({
 
 
 def _probe(cache: Path, mode: str, direct: str = "1") -> dict:
-    env = dict(os.environ, MERKLOG_CACHE_DIR=str(cache), MERKLOG_SPARK_DIRECT=direct)
+    env = dict(os.environ, MERKLOG_CACHE_DIR=str(cache), MERKLOG_SPARK_DIRECT=direct, **NO_CDS)
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     out = subprocess.run(
         [sys.executable, "-c", PROBE, mode], env=env, capture_output=True, text=True, timeout=300
@@ -50,26 +54,36 @@ def _probe(cache: Path, mode: str, direct: str = "1") -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def first_start(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A session started directly (the launcher asked once, its command cached): the
+    cache folder and what the probe saw."""
+    cache = tmp_path_factory.mktemp("launch")
+    return cache, _probe(cache, "first")
+
+
 def test_the_driver_runs_the_launchers_command_and_later_starts_skip_the_launcher(
-    tmp_path: Path,
+    first_start: tuple[Path, dict],
 ) -> None:
-    first = _probe(tmp_path, "first")
+    cache, first = first_start
     assert first["rows"] == 5
     assert first["gateway_env"] == []  # handed over, then forgotten
-    [cached] = (tmp_path / "spark-launch").glob("*.json")
+    [cached] = (cache / "spark-launch").glob("*.json")
     command = json.loads(cached.read_text())["command"]
     assert first["cmdline"] == command  # the JVM is the command the launcher printed
     assert Path(command[0]).name == "java" and "org.apache.spark.launcher.Main" not in command
-    again = _probe(tmp_path, "no-launcher")  # the cache answers: no launcher JVM at all
+    again = _probe(cache, "no-launcher")  # the cache answers: no launcher JVM at all
     assert again["rows"] == 5 and again["cmdline"] == command
 
 
-def test_a_quiet_jvm_holds_neither_of_the_commands_streams(tmp_path: Path) -> None:
-    """The JVM writes its stdout and stderr to the log, whichever way it was started:
-    it outlives the command by its shutdown, and a reader of the command's output (a
-    pipe) would otherwise wait for that too; the command gets its own streams back."""
-    for direct in ("1", "0"):
-        seen = _probe(tmp_path, "first", direct)
+def test_a_quiet_jvm_holds_neither_of_the_commands_streams(
+    first_start: tuple[Path, dict], tmp_path: Path
+) -> None:
+    """The JVM writes its stdout and stderr to the log, whichever way it was started
+    (directly, as in ``first_start``, or by pyspark's launcher): it outlives the command
+    by its shutdown, and a reader of the command's output (a pipe) would otherwise wait
+    for that too; the command gets its own streams back."""
+    for seen in (first_start[1], _probe(tmp_path, "first", direct="0")):
         assert seen["rows"] == 5
         assert seen["jvm_out"] == [seen["log"], seen["log"]]
         assert seen["log"] not in seen["own_out"]
@@ -85,7 +99,7 @@ def test_a_quiet_session_starts_when_the_command_has_no_stdout(tmp_path: Path) -
         "spark = build_session(master='local[1]', app_name='merklog-launch-test', quiet=True)\n"
         "os.write(2, b'rows %d' % spark.range(3).count())\n"
     )
-    env = dict(os.environ, MERKLOG_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, MERKLOG_CACHE_DIR=str(tmp_path), **NO_CDS)
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
@@ -175,7 +189,7 @@ print(json.dumps({
 
 
 def _prelaunch_probe(cache: Path, mode: str) -> dict:
-    env = dict(os.environ, MERKLOG_CACHE_DIR=str(cache), MERKLOG_SPARK_DIRECT="1")
+    env = dict(os.environ, MERKLOG_CACHE_DIR=str(cache), MERKLOG_SPARK_DIRECT="1", **NO_CDS)
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     env.pop("MERKLOG_SPARK_LIGHT_JVM", None)
     out = subprocess.run(
