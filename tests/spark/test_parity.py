@@ -197,14 +197,29 @@ def replicas(spark, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def analyzed(spark, replicas):
+    """``analyzed(name, i)``: analyze's result of program ``name`` over replica ``i``,
+    evaluated once for the module (the edge tests read the parity test's results)."""
+    done: dict[tuple[str, int], object] = {}
+
+    def get(name: str, i: int):
+        if (name, i) not in done:
+            program = parse_program(PROGRAMS[name])
+            base = relations_from_snapshot(replicas[i][0], used_relations(program))
+            assert "unused" not in base
+            done[name, i] = evaluate(spark, program, base)
+        return done[name, i]
+
+    return get
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_analyze_matches_engine_and_node(spark, replicas, name):
+def test_analyze_matches_engine_and_node(replicas, analyzed, name):
     text = PROGRAMS[name]
     program = parse_program(text)
-    for snap, visible, home in replicas:
-        base = relations_from_snapshot(snap, used_relations(program))
-        assert "unused" not in base
-        got = evaluate(spark, program, base)
+    for i, (_snap, visible, home) in enumerate(replicas):
+        got = analyzed(name, i)
         expected = Program.parse(text).evaluate(visible)
         with merklog.open(home) as node:
             node.load_program(text, source=f"{name}.dl")
@@ -219,31 +234,27 @@ def test_analyze_matches_engine_and_node(spark, replicas, name):
     assert any(_keys(got.rows(rel)) for rel in output_relations(program))
 
 
-def test_parity_cases_exercise_the_edges(spark, replicas):
+def test_parity_cases_exercise_the_edges(analyzed):
     """The generated data reaches the cases the parity test is for (so it can fail)."""
-    snap, visible, _home = replicas[0]
-    text = PROGRAMS["identity"] + PROGRAMS["aggregates"]
-    program = parse_program(text)
-    got = evaluate(spark, program, relations_from_snapshot(snap, used_relations(program)))
+    got = analyzed("identity", 0)
     assert not got.rows("both")  # 1 and 1.0 never join
     assert not got.rows("boolint")  # true is not 1
     assert (I53 + 1, float(I53)) not in got.rows("numeq")  # exact, not through doubles
     assert _key((I53, float(I53))) in _keys(got.rows("numeq"))
-    sums = {k for k, _s in got.rows("s")}
+    sums = {k for k, _s in analyzed("aggregates", 0).rows("s")}
     assert 5 not in sums and 6 not in sums and 7 in sums  # overflowing groups derive nothing
 
 
-def test_parity_cases_exercise_mixed_columns(spark, replicas):
+def test_parity_cases_exercise_mixed_columns(replicas, analyzed):
     """The mixed-type programs reach the cases they are for (so the parity test can fail):
     1, 1.0 and true meet in one column, CIDs are ordered by bytes, sums overflow."""
-    snap, visible, _home = replicas[0]
-    text = PROGRAMS["mixed_identity"] + PROGRAMS["mixed_arith_aggregates"]
-    program = parse_program(text)
-    got = evaluate(spark, program, relations_from_snapshot(snap, used_relations(program)))
+    _snap, visible, _home = replicas[0]
+    got = analyzed("mixed_identity", 0)
     assert {type(v) for (v,) in visible["mx"]} == {int, float, bool, str, bytes, Link}
     assert _keys(got.rows("meq")) == {_key((1.0,))}  # mx(1) is retracted; true is not 1
     assert {_key((1.0,)), _key((True,))} <= _keys(got.rows("mnoint"))
     assert _key((1,)) not in _keys(got.rows("mj"))  # retracted from mx, still in ints
+    got = analyzed("mixed_arith_aggregates", 0)
     raw_min = min((v for (v,) in visible["lk"]), key=lambda x: x.raw)
     raw_max = max((v for (v,) in visible["lk"]), key=lambda x: x.raw)
     assert _keys(got.rows("lmin")) == {_key((raw_min,))}
