@@ -12,9 +12,11 @@ import pytest
 from .test_cli import _merklog
 
 
-@pytest.fixture
-def damaged(tmp_path: Path) -> Path:
-    """An export of 2000 facts whose op file's pages (not its footer) are garbled."""
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An export of 2000 facts whose op file's pages (not its footer) are garbled, made
+    once for the module (the commands only read it): ``<dir>/ex/ops/…``, home ``<dir>/h``."""
+    tmp_path = tmp_path_factory.mktemp("damaged")
     home = tmp_path / "h"
     facts = tmp_path / "facts.dl"
     facts.write_text("".join(f'a({i}, "v{i * 7919}").\n' for i in range(2000)))
@@ -40,11 +42,12 @@ def damaged(tmp_path: Path) -> Path:
     ids=["compact", "compact-args-in-spark", "analyze"],
 )
 def test_a_damaged_input_is_one_line_naming_it_exit_2(tmp_path, damaged, command):
+    made = damaged.parent.parent.parent
     prog = tmp_path / "p.dl"
     prog.write_text("b(X) :- a(X, _).\n")
     out = tmp_path / "out"
-    args = [a.format(ex=tmp_path / "ex", out=out, prog=prog) for a in command]
-    done = _merklog("--home", str(tmp_path / "h"), *args)
+    args = [a.format(ex=made / "ex", out=out, prog=prog) for a in command]
+    done = _merklog("--home", str(made / "h"), *args)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
