@@ -1,9 +1,13 @@
 """Fixtures for nodes on IPFS: the store area's session daemon, the node area's CLI runner
-and node subprocesses, and private daemons (fixed ports, killable) for fault tests."""
+and node subprocesses, private daemons (fixed ports, killable), and one killable daemon
+a module's fault tests share."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,3 +43,44 @@ def private_daemon(tmp_path_factory) -> Iterator:
     for daemon in made:
         daemon.stop()
         shutil.rmtree(daemon.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def _module_fault_daemon(tmp_path_factory) -> Iterator:
+    """The daemon behind ``fault_daemon``: started once per module (and worker)."""
+    daemon = ipfs_daemon_module.IPFSDaemon(Path(tmp_path_factory.mktemp("ipfsd-faults")))
+    try:
+        daemon.start()
+    except ipfs_daemon_module.DaemonError as exc:
+        daemon.stop()
+        pytest.fail(f"a js-ipfs test daemon did not start: {exc}")
+    yield daemon
+    if daemon.proc is not None:  # a test may have left it stopped (SIGSTOP)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(daemon.proc.pid, signal.SIGCONT)
+    daemon.stop()
+    shutil.rmtree(daemon.root, ignore_errors=True)
+
+
+@pytest.fixture
+def fault_daemon(_module_fault_daemon):
+    """A js-ipfs daemon of this module's own (repo and API port of its own, not the
+    session daemon) that a fault test may kill, stop and restart, running and answering
+    when the test starts.
+
+    Each fault test writes through a home of its own and checks only that home's
+    blocks, so they need no fresh daemon: sharing one (per module and xdist worker)
+    saves a repo init and a daemon start, ~10 s each on a loaded machine. A daemon an
+    earlier test left stopped or dead is woken or restarted here.
+    """
+    daemon = _module_fault_daemon
+    if daemon.proc is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(daemon.proc.pid, signal.SIGCONT)
+    if daemon.proc is None or daemon.proc.poll() is not None or not daemon._answers():
+        daemon.kill()
+        try:
+            daemon.start()  # same repo, same port
+        except ipfs_daemon_module.DaemonError as exc:
+            pytest.fail(f"the module's js-ipfs fault daemon did not start again: {exc}")
+    return daemon
