@@ -15,7 +15,7 @@ from merklog.node.commands import put
 from merklog.store import Link, sqlrun
 from merklog.store.sqlite import SQLiteBlockStore
 
-from .conftest import Cli, as_printed
+from .conftest import Cli, as_printed, put_script
 
 # Values Python's == merges (1, 1.0, true) beside look-alikes ("1", x"01").
 VALUES = ["1", "1.0", "true", '"1"', 'x"01"', "-0.0", '"x"', "9223372036854775807"]
@@ -120,7 +120,7 @@ def test_a_full_disk_mid_put_keeps_the_chunks_before_and_writes_nothing_after(
 def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(
     run: Cli, home: Path, tmp_path: Path, sig: str
 ):
-    """Ctrl-C (a real SIGINT to a real ``merklog put -f`` of three 200k-fact chunks) once
+    """Ctrl-C (a real SIGINT to a real ``merklog put -f`` of three 60k-fact chunks) once
     the first chunk is printed, while the second is being written: that write finishes
     and is printed before the put stops, and the third is never sent. So the facts
     printed are exactly the facts stored; one line on stderr, exit 1, the store intact.
@@ -132,12 +132,15 @@ def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(
     import time
 
     run("init")
-    chunk = put.LOCAL_CHUNK_FACTS
+    # Chunks of 60k facts, not the 200k of LOCAL_CHUNK_FACTS: each still takes over a
+    # second to write (the window the signal must hit), the put a third of the time.
+    chunk = 60_000
     lines = _lines(3 * chunk)
     data = tmp_path / "facts.dl"
     data.write_text("\n".join(lines) + "\n")
+    script = put_script("LOCAL_CHUNK_FACTS")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "put", "-f", str(data)],
+        [sys.executable, "-c", script, str(chunk), "--home", str(home), "put", "-f", str(data)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
