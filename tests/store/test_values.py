@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 from hypothesis import given, settings
@@ -32,9 +33,12 @@ values = st.one_of(
     st.binary(min_size=32, max_size=32).map(lambda d: bytes([1, 0x71, 0x12, 0x20]) + d),
 )
 relations = st.from_regex(r"[a-z][a-zA-Z0-9_]{0,12}", fullmatch=True)
+LONG = os.environ.get("MERKLOG_LONG") == "1"
 
 
-@settings(max_examples=3000)
+# 1,000 examples in CI (each value kind, CID-shaped bytes and links many times over, in
+# lists of up to six; ~6 ms each under load), 3,000 with MERKLOG_LONG=1.
+@settings(max_examples=3000 if LONG else 1000)
 @given(relations, st.lists(values, max_size=6))
 def test_fast_codec_is_byte_identical_to_reference(rel, args):
     fact = make_fact(rel, args)
@@ -212,7 +216,9 @@ render_values = st.one_of(
 )
 
 
-@settings(max_examples=1500)
+# 500 examples in CI (up to 40 values each: thousands of values rendered both ways),
+# 1,500 with MERKLOG_LONG=1.
+@settings(max_examples=1500 if LONG else 500)
 @given(st.lists(st.lists(render_values, max_size=5), max_size=8))
 def test_args_texts_is_format_value_in_bulk(arg_lists):
     """``args_texts`` gives exactly what ``format_value`` gives, value by value, or
