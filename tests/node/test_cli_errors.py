@@ -18,7 +18,7 @@ import pytest
 
 from merklog.node.failures import ExitCode
 
-from .conftest import Cli
+from .conftest import Cli, put_script
 
 
 def merklog(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -194,13 +194,23 @@ def test_a_relation_name_over_the_limit_anywhere_in_a_large_put_writes_nothing(
     now at most MAX_RELATION_CHARS, checked as the input is read: a too-long name on
     the last line of an input larger than one chunk is a LINE:COL error and nothing of
     the input is written, not the chunks before it."""
-    from merklog.node.commands.put import LOCAL_CHUNK_FACTS
-
+    # A real merklog whose chunks are 2,000 facts (LOCAL_CHUNK_FACTS is 200,000): the
+    # input is still more than one chunk, its first written while the rest is read.
+    chunk = 2000
     data = tmp_path / "facts.dl"
-    lines = [f'n({i}, {i}.0, "{i}").' for i in range(LOCAL_CHUNK_FACTS + 1000)]
+    lines = [f'n({i}, {i}.0, "{i}").' for i in range(chunk + 1000)]
     data.write_text("\n".join([*lines, "r" + "x" * 99_999 + "(1).", ""]))
     at = f"{len(lines) + 1}:1"
-    assert_fails(merklog(ready, "put", "-f", str(data)), ExitCode.BAD_INPUT, at, "256-character")
+    put = subprocess.run(
+        [sys.executable, "-c", put_script("LOCAL_CHUNK_FACTS"), str(chunk)]
+        + ["--home", str(ready), "put", "-f", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        stdin=subprocess.DEVNULL,
+    )
+    assert_fails(put, ExitCode.BAD_INPUT, at, "256-character")
     assert Cli(ready)("ls").output.count("\t") == 1  # edge(1, 2) only
 
 
