@@ -34,8 +34,10 @@ CHECKED = "(" + BOX + "?.checked === true)"
 UNCHECKED = "(" + BOX + "?.checked === false)"
 
 
-@pytest.fixture
-def browser():
+@pytest.fixture(scope="module")
+def _chromium():
+    """One headless Chromium for the module: a launch takes 1-3 s, and every test works
+    in contexts of its own (``new_page`` opens one too), which share no storage."""
     if not Path(CHROMIUM).exists():
         pytest.fail("chromium missing: run tests/setup.d/30-chromium.sh")
     from playwright.sync_api import sync_playwright
@@ -44,6 +46,17 @@ def browser():
         b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         yield b
         b.close()
+
+
+@pytest.fixture
+def browser(_chromium):
+    """The module's Chromium; the contexts (and pages) a test opened and left open are
+    closed after it, so no page of it polls on into the next test."""
+    before = set(_chromium.contexts)
+    yield _chromium
+    for context in _chromium.contexts:
+        if context not in before:
+            context.close()
 
 
 def _free_port() -> int:
