@@ -10,6 +10,7 @@ asserts) are built block by block and must sync again too.
 from __future__ import annotations
 
 import asyncio
+import os
 from contextlib import asynccontextmanager
 
 import pytest
@@ -161,8 +162,10 @@ mixed_value = st.one_of(
 )
 
 
+# Each example writes up to MAX_OPS + 1 facts and WRITE_MAX_OBSERVED + 1 deltas and syncs
+# them twice through a real server (~4 s on a loaded machine): 4 in CI, 12 in long mode.
 @settings(
-    max_examples=6,
+    max_examples=12 if os.environ.get("MERKLOG_LONG") == "1" else 4,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
