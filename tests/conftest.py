@@ -66,19 +66,3 @@ def pytest_sessionfinish(session):
     """Reap the warm-up process (it is long done by the end of a run)."""
     if _warm_up is not None and _warm_up.poll() is None:
         _warm_up.wait(120)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under ``-n`` (pytest-xdist), keep every test of the shared Spark session on one
-    worker (ADR 0182).
-
-    The session fixture is session-scoped: grouping the tests that use it means one
-    worker starts that JVM instead of each worker starting its own on a 2-core machine.
-    Spark tests that start their own processes (launch, CDS, cluster commands) or need
-    no JVM at all run on either worker.
-    """
-    import pytest
-
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -22,12 +22,13 @@ export SPARK_LOCAL_IP=127.0.0.1
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYTHONHASHSEED=0
 
-# 3. Lint, then the tests: on two worker processes (pytest-xdist, ADR 0182), every Spark
-#    test on one of them; MERKLOG_TEST_WORKERS=0 runs them in this process, one by one.
+# 3. Lint, then the tests: on two worker processes (pytest-xdist, ADR 0182), each test
+#    module on one of them (its module fixtures made once); MERKLOG_TEST_WORKERS=0 runs
+#    them in this process, one by one.
 .venv/bin/ruff check .
 workers=${MERKLOG_TEST_WORKERS:-2}
 if [ "$workers" = 0 ]; then
     .venv/bin/python -m pytest "$@"
 else
-    .venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"
+    .venv/bin/python -m pytest -n "$workers" --dist loadscope "$@"
 fi
