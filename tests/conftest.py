@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
@@ -60,6 +61,9 @@ def pytest_sessionstart(session):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    # reaped as soon as it exits: until then its pid is taken, and cds.py promotes no part
+    # file of a process that may still be running
+    threading.Thread(target=_warm_up.wait, name="cds-warm-up", daemon=True).start()
 
 
 def pytest_sessionfinish(session):
