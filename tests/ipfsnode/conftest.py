@@ -18,6 +18,7 @@ from tests.store.conftest import (  # noqa: F401 - fixtures
     ipfs_daemon,
     ipfs_daemon_handle,
     ipfs_daemon_module,
+    start_or_fail,
 )
 
 __all__ = ["Cli", "NodeProc"]
@@ -49,11 +50,7 @@ def private_daemon(tmp_path_factory) -> Iterator:
 def _module_fault_daemon(tmp_path_factory) -> Iterator:
     """The daemon behind ``fault_daemon``: started once per module (and worker)."""
     daemon = ipfs_daemon_module.IPFSDaemon(Path(tmp_path_factory.mktemp("ipfsd-faults")))
-    try:
-        daemon.start()
-    except ipfs_daemon_module.DaemonError as exc:
-        daemon.stop()
-        pytest.fail(f"a js-ipfs test daemon did not start: {exc}")
+    start_or_fail(daemon, "the module's js-ipfs fault daemon")
     yield daemon
     # Killed, not stopped: its repo is thrown away, and after the stalled-write test
     # a graceful stop took 2-4 s.

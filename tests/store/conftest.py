@@ -31,16 +31,21 @@ def _load_daemon_module():
 ipfs_daemon_module = _load_daemon_module()
 
 
+def start_or_fail(daemon, what: str = "the js-ipfs test daemon") -> None:
+    """Start ``daemon``; fail the test (never skip it) when it cannot start."""
+    try:
+        daemon.start()
+    except ipfs_daemon_module.DaemonError as exc:
+        daemon.stop()
+        pytest.fail(f"{what} did not start: {exc}")
+
+
 @pytest.fixture(scope="session")
 def ipfs_daemon_handle():
     """The running daemon object (repo path, API URL); fails — never skips — if it cannot start."""
     daemon = ipfs_daemon_module.IPFSDaemon()
     atexit.register(daemon.stop)  # also if the session dies before its finalizers run
-    try:
-        daemon.start()
-    except ipfs_daemon_module.DaemonError as exc:
-        daemon.stop()
-        pytest.fail(f"the js-ipfs test daemon did not start: {exc}")
+    start_or_fail(daemon)
     yield daemon
     daemon.stop()
 
