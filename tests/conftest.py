@@ -39,7 +39,8 @@ def pytest_sessionstart(session):
 
     It runs before the workers' first Spark JVM asks for the archive, so it is the one
     that dumps (the others start without sharing meanwhile and dump nothing); the archive
-    is mapped from the first JVM that starts once it has settled (about a minute in).
+    is mapped from the first JVM that starts once it has settled (about three minutes
+    into a clean clone's run: the dump, then cds.SETTLE_SECONDS).
     """
     global _warm_up
     if hasattr(session.config, "workerinput"):
