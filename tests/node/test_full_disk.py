@@ -94,12 +94,15 @@ def test_put_through_a_node_on_a_full_disk_exits_6_keeping_what_it_printed(
     request in flight after the failed one may be stored unprinted: docs/operations.md.)"""
     home = tmp_path / "home"
     Cli(home)("init")
-    node_factory(home, env=fault_env(first="1")).start()
+    fired = tmp_path / "fault.log"  # which write met the injected failure, and where
+    node_factory(home, env={**fault_env(first="1"), "MERKLOG_TEST_FULL_LOG": str(fired)}).start()
     source = tmp_path / "facts.dl"
     lines = [f"edge({i}, {i})." for i in range(400)]
     source.write_text("\n".join(lines) + "\n")
     # node.max_body 1024: this put sends requests of at most 256 bytes (~20 facts).
     done = merklog(home, "--set", "node.max_body=1024", "put", "-f", str(source))
+    where = fired.read_text() if fired.exists() else "(the failure was never injected)"
+    assert done.returncode == ExitCode.DISK_FULL, (done.returncode, done.stderr, where)
     assert_fails(done, ExitCode.DISK_FULL, "no space left")
     printed = [line.split("\t")[1] + "." for line in done.stdout.splitlines()]
     stored = {line.split("\t")[1] + "." for line in merklog(home, "ls").stdout.splitlines()}

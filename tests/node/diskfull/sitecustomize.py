@@ -9,6 +9,8 @@ tmpfs). Put this directory first on ``PYTHONPATH`` and set:
   request's facts, not the single blocks a node writes as it starts) fails the
   same way after SECONDS in SQLite (the disk fills while it is written; its rollback
   frees the space, so the writes after it work).
+- ``MERKLOG_TEST_FULL_LOG=PATH``: each failure injected by ``MERKLOG_TEST_FULL_FIRST`` is
+  logged to PATH with the stack that met it, so a test can say which write took it.
 - ``MERKLOG_TEST_STATVFS_FULL=1``: ``os.statvfs`` reports no free space (what a full
   disk shows besides its failing writes).
 
@@ -19,6 +21,7 @@ import os
 
 _FLAG = os.environ.get("MERKLOG_TEST_FULL_FLAG")
 _FIRST = os.environ.get("MERKLOG_TEST_FULL_FIRST")
+_LOG = os.environ.get("MERKLOG_TEST_FULL_LOG")
 
 if os.environ.get("MERKLOG_TEST_STATVFS_FULL"):
     _statvfs = os.statvfs
@@ -45,6 +48,12 @@ if _FLAG or _FIRST:
         if _FLAG and os.path.exists(_FLAG):
             return True
         if _FIRST and len(blocks) > 1 and _first.acquire(blocking=False):
+            if _LOG:
+                import traceback
+
+                with open(_LOG, "a") as log:
+                    log.write(f"pid {os.getpid()}, {len(blocks)} blocks:\n")
+                    log.write("".join(traceback.format_stack()[:-1]))
             time.sleep(float(_FIRST))
             return True
         return False
