@@ -20,7 +20,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -66,6 +66,22 @@ class Boundary(click.Group):
         _load_commands()
         return super().list_commands(ctx)
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        """Parse ``merklog``'s own options; a mistake in them (``--bogus``, a ``--home``
+        that is a file) is one line too, as a command's are (:meth:`_invoke`)."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # bare ``merklog``: the help, as click shows it
+        except click.UsageError as exc:
+            raise _usage_line(exc) from None
+
     def invoke(self, ctx: click.Context) -> object:
         from .interrupts import reset
 
@@ -84,11 +100,7 @@ class Boundary(click.Group):
             sys.stdout.flush()  # a closed pipe (``| head``) is met here, not by click's exit
             return result
         except click.UsageError as exc:  # one line, not click's usage, hint and blank line
-            where = exc.ctx.command_path if exc.ctx is not None else "merklog"
-            hint = _global_option_hint(exc, where) or f"(see `{where} --help`)"
-            failure = click.ClickException(f"{exc.format_message()} {hint}")
-            failure.exit_code = exc.exit_code
-            raise failure from None
+            raise _usage_line(exc) from None
         except (click.exceptions.ClickException, click.exceptions.Exit, click.Abort) as exc:
             from .interrupts import pending
 
@@ -144,6 +156,16 @@ def _interrupted(ctx: click.Context) -> NoReturn:
 
 #: Exit status when standard output is closed before the command is done (``| head``).
 STDOUT_CLOSED = 141
+
+
+def _usage_line(exc: click.UsageError) -> click.ClickException:
+    """A usage mistake as one ``Error:`` line with a pointer to the help, instead of
+    click's usage block, hint and blank line."""
+    where = exc.ctx.command_path if exc.ctx is not None else "merklog"
+    hint = _global_option_hint(exc, where) or f"(see `{where} --help`)"
+    failure = click.ClickException(f"{exc.format_message()} {hint}")
+    failure.exit_code = exc.exit_code
+    return failure
 
 
 def _global_option_hint(exc: click.UsageError, where: str) -> str:

@@ -28,6 +28,38 @@ class NodeAPIError(NodeError, RuntimeError):
         self.detail = detail
 
 
+#: Error names of the node's answers whose detail is the whole message, worded as a
+#: stopped home's CLI words it (``failures.classify``): the name before it only said the
+#: same thing twice (``unknown relation: unknown relation nosuch/1: …``).
+_SELF_CONTAINED = frozenset(
+    {
+        "bad input",
+        "bad program",
+        "bad query",
+        "bad CID",
+        "refused",
+        "rejected",
+        "failed",
+        "store damaged",
+        "store error",
+        "store unavailable",
+        "disk full",
+    }
+)
+
+
+def api_message(error: str, detail: str) -> str:
+    """The one-line message for an error answer ``{"error": error, "detail": detail}``:
+    the detail alone when it says everything (it names the error, or the error is one of
+    :data:`_SELF_CONTAINED`), else ``error: detail`` (``unauthorized: send …``,
+    ``peer unreachable: …``)."""
+    if not detail:
+        return error
+    if error in _SELF_CONTAINED or error.lower() in detail.lower():
+        return detail
+    return f"{error}: {detail}"
+
+
 class _OutputError(Exception):
     """Writing a streamed answer where the caller wants it failed (``error``)."""
 
@@ -94,7 +126,7 @@ class NodeClient:
             try:
                 payload = json.loads(exc.read())
                 error, detail = str(payload.get("error", "error")), str(payload.get("detail") or "")
-                message = error + (f": {detail}" if detail else "")
+                message = api_message(error, detail)
             except (ValueError, AttributeError):
                 message = str(exc)
             raise NodeAPIError(exc.code, message, error, detail) from None
@@ -203,7 +235,7 @@ def _follow_lines(resp: Any, progress: Callable[[str, int, int], None]) -> Any:
         elif "result" in event:
             return event["result"]
         elif "error" in event:
-            message = event["error"] + (f": {event['detail']}" if event.get("detail") else "")
+            message = api_message(str(event["error"]), str(event.get("detail") or ""))
             raise NodeAPIError(int(event.get("status", 502)), message)
     raise NodeAPIError(502, "the node ended the sync stream without a result")
 

@@ -42,7 +42,9 @@ def facts_text(args: tuple[str, ...], file: Any) -> str:
         parts.append(_read_utf8(sys.stdin))
     text = "\n".join(p for p in parts if p.strip())
     if not text.strip():
-        raise click.UsageError("no facts given (e.g. merklog put 'edge(1, 2).')")
+        ctx = click.get_current_context(silent=True)
+        command = ctx.command_path if ctx is not None else "merklog put"
+        raise click.UsageError(f"no facts given (e.g. {command} 'edge(1, 2).')")
     return text
 
 

@@ -18,6 +18,7 @@ def register(cli: click.Group) -> None:
         """Print the fact (or block kind) stored under CID."""
         from merklog.node.cliutil import guard, target
         from merklog.node.failures import ExitCode, Failure
+        from merklog.node.target import TargetError
         from merklog.store import BlockNotFound, Link, StoreError
 
         try:
@@ -27,7 +28,10 @@ def register(cli: click.Group) -> None:
         with target(state) as t:
             try:
                 info = guard(lambda: t.block(cid))
-            except BlockNotFound:
+            except (BlockNotFound, TargetError) as exc:
+                if isinstance(exc, TargetError) and exc.exit_code != ExitCode.NOT_FOUND:
+                    raise
+                # the same line whether the home is stopped or a node answered 404
                 raise Failure(f"no block {cid} in this store", ExitCode.NOT_FOUND) from None
         if as_json:
             click.echo(json.dumps(info))

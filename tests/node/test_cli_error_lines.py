@@ -321,3 +321,68 @@ def test_a_bad_cid_is_said_once_and_eval_help_names_bools(tmp_path: Path, node_f
     )
     assert status == 400 and body["detail"].count("not a CID") == 1, body
     assert "bools, then ints" in " ".join(merklog(home, "eval", "--help").stdout.split())
+
+
+def test_a_running_node_says_each_error_once_as_a_stopped_home_does(
+    tmp_path: Path, node_factory
+) -> None:
+    """Through a running node the CLI printed the answer's error name before its detail,
+    which named it again: ``unknown relation: unknown relation nosuch/1 …``, ``not found:
+    block not found …``, ``bad program: p.dl:1:9: …``. Each line is now the stopped
+    home's, word for word, with the same exit status."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    Cli(home)("put", "edge(1, 2).")
+    program = tmp_path / "p.dl"
+    program.write_text("p(X) :- q(X, .\n")
+    absent = "bafyreihlx7sqczozsnchtyjxsg76vbxhzduqyye3sahwvoymqaqlh6jndi"
+    cases = [
+        (("query", "nosuch(X)"), ExitCode.NOT_FOUND, "unknown relation nosuch/1"),
+        (("get", absent), ExitCode.NOT_FOUND, absent),
+        (("load", str(program)), ExitCode.BAD_INPUT, "p.dl:1:"),
+    ]
+
+    def said() -> list[str]:
+        out = []
+        for args, code, word in cases:
+            done = merklog(home, *args)
+            assert_fails(done, code, word)
+            out.append(done.stderr)  # the Error line, and a program's hint below it
+        return out
+
+    stopped = said()
+    node_factory(home).start()
+    running = said()
+    assert running == stopped
+    for text in running:
+        body = text.splitlines()[0].removeprefix("Error: ")
+        name = body.split(":", 1)[0]
+        assert body.count(name) == 1, text  # no name said twice
+
+
+def test_usage_mistakes_in_merklogs_own_options_are_one_line(tmp_path: Path) -> None:
+    """A mistake in ``merklog``'s own options (parsed before any command) printed click's
+    usage block, its hint and a blank line before the error; a command's own usage
+    mistakes were already one line. ``retract`` with no facts suggested ``merklog put``."""
+    import subprocess
+    import sys
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+
+    fails_on_one_line(cli("--home", str(afile), "status"), 2, "--home", "is a file", "--help")
+    fails_on_one_line(cli("--bogus"), 2, "--bogus", "merklog --help")
+    home = tmp_path / "home"
+    Cli(home)("init")
+    fails_on_one_line(
+        cli("--home", str(home), "retract"), 2, "no facts given", "merklog retract 'edge(1, 2).'"
+    )
