@@ -23,13 +23,14 @@ block it lacks only ends by timing out, so its copy is not checked block by bloc
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from merklog.store import BlockNotFound, CIDMismatch, Link
 
-from .failures import ExitCode, Failure
+from .failures import ExitCode, Failure, classify
 
 if TYPE_CHECKING:
     from merklog.store.ipfs_home import IPFSHomeStore
@@ -110,7 +111,14 @@ def fsck(
     from merklog.replication.errors import NotFound
 
     dataset = Link.parse(cfg.get("dataset.id"))
-    store, identity = _open(cfg)
+    try:
+        store, identity = _open(cfg)
+    except sqlite3.DatabaseError as exc:
+        # A file SQLite cannot even open as a database (cut short: "malformed"): page
+        # damage too, reported as the damage found once it is open is (--json included).
+        if classify(exc, cfg.home)[0] != ExitCode.STORE_DAMAGED:
+            raise
+        return FsckResult(problems=[f"SQLite reports page-level damage: {exc}"], page_damage=True)
     result = FsckResult()
     try:
         pages = _page_damage(store, cfg.home)
@@ -174,12 +182,7 @@ def _page_damage(store: Any, home: Any) -> str | None:
     to 100 problems, mostly "Page N is never used"), or None if it reports none. A store
     so damaged that the check itself cannot run (``database disk image is malformed``)
     counts too; other SQLite errors (a full disk, a lock) are raised as themselves."""
-    import sqlite3
-
-    from .failures import classify
-
     try:
-        # Block-level problems it also finds are left to the replica checks.
         # Block-level problems it also finds are left to the replica checks; one
         # report of SQLite's may hold several lines.
         reports = [
