@@ -123,6 +123,8 @@ def output_file(path: str | Path) -> Iterator[BinaryIO]:
         mode = None
     if mode is not None and stat.S_ISDIR(mode):
         raise IsADirectoryError(f"{path} is a directory")
+    if mode is None and not real.parent.is_dir():  # said of the user's path, not the temp file
+        raise FileNotFoundError(f"cannot write {path}: there is no directory {real.parent}")
     if mode is not None and not stat.S_ISREG(mode):
         with open(real, "wb") as out:
             yield out

@@ -391,3 +391,19 @@ def test_usage_mistakes_in_merklogs_own_options_are_one_line(tmp_path: Path) -> 
     fails_on_one_line(
         cli("--home", str(home), "retract"), 2, "no facts given", "merklog retract 'edge(1, 2).'"
     )
+
+
+def test_export_into_a_missing_directory_names_the_users_path(tmp_path: Path, node_factory) -> None:
+    """``export DIR/x.car`` into a directory that does not exist said ``[Errno 2] No such
+    file or directory: 'DIR/x.car.tmp'``: the temporary file, not the path the user
+    gave. Now the path and the missing directory are named, stopped or running."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    target = tmp_path / "nodir" / "x.car"
+    stopped = fails_on_one_line(
+        merklog(home, "export", str(target)), ExitCode.FAILED, str(target), "no directory"
+    )
+    node_factory(home).start()
+    running = fails_on_one_line(merklog(home, "export", str(target)), ExitCode.FAILED)
+    assert running == stopped and ".tmp" not in stopped
+    assert not (tmp_path / "nodir").exists()
