@@ -75,6 +75,8 @@ class Boundary(click.Group):
     ) -> click.Context:
         """Parse ``merklog``'s own options; a mistake in them (``--bogus``, a ``--home``
         that is a file) is one line too, as a command's are (:meth:`_invoke`)."""
+        if parent is None:
+            _check_utf8_arguments(args)
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.exceptions.NoArgsIsHelpError:
@@ -156,6 +158,35 @@ def _interrupted(ctx: click.Context) -> NoReturn:
 
 #: Exit status when standard output is closed before the command is done (``| head``).
 STDOUT_CLOSED = 141
+
+
+#: Commands whose arguments are facts: they name a bad byte by LINE:COL of the facts
+#: (``cliutil.facts_text``), which says more than the argument's number.
+_FACT_COMMANDS = frozenset({"put", "retract"})
+
+
+def _check_utf8_arguments(args: list[str]) -> None:
+    """Refuse an argument holding bytes that are not UTF-8 (Python keeps them as lone
+    surrogates) with one line naming it, before any command turns it into a codec's
+    message or a ``'\\udcff'`` (``ls``, ``query``, ``get``, ``sync``…)."""
+    for arg in args:
+        if arg in _FACT_COMMANDS:
+            return
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            code = ord(arg[exc.start])
+            byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+            try:  # the bytes as given (a shell's argument), undecodable ones as \xff
+                shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:  # a lone surrogate no byte decodes to
+                shown = arg.encode("utf-8", "backslashreplace").decode("utf-8")
+            failure = click.ClickException(
+                f"argument '{shown}': not UTF-8 text ({byte} at column {exc.start + 1});"
+                " give arguments as UTF-8"
+            )
+            failure.exit_code = 2  # bad input (ExitCode.BAD_INPUT)
+            raise failure from None
 
 
 def _usage_line(exc: click.UsageError) -> click.ClickException:

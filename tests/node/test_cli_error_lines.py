@@ -407,3 +407,33 @@ def test_export_into_a_missing_directory_names_the_users_path(tmp_path: Path, no
     running = fails_on_one_line(merklog(home, "export", str(target)), ExitCode.FAILED)
     assert running == stopped and ".tmp" not in stopped
     assert not (tmp_path / "nodir").exists()
+
+
+def test_an_argument_that_is_not_utf8_is_named_by_every_command(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 in an argument of ``ls``, ``query``, ``get`` or ``sync``
+    gave a codec's message (``'utf-8' codec can't encode character '\\udcff'…``) or the
+    argument shown as ``'\\udcff'``. Now one line naming the argument as the bytes were
+    given, the bad byte and its column; exit 2 (``put`` names LINE:COL of its facts)."""
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+
+    def run(*args: bytes) -> subprocess.CompletedProcess:  # argv as bytes, as a shell gives it
+        return subprocess.run(
+            [os.fsencode(sys.executable), b"-m", b"merklog.node.cli", b"--home",
+             os.fsencode(home), *args],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    for args, shown, column in (
+        ((b"ls", b"\xff"), r"'\xff'", 1),
+        ((b"query", b"a(\xff)"), r"'a(\xff)'", 3),
+        ((b"get", b"\xffx"), r"'\xffx'", 1),
+        ((b"sync", b"http://\xff"), r"'http://\xff'", 8),
+    ):
+        fails_on_one_line(
+            run(*args), ExitCode.BAD_INPUT, shown, "not UTF-8", f"byte 0xff at column {column}"
+        )
