@@ -87,7 +87,8 @@ def register(cli: click.Group) -> None:
         0 if the home is whole (after repairs), 5 if problems remain. The node must be
         stopped.
         """
-        from merklog.node.failures import StoreDamaged
+        from merklog.node.cliutil import fail
+        from merklog.node.failures import ExitCode, StoreDamaged
         from merklog.node.fsck import FsckResult, fsck
         from merklog.node.runtime import HomeBusy, HomeLock
         from merklog.node.storecheck import precheck
@@ -100,11 +101,20 @@ def register(cli: click.Group) -> None:
             if as_json:
                 _print_json(FsckResult(problems=[str(exc)]), repair_from)
             raise
-        if repair_from is not None and not repair_from.startswith(("http://", "https://")):
+        if repair_from is not None and "://" not in repair_from:
             peer = cfg.peers.get(repair_from)
             if not isinstance(peer, dict) or "url" not in peer:
-                raise click.UsageError(f"--repair-from: no peer named {repair_from!r}")
+                # as `sync NAME` says it: exit 3, not found
+                fail(
+                    f"--repair-from: unknown peer {repair_from!r}: give http://HOST:PORT or"
+                    " add it with `merklog peers add`",
+                    ExitCode.NOT_FOUND,
+                )
             repair_from = str(peer["url"])
+        if repair_from is not None:
+            from merklog.node.peersync import check_peer_url
+
+            repair_from = check_peer_url(repair_from)  # malformed: bad input (exit 2)
         try:
             lock = HomeLock.acquire(state.home)
         except HomeBusy as exc:

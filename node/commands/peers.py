@@ -44,7 +44,7 @@ def register(cli: click.Group) -> None:
         """Add (or update) peer NAME at URL (http://HOST:PORT)."""
         from merklog.node.client import NodeAPIError, NodeClient
         from merklog.node.cliutil import fail, guard, target
-        from merklog.node.failures import ExitCode, exit_code_for_status
+        from merklog.node.failures import ExitCode
 
         if not name.replace("-", "").replace("_", "").isalnum():
             fail(f"peer name {name!r} must be letters, digits, - or _", ExitCode.BAD_INPUT)
@@ -56,9 +56,12 @@ def register(cli: click.Group) -> None:
             try:
                 info = NodeClient(url, token or "", timeout=10).status()
             except NodeAPIError as exc:
+                # the peer's answer, not this node's: unreachable is exit 4, any answer
+                # refusing the question exit 1 (as `sync` reports a peer's refusal)
+                unreachable = exc.status == 0
                 fail(
                     f"cannot ask {url} for its key ({exc}); pass --key HEX to add it offline",
-                    exit_code_for_status(exc.status),
+                    ExitCode.PEER_UNREACHABLE if unreachable else ExitCode.FAILED,
                 )
             key = info["key"]
             if info.get("dataset") != cfg.get("dataset.id"):

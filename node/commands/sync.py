@@ -19,7 +19,7 @@ def register(cli: click.Group) -> None:
         from merklog.node.cliutil import fail, guard, target
         from merklog.node.failures import ExitCode
 
-        if not peer.startswith(("http://", "https://")):
+        if "://" not in peer:  # a name (a URL of another scheme is a malformed URL: exit 2)
             from merklog.node.target import load_config
 
             cfg = guard(lambda: load_config(state.home, state.overrides))

@@ -437,3 +437,36 @@ def test_an_argument_that_is_not_utf8_is_named_by_every_command(tmp_path: Path) 
         fails_on_one_line(
             run(*args), ExitCode.BAD_INPUT, shown, "not UTF-8", f"byte 0xff at column {column}"
         )
+
+
+def test_peer_mistakes_have_the_documented_statuses(tmp_path: Path) -> None:
+    """QA: ``sync ftp://x`` said "unknown peer" (exit 3) where a malformed peer URL is
+    exit 2; ``fsck --repair-from NAME`` of an unknown name was exit 2 where ``sync NAME``
+    is 3; ``peers add`` against a server answering 404 (not a merklog node) exited 3,
+    "not found", as if the command's own object were missing: a peer's refusing answer
+    is exit 1, as ``sync`` reports it."""
+    import functools
+    import http.server
+    import threading
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    fails_on_one_line(merklog(home, "sync", "nosuch"), ExitCode.NOT_FOUND, "unknown peer")
+    fails_on_one_line(merklog(home, "sync", "ftp://x"), ExitCode.BAD_INPUT, "http://")
+    fails_on_one_line(
+        merklog(home, "fsck", "--repair-from", "nosuch"), ExitCode.NOT_FOUND, "unknown peer"
+    )
+    fails_on_one_line(merklog(home, "fsck", "--repair-from", "ftp://x"), ExitCode.BAD_INPUT)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        fails_on_one_line(
+            merklog(home, "peers", "add", "web", url, "--token", "x"), ExitCode.FAILED, "404"
+        )
+    finally:
+        server.shutdown()
+    fails_on_one_line(
+        merklog(home, "peers", "add", "gone", "http://127.0.0.1:9"), ExitCode.PEER_UNREACHABLE
+    )
