@@ -133,6 +133,15 @@ class SyncClient:
                 yield resp
         except aiohttp.ClientConnectorCertificateError as exc:  # before its parent class
             raise PeerUntrusted.for_url(_base(url), exc.certificate_error) from None
+        except aiohttp.ClientConnectorSSLError as exc:  # also before ClientConnectorError
+            # The TLS handshake itself failed (a peer serving plain HTTP answers an
+            # https:// URL with WRONG_VERSION_NUMBER): a configuration to fix, not a peer
+            # to retry.
+            reason = exc.os_error if exc.os_error is not None else exc
+            raise PeerError(
+                f"the TLS handshake with {_base(url)} failed ({reason}); a peer that serves"
+                " plain HTTP needs an http:// URL"
+            ) from None
         except aiohttp.ClientConnectorError as exc:
             reason = exc.os_error.strerror if exc.os_error is not None else str(exc)
             raise PeerUnreachable(f"cannot reach peer {_base(url)}: {reason}") from None

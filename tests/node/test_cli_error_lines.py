@@ -470,3 +470,23 @@ def test_peer_mistakes_have_the_documented_statuses(tmp_path: Path) -> None:
     fails_on_one_line(
         merklog(home, "peers", "add", "gone", "http://127.0.0.1:9"), ExitCode.PEER_UNREACHABLE
     )
+
+
+def test_sync_over_https_with_a_plain_http_peer_is_a_setup_mistake(
+    tmp_path: Path, node_factory
+) -> None:
+    """``sync https://…`` of a peer serving plain HTTP said "peer unreachable …
+    WRONG_VERSION_NUMBER", exit 4 (worth retrying): retrying cannot help. It is a peer
+    error (exit 1) saying that a plain-HTTP peer needs an http:// URL, stopped or
+    running."""
+    peer, home = tmp_path / "peer", tmp_path / "home"
+    Cli(peer)("init")
+    node = node_factory(peer).start()
+    Cli(home)("init")
+    wrong = node.url.replace("http://", "https://")
+    stopped = fails_on_one_line(
+        merklog(home, "sync", wrong), ExitCode.FAILED, "peer error", "TLS", "http:// URL"
+    )
+    node_factory(home).start()
+    running = fails_on_one_line(merklog(home, "sync", wrong), ExitCode.FAILED)
+    assert running == stopped
