@@ -25,7 +25,7 @@ from merklog.store import Link
 
 from . import dataset as dataset_mod
 from . import storage
-from .config import ORIGIN, Config, new_token, require_dataset
+from .config import DEFAULTS, ORIGIN, Config, new_token, require_dataset
 from .failures import ExitCode, Failure
 from .files import IDENTITY_FILE as IDENTITY_FILE  # re-exported: callers look here
 from .files import private_dir
@@ -118,6 +118,36 @@ def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:
         " then imports them into it",
         ExitCode.BAD_INPUT,
     )
+
+
+#: Options whose change init does not list: secrets (a generated token is said without
+#: its value) and the dataset (its own output line, "joined").
+_UNLISTED = {"dataset.id"}
+_SECRETS = {"api.token", "api.read_token"}
+
+
+def changed_settings(before: Config, after: Config) -> list[str]:
+    """What an init of an initialised home changed in its config.toml (``before`` and
+    ``after`` read from the file alone): one ``KEY: OLD -> NEW`` per option, so the
+    settings given to init (``--port``, ``--host``, ``--set``, the environment) are not
+    saved silently under "already initialised"."""
+    lines = []
+    for section, values in DEFAULTS.items():
+        for name in values:
+            key = f"{section}.{name}"
+            old, new = before.get(key), after.get(key)
+            if key in _UNLISTED or old == new:
+                continue
+            if key in _SECRETS:
+                lines.append(f"{key}: generated a new one (`merklog token` prints it)")
+            else:
+                lines.append(f"{key}: {_toml(old)} -> {_toml(new)}")
+    return lines
+
+
+def _toml(value: Any) -> str:
+    """``value`` as config.toml spells it ("127.0.0.1", true, 7420)."""
+    return json.dumps(value) if isinstance(value, str | bool) else str(value)
 
 
 def _daemon(addr: Any) -> str | None:
