@@ -21,8 +21,8 @@ from typing import Any
 
 import tomli_w
 
-from .errors import NodeError
-from .files import tighten_secrets, write_private
+from .errors import NodeError, NodeInputError
+from .files import decode_utf8, tighten_secrets, write_private
 from .home import ENV_HOME as ENV_HOME  # re-exported: config is where callers look
 from .home import default_home as default_home
 from .peerurl import peer_url_problem
@@ -93,6 +93,44 @@ _PATHS = {("store", "path"), ("node", "program"), ("node", "static_dir")}
 
 class ConfigError(NodeError, ValueError):
     """A configuration file or override is invalid."""
+
+
+#: How to get a home's config.toml back, said by every error about a damaged one.
+RESTORE_CONFIG = (
+    "put back the copy of config.toml kept with the home's backup (docs/operations.md,"
+    ' "Backup and restore")'
+)
+
+
+def read_config_text(path: Path) -> str:
+    """The text of the config file ``path``; ConfigError (exit 2, the file named) if it
+    is a directory or not UTF-8, like any other damage to it. Python's own messages
+    named no file ("'utf-8' codec can't decode byte 0xff …") or gave exit 1
+    ("[Errno 21] Is a directory")."""
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(
+            f"{path} is a directory, not a config file; move it away and {RESTORE_CONFIG}"
+        ) from None
+    try:
+        return decode_utf8(data, path)
+    except NodeInputError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def require_dataset(cfg: Config) -> None:
+    """ConfigError naming the file and the entry unless ``cfg`` (an initialised home's)
+    names its dataset: a config.toml emptied or cut short lost ``dataset.id`` first (it
+    is written last), and the node then failed on it as "not a CID: ''"."""
+    if cfg.get("dataset.id"):
+        return
+    where = cfg.home / CONFIG_FILE if cfg.home is not None else "the configuration"
+    raise ConfigError(
+        f"{where}: dataset.id is missing (the file is empty or was cut short?); it names the"
+        f" dataset this home follows, so nothing can be read or written without it:"
+        f" {RESTORE_CONFIG}"
+    )
 
 
 def _parse_literal(text: str) -> Any:
@@ -211,7 +249,7 @@ class Config:
         if path is not None and path.exists():
             tighten_secrets(path.parent)
             try:
-                data = tomllib.loads(path.read_text())
+                data = tomllib.loads(read_config_text(path))
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"{path}: {exc}") from exc
             for section, values in data.items():

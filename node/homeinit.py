@@ -25,10 +25,11 @@ from merklog.store import Link
 
 from . import dataset as dataset_mod
 from . import storage
-from .config import ORIGIN, Config, new_token
+from .config import DEFAULTS, ORIGIN, Config, new_token, require_dataset
 from .failures import ExitCode, Failure
 from .files import IDENTITY_FILE as IDENTITY_FILE  # re-exported: callers look here
 from .files import private_dir
+from .storecheck import check_store_file, load_key
 
 
 def init_home(
@@ -45,7 +46,13 @@ def init_home(
     private_dir(home)
     created = not (home / "config.toml").exists()
     cfg = Config.load(home, overrides)
-    identity = Identity.load_or_create(home / IDENTITY_FILE)
+    if not created:
+        refuse_damaged_home(cfg)
+    identity = (
+        load_key(home)  # a damaged one is refused (exit 5), not used or replaced
+        if (home / IDENTITY_FILE).exists() or (home / IDENTITY_FILE).is_symlink()
+        else Identity.load_or_create(home / IDENTITY_FILE)
+    )
     for key in ("token", "read_token"):
         if not cfg.get(f"api.{key}"):
             cfg.data["api"][key] = new_token()
@@ -61,6 +68,20 @@ def init_home(
             store.close()
     cfg.save()
     return cfg, created
+
+
+def refuse_damaged_home(cfg: Config) -> None:
+    """Refuse (nothing written) to complete a home whose store or config lost what it
+    had, as every other command on it does: ``init`` said "already initialised" (exit
+    0) over a deleted store.sqlite, and over a config.toml emptied or cut short it made
+    a new dataset in the old store, hiding every fact the home had. A new empty store
+    would lose the dataset's history: the message says how to restore it."""
+    if cfg.get("dataset.id"):
+        check_store_file(cfg)  # missing, empty or not SQLite: exit 5, as `status`
+        return
+    store = cfg.path("store.path") if cfg.get("store.backend") == "sqlite" else None
+    if store is not None and store.exists():
+        require_dataset(cfg)  # the store holds a dataset the config no longer names
 
 
 def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:
@@ -97,6 +118,36 @@ def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:
         " then imports them into it",
         ExitCode.BAD_INPUT,
     )
+
+
+#: Options whose change init does not list: secrets (a generated token is said without
+#: its value) and the dataset (its own output line, "joined").
+_UNLISTED = {"dataset.id"}
+_SECRETS = {"api.token", "api.read_token"}
+
+
+def changed_settings(before: Config, after: Config) -> list[str]:
+    """What an init of an initialised home changed in its config.toml (``before`` and
+    ``after`` read from the file alone): one ``KEY: OLD -> NEW`` per option, so the
+    settings given to init (``--port``, ``--host``, ``--set``, the environment) are not
+    saved silently under "already initialised"."""
+    lines = []
+    for section, values in DEFAULTS.items():
+        for name in values:
+            key = f"{section}.{name}"
+            old, new = before.get(key), after.get(key)
+            if key in _UNLISTED or old == new:
+                continue
+            if key in _SECRETS:
+                lines.append(f"{key}: generated a new one (`merklog token` prints it)")
+            else:
+                lines.append(f"{key}: {_toml(old)} -> {_toml(new)}")
+    return lines
+
+
+def _toml(value: Any) -> str:
+    """``value`` as config.toml spells it ("127.0.0.1", true, 7420)."""
+    return json.dumps(value) if isinstance(value, str | bool) else str(value)
 
 
 def _daemon(addr: Any) -> str | None:

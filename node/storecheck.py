@@ -35,7 +35,7 @@ def precheck(cfg: Any) -> None:
         )
     if not cfg.get("dataset.id"):
         return
-    _check_store(cfg)
+    check_store_file(cfg)
     if cfg.home is not None:
         check_key(cfg.home)
 
@@ -52,13 +52,27 @@ def check_key(home: Path) -> Path:
     return path
 
 
-def _key_way_out(home: Path, path: Path) -> str:
+def _key_way_out(home: Path, path: Path, damaged: bool = False) -> str:
+    """How to get a working key back. ``init`` makes a key only where there is none, so
+    a damaged one (junk, a directory) is moved away first: told to run init, init
+    refused it ("not a valid node key")."""
+    backup = 'the copy made as docs/operations.md "Backup and restore" says'
+    if damaged:
+        return (
+            f"move it away (`mv {path} {path}.damaged`), then put the key back (e.g. `cp"
+            f" BACKUP-identity.pem {path}`, {backup}) or run `merklog --home {home} init`"
+            f" to make a new key, {_GRANT}"
+        )
     return (
-        f"put the key back (e.g. `cp BACKUP-identity.pem {path}`, the copy made as"
-        ' docs/operations.md "Backup and restore" says), or run'
-        f" `merklog --home {home} init` to make a new key, which a writer of the"
-        " dataset must then grant (`merklog peers add NAME URL --writer` on its home)"
+        f"put the key back (e.g. `cp BACKUP-identity.pem {path}`, {backup}), or run"
+        f" `merklog --home {home} init` to make a new key, {_GRANT}"
     )
+
+
+_GRANT = (
+    "which a writer of the dataset must then grant (`merklog peers add NAME URL --writer`"
+    " on its home)"
+)
 
 
 def load_key(home: Path) -> Any:
@@ -74,12 +88,14 @@ def load_key(home: Path) -> Any:
         raise KeyMissing(
             f"the node key {path} is damaged ({exc.why}), so this home cannot sign writes"
             " as itself;"
-            f" {_key_way_out(home, path)}"
+            f" {_key_way_out(home, path, damaged=True)}"
         ) from None
 
 
-def _check_store(cfg: Any) -> None:
-    """The store half of :func:`precheck` (SQLite homes only)."""
+def check_store_file(cfg: Any) -> None:
+    """The store half of :func:`precheck` (SQLite homes only); ``init`` of a home that
+    follows a dataset runs it too, so it says the store is gone, not "already
+    initialised"."""
     if cfg.get("store.backend") != "sqlite":
         return
     path = cfg.path("store.path")

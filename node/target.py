@@ -16,7 +16,7 @@ from merklog.store import Fact, Link
 
 from . import writeaccess
 from .client import NodeAPIError, NodeClient
-from .config import CONFIG_FILE, Config
+from .config import CONFIG_FILE, Config, require_dataset
 from .errors import NodeInputError
 from .failures import ExitCode, Failure, exit_code_for_status
 from .runtime import HomeLock, read_runfile, remove_runfile
@@ -193,11 +193,13 @@ class RemoteTarget:
 
 def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
     """The config of the initialised home ``home`` as the CLI uses it: TargetError if
-    there is none, :func:`refuse_memory_store` if it names the memory store."""
+    there is none, :func:`refuse_memory_store` if it names the memory store,
+    :func:`~.config.require_dataset` if it lost its ``dataset.id`` (emptied, cut short)."""
     if not (home / CONFIG_FILE).exists():
         raise TargetError(f"{home} is not a merklog home; run `merklog --home {home} init` first")
     cfg = Config.load(home, overrides)
     refuse_memory_store(cfg, overrides)
+    require_dataset(cfg)
     return cfg
 
 

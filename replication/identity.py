@@ -74,7 +74,12 @@ class Identity:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Identity:
         """Load a key saved by :meth:`save` (PEM) or a raw 32-byte seed file."""
-        data = Path(path).read_bytes()
+        try:
+            data = Path(path).read_bytes()
+        except IsADirectoryError:  # Python's "[Errno 21] Is a directory", exit 1
+            error = BadKey(f"{path} is not a valid node key (it is a directory)")
+            error.why = "it is a directory"
+            raise error from None
         if len(data) == 32:
             return cls.from_seed(data)
         what = "it is empty" if not data.strip() else "it is not a PEM private key"

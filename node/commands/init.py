@@ -78,7 +78,13 @@ def register(cli: click.Group) -> None:
         """
         from merklog.node.config import Config
         from merklog.node.dataset import genesis_from_ipfs
-        from merklog.node.homeinit import Join, fetch_join, initialise, refuse_store_switch
+        from merklog.node.homeinit import (
+            Join,
+            changed_settings,
+            fetch_join,
+            initialise,
+            refuse_store_switch,
+        )
         from merklog.node.node import IDENTITY_FILE
         from merklog.node.runtime import HomeLock
         from merklog.node.storage import check_store
@@ -134,6 +140,8 @@ def register(cli: click.Group) -> None:
                     " blocks of the old dataset stay in the store but are no longer visible",
                     err=True,
                 )
+            config = state.home / "config.toml"  # its own values, to say what changed
+            before = Config.load(state.home, env={}) if config.exists() else None
             cfg, created = initialise(state.home, overrides, join, existed)
         finally:
             lock.release()
@@ -141,6 +149,9 @@ def register(cli: click.Group) -> None:
         if join is not None and str(join.dataset) != current and not created:
             verb = "joined"
         click.echo(f"{verb} {state.home}")
+        if before is not None:  # what it changed in an initialised home, said
+            for change in changed_settings(before, Config.load(state.home, env={})):
+                click.echo(f"  changed  {change}")
         click.echo(f"  config   {state.home / 'config.toml'}")
         click.echo(f"  key      {state.home / IDENTITY_FILE}")
         click.echo(f"  store    {cfg.path('store.path')}")

@@ -282,17 +282,13 @@ def _local_replica(state: State) -> Iterator[Any]:
     """The home's replica alone, under the home lock: export needs the log, not a node,
     so the node's start-up (loading every visible fact into the engine) is skipped."""
     from merklog.node import storage
-    from merklog.node.config import Config
     from merklog.node.runtime import HomeBusy, HomeLock
     from merklog.node.storecheck import precheck
-    from merklog.node.target import refuse_memory_store
+    from merklog.node.target import load_config
     from merklog.replication.replica import Replica
     from merklog.store import Link
 
-    cfg = Config.load(state.home, state.overrides)
-    if not cfg.get("dataset.id"):
-        raise click.ClickException(f"no dataset in {state.home}: run 'merklog init' first")
-    refuse_memory_store(cfg, state.overrides)
+    cfg = load_config(state.home, state.overrides)  # a home, its dataset, not in memory
     precheck(cfg)
     try:
         lock = HomeLock.acquire(state.home)

@@ -28,6 +28,21 @@ def test_init_creates_key_config_store_and_dataset(run, home: Path) -> None:
     assert (home / "store.sqlite").exists()
     again = run("init").output
     assert "already initialised" in again
+    assert "changed" not in again
+
+
+def test_init_of_an_initialised_home_says_what_it_changes(run, home: Path) -> None:
+    """``init --port N`` on an initialised home printed "already initialised" and saved
+    the new port without a word. It still saves what it was given (init is how a setting
+    is changed from the command line), and lists each change; a repeat changes nothing."""
+    run("init")
+    out = run("--set", "node.tick=true", "init", "--port", "7433").output
+    assert "already initialised" in out
+    assert "  changed  node.port: 7420 -> 7433\n" in out
+    assert "  changed  node.tick: false -> true\n" in out
+    cfg = tomllib.loads((home / "config.toml").read_text())
+    assert cfg["node"]["port"] == 7433 and cfg["node"]["tick"] is True
+    assert "changed" not in run("init", "--port", "7433").output
     assert tomllib.loads((home / "config.toml").read_text())["dataset"] == cfg["dataset"]
 
 

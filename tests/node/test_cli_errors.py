@@ -687,3 +687,72 @@ def test_a_trusted_key_of_the_wrong_length_is_a_usage_error(tmp_path: Path) -> N
         result = merklog(home, "import-snapshot", str(snap), "--trust", key)
         assert_fails(result, ExitCode.BAD_INPUT, "--trust", "32 bytes (64 hex digits)")
     assert not home.exists()
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut short", "not UTF-8", "a directory"])
+def test_a_damaged_config_file_is_named_with_the_bad_config_status(
+    ready: Path, damage: str
+) -> None:
+    """An emptied or cut-short config.toml gave ``Error: not a CID: ''``, one that is not
+    UTF-8 Python's codec message (no file named), and a directory in its place
+    ``[Errno 21] Is a directory`` with exit 1. Each is a damaged config now: exit 2, the
+    file (and the entry) named, for every command and for ``init``, which made a new
+    dataset in the old store over an emptied one; nothing is changed."""
+    config = ready / "config.toml"
+    original = config.read_text()
+    says: tuple[str, ...] = ("dataset.id is missing", "backup")
+    if damage == "empty":
+        config.write_text("")
+    elif damage == "cut short":
+        config.write_text(original[: original.index("[dataset]")])
+    elif damage == "not UTF-8":
+        config.write_bytes(b"\xff" + original.encode())
+        says = ("1:1: not UTF-8",)
+    else:
+        config.unlink()
+        config.mkdir()
+        says = ("is a directory", "backup")
+    for args in (("status",), ("put", "edge(5, 6)."), ("token",), ("init",)):
+        assert_fails(merklog(ready, *args), ExitCode.BAD_INPUT, str(config), *says)
+    assert_fails(merklog(ready, "node", "run", "--port", "0"), ExitCode.BAD_INPUT, str(config))
+    if config.is_dir():
+        config.rmdir()
+    config.write_text(original)
+    config.chmod(0o600)
+    listed = Cli(ready)("ls").output.splitlines()
+    assert [line.split("\t")[1] for line in listed] == ["edge(1, 2)"], listed
+
+
+def test_a_node_key_that_is_a_directory_is_a_damaged_key(ready: Path) -> None:
+    """A directory in place of identity.pem gave ``[Errno 21] Is a directory`` with exit
+    1; a missing or junk key gives exit 5 and the way out, and so does it now, for
+    ``init`` too (which refused a junk key with exit 1 and no way out)."""
+    key = ready / "identity.pem"
+    saved = key.read_bytes()
+    key.unlink()
+    key.mkdir()
+    for args in (("status",), ("put", "edge(2, 3)."), ("fsck",), ("init",)):
+        assert_fails(
+            merklog(ready, *args), ExitCode.STORE_DAMAGED, str(key), "put the key back", "mv "
+        )
+        assert key.is_dir()
+    key.rmdir()  # the way out it names
+    key.write_bytes(saved)
+    key.chmod(0o600)
+    assert merklog(ready, "put", "edge(2, 3).").returncode == 0
+
+
+def test_init_of_a_home_whose_store_is_gone_says_so(ready: Path) -> None:
+    """``init`` on a home whose store.sqlite was deleted said "already initialised" and
+    exited 0, and the next ``status`` said the store is missing (exit 5). It says so
+    itself now, with the same status and way out, and makes no new empty store (the
+    dataset's history would be lost under a home that looks whole)."""
+    store = ready / "store.sqlite"
+    for path in (store, ready / "store.sqlite-wal", ready / "store.sqlite-shm"):
+        path.unlink(missing_ok=True)
+    before = (ready / "config.toml").read_text()
+    result = merklog(ready, "init")
+    assert_fails(result, ExitCode.STORE_DAMAGED, str(store), "missing", "restore")
+    assert "initialised" not in result.stdout
+    assert not store.exists()
+    assert (ready / "config.toml").read_text() == before
