@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from merklog.store.errors import Error
 
-__all__ = ["Error", "NodeError", "NodeInputError", "NotSettled", "Unauthorized"]
+__all__ = ["Error", "Forbidden", "NodeError", "NodeInputError", "NotSettled", "Unauthorized"]
 
 
 class NodeError(Error):
@@ -21,6 +21,11 @@ class NodeInputError(NodeError, ValueError):
 
 class Unauthorized(NodeError):
     """A request lacks the token its route needs (HTTP 401)."""
+
+
+class Forbidden(NodeError):
+    """A request's token is valid but does not grant what its route needs: the read
+    token on a write route (HTTP 403)."""
 
 
 class NotSettled(NodeError):

@@ -4,7 +4,12 @@ Order (outermost first): ``count`` (every answer by route template and status),
 ``in_flight`` (requests that change the home, which a shutdown lets finish and
 answer), ``errors`` (every failure becomes a JSON body ``{"error", "detail"}`` with
 the right status; a client that went away is not an error), ``auth`` (the token a
-route needs, from the route table in :mod:`merklog.node.server`).
+route needs, from the route table in :mod:`merklog.node.server`), ``body_limit`` (a
+body declared over ``node.max_body`` is refused from the headers).
+
+:func:`expect_continue` answers ``Expect: 100-continue`` for the same routes: a
+request its headers already refuse gets no "100 Continue", so its client hears the
+refusal without uploading the body.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from merklog.replication.errors import ReplicationError
 from merklog.store import BlockNotFound, Error, InvalidValue, StoreError, StoreUnavailable
 
 from .config import Config
-from .errors import NodeError, NodeInputError, Unauthorized
+from .errors import Forbidden, NodeError, NodeInputError, Unauthorized
 from .failures import ExitCode, Failure, classify
 from .metrics import NodeMetrics
 
@@ -44,6 +49,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: ``(method, route template) -> access`` where access is public | read | write | peer.
 ACCESS_KEY = web.AppKey("merklog_access", dict)
 CONFIG_KEY = web.AppKey("merklog_config", Config)
+#: ``(method, route template)`` of the routes that read their whole body into memory,
+#: so that ``node.max_body`` bounds it (not ``/v1/import``, which streams).
+BUFFERED_KEY = web.AppKey("merklog_buffered_bodies", frozenset)
 METRICS_KEY = web.AppKey("merklog_metrics", NodeMetrics)
 
 
@@ -76,7 +84,7 @@ def route_access(request: web.Request) -> str:
     if getattr(request.match_info, "http_exception", None) is not None:
         return "public"
     method = "GET" if request.method == "HEAD" else request.method
-    table: dict = request.app[ACCESS_KEY]
+    table: dict = request.config_dict[ACCESS_KEY]
     return table.get((method, route_template(request)), "public")
 
 
@@ -98,16 +106,23 @@ def _matches(given: str, expected: str) -> bool:
 
 
 def check_token(config: Config, access: str, token: str) -> None:
-    """Raise Unauthorized unless ``token`` grants ``access`` (read or write).
+    """Raise Unauthorized (401) unless ``token`` grants ``access`` (read or write), or
+    Forbidden (403) for the read token on a write route: it is valid, and no other
+    credential for the same token would help (RFC 9110 §15.5.4).
 
     The write token (``api.token``) grants reads too; ``api.read_token`` grants reads
     only; ``api.anonymous_reads = true`` lets reads through without a token.
     """
     write = config.get("api.token")
     if access == "write":
-        if not _matches(token, write):
-            raise Unauthorized("send Authorization: Bearer <api.token> (the write token)")
-        return
+        if _matches(token, write):
+            return
+        if _matches(token, config.get("api.read_token")):
+            raise Forbidden(
+                "the read token (api.read_token) grants reads only: send Authorization:"
+                " Bearer <api.token> (the write token)"
+            )
+        raise Unauthorized("send Authorization: Bearer <api.token> (the write token)")
     if access == "read":
         if config.get("api.anonymous_reads"):
             return
@@ -124,6 +139,57 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     if access in ("read", "write"):
         check_token(request.app[CONFIG_KEY], access, _presented_token(request))
     return await handler(request)
+
+
+# ------------------------------------------------------------------ body limit
+
+
+def declared_too_large(request: web.Request) -> bool:
+    """Whether ``request`` declares (``Content-Length``) a body over ``node.max_body``
+    for a route that reads its body whole."""
+    length = request.content_length
+    if length is None or length <= request.client_max_size:
+        return False
+    method = "GET" if request.method == "HEAD" else request.method
+    return (method, route_template(request)) in request.config_dict.get(BUFFERED_KEY, ())
+
+
+@web.middleware
+async def body_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """413 for a body declared over ``node.max_body``, from the headers: at once,
+    instead of after the upload (or never, for a client that waits for an answer
+    before sending the rest). A body without ``Content-Length`` (chunked) is refused
+    once it passes the limit while it is read (aiohttp's ``client_max_size``)."""
+    if declared_too_large(request):
+        raise web.HTTPRequestEntityTooLarge(
+            max_size=request.client_max_size, actual_size=request.content_length or 0
+        )
+    return await handler(request)
+
+
+def refused_from_headers(request: web.Request) -> bool:
+    """Whether ``auth`` or ``body_limit`` will refuse ``request`` before its body."""
+    access = route_access(request)
+    if access in ("read", "write"):
+        try:
+            check_token(request.config_dict[CONFIG_KEY], access, _presented_token(request))
+        except (Unauthorized, Forbidden):
+            return True
+    return declared_too_large(request)
+
+
+async def expect_continue(request: web.Request) -> web.StreamResponse | None:
+    """The answer to ``Expect: 100-continue`` (RFC 9110 §10.1.1): "100 Continue" unless
+    the headers already decide a refusal (a missing or wrong token, a body declared
+    over ``node.max_body``); then nothing, and the middlewares answer the refusal
+    while the client still holds its body. Any other expectation: 417."""
+    expect = request.headers.get("Expect", "")
+    if expect.lower() != "100-continue":
+        return json_error(417, "expectation failed", f"Expect: {expect} is not supported")
+    if request.version >= (1, 1) and not refused_from_headers(request):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer proper has not started
+    return None
 
 
 # ------------------------------------------------------------------------- errors
@@ -144,6 +210,8 @@ def map_failure(exc: BaseException, home: Path | None = None) -> tuple[int, str,
         return exc.status, exc.error, exc.detail
     if isinstance(exc, Unauthorized):
         return 401, "unauthorized", str(exc)
+    if isinstance(exc, Forbidden):
+        return 403, "forbidden", str(exc)
     if isinstance(exc, BlockNotFound):
         return 404, "not found", str(exc)
     if isinstance(exc, ReplicationError):
@@ -186,7 +254,9 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         elif exc.status == 404 and not detail:
             detail = f"no route {request.path} (see /openapi.json)"
         elif exc.status == 413:
-            detail = f"request body exceeds {request.client_max_size} bytes (node.max_body)"
+            declared = request.content_length
+            size = f"of {declared} bytes " if declared is not None else ""
+            detail = f"request body {size}exceeds {request.client_max_size} bytes (node.max_body)"
         response = json_error(exc.status, exc.reason.lower(), detail)
         for name in ("Allow",):
             if name in exc.headers:
@@ -209,7 +279,10 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.warning("%s %s: %s", request.method, request.path, detail)
         if status in (400, 401, 403):
             request.app[METRICS_KEY].rejected.inc()
-        return json_error(status, error, detail)
+        response = json_error(status, error, detail)
+        if status == 401:  # the scheme to authenticate with (RFC 9110 §11.6.1, RFC 6750 §3)
+            response.headers["WWW-Authenticate"] = 'Bearer realm="merklog"'
+        return response
     return response
 
 

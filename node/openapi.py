@@ -27,6 +27,7 @@ UNKNOWN_RELATION = _err(
     "The query names a relation (or arity) neither the data nor the program has"
 )
 TOO_LARGE = _err("Request body larger than node.max_body")
+READ_TOKEN_ON_WRITE = _err("Refused: the read token (api.read_token) grants reads only")
 PEER_DOWN = _err(
     "peer unreachable: the peer could not be reached (connection refused, timeout, DNS);"
     " nothing was changed here, try again later (CLI exit 4)"
@@ -78,11 +79,24 @@ def _path(name: str, description: str) -> dict[str, Any]:
     }
 
 
-def _op(summary: str, security: list | None, responses: dict[str, Any], **extra: Any) -> dict:
+def _op(
+    summary: str,
+    security: list | None,
+    responses: dict[str, Any],
+    *,
+    streamed: bool = False,
+    **extra: Any,
+) -> dict:
+    """One operation; a token-taking one lists 401 (and 403 for the read token on a
+    write), and one whose body is read whole (not ``streamed``) lists 413."""
     op: dict[str, Any] = {"summary": summary, "responses": responses}
     if security is not None:
         op["security"] = security
         responses.setdefault("401", UNAUTHORIZED)
+        if security is WRITE:  # the read token is valid but grants reads only
+            responses.setdefault("403", READ_TOKEN_ON_WRITE)
+        if "requestBody" in extra and not streamed:  # a body over node.max_body
+            responses.setdefault("413", TOO_LARGE)
     else:
         op["security"] = []
     op.update(extra)
@@ -256,6 +270,7 @@ def _paths() -> dict[str, Any]:
                 " to a temporary file, so node.max_body does not bound it",
                 WRITE,
                 {"200": _json("ImportResult"), "400": BAD_INPUT},
+                streamed=True,
                 requestBody=_body(media="application/vnd.ipld.car"),
             )
         },

@@ -44,6 +44,8 @@ class Route:
     path: str
     handler: Callable[[web.Request], Any]
     access: str  # public | read | write
+    #: The handler reads the body as a stream (any size); else whole, up to node.max_body.
+    streams_body: bool = False
 
 
 ROUTES: tuple[Route, ...] = (
@@ -66,7 +68,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/sync", h.sync_now, "write"),
     Route("POST", "/v1/writers", h.grant, "write"),
     Route("DELETE", "/v1/writers/{key}", h.revoke, "write"),
-    Route("POST", "/v1/import", h.import_car, "write"),
+    Route("POST", "/v1/import", h.import_car, "write", streams_body=True),
 )
 
 #: Prefix of the peer sync sub-app (replication's /v1/datasets/{id}/... routes).
@@ -102,10 +104,11 @@ def peer_routes(node: Node) -> tuple[web.Application, list[web.RouteDef]]:
 def _add(app: web.Application, method: str, path: str, handler: Any) -> None:
     """Route ``method path`` to ``handler``; a GET route answers HEAD too (RFC 9110
     §9.3.2: uptime checkers send HEAD), with GET's headers and no body."""
+    expect = middleware.expect_continue
     if method == "GET":
-        app.router.add_get(path, handler)  # and HEAD (allow_head)
+        app.router.add_get(path, handler, expect_handler=expect)  # and HEAD (allow_head)
     else:
-        app.router.add_route(method, path, handler)
+        app.router.add_route(method, path, handler, expect_handler=expect)
 
 
 def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
@@ -114,7 +117,13 @@ def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
     decode every body in this process."""
     app = web.Application(
         client_max_size=int(node.config.get("node.max_body")),
-        middlewares=[middleware.count, middleware.in_flight, middleware.errors, middleware.auth],
+        middlewares=[
+            middleware.count,
+            middleware.in_flight,
+            middleware.errors,
+            middleware.auth,
+            middleware.body_limit,
+        ],
     )
     app[NODE_KEY] = node
     app[READY_KEY] = {"ready": False}
@@ -134,6 +143,9 @@ def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
         access[(route.method, route.path)] = "peer"
     app.add_subapp(SYNC_PREFIX, sync)
     app[middleware.ACCESS_KEY] = access
+    app[middleware.BUFFERED_KEY] = frozenset(
+        (r.method, r.path) for r in ROUTES if r.method == "POST" and not r.streams_body
+    )
 
     async def on_startup(app: web.Application) -> None:
         node.start()

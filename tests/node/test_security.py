@@ -129,7 +129,7 @@ def test_every_route_needs_the_token_its_table_entry_names(
             assert anonymous == 401 and err["error"] == "unauthorized", route
             assert read_only != 401, route
         else:
-            assert anonymous == 401 and read_only == 401, route
+            assert anonymous == 401 and read_only == 403, route
             assert _call(url, route.method, node.token, body)[0] != 401, route
     stream = node.url + "/v1/subscribe?q=edge(X,%20Y)"
     assert _call(stream, "GET", None)[0] == 401
@@ -150,7 +150,7 @@ def test_anonymous_reads_when_configured(home: Path, node_factory) -> None:
     assert node.request("POST", "/v1/facts", {"assert": "y(1)."})[0] == 200  # x stays unknown
     assert node.request("GET", "/v1/query?q=y(X)", token=None)[0] == 200
     assert node.request("POST", "/v1/facts", {"assert": "x(1)."}, token=None)[0] == 401
-    assert node.request("POST", "/v1/facts", {"assert": "x(1)."}, token=node.read_token)[0] == 401
+    assert node.request("POST", "/v1/facts", {"assert": "x(1)."}, token=node.read_token)[0] == 403
 
 
 def test_errors_are_json_with_the_right_status(home: Path, node_factory) -> None:
@@ -172,6 +172,65 @@ def test_errors_are_json_with_the_right_status(home: Path, node_factory) -> None
     status, _, err = _call(node.url + "/v1/blocks/notacid", "GET", node.token)
     assert status == 400 and err["error"] == "bad CID"
     assert node.request("GET", "/v1/facts")[1]["facts"] == []
+
+
+def _raw_request(url: str, head: str, body: bytes = b"") -> bytes:
+    """Send ``head`` (and ``body``) on a new connection; the first answer's bytes (up
+    to its JSON body), or b"" when none comes in 20 s."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(head.encode() + body)
+        received = b""
+        try:
+            while not received.startswith(b"HTTP/1.1 100") and not received.endswith(b"}"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                received += chunk
+        except TimeoutError:
+            pass
+        return received
+
+
+def _post_head(path: str, token: str, length: int, expect: str = "") -> str:
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        f"Authorization: Bearer {token}",
+        "Content-Type: application/json",
+        f"Content-Length: {length}",
+    ]
+    if expect:
+        lines.append(f"Expect: {expect}")
+    return "\r\n".join(lines) + "\r\n\r\n"
+
+
+def test_a_body_declared_over_max_body_is_refused_from_its_headers(
+    home: Path, node_factory
+) -> None:
+    """A client that waits for "100 Continue" got it, then uploaded a body only to hear
+    413; a Content-Length over the limit with the body still to come got no answer at
+    all. Now the headers decide: 413 (or 401/403 for the token) at once, as JSON."""
+    Cli(home)("init")
+    node = node_factory(home, env={"MERKLOG_NODE_MAX_BODY": "4096"}).start()
+    big = 10**9
+    answer = _raw_request(node.url, _post_head("/v1/facts", node.token, big, "100-continue"))
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    assert b'"detail": "request body of 1000000000 bytes exceeds 4096 bytes' in answer
+    answer = _raw_request(node.url, _post_head("/v1/facts", node.token, big), b'{"assert": ')
+    assert answer.startswith(b"HTTP/1.1 413") and b"application/json" in answer, answer
+    # The token is checked first: no "100 Continue" for a request that will be refused.
+    answer = _raw_request(node.url, _post_head("/v1/facts", "wrong", 10, "100-continue"))
+    assert answer.startswith(b"HTTP/1.1 401") and b"WWW-Authenticate: Bearer" in answer
+    answer = _raw_request(node.url, _post_head("/v1/facts", node.read_token, 10, "100-continue"))
+    assert answer.startswith(b"HTTP/1.1 403") and b'"error": "forbidden"' in answer, answer
+    # A request the headers do not refuse is told to go on, a streamed import whatever its size.
+    for path, length in (("/v1/facts", 2), ("/v1/import", big)):
+        answer = _raw_request(node.url, _post_head(path, node.token, length, "100-continue"))
+        assert answer.startswith(b"HTTP/1.1 100 Continue"), (path, answer)
+    answer = _raw_request(node.url, _post_head("/v1/facts", node.token, 2, "teapot"))
+    assert answer.startswith(b"HTTP/1.1 417") and b"application/json" in answer, answer
+    assert node.request("POST", "/v1/facts", {"assert": "x(1)."})[0] == 200
 
 
 def test_openapi_lists_every_route_of_the_router(tmp_path: Path) -> None:
@@ -259,7 +318,7 @@ def test_writer_revocation_from_cli_and_http(tmp_path: Path, node_factory) -> No
     assert [line.split("\t")[1] for line in a("ls").output.splitlines()] == ["edge(1, 2)"]
     # Over HTTP: the owner grants again, a bad key is bad input, the read token is not enough.
     key_b = json.loads(b("status", "--json").output)["key"]
-    assert na.request("DELETE", f"/v1/writers/{key_b}", token=na.read_token)[0] == 401
+    assert na.request("DELETE", f"/v1/writers/{key_b}", token=na.read_token)[0] == 403
     assert na.request("DELETE", "/v1/writers/xyz")[0] == 400
     status, body = na.request("POST", "/v1/writers", {"key": key_b})
     assert status == 200 and body["delta"]
