@@ -101,6 +101,10 @@ def export_car(
 
 def import_blocks(node: Owner, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
     """Verify and apply blocks (all or nothing); the next epoch sees the new facts."""
+    return _apply_blocks(node, _block_pairs(blocks))
+
+
+def _apply_blocks(node: Owner, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
     genesis = node.dataset
     applied = node.atomically(
         node.replica.apply_blocks, ((c, d) for c, d in blocks if c != genesis)
@@ -111,6 +115,23 @@ def import_blocks(node: Owner, blocks: Iterable[tuple[Link, bytes]]) -> dict[str
     if not node.tasks.running:
         node.run_epoch()
     return result
+
+
+def _block_pairs(blocks: Any) -> Iterator[tuple[Link, bytes]]:
+    """``blocks`` as ``(Link, bytes)`` pairs, or InvalidBlock for a caller's mistake (not
+    a list, an item that is not such a pair): a raw TypeError or ValueError otherwise.
+    Raised inside the import's transaction, so nothing of it is applied."""
+    if not isinstance(blocks, Iterable) or isinstance(blocks, str | bytes):
+        raise InvalidBlock(f"blocks: expected (CID, bytes) pairs, got {type(blocks).__name__}")
+    for i, item in enumerate(blocks):
+        if not (
+            isinstance(item, tuple | list)
+            and len(item) == 2
+            and isinstance(item[0], Link)
+            and isinstance(item[1], bytes | bytearray | memoryview)
+        ):
+            raise InvalidBlock(f"blocks[{i}]: expected a (Link, bytes) pair, got {item!r:.60}")
+        yield item[0], bytes(item[1])
 
 
 def import_car(
@@ -132,7 +153,7 @@ def import_car(
     with open(path, "rb") as src:
         try:
             _roots, blocks = read_import_car(src)
-            return import_blocks(node, counted(blocks))
+            return _apply_blocks(node, counted(blocks))
         except Exception as exc:
             reason = import_fault(exc)
             if reason is None:

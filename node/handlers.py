@@ -194,9 +194,22 @@ async def get_block(request: web.Request) -> web.Response:
     return web.json_response(await loop.run_in_executor(None, describe_block, node, cid))
 
 
+#: The fields of a ``POST /v1/query`` or ``/v1/subscribe`` body.
+_QUERY_FIELDS = frozenset({"q"})
+
+
 async def _query_text(request: web.Request) -> str:
     if request.method == "POST":
-        q = (await json_body(request)).get("q")
+        body = await json_body(request)
+        unknown = sorted(set(body) - _QUERY_FIELDS)
+        if unknown:  # e.g. a "limit" that would be silently ignored: the whole answer came
+            raise ApiError(
+                400,
+                "bad query",
+                f"unknown field {', '.join(map(repr, unknown))}: a query body has only"
+                ' "q", e.g. {"q": "path(1, X)"}',
+            )
+        q = body.get("q")
     else:
         q = request.query.get("q")
     if q is not None and not isinstance(q, str):

@@ -17,16 +17,18 @@ the HTTP server in :mod:`.server`.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from merklog.engine.values import row_from_engine
 from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
-from merklog.store import Fact, Link
+from merklog.store import Fact, Link, check_relation
 from merklog.store.gcpause import gc_paused
 
 from . import (
@@ -167,6 +169,7 @@ class Node:
         from .failures import StoreDamaged, classify
         from .storecheck import precheck
 
+        _check_path(home, "home")
         if not str(home).strip():  # Path("") is ".": keys and store would land in cwd
             raise NodeInputError(
                 "the home path is empty; name a directory, or pass None for the default"
@@ -292,7 +295,7 @@ class Node:
 
     def coerce_facts(self, facts: Iterable[FactLike]) -> list[Fact]:
         """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text."""
-        return writes.coerce_facts(facts)
+        return writes.coerce_facts(_fact_list(facts, "facts"))
 
     def check_declared(self, facts: list[Fact]) -> None:
         """Refuse (NodeInputError, nothing stored) the first fact that does not fit the
@@ -464,9 +467,11 @@ class Node:
     def relation(self, rel: str) -> set[tuple]:
         """Current tuples of ``rel`` (stored, derived, or this epoch's events), in engine
         form: floats and booleans wrapped (``Float``, ``Bool``) so that the set keeps
-        ``1``, ``1.0`` and ``True`` apart; :meth:`query` answers plain values."""
+        ``1``, ``1.0`` and ``True`` apart; :meth:`query` answers plain values. A name no
+        relation can have (``"a b"``, ``5``) raises ``merklog.Error``; one nothing has yet
+        is an empty set."""
         self._require_open()
-        return self.epochs.relation(rel)
+        return self.epochs.relation(check_relation(rel))
 
     def _evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
         return self.epochs.evaluate(query)
@@ -560,7 +565,7 @@ class Node:
         """Visible stored facts (optionally of one relation: read through its index) with
         their CIDs, in CID order."""
         self._require_open()
-        return factpages.list_facts(self.replica, self.store, rel)
+        return factpages.list_facts(self.replica, self.store, _relation_or_none(rel))
 
     def page_facts(
         self, rel: str | None = None, after: Link | str | None = None, limit: int = 1000
@@ -576,7 +581,7 @@ class Node:
             raise NodeInputError(f"after: expected a CID, got {type(after).__name__}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise NodeInputError(f"limit: expected a positive integer, got {limit!r}")
-        return factpages.page_facts(self.replica, self.store, rel, after, limit)
+        return factpages.page_facts(self.replica, self.store, _relation_or_none(rel), after, limit)
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:
         """(roots = heads, blocks = genesis then every delta with its facts, in clock order)."""
@@ -586,6 +591,7 @@ class Node:
     def export_car(self, path: str | Path, progress: Callable[[int], None] | None = None) -> int:
         """Write the replica to a CAR file (atomically); returns the number of blocks."""
         self._require_open()
+        _check_path(path, "path")
         return carfiles.export_car(self.store, self.replica, self.dataset, path, progress)
 
     def import_blocks(self, blocks: Iterable[tuple[Link, bytes]]) -> dict[str, int]:
@@ -598,6 +604,7 @@ class Node:
     ) -> dict[str, int]:
         """Verify and apply the blocks of a CAR file (see :meth:`import_blocks`)."""
         self._require_open()
+        _check_path(path, "path")  # an int would be read as an open file descriptor
         return carfiles.import_car(self, path, progress)
 
     def grant(self, key_hex: str) -> str | None:
@@ -665,6 +672,21 @@ def _older_form(item: Any) -> bool:
     return isinstance(item, Fact)
 
 
+def _check_path(path: Any, name: str) -> None:
+    """Refuse (``merklog.Error``) a ``path`` argument that is not a text path: ``5``
+    raised a raw TypeError, or opened file descriptor 5."""
+    if not isinstance(path, str | PathLike) or not isinstance(os.fspath(path), str):
+        raise NodeInputError(
+            f"{name}: expected a path (str or os.PathLike), got {type(path).__name__}"
+        )
+
+
+def _relation_or_none(rel: Any) -> str | None:
+    """``rel`` checked as a relation name any stored fact may have (the lenient check
+    decoding keeps: ``Up`` from an older version stays readable), or None for all."""
+    return None if rel is None else check_relation(rel)
+
+
 def _fact_list(facts: Any, name: str) -> Any:
     """``facts`` if it can be a list of facts; a clear error for one fact or one text given
     where a list is expected (a bare string was read character by character)."""
@@ -675,6 +697,11 @@ def _fact_list(facts: Any, name: str) -> Any:
         )
     if isinstance(facts, Fact):
         raise NodeInputError(f"{name}: expected a list of facts, got one Fact; write {name}=[fact]")
+    if not isinstance(facts, Iterable):  # None, 5: a raw TypeError deep in the write
+        raise NodeInputError(
+            f"{name}: expected a list of facts (Datalog texts, Fact objects or (rel, args)"
+            f" pairs), got {type(facts).__name__}"
+        )
     pair = isinstance(facts, tuple) and len(facts) == 2
     if pair and isinstance(facts[0], str) and isinstance(facts[1], tuple | list):
         raise NodeInputError(

@@ -33,7 +33,14 @@ from .errors import (
 )
 from .link import Link
 from .sqlite import SQLiteBlockStore
-from .values import MAX_RELATION_CHARS, Value, check_value, check_writable_relation, format_value
+from .values import (
+    MAX_RELATION_CHARS,
+    Value,
+    check_relation,
+    check_value,
+    check_writable_relation,
+    format_value,
+)
 
 __all__ = [
     "MAX_RELATION_CHARS",
@@ -53,6 +60,7 @@ __all__ = [
     "StoreUnavailable",
     "Value",
     "check_facts",
+    "check_relation",
     "check_value",
     "check_writable_relation",
     "decode",

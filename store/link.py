@@ -46,7 +46,17 @@ class Link:
 
     __slots__ = ("raw", "_hash")
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes | str) -> None:
+        """A link from a CID's binary form, or from its text (``Link("bafy…")`` is
+        :meth:`parse`); :class:`InvalidValue` for anything that is not a CIDv1."""
+        if isinstance(raw, str):
+            parsed = Link.parse(raw)
+            self.raw, self._hash = parsed.raw, parsed._hash
+            return
+        if not isinstance(raw, bytes | bytearray | memoryview):  # bytes(5) is 5 zero bytes
+            raise InvalidValue(
+                f"a Link is a CID string (bafy…) or a CID's bytes, got {type(raw).__name__}"
+            )
         raw = bytes(raw)
         version, pos = _varint(raw, 0)
         if version != 1:

@@ -690,6 +690,23 @@ def test_wrong_arguments_name_what_is_expected() -> None:
             (lambda: node.write(asserts="edge(1, 2)."), "asserts: expected a list of facts"),
             (lambda: node.write(retracts=("edge", (1, 2))), "one \\(rel, args\\) pair"),
             (lambda: node.assert_("_x", 1), "must start with a letter"),
+            # These raised a raw TypeError (or, import_car(5), read file descriptor 5).
+            (lambda: node.write(asserts=5), "asserts: expected a list of facts .* got int"),
+            (lambda: node.write(retracts=None), "retracts: expected a list .* got NoneType"),
+            (lambda: node.coerce_facts(None), "facts: expected a list of facts"),
+            (lambda: node.export_car(5), "path: expected a path .* got int"),
+            (lambda: node.import_car(5), "path: expected a path .* got int"),
+            (lambda: node.import_blocks(None), "blocks: expected \\(CID, bytes\\) pairs"),
+            (lambda: node.import_blocks(["x"]), "blocks\\[0\\]: expected a \\(Link, bytes\\)"),
+            (lambda: merklog.open(5), "home: expected a path .* got int"),
+            (lambda: merklog.open(b"/tmp/x"), "home: expected a path .* got bytes"),
+            (lambda: merklog.Link(5), "a Link is a CID string .* got int"),
+            (lambda: merklog.Link("bafy"), "not a base32 CID: 'bafy'"),
+            # Reads check the relation name as writes do (an empty answer said nothing).
+            (lambda: node.relation("a b"), "relation name 'a b' must start with a letter"),
+            (lambda: node.relation(5), "relation name must be a non-empty string, got 5"),
+            (lambda: node.list_facts(5), "relation name must be a non-empty string"),
+            (lambda: node.page_facts(rel="a b"), "relation name 'a b'"),
         ]
         for call, message in cases:
             with pytest.raises(merklog.Error, match=message):
@@ -700,6 +717,10 @@ def test_wrong_arguments_name_what_is_expected() -> None:
         assert node.list_facts() == []
         node.write(asserts=("a(1).", "b(2)."))  # a tuple of texts is a list of facts
         assert len(node.list_facts()) == 2
+        # A name no fact has yet, or one an older version let through, reads as empty.
+        assert node.relation("nosuch") == set() and node.list_facts("Up") == []
+        cid = node.list_facts("a")[0][0]
+        assert merklog.Link(str(cid)) == cid == merklog.Link(cid.raw)
 
 
 def test_a_refusing_peer_raises_peer_refused_and_a_down_one_peer_unreachable(

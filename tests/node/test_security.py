@@ -171,6 +171,12 @@ def test_errors_are_json_with_the_right_status(home: Path, node_factory) -> None
     assert status == 502 and err["error"] == "peer unreachable"
     status, _, err = _call(node.url + "/v1/blocks/notacid", "GET", node.token)
     assert status == 400 and err["error"] == "bad CID"
+    # A relation name no fact can have, and a query field that would be ignored, say so.
+    status, _, err = _call(node.url + "/v1/facts?rel=a%20b", "GET", node.token)
+    assert status == 400 and "relation name 'a b' must start with a letter" in err["detail"]
+    body = json.dumps({"q": "edge(X, Y)", "limit": 5}).encode()
+    status, _, err = _call(node.url + "/v1/query", "POST", node.token, body)
+    assert status == 400 and err["detail"].startswith("unknown field 'limit'"), err
     assert node.request("GET", "/v1/facts")[1]["facts"] == []
 
 
