@@ -158,6 +158,41 @@ def disk_full(path: Path | None) -> bool:
     return fs.f_bavail * fs.f_frsize < FULL_BELOW
 
 
+def permission_denied(path: str | os.PathLike[str], home: Path | None = None) -> str:
+    """The line for a file of the home this user may not open: whose it is and what to do.
+    The usual cause is one run as another user (``sudo merklog node run``), which left
+    the files its own; Python said only ``[Errno 13] Permission denied: '…'``."""
+    line = f"cannot open {os.fsdecode(path)}: permission denied"
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:  # a directory on the way is not searchable
+        return f"{line}; check the owner and mode of it and of its directories"
+    me = os.geteuid()
+    if owner == me:
+        return f"{line}; it is yours but its mode ({_mode(path)}) does not let you: chmod u+rw it"
+    where = home if home is not None else os.path.dirname(os.fsdecode(path))
+    return (
+        f"{line}; it belongs to {_user(owner)}, not to {_user(me)} (a command run as"
+        f" another user?): run merklog as {_user(owner)}, or give the files back with"
+        f" chown -R {_user(me)} {where}"
+    )
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _mode(path: str | os.PathLike[str]) -> str:
+    import stat
+
+    return stat.filemode(os.stat(path).st_mode)
+
+
 def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, str]:
     """The exit status and one-line message for ``exc`` (raised by a CLI command)."""
     from merklog.engine.errors import EngineError
@@ -222,6 +257,8 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
     if isinstance(exc, OSError):
         if exc.errno in DISK_FULL_ERRNOS:
             return ExitCode.DISK_FULL, f"no space left on the device: {exc}"
+        if isinstance(exc, PermissionError) and exc.filename:
+            return ExitCode.FAILED, permission_denied(exc.filename, home)
         return ExitCode.FAILED, str(exc)
     if isinstance(exc, ValueError):
         return ExitCode.BAD_INPUT, str(exc)

@@ -756,3 +756,55 @@ def test_init_of_a_home_whose_store_is_gone_says_so(ready: Path) -> None:
     assert "initialised" not in result.stdout
     assert not store.exists()
     assert (ready / "config.toml").read_text() == before
+
+
+def test_a_home_this_user_may_not_open_names_the_owner_and_the_way_back(ready: Path) -> None:
+    """A command once run as another user (``sudo merklog node run``) leaves the home's
+    files that user's; every later command said ``[Errno 13] Permission denied:
+    '…/store.sqlite'``. Now the line says whose the file is and what to do, exit 1.
+    As root the command runs as ``nobody`` (setpriv) on a copy of the home root keeps;
+    as another user, the user's own files are made unreadable."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("no setpriv to run a command as another user")
+        shared = Path(tempfile.mkdtemp(prefix="merklog-perm-"))
+        try:
+            shared.chmod(0o755)  # nobody may reach the home, not open its files
+            home = shared / "home"
+            shutil.copytree(ready, home)
+            home.chmod(0o755)
+            config = home / "config.toml"
+            config.chmod(0o644)  # first the store (0600, as every home file)
+            as_nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+            for args, denied in ((("status",), "store.sqlite"), (("ls",), "store.sqlite")):
+                result = subprocess.run(
+                    [*as_nobody, sys.executable, "-m", "merklog.node.cli", "--home", str(home),
+                     *args],
+                    capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                    env={**os.environ, "PYTHONWARNINGS": "ignore"}, cwd=shared,
+                )  # fmt: skip
+                line = assert_fails(result, ExitCode.FAILED, f"{home / denied}", "belongs to")
+                assert f"chown -R nobody {home}" in line, line
+            config.chmod(0o600)  # then the config, which is read first
+            result = subprocess.run(
+                [*as_nobody, sys.executable, "-m", "merklog.node.cli", "--home", str(home),
+                 "status"],
+                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONWARNINGS": "ignore"}, cwd=shared,
+            )  # fmt: skip
+            assert_fails(result, ExitCode.FAILED, f"cannot open {config}: permission denied")
+        finally:
+            shutil.rmtree(shared)
+        return
+    store = ready / "store.sqlite"
+    store.chmod(0)
+    try:
+        line = assert_fails(merklog(ready, "status"), ExitCode.FAILED, str(store))
+        assert "it is yours but its mode (----------)" in line, line
+    finally:
+        store.chmod(0o600)
+    assert Cli(ready)("ls").output.count("edge(1, 2)") == 1
