@@ -255,12 +255,16 @@ def _snapshot_dir(directory: Path) -> Path:
 
 
 def _identity(home: Path) -> Any:
-    from merklog.replication.identity import Identity
+    """``home``'s node key, which signs snapshots: exit 1 for a directory that is no
+    home at all, and the CLI's exit 5 with its way out for an initialised home whose key
+    is missing or damaged (as every other command says it)."""
+    from merklog.node.config import CONFIG_FILE
+    from merklog.node.storecheck import load_key
+    from merklog.node.target import TargetError
 
-    path = home / IDENTITY_FILE
-    if not path.exists():
-        raise click.ClickException(f"no node key at {path}: run 'merklog init' first")
-    return Identity.load(path)
+    if not (home / CONFIG_FILE).exists() and not (home / IDENTITY_FILE).exists():
+        raise TargetError(f"{home} is not a merklog home; run `merklog --home {home} init` first")
+    return load_key(home)
 
 
 def _local_node(state: State) -> Any:
@@ -394,6 +398,7 @@ def register(cli: click.Group) -> None:
         except CompactError as exc:
             raise click.ClickException(str(exc)) from None
         rows = _input_rows(sources, "INPUTS")
+        identity = _identity(state.home)  # before the JVM starts, as the inputs' checks
         if rows == 0:  # before the JVM starts
             from merklog.node.spark.compact import NothingToCompact
 
@@ -410,7 +415,6 @@ def register(cli: click.Group) -> None:
         done = False
         reader = None
         try:
-            identity = _identity(state.home)
             reader = None if args_in_spark else read_inputs(sources)
             spark = _session(master, remote, confs, state.verbose, rows, prelaunched)
             with spark_progress(spark, "compact"):

@@ -808,3 +808,26 @@ def test_a_home_this_user_may_not_open_names_the_owner_and_the_way_back(ready: P
     finally:
         store.chmod(0o600)
     assert Cli(ready)("ls").output.count("edge(1, 2)") == 1
+
+
+def test_compact_without_the_node_key_says_so_as_every_command_does(
+    ready: Path, tmp_path: Path
+) -> None:
+    """``compact`` signs its snapshot with the home's key. Without one it said ``no node
+    key at …: run 'merklog init' first`` with exit 1, after starting the JVM, where every
+    other command says the key is missing (exit 5) and how to get it back; a directory
+    that is no home at all is exit 1, as for ``status``. Nothing is written."""
+    export = tmp_path / "export"
+    Cli(ready)("parquet", "export", str(export))
+    out = tmp_path / "snap"
+    key = ready / "identity.pem"
+    key.rename(tmp_path / "saved.pem")
+    result = merklog(ready, "compact", str(export), "--out", str(out))
+    assert_fails(result, ExitCode.STORE_DAMAGED, f"the node key {key} is missing", "init")
+    key.write_text("junk")
+    result = merklog(ready, "compact", str(export), "--out", str(out))
+    assert_fails(result, ExitCode.STORE_DAMAGED, f"the node key {key} is damaged")
+    nohome = tmp_path / "nohome"
+    result = merklog(nohome, "compact", str(export), "--out", str(out))
+    assert_fails(result, ExitCode.FAILED, f"{nohome} is not a merklog home")
+    assert not out.exists() and not nohome.exists()
