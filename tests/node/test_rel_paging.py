@@ -64,7 +64,7 @@ def test_a_rare_relation_pages_without_reading_other_relations(tmp_path: Path) -
             c: f for c, f in zip(map(fact_cid, RARE), RARE, strict=True) if c in expected
         }
         assert [c for c, _f in node.list_facts("rare")] == expected
-        assert node.page_facts("none such", None, 10) == ([], None)
+        assert node.page_facts("nonesuch", None, 10) == ([], None)
         # a cursor in the middle continues in the index's order
         page, cursor = node.page_facts("rare", order[2], 3)
         assert [c for c, _f in page] == order[3:6] and cursor == order[5]
