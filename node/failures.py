@@ -270,9 +270,12 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
     )
 
 
-def exit_code_for_status(status: int) -> ExitCode:
+def exit_code_for_status(status: int, error: str = "") -> ExitCode:
     """The exit status for an HTTP error from the running node (CLI commands that go
-    through its API)."""
+    through its API); ``error`` is the answer's error name (a 403 ``forbidden`` is a
+    token that grants reads only, a configuration problem like a 401, not exit 7)."""
+    if status == 403 and error == "forbidden":
+        return ExitCode.FAILED
     if status == 0:
         return ExitCode.PEER_UNREACHABLE
     if status == 404:

@@ -123,7 +123,7 @@ class RemoteTarget:
         try:
             return fn(*args)
         except NodeAPIError as exc:
-            raise TargetError(str(exc), exit_code_for_status(exc.status)) from None
+            raise TargetError(str(exc), exit_code_for_status(exc.status, exc.error)) from None
 
     def write(self, asserts: str, retracts: str, answer: str = "full") -> dict[str, Any]:
         try:
@@ -188,7 +188,7 @@ class RemoteTarget:
                 raise TargetError(
                     f"{path} {exc.detail[len(CAR_SUBJECT) :]}", ExitCode.BAD_INPUT
                 ) from None
-            raise TargetError(str(exc), exit_code_for_status(exc.status)) from None
+            raise TargetError(str(exc), exit_code_for_status(exc.status, exc.error)) from None
 
 
 def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:

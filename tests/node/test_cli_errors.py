@@ -831,3 +831,15 @@ def test_compact_without_the_node_key_says_so_as_every_command_does(
     result = merklog(nohome, "compact", str(export), "--out", str(out))
     assert_fails(result, ExitCode.FAILED, f"{nohome} is not a merklog home")
     assert not out.exists() and not nohome.exists()
+
+
+def test_a_read_token_as_the_write_token_is_a_token_problem_not_exit_7(
+    ready: Path, node_factory
+) -> None:
+    """Through a running node, a home configured with the read token where the write
+    token belongs now hears 403 ``forbidden``; that is a token to fix (exit 1, as a 401
+    is), not "this key is not a writer" (exit 7, the other 403)."""
+    node = node_factory(ready).start()
+    result = merklog(ready, "--set", f"api.token={node.read_token}", "put", "edge(7, 8).")
+    assert_fails(result, ExitCode.FAILED, "forbidden", "grants reads only")
+    assert "edge(7, 8)" not in Cli(ready)("ls").output
