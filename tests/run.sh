@@ -24,11 +24,12 @@ export PYTHONHASHSEED=0
 
 # 3. Lint, then the tests: on two worker processes (pytest-xdist, ADR 0182), each test
 #    module on one of them (its module fixtures made once); MERKLOG_TEST_WORKERS=0 runs
-#    them in this process, one by one.
+#    them in this process, one by one. The 25 slowest tests are listed at the end: the
+#    whole run must stay under 20 minutes on two cores, and that list says where it goes.
 .venv/bin/ruff check .
 workers=${MERKLOG_TEST_WORKERS:-2}
 if [ "$workers" = 0 ]; then
-    .venv/bin/python -m pytest "$@"
+    .venv/bin/python -m pytest --durations=25 "$@"
 else
-    .venv/bin/python -m pytest -n "$workers" --dist loadscope "$@"
+    .venv/bin/python -m pytest -n "$workers" --dist loadscope --durations=25 "$@"
 fi
