@@ -767,47 +767,45 @@ def test_a_home_this_user_may_not_open_names_the_owner_and_the_way_back(ready: P
     import shutil
     import tempfile
 
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("no setpriv to run a command as another user")
-        shared = Path(tempfile.mkdtemp(prefix="merklog-perm-"))
+    if os.geteuid() != 0:
+        store = ready / "store.sqlite"
+        store.chmod(0)
         try:
-            shared.chmod(0o755)  # nobody may reach the home, not open its files
-            home = shared / "home"
-            shutil.copytree(ready, home)
-            home.chmod(0o755)
-            config = home / "config.toml"
-            config.chmod(0o644)  # first the store (0600, as every home file)
-            as_nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
-            for args, denied in ((("status",), "store.sqlite"), (("ls",), "store.sqlite")):
-                result = subprocess.run(
-                    [*as_nobody, sys.executable, "-m", "merklog.node.cli", "--home", str(home),
-                     *args],
-                    capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                    env={**os.environ, "PYTHONWARNINGS": "ignore"}, cwd=shared,
-                )  # fmt: skip
-                line = assert_fails(result, ExitCode.FAILED, f"{home / denied}", "belongs to")
-                assert f"chown -R nobody {home}" in line, line
-            config.chmod(0o600)  # then the config, which is read first
-            result = subprocess.run(
-                [*as_nobody, sys.executable, "-m", "merklog.node.cli", "--home", str(home),
-                 "status"],
-                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONWARNINGS": "ignore"}, cwd=shared,
-            )  # fmt: skip
-            assert_fails(result, ExitCode.FAILED, f"cannot open {config}: permission denied")
+            line = assert_fails(merklog(ready, "status"), ExitCode.FAILED, str(store))
+            assert "it is yours but its mode (----------)" in line, line
         finally:
-            shutil.rmtree(shared)
+            store.chmod(0o600)
+        assert Cli(ready)("ls").output.count("edge(1, 2)") == 1
         return
-    store = ready / "store.sqlite"
-    store.chmod(0)
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("no setpriv to run a command as another user")
+    shared = Path(tempfile.mkdtemp(prefix="merklog-perm-"))
+    home = shared / "home"
+
+    def as_nobody(*args: str) -> subprocess.CompletedProcess:
+        command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+        command += [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args]
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=120, env=env, cwd=shared
+        )
+
     try:
-        line = assert_fails(merklog(ready, "status"), ExitCode.FAILED, str(store))
-        assert "it is yours but its mode (----------)" in line, line
+        shared.chmod(0o755)  # nobody may reach the home, not open its files
+        shutil.copytree(ready, home)
+        home.chmod(0o755)
+        config = home / "config.toml"
+        config.chmod(0o644)  # first the store (0600, as every home file)
+        for args in (("status",), ("ls",)):
+            store = home / "store.sqlite"
+            line = assert_fails(as_nobody(*args), ExitCode.FAILED, str(store), "belongs to")
+            assert f"chown -R nobody {home}" in line, line
+        config.chmod(0o600)  # then the config, which is read first
+        denied = f"cannot open {config}: permission denied"
+        assert_fails(as_nobody("status"), ExitCode.FAILED, denied)
     finally:
-        store.chmod(0o600)
-    assert Cli(ready)("ls").output.count("edge(1, 2)") == 1
+        shutil.rmtree(shared)
 
 
 def test_compact_without_the_node_key_says_so_as_every_command_does(
