@@ -76,7 +76,9 @@ def in_file(exc: BaseException, args: tuple[str, ...], file: Any) -> None:
 def _read_utf8(stream: Any) -> str:
     """A text stream's contents, read as its bytes so that bytes that are not UTF-8 are
     bad input at ``FILE:LINE:COL`` (the codec's own message named neither), the same
-    whether the home's node runs or not. Line ends are read as text mode reads them."""
+    whether the home's node runs or not. A CRLF line end is read as one; a lone CR is
+    kept, as in an argument or a write body: text mode made it a line end, so a string
+    holding one (``"mid\rdle"``) was refused from a file as "unterminated"."""
     raw = getattr(stream, "buffer", None)
     if raw is None:
         return stream.read()
@@ -85,7 +87,7 @@ def _read_utf8(stream: Any) -> str:
     name = getattr(stream, "name", "-")
     name = "<stdin>" if name in ("-", "<stdin>", 0) else name
     text = decode_utf8(raw.read(), name)
-    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+    return text.replace("\r\n", "\n") if "\r" in text else text
 
 
 def _check_utf8(args: str) -> None:

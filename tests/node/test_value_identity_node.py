@@ -49,3 +49,20 @@ def test_programs_and_retraction_on_a_home_keep_identity(run, tmp_path: Path) ->
     run("retract", "p(1).")
     assert rows(run, "p(X)") == sorted(["[1.0]", "[true]", '["1"]', '[{"/": {"bytes": "AQ"}}]'])
     assert rows(run, "c(N)") == ["[4]"]
+
+
+def test_a_carriage_return_in_a_string_is_the_same_value_from_a_file(
+    run, tmp_path: Path
+) -> None:
+    """``put -f`` read its file as text mode does, so a lone CR inside a string became a
+    line end: ``"mid\\rdle"`` was refused as an unterminated string from a file, while
+    the same text as an argument (or a write body) stored it. A CRLF line end is still
+    one line end."""
+    run("init")
+    fact = 'cr("mid\rdle").'
+    by_argument = run("put", fact).output.split()[0]
+    path = tmp_path / "facts.dl"
+    path.write_bytes(f"{fact}\r\ncr(2).\r\n".encode())
+    by_file = run("put", "-f", str(path)).output.split()[::2]
+    assert by_file[0] == by_argument and len(by_file) == 2
+    assert rows(run, "cr(X)") == ['["mid\\rdle"]', "[2]"]
