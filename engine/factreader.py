@@ -42,7 +42,14 @@ from merklog.store.gcpause import gc_paused
 
 from .ast import Pos
 from .errors import ParseError
-from .lexer import INT64_MAX, INT64_MIN, Source, _decode_string
+from .lexer import (
+    INT64_MAX,
+    INT64_MIN,
+    MAY_UNDERFLOW_TEXT,
+    Source,
+    _decode_string,
+    float_in_range,
+)
 
 # Alternatives in the lexer's order (float before int, hex/bin before decimal), so
 # the structural match below and ``findall`` split an argument list identically.
@@ -90,8 +97,9 @@ def _json_args(
     when any token is one JSON refuses (``0x1F``, ``007``, ``x"…"``) or reads
     otherwise than the parser (``NaN``, ``null``, a number out of int64 or of float
     range). The caller has excluded backslashes and brackets."""
+    joined = "[[" + "],[".join(raws) + "]]"
     try:
-        values = json.loads("[[" + "],[".join(raws) + "]]", strict=False)
+        values = json.loads(joined, strict=False)
     except ValueError:
         return None
     if len(values) != len(raws):
@@ -104,9 +112,18 @@ def _json_args(
         ints = [v for v in flat if type(v) is int]
         if min(ints) < int_min or max(ints) > int_max:
             return None
-    if float in kinds and not all(map(isfinite, [v for v in flat if type(v) is float])):
-        return None
+    if float in kinds:
+        floats = [v for v in flat if type(v) is float]
+        if not all(map(isfinite, floats)):
+            return None
+        if 0.0 in floats and _MAY_UNDERFLOW.search(joined):  # 1e-400 read as 0.0: the
+            return None  # parser refuses it, as it refuses 1e999
     return values
+
+
+#: Only then, and only when some float came out as 0.0, are the facts read token by
+#: token (which tells a zero from one out of range).
+_MAY_UNDERFLOW = re.compile(MAY_UNDERFLOW_TEXT)
 
 
 # ---------------------------------------------------------------- tier 2: one regex a fact
@@ -123,9 +140,10 @@ def _number(tok: str) -> Value:
     elif head in ("0b", "0B"):
         value = int(body[2:], 2)
     elif "." in body or "e" in body or "E" in body:
-        value = float(body)
-        if value == float("inf"):
+        in_range = float_in_range(body)
+        if in_range is None:  # the parser says so, at its place
             raise _Fallback
+        value = in_range
     else:
         value = int(body)
     if neg:

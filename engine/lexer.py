@@ -29,6 +29,29 @@ from .errors import ParseError
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
+#: A digit 1-9 before any exponent: the literal is not zero.
+_NONZERO_MANTISSA = re.compile(r"^[^eE]*[1-9]")
+#: The same as a regex over a text column (pyarrow).
+NONZERO_MANTISSA_TEXT = _NONZERO_MANTISSA.pattern
+#: Float text that may be read as 0.0 although it is not zero: an exponent of -100 or
+#: less, or hundreds of zeros after the point. Readers that convert many floats at once
+#: look for it in their input, and only then read its floats one by one.
+MAY_UNDERFLOW_TEXT = r"[eE]-0*[1-9][0-9]{2,}|\.0{200,}"
+
+
+def float_in_range(text: str) -> float | None:
+    """The float literal ``text`` as a float, or None when it is out of range: too large
+    (``1e999``, infinite) or so small that it rounds to zero although it is not zero
+    (``1e-400``). Either would store another value than the one written; the
+    smallest subnormal, ``5e-324``, is in range."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")) or value != value:
+        return None
+    if value == 0.0 and _NONZERO_MANTISSA.match(text.strip()):
+        return None
+    return value
+
+
 _TOKEN = re.compile(
     r"""
     (?:[ \t\r\n\f\ufeff]+|//[^\n]*|/\*(?:[^*]|\*(?!/))*\*/)*
@@ -194,9 +217,14 @@ def tokenize(text: str, src: Source | None = None) -> list[Token]:
             last = "STRING"
             continue
         if kind == "float":
-            number = float(value)
-            if number == float("inf"):
-                raise src.error(start, f"float literal {value} is out of range")
+            number = float_in_range(value)
+            if number is None:
+                shown = value if len(value) <= 40 else f"{value[:36]}… ({len(value)} characters)"
+                raise src.error(
+                    start,
+                    f"float literal {shown} is out of range (a 64-bit double cannot hold it"
+                    " as written)",
+                )
             append(Token("FLOAT", number, start))
         elif kind == "wild":
             append(Token("WILD", "_", start))

@@ -37,7 +37,6 @@ file; when reading a nullary relation any non-empty line makes it hold.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -52,6 +51,7 @@ from .arrowbuf import from_ints as _from_ints
 from .arrowbuf import str_scalar as _str_scalar
 from .arrowbuf import to_numpy as _to_numpy
 from .errors import FactFileError, FieldError
+from .lexer import NONZERO_MANTISSA_TEXT, float_in_range
 from .outcols import float_text
 from .values import Bool
 
@@ -102,16 +102,16 @@ def parse_field(text: str, column_type: str = "any", int_bits: int = 64) -> Valu
     if column_type == "float":
         if not _SOUFFLE_FLOAT_RE.match(text):
             raise FieldError(f"cannot read {text!r} as a float")
-        value = float(text.lstrip(" \f\v\r"))
-        if not math.isfinite(value):
+        value = float_in_range(text.lstrip(" \f\v\r"))
+        if value is None:  # too large, or not zero but read as 0.0 (1e-400)
             raise FieldError(f"{text!r} is outside the float range")
         return value + 0.0  # -0.0 is 0.0, as in the store
     if _INT_RE.match(text):
         value = int(text)
         return value if INT64_MIN <= value <= INT64_MAX else text
     if _FLOAT_RE.match(text):
-        value = float(text)
-        return value + 0.0 if math.isfinite(value) else text
+        value = float_in_range(text)  # out of range (1e999, 1e-400): kept as its text
+        return value + 0.0 if value is not None else text
     return text
 
 
@@ -359,7 +359,7 @@ def _column(col: Any, kind: str, int_bits: int) -> np.ndarray | list | None:
         if not _all(pc.match_substring_regex(col, SOUFFLE_FLOAT_TEXT)):
             return None
         floats = _to_numpy(pc.cast(pc.replace_substring_regex(col, _LEAD, ""), pa.float64()), F64)
-        if not np.isfinite(floats).all():
+        if not _floats_in_range(col, floats):
             return None
         return floats + 0.0
     is_int = pc.match_substring_regex(col, INT_TEXT)
@@ -374,9 +374,24 @@ def _column(col: Any, kind: str, int_bits: int) -> np.ndarray | list | None:
             return col.to_pylist()  # no numbers at all: every field is a string
         if _all(is_float):
             floats = _to_numpy(pc.cast(col, pa.float64()), F64)
-            if np.isfinite(floats).all():
+            if _floats_in_range(col, floats):
                 return floats + 0.0
     return [parse_field(text) for text in col.to_pylist()]
+
+
+def _floats_in_range(col: Any, floats: np.ndarray) -> bool:
+    """Whether every float of ``floats`` (read from the text column ``col``) is the value
+    its text says: finite, and 0.0 only where the text is a zero (``1e-400`` is not)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not np.isfinite(floats).all():
+        return False
+    zero = floats == 0.0
+    if not zero.any():
+        return True
+    texts = pc.filter(col, pa.array(zero))
+    return not _any(pc.match_substring_regex(texts, NONZERO_MANTISSA_TEXT))
 
 
 def _fits(matrix: np.ndarray, kinds: list[str], int_bits: int) -> bool:

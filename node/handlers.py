@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice
@@ -28,7 +29,7 @@ from .errors import NodeInputError, NotSettled
 from .factpages import FACTS_PAGE_MAX, fact_refs
 from .failures import PEER_FAILED_STATUS, UnknownRelation, peer_failure
 from .helperproc import HelperError, Worker
-from .jsonvalues import facts_from_json, int_or_oversized, value_to_json
+from .jsonvalues import facts_from_json, float_or_out_of_range, int_or_oversized, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
 from .middleware import ApiError, map_failure
 from .node import Node
@@ -54,10 +55,13 @@ async def json_body(request: web.Request) -> dict[str, Any]:
 def json_object(raw: bytes) -> dict[str, Any]:
     """``raw`` as a JSON object (NodeInputError otherwise)."""
     try:
-        body = _loads(raw)
+        # A float a double cannot hold as written (1e999, 1e-400) would be read as an
+        # infinity or 0.0: where the body may hold one, floats are read one by one.
+        careful = {"parse_float": float_or_out_of_range} if _MAY_BE_OUT_OF_RANGE.search(raw) else {}
+        body = _loads(raw, **careful)
     except ValueError:  # an integer of more digits than int() reads (4,300): read it as
         # one that does not fit, which the field it is in reports (assert[0] argument 1: …)
-        body = _loads(raw, parse_int=int_or_oversized)
+        body = _loads(raw, parse_int=int_or_oversized, **careful)
     if not isinstance(body, dict):
         raise NodeInputError("request body must be a JSON object")
     # A key given twice kept its last value only ({"assert": …, "assert": …} wrote the
@@ -65,6 +69,11 @@ def json_object(raw: bytes) -> dict[str, Any]:
     if any(raw.count(json.dumps(key).encode()) > 1 for key in body):
         _loads(raw, object_pairs_hook=_without_repeats, parse_int=int_or_oversized)
     return body
+
+
+#: A number with an exponent of three digits or more, hundreds of zeros after the
+#: point, or hundreds of digits: one a double may not hold as written.
+_MAY_BE_OUT_OF_RANGE = re.compile(rb"[eE][-+]?0*[1-9][0-9]{2,}|\.0{200,}|[0-9]{300,}")
 
 
 def _loads(raw: bytes, **options: Any) -> Any:

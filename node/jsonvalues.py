@@ -15,6 +15,7 @@ import binascii
 from itertools import chain
 from typing import Any
 
+from merklog.engine.lexer import float_in_range
 from merklog.store import (
     Fact,
     InvalidValue,
@@ -53,6 +54,29 @@ class OversizedInt:
         return f"{sign}{digits[:12]}…{digits[-4:]} ({len(digits)} digits)"
 
 
+class OutOfRangeFloat:
+    """A JSON number that no double holds as written: beyond ±1.8e308 (Python reads it
+    as an infinity) or not zero but read as 0.0 (``1e-400``). Kept as its text so that
+    the error names the field and the number, as for an :class:`OversizedInt`
+    (``json.loads(..., parse_float=float_or_out_of_range)``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return (
+            self.text
+            if len(self.text) <= 40
+            else f"{self.text[:36]}… ({len(self.text)} characters)"
+        )
+
+
+def float_or_out_of_range(text: str) -> float | OutOfRangeFloat:
+    """A JSON float literal as a float, or an :class:`OutOfRangeFloat`."""
+    value = float_in_range(text)
+    return OutOfRangeFloat(text) if value is None else value
+
+
 #: More digits than this and a JSON integer is read as an OversizedInt.
 _INT_DIGITS_READ = 4300
 
@@ -65,13 +89,17 @@ def int_or_oversized(text: str) -> int | OversizedInt:
     return int(text)
 
 
-def _oversized(value: OversizedInt, where: str) -> NodeInputError:
+def _oversized(value: OversizedInt | OutOfRangeFloat, where: str) -> NodeInputError:
+    if isinstance(value, OutOfRangeFloat):
+        return NodeInputError(
+            f"{where}: float {value} is out of range (a 64-bit double cannot hold it as written)"
+        )
     return NodeInputError(f"{where}: integer {value} does not fit in 64 signed bits")
 
 
 def value_from_json(obj: Any, where: str = "value") -> Any:
     """The merklog value a JSON value stands for (NodeInputError if none)."""
-    if isinstance(obj, OversizedInt):
+    if isinstance(obj, OversizedInt | OutOfRangeFloat):
         raise _oversized(obj, where)
     if obj is None or isinstance(obj, list):
         raise NodeInputError(f"{where}: {type(obj).__name__} is not a merklog value")
@@ -105,7 +133,7 @@ def fact_from_json(obj: Any, where: str = "fact") -> Fact:
     if not isinstance(args, list):
         raise NodeInputError(f'{where}: "args" must be a list')
     for i, arg in enumerate(args):  # named as make_fact names a value out of range
-        if isinstance(arg, OversizedInt) and isinstance(obj["rel"], str):
+        if isinstance(arg, OversizedInt | OutOfRangeFloat) and isinstance(obj["rel"], str):
             raise _oversized(arg, f"{where}: {obj['rel']}(…) argument {i}")
     values = [value_from_json(a, f"{where} argument {i}") for i, a in enumerate(args)]
     try:

@@ -75,7 +75,7 @@ _literal = st.one_of(
     st.sampled_from(_BOUNDS),
     st.integers(-(2**70), 2**70).map(str),  # some out of int64: the parser's error
     st.floats(allow_nan=False, allow_infinity=False).map(repr),
-    st.sampled_from(["0.0", "-0.0", "1.5e3", "-2E-3", "1e999", "7e0", "1.0"]),
+    st.sampled_from(["0.0", "-0.0", "1.5e3", "-2E-3", "1e999", "1e-400", "0.0e-999", "7e0", "1.0"]),
     st.text(
         st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\f"), max_size=6
     ).map(_str_spelling),
@@ -138,6 +138,8 @@ def test_fast_path_reads_every_value_type() -> None:
         ('p(1).\np("\\q").', 2, 4),
         ('p(1).\np(x"abc").', 2, 3),
         ("p(1).\np(1e999).", 2, 3),
+        ("p(1).\np(1e-400).", 2, 3),
+        ("p(0.0, 1.5).\np(0.0, 1e-400).", 2, 8),
         ("p(1).\np(X).", 2, 3),
     ],
 )
@@ -154,7 +156,7 @@ _line_literal = st.one_of(
     st.sampled_from(_BOUNDS),
     st.integers(-(2**70), 2**70).map(str),  # out of int64: the parser's error
     st.floats(allow_nan=False, allow_infinity=False).map(repr),
-    st.sampled_from(["0.0", "-0.0", "1.5e3", "-2E-3", "1e999", "7e0", "1.0", "-0", "007"]),
+    st.sampled_from(["0.0", "-0.0", "1.5e3", "-2E-3", "1e999", "1e-400", "0.0e-999", "7e0", "1.0", "-0", "007"]),
     st.text(
         st.characters(blacklist_categories=("Cs",), blacklist_characters='\\"\n\r\f'),
         max_size=6,

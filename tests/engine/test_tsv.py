@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from merklog.engine.batch import Rel, Relations
-from merklog.engine.errors import FactFileError
+from merklog.engine.errors import FactFileError, FieldError
 from merklog.engine.tsv import (
     _read_rows,
     format_field,
@@ -44,6 +44,8 @@ numberish = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1).map(str),
     st.integers(min_value=2**63, max_value=2**64).map(str),
     st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    # beyond a double, or read as 0.0 although not zero; and zeros and subnormals that fit
+    st.sampled_from(["1e999", "1e-400", "-2.5e-330", "0.0", "0.0e-999", "5e-324", "0e5"]),
     field_text,
 )
 
@@ -103,6 +105,29 @@ def test_field_grammar_examples() -> None:
     assert math.copysign(1, parse_field("-0.0")) == 1.0
     assert parse_field(" 5", "number", 32) == 5
     assert parse_field("-2147483648", "number", 32) == -(2**31)
+    # 1e-400 read as 0.0 would merge with a real 0.0: out of range, as 1e999 is
+    for text in ("1e999", "1e-400", "-1e-400", "0." + "0" * 400 + "1"):
+        assert parse_field(text) == text and type(parse_field(text)) is str
+        with pytest.raises(FieldError, match="outside the float range"):
+            parse_field(text, "float")
+    for text, value in (("0.0e-999", 0.0), ("5e-324", 5e-324), ("0e5", 0.0)):
+        assert parse_field(text) == value and type(parse_field(text)) is float
+        assert parse_field(text, "float") == value
+
+
+def test_columnar_float_columns_keep_out_of_range_text_apart_from_zero(tmp_path: Path) -> None:
+    """A whole column of floats is converted at once: a 1e-400 in it came out as 0.0,
+    one row with the real 0.0 beside it."""
+    path = tmp_path / "f.facts"
+    path.write_text("0.0\n1e-400\n2.5\n")
+    assert typed(read_relation(path)) == [
+        (("float", 0.0),),
+        (("str", "1e-400"),),
+        (("float", 2.5),),
+    ]
+    with pytest.raises(FactFileError, match="outside the float range") as err:
+        read_relation(path, column_types=["float"])
+    assert err.value.line == 2
 
 
 @given(st.floats(allow_nan=False, allow_infinity=False))
