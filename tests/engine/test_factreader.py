@@ -156,7 +156,9 @@ _line_literal = st.one_of(
     st.sampled_from(_BOUNDS),
     st.integers(-(2**70), 2**70).map(str),  # out of int64: the parser's error
     st.floats(allow_nan=False, allow_infinity=False).map(repr),
-    st.sampled_from(["0.0", "-0.0", "1.5e3", "-2E-3", "1e999", "1e-400", "0.0e-999", "7e0", "1.0", "-0", "007"]),
+    st.sampled_from(
+        ["0.0", "-0.0", "1.5e3", "-2E-3", "1e999", "1e-400", "0.0e-999", "7e0", "1.0", "-0", "007"]
+    ),
     st.text(
         st.characters(blacklist_categories=("Cs",), blacklist_characters='\\"\n\r\f'),
         max_size=6,
