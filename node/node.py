@@ -25,6 +25,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
+from merklog.engine.batch import sort_rows
 from merklog.engine.values import row_from_engine
 from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
@@ -483,7 +484,7 @@ class Node:
         with gc_paused():
             columns, rows = querycheck.evaluate(self._evaluate, q)
             plain = [row_from_engine(r) for r in rows]  # distinct engine rows, plain out
-            return QueryResult(columns, sorted(plain, key=_row_key), self.epoch)
+            return QueryResult(columns, sort_rows(plain), self.epoch)
 
     def _known_query(self, text: str, live: bool = False) -> Any:
         """``text`` parsed, once its relations and arities are known here: an unknown
@@ -708,7 +709,3 @@ def _fact_list(facts: Any, name: str) -> Any:
             f"{name}: expected a list of facts, got one (rel, args) pair; write {name}=[{facts!r}]"
         )
     return facts
-
-
-def _row_key(row: Row) -> tuple:
-    return tuple((type(v).__name__, v if not isinstance(v, Link) else str(v)) for v in row)

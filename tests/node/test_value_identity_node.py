@@ -31,6 +31,20 @@ def test_put_and_query_keep_mixed_values_apart(run) -> None:
         assert literal in table
 
 
+def test_answers_come_in_the_one_value_order(run) -> None:
+    """Rows were sorted by their values' Python type names (Link, bool, bytes, float,
+    int, str), so 1e300 came before -5 and 1.0 before 1; they now follow the value order
+    eval --sorted writes: bool < number (an int just before an equal float) < str <
+    bytes < CID."""
+    run("init")
+    cid = "bafyreihhnb7eljqc2zkwknddrdqvmuov4xidiqqqlahqej3u7fuwa3hjuy"
+    values = ["1e300", "true", 'x"01"', f'cid"{cid}"', "-5", '"a"', "1.0", "1", "false"]
+    run("put", *(f"s({v})." for v in values))
+    got = [json.dumps(r) for r in json.loads(run("query", "--json", "s(X)").output)["rows"]]
+    assert got == ["[false]", "[true]", "[-5]", "[1]", "[1.0]", "[1e+300]", '["a"]',
+                   '[{"/": {"bytes": "AQ"}}]', f'[{{"/": "{cid}"}}]']  # fmt: skip
+
+
 def test_programs_and_retraction_on_a_home_keep_identity(run, tmp_path: Path) -> None:
     run("init")
     run("put", *MIXED)
