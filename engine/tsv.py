@@ -179,7 +179,7 @@ def _read_rows(
                 path,
                 number,
                 1,
-                f"{len(fields)} fields, expected {width}",
+                f"{_fields(len(fields))}, expected {width}",
                 "every line of a fact file has one field per argument, separated by tabs",
             )
         row = []
@@ -379,6 +379,10 @@ def _column(col: Any, kind: str, int_bits: int) -> np.ndarray | list | None:
     return [parse_field(text) for text in col.to_pylist()]
 
 
+def _fields(n: int) -> str:
+    return "1 field" if n == 1 else f"{n} fields"
+
+
 def _floats_in_range(col: Any, floats: np.ndarray) -> bool:
     """Whether every float of ``floats`` (read from the text column ``col``) is the value
     its text says: finite, and 0.0 only where the text is a zero (``1e-400`` is not)."""
@@ -432,7 +436,7 @@ def read_relation(
             path,
             first[0],
             1,
-            f"{width} fields, but the program uses {path.stem} with {arity} arguments",
+            f"{_fields(width)}, but the program uses {path.stem} with {arity} arguments",
             "every line of a fact file has one field per argument, separated by tabs",
         )
     kinds = list(column_types) if column_types is not None else ["any"] * width

@@ -143,7 +143,8 @@ def register(cli: click.Group) -> None:
             fail(f"error: {err}")
             return
         _write_all(out_dir, outputs, lambda rel, path: write_relation(path, relations, rel, sort))
-        click.echo(f"wrote {len(outputs)} relations to {out_dir}", err=True)
+        what = "1 relation" if len(outputs) == 1 else f"{len(outputs)} relations"
+        click.echo(f"wrote {what} to {out_dir}", err=True)
 
 
 def _defined(prog: Any) -> set[str]:

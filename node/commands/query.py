@@ -100,7 +100,8 @@ def register(cli: click.Group) -> None:
         "as_csv",
         is_flag=True,
         help="CSV with a header row; each cell is the value in Datalog syntax (strings in"
-        ' double quotes, so 1 and "1" stay apart; --json gives plain values).',
+        ' double quotes, so 1 and "1" stay apart; --json gives typed JSON values: bytes and'
+        " CIDs in their DAG-JSON forms).",
     )
     @pass_state
     def query(state: State, query: str, as_json: bool, as_csv: bool) -> None:

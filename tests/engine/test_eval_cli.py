@@ -418,7 +418,7 @@ def test_eval_ends_without_interpreter_teardown_and_keeps_its_output(tmp_path: P
     ok = entry("eval", str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
     assert ok.returncode == 0, ok.stderr
     assert "teardown" not in ok.stdout
-    assert ok.stderr.strip() == f"wrote 1 relations to {tmp_path / 'o'}"
+    assert ok.stderr.strip() == f"wrote 1 relation to {tmp_path / 'o'}"
     assert sorted(lines(tmp_path / "o" / "path.csv")) == ["1\t2", "1\t3", "2\t3"]
     bad = write(tmp_path / "bad.dl", "p(X) :- .\n")
     failed = entry("eval", str(bad), "--facts", str(tmp_path / "facts"))
