@@ -490,3 +490,35 @@ def test_sync_over_https_with_a_plain_http_peer_is_a_setup_mistake(
     node_factory(home).start()
     running = fails_on_one_line(merklog(home, "sync", wrong), ExitCode.FAILED)
     assert running == stopped
+
+
+def test_a_peer_that_cannot_be_reached_is_said_one_way_by_every_command(
+    tmp_path: Path, node_factory
+) -> None:
+    """A closed port was worded three ways, each quoting a Python repr: ``sync`` said
+    ``peer unreachable: cannot reach peer URL: Connect call failed ('127.0.0.1', N)``
+    (unreachable twice), ``peers add`` ``cannot ask URL for its key (cannot reach node
+    at URL: <urlopen error [Errno 111] Connection refused>)``, ``init --join`` ``cannot
+    join URL: Cannot connect to host 127.0.0.1:N ssl:default [Connect call failed …]``.
+    Now one wording with a plain reason, exit 4, stopped or running."""
+    from .test_cli_errors import free_port
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    url = f"http://127.0.0.1:{free_port()}"  # bound, then closed: nothing listens there
+    said = f"Error: cannot reach peer {url}"
+    unreachable = ExitCode.PEER_UNREACHABLE
+    stopped = fails_on_one_line(merklog(home, "sync", url), unreachable)
+    assert stopped == f"{said}: connection refused"
+    line = fails_on_one_line(merklog(home, "peers", "add", "x", url), unreachable)
+    assert line == f"{said} to ask its key: connection refused; pass --key HEX to add it offline"
+    line = fails_on_one_line(merklog(tmp_path / "new", "init", "--join", url), unreachable)
+    assert line == f"{said} to join it: connection refused"
+    assert not (tmp_path / "new" / "store.sqlite").exists()
+    node = node_factory(home).start()
+    assert fails_on_one_line(merklog(home, "sync", url), unreachable) == stopped
+    status, body = node.request("POST", "/v1/sync", {"url": url})
+    assert (status, body) == (
+        502,
+        {"error": "peer unreachable", "detail": f"cannot reach peer {url}: connection refused"},
+    )
