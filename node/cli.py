@@ -168,12 +168,14 @@ _FACT_COMMANDS = frozenset({"put", "retract"})
 def _check_utf8_arguments(args: list[str]) -> None:
     """Refuse an argument holding bytes that are not UTF-8 (Python keeps them as lone
     surrogates) with one line naming it, before any command turns it into a codec's
-    message or a ``'\\udcff'`` (``ls``, ``query``, ``get``, ``sync``…)."""
+    message or a ``'\\udcff'`` (``ls``, ``query``, ``get``, ``sync``…). The arguments
+    of ``put`` and ``retract`` are left to them (they name LINE:COL of their facts)."""
     from .files import first_non_utf8
 
+    command = _command_index(args)
+    if command < len(args) and args[command] in _FACT_COMMANDS:
+        args = args[:command]  # merklog's own options only
     for arg in args:
-        if arg in _FACT_COMMANDS:
-            return
         found = first_non_utf8(arg)
         if found is None:
             continue
@@ -190,6 +192,27 @@ def _check_utf8_arguments(args: list[str]) -> None:
 
         failure.exit_code = int(ExitCode.BAD_INPUT)
         raise failure
+
+
+def _command_index(args: list[str]) -> int:
+    """The index of the command's name in ``merklog``'s ``args``: the first that is
+    neither an option of merklog itself nor the value of one (``--home put ls``: the
+    command is ``ls``); ``len(args)`` when there is none."""
+    valued = {
+        name
+        for param in cli.params
+        if isinstance(param, click.Option) and not (param.is_flag or param.count)
+        for name in param.opts
+    }
+    at = 0
+    while at < len(args):
+        arg = args[at]
+        if arg == "--":
+            return at + 1
+        if not arg.startswith("-") or arg == "-":
+            return at
+        at += 2 if arg in valued else 1  # --home=put and flags (-v, -vv) are one
+    return at
 
 
 def _usage_line(exc: click.UsageError) -> click.ClickException:

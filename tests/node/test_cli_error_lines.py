@@ -439,6 +439,34 @@ def test_an_argument_that_is_not_utf8_is_named_by_every_command(tmp_path: Path) 
         )
 
 
+def test_a_home_named_put_does_not_hide_a_bad_argument(tmp_path: Path) -> None:
+    """``merklog --home put ls $'\\xff'`` (a home directory named ``put``, given relative)
+    took the value of ``--home`` for the command ``put``, whose facts name their bad bytes
+    themselves, and checked no further: ``relation name '\\udcff' must start with a
+    letter…``. The command is the first argument that is neither an option of merklog nor
+    an option's value; ``put`` itself still names LINE:COL of its facts."""
+    import os
+    import subprocess
+    import sys
+
+    Cli(tmp_path / "put")("init")
+
+    def run(*args: bytes) -> subprocess.CompletedProcess:  # argv as bytes, as a shell gives it
+        return subprocess.run(
+            [os.fsencode(sys.executable), b"-m", b"merklog.node.cli", *args],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path,
+        )  # fmt: skip
+
+    for home in ([b"--home", b"put"], [b"--home=put"], [b"-v", b"--home", b"put"]):
+        line = fails_on_one_line(run(*home, b"ls", b"\xff"), ExitCode.BAD_INPUT)
+        assert line == (
+            r"Error: argument '\xff': not UTF-8 text (byte 0xff at column 1);"
+            " give arguments as UTF-8"
+        )
+    line = fails_on_one_line(run(b"--home", b"put", b"put", b"a(\xff)."), ExitCode.BAD_INPUT)
+    assert line == "Error: 1:3: not UTF-8 text (byte 0xff); give facts as UTF-8"
+
+
 def test_peer_mistakes_have_the_documented_statuses(tmp_path: Path) -> None:
     """QA: ``sync ftp://x`` said "unknown peer" (exit 3) where a malformed peer URL is
     exit 2; ``fsck --repair-from NAME`` of an unknown name was exit 2 where ``sync NAME``
