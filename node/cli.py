@@ -168,25 +168,51 @@ _FACT_COMMANDS = frozenset({"put", "retract"})
 def _check_utf8_arguments(args: list[str]) -> None:
     """Refuse an argument holding bytes that are not UTF-8 (Python keeps them as lone
     surrogates) with one line naming it, before any command turns it into a codec's
-    message or a ``'\\udcff'`` (``ls``, ``query``, ``get``, ``sync``…)."""
+    message or a ``'\\udcff'`` (``ls``, ``query``, ``get``, ``sync``…). The arguments
+    of ``put`` and ``retract`` are left to them (they name LINE:COL of their facts)."""
+    from .files import first_non_utf8
+
+    command = _command_index(args)
+    if command < len(args) and args[command] in _FACT_COMMANDS:
+        args = args[:command]  # merklog's own options only
     for arg in args:
-        if arg in _FACT_COMMANDS:
-            return
-        try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            code = ord(arg[exc.start])
-            byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
-            try:  # the bytes as given (a shell's argument), undecodable ones as \xff
-                shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            except UnicodeEncodeError:  # a lone surrogate no byte decodes to
-                shown = arg.encode("utf-8", "backslashreplace").decode("utf-8")
-            failure = click.ClickException(
-                f"argument '{shown}': not UTF-8 text ({byte} at column {exc.start + 1});"
-                " give arguments as UTF-8"
-            )
-            failure.exit_code = 2  # bad input (ExitCode.BAD_INPUT)
-            raise failure from None
+        found = first_non_utf8(arg)
+        if found is None:
+            continue
+        at, byte = found
+        try:  # the bytes as given (a shell's argument), undecodable ones as \xff
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a lone surrogate no byte decodes to
+            shown = arg.encode("utf-8", "backslashreplace").decode("utf-8")
+        failure = click.ClickException(
+            f"argument '{shown}': not UTF-8 text ({byte} at column {at + 1});"
+            " give arguments as UTF-8"
+        )
+        from .failures import ExitCode  # only now: it imports the store's errors
+
+        failure.exit_code = int(ExitCode.BAD_INPUT)
+        raise failure
+
+
+def _command_index(args: list[str]) -> int:
+    """The index of the command's name in ``merklog``'s ``args``: the first that is
+    neither an option of merklog itself nor the value of one (``--home put ls``: the
+    command is ``ls``); ``len(args)`` when there is none."""
+    valued = {
+        name
+        for param in cli.params
+        if isinstance(param, click.Option) and not (param.is_flag or param.count)
+        for name in param.opts
+    }
+    at = 0
+    while at < len(args):
+        arg = args[at]
+        if arg == "--":
+            return at + 1
+        if not arg.startswith("-") or arg == "-":
+            return at
+        at += 2 if arg in valued else 1  # --home=put and flags (-v, -vv) are one
+    return at
 
 
 def _usage_line(exc: click.UsageError) -> click.ClickException:

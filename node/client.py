@@ -18,14 +18,19 @@ from .files import output_file
 
 
 class NodeAPIError(NodeError, RuntimeError):
-    """The node answered with an error (message taken from its JSON body)."""
+    """The node answered with an error (message taken from its JSON body), or (``status``
+    0) gave no answer."""
 
-    def __init__(self, status: int, message: str, error: str = "", detail: str = "") -> None:
+    def __init__(
+        self, status: int, message: str, error: str = "", detail: str = "", reason: str = ""
+    ) -> None:
         super().__init__(message)
         self.status = status
         #: The JSON body's ``error`` and ``detail`` ("" if the answer had none).
         self.error = error
         self.detail = detail
+        #: Why no connection could be made (``connection refused``), else "".
+        self.reason = reason
 
 
 #: Error names of the node's answers whose detail is the whole message, worded as a
@@ -50,12 +55,17 @@ _SELF_CONTAINED = frozenset(
 
 def api_message(error: str, detail: str) -> str:
     """The one-line message for an error answer ``{"error": error, "detail": detail}``:
-    the detail alone when it says everything (it names the error, or the error is one of
-    :data:`_SELF_CONTAINED`), else ``error: detail`` (``unauthorized: send …``,
-    ``peer unreachable: …``)."""
+    the detail alone when it says everything (it names the error, the error is one of
+    :data:`_SELF_CONTAINED`, or it is a peer that could not be connected to: ``cannot
+    reach peer URL: connection refused``), else ``error: detail`` (``unauthorized: send
+    …``, ``peer unreachable: peer URL did not answer within 60 s``)."""
+    from merklog.replication.errors import CANNOT_REACH
+
     if not detail:
         return error
     if error in _SELF_CONTAINED or error.lower() in detail.lower():
+        return detail
+    if error == "peer unreachable" and detail.startswith(CANNOT_REACH):
         return detail
     return f"{error}: {detail}"
 
@@ -131,10 +141,10 @@ class NodeClient:
                 message = str(exc)
             raise NodeAPIError(exc.code, message, error, detail) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            from merklog.replication.errors import PeerUntrusted, unreachable_reason
+
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, ssl.SSLCertVerificationError):  # nothing was sent
-                from merklog.replication.errors import PeerUntrusted
-
                 raise PeerUntrusted.for_url(self.url, reason) from None
             if isinstance(exc, http.client.IncompleteRead):  # the node stopped mid-answer
                 reason = f"its answer was cut off after {len(exc.partial):,} bytes"
@@ -149,7 +159,8 @@ class NodeClient:
                 ) from None
             if isinstance(exc, http.client.HTTPException):
                 raise NodeAPIError(0, f"node at {self.url}: {reason}; try again") from None
-            raise NodeAPIError(0, f"cannot reach node at {self.url}: {exc}") from None
+            why = unreachable_reason(exc)
+            raise NodeAPIError(0, f"cannot reach node at {self.url}: {why}", reason=why) from None
 
     def write(self, asserts: str = "", retracts: str = "", answer: str = "full") -> dict[str, Any]:
         """``POST /v1/facts``; ``answer="cids"`` asks for the CIDs alone (in input order)

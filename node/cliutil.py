@@ -94,18 +94,16 @@ def _check_utf8(args: str) -> None:
     """Arguments holding bytes that are not UTF-8 (Python keeps them as lone surrogates):
     bad input at ``LINE:COL`` of the joined arguments, not a codec's message (a
     different one through a running node)."""
-    try:
-        args.encode("utf-8")
-    except UnicodeEncodeError as exc:
+    from .files import first_non_utf8
+
+    found = first_non_utf8(args)
+    if found is not None:
         from .errors import NodeInputError
 
-        line = args.count("\n", 0, exc.start) + 1
-        col = exc.start - (args.rfind("\n", 0, exc.start) + 1) + 1
-        bad = ord(args[exc.start])
-        byte = f"byte 0x{bad - 0xDC00:02x}" if 0xDC80 <= bad <= 0xDCFF else f"U+{bad:04X}"
-        raise NodeInputError(
-            f"{line}:{col}: not UTF-8 text ({byte}); give facts as UTF-8"
-        ) from None
+        at, byte = found
+        line = args.count("\n", 0, at) + 1
+        col = at - (args.rfind("\n", 0, at) + 1) + 1
+        raise NodeInputError(f"{line}:{col}: not UTF-8 text ({byte}); give facts as UTF-8")
 
 
 def _with_period(arg: str) -> str:

@@ -213,8 +213,10 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
     if isinstance(exc, Failure):
         return exc.exit_code, str(exc)
     if isinstance(exc, PeerError):
+        from .client import api_message  # the line a running node's answer gives
+
         code, _status, name = peer_failure(exc) or (ExitCode.FAILED, 0, "peer error")
-        return code, f"{name}: {exc.detail}"
+        return code, api_message(name, exc.detail)
     if isinstance(exc, StoreUnavailable):  # the IPFS daemon of an IPFS home
         return ExitCode.PEER_UNREACHABLE, str(exc)
     if isinstance(exc, Unauthorized):

@@ -147,6 +147,20 @@ def read_text_file(path: str | Path) -> str:
     return decode_utf8(Path(path).read_bytes(), path)
 
 
+def first_non_utf8(text: str) -> tuple[int, str] | None:
+    """Where ``text`` (an argument: Python keeps bytes that are not UTF-8 as lone
+    surrogates) first holds what UTF-8 cannot encode, and its name for a message:
+    ``(index, "byte 0xff")``, or ``U+D800`` for a surrogate that no byte gave. None when
+    all of it is UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        return exc.start, byte
+    return None
+
+
 def decode_utf8(data: bytes, name: str | Path) -> str:
     """``data`` (the contents of the file ``name``) as text; bytes that are not UTF-8 are
     bad input named by ``NAME:LINE:COL`` of the first of them (Python's message gave

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from merklog.replication.errors import PeerUntrusted
+from merklog.replication.errors import PeerUntrusted, cannot_reach
 from merklog.replication.identity import Identity
 from merklog.store import Link
 
@@ -206,9 +206,7 @@ async def _fetch_join(url: str, timeout: float, token: str) -> Join:
     except aiohttp.ClientConnectorCertificateError as exc:  # configuration, not a retry
         raise PeerUntrusted.for_url(url, exc.certificate_error) from None
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise Failure(
-            f"cannot join {url}: {exc or type(exc).__name__}", ExitCode.PEER_UNREACHABLE
-        ) from None
+        raise Failure(cannot_reach(url, exc, "to join it"), ExitCode.PEER_UNREACHABLE) from None
     try:
         dataset = Link.parse(header)
     except ValueError:

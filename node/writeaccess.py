@@ -118,11 +118,12 @@ def _must_sync_first(node: Any) -> str | None:
     return origin
 
 
-def _unreachable(origin: str, exc: BaseException) -> NotWritableYet:
+def _unreachable(origin: str, exc: PeerUnreachable) -> NotWritableYet:
+    why = exc.reason or exc  # "connection refused", not "cannot reach peer URL: …" again
     return NotWritableYet(
         f"this node cannot write yet: it joined from {origin} and must sync with it once"
         f" before its first write (to receive its writer grant), but {origin} cannot be"
-        f" reached now ({exc}). Start that node or check the URL, then write again."
+        f" reached now ({why}). Start that node or check the URL, then write again."
     )
 
 

@@ -143,8 +143,7 @@ class SyncClient:
                 " plain HTTP needs an http:// URL"
             ) from None
         except aiohttp.ClientConnectorError as exc:
-            reason = exc.os_error.strerror if exc.os_error is not None else str(exc)
-            raise PeerUnreachable(f"cannot reach peer {_base(url)}: {reason}") from None
+            raise PeerUnreachable.for_url(_base(url), exc) from None
         except TimeoutError:
             raise PeerUnreachable(
                 f"peer {_base(url)} did not answer within {self.timeout.total} s", status=504

@@ -6,7 +6,7 @@ Every rejection of remote input raises one of these; the server turns it into
 
 from __future__ import annotations
 
-from merklog.store.errors import Error
+from merklog.store.errors import Error, one_line
 
 
 class ReplicationError(Error):
@@ -141,10 +141,79 @@ class PeerError(ReplicationError):
 
 class PeerUnreachable(PeerError):
     """A peer could not be reached (refused, reset, DNS, timeout): nothing was exchanged
-    beyond what earlier completed requests applied."""
+    beyond what earlier completed requests applied. ``reason`` is why in a few words
+    (``connection refused``) when no connection could be made, else empty."""
 
     code = "peer_unreachable"
     status = 502
+    reason = ""
+
+    @classmethod
+    def for_url(cls, base_url: str, exc: BaseException) -> PeerUnreachable:
+        """The error for the peer at ``base_url`` that could not be connected to (``exc``
+        is what the HTTP client raised): ``cannot reach peer URL: REASON``."""
+        error = cls(cannot_reach(base_url, exc))
+        error.reason = unreachable_reason(exc)
+        return error
+
+
+#: How every message about a peer that could not be connected to begins (the CLI's
+#: ``sync``, ``peers add``, ``init --join``): it says "peer unreachable" by itself.
+CANNOT_REACH = "cannot reach peer"
+
+
+def cannot_reach(url: str, why: BaseException | str, purpose: str = "") -> str:
+    """The one wording of a peer that could not be connected to: ``cannot reach peer
+    URL[ PURPOSE]: REASON`` (``purpose`` as ``to join it``); ``why`` is what the HTTP
+    client raised (its reason from :func:`unreachable_reason`) or that reason."""
+    doing = f" {purpose}" if purpose else ""
+    reason = why if isinstance(why, str) else unreachable_reason(why)
+    return f"{CANNOT_REACH} {url}{doing}: {reason}"
+
+
+def unreachable_reason(exc: BaseException) -> str:
+    """Why a connection failed, in a few plain words: ``connection refused``, ``no such
+    host``, ``timed out``, else what the OS says (its strerror, ``no route to host``).
+    ``exc`` is what an HTTP client raised: an :class:`OSError`, aiohttp's
+    ``ClientConnectorError`` (and its DNS and TLS kinds), urllib's ``URLError`` or a
+    timeout; their own texts are Python reprs (``<urlopen error [Errno 111] …>``,
+    ``Connect call failed ('127.0.0.1', 1)``) that a user should not have to read."""
+    import errno  # here: every CLI command imports this module, few meet a peer
+    import os
+    import socket
+    import ssl
+    import urllib.error
+
+    while True:  # to the OS's error inside the client's
+        inner = getattr(exc, "os_error", None)  # aiohttp's ClientConnectorError
+        if isinstance(exc, urllib.error.URLError):
+            inner = exc.reason
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    code = getattr(exc, "errno", None)
+    if isinstance(exc, TimeoutError) or code == errno.ETIMEDOUT:
+        return "timed out"
+    if isinstance(exc, ssl.SSLError):  # a handshake that failed (not an untrusted cert)
+        why = getattr(exc, "verify_message", None) or exc.reason or one_line(str(exc))
+        return f"TLS handshake failed ({str(why).lower().replace('_', ' ')})"
+    if isinstance(exc, socket.gaierror):
+        # getaddrinfo's "this name has no address": the host does not exist
+        missing = {getattr(socket, name, None) for name in ("EAI_NONAME", "EAI_NODATA")}
+        return "no such host" if code in missing else _plain(exc.strerror or str(exc))
+    if code == errno.ECONNREFUSED:
+        return "connection refused"
+    if isinstance(exc, OSError) and isinstance(code, int) and code > 0:
+        return _plain(os.strerror(code))  # not exc.strerror: aiohttp puts a repr there
+    if isinstance(exc, urllib.error.URLError):
+        return _plain(str(exc.reason))
+    return _plain(one_line(str(exc))) or type(exc).__name__
+
+
+def _plain(text: str) -> str:
+    """``text`` with a capital first letter lowered (``Connection reset by peer``), as a
+    reason continues a line; ``TLS …`` stays."""
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
 class PeerUntrusted(PeerError):

@@ -45,6 +45,7 @@ def register(cli: click.Group) -> None:
         from merklog.node.client import NodeAPIError, NodeClient
         from merklog.node.cliutil import fail, guard, target
         from merklog.node.failures import ExitCode
+        from merklog.replication.errors import cannot_reach
 
         if not name.replace("-", "").replace("_", "").isalnum():
             fail(f"peer name {name!r} must be letters, digits, - or _", ExitCode.BAD_INPUT)
@@ -58,9 +59,13 @@ def register(cli: click.Group) -> None:
             except NodeAPIError as exc:
                 # the peer's answer, not this node's: unreachable is exit 4, any answer
                 # refusing the question exit 1 (as `sync` reports a peer's refusal)
+                offline = "pass --key HEX to add it offline"
+                if exc.reason:  # no connection: worded as `sync` and `init --join` word it
+                    line = cannot_reach(url, exc.reason, "to ask its key")
+                    fail(f"{line}; {offline}", ExitCode.PEER_UNREACHABLE)
                 unreachable = exc.status == 0
                 fail(
-                    f"cannot ask {url} for its key ({exc}); pass --key HEX to add it offline",
+                    f"cannot ask {url} for its key ({exc}); {offline}",
                     ExitCode.PEER_UNREACHABLE if unreachable else ExitCode.FAILED,
                 )
             key = info["key"]

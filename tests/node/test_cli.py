@@ -203,7 +203,8 @@ def test_peers_add_unreachable_without_key_fails_cleanly(run, home: Path) -> Non
     run("init")
     before = (home / "config.toml").read_text()
     result = run("peers", "add", "bob", "http://127.0.0.1:9", ok=False)
-    assert result.exit_code != 0 and "cannot ask" in result.output
+    said = "cannot reach peer http://127.0.0.1:9 to ask its key"
+    assert result.exit_code != 0 and said in result.output
     assert run("peers", "add", "bob", "ftp://x", "--key", "00" * 32, ok=False).exit_code != 0
     assert run("peers", "add", "bob", "http://x", "--key", "zz", ok=False).exit_code != 0
     assert (home / "config.toml").read_text() == before

@@ -439,6 +439,34 @@ def test_an_argument_that_is_not_utf8_is_named_by_every_command(tmp_path: Path) 
         )
 
 
+def test_a_home_named_put_does_not_hide_a_bad_argument(tmp_path: Path) -> None:
+    """``merklog --home put ls $'\\xff'`` (a home directory named ``put``, given relative)
+    took the value of ``--home`` for the command ``put``, whose facts name their bad bytes
+    themselves, and checked no further: ``relation name '\\udcff' must start with a
+    letter…``. The command is the first argument that is neither an option of merklog nor
+    an option's value; ``put`` itself still names LINE:COL of its facts."""
+    import os
+    import subprocess
+    import sys
+
+    Cli(tmp_path / "put")("init")
+
+    def run(*args: bytes) -> subprocess.CompletedProcess:  # argv as bytes, as a shell gives it
+        return subprocess.run(
+            [os.fsencode(sys.executable), b"-m", b"merklog.node.cli", *args],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path,
+        )  # fmt: skip
+
+    for home in ([b"--home", b"put"], [b"--home=put"], [b"-v", b"--home", b"put"]):
+        line = fails_on_one_line(run(*home, b"ls", b"\xff"), ExitCode.BAD_INPUT)
+        assert line == (
+            r"Error: argument '\xff': not UTF-8 text (byte 0xff at column 1);"
+            " give arguments as UTF-8"
+        )
+    line = fails_on_one_line(run(b"--home", b"put", b"put", b"a(\xff)."), ExitCode.BAD_INPUT)
+    assert line == "Error: 1:3: not UTF-8 text (byte 0xff); give facts as UTF-8"
+
+
 def test_peer_mistakes_have_the_documented_statuses(tmp_path: Path) -> None:
     """QA: ``sync ftp://x`` said "unknown peer" (exit 3) where a malformed peer URL is
     exit 2; ``fsck --repair-from NAME`` of an unknown name was exit 2 where ``sync NAME``
@@ -490,3 +518,35 @@ def test_sync_over_https_with_a_plain_http_peer_is_a_setup_mistake(
     node_factory(home).start()
     running = fails_on_one_line(merklog(home, "sync", wrong), ExitCode.FAILED)
     assert running == stopped
+
+
+def test_a_peer_that_cannot_be_reached_is_said_one_way_by_every_command(
+    tmp_path: Path, node_factory
+) -> None:
+    """A closed port was worded three ways, each quoting a Python repr: ``sync`` said
+    ``peer unreachable: cannot reach peer URL: Connect call failed ('127.0.0.1', N)``
+    (unreachable twice), ``peers add`` ``cannot ask URL for its key (cannot reach node
+    at URL: <urlopen error [Errno 111] Connection refused>)``, ``init --join`` ``cannot
+    join URL: Cannot connect to host 127.0.0.1:N ssl:default [Connect call failed …]``.
+    Now one wording with a plain reason, exit 4, stopped or running."""
+    from .test_cli_errors import free_port
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    url = f"http://127.0.0.1:{free_port()}"  # bound, then closed: nothing listens there
+    said = f"Error: cannot reach peer {url}"
+    unreachable = ExitCode.PEER_UNREACHABLE
+    stopped = fails_on_one_line(merklog(home, "sync", url), unreachable)
+    assert stopped == f"{said}: connection refused"
+    line = fails_on_one_line(merklog(home, "peers", "add", "x", url), unreachable)
+    assert line == f"{said} to ask its key: connection refused; pass --key HEX to add it offline"
+    line = fails_on_one_line(merklog(tmp_path / "new", "init", "--join", url), unreachable)
+    assert line == f"{said} to join it: connection refused"
+    assert not (tmp_path / "new" / "store.sqlite").exists()
+    node = node_factory(home).start()
+    assert fails_on_one_line(merklog(home, "sync", url), unreachable) == stopped
+    status, body = node.request("POST", "/v1/sync", {"url": url})
+    assert (status, body) == (
+        502,
+        {"error": "peer unreachable", "detail": f"cannot reach peer {url}: connection refused"},
+    )

@@ -529,7 +529,7 @@ def test_a_refusing_peer_exits_1_and_an_unreachable_one_4_stopped_or_running(
     cases = [
         (joined.home, origin.url, ExitCode.FAILED, "peer refused", "not allowed to sync"),
         (other.home, origin.url, ExitCode.FAILED, "peer refused", "not served here"),
-        (other.home, down, ExitCode.PEER_UNREACHABLE, "peer unreachable", "cannot reach"),
+        (other.home, down, ExitCode.PEER_UNREACHABLE, "cannot reach peer", "connection refused"),
     ]
     stopped = [assert_fails(merklog(h, "sync", url), code, *w) for h, url, code, *w in cases]
     nodes = {h: node_factory(h).start() for h in (joined.home, other.home)}
