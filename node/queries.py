@@ -29,11 +29,11 @@ def parse_facts(text: str) -> list[Fact]:
     except Exception as exc:  # parser errors carry line:column
         raise NodeInputError(str(exc)) from exc
     facts = [f if isinstance(f, Fact) else make_fact(f[0], f[1]) for f in parsed]
-    # A -0.0 is written "-0…" or is a negative literal too small for a double (1e-400)
+    # A -0.0 is written "-0…" (a literal too small for a double, -1e-400, is refused)
     return _zeros_as_stored(facts) if _MINUS_ZERO.search(text) else facts
 
 
-_MINUS_ZERO = re.compile(r"-0|[eE]-\d\d\d")
+_MINUS_ZERO = re.compile(r"-0")
 
 
 def _zeros_as_stored(facts: list[Fact]) -> list[Fact]:

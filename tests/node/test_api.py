@@ -656,9 +656,12 @@ def test_a_datalog_text_write_answers_the_stored_zero_not_minus_zero() -> None:
     ``0.0``, the value the store keeps (and ``assert_("p", -0.0)`` answers)."""
     with merklog.open(memory=True) as node:
         typed = node.assert_("p", -0.0).asserted
-        text = node.write(asserts=["p(-0.0). q(-1, -0.0, -1e-400, 0.0, -2.5)."]).asserted
+        text = node.write(asserts=["p(-0.0). q(-1, -0.0, -0e5, 0.0, -2.5)."]).asserted
         assert text[0] == typed[0] and repr(text[0][1].args) == "(0.0,)"
         assert repr(text[1][1].args) == "(-1, 0.0, 0.0, 0.0, -2.5)"
+        # A negative literal too small for a double is out of range, not a zero.
+        with pytest.raises(merklog.Error, match="float literal 1e-400 is out of range"):
+            node.write(asserts=["q(-1e-400)."])
         retracted = node.write(retracts=["p(-0.0)."]).retracted
         assert repr(retracted[0][1].args) == "(0.0,)"
 
