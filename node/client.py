@@ -65,8 +65,8 @@ def api_message(error: str, detail: str) -> str:
         return error
     if error in _SELF_CONTAINED or error.lower() in detail.lower():
         return detail
-    if error == "peer unreachable" and detail.startswith(CANNOT_REACH):
-        return detail
+    if error in ("peer unreachable", "peer error") and detail.startswith(CANNOT_REACH):
+        return detail  # a TLS handshake that failed is a peer error, worded the same way
     return f"{error}: {detail}"
 
 

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from merklog.replication.errors import PeerUntrusted, cannot_reach
+from merklog.replication.errors import (
+    PLAIN_HTTP_HINT,
+    PeerUntrusted,
+    cannot_reach,
+    handshake_failed,
+    unreachable_reason,
+)
 from merklog.replication.identity import Identity
 from merklog.store import Link
 
@@ -206,7 +212,11 @@ async def _fetch_join(url: str, timeout: float, token: str) -> Join:
     except aiohttp.ClientConnectorCertificateError as exc:  # configuration, not a retry
         raise PeerUntrusted.for_url(url, exc.certificate_error) from None
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise Failure(cannot_reach(url, exc, "to join it"), ExitCode.PEER_UNREACHABLE) from None
+        why = unreachable_reason(exc)
+        line = cannot_reach(url, why, "to join it")
+        if handshake_failed(why):  # an https:// URL of a plain-HTTP peer: not worth a retry
+            raise Failure(f"{line}; {PLAIN_HTTP_HINT}") from None
+        raise Failure(line, ExitCode.PEER_UNREACHABLE) from None
     try:
         dataset = Link.parse(header)
     except ValueError:

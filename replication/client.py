@@ -27,12 +27,14 @@ from merklog.store.errors import one_line
 
 from .auth import EMPTY_DIGEST, sign_headers
 from .errors import (
+    PLAIN_HTTP_HINT,
     PeerError,
     PeerRefused,
     PeerUnreachable,
     PeerUntrusted,
     ReplicationError,
     TooLarge,
+    cannot_reach,
 )
 from .identity import Identity
 from .limits import (
@@ -137,11 +139,7 @@ class SyncClient:
             # The TLS handshake itself failed (a peer serving plain HTTP answers an
             # https:// URL with WRONG_VERSION_NUMBER): a configuration to fix, not a peer
             # to retry.
-            reason = exc.os_error if exc.os_error is not None else exc
-            raise PeerError(
-                f"the TLS handshake with {_base(url)} failed ({reason}); a peer that serves"
-                " plain HTTP needs an http:// URL"
-            ) from None
+            raise PeerError(f"{cannot_reach(_base(url), exc)}; {PLAIN_HTTP_HINT}") from None
         except aiohttp.ClientConnectorError as exc:
             raise PeerUnreachable.for_url(_base(url), exc) from None
         except TimeoutError:

@@ -160,6 +160,18 @@ class PeerUnreachable(PeerError):
 #: How every message about a peer that could not be connected to begins (the CLI's
 #: ``sync``, ``peers add``, ``init --join``): it says "peer unreachable" by itself.
 CANNOT_REACH = "cannot reach peer"
+#: How :func:`unreachable_reason` words a TLS handshake that failed.
+TLS_FAILED = "TLS handshake failed"
+#: What to do about it: the usual cause is an https:// URL of a peer serving plain HTTP.
+PLAIN_HTTP_HINT = "a peer that serves plain HTTP needs an http:// URL"
+
+
+def handshake_failed(reason: str) -> bool:
+    """Whether ``reason`` (from :func:`unreachable_reason`) is a TLS handshake that
+    failed: an https:// URL of a peer that serves plain HTTP, a configuration to fix
+    (exit 1, a peer error) rather than a peer to retry (exit 4), for ``sync``, ``peers
+    add`` and ``init --join`` alike."""
+    return reason.startswith(TLS_FAILED)
 
 
 def cannot_reach(url: str, why: BaseException | str, purpose: str = "") -> str:
@@ -196,7 +208,7 @@ def unreachable_reason(exc: BaseException) -> str:
         return "timed out"
     if isinstance(exc, ssl.SSLError):  # a handshake that failed (not an untrusted cert)
         why = getattr(exc, "verify_message", None) or exc.reason or one_line(str(exc))
-        return f"TLS handshake failed ({str(why).lower().replace('_', ' ')})"
+        return f"{TLS_FAILED} ({str(why).lower().replace('_', ' ')})"
     if isinstance(exc, socket.gaierror):
         # getaddrinfo's "this name has no address": the host does not exist
         missing = {getattr(socket, name, None) for name in ("EAI_NONAME", "EAI_NODATA")}

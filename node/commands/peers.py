@@ -45,7 +45,7 @@ def register(cli: click.Group) -> None:
         from merklog.node.client import NodeAPIError, NodeClient
         from merklog.node.cliutil import fail, guard, target
         from merklog.node.failures import ExitCode
-        from merklog.replication.errors import cannot_reach
+        from merklog.replication.errors import PLAIN_HTTP_HINT, cannot_reach, handshake_failed
 
         if not name.replace("-", "").replace("_", "").isalnum():
             fail(f"peer name {name!r} must be letters, digits, - or _", ExitCode.BAD_INPUT)
@@ -62,6 +62,8 @@ def register(cli: click.Group) -> None:
                 offline = "pass --key HEX to add it offline"
                 if exc.reason:  # no connection: worded as `sync` and `init --join` word it
                     line = cannot_reach(url, exc.reason, "to ask its key")
+                    if handshake_failed(exc.reason):  # https:// of a plain-HTTP peer
+                        fail(f"{line}; {PLAIN_HTTP_HINT}", ExitCode.FAILED)
                     fail(f"{line}; {offline}", ExitCode.PEER_UNREACHABLE)
                 unreachable = exc.status == 0
                 fail(

@@ -506,15 +506,21 @@ def test_sync_over_https_with_a_plain_http_peer_is_a_setup_mistake(
     """``sync https://…`` of a peer serving plain HTTP said "peer unreachable …
     WRONG_VERSION_NUMBER", exit 4 (worth retrying): retrying cannot help. It is a peer
     error (exit 1) saying that a plain-HTTP peer needs an http:// URL, stopped or
-    running."""
+    running, and so do ``peers add`` and ``init --join`` (which said exit 4 too)."""
     peer, home = tmp_path / "peer", tmp_path / "home"
     Cli(peer)("init")
     node = node_factory(peer).start()
     Cli(home)("init")
     wrong = node.url.replace("http://", "https://")
+    said = "TLS handshake failed (wrong version number); a peer that serves plain HTTP needs"
     stopped = fails_on_one_line(
-        merklog(home, "sync", wrong), ExitCode.FAILED, "peer error", "TLS", "http:// URL"
+        merklog(home, "sync", wrong), ExitCode.FAILED, f"cannot reach peer {wrong}: {said}"
     )
+    added = merklog(home, "peers", "add", "p", wrong)
+    fails_on_one_line(added, ExitCode.FAILED, f"{wrong} to ask its key: {said}")
+    joined = merklog(tmp_path / "joiner", "init", "--join", wrong)
+    fails_on_one_line(joined, ExitCode.FAILED, f"{wrong} to join it: {said}")
+    assert not (tmp_path / "joiner").exists()
     node_factory(home).start()
     running = fails_on_one_line(merklog(home, "sync", wrong), ExitCode.FAILED)
     assert running == stopped
