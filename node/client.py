@@ -152,9 +152,10 @@ class NodeClient:
                 reason = f"no valid HTTP answer: {exc!r}"
             if method != "GET" and not isinstance(reason, ConnectionRefusedError | socket.gaierror):
                 # Sent, then no answer (a timeout, a reset): the node may have applied it.
+                why = reason if isinstance(reason, str) else unreachable_reason(exc)
                 raise NodeAPIError(
                     0,
-                    f"no answer from node at {self.url} ({reason}): the request was sent and"
+                    f"no answer from node at {self.url} ({why}): the request was sent and"
                     " may have been applied; check (`merklog status`, `query`) before repeating",
                 ) from None
             if isinstance(exc, http.client.HTTPException):

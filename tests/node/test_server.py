@@ -267,8 +267,25 @@ def test_a_write_sent_without_an_answer_says_it_may_have_been_applied() -> None:
         with pytest.raises(NodeAPIError, match="may have been applied") as sent:
             client.write("v(1).")
         assert sent.value.status == 0
+        assert f"no answer from node at {url} (timed out)" in str(sent.value)
         with pytest.raises(NodeAPIError, match="cannot reach node"):
             client.status()
+    with socket.create_server(("127.0.0.1", 0)) as resetting:  # reads, then resets (RST)
+        import struct
+        import threading
+
+        def reset_once() -> None:
+            conn, _ = resetting.accept()
+            conn.recv(65536)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+        threading.Thread(target=reset_once, daemon=True).start()
+        url = f"http://127.0.0.1:{resetting.getsockname()[1]}"
+        with pytest.raises(NodeAPIError, match="may have been applied") as sent:
+            NodeClient(url, "token", timeout=5).write("v(1).")
+        # the reason in plain words, as everywhere else: not "[Errno 104] Connection …"
+        assert f"no answer from node at {url} (connection reset by peer)" in str(sent.value)
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
