@@ -45,10 +45,10 @@ from .errors import ParseError
 from .lexer import (
     INT64_MAX,
     INT64_MIN,
-    MAY_UNDERFLOW_TEXT,
     Source,
     _decode_string,
     float_in_range,
+    may_underflow,
 )
 
 # Alternatives in the lexer's order (float before int, hex/bin before decimal), so
@@ -116,14 +116,9 @@ def _json_args(
         floats = [v for v in flat if type(v) is float]
         if not all(map(isfinite, floats)):
             return None
-        if 0.0 in floats and _MAY_UNDERFLOW.search(joined):  # 1e-400 read as 0.0: the
+        if 0.0 in floats and may_underflow(joined):  # 1e-400 read as 0.0: the
             return None  # parser refuses it, as it refuses 1e999
     return values
-
-
-#: Only then, and only when some float came out as 0.0, are the facts read token by
-#: token (which tells a zero from one out of range).
-_MAY_UNDERFLOW = re.compile(MAY_UNDERFLOW_TEXT)
 
 
 # ---------------------------------------------------------------- tier 2: one regex a fact

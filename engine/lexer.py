@@ -34,9 +34,24 @@ _NONZERO_MANTISSA = re.compile(r"^[^eE]*[1-9]")
 #: The same as a regex over a text column (pyarrow).
 NONZERO_MANTISSA_TEXT = _NONZERO_MANTISSA.pattern
 #: Float text that may be read as 0.0 although it is not zero: an exponent of -100 or
-#: less, or hundreds of zeros after the point. Readers that convert many floats at once
-#: look for it in their input, and only then read its floats one by one.
-MAY_UNDERFLOW_TEXT = r"[eE]-0*[1-9][0-9]{2,}|\.0{200,}"
+#: less, or hundreds of zeros after the point.
+_MAY_UNDERFLOW = re.compile(r"[eE]-0*[1-9][0-9]{2,}|\.0{200,}")
+_MAY_UNDERFLOW_BYTES = re.compile(_MAY_UNDERFLOW.pattern.encode())
+_ZEROS = "." + "0" * 200
+
+
+def may_underflow(text: str | bytes) -> bool:
+    """Whether ``text`` may hold a float literal that reads as 0.0 although it is not
+    zero (``1e-400``): readers that convert many floats at once (``json.loads``) check
+    their input with this, and only then read its floats one by one. Substring tests
+    first (C speed): the regex alone cost 0.1 s on a 5 MB input."""
+    if isinstance(text, bytes):
+        if b"e-" in text or b"E-" in text or _ZEROS.encode() in text:
+            return _MAY_UNDERFLOW_BYTES.search(text) is not None
+        return False
+    if "e-" in text or "E-" in text or _ZEROS in text:
+        return _MAY_UNDERFLOW.search(text) is not None
+    return False
 
 
 def float_in_range(text: str) -> float | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from merklog.engine.lexer import may_underflow
 from merklog.replication.errors import NotFound, ReplicationError, TooLarge
 from merklog.store import InvalidValue, Link, StoreError, decode, decode_fact, encode_facts
 from merklog.store.gcpause import gc_paused
@@ -57,7 +58,7 @@ def json_object(raw: bytes) -> dict[str, Any]:
     try:
         # A float a double cannot hold as written (1e999, 1e-400) would be read as an
         # infinity or 0.0: where the body may hold one, floats are read one by one.
-        careful = {"parse_float": float_or_out_of_range} if _MAY_BE_OUT_OF_RANGE.search(raw) else {}
+        careful = {"parse_float": float_or_out_of_range} if _may_be_out_of_range(raw) else {}
         body = _loads(raw, **careful)
     except ValueError:  # an integer of more digits than int() reads (4,300): read it as
         # one that does not fit, which the field it is in reports (assert[0] argument 1: …)
@@ -71,9 +72,16 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-#: A number with an exponent of three digits or more, hundreds of zeros after the
-#: point, or hundreds of digits: one a double may not hold as written.
-_MAY_BE_OUT_OF_RANGE = re.compile(rb"[eE][-+]?0*[1-9][0-9]{2,}|\.0{200,}|[0-9]{300,}")
+def _may_be_out_of_range(raw: bytes) -> bool:
+    """Whether a JSON body may hold a number no double holds as written: one read as 0.0
+    although it is not zero (``1e-400``), or a positive exponent of three digits
+    (``1e+400``: read as an infinity, refused either way, but then named as written)."""
+    return may_underflow(raw) or (
+        (b"e+" in raw or b"E+" in raw) and _BIG_EXPONENT.search(raw) is not None
+    )
+
+
+_BIG_EXPONENT = re.compile(rb"[eE]\+0*[1-9][0-9]{2}")
 
 
 def _loads(raw: bytes, **options: Any) -> Any:

@@ -246,8 +246,8 @@ def test_json_fact_form_over_http_keeps_types(home: Path, node_factory) -> None:
         urllib.request.urlopen(twice, timeout=30)
     assert refused.value.code == 400 and b"gives the key 'assert' twice" in refused.value.read()
     # A JSON number no double holds as written: 1e-400 was stored as 0.0 (beside a real
-    # 0.0 in the same body), 1e999 named as "float inf". Both are refused by name now.
-    for number, shown in ((b"1e-400", "1e-400"), (b"1e999", "1e999")):
+    # 0.0 in the same body), 1e+999 named as "float inf". Both are refused by name now.
+    for number, shown in ((b"1e-400", "1e-400"), (b"1e+999", "1e+999")):
         body = b'{"assert": [{"rel": "v", "args": [0.0]}, {"rel": "v", "args": [%s]}]}' % number
         request = urllib.request.Request(node.url + "/v1/facts", data=body, method="POST")
         request.add_header("Authorization", f"Bearer {node.token}")
