@@ -37,11 +37,23 @@ def register(cli: click.Group) -> None:
         envvar="MERKLOG_PEER_TOKEN",
         help="The peer's read token, to ask it for its key [$MERKLOG_PEER_TOKEN].",
     )
+    @click.option(
+        "--replace",
+        is_flag=True,
+        help="Let NAME, already a peer with another key, take this key (a reinstalled device).",
+    )
     @pass_state
     def add(
-        state: State, name: str, url: str, key: str | None, writer: bool, token: str | None
+        state: State,
+        name: str,
+        url: str,
+        key: str | None,
+        writer: bool,
+        token: str | None,
+        replace: bool,
     ) -> None:
-        """Add (or update) peer NAME at URL (http://HOST:PORT)."""
+        """Add peer NAME at URL (http://HOST:PORT), or move it to a new URL. NAME with
+        another key is refused unless --replace: the device it named could no longer sync."""
         from merklog.node.client import NodeAPIError, NodeClient
         from merklog.node.cliutil import fail, guard, target
         from merklog.node.failures import ExitCode
@@ -90,13 +102,29 @@ def register(cli: click.Group) -> None:
                 " with itself",
                 ExitCode.BAD_INPUT,
             )
+        old = cfg.peers.get(name)
+        old = old if isinstance(old, dict) else {}
+        old_key, old_url = str(old.get("key") or ""), str(old.get("url") or "")
+        if old_key and old_key.lower() != key.lower() and not replace:
+            # a typo'd name silently took another device's place: that device was locked out
+            fail(
+                f"peer {name} already exists with another key ({old_key[:16]}…, at {old_url});"
+                f" it would stop syncing with this node. Use another name, or --replace if"
+                f" {name} is that device with a new key",
+            )
         if writer:
             with target(state) as t:
                 guard(lambda: t.grant(key))
         cfg = _config(state)
         cfg.peers[name] = {"url": url.rstrip("/"), "key": key}
         cfg.save()
-        click.echo(f"added peer {name} {url} key {key[:16]}…" + (" (writer)" if writer else ""))
+        role = " (writer)" if writer else ""
+        if old_key and old_key.lower() != key.lower():
+            click.echo(f"replaced peer {name}: key {old_key[:16]}… -> {key[:16]}…, {url}{role}")
+        elif old and old_url.rstrip("/") != url.rstrip("/"):
+            click.echo(f"updated peer {name}: url {old_url} -> {url}{role}")
+        else:
+            click.echo(f"added peer {name} {url} key {key[:16]}…{role}")
         same = sorted(
             other
             for other, peer in cfg.peers.items()

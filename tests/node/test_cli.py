@@ -199,6 +199,25 @@ def test_peers_add_list_remove_and_unknown(run) -> None:
     assert run("peers", "list").output == ""
 
 
+def test_peers_add_of_a_name_with_another_key_is_refused_unless_replace(run) -> None:
+    """A typo'd name in ``peers add`` silently replaced that peer's key: the device it
+    named was refused every later sync (403) and nothing said why. Now the command
+    refuses (exit 1) and changes nothing; --replace takes the new key and says so; a new
+    URL for the same key is an update."""
+    run("init")
+    bob, carol = "ab" * 32, "cd" * 32
+    run("peers", "add", "bob", "http://127.0.0.1:9", "--key", bob)
+    refused = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol, ok=False)
+    assert refused.exit_code == 1 and "peer bob already exists with another key" in refused.output
+    assert "Traceback" not in refused.output
+    assert run("peers", "list").output.split() == ["bob", "http://127.0.0.1:9", bob]
+    moved = run("peers", "add", "bob", "http://127.0.0.1:11", "--key", bob).output
+    assert moved.startswith("updated peer bob: url http://127.0.0.1:9 -> http://127.0.0.1:11")
+    replaced = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol, "--replace")
+    assert replaced.output.startswith(f"replaced peer bob: key {bob[:16]}… -> {carol[:16]}…")
+    assert run("peers", "list").output.split() == ["bob", "http://127.0.0.1:10", carol]
+
+
 def test_peers_add_unreachable_without_key_fails_cleanly(run, home: Path) -> None:
     run("init")
     before = (home / "config.toml").read_text()
