@@ -154,4 +154,8 @@ class AllowList:
     def require(self, peer: bytes, dataset: Link | None) -> None:
         if not self.allows(peer, dataset):
             what = f"dataset {dataset}" if dataset is not None else "this node"
-            raise Forbidden(f"peer {peer.hex()[:16]}… is not allowed to sync {what}")
+            # the whole key and the command that allows it: a prefix could not be pasted
+            raise Forbidden(
+                f"peer {peer.hex()} is not allowed to sync {what}; to allow it, run `merklog"
+                f" peers add NAME URL --key {peer.hex()}` on the node that refused it"
+            )

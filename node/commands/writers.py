@@ -22,9 +22,12 @@ def _key(state: State, key_or_peer: str) -> str:
             return key_or_peer
     except ValueError:
         pass
+    # A name that is not a peer is not found (exit 3), as in `sync NAME`; hex of the
+    # wrong length is a malformed key (exit 2).
+    hexlike = bool(key_or_peer) and all(c in "0123456789abcdefABCDEF" for c in key_or_peer)
     fail(
         f"{key_or_peer!r} is neither a peer with a key in [peers] nor a 64-digit hex key",
-        ExitCode.BAD_INPUT,
+        ExitCode.BAD_INPUT if hexlike else ExitCode.NOT_FOUND,
     )
 
 

@@ -331,7 +331,9 @@ def test_writer_revocation_from_cli_and_http(tmp_path: Path, node_factory) -> No
     status, body = na.request("DELETE", f"/v1/writers/{key_b}")
     assert status == 200 and body["delta"]
     bad = a("writers", "revoke", "nobody", ok=False)
-    assert bad.exit_code != 0 and "neither a peer" in bad.output
+    assert bad.exit_code == 3 and "neither a peer" in bad.output  # an unknown name, as sync's
+    bad = a("writers", "revoke", "abcd", ok=False)
+    assert bad.exit_code == 2 and "neither a peer" in bad.output  # a key cut short
 
 
 def test_client_dying_mid_sync_is_not_a_server_error(tmp_path: Path, node_factory) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 from merklog.replication.client import SyncStats
@@ -34,6 +35,11 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     # A does not list C's key, so A refuses C's syncs.
     assert "its last sync with it failed:" in refused.output
     assert "is not allowed to sync" in refused.output
+    # the whole key and the command that allows it (a 16-digit prefix could not be pasted)
+    c_key = json.loads(c("status", "--json").output)["key"]
+    assert f"run `merklog peers add NAME URL --key {c_key}` on the node that refused" in (
+        refused.output.replace("\n", " ")
+    )
     assert "WARNING" not in refused.output  # one line, the Error line
     assert "Traceback" not in refused.output
     assert _facts(a) == _facts(b) == ["edge(1, 2)", "edge(7, 8)"]
