@@ -275,7 +275,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.exception("%s %s failed", request.method, request.path)
             return json_error(500, "internal error", f"{type(exc).__name__}: {exc}")
         status, error, detail = mapped
-        if status >= 500:
+        if status >= 500 and status not in (502, 504):  # a peer down: the sync logged it
             log.warning("%s %s: %s", request.method, request.path, detail)
         if status in (400, 401, 403):
             request.app[METRICS_KEY].rejected.inc()

@@ -48,10 +48,13 @@ def test_status_shows_per_peer_sync_state_and_failures_are_logged(home: Path, no
     assert 'merklog_http_requests_total{method="GET",route="/v1/status",status="200"}' in text
     out = run("status").output
     assert "last error" in out and "gone" in out and DEAD in out and "{'" not in out
+    assert node.request("POST", "/v1/sync", {"url": DEAD})[0] == 502
     node.stop()
     log = node.stderr_text
     # Logged at the default level, once while the error stays the same (the rest is counted).
     assert log.count(f"WARNING merklog.node.node: sync with {DEAD} failed") == 1, log
+    # A sync asked over HTTP is not logged a second time by the error middleware.
+    assert "POST /v1/sync" not in log, log
 
 
 def test_log_lines_are_json_when_asked(home: Path, node_factory) -> None:
