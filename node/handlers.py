@@ -60,6 +60,8 @@ def json_object(raw: bytes) -> dict[str, Any]:
         # infinity or 0.0: where the body may hold one, floats are read one by one.
         careful = {"parse_float": float_or_out_of_range} if _may_be_out_of_range(raw) else {}
         body = _loads(raw, **careful)
+    except NodeInputError:
+        raise
     except ValueError:  # an integer of more digits than int() reads (4,300): read it as
         # one that does not fit, which the field it is in reports (assert[0] argument 1: …)
         body = _loads(raw, parse_int=int_or_oversized, **careful)
@@ -87,11 +89,17 @@ _BIG_EXPONENT = re.compile(rb"[eE]\+0*[1-9][0-9]{2}")
 def _loads(raw: bytes, **options: Any) -> Any:
     """``json.loads(raw, **options)``; NodeInputError for what is not JSON."""
     try:
-        return json.loads(raw, **options)
+        return json.loads(raw, parse_constant=_not_a_json_number, **options)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise NodeInputError(f"request body is not JSON: {exc}") from exc
     except RecursionError:  # arrays or objects nested ~1,000 deep overflow the decoder
         raise NodeInputError("request body nests its JSON arrays or objects too deeply") from None
+
+
+def _not_a_json_number(token: str) -> Any:
+    """Refuse ``NaN``, ``Infinity`` and ``-Infinity``, which Python's decoder takes
+    but JSON does not have (and no merklog value is)."""
+    raise NodeInputError(f"request body is not JSON: {token} is not a JSON number")
 
 
 def _without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

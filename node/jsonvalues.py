@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from itertools import chain
 from typing import Any
 
@@ -97,12 +98,23 @@ def _oversized(value: OversizedInt | OutOfRangeFloat, where: str) -> NodeInputEr
     return NodeInputError(f"{where}: integer {value} does not fit in 64 signed bits")
 
 
+def _infinite(where: str) -> NodeInputError:
+    """The error for a float literal such as ``1e999``, read as an infinity where the body
+    was not read float by float (``handlers.json_object`` does that only where it sees a
+    signed three-digit exponent or an underflow)."""
+    return NodeInputError(
+        f"{where}: a float beyond ±1.8e308 is out of range (a 64-bit double cannot hold it)"
+    )
+
+
 def value_from_json(obj: Any, where: str = "value") -> Any:
     """The merklog value a JSON value stands for (NodeInputError if none)."""
     if isinstance(obj, OversizedInt | OutOfRangeFloat):
         raise _oversized(obj, where)
     if obj is None or isinstance(obj, list):
         raise NodeInputError(f"{where}: {type(obj).__name__} is not a merklog value")
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise _infinite(where)
     if isinstance(obj, dict):
         tag = obj.get("/") if len(obj) == 1 else None
         if isinstance(tag, str):
@@ -133,8 +145,10 @@ def fact_from_json(obj: Any, where: str = "fact") -> Fact:
     if not isinstance(args, list):
         raise NodeInputError(f'{where}: "args" must be a list')
     for i, arg in enumerate(args):  # named as make_fact names a value out of range
-        if isinstance(arg, OversizedInt | OutOfRangeFloat) and isinstance(obj["rel"], str):
+        if isinstance(arg, OversizedInt | OutOfRangeFloat):
             raise _oversized(arg, f"{where}: {obj['rel']}(…) argument {i}")
+        if isinstance(arg, float) and not math.isfinite(arg):
+            raise _infinite(f"{where}: {obj['rel']}(…) argument {i}")
     values = [value_from_json(a, f"{where} argument {i}") for i, a in enumerate(args)]
     try:
         return make_fact(check_writable_relation(obj["rel"]), values)

@@ -101,7 +101,8 @@ def register(cli: click.Group) -> None:
         is_flag=True,
         help="CSV with a header row; each cell is the value in Datalog syntax (strings in"
         ' double quotes, so 1 and "1" stay apart; --json gives typed JSON values: bytes and'
-        " CIDs in their DAG-JSON forms).",
+        " CIDs in their DAG-JSON forms). A query with no variables gives one column,"
+        " holds, of true or false.",
     )
     @pass_state
     def query(state: State, query: str, as_json: bool, as_csv: bool) -> None:
@@ -119,6 +120,10 @@ def register(cli: click.Group) -> None:
             click.echo(json.dumps({"columns": columns, "rows": rows}))
         elif fmt == "csv":
             writer = csv.writer(sys.stdout, lineterminator="\n")
+            if not columns:  # a ground query: CSV has no record of zero fields (the empty
+                # lines written before read as one empty column), so one column says it
+                writer.writerows([["holds"], ["true" if rows else "false"]])
+                return
             writer.writerow(columns)
             for row in rows:
                 writer.writerow([_cell(v) for v in row])

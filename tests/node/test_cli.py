@@ -156,6 +156,9 @@ def test_query_table_json_csv(run) -> None:
     assert data == {"columns": ["X"], "rows": [[2], [4]]}
     csv = run("query", "--csv", "edge(X, Y)").output.splitlines()
     assert csv == ["X,Y", "1,2", "1,4", "2,3"]
+    # A ground query wrote an empty line per row: one empty column, not true or false.
+    assert run("query", "--csv", "edge(1, 2)").output == "holds\ntrue\n"
+    assert run("query", "--csv", "edge(2, 1)").output == "holds\nfalse\n"
     both = run("query", "--json", "--csv", "edge(X, Y)", ok=False)  # the last one won
     assert both.exit_code == 2 and "give one" in both.output
 
