@@ -70,6 +70,11 @@ def api_message(error: str, detail: str) -> str:
     return f"{error}: {detail}"
 
 
+#: Seconds a ``sync`` call waits for the node beyond the sync timeout it asked for: the
+#: node's own answer (a timeout error) must come before this client gives up.
+SYNC_WAIT_MARGIN = 30.0
+
+
 class _OutputError(Exception):
     """Writing a streamed answer where the caller wants it failed (``error``)."""
 
@@ -95,9 +100,11 @@ class NodeClient:
         sink: Any = None,
         length: int | None = None,
         lines: Callable[[str, int, int], None] | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """One request; ``raw`` is a CAR body (bytes, or a file-like object sent as a
-        stream of ``length`` bytes), ``sink`` receives a streamed answer."""
+        stream of ``length`` bytes), ``sink`` receives a streamed answer; ``timeout``
+        (seconds of silence before giving up) replaces the client's own for this call."""
         # UTF-8, not \\u escapes: a put sizes its requests at 4 bytes per character
         # at most (an astral character escaped by ensure_ascii takes 12).
         data = (
@@ -116,7 +123,8 @@ class NodeClient:
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            wait = self.timeout if timeout is None else timeout
+            with urllib.request.urlopen(req, timeout=wait) as resp:
                 if lines is not None and "ndjson" in resp.headers.get("Content-Type", ""):
                     return _follow_lines(resp, lines)
                 if sink is not None:
@@ -196,13 +204,22 @@ class NodeClient:
         return self._call("POST", "/v1/program", {"program": text, "source": source})
 
     def sync(
-        self, url: str, progress: Callable[[str, int, int], None] | None = None
+        self,
+        url: str,
+        progress: Callable[[str, int, int], None] | None = None,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         """Sync the node with the peer ``url``; with ``progress``, the node streams its
-        progress (JSON lines) and ``progress(direction, bytes, deltas)`` follows it."""
-        if progress is None:
-            return self._call("POST", "/v1/sync", {"url": url})
-        return self._call("POST", "/v1/sync", {"url": url}, lines=progress)
+        progress (JSON lines) and ``progress(direction, bytes, deltas)`` follows it.
+        ``timeout``: the seconds per peer request the node uses for this sync instead of
+        its own ``sync.timeout`` (``merklog --set sync.timeout=N sync``); this call then
+        waits at least that long (plus a margin) for the node before giving up itself."""
+        body: dict[str, Any] = {"url": url}
+        wait = None
+        if timeout is not None:
+            body["timeout"] = timeout
+            wait = max(self.timeout, timeout + SYNC_WAIT_MARGIN)
+        return self._call("POST", "/v1/sync", body, lines=progress, timeout=wait)
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -603,13 +604,39 @@ async def sync_now(request: web.Request) -> web.Response:
     url = body.get("url")
     if not isinstance(url, str) or not url.strip():
         raise NodeInputError('"url" must be a peer name or an http(s) URL')
+    timeout = sync_timeout(body.get("timeout"))
     url = node.peer_url(url)
     if NDJSON in request.headers.get("Accept", ""):
-        return await _sync_streamed(request, node, url)
+        return await _sync_streamed(request, node, url, timeout)
     try:
-        return web.json_response(await node.sync(url))
+        return web.json_response(await node.sync(url, timeout=timeout))
     except ReplicationError as exc:  # unreachable, refused: the peer's problem
         raise _sync_error(exc) from None
+
+
+#: The largest ``"timeout"`` a ``POST /v1/sync`` may ask for (a day): one sync request
+#: that may hang longer is a typo, and would hold the caller's sync that long.
+MAX_SYNC_TIMEOUT = 86400.0
+
+
+def sync_timeout(value: Any) -> float | None:
+    """The optional ``"timeout"`` of ``POST /v1/sync``: seconds per peer request for this
+    sync instead of the node's ``sync.timeout`` (what ``merklog --set sync.timeout=N
+    sync`` asks a running node for). None when absent; a value that is not a number
+    above 0 and at most :data:`MAX_SYNC_TIMEOUT` is bad input naming the field."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_SYNC_TIMEOUT
+    ):
+        raise NodeInputError(
+            f'"timeout" must be a number of seconds above 0 and at most {MAX_SYNC_TIMEOUT:g},'
+            f" got {json.dumps(value)[:40]}"
+        )
+    return float(value)
 
 
 def _sync_error(exc: ReplicationError) -> ApiError:
@@ -624,7 +651,9 @@ def _sync_error(exc: ReplicationError) -> ApiError:
 NDJSON = "application/x-ndjson"
 
 
-async def _sync_streamed(request: web.Request, node: Node, url: str) -> web.StreamResponse:
+async def _sync_streamed(
+    request: web.Request, node: Node, url: str, timeout: float | None = None
+) -> web.StreamResponse:
     """The sync as JSON lines: ``{"progress": {"direction", "bytes", "deltas"}}`` after
     each request body, then ``{"result": stats}``, so ``merklog sync`` through a running
     node shows real bytes and deltas. A failure before the first line is the usual JSON
@@ -636,7 +665,7 @@ async def _sync_streamed(request: web.Request, node: Node, url: str) -> web.Stre
 
     async def run() -> dict[str, Any]:
         try:
-            return await node.sync(url, progress)
+            return await node.sync(url, progress, timeout=timeout)
         finally:
             events.put_nowait({})  # wakes the writer below: the sync is over
 

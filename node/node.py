@@ -537,7 +537,12 @@ class Node:
         self.epochs.add_sink(sink)
 
     # ------------------------------------------------------------------ sync and status
-    async def sync(self, url: str, progress: Callable[[str, int, int], None] | None = None) -> dict:
+    async def sync(
+        self,
+        url: str,
+        progress: Callable[[str, int, int], None] | None = None,
+        timeout: float | None = None,
+    ) -> dict:
         """Pull from and push to the peer at ``url``; new facts reach the next epoch.
 
         A peer that cannot be reached raises :class:`PeerUnreachable`, one that answers
@@ -546,10 +551,11 @@ class Node:
         at WARNING when it starts failing on a running node, whose operator reads its
         log (a one-shot caller such as the CLI's ``sync`` on a stopped home reports the
         error itself, so there it is only DEBUG); a failed sync changes nothing here. ``url`` may also name a peer of ``[peers]``; anything
-        else is a :class:`NodeInputError`.
+        else is a :class:`NodeInputError`. ``timeout``: seconds per peer request for this
+        sync instead of ``sync.timeout`` (a ``POST /v1/sync`` that asks for its own).
         """
         self._require_open()
-        return await peersync.sync_node(self, self.peer_url(url), progress)
+        return await peersync.sync_node(self, self.peer_url(url), progress, timeout)
 
     def peer_url(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the http(s) URL itself (NodeInputError if

@@ -506,7 +506,16 @@ def _schemas() -> dict[str, Any]:
         "SyncRequest": {
             "type": "object",
             "required": ["url"],
-            "properties": {"url": {"type": "string", "description": "Peer name or URL"}},
+            "properties": {
+                "url": {"type": "string", "description": "Peer name or URL"},
+                "timeout": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": 86400,
+                    "description": "Seconds per peer request for this sync instead of the"
+                    " node's sync.timeout (merklog --set sync.timeout=N sync sends it)",
+                },
+            },
         },
         "SyncResult": obj,
         "WriterKey": {

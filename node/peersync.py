@@ -131,21 +131,28 @@ def save_history(
 
 
 async def sync_with(
-    replica: Any, url: str, cfg: Config, progress: Callable[[str, int, int], None] | None
+    replica: Any,
+    url: str,
+    cfg: Config,
+    progress: Callable[[str, int, int], None] | None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
     """Pull then push with the peer at ``url`` (signed with this node's key);
-    ``progress(direction, body bytes, deltas)`` after each request."""
+    ``progress(direction, body bytes, deltas)`` after each request. ``timeout`` (seconds
+    per request) replaces ``sync.timeout`` when given."""
     from merklog.replication.client import SyncClient  # aiohttp: only when syncing
 
-    async with SyncClient(
-        replica.identity, timeout=float(cfg.get("sync.timeout")), progress=progress
-    ) as client:
+    seconds = float(cfg.get("sync.timeout")) if timeout is None else timeout
+    async with SyncClient(replica.identity, timeout=seconds, progress=progress) as client:
         stats = await client.sync(url, replica)
     return dataclasses.asdict(stats)
 
 
 async def sync_node(
-    node: Any, url: str, progress: Callable[[str, int, int], None] | None = None
+    node: Any,
+    url: str,
+    progress: Callable[[str, int, int], None] | None = None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
     """``Node.sync``: one sync run of ``node`` with ``url``, recorded in its per-peer
     history (saved to the home), its metrics and ``last_sync``; then an epoch is asked
@@ -161,7 +168,7 @@ async def sync_node(
     state = node.peer_sync.setdefault(url, PeerSync(url))
     state.attempt()
     try:
-        stats = await sync_with(node.served_replica, url, node.config, progress)
+        stats = await sync_with(node.served_replica, url, node.config, progress, timeout)
     except (asyncio.CancelledError, NodeInputError):
         raise
     except Exception as exc:

@@ -43,7 +43,10 @@ class Target(Protocol):
     def status(self) -> dict[str, Any]: ...
     def load_program(self, text: str, source: str) -> dict[str, Any]: ...
     def sync(
-        self, url: str, progress: Callable[[str, int, int], None] | None
+        self,
+        url: str,
+        progress: Callable[[str, int, int], None] | None,
+        timeout: float | None = None,
     ) -> dict[str, Any]: ...
     def grant(self, key: str) -> Any: ...
     def revoke(self, key: str) -> Any: ...
@@ -92,10 +95,15 @@ class LocalTarget:
         self.node.run_epoch()
         return self.node.status()
 
-    def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
+    def sync(
+        self,
+        url: str,
+        progress: Callable[[str, int, int], None] | None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         import asyncio  # a home opened here; a command through a node never needs it
 
-        return asyncio.run(self.node.sync(url, progress))
+        return asyncio.run(self.node.sync(url, progress, timeout))
 
     def grant(self, key: str) -> Any:
         return self.node.grant(key)
@@ -163,8 +171,15 @@ class RemoteTarget:
     def load_program(self, text: str, source: str) -> dict[str, Any]:
         return self._do(self.client.load_program, text, source)
 
-    def sync(self, url: str, progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
-        return self._do(self.client.sync, url, progress)
+    def sync(
+        self,
+        url: str,
+        progress: Callable[[str, int, int], None] | None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """The running node syncs; ``timeout`` (this command's ``sync.timeout``, when it
+        set one) is sent along: the node's config does not hold this command's ``--set``."""
+        return self._do(self.client.sync, url, progress, timeout)
 
     def grant(self, key: str) -> Any:
         return self._do(self.client.grant, key)

@@ -32,6 +32,7 @@ def register(cli: click.Group) -> None:
         from merklog.node.peersync import check_peer_url
 
         peer = check_peer_url(peer)  # a malformed URL is bad input (exit 2), not "unreachable"
+        own_timeout = _own_timeout(state)
         console = Console(stderr=True)
         with (
             target(state) as t,
@@ -55,6 +56,21 @@ def register(cli: click.Group) -> None:
                 total_deltas = sum(d for _b, d in moved.values())
                 bar.update(task, completed=total_bytes, direction=direction, deltas=total_deltas)
 
-            stats = guard(lambda: t.sync(peer, progress))
+            stats = guard(lambda: t.sync(peer, progress, own_timeout))
         parts = ", ".join(f"{k} {v}" for k, v in stats.items() if isinstance(v, int | float))
         click.echo(f"synced with {peer}: {parts}")
+
+
+def _own_timeout(state: State) -> float | None:
+    """This command's ``sync.timeout`` when it set one (``--set sync.timeout=N`` or
+    ``MERKLOG_SYNC_TIMEOUT``), sent to a running node, which would otherwise use its
+    own; else None: the node's own then holds, which may come from how it was started
+    (its environment, its ``--set``), not only from config.toml this command reads."""
+    import os
+
+    from merklog.node.cliutil import guard
+    from merklog.node.target import load_config
+
+    if "sync.timeout" not in state.overrides and "MERKLOG_SYNC_TIMEOUT" not in os.environ:
+        return None
+    return float(guard(lambda: load_config(state.home, state.overrides)).get("sync.timeout"))

@@ -1,0 +1,105 @@
+"""``merklog sync`` and the per-peer sync status, with real nodes and real ``merklog``
+processes: the command's ``--set sync.timeout`` through a running node, the INFO record
+of a sync with ``-v``, Ctrl-C during a sync, and forgetting an ad hoc URL's history."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from merklog.node.failures import ExitCode
+
+from .conftest import Cli
+
+
+def merklog(
+    home: Path, *args: str, timeout: float = 120, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """A real ``merklog --home HOME ARGS…`` process (no MERKLOG_SYNC_TIMEOUT inherited)."""
+    environ = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+    if not env or "MERKLOG_SYNC_TIMEOUT" not in env:
+        environ.pop("MERKLOG_SYNC_TIMEOUT", None)
+    return subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+class SilentPeer:
+    """A "peer" on 127.0.0.1 that accepts connections and reads requests but never
+    answers; ``asked`` is set once a request's first bytes arrived."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.asked = threading.Event()
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        try:
+            while conn.recv(1 << 16):
+                self.asked.set()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+@pytest.fixture
+def silent_peer() -> Iterator[SilentPeer]:
+    peer = SilentPeer()
+    yield peer
+    peer.close()
+
+
+def test_set_sync_timeout_reaches_a_running_node(
+    tmp_path: Path, node_factory, silent_peer: SilentPeer
+) -> None:
+    """``merklog --set sync.timeout=1 sync URL`` through a running node whose own
+    sync.timeout is 100 s gave up only after 100 s: the node never saw the override. It
+    now sends it (``"timeout"`` in ``POST /v1/sync``) and the sync times out after 1 s:
+    the command ends well within its 60 s subprocess limit, exit 4, "did not answer
+    within 1.0 s". A bad ``"timeout"`` is 400 bad input naming the field."""
+    home = Cli(tmp_path / "a")
+    home("init")
+    node = node_factory(home.home, env={"MERKLOG_SYNC_TIMEOUT": "100"}).start()
+    done = merklog(home.home, "--set", "sync.timeout=1", "sync", silent_peer.url, timeout=60)
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out
+    assert done.returncode == ExitCode.PEER_UNREACHABLE, out
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert line.startswith("Error:") and "did not answer within 1.0 s" in line, line
+    for bad in (-1, 0, "5", True, 1e9, None):
+        body: dict = {"url": silent_peer.url, "timeout": bad}
+        if bad is None:
+            body["timeout"] = [1]
+        status, answer = node.request("POST", "/v1/sync", body)
+        assert status == 400 and answer["error"] == "bad input", (bad, answer)
+        assert '"timeout"' in answer["detail"], answer
