@@ -3,7 +3,10 @@
 ``merklog --log-format json`` (or ``MERKLOG_LOG_FORMAT=json``) writes each record
 as a JSON line — ``ts`` (ISO 8601 UTC), ``level``, ``logger``, ``msg`` and, for
 errors, ``exc`` (the formatted exception as one string) — so a log shipper can
-parse every line; the default is one human line per record.
+parse every line; the default is one human line per record. A record logged with
+``extra={FIELDS: {...}}`` (:func:`fields`) also carries those keys at the top level of
+its JSON object (numbers stay numbers), so a shipper need not parse ``msg``; the text
+format shows ``msg`` alone, which says the same in words.
 """
 
 from __future__ import annotations
@@ -14,6 +17,16 @@ import sys
 from datetime import UTC, datetime
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO}
+#: The record attribute holding a record's structured fields (see :func:`fields`).
+FIELDS = "merklog_fields"
+#: Keys a record's fields may not take: the JSON line's own.
+_RESERVED = frozenset({"ts", "level", "logger", "msg", "exc"})
+
+
+def fields(**values: object) -> dict[str, dict[str, object]]:
+    """``extra=`` for a log call whose JSON line carries ``values`` as top-level keys
+    (``log.info("synced …", extra=fields(peer=url, seconds=1.5))``)."""
+    return {FIELDS: values}
 
 
 class JsonFormatter(logging.Formatter):
@@ -26,6 +39,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        extra = getattr(record, FIELDS, None)
+        if isinstance(extra, dict):
+            out.update((k, v) for k, v in extra.items() if k not in _RESERVED)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False, default=str)

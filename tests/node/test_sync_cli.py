@@ -4,6 +4,7 @@ of a sync with ``-v``, Ctrl-C during a sync, and forgetting an ad hoc URL's hist
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -103,3 +104,29 @@ def test_set_sync_timeout_reaches_a_running_node(
         status, answer = node.request("POST", "/v1/sync", body)
         assert status == 400 and answer["error"] == "bad input", (bad, answer)
         assert '"timeout"' in answer["detail"], answer
+
+
+def test_a_sync_that_works_is_one_info_record_with_fields(tmp_path: Path, node_factory) -> None:
+    """``merklog -v --log-format json sync`` logged nothing about a sync that worked. It
+    is one INFO record whose JSON line carries the peer, the deltas pulled (and new) and
+    pushed, the bytes each way and the seconds as fields; without ``-v`` stderr stays
+    empty."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    key_b = json.loads(b("status", "--json").output)["key"]
+    a("peers", "add", "b", "http://127.0.0.1:9", "--key", key_b)  # A lets B sync
+    a("put", "edge(1, 2).", "edge(2, 3).")
+    shown = merklog(b.home, "-v", "--log-format", "json", "sync", na.url)
+    assert shown.returncode == 0, shown.stderr
+    records = [json.loads(line) for line in shown.stderr.splitlines() if line.strip()]
+    synced = [r for r in records if r["msg"].startswith("synced with")]
+    assert len(synced) == 1, records
+    (rec,) = synced
+    assert rec["level"] == "INFO" and rec["peer"] == na.url, rec
+    assert rec["accepted"] >= 1 and rec["deltas_received"] >= rec["accepted"], rec
+    assert rec["deltas_pushed"] == 0 and rec["bytes_in"] > 0 and rec["bytes_out"] > 0, rec
+    assert isinstance(rec["seconds"], float) and rec["seconds"] >= 0, rec
+    quiet = merklog(b.home, "sync", na.url)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
