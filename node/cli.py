@@ -146,14 +146,24 @@ def _interrupted(ctx: click.Context) -> NoReturn:
     from .interrupts import mark
 
     mark()  # what is logged from here on (a JVM's teardown) follows the interrupt
-    writes = ctx.invoked_subcommand in ("put", "retract")
-    raise click.ClickException(
-        "interrupted (Ctrl-C): what was written before it stays written (writes a"
-        " running node had received included); the same put or retract run again"
-        " adds nothing twice"
-        if writes
-        else "interrupted (Ctrl-C)"
-    ) from None
+    command = ctx.invoked_subcommand
+    if command in ("put", "retract"):
+        line = (
+            "interrupted (Ctrl-C): what was written before it stays written (writes a"
+            " running node had received included); the same put or retract run again"
+            " adds nothing twice"
+        )
+    elif command == "sync":
+        # A pull applies each response of the peer as it arrives, all or nothing, and a
+        # push each request: what was applied stays, and a delta already held is a
+        # duplicate the next sync skips (replication/client.py, acceptance.py).
+        line = (
+            "interrupted (Ctrl-C): the deltas already applied stay (a running node stops"
+            " this sync too); the same sync run again finishes it and applies nothing twice"
+        )
+    else:
+        line = "interrupted (Ctrl-C)"
+    raise click.ClickException(line) from None
 
 
 #: Exit status when standard output is closed before the command is done (``| head``).

@@ -649,6 +649,8 @@ def _sync_error(exc: ReplicationError) -> ApiError:
 
 #: ``POST /v1/sync`` with ``Accept: application/x-ndjson`` streams its progress.
 NDJSON = "application/x-ndjson"
+#: Seconds between checks that a streamed sync's caller is still connected.
+SYNC_CHECK_SECONDS = 0.5
 
 
 async def _sync_streamed(
@@ -673,7 +675,18 @@ async def _sync_streamed(
     resp: web.StreamResponse | None = None
     try:
         while not task.done() or not events.empty():
-            event = await events.get()
+            try:
+                event = await asyncio.wait_for(events.get(), SYNC_CHECK_SECONDS)
+            except TimeoutError:
+                # A caller that went away (Ctrl-C of `merklog sync`) is noticed here, not
+                # only when a progress line fails to reach it: its sync is stopped and
+                # recorded as interrupted before this handler ends.
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    task.cancel()
+                    await asyncio.wait({task})
+                    raise ConnectionResetError("the caller of the sync went away") from None
+                continue
             if not event:
                 continue
             if resp is None:
@@ -700,6 +713,7 @@ async def _sync_streamed(
     finally:
         if not task.done():
             task.cancel()  # the client went away: stop syncing for it
+            await asyncio.wait({task})  # its history records it before the answer ends
     if resp is None:
         resp = web.StreamResponse(headers={"Content-Type": NDJSON})
         await resp.prepare(request)

@@ -37,6 +37,8 @@ node_log = logging.getLogger("merklog.node.node")
 
 #: The file in a home holding the per-peer sync history.
 STATE_FILE = "peersync.json"
+#: ``last_error`` of a sync stopped before it ended (:meth:`PeerSync.interrupted`).
+INTERRUPTED = "interrupted before it ended; the deltas applied until then stay"
 
 
 @dataclass
@@ -66,6 +68,15 @@ class PeerSync:
         self.last_error = error
         self.failures += 1
         return news
+
+    def interrupted(self) -> None:
+        """Record a sync stopped before it ended (Ctrl-C, the caller of ``POST /v1/sync``
+        went away, the node stopping) as ``last_error`` :data:`INTERRUPTED`, so
+        ``status`` does not show the attempt as still without an outcome. Not counted in
+        ``failures`` (nor by :func:`sync_node` in ``merklog_sync_failures_total`` or a
+        WARNING): the peer did nothing wrong, and counting it would make a healthy peer
+        look like it starts failing."""
+        self.last_error = INTERRUPTED
 
     def served(self) -> None:
         self.last_incoming = time.time()
@@ -163,14 +174,21 @@ async def sync_node(
     reports it itself); a :class:`merklog.Error` is raised as is, and so is a failure of
     this node's own store or disk (:func:`~merklog.node.failures.local_failure`: a full
     disk is exit 6 / HTTP 507, not the peer's fault); anything else as
-    :class:`PeerUnreachable` naming the URL."""
+    :class:`PeerUnreachable` naming the URL. A cancelled sync (Ctrl-C, a caller that
+    went away) is recorded as :meth:`PeerSync.interrupted`, not as a failure."""
     url = url.rstrip("/")
     state = node.peer_sync.setdefault(url, PeerSync(url))
     state.attempt()
     started = time.monotonic()
     try:
         stats = await sync_with(node.served_replica, url, node.config, progress, timeout)
-    except (asyncio.CancelledError, NodeInputError):
+    except asyncio.CancelledError:
+        # Stopped before it ended: what was applied stays (each sync response is applied
+        # all or nothing), which the history says; not a failure of the peer.
+        state.interrupted()
+        save_history(node.home, node.peer_sync, logging.DEBUG)
+        raise
+    except NodeInputError:
         raise
     except Exception as exc:
         message = describe(exc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -130,3 +131,90 @@ def test_a_sync_that_works_is_one_info_record_with_fields(tmp_path: Path, node_f
     assert isinstance(rec["seconds"], float) and rec["seconds"] >= 0, rec
     quiet = merklog(b.home, "sync", na.url)
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+def _interrupt_sync(home: Path, peer: SilentPeer) -> subprocess.CompletedProcess:
+    """``merklog sync PEER`` as a real process, sent SIGINT once the peer got its request
+    (the sync is under way, waiting for the answer); its exit status and output."""
+    environ = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    environ.pop("MERKLOG_SYNC_TIMEOUT", None)
+    cmd = [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "sync", peer.url]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=environ,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert peer.asked.wait(60), "the sync never reached the peer"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+#: The line of a sync that Ctrl-C interrupted: what stays, and how to finish it.
+SYNC_INTERRUPTED = (
+    "Error: interrupted (Ctrl-C): the deltas already applied stay (a running node stops"
+    " this sync too); the same sync run again finishes it and applies nothing twice"
+)
+
+
+def _entry(peers: list[dict], url: str) -> dict:
+    (entry,) = [p for p in peers if p["url"] == url]
+    return entry
+
+
+def test_ctrl_c_of_a_sync_on_a_stopped_home_says_what_stays(
+    tmp_path: Path, silent_peer: SilentPeer
+) -> None:
+    """Ctrl-C during ``merklog sync`` on a stopped home said only "interrupted (Ctrl-C)"
+    though a pull keeps what it applied; and the history kept the attempt with neither
+    a success nor an error. Now: exit 1, one line saying what stays and to run it again,
+    no traceback; ``status`` shows the attempt as interrupted, not as a failure."""
+    home = Cli(tmp_path / "a")
+    home("init")
+    done = _interrupt_sync(home.home, silent_peer)
+    assert "Traceback" not in done.stdout + done.stderr
+    assert (done.returncode, done.stderr.strip()) == (1, SYNC_INTERRUPTED), done.stderr
+    status = merklog(home.home, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    entry = _entry(json.loads(status.stdout)["peers"], silent_peer.url)
+    assert entry["last_attempt"] is not None and entry["last_success"] is None, entry
+    assert entry["last_error"].startswith("interrupted") and entry["failures"] == 0, entry
+
+
+def test_ctrl_c_of_a_sync_through_a_running_node_is_recorded_by_the_node(
+    tmp_path: Path, node_factory, silent_peer: SilentPeer
+) -> None:
+    """The node stopped a sync whose ``merklog sync`` went away only when a progress line
+    failed to reach it (never, with a peer that does not answer: it waited for its
+    sync.timeout), and recorded a cancelled sync with neither success nor error. Now
+    the command says what stays (exit 1, one line), and the node stops the sync and
+    shows it in ``GET /v1/status`` as interrupted, long before its 100 s sync.timeout,
+    without counting it in ``merklog_sync_failures_total``."""
+    import time
+
+    home = Cli(tmp_path / "a")
+    home("init")
+    node = node_factory(home.home, env={"MERKLOG_SYNC_TIMEOUT": "100"}).start()
+    done = _interrupt_sync(home.home, silent_peer)
+    assert "Traceback" not in done.stdout + done.stderr
+    assert (done.returncode, done.stderr.strip()) == (1, SYNC_INTERRUPTED), done.stderr
+    deadline = time.monotonic() + 60
+    while True:
+        _, status = node.request("GET", "/v1/status")
+        entry = _entry(status["peers"], silent_peer.url)
+        if entry["last_error"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert entry["last_error"].startswith("interrupted") and entry["failures"] == 0, entry
+    assert entry["last_success"] is None, entry
+    _, metrics = node.request("GET", "/metrics")
+    assert f'merklog_sync_failures_total{{peer="{silent_peer.url}"}}' not in metrics.decode()
