@@ -221,6 +221,12 @@ class NodeClient:
             wait = max(self.timeout, timeout + SYNC_WAIT_MARGIN)
         return self._call("POST", "/v1/sync", body, lines=progress, timeout=wait)
 
+    def forget_sync_history(self, url: str) -> bool:
+        """``DELETE /v1/sync/history``: the node forgets ``url``'s sync history; whether
+        it had one."""
+        query = urllib.parse.urlencode({"url": url})
+        return bool(self._call("DELETE", "/v1/sync/history?" + query)["forgotten"])
+
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz")
 

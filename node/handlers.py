@@ -639,6 +639,19 @@ def sync_timeout(value: Any) -> float | None:
     return float(value)
 
 
+async def forget_sync_history(request: web.Request) -> web.Response:
+    """``DELETE /v1/sync/history?url=URL``: forget the sync history of ``URL`` (what
+    ``merklog peers remove`` asks a running node): ``{"url", "forgotten"}``, forgotten
+    false when there was none. Whether ``URL`` is still a peer is the caller's to say:
+    a peer's entry comes back at its next sync."""
+    node = request.app[NODE_KEY]
+    url = request.query.get("url", "").strip()
+    if not url:
+        raise NodeInputError('"url" (a query parameter) must name the URL to forget')
+    url = url.rstrip("/")
+    return web.json_response({"url": url, "forgotten": node.forget_peer_history(url)})
+
+
 def _sync_error(exc: ReplicationError) -> ApiError:
     """A failed sync's answer: 502 ``peer unreachable`` (retry later) or 424 ``peer
     refused``/``peer error`` (the peer answered: fix the configuration), as

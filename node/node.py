@@ -557,6 +557,11 @@ class Node:
         self._require_open()
         return await peersync.sync_node(self, self.peer_url(url), progress, timeout)
 
+    def forget_peer_history(self, url: str) -> bool:
+        """Forget the sync history of ``url`` (:func:`.peersync.forget_history`): what
+        ``merklog peers remove`` asks, so an ad hoc URL leaves ``status``."""
+        return peersync.forget_history(self, url)
+
     def peer_url(self, name_or_url: str) -> str:
         """A configured peer's URL by name, or the http(s) URL itself (NodeInputError if
         ``name_or_url`` is neither, or the URL is malformed or holds a password:

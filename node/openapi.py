@@ -304,6 +304,15 @@ def _paths() -> dict[str, Any]:
                 requestBody=_body("SyncRequest"),
             )
         },
+        "/v1/sync/history": {
+            "delete": _op(
+                "Forget the sync history of a URL (status stops listing it; what"
+                " `merklog peers remove` asks): {url, forgotten}",
+                WRITE,
+                {"200": _json("ForgetResult"), "400": BAD_INPUT},
+                parameters=[_q("url", "The peer URL whose history to forget")],
+            )
+        },
         "/v1/writers": {
             "post": _op(
                 "Grant a key write access to the dataset (owner only)",
@@ -518,6 +527,10 @@ def _schemas() -> dict[str, Any]:
             },
         },
         "SyncResult": obj,
+        "ForgetResult": {
+            "type": "object",
+            "properties": {"url": {"type": "string"}, "forgotten": {"type": "boolean"}},
+        },
         "WriterKey": {
             "type": "object",
             "required": ["key"],

@@ -224,6 +224,38 @@ async def sync_node(
     return stats
 
 
+def forget_history(node: Any, url: str) -> bool:
+    """``Node.forget_peer_history``: drop the sync history of ``url`` (a URL synced ad
+    hoc, or a removed peer's) so ``status`` no longer lists it; saved to the home. False
+    if there was none. The replica's record of the peer's heads stays: it only sizes the
+    next sync's summary, should that URL be synced again."""
+    url = url.rstrip("/")
+    if node.peer_sync.pop(url, None) is None:
+        return False
+    save_history(node.home, node.peer_sync)
+    return True
+
+
+def forget_saved_history(home: Path, url: str) -> bool:
+    """:func:`forget_history` on a stopped home (its lock held by the caller): the entry
+    of ``url`` removed from ``peersync.json`` as it is, the other entries untouched
+    (even ones :func:`load_history` would ignore). False if there was none, or the file
+    is unreadable (a record, never a failure)."""
+    url = url.rstrip("/")
+    path = home / STATE_FILE
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        if path.exists():
+            log.warning("ignoring unreadable %s: %s", path, exc)
+        return False
+    if not isinstance(raw, dict) or url not in raw:
+        return False
+    del raw[url]
+    write_private(path, json.dumps(raw, sort_keys=True).encode())
+    return True
+
+
 def log_sync(url: str, stats: dict[str, Any], seconds: float) -> None:
     """One INFO record of a sync that worked (``-v``; the default WARNING level stays
     quiet): what moved and how long it took, in words and, with ``--log-format json``,

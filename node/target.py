@@ -271,6 +271,28 @@ def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator
         node.close()
 
 
+def forget_sync_history(home: Path, config: Config, url: str) -> bool:
+    """Forget the sync history of ``url`` in ``home`` (``merklog peers remove``): asked
+    of the running node if there is one (it keeps the history in memory and saves it
+    after every sync, so editing the file under it would be undone), else edited in
+    ``peersync.json`` under the home's lock. Whether there was one."""
+    from .peersync import forget_saved_history
+
+    lock, info = _lock_or_node(home)
+    if lock is None:
+        if not info:
+            raise TargetError(
+                f"{home} is in use by another process that serves no HTTP API (another"
+                " merklog command?); try again when it has ended"
+            )
+        client = NodeClient(info["url"], config.get("api.token"))
+        return bool(RemoteTarget(client, config)._do(client.forget_sync_history, url))
+    try:
+        return forget_saved_history(home, url)
+    finally:
+        lock.release()
+
+
 def _lock_or_node(home: Path, timeout: float = 15.0) -> tuple[HomeLock | None, dict | None]:
     """The home's lock, or the running node's pid/URL: whichever comes first within
     ``timeout`` seconds. A node that holds the lock but is still starting (opening the

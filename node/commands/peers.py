@@ -17,6 +17,12 @@ def _config(state: State):
         fail(str(exc))
 
 
+def _url_of(peer: object) -> str:
+    """A ``[peers]`` entry's URL without a trailing slash ("" if it has none)."""
+    url = peer.get("url") if isinstance(peer, dict) else peer
+    return url.rstrip("/") if isinstance(url, str) else ""
+
+
 def register(cli: click.Group) -> None:
     @cli.group("peers")
     def peers() -> None:
@@ -149,14 +155,32 @@ def register(cli: click.Group) -> None:
     @click.argument("name")
     @pass_state
     def remove(state: State, name: str) -> None:
-        """Forget peer NAME."""
-        from merklog.node.cliutil import fail
+        """Forget peer NAME, and the sync history of its URL unless another peer has it;
+        or, given a URL synced ad hoc (`merklog sync URL`), that URL's sync history, so
+        `status` stops listing it."""
+        from merklog.node.cliutil import fail, guard
         from merklog.node.failures import ExitCode
+        from merklog.node.target import forget_sync_history
 
         cfg = _config(state)
+        if "://" in name:
+            url = name.rstrip("/")
+            named = sorted(n for n, p in cfg.peers.items() if _url_of(p) == url)
+            if named:
+                fail(
+                    f"{url} is peer {', '.join(named)}: remove it by name"
+                    f" (`merklog peers remove {named[0]}`)",
+                    ExitCode.BAD_INPUT,
+                )
+            if not guard(lambda: forget_sync_history(state.home, cfg, url)):
+                fail(f"no peer and no sync history for {url}", ExitCode.NOT_FOUND)
+            click.echo(f"forgot the sync history of {url}")
+            return
         if name not in cfg.peers:
             known = ", ".join(sorted(cfg.peers)) or "none"
             fail(f"unknown peer {name!r} (known: {known})", ExitCode.NOT_FOUND)
-        del cfg.peers[name]
+        url = _url_of(cfg.peers.pop(name))
         cfg.save()
         click.echo(f"removed peer {name}")
+        if url and all(_url_of(p) != url for p in cfg.peers.values()):
+            guard(lambda: forget_sync_history(state.home, cfg, url))

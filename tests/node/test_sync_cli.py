@@ -218,3 +218,59 @@ def test_ctrl_c_of_a_sync_through_a_running_node_is_recorded_by_the_node(
     assert entry["last_success"] is None, entry
     _, metrics = node.request("GET", "/metrics")
     assert f'merklog_sync_failures_total{{peer="{silent_peer.url}"}}' not in metrics.decode()
+
+
+def _peer_urls(home: Path) -> list[str]:
+    shown = merklog(home, "status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    return [p["url"] for p in json.loads(shown.stdout)["peers"]]
+
+
+def test_peers_remove_forgets_an_ad_hoc_url_and_a_removed_peers_history(
+    tmp_path: Path, node_factory
+) -> None:
+    """A URL synced ad hoc stayed in ``status`` forever: ``peers remove`` took only
+    names. ``peers remove URL`` now forgets its history, on a stopped home and through
+    a running node (which keeps the history in memory and would write it back);
+    ``peers remove NAME`` also forgets the history of NAME's URL, but not while another
+    peer has that URL; a URL that is a peer is removed by name (exit 2), and an unknown
+    URL is exit 3."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)  # lists A as peer `origin`
+    key_b = json.loads(b("status", "--json").output)["key"]
+    a("peers", "add", "b", "http://127.0.0.1:9", "--key", key_b)  # A lets B sync
+    a_url = na.url.rstrip("/")
+    down = "http://127.0.0.1:9"  # discard port: refused at once
+    b("sync", na.url)  # an ad hoc sync of a URL that is also peer `origin`
+    assert merklog(b.home, "sync", down).returncode == ExitCode.PEER_UNREACHABLE
+    assert set(_peer_urls(b.home)) == {a_url, down}
+    # stopped home
+    refused = merklog(b.home, "peers", "remove", na.url)
+    assert refused.returncode == ExitCode.BAD_INPUT and "peers remove origin" in refused.stderr
+    removed = merklog(b.home, "peers", "remove", down + "/")
+    assert removed.returncode == 0 and f"forgot the sync history of {down}" in removed.stdout
+    assert _peer_urls(b.home) == [a_url]
+    again = merklog(b.home, "peers", "remove", down)
+    assert again.returncode == ExitCode.NOT_FOUND and "no peer and no sync history" in again.stderr
+    b("peers", "add", "again", na.url, "--token", na.read_token)  # two names, one URL
+    assert merklog(b.home, "peers", "remove", "again").returncode == 0
+    assert _peer_urls(b.home) == [a_url]  # `origin` still has it: its history stays
+    assert merklog(b.home, "peers", "remove", "origin").returncode == 0
+    assert _peer_urls(b.home) == []
+    # running node
+    nb = node_factory(b.home).start()
+    status, body = nb.request("POST", "/v1/sync", {"url": na.url})
+    assert status == 200, body
+    status, body = nb.request("POST", "/v1/sync", {"url": down})
+    assert status == 502, body
+    assert set(_peer_urls(b.home)) == {a_url, down}
+    removed = merklog(b.home, "peers", "remove", down)
+    assert removed.returncode == 0, removed.stderr
+    assert _peer_urls(b.home) == [a_url]
+    status, body = nb.request("DELETE", "/v1/sync/history")
+    assert status == 400 and body["error"] == "bad input" and '"url"' in body["detail"], body
+    nb.request("POST", "/v1/sync", {"url": na.url})  # the node saves its history again
+    nb.stop()
+    assert _peer_urls(b.home) == [a_url]  # and the forgotten URL stays forgotten
