@@ -11,7 +11,7 @@ the delta's ancestors (genesis ``writers`` count as grants at clock 0), ordered 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import add, attrgetter
@@ -73,7 +73,10 @@ class Acceptance(ReplicaState):
     """Validating and applying remote batches and local deltas (all or nothing)."""
 
     def apply_blocks(
-        self, blocks: Iterable[tuple[Link, bytes]], verified: bool = False
+        self,
+        blocks: Iterable[tuple[Link, bytes]],
+        verified: bool = False,
+        progress: Callable[[int], None] | None = None,
     ) -> ApplyResult:
         """Validate and apply a batch of blocks (fact blocks before the delta asserting them).
 
@@ -83,12 +86,15 @@ class Acceptance(ReplicaState):
         Already-known deltas are counted as duplicates; fact blocks no following
         delta asserts are dropped. Memory is bounded by one delta's blocks.
         ``verified=True`` skips re-hashing blocks a verifying CAR decoder already checked.
+        ``progress(accepted so far)`` after each delta accepted, in the calling thread and
+        inside the batch's transaction (a large pulled response takes seconds to apply;
+        the count still commits or rolls back with the whole batch).
         """
         result = ApplyResult()
         with gc_paused(), self._lock:
             try:
                 with self._tx():
-                    self._apply_stream(blocks, result, verified)
+                    self._apply_stream(blocks, result, verified, progress)
             finally:
                 # Taken under the lock: another thread's uncommitted changes never leak here.
                 changes, self._changes = self._changes, {}
@@ -96,7 +102,11 @@ class Acceptance(ReplicaState):
         return result
 
     def _apply_stream(
-        self, blocks: Iterable[tuple[Link, bytes]], result: ApplyResult, verified: bool
+        self,
+        blocks: Iterable[tuple[Link, bytes]],
+        result: ApplyResult,
+        verified: bool,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         pending: dict[Link, tuple[bytes, Any]] = {}
         pending_bytes = 0
@@ -123,6 +133,8 @@ class Acceptance(ReplicaState):
                     result.accepted += 1
                     result.facts += len(delta.asserted)
                     result.accepted_cids.append(cid)
+                    if progress is not None:
+                        progress(result.accepted)
                 pending.clear()
                 pending_bytes = 0
             elif kind == "dataset":

@@ -54,6 +54,8 @@ BlockProgress = Callable[[int, int], None]
 
 #: Body bytes between two progress calls while a sync response arrives.
 PROGRESS_STEP = 1 << 20
+#: Deltas accepted between two progress calls while a pulled response is applied.
+PROGRESS_DELTAS = 1000
 
 INITIAL_WINDOW = 8
 FULL_WINDOW_AFTER = 1 << 16
@@ -93,6 +95,7 @@ class SyncClient:
         metrics: Metrics | None = None,
         compress: bool = True,
         progress: Progress | None = None,
+        progress_deltas: int = PROGRESS_DELTAS,
     ) -> None:
         self.identity = identity
         self.compress = compress
@@ -102,8 +105,12 @@ class SyncClient:
         self.max_body = max_body
         self.max_block = max_block
         self.max_batch = max_batch
-        #: ``progress(direction, bytes so far, deltas so far)`` after each request body.
+        #: ``progress(direction, bytes so far, deltas so far)`` after each request body,
+        #: every ``PROGRESS_STEP`` bytes of a response arriving, and every
+        #: ``progress_deltas`` deltas accepted while a pulled response is applied (it
+        #: commits as a whole at its end: a large one takes seconds).
         self.progress = progress
+        self.progress_deltas = max(1, progress_deltas)
         self.metrics = metrics if metrics is not None else Metrics()
 
     async def __aenter__(self) -> SyncClient:
@@ -273,7 +280,11 @@ class SyncClient:
                 roots = await _reading(reader.read_header)
                 counted = _Counting(reader.blocks())
                 result: ApplyResult = await _reading(
-                    replica.apply_blocks, counted, True, stop=counted.stop
+                    replica.apply_blocks,
+                    counted,
+                    True,
+                    self._applying(stats.bytes_received, stats.accepted),
+                    stop=counted.stop,
                 )
             finally:
                 spool.close()
@@ -291,6 +302,22 @@ class SyncClient:
             if not unknown or result.accepted == 0:
                 return stats, roots
             window = INITIAL_WINDOW
+
+    def _applying(self, size: int, before: int) -> Callable[[int], None] | None:
+        """``apply_blocks``' progress hook for a pulled response (None without
+        ``progress``): every ``progress_deltas`` deltas accepted, ``progress("pull",
+        size, before + accepted)`` on the event loop (the hook runs in the apply's worker
+        thread; the loop runs the calls in order, before the apply's own result)."""
+        if self.progress is None:
+            return None
+        loop = asyncio.get_running_loop()
+        report, step = self.progress, self.progress_deltas
+
+        def applied(accepted: int) -> None:
+            if accepted % step == 0:
+                loop.call_soon_threadsafe(report, "pull", size, before + accepted)
+
+        return applied
 
     async def push(
         self, url: str, replica: Replica, their_heads: list[Link] | None = None

@@ -254,3 +254,28 @@ async def test_a_cancelled_sync_keeps_nothing_of_the_response_it_was_applying(pe
         await client.sync(a.url, rb)
     assert rb.heads() == ra.heads()
     assert rb.visible_facts() == ra.visible_facts()
+
+
+async def test_progress_moves_while_a_pulled_response_is_applied(peers):
+    """The progress callback fired only after each whole response was applied, so a
+    large pull's progress line stood still for the seconds its apply took. It now also
+    reports every ``progress_deltas`` deltas accepted during the apply, in order, then
+    the response's total, with the response's bytes: here 35 deltas in one response,
+    every 10."""
+    a, b = await peers(2)
+    ra = a.add(Replica.create(a.conn, a.blocks, a.identity, "steps", [b.identity.public_key]))
+    async with SyncClient(b.identity) as client:
+        rb, _ = await client.clone(a.url, ra.dataset, b.conn, b.blocks)
+    b.add(rb)
+    for i in range(35):
+        ra.assert_facts(facts(f"d{i}", 2))  # one delta each
+    calls: list[tuple[str, int, int]] = []
+    async with SyncClient(
+        b.identity, progress=lambda *call: calls.append(call), progress_deltas=10
+    ) as client:
+        stats = await client.sync(a.url, rb)
+    assert stats.accepted == 35 and stats.round_trips == 1
+    assert [c[2] for c in calls] == [10, 20, 30, 35], calls
+    assert {c[0] for c in calls} == {"pull"}
+    assert {c[1] for c in calls} == {stats.bytes_received}, calls
+    assert rb.heads() == ra.heads()
