@@ -280,10 +280,16 @@ def log_sync(url: str, stats: dict[str, Any], seconds: float) -> None:
     )
 
 
-def record_incoming(node: Any, peer: bytes, kind: str) -> None:
+def record_incoming(node: Any, peer: bytes, kind: str, heads: list[Any] | None = None) -> None:
     """replication's ``on_served`` hook: the peer with key ``peer`` pulled from or pushed
     to this node (``kind``). Recorded as ``last_incoming`` of every ``[peers]`` entry with
-    that key (saved to the home); a key no entry names is not recorded."""
+    that key (saved to the home); a key no entry names is not recorded.
+
+    ``heads`` (the peer's heads as the server saw them) are remembered as that URL's
+    last known heads, so ``deltas_behind`` counts from them: a peer that pulled
+    everything from us is no longer shown behind by what it took. Written by a worker
+    thread (the replica's lock may be held by an apply for seconds; this runs on the
+    event loop), its failure logged at DEBUG: a record, never the sync's failure."""
     key = peer.hex()
     urls = sorted(
         {
@@ -296,6 +302,18 @@ def record_incoming(node: Any, peer: bytes, kind: str) -> None:
         node.peer_sync.setdefault(url, PeerSync(url)).served()
     if urls:
         save_history(node.home, node.peer_sync)
+    if urls and heads:
+        loop = asyncio.get_running_loop()
+        for url in urls:
+            done = loop.run_in_executor(None, node.replica.remember_peer_heads, url, list(heads))
+            done.add_done_callback(_heads_recorded)
+
+
+def _heads_recorded(future: asyncio.Future) -> None:
+    """The outcome of remembering a peer's heads after an incoming sync: a failure (the
+    node closing its store meanwhile) is logged at DEBUG, never left unretrieved."""
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("could not record a peer's heads: %s", future.exception())
 
 
 def peer_status(node: Any) -> list[dict[str, Any]]:

@@ -14,10 +14,13 @@ Endpoints (all requests signed, see :mod:`.auth`; errors are 4xx JSON
 - ``POST /v1/datasets/{id}/push``     CAR → ``{"accepted", "duplicates", "facts", "heads"}``
 - ``POST /v1/inbox``                  CAR of ``@async`` message blocks → ``{"accepted", "duplicates"}``
 
-``on_served(peer_key, kind)``, if given, is called (on the event loop) after a sync
-response was sent in full (``kind`` "pull") or a push was applied ("push"): how the
-owner learns that a peer synced with it. A hook that raises is logged, never the
-caller's failure.
+``on_served(peer_key, kind, heads)``, if given, is called (on the event loop) after a
+sync response was sent in full (``kind`` "pull") or a push was applied ("push"): how the
+owner learns that a peer synced with it. ``heads`` are the peer's heads as far as this
+server can tell: after a pull that took everything it lacked, our heads (it holds
+them once it applied the response); after a pull of a part, the heads it asked with;
+after a push, the roots of its CAR (its own heads). A hook that raises is logged, never
+the caller's failure.
 """
 
 from __future__ import annotations
@@ -92,8 +95,9 @@ class Limits:
 
 
 ReplicaLookup = Mapping[Link, Replica] | Callable[[Link], Replica | None]
-#: ``on_served(peer_key, kind)``: a peer's sync request was served ("pull" or "push").
-ServedHook = Callable[[bytes, str], None]
+#: ``on_served(peer_key, kind, heads)``: a peer's sync request was served ("pull" or
+#: "push"); ``heads``: the peer's heads as far as this server can tell (module docstring).
+ServedHook = Callable[[bytes, str, list[Link]], None]
 
 
 @dataclass
@@ -178,11 +182,11 @@ class SyncService:
         out.seek(0)
         return out
 
-    def _served(self, peer: bytes, kind: str) -> None:
+    def _served(self, peer: bytes, kind: str, heads: list[Link]) -> None:
         if self.on_served is None:
             return
         try:
-            self.on_served(peer, kind)
+            self.on_served(peer, kind, heads)
         except Exception:  # a record of who synced must never fail the sync
             log.exception("recording a %s by peer %s… failed", kind, peer.hex()[:16])
 
@@ -264,6 +268,7 @@ class SyncService:
         # One response carries at most ~max_response bytes of whole deltas (a prefix in
         # clock order, so parents come first); the caller sees from the CAR roots (our
         # heads) that it is not done yet and asks again.
+        lacked = len(deltas)
         sent = 0
         i = 0
         first = True
@@ -284,7 +289,9 @@ class SyncService:
         self.metrics["bytes_out"] += sent
         self.metrics["deltas_out"] += len(deltas)
         self.metrics["sync_requests"] += 1
-        self._served(signed.peer, "pull")
+        # All it lacked sent: it holds our heads once applied; else it still lacks the
+        # rest, and its own heads are what we know of it.
+        self._served(signed.peer, "pull", roots if i >= lacked else heads)
         return resp
 
     async def blocks(self, request: web.Request) -> web.StreamResponse:
@@ -337,7 +344,7 @@ class SyncService:
             body.close()
         self.metrics["deltas_in"] += result.accepted
         self.metrics["push_requests"] += 1
-        self._served(signed.peer, "push")
+        self._served(signed.peer, "push", reader.roots)
         heads = await asyncio.to_thread(self._heads_json, replica)
         return web.json_response({**result.to_json(), "heads": heads})
 

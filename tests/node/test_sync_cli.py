@@ -274,3 +274,32 @@ def test_peers_remove_forgets_an_ad_hoc_url_and_a_removed_peers_history(
     nb.request("POST", "/v1/sync", {"url": na.url})  # the node saves its history again
     nb.stop()
     assert _peer_urls(b.home) == [a_url]  # and the forgotten URL stays forgotten
+
+
+def test_a_peer_that_pulled_everything_is_not_shown_behind(tmp_path: Path, node_factory) -> None:
+    """``deltas_behind`` counted from the peer's heads as seen in syncs this node
+    started: after the peer pulled everything from us it still showed the deltas it
+    had just taken. An incoming pull that took everything (or a push) now records the
+    peer's heads too."""
+    from .conftest import peered_pair
+
+    a, b, na, nb = peered_pair(tmp_path, node_factory)
+
+    def behind() -> int | None:
+        _, status = na.request("GET", "/v1/status")
+        (entry,) = [p for p in status["peers"] if p["name"] == "b"]
+        return entry["deltas_behind"]
+
+    status, body = na.request("POST", "/v1/sync", {"url": nb.url})  # A sees B's heads
+    assert status == 200, body
+    a("put", "edge(1, 2).")
+    a("put", "edge(2, 3).")
+    assert behind() == 2
+    b("sync", "a")  # B (a running node) pulls both from A
+    assert "edge(2, 3)" in b("ls", "edge").output
+    import time
+
+    deadline = time.monotonic() + 30  # the heads are recorded by a worker thread
+    while behind() != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert behind() == 0
