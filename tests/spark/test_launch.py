@@ -23,6 +23,8 @@ CONF = {"spark.app.name": "merklog-launch-test", "spark.master": "local[1]"}
 
 PROBE = r"""
 import json, os, sys
+if "no-stdout" in sys.argv[2:]:  # a process whose stdout is closed: report on stderr
+    os.close(1)
 from merklog.node.spark import launch
 from merklog.node.spark.session import build_session, spark_log_path
 if sys.argv[1] == "no-launcher":
@@ -33,25 +35,33 @@ spark = build_session(master="local[1]", app_name="merklog-launch-test", quiet=T
 proc = spark.sparkContext._gateway.proc
 with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
     cmdline = [w.decode() for w in f.read().split(b"\0")[:-1]]
-print(json.dumps({
+fds = [n for n in (1, 2) if os.path.exists(f"/proc/self/fd/{n}")]
+seen = json.dumps({
     "rows": spark.range(5).count(),
     "cmdline": cmdline,
     "gateway_env": [k for k in os.environ if k.startswith("PYSPARK_GATEWAY")],
     "log": str(spark_log_path()),
     "jvm_out": [os.readlink(f"/proc/{proc.pid}/fd/{n}") for n in (1, 2)],
-    "own_out": [os.readlink(f"/proc/self/fd/{n}") for n in (1, 2)],
-}))
+    "own_out": [os.readlink(f"/proc/self/fd/{n}") for n in fds],
+})
+os.write(fds[0], seen.encode() + b"\n")
 """
 
 
-def _probe(cache: Path, mode: str, direct: str = "1") -> dict:
+def _probe(cache: Path, mode: str, direct: str = "1", *flags: str) -> dict:
     env = dict(os.environ, MERKLOG_CACHE_DIR=str(cache), MERKLOG_SPARK_DIRECT=direct, **NO_CDS)
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, mode], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", PROBE, mode, *flags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    assert "Traceback" not in out.stderr
+    reported = out.stderr if "no-stdout" in flags else out.stdout
+    return json.loads(reported.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +72,16 @@ def first_start(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return cache, _probe(cache, "first")
 
 
+@pytest.fixture(scope="module")
+def second_start(first_start: tuple[Path, dict]) -> dict:
+    """A second session from the same cache, the launcher refused (the cached command
+    must do), in a process whose stdout is closed (a daemon's, a script's that closed
+    it): what that probe saw, reported on its stderr. One JVM start for both cases."""
+    return _probe(first_start[0], "no-launcher", "1", "no-stdout")
+
+
 def test_the_driver_runs_the_launchers_command_and_later_starts_skip_the_launcher(
-    first_start: tuple[Path, dict],
+    first_start: tuple[Path, dict], second_start: dict
 ) -> None:
     cache, first = first_start
     assert first["rows"] == 5
@@ -72,8 +90,8 @@ def test_the_driver_runs_the_launchers_command_and_later_starts_skip_the_launche
     command = json.loads(cached.read_text())["command"]
     assert first["cmdline"] == command  # the JVM is the command the launcher printed
     assert Path(command[0]).name == "java" and "org.apache.spark.launcher.Main" not in command
-    again = _probe(cache, "no-launcher")  # the cache answers: no launcher JVM at all
-    assert again["rows"] == 5 and again["cmdline"] == command
+    # the cache answers: no launcher JVM at all
+    assert second_start["rows"] == 5 and second_start["cmdline"] == command
 
 
 def test_a_quiet_jvm_holds_neither_of_the_commands_streams(
@@ -89,24 +107,15 @@ def test_a_quiet_jvm_holds_neither_of_the_commands_streams(
         assert seen["log"] not in seen["own_out"]
 
 
-def test_a_quiet_session_starts_when_the_command_has_no_stdout(tmp_path: Path) -> None:
+def test_a_quiet_session_starts_when_the_command_has_no_stdout(second_start: dict) -> None:
     """A process whose stdout is closed (a daemon, a script that closed it) still gets a
-    quiet session: the streams it has are pointed at the log, the missing one is skipped."""
-    code = (
-        "import os\n"
-        "os.close(1)\n"
-        "from merklog.node.spark.session import build_session\n"
-        "spark = build_session(master='local[1]', app_name='merklog-launch-test', quiet=True)\n"
-        "os.write(2, b'rows %d' % spark.range(3).count())\n"
-    )
-    env = dict(os.environ, MERKLOG_CACHE_DIR=str(tmp_path), **NO_CDS)
-    env.pop("PYSPARK_SUBMIT_ARGS", None)
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stderr.strip().endswith("rows 3")
-    assert "Traceback" not in out.stderr
+    quiet session: the stream it has is pointed at the log, the missing one is skipped,
+    and the JVM's stderr goes to the log too."""
+    assert second_start["rows"] == 5
+    assert len(second_start["own_out"]) == 1  # only stderr was open
+    assert second_start["log"] not in second_start["own_out"]
+    assert second_start["jvm_out"][1] == second_start["log"]  # its fd 1 is whatever it
+    # opened first: the process had none to hand down
 
 
 def test_what_the_scripts_would_read_keeps_pyspark_s_launcher(

@@ -214,11 +214,18 @@ def analyzed(spark, replicas):
     return get
 
 
+#: Programs over the mixed-type columns, whose values are almost all fixed (``mix`` has
+#: four random ones): evaluated over the first replica only. Each analyze of them runs
+#: ~90 Spark jobs (~30 s of the test run on two cores), and the second seed adds no case.
+FIRST_REPLICA_ONLY = frozenset({"mixed_identity", "mixed_arith_aggregates"})
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_analyze_matches_engine_and_node(replicas, analyzed, name):
     text = PROGRAMS[name]
     program = parse_program(text)
-    for i, (_snap, visible, home) in enumerate(replicas):
+    chosen = replicas[:1] if name in FIRST_REPLICA_ONLY else replicas
+    for i, (_snap, visible, home) in enumerate(chosen):
         got = analyzed(name, i)
         expected = Program.parse(text).evaluate(visible)
         with merklog.open(home) as node:
