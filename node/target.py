@@ -178,8 +178,11 @@ class RemoteTarget:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """The running node syncs; ``timeout`` (this command's ``sync.timeout``, when it
-        set one) is sent along: the node's config does not hold this command's ``--set``."""
-        return self._do(self.client.sync, url, progress, timeout)
+        set one) is sent along: the node's config does not hold this command's ``--set``.
+        Without it the node uses its own, which the home's config gives as far as this
+        process can tell, and the client waits for the node that long."""
+        node_timeout = float(self.config.get("sync.timeout"))
+        return self._do(self.client.sync, url, progress, timeout, node_timeout)
 
     def grant(self, key: str) -> Any:
         return self._do(self.client.grant, key)

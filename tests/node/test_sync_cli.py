@@ -107,6 +107,24 @@ def test_set_sync_timeout_reaches_a_running_node(
         assert '"timeout"' in answer["detail"], answer
 
 
+def test_the_client_waits_for_the_nodes_own_sync_timeout(
+    tmp_path: Path, node_factory, silent_peer: SilentPeer
+) -> None:
+    """Without a timeout of its own, the CLI's client gave up on the running node after
+    its fixed wait (60 s) although the node waits its sync.timeout per peer request:
+    it now waits that (as the home's config gives it) plus a margin, and hears the
+    node's own answer. Scaled down: a client wait of 1 s, a node timeout of 3 s."""
+    from merklog.node.client import NodeAPIError, NodeClient
+
+    home = Cli(tmp_path / "a")
+    home("init")
+    node = node_factory(home.home, env={"MERKLOG_SYNC_TIMEOUT": "3"}).start()
+    client = NodeClient(node.url, node.token, timeout=1)
+    with pytest.raises(NodeAPIError) as failed:
+        client.sync(silent_peer.url, node_timeout=3)
+    assert failed.value.status in (502, 504) and "within 3.0 s" in str(failed.value)
+
+
 def test_a_sync_that_works_is_one_info_record_with_fields(tmp_path: Path, node_factory) -> None:
     """``merklog -v --log-format json sync`` logged nothing about a sync that worked. It
     is one INFO record whose JSON line carries the peer, the deltas pulled (and new) and
