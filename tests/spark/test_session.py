@@ -140,3 +140,14 @@ def test_the_shipped_package_zip_is_removed_when_its_process_exits(tmp_path) -> 
     assert not Path(path).parent.exists()
     kept = package_zip(tmp_path / "given")  # a directory the caller gave stays
     assert kept.parent == tmp_path / "given" and zipfile.ZipFile(kept).testzip() is None
+
+
+def test_pyspark_records_no_call_sites_in_a_merklog_session(spark, monkeypatch) -> None:
+    """PySpark's DataFrame debugging sends the Python call site of every DataFrame and
+    Column call to the JVM (four more gateway round trips each, ~25% of a small
+    analyze's time), for error contexts merklog never shows: it is off."""
+    import pyspark.errors.utils as perrors
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    monkeypatch.setattr(perrors, "_enable_debugging_cache", None)  # read from the session
+    assert perrors.is_debugging_enabled() is False
