@@ -749,8 +749,16 @@ def evaluate(
             df = df.where(F.col(f"c{i}").isNotNull())
         return Relation(df, tuple(kinds))
 
-    for stratum in strata_of(program):
-        solver = _StratumSolver(ev, stratum, rels, project, cut, cut_every)
+    strata = strata_of(program)
+    for i, stratum in enumerate(strata):
+        later = {
+            atom.rel
+            for s in strata[i + 1 :]
+            for r in s
+            for lit in r.body
+            for atom, _p in ast.body_atoms(lit)
+        }
+        solver = _StratumSolver(ev, stratum, rels, project, cut, cut_every, later)
         rounds = solver.run(max_iterations)
         for h in solver.heads:
             iterations[h] = rounds
@@ -769,10 +777,16 @@ class _StratumSolver:
         project: Any,
         cut: Any,
         cut_every: int,
+        read_later: set[str] | None = None,
     ) -> None:
         self.ev, self.stratum, self.rels = ev, stratum, rels
         self.project, self.cut, self.cut_every = project, cut, max(1, cut_every)
         self.heads = {r.head.rel for r in stratum}
+        #: Heads no later stratum reads (``read_later``: the relations later rules read;
+        #: None: every head may be read). A non-recursive stratum leaves them lazy: a
+        #: checkpoint would be one more Spark job computing what the output's write (its
+        #: one reader) computes anyway (~0.5 s a relation on a small input).
+        self.leaves = self.heads - read_later if read_later is not None else set()
         for r in stratum:
             for lit in r.body:
                 for atom, pol in ast.body_atoms(lit):
@@ -822,7 +836,9 @@ class _StratumSolver:
                 fresh = self.cut(fresh)
                 self.delta[rel] = fresh
             merged = _union(self.full[rel], fresh, rel)
-            self.full[rel] = self.cut(merged) if round_no % self.cut_every == 0 else merged
+            lazy = not self.recursive and rel in self.leaves
+            cut = round_no % self.cut_every == 0 and not lazy
+            self.full[rel] = self.cut(merged) if cut else merged
 
     def run(self, max_iterations: int) -> int:
         new: dict[str, Relation] = {}
