@@ -22,7 +22,8 @@ variable scoping (injected, local and witness variables: :mod:`.souffle_scope`),
 Outside merklog's semantics, each raising :class:`UnsupportedError` naming the
 construct at ``line:col``: ADTs and records (``[a, b]``, ``nil``), components
 (``.comp``/``.init``/``.override``), functors (``cat``, ``strlen``, ``min(a, b)``,
-``to_number`` …) and user-defined functors (``@f``, ``.functor``), ``choice-domain``,
+``to_number`` …), the string constraints ``match``/``contains`` and user-defined
+functors (``@f``, ``.functor``), ``choice-domain``,
 ``eqrel``, subsumption, ``$`` counters, ``mean``, bitwise/logical operators,
 ``^``, ``as`` casts, ``.printsize``/``.limitsize``/``.pragma``, other I/O
 parameters and the C preprocessor.
@@ -67,6 +68,8 @@ _KEYWORDS = frozenset(
 _BITWISE = frozenset(
     {"band", "bor", "bxor", "bshl", "bshr", "bshru", "bnot", "land", "lor", "lxor", "lnot"}
 )
+#: Soufflé's built-in string constraints, written like atoms: ``match("a.*", s)``.
+_STRING_CONSTRAINTS = frozenset({"match", "contains"})
 _STORAGE = frozenset({"btree", "brie", "btree_delete", "inline", "no_inline", "magic", "no_magic"})
 _CMP = frozenset({"=", "==", "!=", "<", "<=", ">", ">="})
 _ARITH = frozenset({"+", "-", "*", "/", "%", "^"})
@@ -196,6 +199,14 @@ class SouffleParser(Parser):
                 self.undeclared(rel, self.pos(tok))
 
     def undeclared(self, rel: str, pos: Pos) -> None:
+        if rel in _STRING_CONSTRAINTS:  # keywords in Soufflé: never a relation of its own
+            err = UnsupportedError.at(
+                pos,
+                f"unsupported Soufflé construct: string constraint {rel}(…)",
+                "merklog runs the Datalog core of Soufflé; rewrite without this construct",
+            )
+            err.construct = f"string constraint {rel}(…)"
+            raise err
         raise UnknownRelationError.at(
             pos,
             f"relation {rel} is not declared",

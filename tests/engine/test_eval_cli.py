@@ -611,3 +611,25 @@ def test_a_body_of_a_thousand_literals_is_a_program_error_not_an_internal_one(
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith(f"{program}:2:1545: this body has more than 256 literals")
     assert not (tmp_path / "o").exists()
+
+
+def test_souffle_string_constraints_are_named_as_unsupported(tmp_path: Path) -> None:
+    """``match``/``contains`` are Soufflé keywords, not relations: eval names the
+    construct instead of asking to declare a relation called ``match``."""
+    write(tmp_path / "facts" / "e.facts", "1\tab\n")
+    for name, literal, col in (
+        ("match", 'match("a.*", y)', 18),
+        ("contains", '!contains("a", y)', 19),
+    ):
+        prog = write(
+            tmp_path / f"{name}.dl",
+            ".decl e(x: number, y: symbol)\n.input e\n.decl p(x: number)\n.output p\n"
+            f"p(x) :- e(x, y), {literal}.\n",
+        )
+        result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.startswith(
+            f"{prog}:5:{col}: unsupported Soufflé construct: string constraint {name}(…)\n"
+        ), result.stderr
+        assert "Traceback" not in result.stderr
+        assert not (tmp_path / "o").exists()
