@@ -626,7 +626,9 @@ def test_souffle_string_constraints_are_named_as_unsupported(tmp_path: Path) -> 
             ".decl e(x: number, y: symbol)\n.input e\n.decl p(x: number)\n.output p\n"
             f"p(x) :- e(x, y), {literal}.\n",
         )
-        result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+        result = run_eval(
+            str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o")
+        )
         assert result.returncode == 1, result.stderr
         assert result.stderr.startswith(
             f"{prog}:5:{col}: unsupported Soufflé construct: string constraint {name}(…)\n"
