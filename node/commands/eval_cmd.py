@@ -3,6 +3,7 @@
 Reads ``<rel>.facts`` (tab-separated, one tuple a line) and writes ``<rel>.csv``
 (tab-separated, no header; sorted with ``--sorted``) for every derived relation —
 for Soufflé programs, the ``.input`` and ``.output`` relations, typed per ``.decl``.
+A merklog ``.decl``'s ``str`` columns are read as written, like Soufflé's ``symbol``.
 Files are read and written as columns (:mod:`merklog.engine.tsv`). A bad program
 or fact file prints ``FILE:line:col: message`` on stderr, exits 1 and writes nothing;
 results are written all or nothing (temporary files renamed when every one is written).
@@ -125,7 +126,7 @@ def register(cli: click.Group) -> None:
                 # (set aside, its facts would vanish or be written as mixed-width lines).
                 defined = _defined(prog)
                 sizes = {r: prog.arities[r] for r in known if r in defined} | nullary
-                facts = read_facts_dir(facts_dir, known, None, sizes, prog.int_bits)
+                facts = read_facts_dir(facts_dir, known, _field_kinds(prog), sizes, prog.int_bits)
                 outputs = sorted(prog.idb)
             if only:
                 outputs = list(dict.fromkeys(only))
@@ -151,6 +152,18 @@ def _defined(prog: Any) -> set[str]:
     """Relations whose arity the program itself fixes: rule heads, inline facts, .decl."""
     ast = prog.ast
     return set(prog.idb) | {rel for rel, _args in ast.facts} | {d.rel for d in ast.declarations}
+
+
+def _field_kinds(prog: Any) -> dict[str, list[str]]:
+    """How eval reads the fields of a merklog ``.decl``'s relation: a ``str`` column takes
+    the text as written (Soufflé's ``symbol``), so ``42`` there is the string "42" — the
+    untyped grammar would read the int 42, which the declaration refuses, and no field
+    could write the string; every other column keeps the grammar (``any``)."""
+    return {
+        d.rel: ["symbol" if kind == "str" else "any" for _name, kind in d.columns]
+        for d in prog.ast.declarations
+        if any(kind == "str" for _name, kind in d.columns)
+    }
 
 
 def _file_failure(err: OSError) -> Exception:

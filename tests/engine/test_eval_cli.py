@@ -635,3 +635,32 @@ def test_souffle_string_constraints_are_named_as_unsupported(tmp_path: Path) -> 
         ), result.stderr
         assert "Traceback" not in result.stderr
         assert not (tmp_path / "o").exists()
+
+
+def test_a_str_column_of_a_merklog_decl_reads_its_field_as_written(tmp_path: Path) -> None:
+    """``.decl label(n: int, text: str).`` reads ``42`` in the text column as the string
+    "42", as Soufflé's ``symbol`` column does: by the untyped field grammar it would be
+    the int 42, and the declaration would refuse a file that cannot be written any other
+    way. The int column and undeclared relations keep the grammar."""
+    prog = write(
+        tmp_path / "p.dl",
+        ".decl label(n: int, text: str).\n"
+        "out(N, T) :- label(N, T).\n"
+        'is42(N) :- label(N, "42").\n'
+        "c(K) :- K := count : label(_, _).\n"
+        "num(X) :- other(X).\n",
+    )
+    write(tmp_path / "facts" / "label.facts", "1\t42\n2\t007\n3\t1.5\n4\t 5 \n5\t1e999\n6\tx\n")
+    write(tmp_path / "facts" / "other.facts", "42\n")
+    out = tmp_path / "out"
+    result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out), "--sorted")
+    assert result.returncode == 0, result.stderr
+    assert lines(out / "out.csv") == ["1\t42", "2\t007", "3\t1.5", "4\t 5 ", "5\t1e999", "6\tx"]
+    assert lines(out / "is42.csv") == ["1"]
+    assert lines(out / "c.csv") == ["6"]
+    assert lines(out / "num.csv") == ["42"]
+    # an int column still refuses text, at its field
+    write(tmp_path / "facts" / "label.facts", "1\ta\nx\tb\n")
+    result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{tmp_path / 'facts' / 'label.facts'}:2:1: "), result.stderr
