@@ -28,7 +28,8 @@ def register(cli: click.Group) -> None:
         type=click.Path(file_okay=False, path_type=Path),
         default=Path("."),
         show_default=True,
-        help="Directory of <rel>.facts input files.",
+        help="Directory of <rel>.facts input files: tab-separated, one tuple a line, no "
+        "header, no quoting (a relation without a file has no facts).",
     )
     @click.option(
         "--out",
