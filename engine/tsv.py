@@ -93,7 +93,7 @@ def parse_field(text: str, column_type: str = "any", int_bits: int = 64) -> Valu
         return text
     if column_type in ("number", "unsigned"):
         if not _SOUFFLE_INT_RE.match(text):
-            raise FieldError(f"cannot read {text!r} as a {column_type}")
+            raise FieldError(f"cannot read {text!r} as {_article(column_type)} {column_type}")
         value = int(text.lstrip(" \f\v\r"))
         lo, hi = int_range(column_type, int_bits)
         if not lo <= value <= hi:
@@ -198,7 +198,12 @@ def _read_rows(
 def _type_hint(kind: str) -> str:
     if kind == "float":
         return "a float column takes decimal numbers such as 1.5 or 2e3"
-    return f"a {kind} column takes ASCII decimal digits with an optional sign"
+    return f"{_article(kind)} {kind} column takes ASCII decimal digits with an optional sign"
+
+
+def _article(word: str) -> str:
+    """``an`` before ``unsigned``, ``a`` before ``number``."""
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 def _first_line(data: bytes) -> tuple[int, bytes] | None:

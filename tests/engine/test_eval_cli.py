@@ -664,3 +664,17 @@ def test_a_str_column_of_a_merklog_decl_reads_its_field_as_written(tmp_path: Pat
     result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(out))
     assert result.returncode == 1
     assert result.stderr.startswith(f"{tmp_path / 'facts' / 'label.facts'}:2:1: "), result.stderr
+
+
+def test_a_misfit_in_an_unsigned_column_gets_a_grammatical_hint(tmp_path: Path) -> None:
+    prog = write(
+        tmp_path / "u.dl",
+        ".decl e(x: unsigned)\n.input e\n.decl p(x: unsigned)\n.output p\np(x) :- e(x).\n",
+    )
+    write(tmp_path / "facts" / "e.facts", "1\nx\n")
+    result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{tmp_path / 'facts' / 'e.facts'}:2:1: column 1: cannot read 'x' as an unsigned",
+        "  hint: an unsigned column takes ASCII decimal digits with an optional sign",
+    ]
