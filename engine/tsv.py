@@ -106,6 +106,8 @@ def parse_field(text: str, column_type: str = "any", int_bits: int = 64) -> Valu
         if value is None:  # too large, or not zero but read as 0.0 (1e-400)
             raise FieldError(f"{text!r} is outside the float range")
         return value + 0.0  # -0.0 is 0.0, as in the store
+    if column_type in _WRITTEN_KINDS:
+        return _written_value(text, column_type)
     if _INT_RE.match(text):
         value = int(text)
         return value if INT64_MIN <= value <= INT64_MAX else text
@@ -113,6 +115,29 @@ def parse_field(text: str, column_type: str = "any", int_bits: int = 64) -> Valu
         value = float_in_range(text)  # out of range (1e999, 1e-400): kept as its text
         return value + 0.0 if value is not None else text
     return text
+
+
+#: Merklog ``.decl`` column types read back from the text :func:`format_field` writes
+#: for them (a ``str`` column is read as ``symbol``: the text unchanged).
+_WRITTEN_KINDS = frozenset({"bool", "bytes", "cid"})
+_HEX_RE = re.compile(r"(?:[0-9a-fA-F]{2})*", re.ASCII)
+
+
+def _written_value(text: str, column_type: str) -> Value:
+    """A ``bool``/``bytes``/``cid`` field as eval writes one: ``true``/``false``, hex
+    digits two per byte (``x""`` is an empty field), a CID's text."""
+    if column_type == "bool":
+        if text in ("true", "false"):
+            return text == "true"
+        raise FieldError(f"cannot read {text!r} as a bool")
+    if column_type == "bytes":
+        if not _HEX_RE.fullmatch(text):
+            raise FieldError(f"cannot read {text!r} as bytes (hex digits, two per byte)")
+        return bytes.fromhex(text)
+    try:
+        return Link.parse(text)
+    except ValueError:
+        raise FieldError(f"cannot read {text!r} as a CID") from None
 
 
 def format_field(value: Any) -> str:
@@ -198,6 +223,12 @@ def _read_rows(
 def _type_hint(kind: str) -> str:
     if kind == "float":
         return "a float column takes decimal numbers such as 1.5 or 2e3"
+    if kind == "bool":
+        return "a bool column takes true or false"
+    if kind == "bytes":
+        return "a bytes column takes hex digits, two per byte (ab01), as eval writes bytes"
+    if kind == "cid":
+        return "a cid column takes a CID as text (bafy…), as eval writes CIDs"
     return f"{_article(kind)} {kind} column takes ASCII decimal digits with an optional sign"
 
 
@@ -349,6 +380,11 @@ def _column(col: Any, kind: str, int_bits: int) -> np.ndarray | list | None:
 
     if kind == "symbol":
         return col.to_pylist()
+    if kind in _WRITTEN_KINDS:
+        try:
+            return [_written_value(text, kind) for text in col.to_pylist()]
+        except FieldError:
+            return None  # the reference reader says where
     if kind in ("number", "unsigned"):
         if not _all(pc.match_substring_regex(col, SOUFFLE_INT_TEXT)):
             return None

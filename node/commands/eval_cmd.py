@@ -3,7 +3,8 @@
 Reads ``<rel>.facts`` (tab-separated, one tuple a line) and writes ``<rel>.csv``
 (tab-separated, no header; sorted with ``--sorted``) for every derived relation —
 for Soufflé programs, the ``.input`` and ``.output`` relations, typed per ``.decl``.
-A merklog ``.decl``'s ``str`` columns are read as written, like Soufflé's ``symbol``.
+A merklog ``.decl``'s ``str`` columns are read as written, like Soufflé's ``symbol``;
+its ``bool``, ``bytes`` and ``cid`` columns read what eval writes for those values.
 Files are read and written as columns (:mod:`merklog.engine.tsv`). A bad program
 or fact file prints ``FILE:line:col: message`` on stderr, exits 1 and writes nothing;
 results are written all or nothing (temporary files renamed when every one is written).
@@ -155,15 +156,21 @@ def _defined(prog: Any) -> set[str]:
     return set(prog.idb) | {rel for rel, _args in ast.facts} | {d.rel for d in ast.declarations}
 
 
+#: How a merklog ``.decl`` column's fields are read (:mod:`merklog.engine.tsv` kinds).
+_DECLARED_KINDS = {"str": "symbol", "bool": "bool", "bytes": "bytes", "cid": "cid"}
+
+
 def _field_kinds(prog: Any) -> dict[str, list[str]]:
     """How eval reads the fields of a merklog ``.decl``'s relation: a ``str`` column takes
-    the text as written (Soufflé's ``symbol``), so ``42`` there is the string "42" — the
-    untyped grammar would read the int 42, which the declaration refuses, and no field
-    could write the string; every other column keeps the grammar (``any``)."""
+    the text as written (Soufflé's ``symbol``), so ``42`` there is the string "42";
+    ``bool``, ``bytes`` and ``cid`` columns read what eval writes for them (``true``,
+    hex, a CID's text). The untyped grammar would read ``42`` as an int and the others
+    as strings, which the declaration refuses, so no file could give such a value.
+    ``int``, ``float`` and ``any`` columns keep the grammar."""
     return {
-        d.rel: ["symbol" if kind == "str" else "any" for _name, kind in d.columns]
+        d.rel: [_DECLARED_KINDS.get(kind, "any") for _name, kind in d.columns]
         for d in prog.ast.declarations
-        if any(kind == "str" for _name, kind in d.columns)
+        if any(kind in _DECLARED_KINDS for _name, kind in d.columns)
     }
 
 

@@ -678,3 +678,66 @@ def test_a_misfit_in_an_unsigned_column_gets_a_grammatical_hint(tmp_path: Path) 
         f"{tmp_path / 'facts' / 'e.facts'}:2:1: column 1: cannot read 'x' as an unsigned",
         "  hint: an unsigned column takes ASCII decimal digits with an optional sign",
     ]
+
+
+def test_bool_bytes_and_cid_columns_of_a_merklog_decl_read_what_eval_writes(
+    tmp_path: Path,
+) -> None:
+    """eval writes bools as ``true``/``false``, bytes as hex and CIDs as text; a merklog
+    ``.decl`` column of that type reads the same text back as the value (by the untyped
+    grammar each is a string, which the declaration refuses, so no file could give one).
+    Each stays distinct from the string, int and float that print alike."""
+    facts, out, back = tmp_path / "facts", tmp_path / "out", tmp_path / "back"
+    make = write(
+        tmp_path / "make.dl",
+        'v(true, x"01", 1). v(false, x"ab", 2). v(true, x"", 3).\n'
+        "w(B, X, C) :- v(B, X, N), C := v(B, X, N).\n",
+    )
+    facts.mkdir()
+    result = run_eval(str(make), "--facts", str(facts), "--out", str(out), "--sorted")
+    assert result.returncode == 0, result.stderr
+    written = lines(out / "w.csv")
+    assert [row.split("\t")[:2] for row in written] == [
+        ["false", "ab"],
+        ["true", ""],
+        ["true", "01"],
+    ]
+    write(back / "w.facts", (out / "w.csv").read_text(encoding="utf-8"))
+    write(back / "s.facts", "true\n1\n01\n")
+    read = write(
+        tmp_path / "read.dl",
+        ".decl w(b: bool, x: bytes, c: cid).\n"
+        "cnt(K) :- K := count : w(_, _, _).\n"
+        "t(X) :- w(true, X, _).\n"
+        'one(C) :- w(_, x"01", C).\n'
+        "clash(V) :- w(V, _, _), s(V).\n"
+        "clash(V) :- w(_, V, _), s(V).\n"
+        "same(C) :- w(B, X, C), C := v(B, X, _).\n"
+        'v(true, x"01", 1). v(false, x"ab", 2). v(true, x"", 3).\n',
+    )
+    result = run_eval(str(read), "--facts", str(back), "--out", str(tmp_path / "o2"), "--sorted")
+    assert result.returncode == 0, result.stderr
+    o2 = tmp_path / "o2"
+    assert lines(o2 / "cnt.csv") == ["3"]
+    assert lines(o2 / "t.csv") == ["", "01"]  # x"" and x"01"
+    assert lines(o2 / "one.csv") == [written[2].split("\t")[2]]
+    assert lines(o2 / "clash.csv") == []  # true is no "true", x"01" no 1
+    assert sorted(lines(o2 / "same.csv")) == sorted(row.split("\t")[2] for row in written)
+    # a field that is not one is refused at its line and column, naming the type
+    write(back / "w.facts", written[0] + "\n" + "yes\t01\t" + written[0].split("\t")[2] + "\n")
+    result = run_eval(str(read), "--facts", str(back), "--out", str(tmp_path / "o3"))
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"{back / 'w.facts'}:2:1: column 1: cannot read 'yes' as a bool"
+    )
+    for bad, col, kind in (("0g", 6, "bytes"), ("abc", 6, "bytes")):
+        write(back / "w.facts", f"true\t{bad}\t{written[0].split(chr(9))[2]}\n")
+        result = run_eval(str(read), "--facts", str(back), "--out", str(tmp_path / "o3"))
+        assert result.returncode == 1
+        assert result.stderr.startswith(f"{back / 'w.facts'}:1:{col}: column 2: "), result.stderr
+        assert kind in result.stderr
+    write(back / "w.facts", "true\t01\tbafynotacid\n")
+    result = run_eval(str(read), "--facts", str(back), "--out", str(tmp_path / "o3"))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"{back / 'w.facts'}:1:9: column 3: "), result.stderr
+    assert not (tmp_path / "o3").exists()
