@@ -138,7 +138,7 @@ def register(cli: click.Group) -> None:
             fail(f"{err.path}:{err}")
             return
         except EngineError as err:  # edge.facts has 2 columns but the program reads edge/1, …
-            fail(f"{program}:{err}" if err.line else f"error: {err}")
+            fail(f"{program}:{_naming_fact_file(err, facts_dir)}" if err.line else f"error: {err}")
             return
         except OSError as err:  # a fact file that is a directory, unreadable, …
             raise _file_failure(err) from None
@@ -172,6 +172,21 @@ def _field_kinds(prog: Any) -> dict[str, list[str]]:
         for d in prog.ast.declarations
         if any(kind in _DECLARED_KINDS for _name, kind in d.columns)
     }
+
+
+def _naming_fact_file(err: Any, facts_dir: Path) -> str:
+    """``LINE:COL: message`` and hint of a program error, where an atom reading another
+    arity than its fact file's names that file ("e has arity 1 in facts/e.facts and 2
+    here", not "in the facts") and the hint recalls that fields are separated by tabs:
+    a comma-separated file is one field a line."""
+    from merklog.engine.errors import ArityError
+
+    rel = getattr(err, "relation", None)
+    if not isinstance(err, ArityError) or rel is None or " in the facts " not in err.message:
+        return str(err)
+    message = err.message.replace(" in the facts ", f" in {facts_dir / f'{rel}.facts'} ", 1)
+    hint = f"{err.hint}; a fact file's fields are separated by tabs"
+    return f"{err.line}:{err.col}: {message}\n  hint: {hint}"
 
 
 def _file_failure(err: OSError) -> Exception:

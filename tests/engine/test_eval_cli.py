@@ -741,3 +741,16 @@ def test_bool_bytes_and_cid_columns_of_a_merklog_decl_read_what_eval_writes(
     assert result.returncode == 1
     assert result.stderr.startswith(f"{back / 'w.facts'}:1:9: column 3: "), result.stderr
     assert not (tmp_path / "o3").exists()
+
+
+def test_a_read_relation_of_another_arity_names_its_fact_file(tmp_path: Path) -> None:
+    """A comma-separated file is one field a line: the error at the atom names the file
+    the arity came from and says fields are separated by tabs."""
+    prog = write(tmp_path / "p.dl", "p(X, Y) :- e(X, Y).\n")
+    write(tmp_path / "facts" / "e.facts", "1,2\n3,4\n")
+    result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert result.returncode == 1
+    first, hint = result.stderr.splitlines()
+    assert first == f"{prog}:1:12: e has arity 1 in {tmp_path / 'facts' / 'e.facts'} and 2 here"
+    assert hint.startswith("  hint: ") and "separated by tabs" in hint
+    assert not (tmp_path / "o").exists()
