@@ -187,7 +187,10 @@ def _decode(path: Path, data: bytes) -> None:
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise _error(path, line, col, "not UTF-8 text", "save the file as UTF-8") from None
+        byte = f"byte 0x{data[err.start]:02x}"
+        raise _error(
+            path, line, col, f"not UTF-8 text ({byte})", "save the file as UTF-8"
+        ) from None
 
 
 def _read_rows(

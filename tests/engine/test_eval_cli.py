@@ -345,7 +345,10 @@ def test_fact_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "facts" / "p.facts").write_bytes(b"ok\nbad\xff\n")
     run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
     assert run.returncode == 1
-    assert run.stderr.startswith(f"{tmp_path / 'facts' / 'p.facts'}:2:4: not UTF-8 text")
+    # the byte, as for a program file or `put -f` (docs/operations.md, "Exit status")
+    assert run.stderr.startswith(
+        f"{tmp_path / 'facts' / 'p.facts'}:2:4: not UTF-8 text (byte 0xff)\n"
+    ), run.stderr
     assert "Traceback" not in run.stderr
 
 
