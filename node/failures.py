@@ -266,6 +266,13 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         return ExitCode.BAD_INPUT, str(exc)
     if isinstance(exc, Error):
         return ExitCode.FAILED, str(exc)
+    if isinstance(exc, MemoryError):  # the machine's limit, not a bug to report
+        detail = f" ({exc})" if str(exc) else ""
+        return ExitCode.FAILED, (
+            f"out of memory{detail}: the command needed more memory than this process can"
+            " get (for eval: a result too large for this machine, or a limit such as"
+            " ulimit -v)"
+        )
     return ExitCode.INTERNAL, (
         f"internal error ({type(exc).__name__}: {exc}); please report it with the command"
         " you ran (run with -vv to log the traceback)"

@@ -757,3 +757,28 @@ def test_a_read_relation_of_another_arity_names_its_fact_file(tmp_path: Path) ->
     assert first == f"{prog}:1:12: e has arity 1 in {tmp_path / 'facts' / 'e.facts'} and 2 here"
     assert hint.startswith("  hint: ") and "separated by tabs" in hint
     assert not (tmp_path / "o").exists()
+
+
+def test_a_result_too_large_for_memory_is_no_internal_error(tmp_path: Path) -> None:
+    """A program whose result does not fit in memory (2000⁴ rows here, under a 3 GiB
+    address-space limit so the refusal is certain) is not a bug to report: eval says it
+    ran out of memory and exits 1, the operation could not be done."""
+    prog = write(tmp_path / "big.dl", "q(A, B, C, D) :- n(A), n(B), n(C), n(D).\n")
+    write(tmp_path / "facts" / "n.facts", "".join(f"{i}\n" for i in range(2000)))
+    limit = (
+        "import resource, runpy, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
+        "sys.argv = ['merklog', *sys.argv[1:]]\n"
+        "runpy.run_module('merklog.node.cli', run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", limit, "eval", str(prog), "--facts", str(tmp_path / "facts")]
+        + ["--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("Error: out of memory ("), result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o").exists()
