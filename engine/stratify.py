@@ -150,8 +150,12 @@ def stratify(rules: Sequence[Rule]) -> list[Stratum]:
             raise UnstratifiableError.at(
                 e.pos if e.pos != NOPOS else e.rule.pos,
                 f"negation or aggregation through recursion: {path}",
-                f"{e.head} depends negatively on {e.body}, which depends on {e.head}; "
-                "negate or aggregate only relations computed in an earlier stratum",
+                (
+                    f"{e.head} depends negatively on itself; "
+                    if e.head == e.body
+                    else f"{e.head} depends negatively on {e.body}, which depends on {e.head}; "
+                )
+                + "negate or aggregate only relations computed in an earlier stratum",
                 cycle=tuple(cycle),
             )
 

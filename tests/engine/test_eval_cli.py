@@ -782,3 +782,16 @@ def test_a_result_too_large_for_memory_is_no_internal_error(tmp_path: Path) -> N
     assert result.stderr.startswith("Error: out of memory ("), result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_relation_negating_itself_is_said_so(tmp_path: Path) -> None:
+    """The hint said "p depends negatively on p, which depends on p"."""
+    prog = write(tmp_path / "p.dl", "p(X) :- e(X), !p(X).\n")
+    (tmp_path / "facts").mkdir()
+    result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{prog}:1:15: negation or aggregation through recursion: p -> p",
+        "  hint: p depends negatively on itself; negate or aggregate only relations computed"
+        " in an earlier stratum",
+    ]
