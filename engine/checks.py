@@ -73,6 +73,11 @@ from .schema import Schema, check_declarations
 from .stratify import Stratum, stratify
 
 
+def _arguments(n: int | str) -> str:
+    """``1 argument``, ``2 arguments`` (``n`` may be a text such as ``2 or 3``)."""
+    return f"{n} argument" if str(n) == "1" else f"{n} arguments"
+
+
 @dataclass(frozen=True)
 class CheckedProgram:
     """A program that passed every static check, with its stratification."""
@@ -124,7 +129,7 @@ class _Arities:
             if known is not None and known[0] < n:
                 raise ArityError.at(
                     pos,
-                    f"relation {rel} has {known[0]} arguments (at {known[1]}) "
+                    f"relation {rel} has {_arguments(known[0])} (at {known[1]}) "
                     f"but this pattern names {n}",
                     "a rest pattern r(X, ...) may not name more columns than the relation has",
                 )
@@ -137,7 +142,7 @@ class _Arities:
             if least is not None and n < least[0]:
                 raise ArityError.at(
                     pos,
-                    f"relation {rel} used with {n} arguments here but a pattern at {least[1]} "
+                    f"relation {rel} used with {_arguments(n)} here but a pattern at {least[1]} "
                     f"names {least[0]}",
                 )
             self.arity[rel] = (n, pos)
@@ -147,7 +152,7 @@ class _Arities:
             raise ArityError.at(
                 pos,
                 f"{rel} has arity {known[0]}{where} and {n}{here}",
-                f"a relation is its name and arity: use {rel} with {known[0]} arguments "
+                f"a relation is its name and arity: use {rel} with {_arguments(known[0])} "
                 "everywhere, or give the other one another name",
                 relation=rel,
                 arities=(known[0], n),
@@ -494,7 +499,7 @@ def check_fact_arities(checked: CheckedProgram, fact_arities: Mapping[str, Itera
                 raise ArityError.at(
                     atom.pos,
                     f"{rel} has arity {shown} in the facts and {n} here",
-                    f"a relation is its name and arity: read {rel} with {shown} arguments",
+                    f"a relation is its name and arity: read {rel} with {_arguments(shown)}",
                     relation=rel,
                     arities=(min(have), n),
                 )
@@ -516,7 +521,7 @@ def check_query(program: CheckedProgram | Program, atom: Atom) -> None:
     if (atom.rest and len(atom.args) > n) or (not atom.rest and len(atom.args) != n):
         raise ArityError.at(
             atom.pos,
-            f"relation {atom.rel} has {n} arguments but the query gives {len(atom.args)}",
+            f"relation {atom.rel} has {_arguments(n)} but the query gives {len(atom.args)}",
         )
 
 

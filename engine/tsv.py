@@ -427,6 +427,10 @@ def _fields(n: int) -> str:
     return "1 field" if n == 1 else f"{n} fields"
 
 
+def _arguments(n: int) -> str:
+    return "1 argument" if n == 1 else f"{n} arguments"
+
+
 def _floats_in_range(col: Any, floats: np.ndarray) -> bool:
     """Whether every float of ``floats`` (read from the text column ``col``) is the value
     its text says: finite, and 0.0 only where the text is a zero (``1e-400`` is not)."""
@@ -480,7 +484,7 @@ def read_relation(
             path,
             first[0],
             1,
-            f"{_fields(width)}, but the program uses {path.stem} with {arity} arguments",
+            f"{_fields(width)}, but the program uses {path.stem} with {_arguments(arity)}",
             "every line of a fact file has one field per argument, separated by tabs",
         )
     kinds = list(column_types) if column_types is not None else ["any"] * width

@@ -748,15 +748,33 @@ def test_bool_bytes_and_cid_columns_of_a_merklog_decl_read_what_eval_writes(
 
 def test_a_read_relation_of_another_arity_names_its_fact_file(tmp_path: Path) -> None:
     """A comma-separated file is one field a line: the error at the atom names the file
-    the arity came from and says fields are separated by tabs."""
+    the arity came from and says fields are separated by tabs (and "1 argument", not
+    "1 arguments", as every arity message)."""
     prog = write(tmp_path / "p.dl", "p(X, Y) :- e(X, Y).\n")
     write(tmp_path / "facts" / "e.facts", "1,2\n3,4\n")
     result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
     assert result.returncode == 1
     first, hint = result.stderr.splitlines()
     assert first == f"{prog}:1:12: e has arity 1 in {tmp_path / 'facts' / 'e.facts'} and 2 here"
-    assert hint.startswith("  hint: ") and "separated by tabs" in hint
+    assert hint == (
+        "  hint: a relation is its name and arity: read e with 1 argument;"
+        " a fact file's fields are separated by tabs"
+    )
     assert not (tmp_path / "o").exists()
+    # a relation the program defines with one argument, and a file of two fields
+    prog = write(tmp_path / "q.dl", "q(X) :- e(X, _).\nq(7).\n")
+    write(tmp_path / "facts" / "q.facts", "1\t2\n")
+    write(tmp_path / "facts" / "e.facts", "1\t2\n")
+    result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"{tmp_path / 'facts' / 'q.facts'}:1:1: 2 fields, but the program uses q with 1 argument\n"
+    ), result.stderr
+    # two uses of one name with different arities
+    prog = write(tmp_path / "r.dl", "r(X) :- e(X, _).\nr(X, Y) :- e(X, Y).\n")
+    result = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert result.returncode == 1
+    assert "use r with 1 argument everywhere" in result.stderr, result.stderr
 
 
 def test_a_result_too_large_for_memory_is_no_internal_error(tmp_path: Path) -> None:
