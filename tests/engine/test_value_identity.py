@@ -216,7 +216,8 @@ def test_eval_reports_an_arity_that_matches_no_facts(tmp_path: Path) -> None:
         cli, ["eval", str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o")]
     )
     assert result.exit_code == 1
-    assert f"{prog}:2:3: edge has arity 2 in the facts and 1 here" in result.output
+    facts = tmp_path / "facts" / "edge.facts"
+    assert f"{prog}:2:3: edge has arity 2 in {facts} and 1 here" in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "o").exists()
 
