@@ -17,10 +17,13 @@ os.environ.setdefault("MERKLOG_SPARK_LIGHT_JVM", "1")
 def spark():
     from merklog.node.spark.session import build_session
 
+    # Every test's input is small: the session is the one a command builds for a small
+    # input (interpreted expressions, ADR 0188); bench/ runs the compiled path at scale.
     session = build_session(
         master="local[2]",
         app_name="merklog-tests",
         conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+        input_rows=1000,
     )
     yield session
     session.stop()

@@ -9,6 +9,8 @@ import pytest
 from merklog.node.commands.spark_cmds import _input_rows
 from merklog.node.spark.export import write_ops
 from merklog.node.spark.session import (
+    INTERPRET_MAX_ROWS,
+    INTERPRETED,
     LIGHT_JVM,
     LIGHT_MAX_ROWS,
     LOCAL_DEFAULTS,
@@ -30,6 +32,7 @@ def test_small_input_gets_the_light_driver(auto) -> None:
     assert settings[DRIVER] == LIGHT_JVM
     assert EXECUTOR not in settings  # a cluster's long-lived executors keep C2 and G1
     assert {k: v for k, v in settings.items() if k != DRIVER} == LOCAL_DEFAULTS
+    assert jvm_defaults(INTERPRET_MAX_ROWS)[DRIVER] == LIGHT_JVM
 
 
 @pytest.mark.parametrize("rows", [LIGHT_MAX_ROWS, 5 * LIGHT_MAX_ROWS, None])
@@ -46,7 +49,19 @@ def test_light_everywhere_when_asked(monkeypatch: pytest.MonkeyPatch, rows) -> N
 
 def test_jvm_defaults_when_light_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MERKLOG_SPARK_LIGHT_JVM", "0")
-    assert jvm_defaults(10) == LOCAL_DEFAULTS
+    assert jvm_defaults(10) == {**LOCAL_DEFAULTS, **INTERPRETED}
+    assert jvm_defaults(INTERPRET_MAX_ROWS + 1) == LOCAL_DEFAULTS
+
+
+@pytest.mark.parametrize("rows", [0, 10, INTERPRET_MAX_ROWS])
+def test_a_small_input_is_interpreted_not_compiled(auto, rows) -> None:
+    """ADR 0188: up to INTERPRET_MAX_ROWS op rows, Spark generates no code (compiling
+    it cost a small analyze more than interpreting its rows); above, its defaults."""
+    settings = jvm_defaults(rows)
+    assert settings["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
+    assert settings["spark.sql.codegen.wholeStage"] == "false"
+    for larger in (INTERPRET_MAX_ROWS + 1, None):
+        assert not set(INTERPRETED) & set(jvm_defaults(larger))
 
 
 def test_light_flags_pin_c1_serial_gc_and_a_full_code_cache() -> None:
