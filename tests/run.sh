@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q --no-compile -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test]"
 
 # 2. System and npm parts that the real-component tests use.
 for step in tests/setup.d/*.sh; do
