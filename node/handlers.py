@@ -608,10 +608,17 @@ async def sync_now(request: web.Request) -> web.Response:
     url = node.peer_url(url)
     if NDJSON in request.headers.get("Accept", ""):
         return await _sync_streamed(request, node, url, timeout)
+    task = asyncio.create_task(node.sync(url, timeout=timeout))
     try:
-        return web.json_response(await node.sync(url, timeout=timeout))
+        while not (await asyncio.wait({task}, timeout=SYNC_CHECK_SECONDS))[0]:
+            await _stop_if_caller_gone(request, task)
+        return web.json_response(task.result())
     except ReplicationError as exc:  # unreachable, refused: the peer's problem
         raise _sync_error(exc) from None
+    finally:
+        if not task.done():  # this handler was cancelled: stop syncing for it
+            task.cancel()
+            await asyncio.wait({task})
 
 
 #: The largest ``"timeout"`` a ``POST /v1/sync`` may ask for (a day): one sync request
@@ -666,6 +673,21 @@ NDJSON = "application/x-ndjson"
 SYNC_CHECK_SECONDS = 0.5
 
 
+async def _stop_if_caller_gone(request: web.Request, task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` (a sync run for ``request``) and raise ``ConnectionResetError`` if
+    the caller went away (Ctrl-C of ``merklog sync``, a script's timeout).
+
+    Checked every :data:`SYNC_CHECK_SECONDS` while a sync runs, streamed or not: aiohttp
+    does not cancel a handler whose client left, and a sync waiting on a silent peer
+    writes nothing that could fail, so without this check it ran on for its whole
+    timeout. The sync is stopped and recorded as interrupted before the handler ends."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        task.cancel()
+        await asyncio.wait({task})
+        raise ConnectionResetError("the caller of the sync went away") from None
+
+
 async def _sync_streamed(
     request: web.Request, node: Node, url: str, timeout: float | None = None
 ) -> web.StreamResponse:
@@ -691,14 +713,7 @@ async def _sync_streamed(
             try:
                 event = await asyncio.wait_for(events.get(), SYNC_CHECK_SECONDS)
             except TimeoutError:
-                # A caller that went away (Ctrl-C of `merklog sync`) is noticed here, not
-                # only when a progress line fails to reach it: its sync is stopped and
-                # recorded as interrupted before this handler ends.
-                transport = request.transport
-                if transport is None or transport.is_closing():
-                    task.cancel()
-                    await asyncio.wait({task})
-                    raise ConnectionResetError("the caller of the sync went away") from None
+                await _stop_if_caller_gone(request, task)
                 continue
             if not event:
                 continue

@@ -238,6 +238,38 @@ def test_ctrl_c_of_a_sync_through_a_running_node_is_recorded_by_the_node(
     assert f'merklog_sync_failures_total{{peer="{silent_peer.url}"}}' not in metrics.decode()
 
 
+def test_a_plain_json_sync_whose_caller_went_away_is_stopped(
+    tmp_path: Path, node_factory, silent_peer: SilentPeer
+) -> None:
+    """``POST /v1/sync`` without the NDJSON ``Accept`` (a script's plain JSON request)
+    went on after its caller closed the connection, until the node's sync.timeout: aiohttp
+    does not cancel the handler, and nothing is written that could fail. Now the node
+    notices within a second, stops the sync and shows it as interrupted, not a failure."""
+    import http.client
+    import time
+    from urllib.parse import urlsplit
+
+    home = Cli(tmp_path / "a")
+    home("init")
+    node = node_factory(home.home, env={"MERKLOG_SYNC_TIMEOUT": "100"}).start()
+    where = urlsplit(node.url)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+    body = json.dumps({"url": silent_peer.url})
+    headers = {"Authorization": f"Bearer {node.token}", "Content-Type": "application/json"}
+    conn.request("POST", "/v1/sync", body=body, headers=headers)
+    assert silent_peer.asked.wait(60), "the sync never reached the peer"
+    conn.close()
+    deadline = time.monotonic() + 30
+    while True:
+        _, status = node.request("GET", "/v1/status")
+        entry = _entry(status["peers"], silent_peer.url)
+        if entry["last_error"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert (entry["last_error"] or "").startswith("interrupted"), entry
+    assert entry["failures"] == 0 and entry["last_success"] is None, entry
+
+
 def _peer_urls(home: Path) -> list[str]:
     shown = merklog(home, "status", "--json")
     assert shown.returncode == 0, shown.stderr
