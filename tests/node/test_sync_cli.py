@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -189,6 +190,18 @@ def _entry(peers: list[dict], url: str) -> dict:
     return entry
 
 
+def _when_recorded(node, url: str, seconds: float) -> dict:
+    """The running node's ``GET /v1/status`` entry for ``url`` once it shows a
+    ``last_error`` (or as it is after ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        _, status = node.request("GET", "/v1/status")
+        entry = _entry(status["peers"], url)
+        if entry["last_error"] or time.monotonic() > deadline:
+            return entry
+        time.sleep(0.1)
+
+
 def test_ctrl_c_of_a_sync_on_a_stopped_home_says_what_stays(
     tmp_path: Path, silent_peer: SilentPeer
 ) -> None:
@@ -217,21 +230,13 @@ def test_ctrl_c_of_a_sync_through_a_running_node_is_recorded_by_the_node(
     the command says what stays (exit 1, one line), and the node stops the sync and
     shows it in ``GET /v1/status`` as interrupted, long before its 100 s sync.timeout,
     without counting it in ``merklog_sync_failures_total``."""
-    import time
-
     home = Cli(tmp_path / "a")
     home("init")
     node = node_factory(home.home, env={"MERKLOG_SYNC_TIMEOUT": "100"}).start()
     done = _interrupt_sync(home.home, silent_peer)
     assert "Traceback" not in done.stdout + done.stderr
     assert (done.returncode, done.stderr.strip()) == (1, SYNC_INTERRUPTED), done.stderr
-    deadline = time.monotonic() + 60
-    while True:
-        _, status = node.request("GET", "/v1/status")
-        entry = _entry(status["peers"], silent_peer.url)
-        if entry["last_error"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    entry = _when_recorded(node, silent_peer.url, 60)
     assert entry["last_error"].startswith("interrupted") and entry["failures"] == 0, entry
     assert entry["last_success"] is None, entry
     _, metrics = node.request("GET", "/metrics")
@@ -246,7 +251,6 @@ def test_a_plain_json_sync_whose_caller_went_away_is_stopped(
     does not cancel the handler, and nothing is written that could fail. Now the node
     notices within a second, stops the sync and shows it as interrupted, not a failure."""
     import http.client
-    import time
     from urllib.parse import urlsplit
 
     home = Cli(tmp_path / "a")
@@ -259,13 +263,7 @@ def test_a_plain_json_sync_whose_caller_went_away_is_stopped(
     conn.request("POST", "/v1/sync", body=body, headers=headers)
     assert silent_peer.asked.wait(60), "the sync never reached the peer"
     conn.close()
-    deadline = time.monotonic() + 30
-    while True:
-        _, status = node.request("GET", "/v1/status")
-        entry = _entry(status["peers"], silent_peer.url)
-        if entry["last_error"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    entry = _when_recorded(node, silent_peer.url, 30)
     assert (entry["last_error"] or "").startswith("interrupted"), entry
     assert entry["failures"] == 0 and entry["last_success"] is None, entry
 
@@ -347,8 +345,6 @@ def test_a_peer_that_pulled_everything_is_not_shown_behind(tmp_path: Path, node_
     assert behind() == 2
     b("sync", "a")  # B (a running node) pulls both from A
     assert "edge(2, 3)" in b("ls", "edge").output
-    import time
-
     deadline = time.monotonic() + 30  # the heads are recorded by a worker thread
     while behind() != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
