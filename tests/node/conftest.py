@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -170,6 +171,42 @@ class NodeProc:
     @property
     def stderr_text(self) -> str:
         return "".join(self.stderr_lines)
+
+
+class SilentServer:
+    """A TCP server on 127.0.0.1 that accepts connections and reads what they send but
+    never answers (a peer that hangs). Subclasses look at what arrives in :meth:`_read`,
+    which runs on its own thread per connection."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        try:
+            while conn.recv(1 << 16):
+                pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import hashlib
 import json
 import socket
 import sqlite3
-import threading
 from pathlib import Path
 
 from merklog.replication.auth import sign_headers
@@ -20,34 +19,18 @@ from merklog.replication.messages import encode_message
 from merklog.store import make_fact
 from merklog.store.car import iter_car
 
-from .conftest import Cli
+from .conftest import Cli, SilentServer
 from .test_async import FAST, RECEIVER, SENDER, _rows, _until, ping_homes
 from .test_async_loads import async_pair
 
 
-class Blackhole:
+class Blackhole(SilentServer):
     """A TCP server on 127.0.0.1 that accepts connections, reads each request's head and
     never answers; records the body digest each request was signed for."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.digests: list[str] = []
-        self.conns: list[socket.socket] = []
-        self._stop = False
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(conn)
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+        super().__init__()
 
     def _read(self, conn: socket.socket) -> None:
         head = b""
@@ -62,12 +45,6 @@ class Blackhole:
         for line in head.split(b"\r\n"):
             if line.lower().startswith(b"x-merklog-digest:"):
                 self.digests.append(line.split(b":", 1)[1].strip().decode())
-
-    def close(self) -> None:
-        self._stop = True
-        self.sock.close()
-        for conn in self.conns:
-            conn.close()
 
 
 def _metric(node, event: str) -> float:

@@ -19,7 +19,7 @@ import pytest
 
 from merklog.node.failures import ExitCode
 
-from .conftest import Cli
+from .conftest import Cli, SilentServer
 
 
 def merklog(
@@ -39,28 +39,13 @@ def merklog(
     )
 
 
-class SilentPeer:
+class SilentPeer(SilentServer):
     """A "peer" on 127.0.0.1 that accepts connections and reads requests but never
     answers; ``asked`` is set once a request's first bytes arrived."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.asked = threading.Event()
-        self.conns: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(conn)
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+        super().__init__()
 
     def _read(self, conn: socket.socket) -> None:
         try:
@@ -68,11 +53,6 @@ class SilentPeer:
                 self.asked.set()
         except OSError:
             pass
-
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self.conns:
-            conn.close()
 
 
 @pytest.fixture
