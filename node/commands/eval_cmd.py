@@ -30,7 +30,8 @@ def register(cli: click.Group) -> None:
         default=Path("."),
         show_default=True,
         help="Directory of <rel>.facts input files: tab-separated, one tuple a line, no "
-        "header, no quoting (a relation without a file has no facts).",
+        "header, no quoting (a relation without a file has no facts; for a Soufflé "
+        "program's .input relations a missing file is an error, as in Soufflé).",
     )
     @click.option(
         "--out",
@@ -107,6 +108,15 @@ def register(cli: click.Group) -> None:
         ast = prog.ast
         try:
             if prog.dialect == "souffle":
+                missing = [r for r in ast.inputs if not (facts_dir / f"{r}.facts").exists()]
+                if missing:
+                    # Soufflé refuses a missing input file too ("Cannot open fact file"):
+                    # read as empty, a misspelt file name would quietly derive less.
+                    fail(
+                        f"error: {facts_dir / (missing[0] + '.facts')}: no such file, for the"
+                        f" program's .input {missing[0]} (an empty file gives an empty"
+                        " relation)"
+                    )
                 types = {d.rel: [t for _n, t in d.columns] for d in ast.declarations}
                 facts = read_facts_dir(facts_dir, ast.inputs, types, None, prog.int_bits)
                 outputs = list(ast.outputs)

@@ -118,6 +118,31 @@ def test_souffle_program_reads_inputs_and_writes_only_outputs(tmp_path: Path) ->
     assert sorted(lines(out / "hops.csv")) == ["a\t2", "b\t1"]
 
 
+def test_a_missing_souffle_input_file_is_an_error_and_an_empty_one_is_not(
+    tmp_path: Path,
+) -> None:
+    """An ``.input`` relation without its ``.facts`` file read as empty, so a misspelt
+    file name quietly derived less; Soufflé refuses it ("Cannot open fact file"). Now
+    eval says which file is missing (exit 1, one line, nothing written); an empty file
+    is still an empty relation."""
+    prog = write(tmp_path / "p.dl", SOUFFLE)
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    write(facts / "Edge.facts", "a\tb\n")  # the wrong name
+    out = tmp_path / "out"
+    done = run_eval(str(prog), "--facts", str(facts), "--out", str(out))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        f"error: {facts / 'edge.facts'}: no such file, for the program's .input edge"
+        " (an empty file gives an empty relation)"
+    ), done.stderr
+    assert not out.exists()
+    write(facts / "edge.facts", "")
+    done = run_eval(str(prog), "--facts", str(facts), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert lines(out / "path.csv") == []
+
+
 def test_souffle_dialect_forced_and_unsupported_construct(tmp_path: Path) -> None:
     prog = write(tmp_path / "p.dl", ".decl a(x: number)\n.output a\na(1).\n")
     out = tmp_path / "out"
