@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -36,6 +35,7 @@ from .metrics import CONTENT_TYPE_LATEST
 from .middleware import ApiError, map_failure
 from .node import Node
 from .openapi import openapi_document
+from .peersync import check_sync_timeout
 from .writes import PreparedAsserts, coerce_facts
 
 log = logging.getLogger(__name__)
@@ -621,29 +621,13 @@ async def sync_now(request: web.Request) -> web.Response:
             await asyncio.wait({task})
 
 
-#: The largest ``"timeout"`` a ``POST /v1/sync`` may ask for (a day): one sync request
-#: that may hang longer is a typo, and would hold the caller's sync that long.
-MAX_SYNC_TIMEOUT = 86400.0
-
-
 def sync_timeout(value: Any) -> float | None:
     """The optional ``"timeout"`` of ``POST /v1/sync``: seconds per peer request for this
     sync instead of the node's ``sync.timeout`` (what ``merklog --set sync.timeout=N
     sync`` asks a running node for). None when absent; a value that is not a number
-    above 0 and at most :data:`MAX_SYNC_TIMEOUT` is bad input naming the field."""
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 < value <= MAX_SYNC_TIMEOUT
-    ):
-        raise NodeInputError(
-            f'"timeout" must be a number of seconds above 0 and at most {MAX_SYNC_TIMEOUT:g},'
-            f" got {json.dumps(value)[:40]}"
-        )
-    return float(value)
+    above 0 and at most :data:`~.peersync.MAX_SYNC_TIMEOUT` is bad input naming the
+    field (:func:`.peersync.check_sync_timeout`)."""
+    return check_sync_timeout(value, '"timeout"', json.dumps)
 
 
 async def forget_sync_history(request: web.Request) -> web.Response:

@@ -552,9 +552,14 @@ class Node:
         log (a one-shot caller such as the CLI's ``sync`` on a stopped home reports the
         error itself, so there it is only DEBUG); a failed sync changes nothing here. ``url`` may also name a peer of ``[peers]``; anything
         else is a :class:`NodeInputError`. ``timeout``: seconds per peer request for this
-        sync instead of ``sync.timeout`` (a ``POST /v1/sync`` that asks for its own).
+        sync instead of ``sync.timeout`` (a ``POST /v1/sync`` that asks for its own): a
+        number above 0 and at most a day, else :class:`NodeInputError` before anything is
+        sent or recorded (a string came back as :class:`PeerUnreachable`).
         """
         self._require_open()
+        if progress is not None and not callable(progress):
+            raise NodeInputError(f"progress: expected a callable, got {type(progress).__name__}")
+        timeout = peersync.check_sync_timeout(timeout)
         return await peersync.sync_node(self, self.peer_url(url), progress, timeout)
 
     def forget_peer_history(self, url: str) -> bool:

@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -139,6 +140,35 @@ def save_history(
         write_private(home / STATE_FILE, json.dumps(data, sort_keys=True).encode())
     except OSError as exc:
         log.log(level, "could not save %s: %s", home / STATE_FILE, exc)
+
+
+#: The largest per-request timeout one sync may ask for (a day), from ``Node.sync`` or
+#: ``POST /v1/sync``: one sync request that may hang longer is a typo, and would hold
+#: the caller's sync that long.
+MAX_SYNC_TIMEOUT = 86400.0
+
+
+def check_sync_timeout(
+    value: Any, name: str = "timeout", show: Callable[[Any], str] = repr
+) -> float | None:
+    """``value`` as the seconds per peer request of one sync (None: ``sync.timeout``);
+    NodeInputError naming ``name`` for anything but a number above 0 and at most
+    :data:`MAX_SYNC_TIMEOUT` (``show`` renders the bad value: ``json.dumps`` for a JSON
+    field). A string reached aiohttp and came back as "peer unreachable", and 0, a
+    negative number or NaN asked for a sync without any timeout."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_SYNC_TIMEOUT
+    ):
+        raise NodeInputError(
+            f"{name} must be a number of seconds above 0 and at most {MAX_SYNC_TIMEOUT:g},"
+            f" got {show(value)[:40]}"
+        )
+    return float(value)
 
 
 async def sync_with(

@@ -1,0 +1,54 @@
+"""The Python API as an app builder uses it: arguments of ``Node`` calls refused as bad
+input (``NodeInputError``, a ``merklog.Error``) before anything happens, rather than
+taken for something else (a peer that is down, a setting that is ignored)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+
+import pytest
+
+import merklog
+from merklog.node.errors import NodeInputError
+
+
+def _refused_url() -> str:
+    """The URL of a port on 127.0.0.1 nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_sync_refuses_a_bad_timeout_or_progress_before_contacting_the_peer() -> None:
+    """``timeout="5"`` reached aiohttp and came back as ``PeerUnreachable`` ("'>' not
+    supported between instances of 'str' and 'int'"), recorded as a failure of the peer;
+    0, a negative number or NaN asked for a sync without any timeout; a progress that is
+    no callable failed the same way once the peer answered. Each is bad input now, as
+    ``POST /v1/sync`` says for its ``"timeout"``, and the peer's history stays empty."""
+    url = _refused_url()
+
+    async def main() -> list[str]:
+        said = []
+        async with merklog.open(memory=True) as node:
+            for kw in (
+                {"timeout": "5"},
+                {"timeout": 0},
+                {"timeout": -1.0},
+                {"timeout": math.nan},
+                {"timeout": True},
+                {"timeout": 86400.5},
+                {"progress": 5},
+            ):
+                with pytest.raises(NodeInputError) as info:
+                    await node.sync(url, **kw)
+                said.append(str(info.value))
+            assert node.status()["peers"] == []  # nothing tried, nothing recorded
+            with pytest.raises(merklog.Error, match="connection refused"):
+                await node.sync(url, timeout=2)  # a good timeout: the peer is down
+        return said
+
+    said = asyncio.run(main())
+    assert said[0] == ("timeout must be a number of seconds above 0 and at most 86400, got '5'")
+    assert said[-1] == "progress: expected a callable, got int"
