@@ -590,7 +590,8 @@ class Node:
         """One page of visible facts in CID order, starting after CID ``after``; returns
         (page, cursor for the next page or None when this was the last). Reads forward
         from the cursor in index order, so a page costs O(limit) block reads whatever the
-        home holds besides (see :mod:`.factpages`). ``after`` may be a CID string."""
+        home holds besides (see :mod:`.factpages`). ``after`` may be a CID string; a
+        ``limit`` of any size is taken (one past every fact reads them all)."""
         self._require_open()
         if isinstance(after, str):
             after = Link.parse(after)
@@ -598,6 +599,9 @@ class Node:
             raise NodeInputError(f"after: expected a CID, got {type(after).__name__}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise NodeInputError(f"limit: expected a positive integer, got {limit!r}")
+        # A limit past what SQLite's 64-bit LIMIT holds asks for every fact: it raised a raw
+        # OverflowError ("Python int too large to convert to SQLite INTEGER").
+        limit = min(limit, 2**62)
         return factpages.page_facts(self.replica, self.store, _relation_or_none(rel), after, limit)
 
     def export_blocks(self) -> tuple[list[Link], Iterable[tuple[Link, bytes]]]:

@@ -52,3 +52,18 @@ def test_sync_refuses_a_bad_timeout_or_progress_before_contacting_the_peer() -> 
     said = asyncio.run(main())
     assert said[0] == ("timeout must be a number of seconds above 0 and at most 86400, got '5'")
     assert said[-1] == "progress: expected a callable, got int"
+
+
+def test_page_facts_takes_a_limit_of_any_size(tmp_path) -> None:
+    """A limit past 2**63 (``10**30``: "all of them") raised a raw OverflowError from
+    SQLite; it reads every fact, in one page without a cursor, on a home and in memory."""
+    for where in ({"home": tmp_path / "h"}, {"memory": True}):
+        with merklog.open(**where) as node:
+            for value in (1, 1.0, True, "1", b"\x01"):
+                node.assert_("v", value)
+            for rel in ("v", None):
+                page, cursor = node.page_facts(rel, limit=10**30)
+                assert cursor is None
+                assert sorted(map(repr, (f.args[0] for _, f in page if f.rel == "v"))) == sorted(
+                    map(repr, (1, 1.0, True, "1", b"\x01"))
+                )
