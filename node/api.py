@@ -32,25 +32,58 @@ def open(  # noqa: A001 - the public name is merklog.open
     epoch per write) or ``async with merklog.open(...) as node:``, which also runs the
     epoch loop, ``@async`` delivery and automatic sync until the block ends.
     """
-    overrides = _settings(settings)
+    overrides, config = _settings(settings)
     if memory:
         if home is not None:
             raise NodeInputError(
                 "a memory node has no home: pass a home or memory=True, not both"
                 f" (home={str(home)!r})"
             )
+        _refuse_store_settings(overrides)
         return Node.memory(overrides)
+    if config.get("store.backend") == "memory":
+        where = (
+            "settings: store.backend"
+            if "store.backend" in overrides
+            else "MERKLOG_STORE_BACKEND=memory: store.backend"
+        )
+        raise ConfigError(
+            f"{where} is memory, which keeps nothing of a home: each open would start a new,"
+            " empty dataset; use merklog.open(memory=True) for a throwaway node, or leave"
+            " store.backend unset (sqlite) for a home"
+        )
     where = home if home is not None else default_home()  # Node.open refuses "" (not cwd)
     return Node.open(where, **{k.replace(".", "__"): v for k, v in overrides.items()})
 
 
-def _settings(settings: Any) -> dict[str, Any]:
+#: Settings of the store a memory node has none of: it keeps its blocks in memory and
+#: makes a fresh dataset, so these were silently ignored (a memory node given a dataset's
+#: ``dataset.id`` replicated another dataset, which its first sync was refused).
+_NOT_FOR_MEMORY = ("dataset.id", "store.path", "store.backend")
+
+
+def _refuse_store_settings(overrides: Mapping[str, Any]) -> None:
+    """ConfigError for a setting of ``_NOT_FOR_MEMORY`` given to a memory node
+    (``store.backend`` may say ``memory``, which it is)."""
+    for key in _NOT_FOR_MEMORY:
+        value = overrides.get(key)
+        if value is None or (key == "store.backend" and value == "memory"):
+            continue
+        raise ConfigError(
+            f"settings: {key}={value!r} is not for a memory node, which keeps its blocks in"
+            " memory and makes a fresh dataset; open a home (merklog.open(home)) for a"
+            " store on disk or another dataset"
+        )
+
+
+def _settings(settings: Any) -> tuple[dict[str, Any], Config]:
     """``settings`` as a dict of checked options (``ConfigError`` naming "settings" for a
-    bad one, before anything is created): a mapping of dotted option names to values. A
+    bad one, before anything is created), with the configuration they make without a
+    home file (environment included): a mapping of dotted option names to values. A
     non-string key raised a raw AttributeError, and a list of pairs was taken as no
     settings at all."""
     if settings is None:
-        return {}
+        return {}, Config.load(None)
     if not isinstance(settings, Mapping):
         raise ConfigError(
             "settings: expected a mapping of option names to values, such as"
@@ -62,5 +95,4 @@ def _settings(settings: Any) -> dict[str, Any]:
                 f"settings: an option name is a dotted string such as 'sync.interval', got {key!r}"
             )
     overrides = dict(settings)
-    Config.load(None, overrides, overrides_from="settings")
-    return overrides
+    return overrides, Config.load(None, overrides, overrides_from="settings")

@@ -67,3 +67,31 @@ def test_page_facts_takes_a_limit_of_any_size(tmp_path) -> None:
                 assert sorted(map(repr, (f.args[0] for _, f in page if f.rel == "v"))) == sorted(
                     map(repr, (1, 1.0, True, "1", b"\x01"))
                 )
+
+
+def test_open_refuses_store_settings_that_would_be_ignored(tmp_path, monkeypatch) -> None:
+    """A memory node took ``dataset.id``, ``store.path`` and ``store.backend="sqlite"``
+    and ignored them: it made a fresh dataset in memory (its first sync with the dataset's
+    nodes was refused, its writes were gone at close). A home opened with
+    ``store.backend="memory"`` was made on disk, then kept nothing of its writes: each
+    open started a new, empty dataset (the CLI refuses that setting for a home). All are
+    refused before anything is created."""
+    with merklog.open(tmp_path / "h") as node:
+        dataset = str(node.dataset)
+    for settings in (
+        {"dataset.id": dataset},
+        {"store.path": str(tmp_path / "x.sqlite")},
+        {"store.backend": "sqlite"},
+    ):
+        key = next(iter(settings))
+        with pytest.raises(merklog.Error, match=f"settings: {key}=.* is not for a memory node"):
+            merklog.open(memory=True, settings=settings)
+    home = tmp_path / "new"
+    with pytest.raises(merklog.Error, match="settings: store.backend is memory"):
+        merklog.open(home, settings={"store.backend": "memory"})
+    monkeypatch.setenv("MERKLOG_STORE_BACKEND", "memory")
+    with pytest.raises(merklog.Error, match="MERKLOG_STORE_BACKEND=memory"):
+        merklog.open(home)
+    assert not home.exists() and not (tmp_path / "x.sqlite").exists()
+    with merklog.open(memory=True, settings={"store.backend": "memory"}) as node:
+        node.assert_("v", 1)  # what a memory node is
