@@ -354,6 +354,7 @@ class Node:
         :meth:`coerce_facts` or ``facts_from_json``); ``encoded_asserts``, if given, is
         ``encode_facts(asserts)`` (a request encodes its facts on its decoding thread, so
         the writes, which run one at a time, do not: ADR 0145)."""
+        self._require_open()  # a closed home's store raised sqlite3.ProgrammingError
         return await self._group_commit.write(asserts, retracts, encoded_asserts)
 
     def assert_(self, *fact: Any) -> WriteResult:
@@ -564,7 +565,9 @@ class Node:
 
     def forget_peer_history(self, url: str) -> bool:
         """Forget the sync history of ``url`` (:func:`.peersync.forget_history`): what
-        ``merklog peers remove`` asks, so an ad hoc URL leaves ``status``."""
+        ``merklog peers remove`` asks, so an ad hoc URL leaves ``status``. On a closed
+        node it raises: it saved the history into a home whose lock it no longer held."""
+        self._require_open()
         return peersync.forget_history(self, url)
 
     def peer_url(self, name_or_url: str) -> str:

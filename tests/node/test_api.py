@@ -475,8 +475,9 @@ def test_a_home_that_cannot_be_made_and_a_closed_node_say_so(tmp_path: Path) -> 
 
 def test_every_call_on_a_closed_node_says_so(tmp_path: Path) -> None:
     """Reads, grants, exports, live queries and sync on a closed node: a home node raised
-    sqlite3.ProgrammingError (sync blamed the peer), a memory node went on signing
-    grants and calling live queries back."""
+    sqlite3.ProgrammingError (sync blamed the peer, write_async too), a memory node went on
+    signing grants and calling live queries back, and forgetting a peer's sync history
+    wrote to a home the node no longer held."""
     import asyncio
 
     key = "00" * 32
@@ -500,6 +501,9 @@ def test_every_call_on_a_closed_node_says_so(tmp_path: Path) -> None:
             "write": lambda n=node: n.write(["p(3)."]),
             "sync": lambda n=node: asyncio.run(n.sync("http://127.0.0.1:9")),
             "settled": lambda n=node: asyncio.run(n.settled()),
+            # raised sqlite3.ProgrammingError; saved the home's sync history without its lock
+            "write_async": lambda n=node: asyncio.run(n.write_async([make_fact("p", (4,))], [])),
+            "forget_peer_history": lambda n=node: n.forget_peer_history("http://127.0.0.1:9"),
         }
         for name, call in calls.items():
             with pytest.raises(merklog.Error, match="this node is closed"):
