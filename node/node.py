@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from os import PathLike
@@ -721,6 +721,11 @@ def _fact_list(facts: Any, name: str) -> Any:
         )
     if isinstance(facts, Fact):
         raise NodeInputError(f"{name}: expected a list of facts, got one Fact; write {name}=[fact]")
+    if isinstance(facts, Mapping):  # its keys were read as Datalog texts ("edge" → a parse error)
+        raise NodeInputError(
+            f"{name}: expected a list of facts, got {type(facts).__name__}; write"
+            f' {name}=[("edge", (1, 2))] (Datalog texts, Fact objects or (rel, args) pairs)'
+        )
     if not isinstance(facts, Iterable):  # None, 5: a raw TypeError deep in the write
         raise NodeInputError(
             f"{name}: expected a list of facts (Datalog texts, Fact objects or (rel, args)"

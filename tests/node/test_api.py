@@ -722,6 +722,8 @@ def test_wrong_arguments_name_what_is_expected() -> None:
             (lambda: node.write(asserts=5), "asserts: expected a list of facts .* got int"),
             (lambda: node.write(retracts=None), "retracts: expected a list .* got NoneType"),
             (lambda: node.coerce_facts(None), "facts: expected a list of facts"),
+            # A dict's keys were read as Datalog texts: "1:5: expected ',' or '.'".
+            (lambda: node.write(asserts={"edge": (1, 2)}), "asserts: expected a list .* got dict"),
             (lambda: node.export_car(5), "path: expected a path .* got int"),
             (lambda: node.import_car(5), "path: expected a path .* got int"),
             (lambda: node.import_blocks(None), "blocks: expected \\(CID, bytes\\) pairs"),
