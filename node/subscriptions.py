@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from merklog.engine.arith import sort_key
 from merklog.engine.values import row_from_engine
 
 log = logging.getLogger(__name__)
@@ -118,4 +119,8 @@ class Subscription:
 
 
 def _sort_key(row: Row) -> tuple:
-    return tuple((type(v).__name__, str(v)) for v in row)
+    """merklog's one value order, column by column, as ``Node.query`` and ``/v1/query``
+    answer (``false < true <`` numbers by value ``<`` strings ``<`` bytes ``<`` CIDs). The
+    rows came sorted by type name, then text: ``Bool < Float < bytes < int < str`` with
+    ``10`` before ``9``."""
+    return tuple(sort_key(v) for v in row)

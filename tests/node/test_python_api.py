@@ -95,3 +95,31 @@ def test_open_refuses_store_settings_that_would_be_ignored(tmp_path, monkeypatch
     assert not home.exists() and not (tmp_path / "x.sqlite").exists()
     with merklog.open(memory=True, settings={"store.backend": "memory"}) as node:
         node.assert_("v", 1)  # what a memory node is
+
+
+def test_live_query_rows_come_in_the_order_query_answers() -> None:
+    """A live query's rows came sorted by type name, then text (``true, 1.0, b"\\x01", 1,
+    "1"``, and ``10`` before ``9``), not in the value order ``query`` answers, and Python
+    cannot sort them itself (``sorted([(1,), ("1",)])`` raises TypeError). The initial
+    result and each delta now come in that order, so an app compares them with ``query``
+    rows as they are."""
+    values = [10, 9, 1.0, 1, True, False, "1", "10", b"\x01", -2.5]
+    with merklog.open(memory=True) as node:
+        node.load_program("p(X) :- v(X).")
+        events = []
+        node.subscribe("v(X)", lambda *event: events.append(event))  # follows deltas
+        node.subscribe("p(X), v(X)", lambda *event: events.append(event))  # re-evaluated
+        node.write(asserts=[("v", (v,)) for v in values])
+        want = node.query("v(X)").rows
+        assert want == [(False,), (True,), (-2.5,), (1,), (1.0,), (9,), (10,), ("1",)] + [
+            ("10",),
+            (b"\x01",),
+        ]
+        assert events[-2:] == [("delta", want, [])] * 2
+        node.write(retracts=[("v", (v,)) for v in values])
+        assert events[-2:] == [("delta", [], want)] * 2
+        node.write(asserts=[("v", (v,)) for v in values[:5]])
+        with merklog.open(memory=True) as other:  # the initial result of a new live query
+            other.write(asserts=[("v", (v,)) for v in values])
+            other.subscribe("v(X)", lambda *event: events.append(event))
+            assert events[-1] == ("result", want, [])

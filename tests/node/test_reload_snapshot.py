@@ -125,7 +125,7 @@ def test_first_change_feeds_the_engine_and_deltas_are_against_the_snapshot(
             )
         )
         assert repr(live) == repr(
-            [("result", [(0,), (1,), (2,)], []), ("delta", [(2.0,), (-1,)], [(1,)])]
+            [("result", [(0,), (1,), (2,)], []), ("delta", [(-1,), (2.0,)], [(1,)])]
         )
         # and from here on the incremental engine agrees with a batch evaluation
         facts = _facts()
