@@ -107,6 +107,10 @@ def check_store_file(cfg: Any) -> None:
             header = f.read(len(SQLITE_HEADER))
     except FileNotFoundError:
         raise StoreDamaged(f"the store {path} is missing; {_WAY_OUT}") from None
+    except IsADirectoryError:  # raised as is: "[Errno 21] Is a directory", exit 1
+        raise StoreDamaged(
+            f"the store {path} is a directory, not a SQLite database; {_WAY_OUT}"
+        ) from None
     if size == 0:
         raise StoreDamaged(f"the store {path} is empty (zero bytes); {_WAY_OUT}")
     if header != SQLITE_HEADER:

@@ -379,7 +379,8 @@ def test_open_refuses_a_damaged_home_without_touching_it(tmp_path: Path) -> None
     """``merklog.open`` on a home whose store was emptied wrote a fresh schema into it
     and raised ``genesis block … is not known``, after which the CLI could no longer
     say what was wrong; a truncated store raised a raw ``sqlite3.DatabaseError``, a
-    path that is a file a raw ``FileExistsError``, and a bad option left a whole home
+    directory in the store's place a raw ``IsADirectoryError``, a path that is a file a
+    raw ``FileExistsError``, and a bad option left a whole home
     behind. Each is now a ``merklog.Error`` and changes nothing on disk."""
     good = tmp_path / "good"
     with merklog.open(good) as node:
@@ -401,6 +402,15 @@ def test_open_refuses_a_damaged_home_without_touching_it(tmp_path: Path) -> None
     with pytest.raises(merklog.Error, match="damaged or not a merklog store"):
         merklog.open(truncated)
     assert (truncated / "store.sqlite").read_bytes() == store[:5000]
+
+    # A directory in the store's place raised a raw IsADirectoryError (the CLI: exit 1).
+    a_dir = tmp_path / "a-dir"
+    Cli(a_dir)("init")
+    (a_dir / "store.sqlite").unlink()
+    (a_dir / "store.sqlite").mkdir()
+    with pytest.raises(merklog.Error, match="store.sqlite is a directory, not a SQLite"):
+        merklog.open(a_dir)
+    assert Cli(a_dir)("status", ok=False).exit_code == 5
 
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
