@@ -287,18 +287,17 @@ class EpochDriver:
             outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
             live = {epochstate.sent_key(f) for f in engine.async_live()}
             self.epoch = epoch
+            # A callback's Ctrl-C (KeyboardInterrupt, SystemExit) is raised once the epoch is
+            # whole: it left the live queries after it without this epoch's delta for good,
+            # its writes unanswered and its state, @async messages and inbox acks unsaved.
+            interrupted: BaseException | None = None
             for sub in self.subs:
                 if sub.closed:
                     continue
-                if reload and sub.match is not None:
-                    (rel,) = sub.rels
-                    sub.start(engine.relation(rel), epoch, initial=False)
-                elif sub.match is not None:
-                    (rel,) = sub.rels
-                    if rel in deltas:
-                        sub.apply(deltas[rel], epoch)
-                elif reload or not sub.rels.isdisjoint(deltas):
-                    sub.deliver(set(self.evaluate(sub.query)[1]), epoch=epoch)
+                try:
+                    self._tell(sub, reload, deltas, epoch)
+                except BaseException as exc:
+                    interrupted = interrupted or exc
             sinks = list(self.sinks)
             self.subs = [s for s in self.subs if not s.closed]
             self.last_error = None
@@ -336,13 +335,31 @@ class EpochDriver:
                     sink(epoch, out)
                 except Exception:
                     log.exception("user sink failed")
+                except BaseException as exc:  # the sinks after it are still told
+                    interrupted = interrupted or exc
         metrics = node.metrics
         metrics.subscribers.set(len(self.subs))
         metrics.facts.set(len(self.edb))
         metrics.derived.set(self.derived_count())
         metrics.epochs.inc()
         metrics.epoch_seconds.observe(time.perf_counter() - t0)
+        if interrupted is not None:
+            raise interrupted
         return epoch
+
+    def _tell(self, sub: Subscription, reload: bool, deltas: dict, epoch: int) -> None:
+        """Bring the live query ``sub`` up to ``epoch``: from the engine's deltas of its
+        relation (one-atom queries), else by evaluating it again when one of its
+        relations changed; after a reload, against the whole new answer."""
+        if reload and sub.match is not None:
+            (rel,) = sub.rels
+            sub.start(self.node.engine.relation(rel), epoch, initial=False)
+        elif sub.match is not None:
+            (rel,) = sub.rels
+            if rel in deltas:
+                sub.apply(deltas[rel], epoch)
+        elif reload or not sub.rels.isdisjoint(deltas):
+            sub.deliver(set(self.evaluate(sub.query)[1]), epoch=epoch)
 
     def _save(self) -> None:
         """Store every evaluated epoch not stored yet, in one transaction: the last one's

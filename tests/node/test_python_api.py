@@ -123,3 +123,39 @@ def test_live_query_rows_come_in_the_order_query_answers() -> None:
             other.write(asserts=[("v", (v,)) for v in values])
             other.subscribe("v(X)", lambda *event: events.append(event))
             assert events[-1] == ("result", want, [])
+
+
+def test_ctrl_c_in_a_live_query_callback_leaves_the_epoch_whole(tmp_path) -> None:
+    """A KeyboardInterrupt raised in one live query's callback (Ctrl-C while a plain
+    ``with`` app's callback runs) left the epoch half done: the live queries after it
+    and the sinks never got its delta (their answer differed from ``query`` for good), and
+    the epoch's state was not saved (the home reopened at the epoch before). Every
+    listener is told and the epoch saved; then the interrupt reaches the caller."""
+    home = tmp_path / "h"
+    with merklog.open(home) as node:
+        node.assert_("v", 1)
+        interrupt = [True]
+
+        def ctrl_c(event, added, removed):
+            if event == "delta" and interrupt and interrupt.pop():
+                raise KeyboardInterrupt
+
+        later, sunk = [], []
+        node.subscribe("v(X)", ctrl_c)
+        node.subscribe("v(X)", lambda *event: later.append(event))
+        node.add_sink(lambda epoch, changes: sunk.append(changes))
+        with pytest.raises(KeyboardInterrupt):
+            node.assert_("v", 1.0)
+        assert later[-1] == ("delta", [(1.0,)], [])
+        assert sunk == [[(merklog.Fact("v", (1.0,)), 1)]]
+        node.assert_("v", True)  # the next epoch goes on from there
+        assert later[-1] == ("delta", [(True,)], [])
+        assert node.query("v(X)").rows == [(True,), (1,), (1.0,)]
+        epoch = node.epoch
+        with pytest.raises(KeyboardInterrupt):
+            interrupt.append(True)
+            node.assert_("v", "1")
+        epoch += 1
+        assert node.epoch == epoch
+    with merklog.open(home) as node:
+        assert node.epoch == epoch  # the interrupted epoch was saved
