@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from .config import Config, ConfigError, default_home
 from .errors import NodeInputError
 from .node import Node
 
-__all__ = ["open"]
+__all__ = ["open", "serve"]
 
 
 def open(  # noqa: A001 - the public name is merklog.open
@@ -96,3 +97,40 @@ def _settings(settings: Any) -> tuple[dict[str, Any], Config]:
             )
     overrides = dict(settings)
     return overrides, Config.load(None, overrides, overrides_from="settings")
+
+
+@asynccontextmanager
+async def serve(node: Node, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """Serve ``node``'s HTTP API, the one ``merklog node run`` serves, for the ``async
+    with`` block: peers sync with it (``merklog sync URL``, ``init --join URL``), browser
+    apps and scripts use ``/v1`` with the home's tokens, and ``merklog`` commands on the
+    home go through it instead of waiting for the home's lock. Yields the URL it listens
+    on (``port=0``: any free port); when the block ends it stops listening, answers the
+    writes in flight and closes every connection (the node keeps running)::
+
+        async with merklog.open(home) as node, merklog.serve(node) as url:
+            ...
+
+    The node must be running (inside ``async with merklog.open(...)``), so that the
+    epochs answer the writes it receives, and have a home: a memory node has no tokens
+    to serve with. ``merklog.Error`` otherwise, or when the address cannot be bound."""
+    from .server import start_serving
+
+    if node.home is None:
+        raise NodeInputError(
+            "a memory node cannot serve: it has no home, so no tokens to authenticate"
+            " with; open a home (merklog.open(home)) to serve it"
+        )
+    if not node.tasks.running:
+        raise NodeInputError(
+            "serve a running node: use it inside `async with merklog.open(...) as node:`"
+            " (a node opened with `with` or no block runs no epoch loop to answer writes)"
+        )
+    try:
+        serving = await start_serving(node, host, port, manage_node=False)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        yield serving.url
+    finally:
+        await serving.close()

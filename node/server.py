@@ -112,10 +112,14 @@ def _add(app: web.Application, method: str, path: str, handler: Any) -> None:
         app.router.add_route(method, path, handler, expect_handler=expect)
 
 
-def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
+def build_app(
+    node: Node, body_worker: Worker | None = None, manage_node: bool = True
+) -> web.Application:
     """The whole HTTP surface of ``node``: local API, then the peer sync sub-app.
     ``body_worker``: a process that decodes large write bodies (ADR 0148), or None to
-    decode every body in this process."""
+    decode every body in this process. ``manage_node``: the app starts the node's
+    background tasks when it starts and stops them when it stops (``merklog node run``);
+    False for a node an app already runs (:func:`merklog.serve`)."""
     app = web.Application(
         client_max_size=int(node.config.get("node.max_body")),
         middlewares=[
@@ -149,13 +153,15 @@ def build_app(node: Node, body_worker: Worker | None = None) -> web.Application:
     )
 
     async def on_startup(app: web.Application) -> None:
-        node.start()
+        if manage_node:
+            node.start()
         app[READY_KEY]["ready"] = True
 
     async def on_shutdown(app: web.Application) -> None:
         app[READY_KEY]["ready"] = False
         app[h.CLOSING_KEY].set()  # live-query streams end now, not at the shutdown timeout
-        await node.stop()
+        if manage_node:
+            await node.stop()
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
@@ -255,15 +261,36 @@ def _bad_request_line(record: logging.LogRecord) -> bool:
     return True
 
 
-async def serve(
+@dataclass
+class Serving:
+    """A node's HTTP API listening on ``url`` (:func:`start_serving`); :meth:`close`
+    stops it."""
+
+    node: Node
+    url: str
+    runner: web.AppRunner
+    app: web.Application
+
+    async def close(self) -> None:
+        """Remove the run file (CLI commands on the home open it themselves again), stop
+        listening, answer the writes in flight and close every connection."""
+        remove_runfile(self.node.home)
+        if self.node.url == self.url:
+            self.node.url = None
+        await _finish_writes(self.runner, self.app)
+        await self.runner.cleanup()
+
+
+async def start_serving(
     node: Node,
     host: str,
     port: int,
-    announce: Callable[[str], None],
     body_worker: Worker | None = None,
-) -> None:
-    """Serve until SIGINT/SIGTERM; ``announce(url)`` once listening and ready."""
-    app = build_app(node, body_worker)
+    manage_node: bool = True,
+) -> Serving:
+    """Listen on ``host:port`` (0: any free port) with ``node``'s whole HTTP surface and
+    write the home's run file, so ``merklog`` commands on the home go through it."""
+    app = build_app(node, body_worker, manage_node)
     server_log = logging.getLogger("aiohttp.server")
     if _bad_request_line not in server_log.filters:
         server_log.addFilter(_bad_request_line)
@@ -277,26 +304,40 @@ async def serve(
         max_field_size=MAX_HEADER,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
     bound = sockets[0].getsockname()[1] if sockets else port
     url = f"http://{host}:{bound}"
     node.url = url
     write_runfile(node.home, url)
+    return Serving(node, url, runner, app)
+
+
+async def serve(
+    node: Node,
+    host: str,
+    port: int,
+    announce: Callable[[str], None],
+    body_worker: Worker | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM; ``announce(url)`` once listening and ready."""
+    serving = await start_serving(node, host, port, body_worker)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    announce(url)
+    announce(serving.url)
     try:
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        remove_runfile(node.home)
-        await _finish_writes(runner, app)
-        await runner.cleanup()
+        await serving.close()
 
 
 async def _finish_writes(runner: web.AppRunner, app: web.Application) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = ["Error", "Fact", "Link", "Node", "open"]
+__all__ = ["Error", "Fact", "Link", "Node", "open", "serve"]
 
 
 def __getattr__(name: str) -> Any:
@@ -39,6 +39,10 @@ def __getattr__(name: str) -> Any:
         from merklog.node.api import open as open_
 
         return open_
+    if name == "serve":
+        from merklog.node.api import serve
+
+        return serve
     if name == "Node":
         from merklog.node.node import Node
 

@@ -12,6 +12,7 @@ import pytest
 
 import merklog
 from merklog.node.errors import NodeInputError
+from merklog.node.runtime import running_node_url
 
 
 def _refused_url() -> str:
@@ -159,3 +160,87 @@ def test_ctrl_c_in_a_live_query_callback_leaves_the_epoch_whole(tmp_path) -> Non
         assert node.epoch == epoch
     with merklog.open(home) as node:
         assert node.epoch == epoch  # the interrupted epoch was saved
+
+
+async def _merklog(*args: str) -> tuple[int, str, str]:
+    """A real ``merklog ARGS…`` process, awaited without blocking this event loop (the
+    node it talks to runs in it)."""
+    import sys
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "merklog.node.cli",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def test_serve_lets_peers_and_commands_reach_an_app_s_node(tmp_path) -> None:
+    """An app's node served no HTTP: a second device could not join or sync with it,
+    and a ``merklog`` command on its home waited 15 s for the lock, then failed.
+    ``merklog.serve`` serves it for a block: a home joins it and pulls an app write,
+    a command on the app's home goes through it, and after the block the port is closed
+    and commands open the home themselves again."""
+    import json
+    import tomllib
+
+    origin, device = tmp_path / "origin", tmp_path / "device"
+
+    async def main() -> None:
+        async with merklog.open(origin) as node:
+            async with merklog.serve(node) as url:
+                assert url.startswith("http://127.0.0.1:") and node.url == url
+                node.assert_("edge", 1, "1")
+                read = tomllib.loads((origin / "config.toml").read_text())["api"]["read_token"]
+                code, _out, err = await _merklog(
+                    "--home", str(device), "init", "--join", url, "--token", read
+                )
+                assert code == 0, err
+                code, out, err = await _merklog("--home", str(device), "status", "--json")
+                assert code == 0, err
+                key = json.loads(out)["key"]
+                # a command on the app's own home, which the app holds: through its server
+                code, _out, err = await _merklog(
+                    "--home", str(origin), "peers", "add", "device", "http://127.0.0.1:9",
+                    "--key", key,
+                )  # fmt: skip
+                assert code == 0, err
+                code, _out, err = await _merklog("--home", str(device), "sync", "origin")
+                assert code == 0, err
+                code, out, err = await _merklog(
+                    "--home", str(origin), "query", "edge(X, Y)", "--json"
+                )
+                assert code == 0, err
+                assert json.loads(out)["rows"] == [[1, "1"]]
+            assert node.url is None and running_node_url(origin) is None
+            with pytest.raises(OSError):  # nothing listens any more
+                socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), 2).close()
+            node.assert_("edge", 2, "2")  # the node runs on after the block
+            await node.settled()
+        code, out, err = await _merklog("--home", str(device), "query", "edge(X, Y)", "--json")
+        assert code == 0, err
+        assert json.loads(out)["rows"] == [[1, "1"]]  # 1 and "1" as written
+
+    asyncio.run(main())
+
+
+def test_serve_refuses_a_memory_node_and_a_node_not_running(tmp_path) -> None:
+    """A memory node has no tokens to serve with; a node outside ``async with`` runs no
+    epoch loop to answer the writes it would receive. Both are bad input, named."""
+
+    async def main() -> None:
+        async with merklog.open(memory=True) as node:
+            with pytest.raises(NodeInputError, match="a memory node cannot serve"):
+                async with merklog.serve(node):
+                    pass
+        with merklog.open(tmp_path / "h") as node:
+            with pytest.raises(NodeInputError, match="serve a running node"):
+                async with merklog.serve(node):
+                    pass
+
+    asyncio.run(main())
