@@ -246,6 +246,15 @@ def refuse_memory_store(cfg: Config, overrides: dict[str, Any] | None = None) ->
     )
 
 
+def _busy(home: Path) -> str:
+    """What a command says of a home another process holds without serving it."""
+    return (
+        f"{home} is in use by another process that serves no HTTP API (another merklog"
+        " command, or an app that opened it with merklog.open; an app that serves it with"
+        " merklog.serve lets commands through); try again when it has ended"
+    )
+
+
 @contextmanager
 def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator[Target]:
     """The running node if there is one, else the home opened in-process."""
@@ -254,10 +263,7 @@ def open_target(home: Path, overrides: dict[str, Any] | None = None) -> Iterator
     lock, info = _lock_or_node(home)
     if lock is None:
         if not info:
-            raise TargetError(
-                f"{home} is in use by another process that serves no HTTP API (another"
-                " merklog command?); try again when it has ended"
-            )
+            raise TargetError(_busy(home))
         yield RemoteTarget(NodeClient(info["url"], config.get("api.token")), config)
         return
     remove_runfile(home)  # we hold the lock: a run file left by a killed node is stale
@@ -284,10 +290,7 @@ def forget_sync_history(home: Path, config: Config, url: str) -> bool:
     lock, info = _lock_or_node(home)
     if lock is None:
         if not info:
-            raise TargetError(
-                f"{home} is in use by another process that serves no HTTP API (another"
-                " merklog command?); try again when it has ended"
-            )
+            raise TargetError(_busy(home))
         client = NodeClient(info["url"], config.get("api.token"))
         return bool(RemoteTarget(client, config)._do(client.forget_sync_history, url))
     try:
@@ -296,7 +299,11 @@ def forget_sync_history(home: Path, config: Config, url: str) -> bool:
         lock.release()
 
 
-def _lock_or_node(home: Path, timeout: float = 15.0) -> tuple[HomeLock | None, dict | None]:
+#: Seconds a command waits for a home another process holds: its lock, or a run file.
+LOCK_WAIT = 15.0
+
+
+def _lock_or_node(home: Path, timeout: float | None = None) -> tuple[HomeLock | None, dict | None]:
     """The home's lock, or the running node's pid/URL: whichever comes first within
     ``timeout`` seconds. A node that holds the lock but is still starting (opening the
     store, first epoch) writes its run file when it listens; a one-shot command that
@@ -305,7 +312,7 @@ def _lock_or_node(home: Path, timeout: float = 15.0) -> tuple[HomeLock | None, d
     never came, then refused although the home had been free for seconds)."""
     import time
 
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + (LOCK_WAIT if timeout is None else timeout)
     while True:
         lock = HomeLock.try_acquire(home)
         if lock is not None:

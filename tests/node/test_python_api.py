@@ -244,3 +244,24 @@ def test_serve_refuses_a_memory_node_and_a_node_not_running(tmp_path) -> None:
                     pass
 
     asyncio.run(main())
+
+
+def test_a_command_on_a_home_an_app_holds_names_the_app_and_serve(tmp_path, monkeypatch) -> None:
+    """A command on a home that an app holds (``merklog.open``, no server) asked "another
+    merklog command?", though the holder was the app; it now names both and the way
+    through (``merklog.serve``). The 15 s wait is shortened here."""
+    from merklog.node import target
+
+    monkeypatch.setattr(target, "LOCK_WAIT", 0.2)
+    home = tmp_path / "h"
+    with merklog.open(home):
+        with pytest.raises(target.TargetError) as info:
+            with target.open_target(home):
+                pass
+    assert str(info.value) == (
+        f"{home} is in use by another process that serves no HTTP API (another merklog"
+        " command, or an app that opened it with merklog.open; an app that serves it with"
+        " merklog.serve lets commands through); try again when it has ended"
+    )
+    with target.open_target(home):  # free again once the app closed it
+        pass
