@@ -111,7 +111,9 @@ def check_token(config: Config, access: str, token: str) -> None:
     credential for the same token would help (RFC 9110 §15.5.4).
 
     The write token (``api.token``) grants reads too; ``api.read_token`` grants reads
-    only; ``api.anonymous_reads = true`` lets reads through without a token.
+    only; ``api.anonymous_reads = true`` lets reads through without a token. A token
+    that is presented and wrong is refused even then: a client with a stale or mistyped
+    token learns it from its first read, not from its first write (RFC 6750 §3.1).
     """
     write = config.get("api.token")
     if access == "write":
@@ -124,10 +126,15 @@ def check_token(config: Config, access: str, token: str) -> None:
             )
         raise Unauthorized("send Authorization: Bearer <api.token> (the write token)")
     if access == "read":
-        if config.get("api.anonymous_reads"):
-            return
         if _matches(token, write) or _matches(token, config.get("api.read_token")):
             return
+        if config.get("api.anonymous_reads"):
+            if not token:
+                return
+            raise Unauthorized(
+                "the token is neither api.read_token nor api.token (reads are open without"
+                " one: api.anonymous_reads)"
+            )
         raise Unauthorized("send Authorization: Bearer <api.read_token or api.token>")
 
 

@@ -153,6 +153,29 @@ def test_anonymous_reads_when_configured(home: Path, node_factory) -> None:
     assert node.request("POST", "/v1/facts", {"assert": "x(1)."}, token=node.read_token)[0] == 403
 
 
+def test_anonymous_reads_still_refuse_a_wrong_token(home: Path, node_factory) -> None:
+    """With ``api.anonymous_reads``, a read with a wrong token answered 200 as if it had
+    none: an app holding a stale or mistyped token saw its reads work and learnt of the
+    token only from a write's 401 (the checklist page then said "read-only token")."""
+    Cli(home)("--set", "api.anonymous_reads=true", "init")
+    node = node_factory(home).start()
+    for path in ("/v1/status", "/v1/facts", "/v1/query?q=y(X)", "/metrics"):
+        status, err = node.request("GET", path, token="wrong")
+        assert status == 401 and err["error"] == "unauthorized", (path, status, err)
+        assert "api.anonymous_reads" in err["detail"]
+    status, _, err = _call(node.url + "/v1/status?access_token=wrong", "GET", None)
+    assert status == 401 and err["error"] == "unauthorized"
+    # No token, an empty one, or another scheme (a proxy's Basic auth): anonymous.
+    assert _call(node.url + "/v1/status?access_token=", "GET", None)[0] == 200
+    assert node.request("GET", "/v1/status", token="")[0] == 200
+    req = urllib.request.Request(node.url + "/v1/status")
+    req.add_header("Authorization", "Basic dXNlcjpwYXNz")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+    for token in (node.token, node.read_token):
+        assert node.request("GET", "/v1/status", token=token)[0] == 200
+
+
 def test_errors_are_json_with_the_right_status(home: Path, node_factory) -> None:
     Cli(home)("init")
     node = node_factory(home, env={"MERKLOG_NODE_MAX_BODY": "4096"}).start()
