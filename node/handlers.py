@@ -87,6 +87,18 @@ def _may_be_out_of_range(raw: bytes) -> bool:
 _BIG_EXPONENT = re.compile(rb"[eE]\+0*[1-9][0-9]{2}")
 
 
+def only_fields(body: dict[str, Any], fields: tuple[str, ...], what: str) -> None:
+    """NodeInputError naming every key of ``body`` not in ``fields``: a misspelt optional
+    field (``"timout"``, ``"sourc"``) would otherwise be ignored, and the request done
+    without it."""
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        known = " and ".join(f'"{f}"' for f in fields)
+        raise NodeInputError(
+            f"unknown field {', '.join(map(repr, unknown))}: {what} has only {known}"
+        )
+
+
 def _loads(raw: bytes, **options: Any) -> Any:
     """``json.loads(raw, **options)``; NodeInputError for what is not JSON."""
     try:
@@ -581,6 +593,7 @@ async def _write(
 async def load_program(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     body = await json_body(request)
+    only_fields(body, ("program", "source"), "a program body")
     text = body.get("program")
     if not isinstance(text, str):
         raise NodeInputError('"program" must be a string')
@@ -601,6 +614,7 @@ async def load_program(request: web.Request) -> web.Response:
 async def sync_now(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     body = await json_body(request)
+    only_fields(body, ("url", "timeout"), "a sync body")
     url = body.get("url")
     if not isinstance(url, str) or not url.strip():
         raise NodeInputError('"url" must be a peer name or an http(s) URL')
@@ -737,6 +751,7 @@ async def _sync_streamed(
 async def grant(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     body = await json_body(request)
+    only_fields(body, ("key",), "a grant body")
     key = body.get("key")
     if not isinstance(key, str):
         raise NodeInputError('"key" must be a 64-digit hex Ed25519 public key')

@@ -452,13 +452,18 @@ def _schemas() -> dict[str, Any]:
         "Value": _VALUE,
         "JsonFact": {
             "type": "object",
-            "required": ["rel"],
+            "required": ["rel", "args"],
             "properties": {
                 "rel": {"type": "string"},
                 "args": {"type": "array", "items": {"$ref": "#/components/schemas/Value"}},
             },
+            "additionalProperties": False,
         },
-        "Write": {"type": "object", "properties": {"assert": facts, "retract": facts}},
+        "Write": {
+            "type": "object",
+            "properties": {"assert": facts, "retract": facts},
+            "additionalProperties": False,
+        },
         "WriteResult": {
             "type": "object",
             "properties": {
@@ -489,7 +494,12 @@ def _schemas() -> dict[str, Any]:
                 "size": {"type": "integer"},
             },
         },
-        "Query": {"type": "object", "required": ["q"], "properties": {"q": {"type": "string"}}},
+        "Query": {
+            "type": "object",
+            "required": ["q"],
+            "properties": {"q": {"type": "string"}},
+            "additionalProperties": False,
+        },
         "QueryResult": {
             "type": "object",
             "properties": {
@@ -511,6 +521,7 @@ def _schemas() -> dict[str, Any]:
                     "description": "Name used in errors (SOURCE:LINE:COL: message)",
                 },
             },
+            "additionalProperties": False,
         },
         "SyncRequest": {
             "type": "object",
@@ -525,6 +536,7 @@ def _schemas() -> dict[str, Any]:
                     " node's sync.timeout (merklog --set sync.timeout=N sync sends it)",
                 },
             },
+            "additionalProperties": False,
         },
         "SyncResult": obj,
         "ForgetResult": {
@@ -535,6 +547,7 @@ def _schemas() -> dict[str, Any]:
             "type": "object",
             "required": ["key"],
             "properties": {"key": {"type": "string", "description": "64-digit hex public key"}},
+            "additionalProperties": False,
         },
         "AuthResult": {"type": "object", "properties": {"delta": {"type": ["string", "null"]}}},
         "ImportResult": obj,

@@ -588,6 +588,36 @@ def test_a_json_integer_too_long_to_read_is_named_by_its_field(home: Path, node_
     assert node.request("GET", "/v1/facts")[1]["facts"] == []
 
 
+def test_unknown_fields_of_program_sync_and_grant_bodies_are_refused(
+    home: Path, node_factory
+) -> None:
+    """``POST /v1/program``, ``/v1/sync`` and ``/v1/writers`` ignored a key they do not
+    know, as the write and query bodies no longer do: a misspelt ``"timout"`` synced
+    with the node's own timeout, a misspelt ``"sourc"`` named errors ``<program>``."""
+    Cli(home)("init")
+    node = node_factory(home).start()
+    cases = [
+        ("/v1/program", {"program": "p(X) :- e(X).", "sourc": "a.dl"}, "'sourc'"),
+        ("/v1/sync", {"url": "http://127.0.0.1:9", "timout": 5}, "'timout'"),
+        ("/v1/writers", {"key": "00" * 32, "keys": ["11" * 32]}, "'keys'"),
+    ]
+    for path, body, named in cases:
+        status, err = node.request("POST", path, body)
+        assert status == 400 and err["error"] == "bad input", (path, status, err)
+        assert err["detail"].startswith(f"unknown field {named}: "), (path, err)
+    assert node.request("GET", "/v1/status")[1]["program"] is False  # nothing installed
+    assert node.request("GET", "/v1/status")[1]["peers"] == []  # nothing synced
+    status, _ = node.request("POST", "/v1/program", {"program": "p(X) :- e(X).", "source": "a"})
+    assert status == 200
+    # /openapi.json says so (it let any key through, and "args" be left out of a fact).
+    schemas = node.request("GET", "/openapi.json")[1]["components"]["schemas"]
+    for name in ("Write", "JsonFact", "Query", "ProgramText", "SyncRequest", "WriterKey"):
+        assert schemas[name]["additionalProperties"] is False, name
+    assert schemas["JsonFact"]["required"] == ["rel", "args"]
+    status, err = node.request("POST", "/v1/facts", {"assert": [{"rel": "e"}]})
+    assert status == 400 and '"args"' in err["detail"], err
+
+
 def test_fields_of_the_wrong_type_are_refused_and_named(home: Path, node_factory) -> None:
     """``"source": 5`` was taken (errors then read ``5:1:5:``), ``{"q": 5}`` said the
     query was missing, ``{"assert": null}`` answered 200 writing nothing, and a syntax
