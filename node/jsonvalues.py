@@ -111,8 +111,12 @@ def value_from_json(obj: Any, where: str = "value") -> Any:
     """The merklog value a JSON value stands for (NodeInputError if none)."""
     if isinstance(obj, OversizedInt | OutOfRangeFloat):
         raise _oversized(obj, where)
-    if obj is None or isinstance(obj, list):
-        raise NodeInputError(f"{where}: {type(obj).__name__} is not a merklog value")
+    if obj is None:  # named as JSON names it, not as Python does ("NoneType")
+        raise NodeInputError(f"{where}: null is not a merklog value")
+    if isinstance(obj, list):
+        raise NodeInputError(
+            f"{where}: an array is not a merklog value (each argument is one value)"
+        )
     if isinstance(obj, float) and not math.isfinite(obj):
         raise _infinite(where)
     if isinstance(obj, dict):

@@ -618,6 +618,21 @@ def test_unknown_fields_of_program_sync_and_grant_bodies_are_refused(
     assert status == 400 and '"args"' in err["detail"], err
 
 
+def test_a_json_fact_argument_that_is_no_value_is_named_as_json_names_it(
+    home: Path, node_factory
+) -> None:
+    """``{"rel": "p", "args": [null]}`` answered "NoneType is not a merklog value" and
+    ``[[1]]`` "list is not …": Python's type names, which a JSON client does not use."""
+    Cli(home)("init")
+    node = node_factory(home).start()
+    for arg, named in ((None, "null"), ([1, 2], "an array")):
+        body = {"assert": [{"rel": "p", "args": [1, arg]}]}
+        status, err = node.request("POST", "/v1/facts", body)
+        assert status == 400, err
+        assert err["detail"].startswith(f"assert[0] argument 1: {named} is not a merklog"), err
+    assert node.request("GET", "/v1/facts")[1]["facts"] == []
+
+
 def test_fields_of_the_wrong_type_are_refused_and_named(home: Path, node_factory) -> None:
     """``"source": 5`` was taken (errors then read ``5:1:5:``), ``{"q": 5}`` said the
     query was missing, ``{"assert": null}`` answered 200 writing nothing, and a syntax
