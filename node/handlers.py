@@ -87,6 +87,16 @@ def _may_be_out_of_range(raw: bytes) -> bool:
 _BIG_EXPONENT = re.compile(rb"[eE]\+0*[1-9][0-9]{2}")
 
 
+def query_param(request: web.Request, name: str) -> str | None:
+    """The URL parameter ``name`` (None when absent); NodeInputError when it is
+    given twice (``?rel=a&rel=b``): one of them was used and the other silently dropped,
+    as a JSON body's repeated key was."""
+    values = request.query.getall(name, [])
+    if len(values) > 1:
+        raise NodeInputError(f"{name}= is given {len(values)} times: give it once")
+    return values[0] if values else None
+
+
 def only_fields(body: dict[str, Any], fields: tuple[str, ...], what: str) -> None:
     """NodeInputError naming every key of ``body`` not in ``fields``: a misspelt optional
     field (``"timout"``, ``"sourc"``) would otherwise be ignored, and the request done
@@ -186,14 +196,16 @@ async def status(request: web.Request) -> web.Response:
 async def list_facts(request: web.Request) -> web.Response:
     """One page of visible facts; ``next`` is the cursor for ``?after=`` (null at the end)."""
     node = request.app[NODE_KEY]
-    rel = request.query.get("rel") or None
+    rel = query_param(request, "rel") or None
     after = None
-    if request.query.get("after"):
+    if after_text := query_param(request, "after"):
         try:
-            after = Link.parse(request.query["after"])
+            after = Link.parse(after_text)
         except (ValueError, StoreError) as exc:
             raise NodeInputError(f"after= must be a fact CID from a previous page: {exc}") from None
-    raw = request.query.get("limit", str(FACTS_PAGE))
+    raw = query_param(request, "limit")
+    if raw is None:
+        raw = str(FACTS_PAGE)
     if not (raw.isascii() and raw.isdigit()):  # int() also reads "1_0" and "٣"
         raise NodeInputError(f"limit= must be a decimal integer, got {raw!r}")
     limit = int(raw)
@@ -249,7 +261,10 @@ async def _query_text(request: web.Request) -> str:
             )
         q = body.get("q")
     else:
-        q = request.query.get("q")
+        try:
+            q = query_param(request, "q")
+        except NodeInputError as exc:
+            raise ApiError(400, "bad query", str(exc)) from None
     if q is not None and not isinstance(q, str):
         raise ApiError(400, "bad query", f'"q" must be a string, got {_json_type(q)}')
     if q is None or not q.strip():
@@ -556,7 +571,9 @@ WRITE_ANSWERS = ("full", "cids")
 
 async def write_facts(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
-    answer = request.query.get("answer", "full")
+    answer = query_param(request, "answer")
+    if answer is None:
+        answer = "full"
     if answer not in WRITE_ANSWERS:
         raise NodeInputError(f"answer={answer!r}: expected one of {', '.join(WRITE_ANSWERS)}")
     decoder = request.app[BODY_DECODER_KEY]
@@ -650,7 +667,7 @@ async def forget_sync_history(request: web.Request) -> web.Response:
     false when there was none. Whether ``URL`` is still a peer is the caller's to say:
     a peer's entry comes back at its next sync."""
     node = request.app[NODE_KEY]
-    url = request.query.get("url", "").strip()
+    url = (query_param(request, "url") or "").strip()
     if not url:
         raise NodeInputError('"url" (a query parameter) must name the URL to forget')
     url = url.rstrip("/")

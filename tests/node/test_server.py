@@ -633,6 +633,30 @@ def test_a_json_fact_argument_that_is_no_value_is_named_as_json_names_it(
     assert node.request("GET", "/v1/facts")[1]["facts"] == []
 
 
+def test_a_url_parameter_given_twice_is_refused(home: Path, node_factory) -> None:
+    """``?rel=a&rel=b``, ``?q=a(X)&q=b(Y)``, … used the first value and dropped the
+    other without a word (as a JSON body's repeated key once was): a page of ``a`` for
+    a client that asked for two relations, the answer to one query of two."""
+    Cli(home)("init")
+    node = node_factory(home).start()
+    node.request("POST", "/v1/facts", {"assert": "a(1). b(2)."})
+    cases = [
+        ("GET", "/v1/facts?rel=a&rel=b", "rel"),
+        ("GET", "/v1/facts?limit=1&limit=2", "limit"),
+        ("GET", "/v1/query?q=a(X)&q=b(Y)", "q"),
+        ("GET", "/v1/subscribe?q=a(X)&q=b(Y)", "q"),
+        ("DELETE", "/v1/sync/history?url=http://x&url=http://y", "url"),
+    ]
+    for method, path, name in cases:
+        status, err = node.request(method, path)
+        assert status == 400, (path, status, err)
+        assert err["detail"] == f"{name}= is given 2 times: give it once", (path, err)
+    status, err = node.request("POST", "/v1/facts?answer=cids&answer=full", {"assert": "c(3)."})
+    assert status == 400 and err["detail"].startswith("answer= is given 2 times"), err
+    assert node.request("GET", "/v1/query?q=c(X)")[0] == 404  # nothing written
+    assert node.request("GET", "/v1/facts?rel=a&limit=1")[1]["facts"][0]["fact"] == "a(1)"
+
+
 def test_fields_of_the_wrong_type_are_refused_and_named(home: Path, node_factory) -> None:
     """``"source": 5`` was taken (errors then read ``5:1:5:``), ``{"q": 5}`` said the
     query was missing, ``{"assert": null}`` answered 200 writing nothing, and a syntax
