@@ -236,9 +236,14 @@ def _paths() -> dict[str, Any]:
                 },
                 description=(
                     "First event `result` holds the whole current answer; then one `delta` "
-                    "event per epoch that changed it, with `added` and `removed` rows. The "
-                    "token may be passed as `?access_token=` (EventSource sends no headers). "
-                    "The server ends the stream when it shuts down."
+                    "event per epoch that changed it. Each event's data is a JSON object "
+                    "`{columns, epoch, added, removed}` (rows of values as in QueryResult; "
+                    "apply `removed`, then `added`). A `: keep-alive` comment follows 15 s "
+                    "of silence. Events carry no `id`: a reconnecting client gets a fresh "
+                    "`result`. A relation nothing has yet is taken (404 only for a known "
+                    "relation at another arity). The token may be passed as "
+                    "`?access_token=` (EventSource sends no headers). The server ends the "
+                    "stream when it shuts down."
                 ),
                 parameters=[
                     _q("q", "Query: an atom or a comma-separated body"),
