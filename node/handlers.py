@@ -356,7 +356,9 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
                     data = _sse_event(*args)
                 if closing.is_set():
                     break
-                await resp.write(data)
+                if not await _written(resp.write(data), closed, request):
+                    gone = True  # stalled or shutting down: the connection is aborted
+                    break
             if not gone:
                 await resp.write_eof()
         finally:
@@ -366,8 +368,34 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def _written(write: Any, closed: asyncio.Future, request: web.Request) -> bool:
+    """Await ``write`` (a stream write, which waits while the client's buffers are full)
+    unless the server starts closing or it takes :data:`SSE_STALL_SECONDS`; then the
+    connection is aborted and False returned."""
+    task = asyncio.ensure_future(write)
+    done, _ = await asyncio.wait(
+        {task, closed}, timeout=SSE_STALL_SECONDS, return_when="FIRST_COMPLETED"
+    )
+    if task in done:
+        task.result()
+        return True
+    task.cancel()
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+    with suppress(asyncio.CancelledError, ConnectionError):
+        await task
+    return False
+
+
 #: Live-query events with more rows than this are rendered on a worker thread.
 SSE_INLINE_ROWS = 1000
+#: Seconds a live-query event may wait to be taken by its client (the connection's
+#: buffers full) before the stream is ended: a client that stays connected without
+#: reading (a frozen tab, a phone that lost its network) held every later event in the
+#: node's memory and kept the node from stopping for aiohttp's timeouts. A client that
+#: reconnects gets a fresh ``result``.
+SSE_STALL_SECONDS = 60.0
 #: Seconds between checks that a live query's client is still connected.
 SSE_CHECK_SECONDS = 0.5
 #: Seconds of silence after which a live-query stream gets a keep-alive comment.
