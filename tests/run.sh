@@ -4,19 +4,34 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# 1. Python environment (the project itself plus test extras).
+# 1. System and npm parts that the real-component tests use (none needs the venv): run
+#    beside step 2, as both mostly wait on disks and archives (npm ci ~1 minute, pip
+#    ~1 minute); their output is shown once both are done.
+setup_log=$(mktemp)
+(
+    for step in tests/setup.d/*.sh; do
+        [ -e "$step" ] || continue
+        echo "== setup: $step"
+        bash "$step"
+    done
+) >"$setup_log" 2>&1 &
+setup_pid=$!
+trap 'kill "$setup_pid" 2>/dev/null || true; rm -f "$setup_log"' EXIT
+
+# 2. Python environment (the project itself plus test extras).
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
 
-# 2. System and npm parts that the real-component tests use.
-for step in tests/setup.d/*.sh; do
-    [ -e "$step" ] || continue
-    echo "== setup: $step"
-    bash "$step"
-done
+setup_ok=0
+wait "$setup_pid" || setup_ok=$?
+cat "$setup_log"
+if [ "$setup_ok" != 0 ]; then
+    echo "setup failed (exit $setup_ok)" >&2
+    exit 1
+fi
 
 export SPARK_LOCAL_IP=127.0.0.1
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
