@@ -93,33 +93,36 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _child_cpu(parent: int) -> dict[int, float]:
-    """``pid -> CPU seconds`` (its own plus its reaped children's) of every child of
-    ``parent`` (Linux /proc)."""
+def _jvm_cpu(parent: int) -> dict[int, float]:
+    """``pid -> CPU seconds`` (its own plus its reaped children's) of every JVM (``java``)
+    child of ``parent`` (Linux /proc). Only JVMs: pyspark's is not waited for by its
+    Python process, while every other child (the export's worker processes) is, and is
+    in the command's rusage already."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
+                    name, rest = f.read().split("(", 1)[1].rsplit(")", 1)
+            except (OSError, ValueError):
                 continue
-            if int(fields[1]) == parent:
+            fields = rest.split()
+            if int(fields[1]) == parent and name == "java":
                 out[int(entry.name)] = sum(int(x) for x in fields[11:15]) / tick
     return out
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """``(wall, CPU)`` seconds of a whole command. CPU: the command and the children it
-    waited for (rusage), plus the last figure polled (every 0.1 s) of its children it
-    does not wait for - pyspark's JVM, which exits after the Python process."""
+    waited for (rusage), plus the last figure polled (every 0.1 s) of the JVM child it
+    does not wait for (pyspark's, which exits after the Python process)."""
     cpu = _children_cpu()
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or ENV)
     seen: dict[int, float] = {}
     while proc.poll() is None:
-        seen.update(_child_cpu(proc.pid))
+        seen.update(_jvm_cpu(proc.pid))
         time.sleep(0.1)
     _out, err = proc.communicate()
     elapsed = time.perf_counter() - t

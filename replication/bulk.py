@@ -111,21 +111,27 @@ def iter_delta_blocks(
         yield [(cid.raw, _checked(cid.raw, data)) for cid, data in blocks]
 
 
-def iter_visible_cids(replica: Replica, batch: int = 65_536) -> Iterator[list[bytes]]:
-    """The raw CIDs of every visible fact, sorted, in lists (an index scan, no block reads)."""
+def iter_visible_cids(
+    replica: Replica, batch: int = 65_536, lo: bytes = b"", hi: bytes | None = None
+) -> Iterator[list[bytes]]:
+    """The raw CIDs of every visible fact, sorted, in lists (an index scan, no block
+    reads); only those in ``[lo, hi)`` (bytewise; ``hi=None``: no upper end)."""
+    upper = "" if hi is None else " AND f.cid < ?2"  # bounds the index search uses
     sql = (
-        "SELECT f.cid FROM repl_fact f WHERE f.cid > ?1 AND EXISTS (SELECT 1 FROM repl_assert a"
-        " WHERE a.ds = ?2 AND a.fact = f.id AND a.killed = 0) ORDER BY f.cid LIMIT ?3"
+        "SELECT f.cid FROM repl_fact f WHERE f.cid {} ?1" + upper
+        + " AND EXISTS (SELECT 1 FROM repl_assert a"
+        " WHERE a.ds = ?3 AND a.fact = f.id AND a.killed = 0) ORDER BY f.cid LIMIT ?4"
     )
-    after = b""
+    query, start = sql.format(">="), lo  # the first page from lo on, then after the last
     while True:
         with replica._lock:
-            cids = [r[0] for r in replica.conn.execute(sql, (after, replica.ds, batch))]
+            rows = replica.conn.execute(query, (start, hi, replica.ds, batch))
+            cids = [r[0] for r in rows]
         if cids:
             yield cids
         if len(cids) < batch:
             return
-        after = cids[-1]
+        query, start = sql.format(">"), cids[-1]
 
 
 def visible_count(replica: Replica) -> int:

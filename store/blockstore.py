@@ -113,18 +113,27 @@ class BlockStore(ABC):
         return out
 
     def scan_prefixed(
-        self, prefix: bytes, batch: int = 65_536
+        self, prefix: bytes, batch: int = 65_536, lo: bytes = b"", hi: bytes | None = None
     ) -> Iterator[list[tuple[bytes, bytes]]]:
-        """Every block whose data starts with ``prefix``, as ``(raw CID, data)`` pages of
-        at most ``batch`` in CID order, for bulk readers that check a whole page at once.
+        """Every block whose data starts with ``prefix`` and whose raw CID lies in
+        ``[lo, hi)`` (bytewise; ``hi=None``: no upper end), as ``(raw CID, data)`` pages of
+        at most ``batch`` in CID order, for bulk readers that check a whole page at once
+        (a range lets several processes share one scan, see :meth:`file_for_readers`).
 
         This default reads the sorted CIDs and fetches them in batches; a store that can
         scan its blocks in CID order does it in one pass (the SQLite store)."""
-        cids = iter(sorted(self.iter_cids()))
+        cids = iter(sorted(c for c in self.iter_cids() if _in_range(c.raw, lo, hi)))
         while chunk := list(islice(cids, batch)):
             page = [(c.raw, d) for c, d in self.get_many(chunk) if d.startswith(prefix)]
             if page:
                 yield page
+
+    def file_for_readers(self) -> str | None:
+        """The SQLite file another process may open as a :class:`~merklog.store.sqlite.
+        SQLiteBlockStore` to read every block of this store at the same time as this one
+        (WAL readers do not block each other), or None when there is none: a memory
+        store, or one whose blocks live elsewhere."""
+        return None
 
     def __len__(self) -> int:
         return sum(1 for _ in self.iter_cids())
@@ -200,3 +209,7 @@ class MemoryBlockStore(BlockStore):
     def corrupt(self, cid: Link, data: bytes) -> None:
         """Overwrite a block's bytes without verification (fault injection for tests)."""
         self._blocks[cid] = data
+
+
+def _in_range(raw: bytes, lo: bytes, hi: bytes | None) -> bool:
+    return lo <= raw and (hi is None or raw < hi)

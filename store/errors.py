@@ -58,8 +58,12 @@ class CIDMismatch(StoreError):
     def __init__(self, expected: object, actual: object, where: str = "") -> None:
         self.expected = expected
         self.actual = actual
+        self.where = where
         suffix = f" ({where})" if where else ""
         super().__init__(f"CID mismatch{suffix}: expected {expected}, block hashes to {actual}")
+
+    def __reduce__(self) -> tuple:  # pickles (a worker process raises it to its parent)
+        return type(self), (self.expected, self.actual, self.where)
 
 
 class BlockNotFound(StoreError, KeyError):
@@ -68,6 +72,9 @@ class BlockNotFound(StoreError, KeyError):
     def __init__(self, cid: object) -> None:
         self.cid = cid
         super().__init__(f"block not found: {cid}")
+
+    def __reduce__(self) -> tuple:  # pickles (a worker process raises it to its parent)
+        return type(self), (self.cid,)
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0]

@@ -333,27 +333,32 @@ class SQLiteBlockStore(BlockStore):
             yield Link._trusted(raw)
 
     def scan_prefixed(
-        self, prefix: bytes, batch: int = 65_536
+        self, prefix: bytes, batch: int = 65_536, lo: bytes = b"", hi: bytes | None = None
     ) -> Iterator[list[tuple[bytes, bytes]]]:
-        """Every block whose data starts with ``prefix``, as ``(raw CID, data)`` pages of
-        at most ``batch`` in CID order: one keyset-paginated scan, the lock held per page.
+        """Every block whose data starts with ``prefix`` and whose raw CID lies in
+        ``[lo, hi)``, as ``(raw CID, data)`` pages of at most ``batch`` in CID order: one
+        keyset-paginated scan of the CID index, the lock held per page.
 
         For bulk readers (the Parquet export reads every fact block this way, ~25x
         cheaper per block than lookups by CID). Blocks are *not* re-hashed here: the
         caller checks a whole page at once (see ``merklog.node.spark.export``)."""
+        upper = "" if hi is None else " AND cid < ?2"  # bounds the index search uses
         sql = (
-            "SELECT cid, data FROM blocks WHERE cid > ? AND substr(data, 1, ?) = ?"
-            " ORDER BY cid LIMIT ?"
+            "SELECT cid, data FROM blocks WHERE cid {} ?1" + upper
+            + " AND substr(data, 1, ?3) = ?4 ORDER BY cid LIMIT ?5"
         )
-        after = b""
+        query, start = sql.format(">="), lo  # the first page from lo on, then after the last
         while True:
             with self.lock:
-                rows = self.conn.execute(sql, (after, len(prefix), prefix, batch)).fetchall()
+                rows = self.conn.execute(query, (start, hi, len(prefix), prefix, batch)).fetchall()
             if rows:
                 yield rows
             if len(rows) < batch:
                 return
-            after = rows[-1][0]
+            query, start = sql.format(">"), rows[-1][0]
+
+    def file_for_readers(self) -> str | None:
+        return self.path
 
     def _pages(self, sql: str, *params: object) -> Iterator[tuple]:
         """Keyset pagination on a query whose last parameter pair is (after cid, limit)."""

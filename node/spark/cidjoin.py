@@ -9,6 +9,9 @@ another width, or two set members sharing those 64 bits, go to ``index_in``.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,6 +21,9 @@ from merklog.node.cidsearch import ROW, WIDTH, CidIndex, keys
 from .factcols import valid_mask
 
 _WIDTH = WIDTH
+#: Width of the bounds :func:`shares` compares as integers: a CID's 4-byte head and its
+#: first digest byte.
+BOUND_WIDTH = 5
 
 
 def _fixed_rows(column: pa.Array) -> np.ndarray | None:
@@ -84,6 +90,22 @@ def member(values: pa.Array, cids: pa.Array) -> np.ndarray:
     return valid_mask(lookup(values, cids))
 
 
+def shares(column: pa.Array, bounds: Sequence[bytes]) -> np.ndarray:
+    """For each value of a binary column, how many of the sorted ``bounds`` are bytewise
+    at most it (``bisect_right``): the share of a CID range split at ``bounds`` it falls
+    in, 0 for null. Bounds of :data:`BOUND_WIDTH` bytes compare with the first bytes of
+    36-byte CIDs as integers, no Python per value."""
+    rows = _fixed_rows(column) if all(len(b) == BOUND_WIDTH for b in bounds) else None
+    if rows is None:
+        return np.array(
+            [0 if v is None else bisect_right(bounds, v) for v in column.to_pylist()], np.int64
+        )
+    head = rows.view(np.uint8).reshape(-1, _WIDTH)[:, :BOUND_WIDTH].astype(np.uint64)
+    key = head @ (np.uint64(256) ** np.arange(BOUND_WIDTH - 1, -1, -1, dtype=np.uint64))
+    limits = np.array([int.from_bytes(b, "big") for b in bounds], np.uint64)
+    return np.searchsorted(limits, key, side="right").astype(np.int64)
+
+
 def first_of_each(column: pa.Array) -> np.ndarray | None:
     """Ascending positions of one row per distinct value of a binary column (its first),
     or None when the values are distinct already. CIDs are grouped by 64 digest bits,
@@ -115,4 +137,4 @@ def _first_of_each_hashed(column: pa.Array) -> np.ndarray | None:
     return np.sort(first.to_numpy())
 
 
-__all__ = ["CidTable", "first_of_each", "lookup", "member"]
+__all__ = ["BOUND_WIDTH", "CidTable", "first_of_each", "lookup", "member", "shares"]

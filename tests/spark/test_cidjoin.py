@@ -70,3 +70,28 @@ def test_first_of_each_keeps_the_first_row_of_every_distinct_cid():
     assert first_of_each(_cid_array([b"ab", b"a", b"ab"])).tolist() == [0, 1]
     assert first_of_each(_cid_array([None, cids[0], None])).tolist() == [0, 1]
     assert first_of_each(_cid_array([])) is None
+
+
+def test_shares_are_bisect_right_of_the_bounds():
+    """The share of each CID (the Parquet export's worker split) is the count of bounds at
+    most it, bytewise, as ``bisect.bisect_right`` says: on 36-byte CIDs by integers, on a
+    column with other widths value by value; null is share 0. Sliced columns too."""
+    from bisect import bisect_right
+
+    from merklog.node.spark.cidjoin import shares
+    from merklog.node.spark.export import shares_of
+
+    cids = [Link.for_dag_cbor(bytes([0xA1, i, j])).raw for i in range(40) for j in range(5)]
+    for n in (2, 3, 4):
+        bounds = shares_of(n)[1].bounds
+        column = _cid_array([None, *cids])
+        want = [0] + [bisect_right(bounds, c) for c in cids]
+        assert shares(column, bounds).tolist() == want
+        assert shares(column[7:], bounds).tolist() == want[7:]
+        assert set(want) == set(range(n))  # every share holds some of 200 CIDs
+        bounds_at_a_cid = (cids[17][:5], cids[17][:5] + b"\xff")  # one bound not 5 bytes
+        odd = _cid_array([b"\x01\x55\x12\x20\xff" + bytes(31), b"\x01", cids[17], None])
+        for b in (bounds, bounds_at_a_cid):
+            assert shares(odd, b).tolist() == [
+                0 if v is None else bisect_right(b, v) for v in odd.to_pylist()
+            ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -257,3 +258,114 @@ def test_an_interrupted_export_leaves_the_earlier_one_whole(tmp_path, monkeypatc
     assert run("parquet", "export", str(out)).exit_code == 0  # the earlier one replaced
     assert sorted(p.name for p in out.iterdir()) == ["export.json", "facts", "genesis.cbor", "ops"]
     assert "relation=c" in {p.name for p in (out / "facts").iterdir()}
+
+
+def _facts_of(directory: Path) -> dict[str, set[tuple]]:
+    out: dict[str, set[tuple]] = {}
+    for rel_dir in sorted((directory / "facts").iterdir()):
+        rows = pq.read_table(rel_dir).to_pylist()
+        out[rel_dir.name] = {(r["dataset"], r["fact_cid"], repr(decode_args(r["args"]))) for r in rows}
+        assert len(out[rel_dir.name]) == len(rows)  # each visible fact once
+    return out
+
+
+def _mixed_replica(tmp_path: Path) -> Replica:
+    """MIXED, forty edges (so every share of a split holds some), retracts (one of a fact
+    asserted again), a grant and a revoke (ops without a fact: the first share's)."""
+    rep = _replica(tmp_path, "sqlite")
+    rep.assert_facts(MIXED + [make_fact("edge", (i, i * 2)) for i in range(10, 50)])
+    rep.retract_facts(MIXED[:2] + [make_fact("edge", (1, 2)), make_fact("edge", (11, 22))])
+    rep.assert_facts([make_fact("v", (1,))])
+    rep.grant(b"\x33" * 32)
+    rep.revoke(b"\x33" * 32)
+    return rep
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_worker_processes_export_what_one_process_exports(tmp_path, workers):
+    """An export shared by worker processes (each the facts of one CID range, the deltas
+    read once by the exporting process) has the summary, ops and facts of a one-process
+    export, and every worker wrote its part: also with the join spilled to partitions."""
+    rep = _mixed_replica(tmp_path)
+    one = export_replica(rep, tmp_path / "one", workers=1)
+    want = _reference(rep)
+    assert sorted(_exported(tmp_path / "one"), key=repr) == sorted(want, key=repr)
+    for name, partition_ops in (("many", 2_000_000), ("spilled", 7)):
+        many = export_replica(rep, tmp_path / name, workers=workers, partition_ops=partition_ops)
+        assert many == one
+        assert sorted(_exported(tmp_path / name), key=repr) == sorted(want, key=repr)
+        assert _facts_of(tmp_path / name) == _facts_of(tmp_path / "one")
+        parts = sorted(p.name for p in (tmp_path / name / "ops").iterdir())
+        assert parts == [f"part-{w * 10_000:05d}.parquet" for w in range(workers)]
+        for rel in ("relation=edge", "relation=v"):
+            assert len(list((tmp_path / name / "facts" / rel).iterdir())) == workers
+        assert not [p for p in (tmp_path / name).iterdir() if p.name.startswith(".export-")]
+    # a store no other process can open is exported by this one alone
+    (tmp_path / "m").mkdir()
+    memory = _replica(tmp_path / "m", "memory")
+    memory.assert_facts(MIXED)
+    export_replica(memory, tmp_path / "mem", workers=workers)
+    assert sorted(_exported(tmp_path / "mem"), key=repr) == sorted(_reference(memory), key=repr)
+    assert [p.name for p in (tmp_path / "mem" / "ops").iterdir()] == ["part-00000.parquet"]
+
+
+def test_a_corrupted_block_in_a_workers_share_is_its_cid_mismatch_here(tmp_path):
+    """A worker process's error is raised in the exporting process with its own type and
+    message, and nothing of the export is left."""
+    from merklog.node.spark.export import shares_of
+
+    rep = _mixed_replica(tmp_path)
+    second = shares_of(2)[1]
+    victim, donor = [
+        f
+        for f in [make_fact("edge", (i, i * 2)) for i in range(10, 50)]
+        if fact_cid(f).raw >= second.lo
+    ][:2]
+    data = rep.blockstore.get(fact_cid(donor))
+    rep.conn.execute("UPDATE blocks SET data = ? WHERE cid = ?", (data, fact_cid(victim).raw))
+    with pytest.raises(CIDMismatch, match=str(fact_cid(victim))):
+        export_replica(rep, tmp_path / "out", workers=2)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_process_that_dies_is_one_store_error(tmp_path, monkeypatch):
+    from merklog.store import StoreError
+
+    rep = _mixed_replica(tmp_path)
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # a worker that ends at once, mute
+    with pytest.raises(StoreError, match=r"^export worker 1 ended without a result \(exit status 1\)$"):
+        export_replica(rep, tmp_path / "out", workers=2)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_export_command_takes_its_worker_count_from_the_environment(tmp_path):
+    """``MERKLOG_EXPORT_WORKERS`` sets the processes of ``parquet export`` (the
+    automatic choice shares only logs of 200,000 ops or more); a wrong value is one line."""
+    import os
+
+    home = tmp_path / "h"
+
+    def merklog(*args: str, workers: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, MERKLOG_EXPORT_WORKERS=workers)
+        cmd = [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+    assert merklog("init", workers="").returncode == 0
+    edges = " ".join(f"edge({i}, {i + 1})." for i in range(60))
+    assert merklog("put", f'{edges} v(1). v(1.0). v(true). v("1").', workers="").returncode == 0
+    one = merklog("parquet", "export", str(tmp_path / "one"), workers="1")
+    two = merklog("parquet", "export", str(tmp_path / "two"), workers="2")
+    assert one.returncode == two.returncode == 0, two.stderr
+    assert json.loads(two.stdout) == json.loads(one.stdout)
+    assert json.loads(one.stdout)["facts"] == {"edge": 60, "v": 4}
+    assert sorted(p.name for p in (tmp_path / "two" / "ops").iterdir()) == [
+        "part-00000.parquet",
+        "part-10000.parquet",
+    ]
+    assert _facts_of(tmp_path / "two") == _facts_of(tmp_path / "one")
+    bad = merklog("parquet", "export", str(tmp_path / "bad"), workers="many")
+    assert bad.returncode == 1
+    assert bad.stderr.splitlines() == [
+        "Error: MERKLOG_EXPORT_WORKERS must be a whole number from 1 to 64, not 'many'"
+    ]
+    assert not (tmp_path / "bad").exists()
