@@ -17,6 +17,7 @@ the HTTP server in :mod:`.server`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -413,6 +414,8 @@ class Node:
         self._require_open()
         if not isinstance(text, str):
             raise NodeInputError(f"a program is Datalog text, got {type(text).__name__}")
+        if not isinstance(source, str):  # it names the program in every error message
+            raise NodeInputError(f"a program's source is a name (text), got {type(source).__name__}")
         runner = programs.compile_program(text, source, engine)
         failed: EngineError | None = None
         # The swap, the new program's first epoch and then its save (or the old program put
@@ -453,14 +456,25 @@ class Node:
         self._require_open()
         return self.epochs.run()
 
-    async def settled(self, timeout: float = 10.0) -> None:
+    async def settled(self, timeout: float | None = 10.0) -> None:
         """Wait until an epoch has evaluated every change handed over so far (a write
         acknowledged before this call is then visible to queries and live queries).
 
         Raises :class:`NotSettled` when the epoch that took them failed (the program ran
         away on them; they stay stored and queries show the last good epoch) or none came
-        within ``timeout`` seconds."""
+        within ``timeout`` seconds (a number above 0; None waits without a limit)."""
         self._require_open()
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            # -1 and 0 gave up at once, NaN waited for ever, "5" failed inside asyncio
+            raise NodeInputError(
+                "timeout must be a number of seconds above 0, or None to wait without a"
+                f" limit, got {repr(timeout)[:40]}"
+            )
         error = await self.epochs.settled(timeout)
         if error is not None:
             raise NotSettled(f"the writes are stored, but {error}")

@@ -86,7 +86,7 @@ def visible_of_relation_after(replica: Any, rel: str, after: Link | None, limit:
                 (replica.ds, rel, start),
             ).fetchone()
             if member is None:
-                raise NotFound(f"fact {after} is not a cursor of relation {rel!r}'s pages")
+                raise NotFound(f"fact {after} is not a cursor of the pages of relation {rel!r}")
         params = (replica.ds, rel, start, limit)
         rows = replica.conn.execute(_ROWS_AFTER, params).fetchall()
         ranged = replica.conn.execute(_RANGES_AFTER, params).fetchall()

@@ -265,3 +265,25 @@ def test_a_command_on_a_home_an_app_holds_names_the_app_and_serve(tmp_path, monk
     )
     with target.open_target(home):  # free again once the app closed it
         pass
+
+
+def test_settled_takes_seconds_above_zero_or_none_and_a_program_source_is_text() -> None:
+    """``settled(-1)`` and ``settled(0)`` gave up at once with "no epoch evaluated the
+    changes within -1 s", ``settled(float("nan"))`` waited for ever and ``settled("5")``
+    failed inside asyncio; ``load_program(text, source=5)`` named the program ``5`` in
+    its errors. Each is now bad input, named; ``settled(None)`` waits without a limit."""
+
+    async def main() -> None:
+        async with merklog.open(memory=True) as node:
+            node.assert_("a", 1)
+            for bad in (-1, 0, float("nan"), float("inf"), "5", True):
+                with pytest.raises(NodeInputError, match="^timeout must be a number of seconds"):
+                    await node.settled(bad)
+            await node.settled(None)
+            assert node.query("a(X)").rows == [(1,)]
+            with pytest.raises(NodeInputError, match="^a program's source is a name"):
+                node.load_program("b(X) :- a(X).", source=5)
+            node.load_program("b(X) :- a(X).", source="app.dl")
+            assert node.query("b(X)").rows == [(1,)]
+
+    asyncio.run(main())
