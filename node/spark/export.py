@@ -692,12 +692,18 @@ class ShareProcess:
             "worker": share.worker,
             "bounds": [b.hex() for b in share.bounds],
         }
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "merklog.node.spark.exportshare", json.dumps(request)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "merklog.node.spark.exportshare", json.dumps(request)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except OSError as exc:  # no interpreter to run, no memory or process left
+            raise StoreError(
+                f"cannot start export worker {self.worker}: {exc.strerror or exc}"
+                f" ({WORKERS_ENV}=1 exports in this process alone)"
+            ) from None
 
     def send_log(self, deltas: int) -> None:
         """Tell the process its ops are in :attr:`log_file` (``deltas``: the log's count)."""
@@ -747,8 +753,10 @@ def _export_into(
     (new / "ops").mkdir(parents=True)
     (new / "facts").mkdir()
     every = shares_of(workers)
-    others = [ShareProcess(replica, stage, k, s) for s in every[1:]]
+    others: list[ShareProcess] = []
     try:
+        for share in every[1:]:
+            others.append(ShareProcess(replica, stage, k, share))
         tmp = stage / "parts-0"
         tmp.mkdir()
         files = {o.worker: o.log_file for o in others}

@@ -336,6 +336,10 @@ def test_a_worker_process_that_dies_is_one_store_error(tmp_path, monkeypatch):
     with pytest.raises(StoreError, match=r"^export worker 1 ended without a result \(exit status 1\)$"):
         export_replica(rep, tmp_path / "out", workers=2)
     assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))  # none to start
+    with pytest.raises(StoreError, match=r"^cannot start export worker 1: No such file or directory \(MERKLOG_EXPORT_WORKERS=1 exports"):
+        export_replica(rep, tmp_path / "out", workers=3)
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_export_command_takes_its_worker_count_from_the_environment(tmp_path):
