@@ -116,7 +116,10 @@ def _jvm_cpu(parent: int) -> dict[int, float]:
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """``(wall, CPU)`` seconds of a whole command. CPU: the command and the children it
     waited for (rusage), plus the last figure polled (every 0.1 s) of the JVM child it
-    does not wait for (pyspark's, which exits after the Python process)."""
+    does not wait for (pyspark's, which exits after the Python process). Dirty pages are
+    written back before the clock starts: a home copied just before (329 MB at 1M ops)
+    was otherwise written back during the command and slowed it by ~10%."""
+    os.sync()  # the bench's own writes (a copied home, an earlier run's files) flushed first
     cpu = _children_cpu()
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or ENV)
