@@ -117,8 +117,8 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, flo
     """``(wall, CPU)`` seconds of a whole command. CPU: the command and the children it
     waited for (rusage), plus the last figure polled (every 0.1 s) of the JVM child it
     does not wait for (pyspark's, which exits after the Python process). Dirty pages are
-    written back before the clock starts: a home copied just before (329 MB at 1M ops)
-    was otherwise written back during the command and slowed it by ~10%."""
+    written back before the clock starts, so that a home copied just before (329 MB at
+    1M ops) or an earlier run's files are not written back during the timed command."""
     os.sync()  # the bench's own writes (a copied home, an earlier run's files) flushed first
     cpu = _children_cpu()
     t = time.perf_counter()
