@@ -55,6 +55,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "token": "",  # bearer token for writes (and reads); init generates one
         "read_token": "",  # bearer token for reads only; init generates one
         "anonymous_reads": False,  # true: GET endpoints answer without a token
+        "cors_origins": "",  # pages of these origins may call the API (space-separated)
     },
     "sync": {
         "timeout": 30.0,  # seconds per sync request
@@ -178,6 +179,8 @@ def _check_choice(key: str, value: Any, where: str) -> None:
         raise ConfigError(
             f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, got {value!r}"
         )
+    if key == "api.cors_origins":
+        cors_origins(value, where)
     if key == "dataset.id" and value:
         from merklog.store import Error, Link
 
@@ -185,6 +188,42 @@ def _check_choice(key: str, value: Any, where: str) -> None:
             Link.parse(value)
         except (ValueError, Error) as exc:
             raise ConfigError(f"{where}: dataset.id must be a dataset CID ({exc})") from None
+
+
+def cors_origins(value: str, where: str = "the configuration") -> frozenset[str]:
+    """The origins of ``api.cors_origins`` (``scheme://host[:port]`` each, space- or
+    comma-separated), or ConfigError for anything else. A wildcard is refused: any page
+    a user opened could then call the node with the token the user gave another page, and
+    read everything ``api.anonymous_reads`` opens."""
+    out = set()
+    for origin in value.replace(",", " ").split():
+        if origin == "*":
+            raise ConfigError(
+                f"{where}: api.cors_origins takes the origins of the app's pages"
+                ' ("http://localhost:5173"), not "*"'
+            )
+        scheme, sep, rest = origin.partition("://")
+        if rest.startswith("["):  # an IPv6 literal: [::1]:8080
+            host, _, tail = rest.partition("]")
+            host, port = host + "]", tail.removeprefix(":")
+            if tail and not tail.startswith(":"):
+                port = "x"  # refused below
+        else:
+            host, _, port = rest.partition(":")
+        if (
+            scheme not in ("http", "https")
+            or not sep
+            or not host
+            or any(c in rest for c in "/?#@ ")
+            or (port and not (port.isdigit() and 0 < int(port) < 65536))
+        ):
+            raise ConfigError(
+                f"{where}: api.cors_origins: {origin!r} is not an origin: scheme, host and"
+                ' optional port, no path or trailing slash ("https://app.example:8443")'
+            )
+        default = {"http": "80", "https": "443"}[scheme]  # a browser's Origin omits it
+        out.add(f"{scheme}://{host}{':' + port if port and port != default else ''}".lower())
+    return frozenset(out)
 
 
 def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> None:

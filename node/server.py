@@ -22,8 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
+from . import cors, middleware
 from . import handlers as h
-from . import middleware
 from .config import static_dir
 from .helperproc import Worker
 from .node import Node
@@ -124,6 +124,7 @@ def build_app(
         client_max_size=int(node.config.get("node.max_body")),
         middlewares=[
             middleware.count,
+            cors.preflight,
             middleware.in_flight,
             middleware.errors,
             middleware.auth,
@@ -134,6 +135,7 @@ def build_app(
     app[READY_KEY] = {"ready": False}
     app[h.CLOSING_KEY] = asyncio.Event()
     app[middleware.CONFIG_KEY] = node.config
+    cors.install(app, node.config)
     app[middleware.METRICS_KEY] = node.metrics
     app[middleware.IN_FLIGHT_KEY] = middleware.InFlight()
     app[h.BODY_DECODER_KEY] = h.BodyDecoder(body_worker)
