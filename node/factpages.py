@@ -15,6 +15,8 @@ from merklog.store import Fact, Link
 from merklog.store.codec import fact_texts
 from merklog.store.gcpause import gc_paused
 
+from .jsonvalues import fact_to_json
+
 #: The largest page ``GET /v1/facts?limit=`` serves (the client asks for pages this size).
 FACTS_PAGE_MAX = 10_000
 
@@ -51,6 +53,14 @@ def fact_refs(items: list[tuple[Link, Fact]]) -> list[dict[str, str]]:
     cids = Link.texts([cid for cid, _fact in items])
     texts = fact_texts([fact for _cid, fact in items])
     return [{"cid": c, "fact": f} for c, f in zip(cids, texts, strict=True)]
+
+
+def typed_fact_refs(items: list[tuple[Link, Fact]]) -> list[dict[str, Any]]:
+    """``{"cid", "rel", "args"}`` of each ``(cid, fact)``: the typed JSON fact form that
+    ``POST /v1/facts`` takes (:func:`merklog.node.jsonvalues.fact_to_json`) with the CID,
+    for ``GET /v1/facts?form=json``."""
+    cids = Link.texts([cid for cid, _fact in items])
+    return [{"cid": c, **fact_to_json(f)} for c, (_cid, f) in zip(cids, items, strict=True)]
 
 
 def page_facts(

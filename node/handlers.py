@@ -27,7 +27,7 @@ from . import helperproc, queries, writeaccess
 from .bulkput import ReadyChunk
 from .config import static_dir
 from .errors import NodeInputError, NotSettled
-from .factpages import FACTS_PAGE_MAX, fact_refs
+from .factpages import FACTS_PAGE_MAX, fact_refs, typed_fact_refs
 from .failures import PEER_FAILED_STATUS, UnknownRelation, peer_failure
 from .helperproc import HelperError, Worker
 from .jsonvalues import facts_from_json, float_or_out_of_range, int_or_oversized, value_to_json
@@ -193,9 +193,18 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response(info)
 
 
+#: ``GET /v1/facts?form=``: ``text`` (default) gives ``{"cid", "fact"}`` per fact, the
+#: fact in Datalog syntax; ``json`` gives ``{"cid", "rel", "args"}``, the typed JSON fact
+#: form ``POST /v1/facts`` takes.
+FACT_FORMS = ("text", "json")
+
+
 async def list_facts(request: web.Request) -> web.Response:
     """One page of visible facts; ``next`` is the cursor for ``?after=`` (null at the end)."""
     node = request.app[NODE_KEY]
+    form = query_param(request, "form") or "text"
+    if form not in FACT_FORMS:
+        raise NodeInputError(f"form={form!r}: expected one of {', '.join(FACT_FORMS)}")
     rel = query_param(request, "rel") or None
     after = None
     if after_text := query_param(request, "after"):
@@ -217,7 +226,8 @@ async def list_facts(request: web.Request) -> web.Response:
         )
     except NotFound as exc:  # a relation's cursor this node never stored (ADR 0132)
         raise NodeInputError(f"after= must be a fact CID from a previous page: {exc}") from None
-    return web.json_response({"facts": fact_refs(page), "next": str(cursor) if cursor else None})
+    entries = fact_refs(page) if form == "text" else typed_fact_refs(page)
+    return web.json_response({"facts": entries, "next": str(cursor) if cursor else None})
 
 
 def describe_block(node: Node, cid: Link) -> dict[str, Any]:

@@ -176,6 +176,12 @@ def _paths() -> dict[str, Any]:
                     _q("rel", "Relation name", required=False),
                     _q("after", "Cursor: the `next` of the previous page", required=False),
                     _q("limit", "Page size, 1..10000 (default 1000)", required=False),
+                    _q(
+                        "form",
+                        "`text` (default): `{cid, fact}` per fact, the fact in Datalog syntax;"
+                        " `json`: `{cid, rel, args}`, the typed JSON fact form POST takes",
+                        required=False,
+                    ),
                 ],
             ),
             "post": _op(
@@ -483,10 +489,24 @@ def _schemas() -> dict[str, Any]:
             "required": ["cid", "fact"],
             "properties": {"cid": {"type": "string"}, "fact": {"type": "string"}},
         },
+        "TypedFactRef": {
+            "type": "object",
+            "required": ["cid", "rel", "args"],
+            "properties": {
+                "cid": {"type": "string"},
+                "rel": {"type": "string"},
+                "args": {"type": "array", "items": {"$ref": "#/components/schemas/Value"}},
+            },
+        },
         "FactPage": {
             "type": "object",
             "properties": {
-                "facts": {"type": "array", "items": fact_ref},
+                "facts": {
+                    "type": "array",
+                    "items": {
+                        "oneOf": [fact_ref, {"$ref": "#/components/schemas/TypedFactRef"}]
+                    },
+                },
                 "next": {"type": ["string", "null"], "description": "Cursor for ?after="},
             },
         },

@@ -951,3 +951,45 @@ def test_an_open_node_keeps_its_peers_while_config_toml_has_a_bad_peer(
             assert node.peer_urls() == {"good": "http://127.0.0.1:7401"}
             assert [p["name"] for p in node.status()["peers"]] == ["good"]
     assert "[peers.x] url must be" in caplog.text
+
+
+def test_fact_pages_in_typed_json_are_what_a_write_takes(tmp_path: Path, node_factory) -> None:
+    """``GET /v1/facts?form=json`` lists ``{"cid", "rel", "args"}`` with typed values: ``1``,
+    ``1.0``, ``true``, ``"1"``, bytes, a link and int64's ends stay five-plus values, and
+    the entries without their CIDs, written to another node, are the same facts (same
+    CIDs). The default stays Datalog text; another form is a 400."""
+    link = Link.for_dag_cbor(b"\xa0")
+    facts = [make_fact("v", (x,)) for x in (1, 1.0, True, "1", b"\x01", link)]
+    facts.append(make_fact("w", (-(2**63), 2**63 - 1, -0.5, "")))
+    a, b = tmp_path / "a", tmp_path / "b"
+    for home in (a, b):
+        Cli(home)("init")
+    na, nb = node_factory(a).start(), node_factory(b).start()
+    status, _ = na.request(
+        "POST",
+        "/v1/facts",
+        {"assert": [{"rel": f.rel, "args": [_json(x) for x in f.args]} for f in facts]},
+    )
+    assert status == 200
+    status, page = na.request("GET", "/v1/facts?form=json")
+    assert status == 200 and page["next"] is None
+    assert sorted(e["cid"] for e in page["facts"]) == sorted(str(fact_cid(f)) for f in facts)
+    by_cid = {e["cid"]: e for e in page["facts"]}
+    assert by_cid[str(fact_cid(facts[1]))] == {
+        "cid": str(fact_cid(facts[1])), "rel": "v", "args": [1.0],
+    }  # fmt: skip
+    assert by_cid[str(fact_cid(facts[4]))]["args"] == [{"/": {"bytes": "AQ"}}]
+    assert by_cid[str(fact_cid(facts[5]))]["args"] == [{"/": str(link)}]
+    copy = [{"rel": e["rel"], "args": e["args"]} for e in page["facts"]]
+    status, written = nb.request("POST", "/v1/facts?answer=cids", {"assert": copy})
+    assert status == 200 and sorted(written["asserted"]) == sorted(by_cid)
+    _, text = na.request("GET", "/v1/facts?rel=v&limit=1")
+    assert set(text["facts"][0]) == {"cid", "fact"}
+    status, err = na.request("GET", "/v1/facts?form=xml")
+    assert status == 400 and err["detail"] == "form='xml': expected one of text, json"
+
+
+def _json(value: object) -> object:
+    from merklog.node.jsonvalues import value_to_json
+
+    return value_to_json(value)
