@@ -532,8 +532,13 @@ def shares_of(workers: int) -> list[Share]:
     1M-op replica: a quarter more of the range here was slower, a tenth or a fifth less
     no faster)."""
     bounds = tuple(FACT_CID_HEAD + bytes([256 * i // workers]) for i in range(1, workers))
+    return [share_at(w, bounds) for w in range(workers)]
+
+
+def share_at(worker: int, bounds: tuple[bytes, ...]) -> Share:
+    """Share number ``worker`` of the split at ``bounds`` (see :func:`shares_of`)."""
     los, his = (b"", *bounds), (*bounds, None)
-    return [Share(w, los[w], his[w], bounds) for w in range(workers)]
+    return Share(worker, los[worker], his[worker], bounds)
 
 
 #: The first bytes of every fact CID this merklog writes: CIDv1, dag-cbor, sha2-256, 32.

@@ -27,7 +27,7 @@ from merklog.replication.replica import Replica
 from merklog.store import Link, StoreError
 from merklog.store.sqlite import SQLiteBlockStore
 
-from .export import Share, ShareLog, export_share, share_log_from_file
+from .export import ShareLog, export_share, share_at, share_log_from_file
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         replica = Replica(shared.conn, store, Identity.generate(), genesis)
         bounds = tuple(bytes.fromhex(b) for b in request["bounds"])
         w, k, tmp = int(request["worker"]), int(request["k"]), Path(request["tmp"])
-        share = Share(w, bounds[w - 1], bounds[w] if w < len(bounds) else None, bounds)
+        share = share_at(w, bounds)
 
         def log() -> ShareLog:
             line = sys.stdin.buffer.readline()  # the exporting process has read the deltas
