@@ -237,11 +237,11 @@ def test_serve_refuses_a_memory_node_and_a_node_not_running(tmp_path) -> None:
         async with merklog.open(memory=True) as node:
             with pytest.raises(NodeInputError, match="a memory node cannot serve"):
                 async with merklog.serve(node):
-                    pass
+                    raise AssertionError("a memory node was served")
         with merklog.open(tmp_path / "h") as node:
             with pytest.raises(NodeInputError, match="serve a running node"):
                 async with merklog.serve(node):
-                    pass
+                    raise AssertionError("a node outside async with was served")
 
     asyncio.run(main())
 
@@ -257,14 +257,14 @@ def test_a_command_on_a_home_an_app_holds_names_the_app_and_serve(tmp_path, monk
     with merklog.open(home):
         with pytest.raises(target.TargetError) as info:
             with target.open_target(home):
-                pass
+                raise AssertionError("a home an app holds was opened")
     assert str(info.value) == (
         f"{home} is in use by another process that serves no HTTP API (another merklog"
         " command, or an app that opened it with merklog.open; an app that serves it with"
         " merklog.serve lets commands through); try again when it has ended"
     )
-    with target.open_target(home):  # free again once the app closed it
-        pass
+    with target.open_target(home) as opened:  # free again once the app closed it
+        assert isinstance(opened, target.LocalTarget)
 
 
 def test_settled_takes_seconds_above_zero_or_none_and_a_program_source_is_text() -> None:
