@@ -22,14 +22,14 @@ from collections.abc import Iterable
 from itertools import compress
 from operator import add, itemgetter
 
-from merklog.store.sqlrun import byte_argsort
+from merklog.store.sqlrun import byte_argsort, run_cte
 
 from . import relindex
 from .sqlutil import NUMPY_SORT_MIN, sorted_blob
 
 #: The recursive CTE that cuts blob ``?1``-long into ``?2``-byte records (``run.i`` the
 #: offset of each), shared by every statement here.
-_RUN = "WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + ?2 FROM run WHERE i + ?2 < ?1)"
+_RUN = run_cte("?1", "?2")
 
 #: ``?3`` fact CID length, ``?6`` the sorted records: their fact CIDs get ids.
 _INSERT_FACTS = (

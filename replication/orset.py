@@ -15,6 +15,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from merklog.store import Fact, Link
+from merklog.store.sqlrun import run_cte
 
 from . import relindex
 from .assertrows import insert_asserts
@@ -31,8 +32,7 @@ from .state import ReplicaState
 _BLOB_LOOKUP = 1000
 #: The live asserts of a sorted run of CIDs (``?1`` blob length, ``?2`` CID length,
 #: ``?3`` ds, ``?4`` the CIDs back to back): the run drives, one key probe per CID.
-_LIVE_RUN = """
-WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + ?2 FROM run WHERE i + ?2 < ?1)
+_LIVE_RUN = run_cte("?1", "?2") + """
 SELECT f.cid, a.delta FROM run CROSS JOIN repl_fact AS f CROSS JOIN repl_assert AS a
 WHERE f.cid = substr(?4, run.i + 1, ?2) AND a.ds = ?3 AND a.fact = f.id AND a.killed = 0
 """

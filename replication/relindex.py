@@ -35,6 +35,7 @@ from operator import itemgetter
 import libipld
 
 from merklog.store import BlockNotFound, BlockStore, CIDMismatch, Link
+from merklog.store.sqlrun import run_cte
 
 from .blocks import fast_link
 from .sqlutil import sorted_blob
@@ -64,7 +65,7 @@ NOT_IN_RANGE = (
 #: The index names a fact by its ``repl_fact`` id (ADR 0132): every fact indexed here has
 #: an assert, so it has an id, looked up in the same statement.
 _INSERT_RUN = f"""
-WITH RECURSIVE run(i) AS (SELECT 0 UNION ALL SELECT i + ?2 FROM run WHERE i + ?2 < ?1)
+{run_cte("?1", "?2")}
 INSERT OR IGNORE INTO repl_rel_fact (ds, rel, fact)
 SELECT ?3, ?4, f.id FROM run CROSS JOIN repl_fact AS f WHERE f.cid = substr(?5, i + 1, ?2)
 AND {NOT_IN_RANGE.format(ds="?3", rel="?4", fact="f.id")}

@@ -153,3 +153,42 @@ def test_byte_argsort_sorts_cids_by_their_digests() -> None:
     array = np.frombuffer(b"".join(cids), dtype="S36")
     order = byte_argsort(array)
     assert [cids[i] for i in order] == sorted(cids)
+
+
+@pytest.mark.parametrize(
+    ("limit", "step"),
+    [
+        (0, 1),
+        (1, 1),
+        (5, 1),
+        (1023, 1),
+        (1024, 1),
+        (1025, 1),
+        (2048 + 7, 1),
+        (3 * 1024, 1),
+        (72, 72),
+        (72 * 1024, 72),
+        (72 * 1025, 72),
+        (72 * 5000, 72),
+        (36 * 3, 36),
+    ],
+)
+def test_run_cte_gives_every_offset_below_the_limit_once_in_ascending_order(limit, step):
+    conn = sqlite3.connect(":memory:")
+    sql = sqlrun.run_cte("?1", "?2") + " SELECT i FROM run"
+    got = [i for (i,) in conn.execute(sql, (limit, step))]
+    assert got == list(range(0, limit, step))
+
+
+def test_run_cte_keeps_record_order_in_an_insert_of_consecutive_ids():
+    """The bulk inserts rely on rows arriving in ascending order: a rowid table filled
+    from the run numbers its rows in record order."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, rec BLOB UNIQUE NOT NULL)")
+    records = [i.to_bytes(4, "big") for i in range(5000)]
+    blob = b"".join(records)
+    conn.execute(
+        sqlrun.run_cte("?1", "?2") + " INSERT INTO t (rec) SELECT substr(?3, i + 1, ?2) FROM run",
+        (len(blob), 4, blob),
+    )
+    assert [bytes(r) for (r,) in conn.execute("SELECT rec FROM t ORDER BY id")] == records
