@@ -80,7 +80,9 @@ def chunks(
         yield facts[start:]
 
 
-def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) -> None:
+def _write(
+    state: State, facts: tuple[str, ...], file: object, retract: bool, quiet: bool = False
+) -> None:
     """Read, write and print ``facts`` with the cyclic GC paused throughout: the parsed
     facts, the results and the output lines are millions of objects and no cycles. In
     the console-script process the heap is frozen before the collector comes back, so
@@ -93,13 +95,15 @@ def _write(state: State, facts: tuple[str, ...], file: object, retract: bool) ->
 
     with gc_paused():
         try:
-            _write_paused(state, facts, file, retract)
+            _write_paused(state, facts, file, retract, quiet)
         finally:
             if cli.ONE_SHOT:
                 gc.freeze()
 
 
-def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: bool) -> None:
+def _write_paused(
+    state: State, facts: tuple[str, ...], file: object, retract: bool, quiet: bool
+) -> None:
     from merklog.engine.errors import EngineError
     from merklog.node.cliutil import facts_text, in_file
     from merklog.node.errors import NodeError
@@ -107,7 +111,7 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
 
     text = facts_text(facts, file)
     try:
-        missing = _write_text(state, text, retract)
+        missing = _write_text(state, text, retract, quiet)
     except (EngineError, NodeError) as exc:
         in_file(exc, facts, file)  # FILE:LINE:COL where it points into the file
         raise
@@ -117,8 +121,9 @@ def _write_paused(state: State, facts: tuple[str, ...], file: object, retract: b
         raise NotVisible(f"not visible, nothing to retract: {shown}{more}")
 
 
-def _write_text(state: State, text: str, retract: bool) -> list[dict]:
-    """Write ``text`` to the target; the facts a retract found not visible."""
+def _write_text(state: State, text: str, retract: bool, quiet: bool = False) -> list[dict]:
+    """Write ``text`` to the target; the facts a retract found not visible. ``quiet``:
+    render and print no ``CID<TAB>fact`` line."""
     from rich.console import Console
 
     from merklog.node.cliutil import target
@@ -133,7 +138,7 @@ def _write_text(state: State, text: str, retract: bool) -> list[dict]:
         local = isinstance(t, LocalTarget)
         end = _head_end(text) if local and not retract else None
         # The helper starts reading while this process reads the first chunk or half.
-        helper = _start_helper(t.node, text, end) if end is not None else None
+        helper = _start_helper(t.node, text, end, quiet) if end is not None else None
         if not local:
             helper = _start_half_reader(text)
         try:
@@ -141,7 +146,7 @@ def _write_text(state: State, text: str, retract: bool) -> list[dict]:
             if local and head is None and helper is not None:  # not the bulk shape
                 helper.close()  # read whole here
                 helper = None
-            return _write_target(state, t, text, head, helper, retract, console)
+            return _write_target(state, t, text, head, helper, retract, console, quiet)
         finally:
             if helper is not None:
                 helper.close()
@@ -155,9 +160,10 @@ def _write_target(
     helper: Helper | None,
     retract: bool,
     console: Any,
+    quiet: bool = False,
 ) -> list[dict]:
     """Write ``text`` to ``t`` with a progress bar on a terminal (see :func:`_write`);
-    returns the facts a retract found not visible. ``helper``: on a stopped home, the one
+    returns the facts a retract found not visible; prints nothing per fact when ``quiet``. ``helper``: on a stopped home, the one
     that prepares a put's later chunks (:func:`_start_helper`); through a running node,
     the one that reads the second half of the input (:func:`_start_half_reader`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -202,7 +208,9 @@ def _write_target(
                 CHUNK_BYTES,
                 (int(load_config(state.home, state.overrides).get("node.max_body")) - 4096) // 4,
             )
-            return _write_chunks(t, parsed, bulk, max_bytes, retract, bar, task, rendered, text)
+            return _write_chunks(
+                t, parsed, bulk, max_bytes, retract, bar, task, rendered, text, quiet
+            )
         # Chunk k+1 is checked and encoded while chunk k is in SQLite (ADR 0143).
         from merklog.node.bulkput import CommitGate, put_chunks
 
@@ -221,7 +229,8 @@ def _write_target(
                 else _chunks_while_reading(text, head, gate, total)
             )
         # With a helper, this thread renders the first chunk while it is written.
-        for count, out in put_chunks(t.node, local, _render, gate, helper is not None):
+        render = _silent if quiet else _render
+        for count, out in put_chunks(t.node, local, render, gate, helper is not None):
             if out:
                 click.echo(out)
             bar.advance(task, count)
@@ -309,7 +318,7 @@ def _read_rest(text: str, end: int) -> list:
     return rest
 
 
-def _start_helper(node: Any, text: str, end: int) -> Helper | None:
+def _start_helper(node: Any, text: str, end: int, quiet: bool = False) -> Helper | None:
     """A helper process that reads, checks and encodes the chunks after the first, whose
     lines end at ``end`` (ADR 0147), when a helper may fork here; else None. Started
     before this process reads the first chunk or starts any thread (the progress
@@ -322,16 +331,17 @@ def _start_helper(node: Any, text: str, end: int) -> Helper | None:
     if not helperproc.available():
         log.debug("put: the rest of the input is read in this process")
         return None
-    helper = helperproc.Helper(lambda: _rest_in_helper(node, text, end))
+    helper = helperproc.Helper(lambda: _rest_in_helper(node, text, end, quiet))
     log.info("put: helper process %d reads and prepares the rest of the input", helper.pid)
     return helper
 
 
-def _rest_in_helper(node: Any, text: str, end: int) -> Iterator:
+def _rest_in_helper(node: Any, text: str, end: int, quiet: bool = False) -> Iterator:
     """The helper's items: the number of facts after the first chunk (once the whole
     rest has parsed: a syntax error is raised instead), then each later chunk checked,
-    encoded and rendered, packed (:class:`~merklog.node.bulkput.ReadyChunk`); a chunk that
-    fails to prepare is the last, carrying its error."""
+    encoded and rendered (not rendered when ``quiet``: its text is empty), packed
+    (:class:`~merklog.node.bulkput.ReadyChunk`); a chunk that fails to prepare is the
+    last, carrying its error."""
     from merklog.node.bulkput import ReadyChunk
     from merklog.node.writes import prepare_asserts
 
@@ -347,6 +357,9 @@ def _rest_in_helper(node: Any, text: str, end: int) -> Iterator:
         # its own beside the writes but their unpacking (ADR 0149). Rendered once the
         # chunk is sent, while it is being written; in the chunk when the checks
         # normalised a value (the writing process could not render it as given).
+        if quiet:
+            yield ReadyChunk(prepared, "").pack()
+            continue
         cids = [cid for cid, _data in prepared.encoded]
         if prepared.facts is not chunk:
             yield ReadyChunk(prepared, _render(chunk, cids)).pack()
@@ -513,9 +526,11 @@ def _write_chunks(
     task: Any,
     rendered: Sequence[str],
     text: str = "",
+    quiet: bool = False,
 ) -> list[dict]:
     """Retract on a home opened here, or put and retract through a running node, chunk by
-    chunk; prints each chunk's ``CID<TAB>fact`` lines; returns the facts not visible.
+    chunk; prints each chunk's ``CID<TAB>fact`` lines (none when ``quiet``); returns the
+    facts not visible.
     ``rendered``: the text of facts that follow ``parsed`` (:func:`_read_halves`);
     ``text``: the whole input."""
     from merklog.node.target import LocalTarget
@@ -544,11 +559,19 @@ def _write_chunks(
     for (chunk, _lines, done), result in pipelined(write, parts, writers):
         gone = {item["cid"] for item in result.get("not_visible") or []}
         missing.extend(result.get("not_visible") or [])
-        text = _render(chunk, result["retracted" if retract else "asserted"], gone, done)
+        if quiet:
+            text = ""
+        else:
+            text = _render(chunk, result["retracted" if retract else "asserted"], gone, done)
         if text:
             click.echo(text)
         bar.advance(task, len(chunk) + len(done))
     return missing
+
+
+def _silent(chunk: list, cids: list) -> str:
+    """The text of a chunk under ``--quiet``: none (nothing rendered)."""
+    return ""
 
 
 def _render(
@@ -678,15 +701,29 @@ def register(cli: click.Group) -> None:
     @cli.command("put")
     @click.argument("facts", nargs=-1)
     @click.option("-f", "--file", type=click.File("r"), help="Read facts from a file (- = stdin).")
+    @QUIET
     @pass_state
-    def put(state: State, facts: tuple[str, ...], file: object) -> None:
+    def put(state: State, facts: tuple[str, ...], file: object, quiet: bool) -> None:
         """Assert FACTS such as 'edge(1, 2).'; prints "CID<TAB>fact" for each."""
-        _write(state, facts, file, retract=False)
+        _write(state, facts, file, retract=False, quiet=quiet)
 
     @cli.command("retract")
     @click.argument("facts", nargs=-1)
     @click.option("-f", "--file", type=click.File("r"), help="Read facts from a file (- = stdin).")
+    @QUIET
     @pass_state
-    def retract(state: State, facts: tuple[str, ...], file: object) -> None:
-        """Retract FACTS (every currently visible assertion of each)."""
-        _write(state, facts, file, retract=True)
+    def retract(state: State, facts: tuple[str, ...], file: object, quiet: bool) -> None:
+        """Retract FACTS (every currently visible assertion of each); prints
+        "CID<TAB>fact" for each."""
+        _write(state, facts, file, retract=True, quiet=quiet)
+
+
+#: ``-q``: for a bulk load whose CIDs nobody reads (a million lines on a terminal take
+#: longer to scroll past than the put takes to write). Errors are still printed, and the
+#: exit status is the same.
+QUIET = click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print no CID<TAB>fact lines (errors and the exit status are unchanged).",
+)

@@ -290,3 +290,36 @@ def test_ctrl_c_while_the_rest_is_read_writes_nothing(
     with _store(home) as conn:
         assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (0,)
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_quiet_put_stores_what_a_printing_put_stores_and_prints_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``put -q -f`` on a stopped home, in chunks of 1,200 (the later ones prepared by the
+    helper process, the first written while the rest is read): stdout is empty, and the
+    store holds the asserts and blocks of the same put without ``-q`` (mixed-type values,
+    repeats across chunks)."""
+    lines = _lines(3000)
+    lines += lines[1100:1300] + _lines(500, 5000)
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(put, "LOCAL_CHUNK_FACTS", 1200)
+    printed: set[str] = set()
+    for name, flags in (("loud", []), ("quiet", ["-q"])):
+        home = tmp_path / name
+        run = Cli(home)
+        run("init")
+        result = _in_thread(run, "put", *flags, "-f", str(data))
+        if flags:
+            assert result.output == ""
+        else:
+            printed = {cid for cid, _fact in _printed(result.output)}
+        assert len(printed) == 3500
+        with _store(home) as conn:
+            assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (3500,)
+        store = SQLiteBlockStore(home / "store.sqlite")
+        try:  # the fact blocks of the CIDs the printing put gave
+            assert all(store.get(Link.parse(cid)) for cid in printed)
+        finally:
+            store.close()
+        assert len(run("ls", "v").output.splitlines()) == 3500

@@ -192,3 +192,36 @@ def test_put_through_a_node_sizes_its_requests_by_their_json_bytes(tmp_path, nod
     assert len(result.output.splitlines()) == 12
     status, page = node.request("GET", "/v1/facts?limit=100")
     assert status == 200 and len(page["facts"]) == 12
+
+
+def test_quiet_puts_and_retracts_through_a_node_store_what_printing_ones_do(
+    tmp_path: Path, node_factory
+) -> None:
+    """``put -q`` and ``retract -q`` through a running node, the input read in two
+    halves: nothing on stdout, the same exit status and the same facts on the node as
+    the printing commands (mixed-type values, repeats), and a retract of a fact that is
+    not visible still says so (exit 3 either way)."""
+    lines = [f"v({i}, {VALUES[i % len(VALUES)]})." for i in range(3000)]
+    lines += lines[100:400] + ["w(1, 1).", "w(1, 1.0).", "w(1, true).", 'w(1, "1").']
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    gone = tmp_path / "gone.dl"
+    gone.write_text("\n".join([*lines[:3000:3], "v(-1, 2)."]) + "\n")
+    loud, quiet = (_node_home(tmp_path, name, node_factory) for name in ("loud", "quiet"))
+    printed = _merklog(loud, "put", "-f", str(data))
+    silent = _merklog(quiet, "put", "-q", "-f", str(data))
+    assert printed.returncode == 0 == silent.returncode, printed.stderr + silent.stderr
+    assert len(_printed(printed.stdout)) == len(lines) and silent.stdout == ""
+    assert _helper_pid(silent.stderr) is not None  # the halves path, not a shortcut
+    assert "Traceback" not in silent.stderr
+    for query in ("v(X, Y)", "w(X, Y)"):
+        assert _rows(loud, query) == _rows(quiet, query)
+    assert len(_rows(quiet, "w(X, Y)")) == 4
+    retracts = [
+        _merklog(h, "retract", *q, "-f", str(gone)) for h, q in ((loud, []), (quiet, ["-q"]))
+    ]
+    assert retracts[0].returncode == retracts[1].returncode == 3  # not visible
+    assert retracts[1].stdout == "" and len(_printed(retracts[0].stdout)) == 1000
+    assert "not visible, nothing to retract: v(-1, 2)" in retracts[1].stderr
+    assert _rows(loud, "v(X, Y)") == _rows(quiet, "v(X, Y)")
+    assert len(_rows(quiet, "v(X, Y)")) == 2000
