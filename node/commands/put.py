@@ -180,6 +180,8 @@ def _write_target(
         if halves is not None:
             parsed, lines, rendered = halves
             bulk = (parsed, lines)
+            if quiet:  # only their count is used: the helper's rendering is never taken
+                rendered = [""] * len(rendered)
         else:  # not one fact per line: the parser reads the whole text (its error places)
             parsed = _parse(text)
     elif head is None:
