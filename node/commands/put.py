@@ -163,9 +163,10 @@ def _write_target(
     quiet: bool = False,
 ) -> list[dict]:
     """Write ``text`` to ``t`` with a progress bar on a terminal (see :func:`_write`);
-    returns the facts a retract found not visible; prints nothing per fact when ``quiet``. ``helper``: on a stopped home, the one
-    that prepares a put's later chunks (:func:`_start_helper`); through a running node,
-    the one that reads the second half of the input (:func:`_start_half_reader`)."""
+    returns the facts a retract found not visible; prints nothing per fact when
+    ``quiet``. ``helper``: on a stopped home, the one that prepares a put's later chunks
+    (:func:`_start_helper`); through a running node, the one that reads the second half
+    of the input (:func:`_start_half_reader`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from merklog.engine.factreader import read_fact_lines
