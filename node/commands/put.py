@@ -140,7 +140,7 @@ def _write_text(state: State, text: str, retract: bool, quiet: bool = False) -> 
         # The helper starts reading while this process reads the first chunk or half.
         helper = _start_helper(t.node, text, end, quiet) if end is not None else None
         if not local:
-            helper = _start_half_reader(text)
+            helper = _start_half_reader(text, quiet)
         try:
             head = _head(text, end)
             if local and head is None and helper is not None:  # not the bulk shape
@@ -181,7 +181,7 @@ def _write_target(
         if halves is not None:
             parsed, lines, rendered = halves
             bulk = (parsed, lines)
-            if quiet:  # only their count is used: the helper's rendering is never taken
+            if quiet:  # only their count is used (the helper rendered nothing)
                 rendered = [""] * len(rendered)
         else:  # not one fact per line: the parser reads the whole text (its error places)
             parsed = _parse(text)
@@ -380,10 +380,11 @@ def _halfway(text: str) -> int | None:
     return mid if 0 < mid < len(text) else None
 
 
-def _start_half_reader(text: str) -> Helper | None:
+def _start_half_reader(text: str, quiet: bool = False) -> Helper | None:
     """A helper process that reads the second half of ``text`` (:func:`_halfway`) while
     this process reads the first, when ``text`` is that long and a helper may fork here;
-    else None. Started before any thread (the progress bar's, the requests')."""
+    else None. Started before any thread (the progress bar's, the requests'). ``quiet``:
+    it renders nothing (:func:`_half_count_in_helper`)."""
     import logging
 
     from merklog.node import helperproc
@@ -391,7 +392,8 @@ def _start_half_reader(text: str) -> Helper | None:
     mid = _halfway(text)
     if mid is None or not helperproc.available():
         return None
-    helper = helperproc.Helper(lambda: _half_in_helper(text, mid))
+    read = _half_count_in_helper if quiet else _half_in_helper
+    helper = helperproc.Helper(lambda: read(text, mid))
     logging.getLogger(__name__).info(
         "put: helper process %d reads the second half of the input", helper.pid
     )
@@ -412,6 +414,15 @@ def _half_in_helper(text: str, mid: int) -> Iterator:
         return
     yield len(second[0])
     yield fact_texts(second[0])
+
+
+def _half_count_in_helper(text: str, mid: int) -> Iterator:
+    """:func:`_half_in_helper` for ``put -q``: None, or the number of facts of
+    ``text[mid:]``, and no rendering."""
+    from merklog.engine.factreader import read_fact_lines
+
+    second = read_fact_lines(text[mid:])
+    yield None if second is None else len(second[0])
 
 
 class HelperTexts(Sequence[str]):
