@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -120,9 +121,9 @@ def test_a_full_disk_mid_put_keeps_the_chunks_before_and_writes_nothing_after(
 def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(
     run: Cli, home: Path, tmp_path: Path, sig: str
 ):
-    """Ctrl-C (a real SIGINT to a real ``merklog put -f`` of three 60k-fact chunks) once
+    """Ctrl-C (a real SIGINT to a real ``merklog put -f`` of four 60k-fact chunks) once
     the first chunk is printed, while the second is being written: that write finishes
-    and is printed before the put stops, and the third is never sent. So the facts
+    and is printed before the put stops, and the later ones are never sent. So the facts
     printed are exactly the facts stored; one line on stderr, exit 1, the store intact.
     SIGTERM (``kill``, a service manager) the same, exit 143: it kept a chunk it never
     printed, and said nothing."""
@@ -133,9 +134,10 @@ def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(
 
     run("init")
     # Chunks of 60k facts, not the 200k of LOCAL_CHUNK_FACTS: each still takes over a
-    # second to write (the window the signal must hit), the put a third of the time.
+    # second to write (the window the signal must hit). Four of them: an input of this
+    # size is cut in quarters (ADR 0194), so each is LOCAL_CHUNK_FACTS.
     chunk = 60_000
-    lines = _lines(3 * chunk)
+    lines = _lines(4 * chunk)
     data = tmp_path / "facts.dl"
     data.write_text("\n".join(lines) + "\n")
     script = put_script("LOCAL_CHUNK_FACTS")
@@ -323,3 +325,73 @@ def test_a_quiet_put_stores_what_a_printing_put_stores_and_prints_nothing(
         finally:
             store.close()
         assert len(run("ls", "v").output.splitlines()) == 3500
+
+
+def _chunk_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records the size of each chunk a put on a stopped home writes after reading its
+    first chunk's lines (:func:`put._chunks_while_reading`)."""
+    sizes: list[int] = []
+    real = put._chunks_while_reading
+
+    def spy(*args: object) -> Iterator[list]:
+        for chunk in real(*args):
+            sizes.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(put, "_chunks_while_reading", spy)
+    return sizes
+
+
+def test_an_input_of_one_chunk_is_written_in_quarters_with_the_output_of_one_write(
+    run: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADR 0194: a put of 24,002 lines of mixed-type facts (fewer than LOCAL_CHUNK_FACTS,
+    at least SPLIT_FROM_LINES), with the real chunk sizes, is written in four chunks of
+    a quarter of the lines, the first held until the rest has read: the lines printed
+    and the facts stored are those of the same input written as one chunk."""
+    lines = _json_lines(24_002)
+    assert put.SPLIT_FROM_LINES <= len(lines) < put.LOCAL_CHUNK_FACTS
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    whole_home = tmp_path / "whole"
+    whole = Cli(whole_home)
+    whole("init")
+    monkeypatch.setattr(put, "SPLIT_FROM_LINES", 10**9)  # one chunk, read first
+    want = _in_thread(whole, "put", "-f", str(data)).output
+    monkeypatch.undo()
+    run("init")
+    outcomes, _waiting = _gate_spy(monkeypatch)
+    sizes = _chunk_spy(monkeypatch)
+    got = _in_thread(run, "put", "-f", str(data)).output
+    assert outcomes == [True]  # the first quarter was held, then let through
+    assert sizes == [6_001, 6_001, 6_001, 5_999]
+    assert got == want
+    assert [fact + "." for _cid, fact in _printed(got)] == as_printed(lines)
+    monkeypatch.undo()
+    assert sorted(run("ls", "v").output.splitlines()) == sorted(
+        whole("ls", "v").output.splitlines()
+    )
+
+
+def test_a_syntax_error_on_the_last_line_of_a_quartered_input_writes_nothing(
+    run: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ADR 0194 with the real chunk sizes: the first quarter of a 24,000-line input is
+    written while the rest is read; a syntax error on its last line rolls that write
+    back. One line naming it, exit 2, nothing of the input stored."""
+    run("init")
+    run("put", "seen(1).")
+    lines = _json_lines(24_000)
+    lines[-1] = "v(23999, )."
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    outcomes, _waiting = _gate_spy(monkeypatch)
+    result = _in_thread(run, "put", "-f", str(data), ok=False)
+    assert outcomes == [False]
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output and not _printed(result.output)
+    assert "24000:10: expected a term" in result.output.splitlines()[0], result.output
+    monkeypatch.undo()
+    with _store(home) as conn:
+        assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (1,)
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)

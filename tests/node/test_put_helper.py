@@ -121,6 +121,39 @@ def test_the_helper_stores_and_prints_what_the_put_gives_without_it(tmp_path: Pa
     assert _count(with_helper, "repl_assert") == _count(without, "repl_assert") == 6705
 
 
+# Chunks of a quarter of an input from 1,000 lines on (ADR 0194; 20,000 in merklog).
+QUARTERS = "put.SPLIT_FROM_LINES = 1000\n"
+
+
+def test_an_input_cut_in_quarters_is_stored_and_printed_as_one_chunk_gives(
+    tmp_path: Path,
+) -> None:
+    """ADR 0194 in real processes: an input of fewer lines than a chunk, but at least
+    ``SPLIT_FROM_LINES``, is written in quarters, the rest read and prepared by the
+    helper. Mixed-type values: the output lines and the visible facts are those of the
+    same input written as one chunk, read first (no helper)."""
+    lines = [f"v({i}, {VALUES[i % len(VALUES)]})." for i in range(1100)]
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    quartered, whole = tmp_path / "a", tmp_path / "b"
+    _init(quartered)
+    _init(whole)
+    got = _merklog(quartered, "put", "-f", str(data), extra=QUARTERS)
+    want = _merklog(whole, "put", "-f", str(data))  # 1,100 lines, a chunk of 1,200
+    assert got.returncode == 0 == want.returncode, got.stderr + want.stderr
+    pid = _helper_pid(got.stderr)
+    assert pid is not None and reaped(pid), got.stderr
+    assert _helper_pid(want.stderr) is None
+    assert got.stdout == want.stdout
+    assert [fact + "." for _cid, fact in _printed(got.stdout)] == as_printed(lines)
+    rows = [
+        json.loads(_merklog(home, "query", "--json", "v(X, Y)").stdout)["rows"]
+        for home in (quartered, whole)
+    ]
+    assert sorted(map(json.dumps, rows[0])) == sorted(map(json.dumps, rows[1]))
+    assert _count(quartered, "repl_assert") == _count(whole, "repl_assert") == 1100
+
+
 def test_a_syntax_error_read_by_the_helper_writes_nothing(tmp_path: Path) -> None:
     """A syntax error in the fourth chunk, found by the helper while the first chunk's
     write waits at its commit: nothing is written, the error names its line and column
