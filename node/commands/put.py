@@ -18,7 +18,8 @@ write, and a progress bar on a terminal counts facts.
   escaping cannot push a body over it). Each request is one transaction on the node,
   whose commit rewrites most leaf pages of the random-key B-trees however few facts it
   holds: 200k-fact requests cost the node a third less CPU per fact than 20k ones at
-  1M facts (ADR 0081). A file with one
+  1M facts (ADR 0081); a put of 20,000 to 800,000 facts is sent in quarters, so the
+  node decodes one request while it writes another from the first on (ADR 0194). A file with one
   fact per line is sent as its own lines (the node parses them as the client did);
   other inputs are sent as each parsed fact's rendering. ``put`` keeps two requests
   in flight (the node decodes one while it writes the other) and prints a chunk's
@@ -587,7 +588,8 @@ def _write_chunks(
     else:
         lines = bulk[1] if bulk is not None else None
         six = lines is not None and _six_fold(text)
-        parts = _remote_chunks(parsed, lines, max_bytes, rendered, six)
+        most = CHUNK_FACTS if retract else _request_facts(len(parsed) + len(rendered))
+        parts = _remote_chunks(parsed, lines, max_bytes, rendered, six, most)
     # A running node's put keeps two requests in flight, so the node decodes one body
     # while it writes the other and this process renders an answer meanwhile; its
     # retract keeps one (chunks observe each other in order). A retract on a home opened
@@ -709,21 +711,32 @@ def _wire_sizes(lines: list[str], six_fold: bool) -> Iterable[int]:
     return (len(json.dumps(line, ensure_ascii=False)) - 2 for line in lines)
 
 
+def _request_facts(total: int) -> int:
+    """The facts per request of a put of ``total`` facts through a running node: a
+    quarter of them from ``SPLIT_FROM_LINES`` on (``CHUNK_FACTS`` at most), so the node
+    decodes the next request while it writes one from the start (ADR 0194)."""
+    if total >= SPLIT_FROM_LINES:
+        return min(CHUNK_FACTS, math.ceil(total * HEAD_SHARE))
+    return CHUNK_FACTS
+
+
 def _remote_chunks(
     parsed: list,
     lines: list[str] | None,
     max_bytes: int,
     rendered: Sequence[str] = (),
     six_fold: bool = False,
+    max_facts: int = CHUNK_FACTS,
 ) -> Iterator:
-    """``(facts, lines, rendered)`` per request to a running node: ``lines`` are the
+    """``(facts, lines, rendered)`` per request to a running node, each of at most
+    ``max_facts`` facts and ``max_bytes`` bytes: ``lines`` are the
     input's own lines of the request's facts when the input has one fact per line (no
     rendering, no size estimate per fact), else None (each fact is sent as its
     rendering). With ``rendered`` (the text of the facts after ``parsed``, which
     ``lines`` cover too), a request's facts are its part of ``parsed`` and then its
     part of ``rendered``."""
     if lines is None:
-        yield from ((c, None, []) for c in chunks(parsed, CHUNK_FACTS, max_bytes))
+        yield from ((c, None, []) for c in chunks(parsed, max_facts, max_bytes))
         return
     known = len(parsed)
 
@@ -736,7 +749,7 @@ def _remote_chunks(
 
     start = size = 0
     for i, n in enumerate(_wire_sizes(lines, six_fold)):
-        if i > start and (i - start >= CHUNK_FACTS or size + n + 1 > max_bytes):
+        if i > start and (i - start >= max_facts or size + n + 1 > max_bytes):
             yield part(start, i)
             start, size = i, 0
         size += n + 1
