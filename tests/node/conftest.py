@@ -312,3 +312,16 @@ def put_script(setting: str, extra: str = "") -> str:
         "sys.argv = ['merklog', *sys.argv[2:]]\n"
         "main()\n"
     )
+
+
+def answered_posts(node: Any, route: str) -> int:
+    """The POSTs on ``route`` that ``node`` (a running :class:`NodeProc`) answered 200,
+    from its request metrics."""
+    _status, text = node.request("GET", "/metrics")
+    total = 0
+    for line in text.decode().splitlines():
+        if line.startswith("merklog_http_requests_total{") and f'route="{route}"' in line:
+            if 'method="POST"' in line and 'status="200"' in line:
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+

@@ -9,7 +9,7 @@ from pathlib import Path
 from merklog.node.failures import ExitCode
 from merklog.store import Link
 
-from .conftest import Cli
+from .conftest import Cli, answered_posts
 
 
 def test_fsck_finds_and_repairs_blocks_from_a_peer(tmp_path: Path, node_factory) -> None:
@@ -43,17 +43,6 @@ def test_fsck_finds_and_repairs_blocks_from_a_peer(tmp_path: Path, node_factory)
         'name("n", 1.5, true)',
     ]
     assert "ok:" in b("fsck").output
-
-
-def _requests(node, route: str) -> int:
-    """POSTs the node answered 200 on ``route`` (its request metrics)."""
-    _status, text = node.request("GET", "/metrics")
-    total = 0
-    for line in text.decode().splitlines():
-        if line.startswith("merklog_http_requests_total{") and f'route="{route}"' in line:
-            if 'method="POST"' in line and 'status="200"' in line:
-                total += int(float(line.rsplit(" ", 1)[1]))
-    return total
 
 
 def test_repair_fetches_only_the_damaged_blocks(tmp_path: Path, node_factory) -> None:
@@ -92,7 +81,7 @@ def test_repair_fetches_only_the_damaged_blocks(tmp_path: Path, node_factory) ->
         db.execute("DELETE FROM blocks WHERE cid = ?", (delta,))
     found = json.loads(b("fsck", "--json", ok=False).output.splitlines()[0])
     assert not found["ok"] and found["repaired"] == 0
-    syncs_before = _requests(na, "/v1/datasets/{id}/sync")
+    syncs_before = answered_posts(na, "/v1/datasets/{id}/sync")
     repaired = b("fsck", "--repair-from", na.url, "--json")
     report = json.loads(repaired.output.splitlines()[0])
     assert report["ok"] and report["repaired"] == 5 and report["unavailable"] == 0
@@ -100,12 +89,12 @@ def test_repair_fetches_only_the_damaged_blocks(tmp_path: Path, node_factory) ->
     assert report["requests"] == 1 and not report["from_log"]
     # The HTTP body is the five blocks plus CAR framing: far below the log's size.
     assert report["bytes_received"] < report["repaired_bytes"] + 5 * 64 + 128 < log_bytes // 20
-    assert _requests(na, "/v1/datasets/{id}/blocks") == 1
-    assert _requests(na, "/v1/datasets/{id}/sync") == syncs_before
+    assert answered_posts(na, "/v1/datasets/{id}/blocks") == 1
+    assert answered_posts(na, "/v1/datasets/{id}/sync") == syncs_before
     assert "ok:" in b("fsck").output
     assert b("ls").output == a("ls").output
     text = b("fsck", "--repair-from", na.url)  # nothing to repair: nothing asked
-    assert "repaired" not in text.output and _requests(na, "/v1/datasets/{id}/blocks") == 1
+    assert "repaired" not in text.output and answered_posts(na, "/v1/datasets/{id}/blocks") == 1
 
 
 def test_fsck_counts_one_thing_in_the_singular(tmp_path: Path, node_factory) -> None:

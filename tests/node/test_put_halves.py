@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Cli, as_printed, put_script, reaped
+from .conftest import Cli, answered_posts, as_printed, put_script, reaped
 
 # The helper kills itself (a real SIGKILL) before it says anything.
 KILL_IN_HELPER = (
@@ -227,17 +227,6 @@ def test_quiet_puts_and_retracts_through_a_node_store_what_printing_ones_do(
     assert len(_rows(quiet, "v(X, Y)")) == 2000
 
 
-def _posts(node, route: str = "/v1/facts") -> int:
-    """The POSTs on ``route`` the node answered 200 (its request metrics)."""
-    _status, text = node.request("GET", "/metrics")
-    total = 0
-    for line in text.decode().splitlines():
-        if line.startswith("merklog_http_requests_total{") and f'route="{route}"' in line:
-            if 'method="POST"' in line and 'status="200"' in line:
-                total += int(float(line.rsplit(" ", 1)[1]))
-    return total
-
-
 def test_a_put_through_a_node_is_sent_in_quarters(tmp_path: Path, node_factory) -> None:
     """ADR 0194: a put through a running node of at least ``SPLIT_FROM_LINES`` lines (1,000
     here) is sent as four requests of a quarter of its facts, so the node decodes one
@@ -252,11 +241,13 @@ def test_a_put_through_a_node_is_sent_in_quarters(tmp_path: Path, node_factory) 
         Cli(home)("init")
         homes.append(home)
         nodes.append(node_factory(home).start())
-    before = [_posts(node) for node in nodes]
+    before = [answered_posts(node, "/v1/facts") for node in nodes]
     split = {"quarters": "put.SPLIT_FROM_LINES = 1000\n", "one": "put.SPLIT_FROM_LINES = 10**9\n"}
     puts = [_merklog(h, "put", "-f", str(data), extra=split[h.name]) for h in homes]
     assert puts[0].returncode == 0 == puts[1].returncode, puts[0].stderr + puts[1].stderr
-    assert [_posts(node) - n for node, n in zip(nodes, before, strict=True)] == [4, 1]
+    assert [
+        answered_posts(node, "/v1/facts") - n for node, n in zip(nodes, before, strict=True)
+    ] == [4, 1]
     assert puts[0].stdout == puts[1].stdout
     assert [fact + "." for _cid, fact in _printed(puts[0].stdout)] == as_printed(lines)
     assert _rows(homes[0], "v(X, Y)") == _rows(homes[1], "v(X, Y)")
