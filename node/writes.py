@@ -251,7 +251,9 @@ class GroupCommit:
     Requests queue here; one flush task at a time takes as many as fit in one delta (at
     most 256, cut before a retract of a fact an earlier queued request asserts, which
     the same delta would not observe), commits them with ``Node._write`` on a worker
-    thread, and hands each request its own slice of the result."""
+    thread, and hands each request its own slice of the result. When that shared write
+    fails, each of its requests is written alone, so one request's misfit (a fact over
+    1 MiB) fails only that request."""
 
     def __init__(self, node: Any) -> None:
         self.node = node
@@ -282,7 +284,6 @@ class GroupCommit:
 
     async def flush(self) -> None:
         """Commit queued requests batch by batch until the queue is empty."""
-        loop = asyncio.get_running_loop()
         try:
             while self.queue:
                 batch: list = []
@@ -306,22 +307,44 @@ class GroupCommit:
                     batch.append((add, rem, enc, fut))
                     if adds is not None:
                         adds.update(add)
-                all_add = [f for a, _, _, _ in batch for f in a]
-                all_rem = [f for _, r, _, _ in batch for f in r]
-                encs = [e for _, _, e, _ in batch]
-                all_enc = None if None in encs else [b for e in encs for b in e]
                 try:
-                    res = await loop.run_in_executor(
-                        None, self.node._write, all_add, all_rem, True, all_enc
-                    )
+                    res = await self._commit(batch)
                 except Exception as exc:
-                    for _, _, _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
+                    if len(batch) == 1:
+                        _fail(batch, exc)
+                        continue
+                    # The shared write rolled back. One request's facts may be what
+                    # failed it (a fact no receiver takes: over 1 MiB, a relation name
+                    # too long): each request is written alone, in order, so that a
+                    # misfit fails only its own request, not the others queued with it.
+                    for item in batch:
+                        try:
+                            alone = await self._commit([item])
+                        except Exception as own:
+                            _fail([item], own)
+                        else:
+                            _settle([item], alone)
                     continue
                 _settle(batch, res)
         finally:
             self.flushing = False
+
+    async def _commit(self, batch: list) -> WriteResult:
+        """One durable write of the requests of ``batch`` (on a worker thread)."""
+        all_add = [f for a, _, _, _ in batch for f in a]
+        all_rem = [f for _, r, _, _ in batch for f in r]
+        encs = [e for _, _, e, _ in batch]
+        all_enc = None if None in encs else [b for e in encs for b in e]
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.node._write, all_add, all_rem, True, all_enc
+        )
+
+
+def _fail(batch: list, exc: BaseException) -> None:
+    """Answer each request of ``batch`` with ``exc``."""
+    for _, _, _, fut in batch:
+        if not fut.done():
+            fut.set_exception(exc)
 
 
 def _settle(batch: list, res: WriteResult) -> None:

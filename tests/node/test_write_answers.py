@@ -127,3 +127,37 @@ def test_a_queued_retract_observes_an_assert_queued_before_it(tmp_path: Path) ->
             assert [repr(r) for r in node.query("v(X)").rows] == [repr(("1",))]
 
     asyncio.run(main())
+
+
+def test_a_request_no_receiver_takes_fails_alone_not_the_requests_queued_with_it(
+    tmp_path: Path,
+) -> None:
+    """Three requests queued together share one write; the second holds a fact over the
+    1 MiB limit every peer keeps. That request alone is refused (TooLarge, the HTTP
+    API's 400): the two others, of mixed-type values, are written, each with its own
+    CIDs, and their facts are visible. The same misfit queued alone is refused alike."""
+    from merklog.replication.errors import TooLarge
+
+    async def main() -> None:
+        async with Node.open(tmp_path / "h") as node:
+            good = [node.coerce_facts(["v(1).", 'v("1").']), node.coerce_facts(["v(1.0)."])]
+            huge = node.coerce_facts(['blob("' + "x" * (1 << 20) + '").'])
+            results = await asyncio.gather(
+                node.write_async(good[0], [], encode_facts(good[0])),
+                node.write_async(huge, [], encode_facts(huge)),
+                node.write_async(good[1], []),  # not encoded by the caller
+                return_exceptions=True,
+            )
+            assert isinstance(results[1], TooLarge), results[1]
+            assert "over the 1048576-byte limit" in str(results[1])
+            for facts, result in zip(good, (results[0], results[2]), strict=True):
+                assert not isinstance(result, BaseException), result
+                assert [c for c, _f in result.asserted] == [fact_cid(f) for f in facts]
+            alone = await asyncio.gather(node.write_async(huge, []), return_exceptions=True)
+            assert isinstance(alone[0], TooLarge)
+            await node.settled()
+            rows = node.query("v(X)").rows
+            assert sorted(map(repr, rows)) == sorted(map(repr, [(1,), ("1",), (1.0,)]))
+            assert node.status()["facts"] == 3  # no blob fact
+
+    asyncio.run(main())
