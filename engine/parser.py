@@ -652,7 +652,15 @@ def parse_facts(text: str) -> list[Fact]:
 
 def parse_facts_general(text: str) -> list[Fact]:
     """:func:`parse_facts` through the full lexer and parser only."""
+    return [fact for fact, _pos in parse_facts_placed(text)]
+
+
+def parse_facts_placed(text: str) -> list[tuple[Fact, Pos]]:
+    """:func:`parse_facts_general`, each fact with the position where its clause starts:
+    what names the place of a fact that is refused after it parsed (it does not fit the
+    program's declarations, it is over the size limit)."""
     p = Parser(text)
+    placed: list[tuple[Fact, Pos]] = []
     facts: list[Fact] = []
     while p.peek().kind != "EOF":
         start = p.peek()
@@ -663,7 +671,9 @@ def parse_facts_general(text: str) -> list[Fact]:
             raise _not_ground(p, start, rules[0])
         if len(facts) == before:
             raise p.error(start, "expected a fact")
-    return facts
+        pos = p.pos(start)
+        placed.extend((fact, pos) for fact in facts[before:])
+    return placed
 
 
 def _not_ground(p: Parser, start: Token, rule: Rule) -> ParseError:

@@ -12,6 +12,9 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from merklog.store import Fact
+from merklog.store.errors import Error
+
 from .errors import NodeError
 from .factpages import FACTS_PAGE_MAX
 from .files import output_file
@@ -31,6 +34,8 @@ class NodeAPIError(NodeError, RuntimeError):
         self.detail = detail
         #: Why no connection could be made (``connection refused``), else "".
         self.reason = reason
+        #: The fact of the write the node refused (the body's ``fact``), else None.
+        self.fact: Fact | None = None
 
 
 #: Error names of the node's answers whose detail is the whole message, worded as a
@@ -73,6 +78,18 @@ def api_message(error: str, detail: str) -> str:
 #: Seconds a ``sync`` call waits for the node beyond the sync timeout it asked for: the
 #: node's own answer (a timeout error) must come before this client gives up.
 SYNC_WAIT_MARGIN = 30.0
+
+
+def _refused_fact(payload: Any) -> Fact | None:
+    """The fact an error body names (``"fact"``, typed JSON), if it names a valid one."""
+    if not isinstance(payload, dict) or "fact" not in payload:
+        return None
+    from .jsonvalues import fact_from_json
+
+    try:
+        return fact_from_json(payload["fact"])
+    except Error:  # a body this client cannot read: the message is still the error
+        return None
 
 
 class _OutputError(Exception):
@@ -146,8 +163,10 @@ class NodeClient:
                 error, detail = str(payload.get("error", "error")), str(payload.get("detail") or "")
                 message = api_message(error, detail)
             except (ValueError, AttributeError):
-                message = str(exc)
-            raise NodeAPIError(exc.code, message, error, detail) from None
+                payload, message = None, str(exc)
+            failure = NodeAPIError(exc.code, message, error, detail)
+            failure.fact = _refused_fact(payload)
+            raise failure from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             from merklog.replication.errors import PeerUntrusted, unreachable_reason
 

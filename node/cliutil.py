@@ -70,7 +70,10 @@ def in_file(exc: BaseException, args: tuple[str, ...], file: Any) -> None:
         exc.message, exc.line = f"{at}: {exc.message}", 0
         exc.args = (str(exc),)
     else:
-        exc.args = (f"{at}: {str(exc)[found.end() :]}",)
+        old = str(exc)
+        exc.args = (f"{at}: {old[found.end() :]}",)
+        if getattr(exc, "detail", None) == old:  # a replication error says its detail
+            exc.detail = exc.args[0]
 
 
 def _read_utf8(stream: Any) -> str:

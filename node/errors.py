@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from merklog.store.errors import Error
 
-__all__ = ["Error", "Forbidden", "NodeError", "NodeInputError", "NotSettled", "Unauthorized"]
+__all__ = [
+    "Error",
+    "Forbidden",
+    "NodeError",
+    "NodeInputError",
+    "NotSettled",
+    "RefusedFact",
+    "Unauthorized",
+]
 
 
 class NodeError(Error):
@@ -17,6 +25,16 @@ class NodeError(Error):
 
 class NodeInputError(NodeError, ValueError):
     """Bad input from a user (syntax, values): reported with position, nothing changed."""
+
+
+class RefusedFact(NodeInputError):
+    """A fact of a write that does not fit the loaded program's ``.decl`` declarations.
+    ``fact`` is that fact, so that a caller that knows where its facts came from (``put
+    -f`` a file) can name its line; over HTTP the error body carries it too."""
+
+    def __init__(self, message: str, fact: object = None) -> None:
+        super().__init__(message)
+        self.fact = fact
 
 
 class Unauthorized(NodeError):

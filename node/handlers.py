@@ -632,7 +632,7 @@ async def _write(
         result = await node.write_async(add, rem, encoded)
     except TooLarge as exc:  # a fact over the limit every peer takes: bad input (exit 2),
         # not a refusal, nor a body over node.max_body (413)
-        raise ApiError(400, "bad input", exc.detail) from None
+        raise ApiError(400, "bad input", exc.detail, exc.fact) from None
     except ReplicationError as exc:  # e.g. this key is not (yet) a writer
         raise ApiError(403, "refused", str(exc)) from None
     # read-your-writes: the answer comes after the epoch that saw it. The write is durable

@@ -25,11 +25,19 @@ from typing import Any
 from aiohttp import ClientConnectionError, ClientPayloadError, web
 
 from merklog.replication.errors import ReplicationError
-from merklog.store import BlockNotFound, Error, InvalidValue, StoreError, StoreUnavailable
+from merklog.store import (
+    BlockNotFound,
+    Error,
+    Fact,
+    InvalidValue,
+    StoreError,
+    StoreUnavailable,
+)
 
 from .config import Config
 from .errors import Forbidden, NodeError, NodeInputError, Unauthorized
 from .failures import ExitCode, Failure, classify
+from .jsonvalues import fact_to_json
 from .metrics import NodeMetrics
 
 log = logging.getLogger(__name__)
@@ -56,19 +64,26 @@ METRICS_KEY = web.AppKey("merklog_metrics", NodeMetrics)
 
 
 class ApiError(NodeError):
-    """An answer other than 200 decided by a handler: status, error name, detail."""
+    """An answer other than 200 decided by a handler: status, error name, detail, and
+    the fact it refused, if one (see :func:`json_error`)."""
 
-    def __init__(self, status: int, error: str, detail: str = "") -> None:
+    def __init__(self, status: int, error: str, detail: str = "", fact: Any = None) -> None:
         super().__init__(detail or error)
         self.status = status
         self.error = error
         self.detail = detail
+        self.fact = fact
 
 
-def json_error(status: int, error: str, detail: str = "") -> web.Response:
+def json_error(status: int, error: str, detail: str = "", fact: Any = None) -> web.Response:
+    """``{"error", "detail"}``, and ``"fact"`` in the typed JSON fact form when the
+    error is about one fact of a write (a misfit, a fact over 1 MiB): a client that sent
+    many facts can tell which, and where it came from."""
     body: dict[str, Any] = {"error": error}
     if detail:
         body["detail"] = detail
+    if isinstance(fact, Fact):
+        body["fact"] = fact_to_json(fact)
     return web.json_response(body, status=status)
 
 
@@ -286,7 +301,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.warning("%s %s: %s", request.method, request.path, detail)
         if status in (400, 401, 403):
             request.app[METRICS_KEY].rejected.inc()
-        response = json_error(status, error, detail)
+        response = json_error(status, error, detail, getattr(exc, "fact", None))
         if status == 401:  # the scheme to authenticate with (RFC 9110 §11.6.1, RFC 6750 §3)
             response.headers["WWW-Authenticate"] = 'Bearer realm="merklog"'
         return response

@@ -454,7 +454,15 @@ def _schemas() -> dict[str, Any]:
         "Error": {
             "type": "object",
             "required": ["error"],
-            "properties": {"error": {"type": "string"}, "detail": {"type": "string"}},
+            "properties": {
+                "error": {"type": "string"},
+                "detail": {"type": "string"},
+                "fact": {
+                    "$ref": "#/components/schemas/JsonFact",
+                    "description": "The fact of a write that was refused (it does not fit"
+                    " the program's .decl declarations, or it is over the 1 MiB limit)",
+                },
+            },
         },
         "Health": {
             "type": "object",

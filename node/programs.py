@@ -40,7 +40,7 @@ from merklog.engine.rows import DeltaMap, RowSet, engine_rows
 from merklog.engine.values import row_holds, row_to_engine
 from merklog.store import Fact
 
-from .errors import NodeInputError
+from .errors import NodeInputError, RefusedFact
 from .querycheck import program_arities
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ class ProgramRunner:
         declarations; call before storing it (``put``), so nothing is stored."""
         why = self.checked.schema.problem(fact.rel, fact.args)
         if why is not None:
-            raise NodeInputError(f"{fact} does not fit: {why}")
+            raise RefusedFact(f"{fact} does not fit: {why}", fact)
 
     def carried(self, tuples: Mapping[str, Iterable[Row]], digest: str) -> dict[str, set[Row]]:
         """The ``@next`` tuples a committed epoch derived (``tuples``, by the program of

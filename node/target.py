@@ -29,7 +29,10 @@ if TYPE_CHECKING:
 
 
 class TargetError(Failure):
-    """A command failed with a message meant for the user; nothing was changed."""
+    """A command failed with a message meant for the user; nothing was changed. ``fact``:
+    the fact of a write the node refused, when its answer named one."""
+
+    fact: Fact | None = None
 
 
 class Target(Protocol):
@@ -131,7 +134,9 @@ class RemoteTarget:
         try:
             return fn(*args)
         except NodeAPIError as exc:
-            raise TargetError(str(exc), exit_code_for_status(exc.status, exc.error)) from None
+            failure = TargetError(str(exc), exit_code_for_status(exc.status, exc.error))
+            failure.fact = exc.fact  # a refused fact of a write, named by the node
+            raise failure from None
 
     def write(self, asserts: str, retracts: str, answer: str = "full") -> dict[str, Any]:
         try:

@@ -42,10 +42,13 @@ class CIDMismatchError(ReplicationError):
 
 
 class TooLarge(ReplicationError):
-    """A body, block or delta over the configured limit."""
+    """A body, block or delta over the configured limit. ``fact``: the fact a writer
+    refused for its size (a block over ``MAX_FACT_BYTES``, a relation name too long),
+    else None."""
 
     code = "too_large"
     status = 413
+    fact: object = None
 
 
 class InvalidSignature(ReplicationError):

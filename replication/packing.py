@@ -80,18 +80,24 @@ def plan_ops(
     asserted_rels = {op.fact.rel for op, k in zip(ops, kinds, strict=True) if k is Assert}
     if asserted_rels and max(map(len, asserted_rels)) > MAX_RELATION_CHARS:
         rel = max(asserted_rels, key=len)
-        raise TooLarge(
+        error = TooLarge(
             f"relation name {rel[:40]}… has {len(rel)} characters, over the"
             f" {MAX_RELATION_CHARS}-character limit for a new fact (MAX_RELATION_CHARS)"
         )
+        error.fact = next(
+            op.fact for op, k in zip(ops, kinds, strict=True) if k is Assert and op.fact.rel == rel
+        )
+        raise error
     if encoded and max(map(len, map(_data_of, encoded))) > MAX_FACT_BYTES:
         for op, k, got in zip(ops, kinds, blocks, strict=True):
             if k is Assert and len(got[1]) > MAX_FACT_BYTES:
-                raise TooLarge(
+                error = TooLarge(
                     f"fact {op.fact.rel}/{len(op.fact.args)} encodes to {len(got[1])} bytes,"
                     f" over the {MAX_FACT_BYTES}-byte limit for one fact (MAX_FACT_BYTES);"
                     " store large values in several facts"
                 )
+                error.fact = op.fact  # its place in the input can then be named
+                raise error
     state = live([got[0] for got in blocks if got is not None])
     retracted = {got[0] for k, got in zip(kinds, blocks, strict=True) if k is Retract}
     planned: list[PlannedOp] = []

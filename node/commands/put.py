@@ -111,12 +111,16 @@ def _write_paused(
     from merklog.engine.errors import EngineError
     from merklog.node.cliutil import facts_text, in_file
     from merklog.node.errors import NodeError
+    from merklog.node.factplace import name_place
     from merklog.node.failures import NotVisible
+    from merklog.replication.errors import TooLarge
 
     text = facts_text(facts, file)
     try:
         missing = _write_text(state, text, retract, quiet)
-    except (EngineError, NodeError) as exc:
+    except (EngineError, NodeError, TooLarge) as exc:
+        if file is not None:  # a fact refused after it parsed: where it is in the file
+            name_place(exc, text)
         in_file(exc, facts, file)  # FILE:LINE:COL where it points into the file
         raise
     if missing:

@@ -59,3 +59,55 @@ def test_http_put_refuses_a_misfit_with_400_json(home: Path, node_factory, tmp_p
     assert "Traceback" not in result.output
     status, body = node.request("GET", "/v1/facts")
     assert sorted(f["fact"] for f in body["facts"]) == ["edge(1, 2)", "misc(true)"]
+
+
+# edge(7, 1) comes first: Python's == takes it for edge(7, true), value identity does not.
+MISFIT_FILES = {
+    "lines": ("edge(7, 1).\n\nother(1.0).\nedge(7, true).\n", "4:1"),
+    "clauses": ("% edges\nedge(7, 1). edge(7, true).\n", "2:13"),
+}
+
+
+def test_a_refused_fact_of_a_file_is_named_by_its_line(
+    home: Path, node_factory, tmp_path: Path
+) -> None:
+    """A fact that parses but does not fit the program's declarations is named by its
+    ``FILE:LINE:COL``, on a stopped home and through a running node (whose 400 body
+    carries the refused fact in the typed JSON form), for one fact per line and for
+    clauses the parser reads; not the line of a fact Python's == takes for it."""
+    run = Cli(home)
+    run("init")
+    prog = tmp_path / "p.dl"
+    prog.write_text(PROGRAM)
+    run("load", str(prog))
+    files = {}
+    for name, (text, _at) in MISFIT_FILES.items():
+        files[name] = tmp_path / f"{name}.dl"
+        files[name].write_text(text)
+    for running in (False, True):
+        if running:
+            node = node_factory(home).start()
+        for name, (_text, at) in MISFIT_FILES.items():
+            result = run("put", "-f", str(files[name]), ok=False)
+            assert result.exit_code == 2, result.output
+            lines = result.output.strip().splitlines()
+            assert len(lines) == 1 and "Traceback" not in result.output, result.output
+            assert f"{files[name]}:{at}: edge(7, true) does not fit" in lines[0], lines[0]
+    status, body = node.request("POST", "/v1/facts", {"assert": "edge(7, 1). edge(7, true)."})
+    assert status == 400 and body["fact"] == {"rel": "edge", "args": [7, True]}
+    assert _rows(run, "edge(X, Y)") == []
+
+
+def test_a_fact_over_the_limit_in_a_file_is_named_by_its_line(run: Cli, tmp_path: Path) -> None:
+    """A fact over the 1 MiB limit every peer keeps, refused when it is written, is
+    named by its ``FILE:LINE:COL``; nothing of the put is stored."""
+    run("init")
+    data = tmp_path / "facts.dl"
+    data.write_text('v(1).\nv("1").\nbig("' + "x" * (1 << 20) + '").\nv(1.0).\n')
+    result = run("put", "-f", str(data), ok=False)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert f"{data}:3:1: fact big/1 encodes to" in lines[0], lines[0]
+    assert "1048576-byte limit" in lines[0]
+    assert run("ls", "v", ok=False).exit_code == 3  # no visible v fact

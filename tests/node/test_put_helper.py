@@ -332,3 +332,28 @@ def test_a_helper_ends_with_its_killed_parent_and_frees_the_home_lock(tmp_path: 
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while held
     finally:
         os.close(fd)
+
+
+def test_a_misfit_the_helper_finds_is_named_by_its_line(tmp_path: Path) -> None:
+    """A fact that does not fit the program's declarations, in the last quarter of an
+    input whose rest the helper prepares (ADR 0194): the error, raised in the helper and
+    sent through its pipe, still names the fact, so the put names its ``FILE:LINE:COL``.
+    The quarters before it are stored and printed, nothing after it (exit 2)."""
+    home = tmp_path / "h"
+    _init(home)
+    prog = tmp_path / "p.dl"
+    prog.write_text(".decl v(n: int, x: any).\n")
+    assert _merklog(home, "load", str(prog)).returncode == 0
+    lines = [f"v({i}, {VALUES[i % len(VALUES)]})." for i in range(1100)]
+    lines[999] = 'v("999", 1).'
+    data = tmp_path / "facts.dl"
+    data.write_text("\n".join(lines) + "\n")
+    result = _merklog(home, "put", "-f", str(data), extra=QUARTERS)
+    assert result.returncode == 2, result.stderr
+    assert _helper_pid(result.stderr) is not None
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"{data}:1000:1: v(\"999\", 1) does not fit" in errors[0], errors[0]
+    printed = _printed(result.stdout)
+    assert [fact + "." for _cid, fact in printed] == as_printed(lines[:825])
+    assert _count(home, "repl_assert") == 825
