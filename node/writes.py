@@ -17,6 +17,7 @@ from operator import itemgetter
 from typing import Any
 
 from merklog.replication.blocks import Assert, Retract
+from merklog.replication.errors import TooLarge
 from merklog.store import (
     Fact,
     InvalidValue,
@@ -30,6 +31,7 @@ from merklog.store.codec import fact_texts
 from merklog.store.gcpause import gc_paused
 
 from . import queries
+from .errors import NodeInputError
 from .writeaccess import require_writer
 
 log = logging.getLogger(__name__)
@@ -252,8 +254,8 @@ class GroupCommit:
     most 256, cut before a retract of a fact an earlier queued request asserts, which
     the same delta would not observe), commits them with ``Node._write`` on a worker
     thread, and hands each request its own slice of the result. When that shared write
-    fails, each of its requests is written alone, so one request's misfit (a fact over
-    1 MiB) fails only that request."""
+    fails for one request's input (a fact over 1 MiB), each of its requests is written
+    alone, so the misfit fails only its own request."""
 
     def __init__(self, node: Any) -> None:
         self.node = node
@@ -310,13 +312,13 @@ class GroupCommit:
                 try:
                     res = await self._commit(batch)
                 except Exception as exc:
-                    if len(batch) == 1:
-                        _fail(batch, exc)
+                    if len(batch) == 1 or not isinstance(exc, _INPUT_ERRORS):
+                        _fail(batch, exc)  # e.g. a full disk: every request meets it
                         continue
-                    # The shared write rolled back. One request's facts may be what
-                    # failed it (a fact no receiver takes: over 1 MiB, a relation name
-                    # too long): each request is written alone, in order, so that a
-                    # misfit fails only its own request, not the others queued with it.
+                    # The shared write rolled back. One request's facts are what failed
+                    # it (a fact no receiver takes: over 1 MiB, a relation name too
+                    # long): each request is written alone, in order, so that a misfit
+                    # fails only its own request, not the others queued with it.
                     for item in batch:
                         try:
                             alone = await self._commit([item])
@@ -338,6 +340,10 @@ class GroupCommit:
         return await asyncio.get_running_loop().run_in_executor(
             None, self.node._write, all_add, all_rem, True, all_enc
         )
+
+
+#: Failures of a shared write that one request's input can cause (see ``flush``).
+_INPUT_ERRORS = (TooLarge, InvalidValue, NodeInputError)
 
 
 def _fail(batch: list, exc: BaseException) -> None:
