@@ -153,6 +153,14 @@ def op_count(replica: Replica) -> int:
     return int(row[0])
 
 
+def fact_count(replica: Replica) -> int:
+    """How many fact CIDs the replica's database has met (one id each, whatever dataset
+    asserted them): about the fact blocks an export reads (an index count, no blocks)."""
+    with replica._lock:
+        row = replica.conn.execute("SELECT count(*) FROM repl_fact").fetchone()
+    return int(row[0])
+
+
 #: How every fact block starts: a two-entry DAG-CBOR map whose first key is "rel".
 FACT_PREFIX = b"\xa2crel"
 
@@ -160,6 +168,7 @@ FACT_PREFIX = b"\xa2crel"
 __all__ = [
     "FACT_PREFIX",
     "LogDelta",
+    "fact_count",
     "iter_delta_blocks",
     "iter_log_batches",
     "iter_visible_cids",

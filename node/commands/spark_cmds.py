@@ -323,10 +323,14 @@ def register(cli: click.Group) -> None:
         from rich.progress import MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from merklog.node.spark.bootstrap import export_replica
-        from merklog.replication.bulk import op_count
+        from merklog.replication.bulk import fact_count, op_count
 
         _check_export_folder(directory, state.home)
-        columns = (TextColumn("export"), MofNCompleteColumn(), TextColumn("ops"))
+        columns = (
+            TextColumn("export {task.description}"),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[unit]}"),
+        )
         console = Console(stderr=True)
         with (
             _local_replica(state) as replica,
@@ -338,9 +342,16 @@ def register(cli: click.Group) -> None:
                 disable=not console.is_terminal,  # a pipe or a log file got a blank line
             ) as bar,
         ):
-            task = bar.add_task("export", total=op_count(replica))
+            # One line per stage, in real units, fed by every process of the export: the
+            # deltas read once here, then each share's fact blocks read and ops written.
+            ops = op_count(replica)
+            tasks = {
+                "deltas": bar.add_task("read deltas", total=ops, unit="ops"),
+                "facts": bar.add_task("read facts", total=fact_count(replica), unit="blocks"),
+                "ops": bar.add_task("write", total=ops, unit="ops"),
+            }
             summary = export_replica(
-                replica, directory, progress=lambda n: bar.update(task, completed=n)
+                replica, directory, progress=lambda stage, n: bar.advance(tasks[stage], n)
             )
         click.echo(json.dumps(summary, sort_keys=True))
         if summary.get("missing_deltas"):

@@ -14,7 +14,9 @@ blocks are parsed by :mod:`.factcols`, delta blocks sliced by op shape by
 :mod:`.deltacols` (signatures were checked at acceptance and are not checked
 again; hashes are), ops joined with their facts by :mod:`.cidjoin`. CIDs stay raw
 bytes throughout. Memory is bounded by a partition of the log (see
-:func:`export_replica`), and ``progress(rows_so_far)`` is called after every batch.
+:func:`export_replica`). A replica export reports its progress by stage and from every
+process that writes it (:data:`StageProgress`); the generic :func:`export` calls
+``progress(rows_so_far)`` after every batch.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -63,6 +66,11 @@ FORMAT_VERSION = 2
 #: The dataset's genesis block (DAG-CBOR), written by replica exports.
 GENESIS_FILE = "genesis.cbor"
 Progress = Callable[[int], None]
+#: ``progress(stage, added)``: ``added`` more units of ``stage`` of a replica export are
+#: done, in any of its processes: ``"deltas"`` (ops decoded from the accepted deltas, read
+#: once), ``"facts"`` (fact blocks read), ``"ops"`` (op rows written). Called from
+#: several threads.
+StageProgress = Callable[[str, int], None]
 #: Dictionary pages only where values repeat (CID columns are all distinct: a dictionary
 #: there costs ~35% more write time for nothing). Min/max statistics only on the columns
 #: a reader filters on: on CIDs, keys and lists they cost ~18% of the write (0.13 s of
@@ -434,7 +442,7 @@ def _block_batches(
 def export_replica(
     replica: Replica,
     out_dir: str | Path,
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
     partition_ops: int = 2_000_000,
     workers: int | None = None,
 ) -> dict[str, Any]:
@@ -458,7 +466,9 @@ def export_replica(
 
     The export is written into a staging folder inside ``out_dir`` and moved into place
     only once whole: an export interrupted or failing midway (Ctrl-C, a full disk) leaves
-    an earlier export there as it was, and a folder it made itself is removed again."""
+    an earlier export there as it was, and a folder it made itself is removed again.
+
+    ``progress``: see :data:`StageProgress` (a worker process's from a pipe of its own)."""
     if workers is None:
         workers = _workers_setting()
     out = Path(out_dir)
@@ -571,7 +581,7 @@ def log_for_shares(
     tmp: Path,
     k: int,
     elsewhere: Callable[[Share], Path],
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
 ) -> ShareLog:
     """Read and decode every accepted delta once: the first share's ops partitioned under
     ``tmp``, every other share's written to the Arrow IPC file ``elsewhere(share)`` for
@@ -594,7 +604,7 @@ def log_for_shares(
                 for s in rest:
                     files[s.worker].write_table(_rows(table, owner, s.worker))
             if progress:
-                progress(seen)
+                progress("deltas", table.num_rows)
     finally:
         for writer in files.values():
             writer.close()
@@ -630,16 +640,20 @@ def export_share(
     k: int,
     share: Share,
     log: Callable[[], ShareLog],
+    progress: StageProgress | None = None,
 ) -> ShareResult:
     """Write ``share``'s ops and visible facts under ``new`` (partitions spilled under
     ``tmp``): :func:`export_replica`'s work for one process. The share's fact blocks and
     visible CIDs are read here, then its ops are asked of ``log`` (in a worker process
-    they come from the exporting process, which may still be reading them)."""
+    they come from the exporting process, which may still be reading them). ``progress``
+    hears of its fact blocks read and op rows written (:data:`StageProgress`)."""
+    tell = progress or _no_progress
     dataset = str(replica.dataset)
     with gc_paused():  # many small objects, no cycles
         facts = _Partitions(k, tmp, "facts", _FACT_TABLE)
         for cids, datas in _fact_pages(replica, share):
             facts.add(fact_page_table(cids, datas), "fact_cid")
+            tell("facts", len(cids))
         visible = _Partitions(k, tmp, "visible", pa.schema([("fact_cid", pa.binary())]))
         n_visible = 0
         for cids in iter_visible_cids(replica, lo=share.lo, hi=share.hi):
@@ -663,9 +677,15 @@ def export_share(
                 part_facts = facts.read(i)
                 wanted = visible.read(i).column("fact_cid").combine_chunks()
                 pending = pool.submit(_write_visible, shown, dataset, part_facts, wanted)
-                ops.write(with_facts(ops_log.parts.read(i), part_facts))
+                written = with_facts(ops_log.parts.read(i), part_facts)
+                ops.write(written)
+                tell("ops", written.num_rows)
                 pending.result()
         return ShareResult(ops.close(), shown.close(), n_visible, ops_log.deltas, missing)
+
+
+def _no_progress(stage: str, added: int) -> None:
+    """A :data:`StageProgress` that tells no one."""
 
 
 class ShareProcess:
@@ -682,7 +702,14 @@ class ShareProcess:
     its stdout: the share's :class:`ShareResult`, or the exception it raised, raised
     here with its own type (a :class:`~merklog.store.CIDMismatch` stays one)."""
 
-    def __init__(self, replica: Replica, stage: Path, k: int, share: Share) -> None:
+    def __init__(
+        self,
+        replica: Replica,
+        stage: Path,
+        k: int,
+        share: Share,
+        progress: StageProgress | None = None,
+    ) -> None:
         self.worker = share.worker
         self.log_file = stage / f"log-{share.worker}.arrow"
         tmp = stage / f"parts-{share.worker}"
@@ -697,18 +724,34 @@ class ShareProcess:
             "worker": share.worker,
             "bounds": [b.hex() for b in share.bounds],
         }
+        # Its progress comes back as "STAGE COUNT" lines on a pipe of its own, relayed
+        # by a thread of this process; stdout carries only its answer.
+        heard, told = os.pipe() if progress is not None else (None, None)
+        request["progress_fd"] = told
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "merklog.node.spark.exportshare", json.dumps(request)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
+                pass_fds=() if told is None else (told,),
             )
         except OSError as exc:  # no interpreter to run, no memory or process left
+            if heard is not None:
+                os.close(heard)
             raise StoreError(
                 f"cannot start export worker {self.worker}: {exc.strerror or exc}"
                 f" ({WORKERS_ENV}=1 exports in this process alone)"
             ) from None
+        finally:
+            if told is not None:
+                os.close(told)  # the worker's copy stays open: end of file once it ends
+        self._relay: threading.Thread | None = None
+        if heard is not None and progress is not None:
+            self._relay = threading.Thread(
+                target=_relay_progress, args=(heard, progress), daemon=True
+            )
+            self._relay.start()
 
     def send_log(self, deltas: int) -> None:
         """Tell the process its ops are in :attr:`log_file` (``deltas``: the log's count)."""
@@ -721,6 +764,7 @@ class ShareProcess:
     def result(self) -> ShareResult:
         """The share's result once the process ends; its error raised here if it failed."""
         out, err = self.proc.communicate()
+        self._heard_all()
         try:
             kind, payload = pickle.loads(out)
         except Exception:  # it died before answering: killed, out of memory, no Python
@@ -741,6 +785,21 @@ class ShareProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.communicate()
+        self._heard_all()
+
+    def _heard_all(self) -> None:
+        """Wait for the relay of its progress (at end of file, now that it has ended)."""
+        if self._relay is not None:
+            self._relay.join(10)
+
+
+def _relay_progress(fd: int, progress: StageProgress) -> None:
+    """Pass each ``STAGE COUNT`` line a worker writes on ``fd`` to ``progress``."""
+    with os.fdopen(fd, "rb") as lines:
+        for line in lines:
+            stage, _, count = line.decode("ascii", "replace").partition(" ")
+            if count.strip().isdigit():
+                progress(stage, int(count))
 
 
 def _export_into(
@@ -761,14 +820,14 @@ def _export_into(
     others: list[ShareProcess] = []
     try:
         for share in every[1:]:
-            others.append(ShareProcess(replica, stage, k, share))
+            others.append(ShareProcess(replica, stage, k, share, progress))
         tmp = stage / "parts-0"
         tmp.mkdir()
         files = {o.worker: o.log_file for o in others}
         log = log_for_shares(replica, every, tmp, k, lambda s: files[s.worker], progress)
         for other in others:
             other.send_log(log.deltas)
-        results = [export_share(replica, new, tmp, k, every[0], lambda: log)]
+        results = [export_share(replica, new, tmp, k, every[0], lambda: log, progress)]
         results += [other.result() for other in others]
     finally:
         for other in others:

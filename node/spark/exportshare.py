@@ -14,9 +14,11 @@ readers do not block each other) and writes its own part files.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import signal
 import sys
+from contextlib import suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from merklog.replication.replica import Replica
 from merklog.store import Link, StoreError
 from merklog.store.sqlite import SQLiteBlockStore
 
-from .export import ShareLog, export_share, share_at, share_log_from_file
+from .export import ShareLog, StageProgress, export_share, share_at, share_log_from_file
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
@@ -50,9 +52,25 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             deltas = int(json.loads(line)["deltas"])
             return share_log_from_file(Path(request["log"]), deltas, tmp, k)
 
-        return asdict(export_share(replica, Path(request["new"]), tmp, k, share, log))
+        tell = _teller(request.get("progress_fd"))
+        return asdict(export_share(replica, Path(request["new"]), tmp, k, share, log, tell))
     finally:
         store.close()
+
+
+def _teller(fd: int | None) -> StageProgress | None:
+    """The share's progress as ``STAGE COUNT`` lines on ``fd`` (the exporting process
+    relays them), or None without one. A line that cannot be written (that process
+    gave up) is dropped: its own answer is what counts."""
+    if fd is None:
+        return None
+    out = os.fdopen(int(fd), "wb", buffering=0)
+
+    def tell(stage: str, added: int) -> None:
+        with suppress(OSError):
+            out.write(f"{stage} {added}\n".encode("ascii"))
+
+    return tell
 
 
 def _answer(kind: str, payload: Any) -> bytes:

@@ -12,7 +12,7 @@ import pytest
 
 from merklog.node.spark.export import export_replica
 from merklog.node.spark.schema import decode_args
-from merklog.replication.bulk import iter_log_batches
+from merklog.replication.bulk import fact_count, iter_log_batches
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
 from merklog.store import (
@@ -264,7 +264,9 @@ def _facts_of(directory: Path) -> dict[str, set[tuple]]:
     out: dict[str, set[tuple]] = {}
     for rel_dir in sorted((directory / "facts").iterdir()):
         rows = pq.read_table(rel_dir).to_pylist()
-        out[rel_dir.name] = {(r["dataset"], r["fact_cid"], repr(decode_args(r["args"]))) for r in rows}
+        out[rel_dir.name] = {
+            (r["dataset"], r["fact_cid"], repr(decode_args(r["args"]))) for r in rows
+        }
         assert len(out[rel_dir.name]) == len(rows)  # each visible fact once
     return out
 
@@ -309,6 +311,34 @@ def test_worker_processes_export_what_one_process_exports(tmp_path, workers):
     assert [p.name for p in (tmp_path / "mem" / "ops").iterdir()] == ["part-00000.parquet"]
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_an_export_tells_each_stage_from_every_process(tmp_path, workers):
+    """The progress of an export comes by stage and adds up, also from worker processes
+    (relayed from their pipes): every op decoded from the deltas once, every fact block
+    read once, every op row written once; each share tells its op rows (one partition
+    each here), so the written rows come from every process."""
+    import threading
+
+    rep = _mixed_replica(tmp_path)
+    heard: list[tuple[str, int, str]] = []
+    summary = export_replica(
+        rep,
+        tmp_path / "out",
+        workers=workers,
+        progress=lambda stage, n: heard.append((stage, n, threading.current_thread().name)),
+    )
+    total = {
+        stage: sum(n for s, n, _t in heard if s == stage) for stage in ("deltas", "facts", "ops")
+    }
+    assert summary["ops"] > 0
+    assert total == {"deltas": summary["ops"], "facts": fact_count(rep), "ops": summary["ops"]}
+    assert {s for s, _n, _t in heard} == {"deltas", "facts", "ops"}
+    writes = [t for s, _n, t in heard if s == "ops"]
+    assert len(writes) == workers  # one op write told per process
+    # a worker's progress reaches this process on a relay thread, not the main one
+    assert len(set(writes)) == workers
+
+
 def test_a_corrupted_block_in_a_workers_share_is_its_cid_mismatch_here(tmp_path):
     """A worker process's error is raised in the exporting process with its own type and
     message, and nothing of the export is left."""
@@ -333,11 +363,16 @@ def test_a_worker_process_that_dies_is_one_store_error(tmp_path, monkeypatch):
 
     rep = _mixed_replica(tmp_path)
     monkeypatch.setattr(sys, "executable", "/bin/false")  # a worker that ends at once, mute
-    with pytest.raises(StoreError, match=r"^export worker 1 ended without a result \(exit status 1\)$"):
+    with pytest.raises(
+        StoreError, match=r"^export worker 1 ended without a result \(exit status 1\)$"
+    ):
         export_replica(rep, tmp_path / "out", workers=2)
     assert not (tmp_path / "out").exists()
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))  # none to start
-    with pytest.raises(StoreError, match=r"^cannot start export worker 1: No such file or directory \(MERKLOG_EXPORT_WORKERS=1 exports"):
+    with pytest.raises(
+        StoreError,
+        match=r"^cannot start export worker 1: No such file or directory \(MERKLOG_EXPORT_WORKERS=1 exports",
+    ):
         export_replica(rep, tmp_path / "out", workers=3)
     assert not (tmp_path / "out").exists()
 
