@@ -6,8 +6,8 @@ write, and a progress bar on a terminal counts facts.
 
 - On a stopped home a chunk is ``LOCAL_CHUNK_FACTS`` facts, one transaction each:
   fewer, larger commits rewrite fewer B-tree pages (docs/adr/0050); an input of 20,000
-  to 800,000 lines is cut in quarters instead, so its first write starts sooner (ADR
-  0194). ``put`` checks,
+  to 800,000 lines into a home holding fewer facts is cut in quarters instead, so its
+  first write starts sooner (ADR 0194). ``put`` checks,
   encodes and renders chunk k+1 while chunk k is in SQLite (:mod:`merklog.node.bulkput`,
   ADR 0143). An input longer than one chunk whose first chunk's lines are one fact each
   starts that chunk's write once those lines are read, and reads the rest meanwhile;
@@ -18,8 +18,9 @@ write, and a progress bar on a terminal counts facts.
   escaping cannot push a body over it). Each request is one transaction on the node,
   whose commit rewrites most leaf pages of the random-key B-trees however few facts it
   holds: 200k-fact requests cost the node a third less CPU per fact than 20k ones at
-  1M facts (ADR 0081); a put of 20,000 to 800,000 facts is sent in quarters, so the
-  node decodes one request while it writes another from the first on (ADR 0194). A file with one
+  1M facts (ADR 0081); a put of 20,000 to 800,000 facts into a node holding fewer is
+  sent in quarters, so the node decodes one request while it writes another from the
+  first on (ADR 0194). A file with one
   fact per line is sent as its own lines (the node parses them as the client did);
   other inputs are sent as each parsed fact's rendering. ``put`` keeps two requests
   in flight (the node decodes one while it writes the other) and prints a chunk's
@@ -144,7 +145,7 @@ def _write_text(state: State, text: str, retract: bool, quiet: bool = False) -> 
         # (ADR 0147); through a running node a helper reads the second half of a large
         # input (ADR 0157); anything else is read whole first.
         local = isinstance(t, LocalTarget)
-        end = _head_end(text) if local and not retract else None
+        end = _head_end(text, lambda: _home_facts(t)) if local and not retract else None
         # The helper starts reading while this process reads the first chunk or half.
         helper = _start_helper(t.node, text, end, quiet) if end is not None else None
         if not local:
@@ -262,39 +263,49 @@ def _parse(text: str) -> list:
 READ_PIECE_CHARS = 256 << 10
 
 
-#: A put on a stopped home of this many lines or more is cut into chunks of a
-#: ``HEAD_SHARE`` of its lines (``LOCAL_CHUNK_FACTS`` at most), so that its first chunk,
-#: written while a helper reads and prepares the rest, is ready sooner (ADR 0194).
+#: A put of this many lines or more into a home that holds fewer facts is cut into
+#: chunks (requests through a running node) of a ``HEAD_SHARE`` of its lines, so that its
+#: first write starts sooner (ADR 0194).
 SPLIT_FROM_LINES = 20_000
 HEAD_SHARE = 0.25
 
 
-def _head_lines(text: str) -> int | None:
+def _quartered(lines: int, known: Callable[[], int]) -> bool:
+    """Whether a put of ``lines`` facts is cut in quarters (ADR 0194): from
+    ``SPLIT_FROM_LINES`` lines on, into a home that holds fewer facts than that
+    (``known()``, asked only then). Each commit rewrites a share of the home's CID
+    indexes, so into a larger home three more commits cost more than the earlier start
+    saves (100k facts into a 600k-fact home took 2.40 s in quarters, 2.30 s whole)."""
+    return lines >= SPLIT_FROM_LINES and known() < lines
+
+
+def _head_lines(text: str, known: Callable[[], int]) -> int | None:
     """How many lines of ``text`` its first chunk takes on a stopped home: a
-    ``HEAD_SHARE`` of them (``LOCAL_CHUNK_FACTS`` at most) from ``SPLIT_FROM_LINES``
-    lines on, else ``LOCAL_CHUNK_FACTS`` when there are more; None for an input of one
-    chunk (read whole first). A quarter measured best at 50k-200k facts: the writer
-    starts on the first quarter while the helper prepares the next."""
+    ``HEAD_SHARE`` of them (``LOCAL_CHUNK_FACTS`` at most) when it is cut in quarters
+    (:func:`_quartered`), else ``LOCAL_CHUNK_FACTS`` when there are more; None for an
+    input of one chunk (read whole first). A quarter measured best at 50k-200k facts:
+    the writer starts on the first quarter while the helper prepares the next."""
     n = text.count("\n") + (not text.endswith("\n"))
-    if n >= SPLIT_FROM_LINES:
+    if _quartered(n, known):
         return min(LOCAL_CHUNK_FACTS, math.ceil(n * HEAD_SHARE))
     if n > LOCAL_CHUNK_FACTS:
         return LOCAL_CHUNK_FACTS
     return None
 
 
-def _chunk_facts(text: str) -> int:
-    """The facts per chunk of a stopped-home put of ``text`` read in chunks: as many as
-    in its first chunk (:func:`_head_lines`)."""
-    return _head_lines(text) or LOCAL_CHUNK_FACTS
+def _chunk_facts(text: str, end: int) -> int:
+    """The facts per chunk of a put whose first chunk's lines end at ``end``: as many as
+    those lines (:func:`_head_lines`)."""
+    return text.count("\n", 0, end)
 
 
-def _head_end(text: str) -> int | None:
+def _head_end(text: str, known: Callable[[], int]) -> int | None:
     """Where the rest of ``text`` starts after its first chunk's lines
-    (:func:`_head_lines`), when it has more lines than those; else None."""
+    (:func:`_head_lines`; ``known()``: the facts the home holds), when it has more lines
+    than those; else None."""
     import re
 
-    head = _head_lines(text)
+    head = _head_lines(text, known)
     if head is None:
         return None
     lines = re.compile(f"(?:[^\n]*\n){{{head}}}").match(text)
@@ -331,7 +342,7 @@ def _chunks_while_reading(
     rest = _read_rest(text, end)
     gate.open()
     total(len(facts) + len(rest))
-    yield from chunks(rest, _chunk_facts(text), None)
+    yield from chunks(rest, _chunk_facts(text, end), None)
 
 
 def _read_rest(text: str, end: int) -> list:
@@ -388,7 +399,7 @@ def _rest_in_helper(node: Any, text: str, end: int, quiet: bool = False) -> Iter
 
     rest = _read_rest(text, end)
     yield len(rest)
-    for chunk in chunks(rest, _chunk_facts(text), None):
+    for chunk in chunks(rest, _chunk_facts(text, end), None):
         try:
             prepared = prepare_asserts(node, chunk)
         except Exception as exc:  # noqa: BLE001 - put_chunks raises it in its turn
@@ -592,7 +603,8 @@ def _write_chunks(
     else:
         lines = bulk[1] if bulk is not None else None
         six = lines is not None and _six_fold(text)
-        most = CHUNK_FACTS if retract else _request_facts(len(parsed) + len(rendered))
+        total = len(parsed) + len(rendered)
+        most = CHUNK_FACTS if retract else _request_facts(total, lambda: _home_facts(t))
         parts = _remote_chunks(parsed, lines, max_bytes, rendered, six, most)
     # A running node's put keeps two requests in flight, so the node decodes one body
     # while it writes the other and this process renders an answer meanwhile; its
@@ -715,13 +727,25 @@ def _wire_sizes(lines: list[str], six_fold: bool) -> Iterable[int]:
     return (len(json.dumps(line, ensure_ascii=False)) - 2 for line in lines)
 
 
-def _request_facts(total: int) -> int:
+def _request_facts(total: int, known: Callable[[], int]) -> int:
     """The facts per request of a put of ``total`` facts through a running node: a
-    quarter of them from ``SPLIT_FROM_LINES`` on (``CHUNK_FACTS`` at most), so the node
-    decodes the next request while it writes one from the start (ADR 0194)."""
-    if total >= SPLIT_FROM_LINES:
+    quarter of them when it is cut in quarters (:func:`_quartered`; ``CHUNK_FACTS`` at
+    most), so the node decodes the next request while it writes one from the start
+    (ADR 0194)."""
+    if _quartered(total, known):
         return min(CHUNK_FACTS, math.ceil(total * HEAD_SHARE))
     return CHUNK_FACTS
+
+
+def _home_facts(t: Target) -> int:
+    """How many facts the target's home holds, which sizes its CID indexes: counted in
+    the home opened here (an index count), asked of a running node (its status)."""
+    from merklog.node.target import LocalTarget
+    from merklog.replication.bulk import fact_count
+
+    if isinstance(t, LocalTarget):
+        return fact_count(t.node.replica)
+    return int(t.status().get("facts") or 0)
 
 
 def _remote_chunks(

@@ -346,9 +346,10 @@ def test_an_input_of_one_chunk_is_written_in_quarters_with_the_output_of_one_wri
     run: Cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ADR 0194: a put of 24,002 lines of mixed-type facts (fewer than LOCAL_CHUNK_FACTS,
-    at least SPLIT_FROM_LINES), with the real chunk sizes, is written in four chunks of
-    a quarter of the lines, the first held until the rest has read: the lines printed
-    and the facts stored are those of the same input written as one chunk."""
+    at least SPLIT_FROM_LINES) into a fresh home, with the real chunk sizes, is written in
+    four chunks of a quarter of the lines, the first held until the rest has read: the
+    lines printed and the facts stored are those of the same input written as one chunk.
+    A put of fewer lines than the home holds facts is not cut."""
     lines = _json_lines(24_002)
     assert put.SPLIT_FROM_LINES <= len(lines) < put.LOCAL_CHUNK_FACTS
     data = tmp_path / "facts.dl"
@@ -371,6 +372,14 @@ def test_an_input_of_one_chunk_is_written_in_quarters_with_the_output_of_one_wri
     assert sorted(run("ls", "v").output.splitlines()) == sorted(
         whole("ls", "v").output.splitlines()
     )
+    # Into a home that holds more facts than the input, its commits cost more than the
+    # earlier start saves: 20,000 more lines are one chunk, read whole first.
+    more = tmp_path / "more.dl"
+    more.write_text("\n".join(_json_lines(20_000, 30_000)) + "\n")
+    outcomes, _waiting = _gate_spy(monkeypatch)
+    sizes = _chunk_spy(monkeypatch)
+    printed = _printed(_in_thread(run, "put", "-f", str(more)).output)
+    assert outcomes == [] and sizes == [] and len(printed) == 20_000
 
 
 def test_a_syntax_error_on_the_last_line_of_a_quartered_input_writes_nothing(

@@ -229,9 +229,10 @@ def test_quiet_puts_and_retracts_through_a_node_store_what_printing_ones_do(
 
 def test_a_put_through_a_node_is_sent_in_quarters(tmp_path: Path, node_factory) -> None:
     """ADR 0194: a put through a running node of at least ``SPLIT_FROM_LINES`` lines (1,000
-    here) is sent as four requests of a quarter of its facts, so the node decodes one
-    while it writes another from the first request on. Mixed-type facts: the output and
-    the facts on the node are those of the same input sent as one request."""
+    here) into a node that holds fewer facts is sent as four requests of a quarter of its
+    facts, so the node decodes one while it writes another from the first request on.
+    Mixed-type facts: the output and the facts on the node are those of the same input
+    sent as one request. Into a node that holds more facts than the input, one request."""
     lines = [f"v({i}, {VALUES[i % len(VALUES)]})." for i in range(2000)]
     data = tmp_path / "facts.dl"
     data.write_text("\n".join(lines) + "\n")
@@ -252,3 +253,11 @@ def test_a_put_through_a_node_is_sent_in_quarters(tmp_path: Path, node_factory) 
     assert [fact + "." for _cid, fact in _printed(puts[0].stdout)] == as_printed(lines)
     assert _rows(homes[0], "v(X, Y)") == _rows(homes[1], "v(X, Y)")
     assert len(_rows(homes[0], "v(X, Y)")) == 2000
+    # 1,500 more lines into a node that holds 2,000 facts: one request (its commits
+    # would cost more than the earlier start saves).
+    more = tmp_path / "more.dl"
+    more.write_text("".join(f"w({i}).\n" for i in range(1500)))
+    before = answered_posts(nodes[0], "/v1/facts")
+    put = _merklog(homes[0], "put", "-f", str(more), extra=split["quarters"])
+    assert put.returncode == 0, put.stderr
+    assert answered_posts(nodes[0], "/v1/facts") - before == 1
