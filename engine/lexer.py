@@ -80,7 +80,7 @@ _TOKEN = re.compile(
   | (?P<int>0[xX][0-9a-fA-F]+|0[bB][01]+|\d+)
   | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<badstring>")
-  | (?P<directive>(?<![^\s])\.[a-z][a-z_]*)
+  | (?P<directive>(?<![^\s\ufeff])\.[a-z][a-z_]*)
   | (?P<name>[a-z][A-Za-z0-9_]*)
   | (?P<var>[A-Z][A-Za-z0-9_]*|_[A-Za-z0-9_]+)
   | (?P<wild>_)

@@ -41,7 +41,7 @@ FactsInput = Mapping[str, Iterable[Row]] | Iterable[Fact] | None
 def detect_dialect(text: str) -> str:
     """``"souffle"`` when the text uses Soufflé directives (``.decl`` …), else ``"merklog"``."""
     for line in text.splitlines():
-        stripped = line.strip()
+        stripped = line.strip().lstrip("\ufeff")  # a byte-order mark is no text
         if stripped.startswith(".decl") and _MERKLOG_DECL.match(stripped):
             continue  # ``.decl edge(src: int, dst: int).``: a merklog declaration
         if stripped.startswith((".decl", ".type", ".input", ".output", ".comp", ".init")):

@@ -97,3 +97,22 @@ def test_souffle_integer_columns_hold_32_bits_on_every_path() -> None:
     with pytest.raises(DeclarationError) as err:  # inline facts, as in the merklog dialect
         Program.parse(SOUFFLE + "p(1).\np(1.5).\n")
     assert (err.value.line, err.value.col) == (7, 1)
+
+
+@pytest.mark.parametrize("lead", ["\ufeff", "\ufeff\n", "\ufeff// saved by an editor\n"])
+def test_a_program_saved_with_a_byte_order_mark_reads_as_without_it(lead: str) -> None:
+    """Editors on Windows save UTF-8 with a byte-order mark. The lexer skips it as
+    whitespace, and a ``.decl`` right after it is still a declaration: it was "expected a
+    rule head (an atom), found '.'" at 1:2."""
+    text = DECL + 'path(X, Y) :- edge(X, Y).\nlabel(1, "x").\n'
+    plain, marked = Program.parse(text), Program.parse(lead + text)
+    assert marked.dialect == plain.dialect == "merklog" and detect_dialect(lead + text) == "merklog"
+    assert marked.ast.declarations == plain.ast.declarations
+    assert [str(r) for r in marked.ast.rules] == [str(r) for r in plain.ast.rules]
+
+
+def test_a_souffle_program_saved_with_a_byte_order_mark_is_still_souffle() -> None:
+    """The dialect is told by the first directive, also right after a byte-order mark."""
+    text = ".decl e(a: number)\n.decl p(a: number)\n.output p\ne(1).\np(X) :- e(X).\n"
+    assert detect_dialect("\ufeff" + text) == detect_dialect(text) == "souffle"
+    assert Program.parse("\ufeff" + text).dialect == "souffle"
