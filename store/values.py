@@ -175,16 +175,27 @@ def args_texts(arg_lists: Sequence[Sequence[Value]]) -> list[str] | None:
     return text[2:-2].split("], [")
 
 
+#: Unicode's format characters (category Cf of Unicode 15; checked against
+#: ``unicodedata`` by the tests): zero-width spaces and joiners, bidirectional controls,
+#: the byte-order mark, the soft hyphen… A terminal shows none of them, so ``"ab"`` and
+#: ``"a\u200bb"``, two values with two CIDs, would print alike.
+_FORMAT_CHARS = (
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f"
+)
 #: What a string literal must escape: the quote, the backslash, and every character a
 #: reader of the output would take apart or not see — the C0 and C1 controls and DEL
-#: (tab, carriage return, NUL, escape…) and the Unicode line and paragraph separators —
-#: so that a rendered fact is one line of text that reads back as the same value.
-_NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\x7f-\x9f\u2028\u2029]')
+#: (tab, carriage return, NUL, escape…), the Unicode line and paragraph separators and
+#: the format characters — so that a rendered fact is one line of text that reads back
+#: as the same value, and two values never look alike.
+_NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\x7f-\x9f\u2028\u2029' + _FORMAT_CHARS + "]")
 #: JSON's spelling of the float -0.0 (``float.__repr__``), which :func:`format_value`
 #: renders as the ``0.0`` it is stored as; a string holding it only costs the slower path.
 _NEGATIVE_ZERO = re.compile(r"-0\.0(?![0-9])")
 #: The characters of :data:`_NEEDS_ESCAPE` that JSON writes unescaped.
-_RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029]")
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029" + _FORMAT_CHARS + "]")
 _NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
 
 

@@ -207,12 +207,34 @@ def test_format_value_round_trips_through_the_parser(args) -> None:
     assert [(type(v), repr(v)) for v in again.args] == [(type(v), repr(v)) for v in fact.args]
 
 
+def test_every_format_character_is_escaped_and_reads_back() -> None:
+    """Unicode's format characters (category Cf: zero-width spaces, bidirectional
+    controls, the byte-order mark…) show on no terminal, so ``"ab"`` and ``"a\u200bb"``,
+    two values with two CIDs, printed alike. Each is now written as ``\\u{…}``, in the
+    bulk rendering too, and parses back to the same string."""
+    import unicodedata
+
+    from merklog.engine.parser import parse_facts_general
+    from merklog.store.values import args_texts, format_value
+
+    found = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
+    assert len(found) > 150
+    for char in found:
+        text = format_value("a" + char + "b")
+        assert text == f'"a\\u{{{ord(char):x}}}b"', (hex(ord(char)), text)
+        assert args_texts([("a" + char + "b",)]) in (None, [text])
+        (back,) = parse_facts_general(f"p({text}).")
+        assert back.args == ("a" + char + "b",)
+    assert format_value("ab") != format_value("a\u200bb")
+    assert format_value("日本語") == '"日本語"' and format_value("e\u0301") == '"e\u0301"'
+
+
 # Values the bulk renderer takes and the ones it must hand back: strings with quotes,
 # backslashes, brackets and control characters, floats that look like ints.
 render_values = st.one_of(
     values,
     st.sampled_from([1, 1.0, True, "1", b"\x01", 0.0, -0.0, -0.05, 1e16, -1.5e-7, 2**63 - 1, -(2**63)]),
-    st.text(alphabet='ab"\\[]\t\n\x00\x7f\u2028é, ', max_size=6),
+    st.text(alphabet='ab"\\[]\t\n\x00\x7f\u2028é, \u200b\ufeff\u00ad\U000e0041', max_size=6),
 )
 
 
