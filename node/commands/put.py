@@ -275,7 +275,7 @@ def _quartered(lines: int, known: Callable[[], int]) -> bool:
     ``SPLIT_FROM_LINES`` lines on, into a home that holds fewer facts than that
     (``known()``, asked only then). Each commit rewrites a share of the home's CID
     indexes, so into a larger home three more commits cost more than the earlier start
-    saves (100k facts into a 600k-fact home took 2.40 s in quarters, 2.30 s whole)."""
+    saves (100k facts into a 600k-fact home: 2.43 s in quarters, 2.30 s whole)."""
     return lines >= SPLIT_FROM_LINES and known() < lines
 
 
