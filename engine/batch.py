@@ -44,10 +44,10 @@ from .arith import (
     sort_key,
     sum_values,
 )
-from .columnar import decode_columns, distinct_columns, try_columnar
+from .columnar import column_mask, decode_columns, distinct_columns, try_columnar
 from .errors import MAX_FIXPOINT_ITERATIONS, IterationLimitError
 from .rows import RowSet, engine_rows
-from .values import row_from_engine, to_engine
+from .values import row_from_engine, row_holds, to_engine
 
 Row = tuple[Any, ...]
 RelationSets = dict[str, set[Row]]
@@ -197,6 +197,24 @@ class Relations(Mapping[str, RowSet]):
             return 0
         r.make_distinct()
         return len(r)
+
+    def matching(self, rel: str, consts: Mapping[int, Any]) -> set[Row]:
+        """The engine-form tuples of ``rel`` whose column ``c`` holds ``consts[c]`` (engine
+        values, by identity: ``1`` is never ``1.0`` or ``true``). A relation still held
+        as int64 columns is filtered by one numpy pass over the constrained columns, so
+        a point query (``edge(1, Y)``) over a large relation makes a tuple only for the
+        rows it answers; otherwise the tuple set is filtered."""
+        r = self._rels.get(rel)
+        if r is None:
+            return set()
+        if r._tuples is not None or r.cols is None:
+            return {row for row in r.tuples if row_holds(row, consts)}
+        if any(not 0 <= c < len(r.cols) for c in consts):
+            return set()
+        mask = column_mask(r.cols, consts, r.decoder)
+        if mask is None:
+            return set()
+        return decode_columns([col[mask] for col in r.cols], r.decoder)
 
     def columns(self, rel: str) -> list | None:
         """``rel`` as int64 numpy columns when the columnar executor produced it from

@@ -25,7 +25,7 @@ always give the same relations (the tests compare them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -178,6 +178,28 @@ def decode_columns(cols: list[np.ndarray], decoder: tuple[int, list] | None) -> 
             out[mask] = table[base - c[mask]]
             lists.append(out.tolist())
     return set(zip(*lists, strict=True)) if lists else set()
+
+
+def column_mask(
+    cols: list[np.ndarray], consts: Mapping[int, Any], decoder: tuple[int, list] | None
+) -> np.ndarray | None:
+    """The rows of (possibly encoded, see :func:`decode_columns`) int64 columns whose
+    column ``c`` holds the engine value ``consts[c]``, as a boolean mask; None when no
+    row can (a value the columns cannot hold). Identity as :func:`~.values.row_holds`
+    has it: an int matches only an int entry, any other value only its own code."""
+    base, values = decoder if decoder is not None else (None, [])
+    mask = np.ones(len(cols[0]) if cols else 0, dtype=bool)
+    for c, v in consts.items():
+        if type(v) is int:
+            if not -(2**63) <= v < 2**63 or (base is not None and v <= base):
+                return None  # ints are themselves; a code is never an int
+            mask &= cols[c] == v
+            continue
+        codes = [base - i for i, x in enumerate(values) if type(x) is type(v) and x == v]
+        if not codes:
+            return None
+        mask &= np.isin(cols[c], np.array(codes, dtype=I64))
+    return mask
 
 
 class Packer:

@@ -343,10 +343,14 @@ class ProgramRunner:
 
     def relation_matching(self, rel: str, consts: dict[int, Any]) -> set[Row]:
         """The tuples of :meth:`relation` whose column ``c`` holds ``consts[c]`` (engine
-        values, by identity): with incremental state, a stored int64 relation answers
-        without a tuple per row (a point query such as ``edge(1, Y)``)."""
+        values, by identity): a stored int64 relation answers without a tuple per row
+        (a point query such as ``edge(1, Y)``), from incremental state or a reload's
+        snapshot alike."""
         impl = self._impl
-        if self._snapshot is None and isinstance(impl, _Incremental):
+        snap = self._snapshot
+        if snap is not None:
+            return snap.relations.matching(rel, consts)
+        if isinstance(impl, _Incremental):
             return impl.relation_matching(rel, consts)
         return {row for row in self.relation(rel) if row_holds(row, consts)}
 

@@ -258,3 +258,43 @@ def test_array_base_matching_equals_a_filter_by_identity(
     engine_consts = {c: row_to_engine((v,))[0] for c, v in consts.items()}
     want = {r for r in base if row_holds(r, engine_consts)}
     assert set(base.matching(engine_consts)) == want
+
+
+_COL_VALUES = st.sampled_from([0, 1, -1, 2, 2**63 - 1, -(2**63), 1.0, -0.0, 0.0, True, "1", b"\x01"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.lists(st.tuples(_COL_VALUES, _COL_VALUES), min_size=1, max_size=30),
+    consts=st.dictionaries(st.integers(0, 2), _COL_VALUES, min_size=1, max_size=2),
+)
+def test_relations_matching_equals_a_filter_by_identity(rows: list, consts: dict) -> None:
+    """``Relations.matching`` (what a query such as ``p(1, Y)`` reads from a reload's
+    snapshot) gives the rows a scan of the relation keeps, by identity: whether the
+    relation is held as plain int64 columns with repeated rows, as columns whose
+    strings, bytes, floats and booleans are codes below the integers, or as tuples.
+    ``1``, ``1.0``, ``true``, ``"1"``, ``x"01"``, ``0.0`` and ``-0.0`` never match
+    each other; a column past the arity matches nothing."""
+    from merklog.engine.batch import Rel, Relations
+    from merklog.engine.columnar import Encoder, Ineligible, encode_rows, scan_values
+    from merklog.engine.values import row_holds
+
+    engine = [row_to_engine(r) for r in rows]
+    engine_consts = {c: row_to_engine((v,))[0] for c, v in consts.items()}
+    want = {r for r in engine if row_holds(r, engine_consts)}
+    held = {"tuples": Rel(set(engine))}
+    ints = [r for r in engine if all(type(v) is int for v in r)]
+    if ints:  # repeated rows, as a caller hands columns in
+        twice = np.array(ints + ints, dtype=np.int64)
+        held["ints"] = Rel(cols=[twice[:, 0].copy(), twice[:, 1].copy()], distinct=False)
+    try:  # as the columnar executor encodes a stratum's relation, when it can
+        objects, low = scan_values(set(engine))
+        encoder = Encoder(objects, 0 if low is None else low)
+        held["encoded"] = Rel(cols=encode_rows(set(engine), encoder.ids), decoder=encoder.decoder())
+    except Ineligible:  # no room for codes below -2**63
+        pass
+    relations = Relations(held)
+    for name in held:
+        expected = want if name != "ints" else {r for r in ints if row_holds(r, engine_consts)}
+        assert relations.matching(name, engine_consts) == expected, name
+    assert relations.matching("absent", engine_consts) == set()

@@ -68,3 +68,35 @@ def test_point_queries_read_only_their_rows_and_match_a_scan(
             assert got == _expected(query, facts), query
         monkeypatch.undo()
         assert sorted(map(repr, node.query("p(X, Y)").rows)) == sorted(map(repr, facts))
+
+
+def test_point_queries_on_a_reopened_home_read_only_their_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A home opened again (``merklog query`` on a stopped home) answers from its reload
+    snapshot: an all-int relation is still int64 columns there, and a point query
+    filters them instead of making a tuple of every row; a relation of mixed values is
+    filtered by identity. Both answer what a scan answers."""
+    from merklog.engine.batch import Relations
+
+    home = tmp_path / "h"
+    mixed = [r for r in ADDED if r not in BASE] + [(4, 4), (5, -0.0), (5, 0.0)]
+    with Node.open(home) as node:
+        node.write([("p", row) for row in BASE] + [("q", row) for row in mixed])
+    with Node.open(home) as node:
+        engine = Relations.engine
+
+        def not_p(self: Relations, rel: str):  # a point query of p must not decode p
+            assert rel != "p", "the whole relation was decoded"
+            return engine(self, rel)
+
+        monkeypatch.setattr(Relations, "engine", not_p)
+        for query in [*QUERIES, "p(5, -0.0)", "p(X, 0.0)", "p(X, 4)"]:
+            got = sorted(repr(tuple(r)) for r in node.query(query).rows)
+            assert got == _expected(query, BASE), query
+            other = query.replace("p(", "q(", 1)
+            got = sorted(repr(tuple(r)) for r in node.query(other).rows)
+            assert got == _expected(other, mixed), other
+        assert node.engine.snapshot  # answered from the reload, not incremental state
+        monkeypatch.undo()
+        assert sorted(map(repr, node.query("p(X, Y)").rows)) == sorted(map(repr, BASE))
