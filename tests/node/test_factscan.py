@@ -83,6 +83,33 @@ def test_the_node_opens_through_the_column_scan(node: Node, monkeypatch) -> None
     assert not isinstance(held["mixed"], np.ndarray)
 
 
+def test_the_visible_cids_in_one_query_are_those_of_the_ordered_pages(node: Node) -> None:
+    """``bulk.visible_cids`` (the node's read) lists each visible fact once, in any order:
+    a fact asserted twice, a retracted one and one asserted again after its retract are
+    counted as the ordered pages count them; the scan's answer does not depend on the
+    order it is given."""
+    node.write([("mixed", (1,)), ("mixed", (1.0,))], [("mixed", (True,)), ("big", (3,))])
+    node.write([("big", (3,)), ("mixed", (1,))])
+    replica = node.replica
+    ordered = [c for page in bulk.iter_visible_cids(replica) for c in page]
+    got = bulk.visible_cids(replica)
+    assert len(got) == len(set(got)) == bulk.visible_count(replica)
+    assert sorted(got) == ordered
+    offer = replica.blockstore.shared_sqlite()
+    with gc_paused():
+        shuffled = factscan.scan_visible(offer, got[::-1])
+        sorted_scan = factscan.scan_visible(offer, ordered)
+    assert shuffled is not None and sorted_scan is not None
+    for rel, rows in sorted_scan.items():
+        a, b = edb._relation(rows), edb._relation(shuffled[rel])
+        assert (a == b).all() if isinstance(a, np.ndarray) else a == b, rel
+    visible = set(got)  # by CID: Python's == would take mixed(true) for mixed(1)
+    assert fact_cid(make_fact("mixed", (True,))).raw not in visible
+    for args in [(1,), (1.0,)]:
+        assert fact_cid(make_fact("mixed", args)).raw in visible
+    assert fact_cid(make_fact("big", (3,))).raw in visible
+
+
 def test_a_visible_fact_without_its_block_leaves_it_to_the_per_fact_read(node: Node) -> None:
     replica = node.replica
     offer = replica.blockstore.shared_sqlite()
