@@ -16,16 +16,75 @@ import click
 
 from .cli import State
 from .failures import ExitCode, Failure
-from .target import Target, open_target
+from .target import LocalTarget, Target, open_target
 
 T = TypeVar("T")
 
 
+#: A home holding at least this many facts shows a bar while a command reads them.
+LOAD_BAR_FACTS = 100_000
+
+
 @contextmanager
 def target(state: State) -> Iterator[Target]:
-    """The running node (over HTTP) or the home opened in this process."""
+    """The running node (over HTTP) or the home opened in this process; then a read of
+    the home's stored facts (a query's first epoch) shows its progress."""
     with open_target(state.home, state.overrides) as t:
-        yield t
+        if not isinstance(t, LocalTarget):
+            yield t
+            return
+        with load_bar(t.node):
+            yield t
+
+
+class LoadBar:
+    """``Node.load_progress`` drawn as a transient bar on stderr: ``reading stored facts
+    N/M facts``, from the first batch of a read of :data:`LOAD_BAR_FACTS` facts or more,
+    on a terminal only, and gone once the read is done (before a node says it listens)."""
+
+    def __init__(self, console: Any = None) -> None:
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __call__(self, read: int, visible: int) -> None:
+        if self._bar is None:
+            if visible < LOAD_BAR_FACTS or read >= visible or not self.console.is_terminal:
+                return
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._bar = Progress(
+                TextColumn("reading stored facts"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("facts"),
+                console=self.console,
+                transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("read", total=visible)
+        self._bar.update(self._task, completed=read)
+        if read >= visible:
+            self.close()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+@contextmanager
+def load_bar(node: Any, console: Any = None) -> Iterator[LoadBar]:
+    """Show ``node``'s read of its stored facts (:class:`LoadBar`) while the block runs."""
+    bar = LoadBar(console)
+    node.load_progress = bar
+    try:
+        yield bar
+    finally:
+        bar.close()
+        node.load_progress = None
 
 
 def facts_text(args: tuple[str, ...], file: Any) -> str:

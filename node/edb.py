@@ -26,7 +26,7 @@ small objects and no cycles, and collections re-traversing them doubled its cost
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import suppress
 from itertools import chain, compress
 from operator import itemgetter, methodcaller, not_
@@ -162,15 +162,17 @@ class Edb:
 FOLD_FROM = 65_536
 
 
-def read_visible(replica: Any) -> Edb:
-    """The replica's visible facts as an :class:`Edb` (see the module docstring)."""
+def read_visible(replica: Any, progress: Callable[[int, int], None] | None = None) -> Edb:
+    """The replica's visible facts as an :class:`Edb` (see the module docstring).
+    ``progress(read, visible)``: told the facts read so far as a large read goes (the
+    column scan's batches; the other paths tell nothing)."""
     with gc_paused():  # millions of small lists and tuples, no cycles among them
         # The temporaries die with _read's frame, before the collector is back: its
         # first collection would otherwise traverse every one of them.
-        return _read(replica)
+        return _read(replica, progress)
 
 
-def _read(replica: Any) -> Edb:
+def _read(replica: Any, progress: Callable[[int, int], None] | None = None) -> Edb:
     from merklog.replication import bulk
 
     offer = replica.blockstore.shared_sqlite()
@@ -179,7 +181,7 @@ def _read(replica: Any) -> Edb:
         if len(cids) >= SCAN_FROM:
             from merklog.node.factscan import scan_visible
 
-            columns = scan_visible(offer, cids)  # int64 matrices without a row per fact
+            columns = scan_visible(offer, cids, progress)  # int64 matrices, no row per fact
             if columns is not None:
                 return Edb({rel: _relation(rows) for rel, rows in columns.items()})
             visible = set(cids)

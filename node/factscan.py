@@ -19,7 +19,7 @@ decides exactly as before (``p(1)``, ``p(1.0)``, ``p(true)``, ``p("1")`` and
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress
 from operator import itemgetter
 from typing import Any
@@ -40,6 +40,8 @@ _second = itemgetter(1)
 
 #: A relation's facts: an int64 matrix (all facts all-int, one arity) or argument rows.
 Relation = np.ndarray | list[Any]
+#: ``progress(facts read, facts visible)``, told as a read goes.
+Progress = Callable[[int, int], None]
 
 
 def check_page(cids: Sequence[bytes], datas: Sequence[bytes], joined: bytes | None = None) -> None:
@@ -188,13 +190,16 @@ class _Grouped:
         return out
 
 
-def scan_visible(offer: Any, visible: Sequence[bytes]) -> dict[str, Relation] | None:
+def scan_visible(
+    offer: Any, visible: Sequence[bytes], progress: Progress | None = None
+) -> dict[str, Relation] | None:
     """The facts whose CIDs are ``visible`` (distinct raw CIDs, any order) by relation, from one ordered
     scan of the fact blocks in the store's ``blocks`` table (the layout
     :class:`merklog.store.SharedSQLite` documents); every block kept is hash-checked.
     None when the fast path does not apply (CIDs of another kind, two visible CIDs
     sharing the 64 digest bits searched, a visible fact without a block): the caller
-    then reads the per-fact way, which also says what is wrong."""
+    then reads the per-fact way, which also says what is wrong. ``progress(read,
+    visible)`` is called after each batch of blocks with the visible facts read so far."""
     if not bool((np.fromiter(map(len, visible), np.int64, len(visible)) == WIDTH).all()):
         return None
     index = CidIndex(as_rows(b"".join(visible)))
@@ -224,10 +229,12 @@ def scan_visible(offer: Any, visible: Sequence[bytes]) -> dict[str, Relation] | 
         check_page(cids, datas, joined)
         if datas and not grouped.add_generic(grouped.add_parsed(datas)):
             return None
+        if progress is not None:
+            progress(grouped.count, len(visible))
         if len(rows) < SCAN_BATCH:
             break
         after = rows[-1][0]
     return grouped.relations() if grouped.count == len(visible) else None
 
 
-__all__ = ["SCAN_BATCH", "Relation", "check_page", "scan_visible"]
+__all__ = ["SCAN_BATCH", "Progress", "Relation", "check_page", "scan_visible"]

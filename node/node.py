@@ -152,8 +152,14 @@ class Node:
         # epoch runs: ADR 0154), the epoch number and @next carry-over come from the last
         # committed epoch.
         self.engine: Any = programs.empty_program()
-        self.epochs.restore(partial(edb.read_visible, self.replica))
+        #: ``load_progress(read, visible)``: told as the first epoch reads a large home's
+        #: stored facts (the CLI draws it as a bar on a terminal); None tells nothing.
+        self.load_progress: Callable[[int, int], None] | None = None
+        self.epochs.restore(self._read_visible)
         programstore.restore(self, config.path("node.program"))
+
+    def _read_visible(self) -> edb.Edb:
+        return edb.read_visible(self.replica, self.load_progress)
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod

@@ -48,6 +48,7 @@ def register(cli: click.Group) -> None:
         import sys
         from contextlib import nullcontext
 
+        from merklog.node.cliutil import load_bar
         from merklog.node.config import Config
         from merklog.node.config import static_dir as checked_static_dir
         from merklog.node.files import read_text_file
@@ -121,9 +122,15 @@ def register(cli: click.Group) -> None:
                         )
 
             try:
-                asyncio.run(
-                    serve(node, cfg.get("node.host"), int(cfg.get("node.port")), announce, worker)
-                )
+                # A large home's stored facts are read before the node listens: a bar on
+                # a terminal shows that read (not in JSON log mode).
+                bar = load_bar(node) if state.log_format != "json" else nullcontext()
+                with bar:
+                    asyncio.run(
+                        serve(
+                            node, cfg.get("node.host"), int(cfg.get("node.port")), announce, worker
+                        )
+                    )
             except OSError as exc:
                 raise click.ClickException(f"cannot serve: {exc}") from None
             finally:

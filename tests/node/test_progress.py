@@ -47,3 +47,96 @@ def test_sync_through_a_running_node_reports_real_bytes_and_deltas(
     assert "127.0.0.1:9" in str(failed.value)
     result = b("sync", "http://127.0.0.1:9", ok=False)
     assert result.exit_code == 4 and "Traceback" not in result.output
+
+
+def test_reading_a_home_tells_its_progress_in_facts(tmp_path: Path, monkeypatch) -> None:
+    """``read_visible`` tells the visible facts read after each batch of blocks: rising
+    counts ending at every visible fact (mixed types and a retracted fact counted as
+    the read holds them)."""
+    from merklog.node import edb, factscan
+    from merklog.node.node import Node
+
+    facts = [("e", (i, i + 1)) for i in range(6000)]
+    facts += [("v", (1,)), ("v", (1.0,)), ("v", (True,)), ("v", ("1",)), ("v", (b"\x01",))]
+    with Node.open(tmp_path / "h") as node:
+        node.write(facts)
+        node.write([], [("e", (0, 1))])
+        monkeypatch.setattr(factscan, "SCAN_BATCH", 1000)  # several batches of blocks
+        told: list[tuple[int, int]] = []
+        held = edb.read_visible(node.replica, lambda *seen: told.append(seen))
+    visible = len(facts) - 1
+    assert len(held) == visible
+    assert len(told) > 3 and told[-1] == (visible, visible)
+    assert [r for r, _ in told] == sorted(r for r, _ in told)
+    assert {v for _, v in told} == {visible}
+
+
+def test_the_load_bar_draws_on_a_terminal_only_for_a_large_read(monkeypatch) -> None:
+    """The bar ``node run`` and a stopped home's query show while the stored facts are
+    read: drawn on a terminal from the first batch of a read of ``LOAD_BAR_FACTS`` or
+    more, with real counts, and closed when the read is done; nothing otherwise."""
+    import io
+
+    from rich.console import Console
+
+    from merklog.node import cliutil
+
+    def drawn(total: int, terminal: bool) -> str:
+        out = io.StringIO()
+        bar = cliutil.LoadBar(Console(file=out, force_terminal=terminal, width=100))
+        for read in range(0, total + 1, max(1, total // 4)):
+            bar(read, total)
+        bar(total, total)
+        assert bar._bar is None  # closed by the last call
+        return out.getvalue()
+
+    big = cliutil.LOAD_BAR_FACTS
+    shown = drawn(big, terminal=True)
+    assert "reading stored facts" in shown and f"{big}/{big}" in shown
+    assert drawn(big, terminal=False) == ""
+    assert drawn(big - 1, terminal=True) == ""
+
+
+def test_node_run_shows_its_read_of_a_large_home_before_it_listens(tmp_path: Path) -> None:
+    """Through a real terminal (a pty), ``merklog node run`` on a home of more than
+    ``LOAD_BAR_FACTS`` facts draws the read's bar, then says it listens."""
+    import os
+    import pty
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from merklog.node.cliutil import LOAD_BAR_FACTS
+    from merklog.node.node import Node
+
+    home = tmp_path / "h"
+    with Node.open(home) as node:
+        node.write([("e", (i, -i)) for i in range(LOAD_BAR_FACTS + 10)])
+    main, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "node", "run", "--port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=secondary,
+        stderr=secondary,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    os.close(secondary)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"listening on" not in seen and time.monotonic() < deadline:
+            if select.select([main], [], [], 1)[0]:
+                try:
+                    seen += os.read(main, 65536)
+                except OSError:
+                    break
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+        os.close(main)
+    text = seen.decode("utf-8", "replace")
+    assert "listening on" in text, text
+    before = text[: text.index("listening on")]
+    assert "reading stored facts" in before and f"/{LOAD_BAR_FACTS + 10}" in before, text
