@@ -59,6 +59,7 @@ from .deltameta import READ_COLUMNS, stage_meta
 from .export import GENESIS_FILE
 from .factargs import FactArgs, InputReader, KeyCheck, keyed_inputs, ops_files, read_inputs
 from .inputs import input_rows, op_paths
+from .livetags import BROADCAST_MAX_TAGS, TAG_COLUMNS, live_tags_frame, stage_partitioned
 from .manifest import build_manifest, file_link
 from .schema import ARGS_TYPE
 
@@ -292,6 +293,22 @@ def snapshot_frame(ops: Any, shuffle: str = SHUFFLE_KEY) -> Any:
 MAX_CODED_DATASETS = 256
 
 
+def dataset_column(datasets: list[str] | None) -> Any:
+    """The op rows' dataset as the facts jobs carry it: with ``datasets`` (sorted, all the
+    input's datasets) its index in that list as ``smallint``, which sorts as the name
+    does; else the name."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ShortType
+
+    dataset = F.col("dataset")
+    if not datasets:
+        return dataset
+    coded = F.when(dataset == datasets[0], F.lit(0))
+    for i, name in enumerate(datasets[1:], 1):
+        coded = coded.when(dataset == name, F.lit(i))
+    return coded.cast(ShortType())  # a type, not "smallint": no SQL parser (ADR 0129)
+
+
 def live_frame(
     ops: Any, datasets: list[str] | None = None, shuffle: str = SHUFFLE_KEY, keyed: bool = False
 ) -> Any:
@@ -315,15 +332,10 @@ def live_frame(
     rows are partitioned by (``fact_key`` whenever every input carries the keys, so that
     every path puts the same facts in the same files)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ByteType, ShortType
+    from pyspark.sql.types import ByteType
 
     is_assert = F.col("op") == "assert"
-    dataset = F.col("dataset")
-    if datasets:
-        coded = F.when(dataset == datasets[0], F.lit(0))
-        for i, name in enumerate(datasets[1:], 1):
-            coded = coded.when(dataset == name, F.lit(i))
-        dataset = coded.cast(ShortType())  # a type, not "smallint": no SQL parser (ADR 0129)
+    dataset = dataset_column(datasets)
     fact, delta, observed = (
         ("fact_key", "delta_key", "observed_keys")
         if keyed
@@ -784,8 +796,15 @@ def compact(
         keyed = reader is not None and shuffle == "fact_key"
         keys: KeyCheck | None = None
 
+        # the retracts observe few tags: the keyed job finds the live ones without a shuffle
+        # and this process stages them as the shuffled job would (ADR 0196)
+        observed = reader.observed() if keyed and reader is not None else None
+        broadcast = codes is not None and observed is not None and observed <= BROADCAST_MAX_TAGS
+
         # the facts are placed on a thread while the deltas are staged (pyarrow releases the GIL)
         def place_facts() -> dict[str, int]:
+            if (staging / "tags").is_dir():
+                stage_partitioned(staging / "tags", staging / "facts", parts)
             args = reader.facts() if reader is not None else None
             try:
                 return _place_facts(staging, placed, None, args, codes, keys)
@@ -810,12 +829,17 @@ def compact(
                     deltas_files = _staged_files(staging, "pruned")
             if reader is not None:
                 if keyed:
-                    by_key = ("fact_key", "dataset", "delta_key")
-                    _write_facts(live_frame(ops, codes, shuffle, True), staging / "facts", by_key)
+                    if broadcast:
+                        live = live_tags_frame(ops, dataset_column(codes))
+                        _staged(live).parquet(str(staging / "tags"))
+                    else:
+                        live = live_frame(ops, codes, shuffle, True)
+                        _write_facts(live, staging / "facts", TAG_COLUMNS)
                     if reader.keys().usable:
                         keys = reader.keys()
                     else:
-                        shutil.rmtree(staging / "facts")
+                        shutil.rmtree(staging / "tags", ignore_errors=True)
+                        shutil.rmtree(staging / "facts", ignore_errors=True)
                         keyed = False
                 if not keyed:
                     by_cid = (*FACT_KEY, "delta_cid")

@@ -22,9 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-#: The seed of Spark's ``hash()`` and of its hash partitioning.
-SPARK_SEED = 42
-_C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
+from .sparkhash import spark_partition
 
 #: Columns of the op rows this module reads, which :func:`.compact.meta_frame` selects
 #: too (one list, so both paths stage the same columns), and the staged tables' schemas
@@ -61,60 +59,6 @@ STAGED_SCHEMAS = {
         ]
     ),
 }
-
-
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
-
-
-def _mix(h1: np.ndarray, k1: np.ndarray) -> np.ndarray:
-    k1 = _rotl(k1 * _C1, 15) * _C2
-    return _rotl(h1 ^ k1, 13) * np.uint32(5) + np.uint32(0xE6546B64)
-
-
-def spark_hash(column: pa.Array, seed: int = SPARK_SEED) -> np.ndarray | None:
-    """Spark's ``Murmur3Hash`` (``Murmur3_x86_32.hashUnsafeBytes``) of every value of a
-    binary column, as ``int32``; None when a value is null (Spark leaves the seed) or the
-    values are not all of one width (not needed: CIDs of one kind are)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    n = len(column)
-    if column.null_count:
-        return None
-    if column.offset:
-        column = pa.concat_arrays([column])
-    offsets = np.frombuffer(column.buffers()[1], np.int32, n + 1)
-    widths = np.diff(offsets)
-    if n and not bool((widths == widths[0]).all()):
-        return None
-    width = int(widths[0]) if n else 0
-    data = column.buffers()[2]
-    raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-    rows = raw[offsets[0] : offsets[0] + n * width].reshape(n, width)
-    with np.errstate(over="ignore"):
-        h1 = np.full(n, seed, np.uint32)
-        aligned = width - width % 4
-        words = np.ascontiguousarray(rows[:, :aligned]).view("<u4").astype(np.uint32)
-        for j in range(aligned // 4):
-            h1 = _mix(h1, words[:, j])
-        for j in range(aligned, width):  # each tail byte, sign-extended, is one more round
-            h1 = _mix(h1, rows[:, j].view(np.int8).astype(np.int32).view(np.uint32))
-        h1 ^= np.uint32(width)
-        h1 ^= h1 >> np.uint32(16)
-        h1 *= np.uint32(0x85EBCA6B)
-        h1 ^= h1 >> np.uint32(13)
-        h1 *= np.uint32(0xC2B2AE35)
-        h1 ^= h1 >> np.uint32(16)
-    return h1.view(np.int32)
-
-
-def spark_partition(column: pa.Array, partitions: int) -> np.ndarray | None:
-    """The partition Spark's ``repartition(col)`` sends each value of a binary column to
-    (``pmod(Murmur3Hash(col, 42), partitions)``), or None (see :func:`spark_hash`)."""
-    hashes = spark_hash(column)
-    if hashes is None:
-        return None
-    return np.mod(hashes.astype(np.int64), partitions)
 
 
 #: The read columns cast to one schema, whatever writer named a file's list fields.
@@ -202,4 +146,4 @@ def stage_meta(files: Sequence[Path], staging: Path, partitions: int) -> bool:
     return True
 
 
-__all__ = ["READ_SCHEMA", "spark_hash", "spark_partition", "stage_meta"]
+__all__ = ["READ_SCHEMA", "stage_meta"]

@@ -59,6 +59,21 @@ def input_datasets(inputs: Sequence[Path]) -> list[str]:
     return sorted(names)
 
 
+def observed_tags(inputs: Sequence[Path]) -> int | None:
+    """How many (fact, delta) tags the retract rows of the inputs observe in all: the
+    lengths of their ``observed_keys`` lists (an assert's list is empty), read from that
+    column alone. None when an ops file has no keys (the job then runs on the CIDs)."""
+    total = 0
+    for path in inputs:
+        for f in ops_files(path):
+            if not has_keys(f):
+                return None
+            column = pq.read_table(f, columns=["observed_keys"]).column("observed_keys")
+            for chunk in column.chunks:
+                total += int(pc.sum(pc.list_value_length(chunk)).as_py() or 0)
+    return total
+
+
 def _export_facts(path: Path) -> list[pa.Table]:
     """The visible facts an export directory lists, as ``fact_cid, relation, args`` tables.
     A list that cannot be read is left out: it only saves work, the inputs' assert rows
@@ -278,6 +293,7 @@ class InputReader:
         self.paths = list(paths)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="merklog-inputs")
         self._datasets = self._pool.submit(input_datasets, self.paths)
+        self._observed = self._pool.submit(observed_tags, self.paths)
         # the key check decides the job, the facts are needed only after it
         self._keys = self._pool.submit(KeyCheck, self.paths)
         self._facts = self._pool.submit(self._read_facts)
@@ -290,6 +306,10 @@ class InputReader:
 
     def datasets(self) -> list[str]:
         return self._datasets.result()
+
+    def observed(self) -> int | None:
+        """How many tags the inputs' retracts observe (:func:`observed_tags`)."""
+        return self._observed.result()
 
     def facts(self) -> FactArgs:
         return self._facts.result()
@@ -323,6 +343,7 @@ __all__ = [
     "input_datasets",
     "keyed_inputs",
     "local_exports",
+    "observed_tags",
     "ops_files",
     "read_inputs",
 ]

@@ -260,7 +260,10 @@ def test_keyed_job_gives_the_bytes_of_the_cid_job_and_keyless_exports_the_same_f
 ):
     """ADR 0131: the job over the CIDs' 64-bit keys gives the snapshot that the same job
     over the CIDs gives (keys that collide send it there), byte for byte; exports without
-    the key columns (written before them) give the same facts, supports and heads."""
+    the key columns (written before them) give the same facts, supports and heads.
+    ADR 0196: so does the keyed job without a shuffle (retracts' tags broadcast, the tags
+    partitioned and sorted by this process), over three overlapping exports whose
+    asserts repeat, in partitions of 150 rows; above its limit the shuffled keyed job runs."""
     import merklog.node.spark.compact as mod
     import merklog.node.spark.factargs as fa
     from merklog.node.spark.cidkeys import KEY_COLUMNS
@@ -269,15 +272,21 @@ def test_keyed_job_gives_the_bytes_of_the_cid_job_and_keyless_exports_the_same_f
     dirs = _export_views(sim, tmp_path)
     key = Identity.from_seed(b"\x09" * 32)
     assert fa.keyed_inputs(dirs) and fa.KeyCheck(dirs).usable
+    assert 0 < fa.observed_tags(dirs) <= mod.BROADCAST_MAX_TAGS
     seen = []
-    live = mod.live_frame
+    live, tags = mod.live_frame, mod.live_tags_frame
     monkeypatch.setattr(mod, "live_frame", lambda *a: seen.append(len(a) > 3 and a[3]) or live(*a))
+    monkeypatch.setattr(mod, "live_tags_frame", lambda *a: seen.append("tags") or tags(*a))
     [keyed] = compact(spark, dirs, tmp_path / "keyed", key, rows_per_partition=150)
+    monkeypatch.setattr(mod, "BROADCAST_MAX_TAGS", fa.observed_tags(dirs) - 1)
+    [shuffled] = compact(spark, dirs, tmp_path / "shuffled", key, rows_per_partition=150)
     monkeypatch.setattr(fa, "injective", lambda cids, keys: False)  # a 64-bit collision
     assert not fa.KeyCheck(dirs).usable
     [by_cid] = compact(spark, dirs, tmp_path / "by_cid", key, rows_per_partition=150)
-    assert seen == [True, True, False]  # the keyed job, then once more over the CIDs
-    assert by_cid.manifest_cid == keyed.manifest_cid
+    # the keyed job without a shuffle, the shuffled one, then once more over the CIDs
+    assert seen == ["tags", True, True, False]
+    assert by_cid.manifest_cid == keyed.manifest_cid == shuffled.manifest_cid
+    assert len(list((keyed.directory / "facts").glob("*.parquet"))) > 2
     monkeypatch.undo()
     old = []
     for d in dirs:

@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from merklog.node.spark.compact import _job_conf, _write_meta, meta_frame, read_ops
-from merklog.node.spark.deltameta import spark_hash, spark_partition, stage_meta
+from merklog.node.spark.deltameta import stage_meta
 from merklog.node.spark.export import export_replica
+from merklog.node.spark.sparkhash import spark_hash, spark_partition
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
 from merklog.store import MemoryBlockStore, make_fact
