@@ -73,6 +73,9 @@ class SyncStats:
     deltas_received: int = 0
     deltas_pushed: int = 0
     accepted: int = 0
+    #: Deltas the peer lacks that this replica cannot send: kept here only as a snapshot's
+    #: metadata (pruned, or bootstrapped from a snapshot), and those built on them.
+    held_back: int = 0
 
     def __iadd__(self, other: SyncStats) -> SyncStats:
         for name in self.__dataclass_fields__:
@@ -328,7 +331,8 @@ class SyncClient:
             their_heads = await self.heads(url, replica.dataset)
             stats.round_trips += 1
         known = [h for h in their_heads if await asyncio.to_thread(replica.has_delta, h)]
-        deltas = await asyncio.to_thread(replica.missing_deltas, known)
+        missing = await asyncio.to_thread(replica.missing_deltas, known)
+        deltas, stats.held_back = await asyncio.to_thread(replica.sendable, missing)
         path = f"/v1/datasets/{replica.dataset}/push"
         done = 0
         while done < len(deltas):

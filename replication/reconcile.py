@@ -172,6 +172,33 @@ class Reconciliation(ReplicaState):
             self.conn.execute("DELETE FROM temp.repl_seed")
         return [Link(r[0]) for r in rows]
 
+    def sendable(self, deltas: Sequence[Link]) -> tuple[list[Link], int]:
+        """``deltas`` (in clock order) split into those this replica can send and how many
+        it cannot: a delta whose block it does not hold (kept only as a snapshot's
+        metadata: pruned, or bootstrapped from a snapshot) and every delta after it
+        that has such a one among its parents, which a receiver would refuse for its
+        unknown parent. A peer gets those from a peer that holds them."""
+        present = self.blockstore.has_many(deltas)
+        if len(present) == len(deltas):
+            return list(deltas), 0
+        held = {d.raw for d in deltas if d not in present}
+        parents: dict[bytes, list[bytes]] = {}
+        with self._lock:
+            for chunk in _chunks(list(deltas)):
+                marks = ",".join("?" * len(chunk))
+                for child, parent in self.conn.execute(
+                    f"SELECT child, parent FROM repl_parent WHERE ds = ? AND child IN ({marks})",
+                    (self.ds, *[c.raw for c in chunk]),
+                ):
+                    parents.setdefault(bytes(child), []).append(bytes(parent))
+        out = []
+        for d in deltas:  # parents first: one pass carries the holding back to descendants
+            if d.raw in held or any(p in held for p in parents.get(d.raw, ())):
+                held.add(d.raw)
+            else:
+                out.append(d)
+        return out, len(deltas) - len(out)
+
     def _known_subset(self, cids: Iterable[Link]) -> set[bytes]:
         cids = list(cids)
         known: set[bytes] = set()

@@ -59,6 +59,13 @@ def register(cli: click.Group) -> None:
             stats = guard(lambda: t.sync(peer, progress, own_timeout))
         parts = ", ".join(f"{k} {v}" for k, v in stats.items() if isinstance(v, int | float))
         click.echo(f"synced with {peer}: {parts}")
+        if stats.get("held_back"):
+            click.echo(
+                f"note: {stats['held_back']} of the deltas {peer} lacks were not pushed: this"
+                " home keeps them (or their parents) only as a snapshot's metadata (pruned, or"
+                " bootstrapped from a snapshot); the peer gets them from a peer that holds them",
+                err=True,
+            )
 
 
 def _own_timeout(state: State) -> float | None:

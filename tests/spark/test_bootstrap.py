@@ -230,3 +230,55 @@ def test_compact_prune_with_nothing_stable_says_so(spark, tmp_path, peers):
     )
     assert done.exit_code == 1, done.output
     assert "no delta is causally stable yet" in done.output
+
+
+async def test_a_peer_bootstrapped_from_a_merged_snapshot_syncs_with_one_that_lacks_some(
+    spark, tmp_path, peers
+):
+    """C bootstraps from the snapshot of A's and B's merged exports; A lacks B's last
+    deltas, which C holds only as the snapshot's metadata. C's sync with A (pull, then
+    push) succeeds: it pushes what it can and holds back those deltas and C's own new
+    one built on them (A would refuse it for an unknown parent), instead of failing with
+    "block not found" as if C's store were damaged. Once A has B's deltas, C's push
+    sends its own."""
+    from aiohttp import web
+
+    from merklog.replication import AllowList, SyncClient, make_sync_app
+
+    a, b, c = peers
+    rng = random.Random(21)
+    _edit(rng, a, 4)
+    sync(b, a)
+    _edit(rng, b, 3)  # A does not have these
+    export_replica(a, tmp_path / "ea")
+    export_replica(b, tmp_path / "eb")
+    [res] = compact(spark, [tmp_path / "ea", tmp_path / "eb"], tmp_path / "snap", a.identity)
+    install_snapshot(c, load_snapshot(res.directory, trusted={a.identity.public_key}))
+    lacking = b.delta_count() - a.delta_count()
+    assert lacking > 0
+    a.grant(c.identity.public_key)
+    sync(c, a)  # C learns of the grant (pull only)
+    c.assert_facts([make_fact("mine", (1,)), make_fact("mine", (1.0,)), make_fact("mine", (True,))])
+
+    app = make_sync_app(
+        {a.dataset: a}, AllowList({c.identity.public_key: None, b.identity.public_key: None})
+    )
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+        async with SyncClient(c.identity) as client:
+            stats = await client.sync(url, c)
+        assert stats.held_back == lacking + 1 and stats.deltas_pushed == 0
+        assert not [f for f in a.visible_facts() if f.rel == "mine"]
+        async with SyncClient(b.identity) as client:  # A gets B's deltas from B
+            await client.sync(url, b)
+        async with SyncClient(c.identity) as client:
+            again = await client.sync(url, c)
+    finally:
+        await runner.cleanup()
+    assert again.held_back == 0 and again.deltas_pushed == 1
+    assert a.visible_facts() == c.visible_facts()
+    assert len([f for f in a.visible_facts() if f.rel == "mine"]) == 3
