@@ -185,6 +185,13 @@ class NodeClient:
                     f"no answer from node at {self.url} ({why}): the request was sent and"
                     " may have been applied; check (`merklog status`, `query`) before repeating",
                 ) from None
+            if isinstance(exc, http.client.IncompleteRead):
+                raise NodeAPIError(
+                    0,
+                    f"node at {self.url}: {reason}: the node stopped it, and its log says why"
+                    " (a damaged store is named there, with its repair); or the connection"
+                    " broke, and it is worth trying again",
+                ) from None
             if isinstance(exc, http.client.HTTPException):
                 raise NodeAPIError(0, f"node at {self.url}: {reason}; try again") from None
             why = unreachable_reason(exc)

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from merklog.engine.lexer import may_underflow
 from merklog.replication.errors import NotFound, ReplicationError, TooLarge
+from merklog.replication.server import aborted_on_failure
 from merklog.store import InvalidValue, Link, StoreError, decode, decode_fact, encode_facts
 from merklog.store.gcpause import gc_paused
 
@@ -446,12 +447,13 @@ async def export_car(request: web.Request) -> web.StreamResponse:
     # The blocks are read on worker threads, a batch at a time (see get_block).
     roots, blocks = await loop.run_in_executor(None, node.export_blocks)
     await resp.prepare(request)
-    await resp.write(car_header(roots))
-    it = iter(blocks)
-    while batch := await loop.run_in_executor(None, _next_blocks, it):
-        for cid, data in batch:
-            await resp.write(car_section(cid, data))
-    await resp.write_eof()
+    with aborted_on_failure(request):  # a damaged block part way: cut off now, and logged
+        await resp.write(car_header(roots))
+        it = iter(blocks)
+        while batch := await loop.run_in_executor(None, _next_blocks, it):
+            for cid, data in batch:
+                await resp.write(car_section(cid, data))
+        await resp.write_eof()
     return resp
 
 

@@ -156,6 +156,11 @@ class SyncClient:
             raise PeerUnreachable(
                 f"peer {_base(url)} did not answer within {self.timeout.total} s", status=504
             ) from None
+        except aiohttp.ClientPayloadError:
+            raise PeerUnreachable(
+                f"peer {_base(url)} cut its answer off part way: the peer stopped it (its log"
+                " says why, e.g. a damaged store), or the connection broke"
+            ) from None
         except aiohttp.ClientError as exc:
             raise PeerUnreachable(f"peer {_base(url)} failed mid-request: {exc}") from None
 

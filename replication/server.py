@@ -31,7 +31,8 @@ import json
 import logging
 import tempfile
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +96,22 @@ class Limits:
 
 
 ReplicaLookup = Mapping[Link, Replica] | Callable[[Link], Replica | None]
+
+
+@contextmanager
+def aborted_on_failure(request: web.Request) -> Iterator[None]:
+    """Around the body of an answer whose status and headers are sent: a failure part way
+    (a damaged block read, a full disk) closes the connection at once, so the caller sees
+    the answer cut off now, instead of waiting out its timeout for a body that will never
+    end (an error answer can no longer be sent); the error goes on to be logged and mapped
+    as any other."""
+    try:
+        yield
+    except BaseException:
+        transport = request.transport
+        if transport is not None:
+            transport.close()
+        raise
 #: ``on_served(peer_key, kind, heads)``: a peer's sync request was served ("pull" or
 #: "push"); ``heads``: the peer's heads as far as this server can tell (module docstring).
 ServedHook = Callable[[bytes, str, list[Link]], None]
@@ -246,6 +263,21 @@ class SyncService:
             headers["Content-Encoding"] = "deflate"
         resp = web.StreamResponse(headers=headers)
         await resp.prepare(request)
+        with aborted_on_failure(request):
+            return await self._send_deltas(request, resp, replica, signed, deltas, heads, roots, deflate)
+
+    async def _send_deltas(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        replica: Replica,
+        signed: Any,
+        deltas: list[Link],
+        heads: list[Link],
+        roots: list[Link],
+        deflate: bool,
+    ) -> web.StreamResponse:
+        """The body of :meth:`sync`'s answer, whose status and headers are sent."""
         z = zlib.compressobj(1) if deflate else None
 
         def encode_batch(batch: list[Link], first: bool, budget: int) -> tuple[int, int, bytes]:
@@ -317,17 +349,18 @@ class SyncService:
             headers={"Content-Type": CAR_TYPE, "X-Merklog-Processed": str(looked)}
         )
         await resp.prepare(request)
-        header = car_header([replica.dataset])
-        await resp.write(header)
-        sent = len(header)
-        served = 0
-        for run in runs(plan):
-            body, count = await asyncio.to_thread(read_sections, replica, run)
-            if body:
-                await resp.write(body)
-                sent += len(body)
-            served += count
-        await resp.write_eof()
+        with aborted_on_failure(request):
+            header = car_header([replica.dataset])
+            await resp.write(header)
+            sent = len(header)
+            served = 0
+            for run in runs(plan):
+                body, count = await asyncio.to_thread(read_sections, replica, run)
+                if body:
+                    await resp.write(body)
+                    sent += len(body)
+                served += count
+            await resp.write_eof()
         self.metrics["bytes_out"] += sent
         self.metrics["blocks_out"] += served
         self.metrics["block_requests"] += 1

@@ -279,3 +279,32 @@ async def test_progress_moves_while_a_pulled_response_is_applied(peers):
     assert {c[0] for c in calls} == {"pull"}
     assert {c[1] for c in calls} == {stats.bytes_received}, calls
     assert rb.heads() == ra.heads()
+
+
+async def test_a_damaged_block_cuts_the_answer_off_at_once(peers):
+    """A peer whose store turns out damaged part way through an answer (its status and
+    headers already sent) closes the connection: the caller hears at once that the
+    answer was cut off, instead of waiting out its timeout (30 s) for the rest, and
+    nothing of the cut answer is applied."""
+    import time
+
+    from merklog.replication.errors import PeerUnreachable
+
+    a, b = await peers(2)
+    ra = a.add(Replica.create(a.conn, a.blocks, a.identity, "dmg", [b.identity.public_key]))
+    genesis = a.blocks.get(ra.dataset)
+    rb = b.add(Replica.open(b.conn, b.blocks, b.identity, ra.dataset, genesis_block=genesis))
+    for i in range(3):
+        ra.assert_facts([make_fact("v", (i,)), make_fact("v", (float(i),)), make_fact("v", (True,))])
+    last = max(ra.heads(), key=lambda cid: cid.raw)
+    table = a.blocks.shared_sqlite().blocks_table
+    data = bytearray(a.conn.execute(f"SELECT data FROM {table} WHERE cid = ?", (last.raw,)).fetchone()[0])
+    data[-3] ^= 1
+    a.conn.execute(f"UPDATE {table} SET data = ? WHERE cid = ?", (bytes(data), last.raw))
+    a.conn.commit()
+    started = time.monotonic()
+    async with SyncClient(b.identity, timeout=30) as client:
+        with pytest.raises(PeerUnreachable, match="cut its answer off"):
+            await asyncio.wait_for(client.pull(a.url, rb), 20)
+    assert time.monotonic() - started < 20
+    assert rb.heads() == [rb.dataset]
