@@ -113,29 +113,71 @@ def _session(
     from merklog.node.interrupts import mark_on_sigint
     from merklog.node.spark.session import build_session
 
+    conf = _conf(confs)
     try:
         session = build_session(
             master=master,
             remote=remote,
-            conf=_conf(confs),
+            conf=conf,
             quiet=not verbose,
             input_rows=input_rows,
             prelaunched=prelaunched,
         )
         mark_on_sigint()  # after pyspark's SIGINT handler, which it wraps
-        return session
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except Exception as exc:
         # pyspark's PySparkRuntimeError (not imported here): the JVM exited before its
         # gateway answered, which a --master Spark cannot parse does, among others.
+        if conf and _refused_conf(exc):
+            raise click.UsageError(f"Spark refused a --conf: {_refused_conf(exc)}") from None
         if "JAVA_GATEWAY_EXITED" not in str(exc):
             raise
         where = f" with --master {master}" if master else ""
+        confs_too = " and the --conf options" if conf else ""
         raise click.ClickException(
             f"the Spark JVM exited before it started{where}: check --master (local[N],"
-            " spark://HOST:PORT) and the Java install; -v shows the JVM's own output"
+            f" spark://HOST:PORT){confs_too} and the Java install; -v shows the JVM's own"
+            " output"
         ) from None
+    _check_confs(session, conf)
+    return session
+
+
+def _refused_conf(exc: BaseException) -> str | None:
+    """The first line of a Spark error that refuses a configuration value (an invalid
+    ``--conf``), else None."""
+    import re
+
+    text = str(exc)
+    found = re.search(r"\[INVALID_CONF_VALUE[A-Z_.]*\] ?([^\n]*)", text)
+    if found is not None:
+        return re.sub(r"\s*SQLSTATE: \w+\s*$", "", found[1])
+    for marker in ("IllegalArgumentException: ", "NumberFormatException: "):
+        at = text.find(marker)
+        if at >= 0:
+            return text[at + len(marker) :].splitlines()[0]
+    return None
+
+
+def _check_confs(session: Any, conf: dict[str, str]) -> None:
+    """Set each ``--conf`` that Spark lets a session change once more, so that a value it
+    refuses (``spark.sql.shuffle.partitions=0``) is one usage error now, naming it, not
+    an internal error with a Java stack trace when a job reads it."""
+    try:
+        runtime = session.conf  # builds the session's state, which checks the SQL confs
+    except Exception as exc:
+        why = _refused_conf(exc)
+        if why is None:
+            raise
+        raise click.UsageError(f"Spark refused a --conf: {why}") from None
+    for key, value in conf.items():
+        try:
+            if runtime.isModifiable(key):
+                runtime.set(key, value)
+        except Exception as exc:
+            why = _refused_conf(exc) or str(exc).splitlines()[0]
+            raise click.UsageError(f"Spark refused --conf {key}={value}: {why}") from None
 
 
 def _writable_out(target: Path) -> bool:

@@ -577,3 +577,20 @@ def test_parquet_export_replaces_only_an_earlier_export(tmp_path):
     for target in (tmp_path / "empty", tmp_path / "new", tmp_path / "new"):  # twice: over it
         summary = json.loads(run("--home", str(home), "parquet", "export", str(target)))
         assert summary["facts"] == {"a": 2}
+
+
+def test_a_conf_value_spark_refuses_is_one_usage_line(tmp_path, export) -> None:
+    """``--conf spark.sql.shuffle.partitions=0`` was an "internal error" with a Java stack
+    trace (exit 70) once a job read it. Spark's own check of each value is one usage line
+    naming it (exit 2), before anything is written; a value Spark takes runs as usual."""
+    home = str(tmp_path / "h")
+    for bad, named in (
+        ("spark.sql.shuffle.partitions=0", "spark.sql.shuffle.partitions"),
+        ("spark.sql.adaptive.enabled=maybe", "'boolean'"),
+    ):
+        out = tmp_path / "snap"
+        done = _merklog("--home", home, "compact", str(export), "--out", str(out), "--conf", bad)
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.splitlines()
+        assert line.startswith("Error: Spark refused a --conf: ") and named in line, line
+        assert "JVM stacktrace" not in done.stderr and not out.exists()
