@@ -259,6 +259,25 @@ def _raise_write_failure(exc: Exception, target: Path) -> None:
     ) from None
 
 
+def _abandon(spark: Any, owned: bool) -> None:
+    """End the driver JVM of a command that failed or was interrupted (see
+    :func:`merklog.node.spark.session.stop_driver`), when this command started it: a
+    session it found running (a script's, a test's) is not its to end."""
+    if spark is not None and owned:
+        from merklog.node.spark.session import stop_driver
+
+        stop_driver(spark)
+
+
+def _jvm_running() -> bool:
+    """Whether this process already has a Spark driver JVM (a session built before)."""
+    import sys
+
+    context = sys.modules.get("pyspark.core.context") or sys.modules.get("pyspark.context")
+    spark_context = getattr(context, "SparkContext", None)
+    return getattr(spark_context, "_active_spark_context", None) is not None
+
+
 def _remove_made(target: Path) -> None:
     """Remove ``target``, the output folder a failed ``compact`` made (it did not exist
     before the command): what Spark left in it is no snapshot."""
@@ -464,9 +483,11 @@ def register(cli: click.Group) -> None:
         from merklog.node.spark.factargs import read_inputs
         from merklog.node.spark.progress import spark_progress
 
-        created = not out.exists()
+        created = _writable_out(Path(_absolute(out)))
         done = False
         reader = None
+        spark = None
+        owned = not _jvm_running()
         try:
             reader = None if args_in_spark else read_inputs(sources)
             spark = _session(master, remote, confs, state.verbose, rows, prelaunched)
@@ -493,6 +514,11 @@ def register(cli: click.Group) -> None:
                 prelaunched.close()  # a JVM no session took over (an error before it)
             if reader is not None:
                 reader.close()
+            if not done:
+                _abandon(spark, owned)  # no task of its jobs writes after the cleanup below
+                from merklog.node.spark.compact import remove_abandoned_staging
+
+                remove_abandoned_staging(Path(_absolute(out)))
             if created and not done:
                 _remove_made(out)
         if not results:  # --prune and no delta is stable yet: no snapshot was written
@@ -580,6 +606,8 @@ def register(cli: click.Group) -> None:
             raise click.ClickException(str(exc)) from None
         created = _writable_out(target)
         done = False
+        spark = None
+        owned = not _jvm_running()
         try:
             # The JVM boots while the Spark code is imported (ADR 0158).
             prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)
@@ -622,6 +650,11 @@ def register(cli: click.Group) -> None:
                 )
             done = True
         finally:
+            if not done:
+                _abandon(spark, owned)  # no task of its jobs writes after the cleanup below
+                from merklog.node.spark.analyze import remove_unfinished
+
+                remove_unfinished(target, names)
             if created and not done:
                 with contextlib.suppress(OSError):
                     target.rmdir()  # the folder this command made, if nothing is in it

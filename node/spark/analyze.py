@@ -39,6 +39,7 @@ aggregates that only constrain their grouping variables.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -941,16 +942,35 @@ _OUTPUT_FILES = ("_SUCCESS", "._SUCCESS.crc", "part-*", ".part-*.crc")
 
 def _earlier_output(path: Path) -> bool:
     """Whether the folder ``path`` is an earlier analyze output (Spark's ``_SUCCESS``
-    marker and part files only), or empty: replacing it loses nothing."""
+    marker and part files only; or, from a write that never finished, Spark's
+    ``_temporary`` folder and part files), or empty: replacing it loses nothing."""
     entries = list(path.iterdir())
     if not entries:
         return True
     names = {e.name for e in entries}
-    return (
-        "_SUCCESS" in names
-        and all(e.is_file() and not e.is_symlink() for e in entries)
-        and all(any(e.match(g) for g in _OUTPUT_FILES) for e in entries)
+    files = [e for e in entries if e.name != _TEMPORARY]
+    spark_files = all(e.is_file() and not e.is_symlink() for e in files) and all(
+        any(e.match(g) for g in _OUTPUT_FILES) for e in files
     )
+    if _TEMPORARY in names:  # a write that never finished (an interrupted analyze)
+        temporary = path / _TEMPORARY
+        return temporary.is_dir() and not temporary.is_symlink() and spark_files
+    return "_SUCCESS" in names and spark_files
+
+
+#: The folder Spark's writers stage a write's files in until the write commits.
+_TEMPORARY = "_temporary"
+
+
+def remove_unfinished(out_dir: str | Path, names: Iterable[str]) -> None:
+    """Remove the output folders of ``names`` under ``out_dir`` that a write left
+    unfinished (Spark's ``_temporary`` still in them, and nothing but Spark's files): what
+    an analyze that failed or was interrupted part way leaves, once its JVM has ended."""
+    out = Path(out_dir)
+    for name in names:
+        path = out / name
+        if (path / _TEMPORARY).is_dir() and not path.is_symlink() and _earlier_output(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def check_out_folders(out_dir: str | Path, names: Iterable[str]) -> None:

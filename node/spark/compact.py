@@ -916,12 +916,26 @@ _STAGING_LOCK = ".lock"
 _UNLOCKED_STAGING_AGE = 600.0
 
 
-def _remove_if_abandoned(old: Path) -> None:
+def remove_abandoned_staging(out: Path) -> None:
+    """Remove what compactions that failed or were interrupted left in ``out``'s staging
+    folder, once their JVMs have ended (a task of an abandoned job could re-create a
+    staging folder, without its lock, after the compaction removed it): every staging
+    directory no compaction holds. One that another compaction holds is left alone."""
+    root = out / _STAGING
+    if not root.is_dir():
+        return
+    for old in root.iterdir():
+        _remove_if_abandoned(old, unlocked_age=0.0)
+    with suppress(OSError):
+        root.rmdir()
+
+
+def _remove_if_abandoned(old: Path, unlocked_age: float = _UNLOCKED_STAGING_AGE) -> None:
     try:
         fd = os.open(old / _STAGING_LOCK, os.O_RDWR)
     except FileNotFoundError:
         with suppress(OSError):
-            if time.time() - old.stat().st_mtime > _UNLOCKED_STAGING_AGE:
+            if time.time() - old.stat().st_mtime >= unlocked_age:
                 shutil.rmtree(old, ignore_errors=True)
         return
     except OSError:

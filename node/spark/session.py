@@ -490,6 +490,26 @@ def _get_or_create(builder: Any, conf: dict[str, str], prelaunched: Prelaunch | 
     return spark
 
 
+def stop_driver(spark: Any, timeout: float = 10.0) -> None:
+    """End this process's driver JVM now and wait for it to exit. A command that failed or
+    was interrupted part way calls it before it cleans up what its jobs were writing: the
+    JVM ignores Ctrl-C (ADR 0158) and outlived the command by seconds, its abandoned
+    tasks re-creating ``_temporary`` folders after the cleanup. Nothing for a Spark
+    Connect session (the server's own) or one without a JVM process of this one."""
+    if spark is None or is_connect(spark):
+        return
+    gateway = getattr(getattr(spark, "sparkContext", None), "_gateway", None)
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.kill()
+    try:
+        proc.wait(timeout)
+    except Exception:  # a JVM that will not die within the timeout is the kernel's now
+        logging.getLogger(__name__).debug("the driver JVM did not exit within %s s", timeout)
+
+
 def is_connect(spark: Any) -> bool:
     """True when ``spark`` is a Spark Connect client session."""
     return type(spark).__module__.startswith("pyspark.sql.connect")

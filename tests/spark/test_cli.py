@@ -594,3 +594,23 @@ def test_a_conf_value_spark_refuses_is_one_usage_line(tmp_path, export) -> None:
         [line] = done.stderr.splitlines()
         assert line.startswith("Error: Spark refused a --conf: ") and named in line, line
         assert "JVM stacktrace" not in done.stderr and not out.exists()
+
+
+def test_what_an_unfinished_analyze_write_left_is_replaced_and_removed(tmp_path) -> None:
+    """An analyze interrupted while Spark wrote a relation left ``REL/_temporary`` (and
+    maybe part files): the next analyze refused the folder as one "no analyze wrote".
+    It is Spark's own unfinished write: replaced, and removed by the failed command once
+    its JVM has ended. A folder with anything else in it stays refused and untouched."""
+    from merklog.node.spark.analyze import OutputFolderTaken, check_out_folders, remove_unfinished
+
+    out = tmp_path / "out"
+    (out / "p" / "_temporary" / "0" / "_temporary").mkdir(parents=True)
+    (out / "p" / "part-00000-x.snappy.parquet").write_bytes(b"PAR1")
+    (out / "q" / "_temporary").mkdir(parents=True)
+    (out / "q" / "notes.md").write_text("mine")
+    check_out_folders(out, ["p"])
+    with pytest.raises(OutputFolderTaken):
+        check_out_folders(out, ["q"])
+    remove_unfinished(out, ["p", "q", "r"])
+    assert not (out / "p").exists()
+    assert (out / "q" / "notes.md").read_text() == "mine"

@@ -71,7 +71,25 @@ def test_ctrl_c_during_analyze_is_one_line_exit_1(tmp_path):
         ],
     )
     assert (done.returncode, done.stderr) == (1, "Error: interrupted (Ctrl-C)\n")
+    # its JVM ended with it: it ignores Ctrl-C, and its abandoned tasks went on writing
+    # (re-creating _temporary folders) for seconds after the command had cleaned up
+    assert _jvms_of(tmp_path / "local") == []
     assert not (tmp_path / "out").exists()
+
+
+def _jvms_of(local: Path) -> list[int]:
+    """The processes whose command line names ``spark.local.dir=local``: a job's JVM."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if f"spark.local.dir={local}".encode() in cmdline and b"java" in cmdline:
+            found.append(int(entry.name))
+    return found
 
 
 def test_py4j_records_while_a_ctrl_c_is_handled_do_not_reach_stderr(capsys):
