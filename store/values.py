@@ -189,8 +189,30 @@ _FORMAT_CHARS = (
 #: reader of the output would take apart or not see — the C0 and C1 controls and DEL
 #: (tab, carriage return, NUL, escape…), the Unicode line and paragraph separators and
 #: the format characters — so that a rendered fact is one line of text that reads back
-#: as the same value, and two values never look alike.
-_NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\x7f-\x9f\u2028\u2029' + _FORMAT_CHARS + "]")
+#: as the same value, and two values never look alike. (``_ESCAPED_CLASS``: all but the
+#: quote and the backslash.)
+_ESCAPED_CLASS = "\x00-\x1f\x7f-\x9f\u2028\u2029" + _FORMAT_CHARS
+_NEEDS_ESCAPE = re.compile('["\\\\' + _ESCAPED_CLASS + "]")
+
+
+def escaped_code_points() -> list[tuple[int, int]]:
+    """The code point ranges (inclusive) that :func:`format_value` writes escaped in a
+    string besides the quote and the backslash (controls, line separators, format
+    characters): for a writer that renders strings outside Python (a Spark job's regular
+    expression), so that it escapes exactly the same characters."""
+    out: list[tuple[int, int]] = []
+    chars, i = _ESCAPED_CLASS, 0
+    while i < len(chars):
+        lo = hi = ord(chars[i])
+        if i + 2 < len(chars) and chars[i + 1] == "-":
+            hi = ord(chars[i + 2])
+            i += 3
+        else:
+            i += 1
+        out.append((lo, hi))
+    return out
+
+
 #: JSON's spelling of the float -0.0 (``float.__repr__``), which :func:`format_value`
 #: renders as the ``0.0`` it is stored as; a string holding it only costs the slower path.
 _NEGATIVE_ZERO = re.compile(r"-0\.0(?![0-9])")

@@ -55,8 +55,10 @@ def register(cli: click.Group) -> None:
     @click.argument("key_or_peer")
     @pass_state
     def revoke(state: State, key_or_peer: str) -> None:
-        """Stop KEY_OR_PEER from writing. Its earlier deltas stay; peers refuse later ones
-        once the revoke reached them (sync it out)."""
+        """Stop KEY_OR_PEER from writing. Its earlier deltas stay; peers refuse its deltas
+        made after it merged the revoke (sync it out). A delta it makes without having
+        merged the revoke (offline, or from an old backup) counts as concurrent and is
+        kept: a revoke does not stop a leaked key."""
         from merklog.node.cliutil import guard, target
 
         key = _key(state, key_or_peer)

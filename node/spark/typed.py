@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from merklog.store import Link, Value
+from merklog.store.values import escaped_code_points
 
 KINDS = ("int", "float", "str", "bytes", "bool", "link")
 NUMERIC = frozenset({"int", "float"})
@@ -471,9 +472,16 @@ def _literal_of(kind: str, col: Any) -> Any:
     return _format_udf()(col)
 
 
+def _java_class(ranges: list[tuple[int, int]]) -> str:
+    """A Java regular expression's character class of code point ranges."""
+    parts = [f"\\x{{{lo:x}}}" + (f"-\\x{{{hi:x}}}" if hi != lo else "") for lo, hi in ranges]
+    return "[" + "".join(parts) + "]"
+
+
 #: The characters :func:`merklog.store.format_value` escapes in a string besides the
-#: quote and the backslash, as a Java regular expression.
-_NEEDS_ESCAPE_JAVA = r"[\x00-\x1f\x7f-\x9f\u2028\u2029]"
+#: quote and the backslash (controls, line separators, format characters), as a Java
+#: regular expression built from the same list.
+_NEEDS_ESCAPE_JAVA = _java_class(escaped_code_points())
 
 
 def _format_udf() -> Any:

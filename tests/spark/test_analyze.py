@@ -21,6 +21,7 @@ from merklog.node.spark.compact import read_ops, snapshot_frame
 from merklog.node.spark.export import export
 from merklog.node.spark.gen import Simulation, reference_visible
 from merklog.node.spark.schema import decode_args
+from merklog.store import format_value
 
 pytestmark = pytest.mark.spark
 
@@ -137,6 +138,9 @@ def test_csv_lines_read_back_whatever_the_strings_hold(spark, tmp_path):
     commas, written as text, the header first; an empty relation's header has its
     arity's columns."""
     odd = {("a,b",), ("x\ry",), ("n\0ul",), ("t\tab",), ('q"b',), ("",), ("e\x1b\u2028",), ("é",)}
+    # format characters (zero-width space, BOM, a bidi control, one beyond the BMP):
+    # written as format_value writes them, \u{...}, not raw (two values printed alike)
+    odd |= {("zw\u200bsp",), ("bom\ufeff",), ("rl\u202eo",), ("eg\U00013430",), ("e\u0301",)}
     program = parse_program("o(X) :- s(X).\nnone(X, Y) :- nothing(X, Y).")
     result = evaluate(spark, program, relations_from_rows(spark, {"s": odd}))
     paths = write_outputs(result, ["o", "none"], tmp_path / "csv", "csv", {"none": 2})
@@ -145,6 +149,7 @@ def test_csv_lines_read_back_whatever_the_strings_hold(spark, tmp_path):
     assert header == "c0" and len(lines) == len(odd)
     facts = parse_program("".join(f"o({line}).\n" for line in lines)).facts
     assert {tuple(args) for _rel, args in facts} == odd
+    assert sorted(lines) == sorted(format_value(v) for (v,) in odd)  # one rendering
     (empty,) = Path(paths["none"]).glob("*.csv")
     assert empty.read_text() == "c0,c1\n"
 
