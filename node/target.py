@@ -134,7 +134,15 @@ class RemoteTarget:
         try:
             return fn(*args)
         except NodeAPIError as exc:
-            failure = TargetError(str(exc), exit_code_for_status(exc.status, exc.error))
+            message = str(exc)
+            if exc.status == 401:  # this home's own node: its token and ours differ
+                message = (
+                    f"the node running on this home ({self.client.url}) refused this"
+                    " command's token: the token it runs with is not the one this command"
+                    " read (api.token in config.toml, MERKLOG_API_TOKEN or --set"
+                    " api.token); after changing config.toml, restart the node"
+                )
+            failure = TargetError(message, exit_code_for_status(exc.status, exc.error))
             failure.fact = exc.fact  # a refused fact of a write, named by the node
             raise failure from None
 

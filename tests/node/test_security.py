@@ -561,3 +561,20 @@ def test_every_get_route_answers_head_and_a_405_counts_under_its_route(
     assert 'method="PUT",route="/healthz",status="405"' in metrics
     assert 'method="DELETE",route="/v1/status",status="405"' in metrics
     assert 'route="unmatched",status="405"' not in metrics
+
+
+def test_a_cli_token_the_running_node_refuses_says_so(tmp_path, node_factory, monkeypatch) -> None:
+    """A command whose token is not the one its home's running node runs with (set in the
+    environment, or config.toml edited under the node) said ``unauthorized: send
+    Authorization: Bearer …``, HTTP advice; it says the node refused this command's token
+    and where that token comes from."""
+    from .conftest import Cli
+
+    home = Cli(tmp_path / "h")
+    home("init")
+    node_factory(home.home).start()
+    monkeypatch.setenv("MERKLOG_API_TOKEN", "not-the-token")
+    result = home("status", ok=False)
+    assert result.exit_code == 1, result.output
+    [line] = result.output.splitlines()
+    assert "refused this command's token" in line and "MERKLOG_API_TOKEN" in line, line
