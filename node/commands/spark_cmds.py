@@ -259,6 +259,25 @@ def _raise_write_failure(exc: Exception, target: Path) -> None:
     ) from None
 
 
+def _refuse_several_datasets(sources: list[str]) -> None:
+    """Refuse (exit 1, before the JVM starts) ``analyze`` inputs whose ops belong to more
+    than one dataset: it evaluates one merged fact set, and it silently took the union of
+    unrelated datasets. Inputs only a cluster reads (URLs) are not looked into."""
+    from merklog.node.spark.factargs import input_datasets, local_exports
+
+    local = local_exports(sources)
+    if local is None:
+        return
+    datasets = input_datasets(local)
+    if len(datasets) > 1:
+        shown = ", ".join(datasets[:3]) + (" and more" if len(datasets) > 3 else "")
+        raise click.ClickException(
+            f"the inputs hold {len(datasets)} datasets ({shown}): analyze evaluates the"
+            " merged facts of one dataset; give it exports of that dataset only (compact"
+            " keeps datasets apart, a snapshot each)"
+        )
+
+
 def _abandon(spark: Any, owned: bool) -> None:
     """End the driver JVM of a command that failed or was interrupted (see
     :func:`merklog.node.spark.session.stop_driver`), when this command started it: a
@@ -597,6 +616,7 @@ def register(cli: click.Group) -> None:
             refuse_partial_exports(sources, PARTIAL_FOR_ANALYZE)
         except CompactError as exc:
             raise click.ClickException(str(exc)) from None
+        _refuse_several_datasets(sources)
         rows = _input_rows(sources, "--input")
         names = output_relations(parsed)
         target = Path(_absolute(out))

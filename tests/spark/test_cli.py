@@ -614,3 +614,23 @@ def test_what_an_unfinished_analyze_write_left_is_replaced_and_removed(tmp_path)
     remove_unfinished(out, ["p", "q", "r"])
     assert not (out / "p").exists()
     assert (out / "q" / "notes.md").read_text() == "mine"
+
+
+def test_analyze_refuses_inputs_of_several_datasets(tmp_path, export) -> None:
+    """Exports of two unrelated homes were analysed as one fact set (their union), with
+    no word. They are refused before the JVM starts, and nothing is written."""
+    other = tmp_path / "other"
+    run("--home", str(other), "init")
+    run("--home", str(other), "put", "ni(3).")
+    run("--home", str(other), "parquet", "export", str(tmp_path / "ex2"))
+    prog = tmp_path / "p.dl"
+    prog.write_text("q(X) :- ni(X).\n")
+    out = tmp_path / "out"
+    done = _merklog(
+        "analyze", str(prog), "--input", str(export), "--input", str(tmp_path / "ex2"),
+        "--out", str(out), "--master", "bogus://x",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("Error: the inputs hold 2 datasets") and "one dataset" in line, line
+    assert not out.exists()
