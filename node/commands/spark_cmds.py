@@ -263,12 +263,17 @@ def _refuse_several_datasets(sources: list[str]) -> None:
     """Refuse (exit 1, before the JVM starts) ``analyze`` inputs whose ops belong to more
     than one dataset: it evaluates one merged fact set, and it silently took the union of
     unrelated datasets. Inputs only a cluster reads (URLs) are not looked into."""
+    from merklog.node.spark.damage import raise_damaged_input
     from merklog.node.spark.factargs import input_datasets, local_exports
 
     local = local_exports(sources)
     if local is None:
         return
-    datasets = input_datasets(local)
+    try:
+        datasets = input_datasets(local)
+    except Exception as exc:  # a damaged input: one line naming it (exit 2)
+        raise_damaged_input(exc, sources)
+        raise
     if len(datasets) > 1:
         shown = ", ".join(datasets[:3]) + (" and more" if len(datasets) > 3 else "")
         raise click.ClickException(
