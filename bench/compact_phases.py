@@ -113,6 +113,8 @@ def main() -> None:
     for name in (
         "_write",
         "_write_facts",
+        "_write_tags",
+        "_stage_tags",
         "_write_meta",
         "_place",
         "_place_facts",
@@ -125,7 +127,7 @@ def main() -> None:
 
         def wrapped(*a, _inner=inner, _name=name, **kw):
             ph.mark("(driver, between steps)")
-            before = _jvm_threads(spark) if args.threads and _name == "_write_facts" else None
+            before = _jvm_threads(spark) if args.threads and _name in ("_write_facts", "_write_tags") else None
             out = _inner(*a, **kw)
             if before is not None:
                 after = _jvm_threads(spark)
@@ -139,6 +141,10 @@ def main() -> None:
                 label = "Spark job: write deltas + acl (meta)"
             elif _name == "_write_facts":
                 label = "Spark job: write facts"
+            elif _name == "_write_tags":
+                label = "Spark job: write live tags (no shuffle, ADR 0196)"
+            elif _name == "_stage_tags":
+                label = "driver: partition + sort the live tags (numpy)"
             elif _name == "_place_facts":
                 label = "pyarrow split + re-encode of facts (_place_facts)"
             elif _name == "_place":

@@ -515,6 +515,17 @@ def _write_facts(df: Any, path: Path, sort: tuple[str, ...] = FACT_KEY) -> None:
     _staged(df.sortWithinPartitions(*sort)).parquet(str(path))
 
 
+def _write_tags(df: Any, path: Path) -> None:
+    """Stage :func:`.livetags.live_tags_frame` as Spark writes it (unordered, uncompressed):
+    :func:`.livetags.stage_partitioned` orders and partitions it."""
+    _staged(df).parquet(str(path))
+
+
+def _stage_tags(source: Path, dest: Path, partitions: int) -> None:
+    """:func:`.livetags.stage_partitioned` (a name of this module's, for the phase bench)."""
+    stage_partitioned(source, dest, partitions)
+
+
 def _write_meta(df: Any, path: Path) -> None:
     """Stage :func:`meta_frame` partitioned by role and dataset, each file sorted by
     ``(delta_cid, op_index)``; uncompressed, as :func:`_place` re-encodes every file."""
@@ -804,7 +815,7 @@ def compact(
         # the facts are placed on a thread while the deltas are staged (pyarrow releases the GIL)
         def place_facts() -> dict[str, int]:
             if (staging / "tags").is_dir():
-                stage_partitioned(staging / "tags", staging / "facts", parts)
+                _stage_tags(staging / "tags", staging / "facts", parts)
             args = reader.facts() if reader is not None else None
             try:
                 return _place_facts(staging, placed, None, args, codes, keys)
@@ -830,8 +841,7 @@ def compact(
             if reader is not None:
                 if keyed:
                     if broadcast:
-                        live = live_tags_frame(ops, dataset_column(codes))
-                        _staged(live).parquet(str(staging / "tags"))
+                        _write_tags(live_tags_frame(ops, dataset_column(codes)), staging / "tags")
                     else:
                         live = live_frame(ops, codes, shuffle, True)
                         _write_facts(live, staging / "facts", TAG_COLUMNS)
