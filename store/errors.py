@@ -17,12 +17,15 @@ def one_line(text: object, limit: int = 200, markup: bool = False) -> str:
     ``limit`` characters: what merklog puts in its own error messages when it quotes a
     decoder's report (dag_cbor's spans several lines) or a body a peer sent. Runs of
     whitespace, line breaks included, become one space; with ``markup`` (a body that is
-    no merklog answer), HTML or XML loses its tags."""
+    no merklog answer), HTML or XML loses its tags, and a piece of text the page repeats
+    (its title as its heading) is kept once."""
     import re
 
     flat = str(text)
     if markup and flat.lstrip().startswith("<"):
-        flat = re.sub(r"<[^>]*>", " ", flat)
+        # the text between tags, each piece once: a page's <title> and <h1> often repeat
+        pieces = [" ".join(p.split()) for p in re.split(r"<[^>]*>", flat)]
+        flat = " ".join(dict.fromkeys(p for p in pieces if p))
     flat = " ".join(flat.split())
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 

@@ -128,6 +128,8 @@ def test_a_peer_answering_junk_gives_one_line_and_status_stopped_or_running(
         }
         assert "malformed CAR" in stopped["text"] and "exceeds" in stopped["huge"]
         assert "Unsupported method" in stopped["html"], stopped["html"]
+        # a piece of text the page repeats (its twenty "x" paragraphs) is quoted once
+        assert stopped["html"].endswith("HTTP 501 http_error: Error Unsupported method x")
         node_factory(home).start()
         for mode, s in servers.items():
             running = fails_on_one_line(merklog(home, "sync", s.url), ExitCode.FAILED)
