@@ -32,6 +32,22 @@ def reset() -> None:
     """Forget an earlier Ctrl-C (each CLI invocation starts without one: tests run many
     in one process)."""
     _pending.clear()
+    _driver_ended.clear()
+
+
+_driver_ended = threading.Event()
+
+
+def mark_driver_ended() -> None:
+    """Record that a failed command ended its Spark driver JVM on purpose
+    (:func:`merklog.node.spark.session.stop_driver`): what py4j then logs about the
+    closed gateway (its objects let go at exit) is dropped as after a Ctrl-C."""
+    _driver_ended.set()
+
+
+def driver_ended() -> bool:
+    """Whether :func:`mark_driver_ended` was called since the last :func:`reset`."""
+    return _driver_ended.is_set()
 
 
 def mark_on_sigint() -> None:

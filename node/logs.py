@@ -66,10 +66,11 @@ def interrupted(record: logging.LogRecord) -> bool:
     While a Ctrl-C is being handled (:func:`merklog.node.interrupts.pending`), so are
     py4j's records (its ``py4j`` loggers, and the root logger it logs "Exception while
     sending command." to) and any record with a traceback: their chain holds no
-    KeyboardInterrupt when pyspark's SIGINT handler meets the gateway mid-call."""
-    from .interrupts import pending
+    KeyboardInterrupt when pyspark's SIGINT handler meets the gateway mid-call. The same
+    once a failed command ended its driver JVM (:func:`~.interrupts.driver_ended`)."""
+    from .interrupts import driver_ended, pending
 
-    if pending() and (
+    if (pending() or driver_ended()) and (
         record.exc_info is not None
         or record.name == "root"
         or record.name == "py4j"

@@ -502,6 +502,9 @@ def stop_driver(spark: Any, timeout: float = 10.0) -> None:
     proc = getattr(gateway, "proc", None)
     if proc is None:
         return
+    from merklog.node.interrupts import mark_driver_ended
+
+    mark_driver_ended()  # py4j's complaints about the closed gateway are expected now
     if proc.poll() is None:
         proc.kill()
     try:
