@@ -12,6 +12,7 @@ and the tests check that the columnar, vectorised and per-tuple paths all ran.
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import numpy as np
@@ -287,12 +288,12 @@ def test_relations_matching_equals_a_filter_by_identity(rows: list, consts: dict
     if ints:  # repeated rows, as a caller hands columns in
         twice = np.array(ints + ints, dtype=np.int64)
         held["ints"] = Rel(cols=[twice[:, 0].copy(), twice[:, 1].copy()], distinct=False)
-    try:  # as the columnar executor encodes a stratum's relation, when it can
+    # as the columnar executor encodes a stratum's relation, when there is room for codes
+    # below its least int (none below -2**63)
+    with contextlib.suppress(Ineligible):
         objects, low = scan_values(set(engine))
         encoder = Encoder(objects, 0 if low is None else low)
         held["encoded"] = Rel(cols=encode_rows(set(engine), encoder.ids), decoder=encoder.decoder())
-    except Ineligible:  # no room for codes below -2**63
-        pass
     relations = Relations(held)
     for name in held:
         expected = want if name != "ints" else {r for r in ints if row_holds(r, engine_consts)}
