@@ -176,7 +176,13 @@ def _write_target(
     ``quiet``. ``helper``: on a stopped home, the one that prepares a put's later chunks
     (:func:`_start_helper`); through a running node, the one that reads the second half
     of the input (:func:`_start_half_reader`)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from merklog.engine.factreader import read_fact_lines
     from merklog.node.target import LocalTarget, load_config
@@ -203,6 +209,9 @@ def _write_target(
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("facts"),
+        # the bar moves by chunk, and a put of one chunk (into a home larger than its
+        # input, ADR 0194) by none: the elapsed time shows it is at work meanwhile
+        TimeElapsedColumn(),
         console=console,
         transient=True,
         disable=not console.is_terminal or size < BAR_FACTS,
