@@ -114,7 +114,7 @@ def main() -> None:
         "_write",
         "_write_facts",
         "_write_tags",
-        "_stage_tags",
+        "stage_partitioned",
         "_write_meta",
         "_place",
         "_place_facts",
@@ -143,7 +143,7 @@ def main() -> None:
                 label = "Spark job: write facts"
             elif _name == "_write_tags":
                 label = "Spark job: write live tags (no shuffle, ADR 0196)"
-            elif _name == "_stage_tags":
+            elif _name == "stage_partitioned":
                 label = "driver: partition + sort the live tags (numpy)"
             elif _name == "_place_facts":
                 label = "pyarrow split + re-encode of facts (_place_facts)"

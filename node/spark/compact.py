@@ -521,11 +521,6 @@ def _write_tags(df: Any, path: Path) -> None:
     _staged(df).parquet(str(path))
 
 
-def _stage_tags(source: Path, dest: Path, partitions: int) -> None:
-    """:func:`.livetags.stage_partitioned` (a name of this module's, for the phase bench)."""
-    stage_partitioned(source, dest, partitions)
-
-
 def _write_meta(df: Any, path: Path) -> None:
     """Stage :func:`meta_frame` partitioned by role and dataset, each file sorted by
     ``(delta_cid, op_index)``; uncompressed, as :func:`_place` re-encodes every file."""
@@ -815,7 +810,7 @@ def compact(
         # the facts are placed on a thread while the deltas are staged (pyarrow releases the GIL)
         def place_facts() -> dict[str, int]:
             if (staging / "tags").is_dir():
-                _stage_tags(staging / "tags", staging / "facts", parts)
+                stage_partitioned(staging / "tags", staging / "facts", parts)
             args = reader.facts() if reader is not None else None
             try:
                 return _place_facts(staging, placed, None, args, codes, keys)

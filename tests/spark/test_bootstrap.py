@@ -4,6 +4,7 @@ only what came after; pruning drops covered delta blocks and keeps the CRDT stat
 from __future__ import annotations
 
 import random
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -38,6 +39,24 @@ def _edit(rng: random.Random, rep: Replica, rounds: int) -> None:
         vis = sorted(rep.visible_facts())
         if vis and rng.random() < 0.6:
             rep.retract_facts(rng.sample(vis, min(len(vis), rng.randint(1, 3))))
+
+
+@asynccontextmanager
+async def serving(replica: Replica, *callers: Replica):
+    """``replica`` served by a real sync server on 127.0.0.1 to ``callers``; yields its URL."""
+    from aiohttp import web
+
+    from merklog.replication import AllowList, make_sync_app
+
+    allow = AllowList({caller.identity.public_key: None for caller in callers})
+    runner = web.AppRunner(make_sync_app({replica.dataset: replica}, allow))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture
@@ -177,9 +196,7 @@ def test_prune_refuses_deltas_that_are_not_causally_stable_here(spark, tmp_path,
 
 async def test_bootstrapped_peer_pulls_only_newer_deltas_over_http(spark, tmp_path, peers):
     """The same, through the real sync protocol: an aiohttp server on 127.0.0.1 serving A."""
-    from aiohttp import web
-
-    from merklog.replication import AllowList, SyncClient, make_sync_app
+    from merklog.replication import SyncClient
 
     a, b, c = peers
     rng = random.Random(13)
@@ -194,17 +211,8 @@ async def test_bootstrapped_peer_pulls_only_newer_deltas_over_http(spark, tmp_pa
     _edit(rng, a, 2)
     install_snapshot(c, load_snapshot(res.directory, trusted={a.identity.public_key}))
 
-    app = make_sync_app({a.dataset: a}, AllowList({c.identity.public_key: None}))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        async with SyncClient(c.identity) as client:
-            stats = await client.sync(f"http://127.0.0.1:{port}", c)
-    finally:
-        await runner.cleanup()
+    async with serving(a, c) as url, SyncClient(c.identity) as client:
+        stats = await client.sync(url, c)
     assert stats.deltas_received == a.delta_count() - covered > 0
     assert c.visible_facts() == a.visible_facts()
     assert c.heads() == a.heads()
@@ -241,9 +249,7 @@ async def test_a_peer_bootstrapped_from_a_merged_snapshot_syncs_with_one_that_la
     one built on them (A would refuse it for an unknown parent), instead of failing with
     "block not found" as if C's store were damaged. Once A has B's deltas, C's push
     sends its own."""
-    from aiohttp import web
-
-    from merklog.replication import AllowList, SyncClient, make_sync_app
+    from merklog.replication import SyncClient
 
     a, b, c = peers
     rng = random.Random(21)
@@ -260,15 +266,7 @@ async def test_a_peer_bootstrapped_from_a_merged_snapshot_syncs_with_one_that_la
     sync(c, a)  # C learns of the grant (pull only)
     c.assert_facts([make_fact("mine", (1,)), make_fact("mine", (1.0,)), make_fact("mine", (True,))])
 
-    app = make_sync_app(
-        {a.dataset: a}, AllowList({c.identity.public_key: None, b.identity.public_key: None})
-    )
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-    try:
+    async with serving(a, c, b) as url:
         async with SyncClient(c.identity) as client:
             stats = await client.sync(url, c)
         assert stats.held_back == lacking + 1 and stats.deltas_pushed == 0
@@ -277,8 +275,6 @@ async def test_a_peer_bootstrapped_from_a_merged_snapshot_syncs_with_one_that_la
             await client.sync(url, b)
         async with SyncClient(c.identity) as client:
             again = await client.sync(url, c)
-    finally:
-        await runner.cleanup()
     assert again.held_back == 0 and again.deltas_pushed == 1
     assert a.visible_facts() == c.visible_facts()
     assert len([f for f in a.visible_facts() if f.rel == "mine"]) == 3
