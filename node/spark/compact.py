@@ -836,7 +836,9 @@ def compact(
             if reader is not None:
                 if keyed:
                     if broadcast:
-                        _write_tags(live_tags_frame(ops, dataset_column(codes)), staging / "tags")
+                        one = len(codes) == 1  # one dataset: the tags need no code of it
+                        frame = live_tags_frame(ops, None if one else dataset_column(codes))
+                        _write_tags(frame, staging / "tags")
                     else:
                         live = live_frame(ops, codes, shuffle, True)
                         _write_facts(live, staging / "facts", TAG_COLUMNS)

@@ -16,6 +16,12 @@ the partition count (:func:`.sparkhash.long_partition`), one file per partition 
 holds tags, sorted by ``(fact_key, dataset, delta_key)``, each tag once. Placement
 (:func:`.compact._place_facts`) reads those as it reads Spark's, so the snapshot bytes
 and the manifest CID are those of the shuffled job (tested).
+
+When every input row is of one dataset (the usual case: one home's exports), the job
+joins on ``(fact_key, delta_key)`` alone and writes no dataset column;
+:func:`stage_partitioned` adds its code, 0. Two 8-byte keys instead of three columns: a
+smaller broadcast table, cheaper probes and a narrower write (a warm 1M-op job 1.71 ->
+1.50 s, medians of four).
 """
 
 from __future__ import annotations
@@ -34,23 +40,24 @@ from .sparkhash import long_partition
 BROADCAST_MAX_TAGS = 2_000_000
 #: The staged tags' columns, in the order the shuffled job writes them.
 TAG_COLUMNS = ("fact_key", "dataset", "delta_key")
+#: The type of the dataset code (:func:`.compact.dataset_column`'s ``smallint``).
+DATASET_CODE = pa.int16()
 
 
-def live_tags_frame(ops: Any, dataset: Any) -> Any:
+def live_tags_frame(ops: Any, dataset: Any | None) -> Any:
     """The live tags ``(fact_key, dataset, delta_key)`` of keyed op rows, as a map-only job
     (see the module docstring); ``dataset`` is the column expression giving each row's
-    dataset as :func:`.compact.live_frame` gives it (a code)."""
+    dataset as :func:`.compact.live_frame` gives it (a code), or None when all the rows
+    are of one dataset: then the tags are ``(fact_key, delta_key)``."""
     from pyspark.sql import functions as F
 
-    asserts = ops.where(F.col("op") == "assert").select(
-        "fact_key", dataset.alias("dataset"), "delta_key"
-    )
+    coded = [] if dataset is None else [dataset.alias("dataset")]
+    keys = [c for c in TAG_COLUMNS if coded or c != "dataset"]
+    asserts = ops.where(F.col("op") == "assert").select("fact_key", *coded, "delta_key")
     observed = ops.where(F.col("op") == "retract").select(
-        "fact_key", dataset.alias("dataset"), F.explode("observed_keys").alias("delta_key")
+        "fact_key", *coded, F.explode("observed_keys").alias("delta_key")
     )
-    return asserts.join(F.broadcast(observed), list(TAG_COLUMNS), "left_anti").select(
-        *TAG_COLUMNS
-    )
+    return asserts.join(F.broadcast(observed), keys, "left_anti").select(*keys)
 
 
 def stage_partitioned(source: Path, dest: Path, partitions: int) -> int:
@@ -58,12 +65,17 @@ def stage_partitioned(source: Path, dest: Path, partitions: int) -> int:
     per partition ``NNNNN`` that holds tags (see the module docstring); returns the tags
     kept. ``source`` is removed."""
     files = sorted(source.glob("part-*.parquet"))
-    tables = [pq.read_table(f, columns=list(TAG_COLUMNS)) for f in files]
+    tables = [pq.read_table(f) for f in files]
     dest.mkdir(parents=True, exist_ok=True)
     if not tables or not sum(t.num_rows for t in tables):
         _remove(source)
         return 0
     table = pa.concat_tables(tables)
+    if "dataset" not in table.column_names:  # the tags of one dataset: its code is 0
+        table = table.append_column(
+            pa.field("dataset", DATASET_CODE), pa.array(np.zeros(table.num_rows, np.int16))
+        )
+    table = table.select(list(TAG_COLUMNS))
     if any(table.column(c).null_count for c in TAG_COLUMNS):
         raise ValueError("keyed tags hold a null key: stage them with the shuffled job")
     fact, dataset, delta = (table.column(c).to_numpy() for c in TAG_COLUMNS)

@@ -68,3 +68,29 @@ def test_staged_tags_are_partitioned_sorted_and_each_once(tmp_path) -> None:
     (tmp_path / "none").mkdir()
     assert stage_partitioned(tmp_path / "none", tmp_path / "empty", 3) == 0
     assert (tmp_path / "empty").is_dir() and not list((tmp_path / "empty").iterdir())
+
+
+def test_tags_of_one_dataset_staged_without_its_column_are_staged_as_with_it(tmp_path) -> None:
+    """The one-dataset job writes ``(fact_key, delta_key)`` alone: ``stage_partitioned``
+    adds the dataset code 0 as ``int16`` (the type the shuffled job stages), so its files
+    are those of the same tags written with the column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from merklog.node.spark.livetags import stage_partitioned
+
+    rng = np.random.default_rng(11)
+    fact, delta = rng.integers(-(2**63), 2**63 - 1, (2, 500), dtype=np.int64)
+    for name, columns in (
+        ("bare", {"fact_key": fact, "delta_key": delta}),
+        ("coded", {"fact_key": fact, "dataset": np.zeros(500, np.int16), "delta_key": delta}),
+    ):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table(columns), tmp_path / name / "part-00000-x.parquet")
+        assert stage_partitioned(tmp_path / name, tmp_path / f"{name}-staged", 4) == 500
+    bare = sorted((tmp_path / "bare-staged").iterdir())
+    coded = sorted((tmp_path / "coded-staged").iterdir())
+    assert [f.name for f in bare] == [f.name for f in coded] and len(bare) > 1
+    for b, c in zip(bare, coded, strict=True):
+        assert pq.read_table(b).equals(pq.read_table(c))
+        assert pq.read_table(b).schema.field("dataset").type == pa.int16()
