@@ -115,9 +115,10 @@ def format_value(value: Value) -> str:
     if kind is int:  # the common kinds first, by exact type: ``put`` renders every value
         return int.__repr__(value)  # type: ignore[arg-type]
     if kind is str:
-        # isprintable: no control character or line separator (a few that need no
-        # escape, such as U+00A0, take the slower path and come out as they are).
-        if value.isprintable() and '"' not in value and "\\" not in value:  # type: ignore[union-attr]
+        # ASCII and printable: no control character, so nothing to escape but the quote
+        # and the backslash. Other text takes the escaping path: some characters that
+        # Python calls printable show as nothing (variation selectors, Hangul fillers).
+        if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:  # type: ignore[union-attr]
             return '"' + value + '"'  # type: ignore[operator]
         return _quote(value)  # type: ignore[arg-type]
     if value is True:
@@ -185,20 +186,36 @@ _FORMAT_CHARS = (
     "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
     "\U000e0020-\U000e007f"
 )
+#: Characters outside category Cf that a terminal shows as nothing or as blank space, so
+#: that ``"ab"`` and ``"a\u034fb"``, or ``"a b"`` and ``"a\u00a0b"``, would print alike:
+#: Unicode's other default-ignorable code points (the combining grapheme joiner, the
+#: Hangul fillers, the Khmer inherent vowels, the Mongolian and the other variation
+#: selectors, and the unassigned ones: Unicode 15's DerivedCoreProperties.txt), every
+#: space but the ASCII one (category Zs: no-break, en, em, ideographic…), the braille
+#: blank, and the noncharacters (U+FDD0-FDEF and the last two code points of each plane).
+_BLANK_CHARS = (
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2065\u3164\ufe00-\ufe0f\uffa0"
+    "\ufff0-\ufff8\U000e0000-\U000e0fff"
+    "\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\u2800\ufdd0-\ufdef\ufffe\uffff"
+    + "".join(
+        f"{chr(plane + 0xFFFE)}-{chr(plane + 0xFFFF)}"
+        for plane in range(0x10000, 0x110000, 0x10000)
+    )
+)
 #: What a string literal must escape: the quote, the backslash, and every character a
 #: reader of the output would take apart or not see — the C0 and C1 controls and DEL
-#: (tab, carriage return, NUL, escape…), the Unicode line and paragraph separators and
-#: the format characters — so that a rendered fact is one line of text that reads back
-#: as the same value, and two values never look alike. (``_ESCAPED_CLASS``: all but the
-#: quote and the backslash.)
-_ESCAPED_CLASS = "\x00-\x1f\x7f-\x9f\u2028\u2029" + _FORMAT_CHARS
+#: (tab, carriage return, NUL, escape…), the Unicode line and paragraph separators, the
+#: format characters and the blank ones — so that a rendered fact is one line of text
+#: that reads back as the same value, and two values never look alike.
+#: (``_ESCAPED_CLASS``: all but the quote and the backslash.)
+_ESCAPED_CLASS = "\x00-\x1f\x7f-\x9f\u2028\u2029" + _FORMAT_CHARS + _BLANK_CHARS
 _NEEDS_ESCAPE = re.compile('["\\\\' + _ESCAPED_CLASS + "]")
 
 
 def escaped_code_points() -> list[tuple[int, int]]:
     """The code point ranges (inclusive) that :func:`format_value` writes escaped in a
-    string besides the quote and the backslash (controls, line separators, format
-    characters): for a writer that renders strings outside Python (a Spark job's regular
+    string besides the quote and the backslash (controls, line separators, format and
+    blank characters): for a writer that renders strings outside Python (a Spark job's regular
     expression), so that it escapes exactly the same characters."""
     out: list[tuple[int, int]] = []
     chars, i = _ESCAPED_CLASS, 0
@@ -217,7 +234,7 @@ def escaped_code_points() -> list[tuple[int, int]]:
 #: renders as the ``0.0`` it is stored as; a string holding it only costs the slower path.
 _NEGATIVE_ZERO = re.compile(r"-0\.0(?![0-9])")
 #: The characters of :data:`_NEEDS_ESCAPE` that JSON writes unescaped.
-_RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029" + _FORMAT_CHARS + "]")
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029" + _FORMAT_CHARS + _BLANK_CHARS + "]")
 _NAMED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
 
 

@@ -229,12 +229,51 @@ def test_every_format_character_is_escaped_and_reads_back() -> None:
     assert format_value("日本語") == '"日本語"' and format_value("e\u0301") == '"e\u0301"'
 
 
+def test_blank_and_ignorable_characters_are_escaped_and_read_back() -> None:
+    """Characters outside Cf that a terminal shows as nothing or as blank space printed
+    raw, so ``inv("ab")``, ``inv("a\\u034fb")`` and ``inv("a\\ufe0fb")`` (three values,
+    three CIDs) printed alike, and ``"a b"`` like ``"a\\u00a0b"``: every space but the
+    ASCII one (Zs), Unicode's other default-ignorable code points, the braille blank and
+    the noncharacters are now written as ``\\u{…}`` and parse back to the same string."""
+    import unicodedata
+
+    from merklog.engine.parser import parse_facts_general
+    from merklog.store.values import args_texts, format_value
+
+    spaces = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Zs"]
+    ignorable = [0x34F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F]
+    ignorable += [0x2065, 0x3164, 0xFFA0, 0xE0000, 0xE0100, 0xE01EF, 0xE0FFF]
+    ignorable += [*range(0xFE00, 0xFE10), *range(0xFFF0, 0xFFF9)]
+    nonchars = [*range(0xFDD0, 0xFDF0)] + [
+        p + e for p in range(0, 0x110000, 0x10000) for e in (0xFFFE, 0xFFFF)
+    ]
+    blank = [c for c in spaces if c != " "] + [chr(c) for c in (*ignorable, 0x2800, *nonchars)]
+    assert len(spaces) == 17 and len(blank) == 16 + 41 + 1 + 66
+    for char in blank:
+        text = format_value("a" + char + "b")
+        assert text == f'"a\\u{{{ord(char):x}}}b"', (hex(ord(char)), text)
+        assert args_texts([("a" + char + "b",)]) in (None, [text])
+        (back,) = parse_facts_general(f"p({text}).")
+        assert back.args == ("a" + char + "b",)
+    shown = {
+        format_value(s) for s in ("ab", "a\u034fb", "a\ufe0fb", "a\u180bb", "a\u3164b", "a\u115fb")
+    }
+    assert len(shown) == 6
+    assert format_value("a b") == '"a b"' != format_value("a\u00a0b")
+    assert format_value("é") == '"é"' and format_value("한국어 ⠁") == '"한국어 ⠁"'
+
+
 # Values the bulk renderer takes and the ones it must hand back: strings with quotes,
 # backslashes, brackets and control characters, floats that look like ints.
 render_values = st.one_of(
     values,
-    st.sampled_from([1, 1.0, True, "1", b"\x01", 0.0, -0.0, -0.05, 1e16, -1.5e-7, 2**63 - 1, -(2**63)]),
-    st.text(alphabet='ab"\\[]\t\n\x00\x7f\u2028é, \u200b\ufeff\u00ad\U000e0041', max_size=6),
+    st.sampled_from(
+        [1, 1.0, True, "1", b"\x01", 0.0, -0.0, -0.05, 1e16, -1.5e-7, 2**63 - 1, -(2**63)]
+    ),
+    st.text(
+        alphabet='ab"\\[]\t\n\x00\x7f\u2028é, \u200b\ufeff\u00ad\U000e0041\u034f\u00a0\u3164',
+        max_size=6,
+    ),
 )
 
 
@@ -257,7 +296,9 @@ def test_args_texts_is_format_value_in_bulk(arg_lists):
     if raw is not None:
         assert raw == [", ".join(map(format_value, args)) for args in arg_lists]
     plain = all(
-        type(v) in (int, bool, float) or (type(v) is str and v.isalnum())
+        # alphanumeric strings that print as they are (a Hangul filler is a letter)
+        type(v) in (int, bool, float)
+        or (type(v) is str and v.isalnum() and f'"{v}"' == format_value(v))
         for args in checked
         for v in args
     )
