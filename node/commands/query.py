@@ -37,12 +37,12 @@ def print_table(console: Console, columns: list[str], cells: list[list[str]]) ->
     cell padded to its column's width between ``│`` separators, so an answer longer
     than ``RICH_MAX_ROWS`` rows has those lines joined here (widths in terminal cells,
     by rich's own ``cell_len``) under a header rich draws for those widths: the same
-    text, in ~1/100 of the time. An answer that does not fit a terminal (rich cuts
-    cells) or holds a character rich renders specially (a tab, a control character) is
-    rich's throughout. A console that is not a terminal is widened to the table first,
+    text, in ~1/100 of the time. An answer that does not fit a terminal (rich folds a
+    value wider than its column onto more lines) or holds a character rich renders
+    specially (a tab, a control character) is rich's throughout. A console that is not a terminal is widened to the table first,
     so that a query piped to a file never has a value cut with "…"."""
     from rich.cells import cell_len
-    from rich.table import Table
+    from rich.table import Column, Table
     from rich.text import Text
 
     widths = _widths(columns, cells)
@@ -54,7 +54,9 @@ def print_table(console: Console, columns: list[str], cells: list[list[str]]) ->
         or natural > console.width
         or _RICH_ONLY.search("".join(map("".join, cells))) is not None
     ):
-        table = Table(*columns, show_edge=False)
+        # A value wider than its column on the terminal is folded onto more lines, never
+        # cut with "…": rows that differ only in what was cut printed alike.
+        table = Table(*(Column(name, overflow="fold") for name in columns), show_edge=False)
         for row in cells:  # Text: values are never read as rich markup
             table.add_row(*map(Text, row))
         console.print(table)

@@ -2,7 +2,7 @@
 objects, and the text must be exactly rich's (the answer's look does not depend on its
 length). Values of every type, wide (CJK) characters, a column name wider than its
 values, on a plain file and on a terminal with colours; an answer too wide for the
-console (rich wraps its cells) stays rich's."""
+console (rich folds its cells) stays rich's."""
 
 from __future__ import annotations
 
@@ -62,13 +62,22 @@ def test_an_answer_with_a_character_rich_renders_specially_is_rich_s(
     assert fast == _render(monkeypatch, n, ["X", "S"], cells, width=80)
 
 
-def test_a_terminal_too_narrow_gets_rich_s_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    n = query_cmd.RICH_MAX_ROWS + 1
-    cells = [[format_value(LINK), format_value("x" * (i % 50))] for i in range(n)]
-    tty = {"width": 80, "force_terminal": True}
+@pytest.mark.parametrize("n", [2, query_cmd.RICH_MAX_ROWS + 1])
+def test_a_terminal_too_narrow_folds_values_and_cuts_none(
+    monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    """On a terminal narrower than the answer rich laid the table out and cut each value
+    wider than its column with "…", so ``w3("xxxxxxxxxxxxxx", 9007199254740993, …)`` and
+    ``w3("xxxxxxxxxxxxxx", 9007199254740992, …)`` printed alike. The values are folded onto
+    more lines instead: read column by column, the table holds every value whole."""
+    cells = [[format_value(LINK), format_value("x" * (i % 50) + str(2**53 + i))] for i in range(n)]
+    tty = {"width": 60, "force_terminal": True}
     fast = _render(monkeypatch, query_cmd.RICH_MAX_ROWS, ["C", "S"], cells, **tty)
-    assert fast == _render(monkeypatch, n, ["C", "S"], cells, **tty)
-    assert "…" in fast  # rich cut the cells that did not fit the terminal
+    assert fast == _render(monkeypatch, n + 1, ["C", "S"], cells, **tty)
+    assert "…" not in fast
+    body = [line.split("│") for line in fast.splitlines()[2:]]  # below the header and rule
+    for k in range(2):
+        assert "".join(piece[k].strip() for piece in body) == "".join(row[k] for row in cells)
 
 
 def test_a_pipe_or_file_never_cuts_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
