@@ -35,13 +35,37 @@ from .values import (
 
 
 class Fact(NamedTuple):
-    """A ground tuple: relation name and argument values."""
+    """A ground tuple: relation name and argument values.
+
+    Two facts are equal when they are the same fact, the one their CID names: the same
+    relation and the same arguments *of the same types*. A tuple's ``==`` takes ``1``,
+    ``1.0`` and ``True`` for one value, so ``{Fact("e", (1,)), Fact("e", (True,))}``
+    held one fact although the node stores two. The hash stays the tuple's: equal facts
+    hash alike, and facts told apart may share a hash, which sets and dicts allow. (A
+    checked float is never -0.0, see :func:`~merklog.store.values.check_value`, so the
+    types settle it.)"""
 
     rel: str
     args: tuple[Value, ...]
 
     def __str__(self) -> str:
         return f"{self.rel}({', '.join(map(format_value, self.args))})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return tuple.__eq__(self, other) is True and _same_types(self[1], other[1])
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = tuple.__hash__
+
+
+def _same_types(args: tuple, others: tuple) -> bool:
+    """Whether equal argument lists hold values of the same types, place by place."""
+    return list(map(type, args)) == list(map(type, others))
 
 
 def fact_texts(facts: Sequence[Fact]) -> list[str]:

@@ -343,3 +343,27 @@ def test_a_cid_has_one_base32_spelling(digest: bytes) -> None:
             Link.parse(spelled)
     with pytest.raises(InvalidValue, match="not a canonical base32 CID"):
         Link.parse("b" + text[1:].upper())
+
+
+# Values that Python's ``==`` takes for one another: 1, 1.0, True, 0, 0.0, -0.0, False…
+confusable = st.sampled_from([0, 1, 0.0, -0.0, 1.0, True, False, "1", b"\x01", 2**53, float(2**53)])
+
+
+@settings(max_examples=500)
+@given(
+    st.lists(st.one_of(confusable, values), max_size=3),
+    st.lists(st.one_of(confusable, values), max_size=3),
+)
+def test_facts_are_equal_exactly_when_their_cids_are(left, right) -> None:
+    """``merklog.Fact`` is public (``list_facts``, sinks and write results give it) and was
+    a plain tuple: ``Fact("e", (1,)) == Fact("e", (1.0,)) == Fact("e", (True,))``, so a set
+    of the three facts a node stores held one. Equal exactly when the CIDs are; and equal
+    facts hash alike."""
+    from merklog.store import fact_cid
+
+    a, b = make_fact("e", left), make_fact("e", right)
+    assert (a == b) is (fact_cid(a) == fact_cid(b)) is (not a != b)
+    if a == b:
+        assert hash(a) == hash(b)
+    assert len({make_fact("e", [v]) for v in (1, 1.0, True)}) == 3
+    assert make_fact("e", [1]) == ("e", (1,)) and ("e", (1,)) == make_fact("e", [1])
