@@ -43,6 +43,7 @@ from merklog.store.gcpause import gc_paused
 from . import epochstate, queries, storage
 from .config import Config
 from .edb import Edb
+from .failures import ProgramFailing
 from .inboxfit import split_fitting
 from .metrics import NodeMetrics
 from .subscriptions import Row, Subscription
@@ -103,6 +104,9 @@ class EpochDriver:
         self._pending: list[tuple[Fact, int]] = []
         #: Why the last epoch failed (the program's error), None after one that ran.
         self.last_error: str | None = None
+        #: Why the program failed on the stored facts when the node started, until an
+        #: epoch runs (:meth:`failed_start`): reads raise :class:`ProgramFailing` with it.
+        self.start_failure: str | None = None
         #: Set once the node is stopping (:meth:`release_waiters`): why no epoch comes.
         self._no_more_epochs: str | None = None
         # Read-your-writes: _seq counts hand-overs to _pending, _done_seq the last one an
@@ -156,8 +160,25 @@ class EpochDriver:
         """Run the first epoch now unless one has run since the node opened: reads
         (queries, live queries, status counts) answer from an evaluated state."""
         with self.mutex:
-            if not self._evaluated:
-                self.run()
+            if self._evaluated:
+                return
+            if self.start_failure is not None:  # not the same failing evaluation per read
+                raise ProgramFailing(self.start_failure)
+            self.run()
+
+    def failed_start(self, exc: EngineError) -> str:
+        """The first epoch failed on the stored facts (:meth:`ready` raised ``exc``): the
+        node starts anyway, with nothing evaluated, so that the write that lets the
+        program run again (retracting the fact that sets it off, a corrected program,
+        a sync) can reach it. A home stuck there refused to start at all: ``node run``
+        exited 2, every restart too. Reads raise :class:`ProgramFailing` until an epoch
+        runs. Returns the message, also logged as an error."""
+        self.start_failure = (
+            f"the loaded program fails on the stored facts, so nothing is evaluated: "
+            f"{exc.message}; retract the fact that sets it off, or load a corrected program"
+        )
+        log.error("%s", self.start_failure)
+        return self.start_failure
 
     def program_changed(self) -> None:
         """A program was installed, or put back after a refused load (call under
@@ -300,7 +321,7 @@ class EpochDriver:
                     interrupted = interrupted or exc
             sinks = list(self.sinks)
             self.subs = [s for s in self.subs if not s.closed]
-            self.last_error = None
+            self.last_error = self.start_failure = None
             # Queries and live queries now show this epoch: the writes it took are
             # answered before its state is saved, which waits for the store while
             # another write is in its transaction (ADR 0145). Those writes are durable
@@ -482,9 +503,13 @@ class EpochDriver:
         rules, so ``status`` of a home without a program evaluates nothing."""
         with self.mutex:
             engine = self.node.engine
-            if not engine.heads:
+            if not engine.heads or (self.start_failure is not None and not self._evaluated):
                 return 0
-            self.ready()
+            try:
+                self.ready()
+            except EngineError as exc:  # status shows why (``program_error``), not fails
+                self.failed_start(exc)
+                return 0
             return sum(engine.count(rel) for rel in engine.heads)
 
     def subscribe(self, sub: Subscription) -> None:

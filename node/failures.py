@@ -51,6 +51,13 @@ class NotVisible(Failure, NodeInputError):
     exit_code = ExitCode.NOT_FOUND
 
 
+class ProgramFailing(Failure):
+    """The loaded program fails on the stored facts (a recursion that never reaches a
+    fixpoint), and no epoch has evaluated them since the node started: there is no
+    earlier epoch to answer reads from. HTTP 409; a change that lets the program run
+    (retracting the fact that sets it off, a corrected program) ends it."""
+
+
 class UnknownRelation(Failure, NodeInputError):
     """A query names a relation (or an arity of it) that neither the data nor the
     program has."""

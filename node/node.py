@@ -263,11 +263,19 @@ class Node:
         The first epoch of the loop hands the stored facts to the incremental engine
         (the first epoch evaluated them in one batch, ADR 0070), so the first write after
         start-up finds incremental state ready."""
+        from merklog.engine.errors import EngineError
+
         self._require_open()
-        self.epochs.ready()  # the stored facts and the program's state before serving
+        try:
+            self.epochs.ready()  # the stored facts and the program's state before serving
+        except EngineError as exc:  # the program fails on them: serve, so it can be fixed
+            failed: str | None = self.epochs.failed_start(exc)
+        else:
+            failed = None
         self.epochs.warm_up = True
-        self.tasks.start()
-        self.wake()
+        self.tasks.start(failed)
+        if failed is None:  # else only a change runs the next epoch, as after any failure
+            self.wake()
         from . import ipfs_sync
 
         task = ipfs_sync.start(self)  # heads over pubsub when the store is on IPFS
@@ -421,7 +429,9 @@ class Node:
         if not isinstance(text, str):
             raise NodeInputError(f"a program is Datalog text, got {type(text).__name__}")
         if not isinstance(source, str):  # it names the program in every error message
-            raise NodeInputError(f"a program's source is a name (text), got {type(source).__name__}")
+            raise NodeInputError(
+                f"a program's source is a name (text), got {type(source).__name__}"
+            )
         runner = programs.compile_program(text, source, engine)
         failed: EngineError | None = None
         # The swap, the new program's first epoch and then its save (or the old program put

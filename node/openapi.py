@@ -511,9 +511,7 @@ def _schemas() -> dict[str, Any]:
             "properties": {
                 "facts": {
                     "type": "array",
-                    "items": {
-                        "oneOf": [fact_ref, {"$ref": "#/components/schemas/TypedFactRef"}]
-                    },
+                    "items": {"oneOf": [fact_ref, {"$ref": "#/components/schemas/TypedFactRef"}]},
                 },
                 "next": {"type": ["string", "null"], "description": "Cursor for ?after="},
             },
@@ -622,6 +620,11 @@ def _schemas() -> dict[str, Any]:
                 "facts": {"type": "integer"},
                 "derived": {"type": "integer"},
                 "program": {"type": "boolean"},
+                "program_error": {
+                    "type": ["string", "null"],
+                    "description": "why the last epoch failed (the loaded program on the"
+                    " stored facts); null when it ran",
+                },
                 "engine": {"type": "string", "enum": ["incremental", "batch"]},
                 "outbox_pending": {"type": "integer"},
                 "outbox_dropped": {"type": "integer"},

@@ -41,6 +41,8 @@ def node_status(node: Owner) -> dict[str, Any]:
         "facts": facts,
         "derived": derived,
         "program": bool(node.program_text),
+        # why the last epoch failed (the program on the stored facts), else None
+        "program_error": node.epochs.start_failure or node.epochs.last_error,
         "engine": node.engine.mode,
         "outbox_pending": node.outbox.pending_count(),
         "outbox_dropped": node.outbox.dropped_count(),

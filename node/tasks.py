@@ -64,14 +64,17 @@ class BackgroundTasks:
         self.tasks: list[asyncio.Task] = []
         self.stopping = False
         self._epoch_future: asyncio.Future | None = None
+        self._failed_at_start: str | None = None
 
     @property
     def running(self) -> bool:
         """Whether an epoch loop runs (else writers run epochs themselves)."""
         return bool(self.tasks)
 
-    def start(self) -> None:
-        """Start the loops as tasks of the running event loop."""
+    def start(self, failed: str | None = None) -> None:
+        """Start the loops as tasks of the running event loop; ``failed``: why the
+        program failed on the stored facts at start (only a change runs an epoch then)."""
+        self._failed_at_start = failed
         config = self.node.config
         self.loop = asyncio.get_running_loop()
         self.stopping = False
@@ -142,7 +145,7 @@ class BackgroundTasks:
         loop = asyncio.get_running_loop()
         from merklog.engine.errors import EngineError
 
-        failed: str | None = None
+        failed: str | None = self._failed_at_start
         #: Why epochs fail on this node's disk or store (a full disk), logged once.
         disk_failed: str | None = None
         while True:

@@ -28,6 +28,8 @@ def register(cli: click.Group) -> None:
         click.echo(f"key        {info['key']}")
         click.echo(f"epoch      {info['epoch']}")
         click.echo(f"facts      {info['facts']} stored, {info['derived']} derived")
+        if info.get("program_error"):
+            click.echo(f"program    failing: {info['program_error']}")
         click.echo(f"heads      {', '.join(info['heads'])}")
         if "outbox_pending" in info:
             dropped = info.get("outbox_dropped") or 0

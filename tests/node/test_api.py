@@ -658,6 +658,43 @@ def test_retracting_the_seed_of_a_runaway_recursion_lets_writes_settle_again(
     asyncio.run(in_a_loop())
 
 
+def test_a_home_whose_program_fails_on_its_facts_starts_and_can_be_fixed(
+    tmp_path: Path, low_limit
+) -> None:
+    """A write that makes the loaded program run away is stored; the node restarted from
+    that home refused to start (``node run`` exit 2, every time; ``async with`` raised),
+    so no retraction could reach it. It starts now: status says why nothing is
+    evaluated, reads raise ``ProgramFailing`` (a ``merklog.Error``, HTTP 409) instead of
+    evaluating again, and the retraction of the seed brings the epochs back."""
+    import asyncio
+
+    from merklog.node.errors import NotSettled
+    from merklog.node.failures import ProgramFailing
+
+    with merklog.open(tmp_path) as node:
+        node.load_program("n(X) :- seed(X).\nn(X + 1) :- n(X).\n")
+        with pytest.raises(NotSettled):
+            node.assert_("seed", 0)
+
+    async def restarted() -> None:
+        async with merklog.open(tmp_path) as node:  # raised the engine's error
+            status = node.status()
+            assert "fails on the stored facts" in status["program_error"]
+            assert "retract the fact that sets it off" in status["program_error"]
+            assert status["derived"] == 0 and status["facts"] == 1
+            with pytest.raises(ProgramFailing, match="fails on the stored facts") as caught:
+                node.query("seed(X)")
+            assert isinstance(caught.value, merklog.Error)
+            node.retract("seed", 0)
+            await node.settled()
+            assert node.query("n(X)").rows == [] and node.status()["program_error"] is None
+            node.assert_("other", 1)
+            await node.settled()
+            assert node.query("other(X)").rows == [(1,)]
+
+    asyncio.run(restarted())
+
+
 def test_a_failed_program_load_leaves_the_running_program_correct(low_limit) -> None:
     """A program load whose first epoch fails puts the running program back; that epoch
     had taken a retraction the running program's engine never saw, and the write after
