@@ -332,12 +332,19 @@ class Config:
         write_private(self.home / CONFIG_FILE, render(self.data).encode())
 
 
-def static_dir(config: Config) -> Path | None:
+def static_dir(config: Config, must_exist: bool = False) -> Path | None:
     """``node.static_dir`` as an absolute path (None if unset or not a folder), refused
     (ConfigError) if serving it would publish the home: it is the home, lies inside it,
     or holds the home or its store. Everything in the folder is served without a token
-    (``/`` and ``/static/``), and the home holds both API tokens and the node key."""
+    (``/`` and ``/static/``), and the home holds both API tokens and the node key.
+    ``must_exist`` (a node about to serve): a setting that names no folder is refused
+    too; a typo in the path served the API's JSON at ``/`` without a word."""
     path = config.path("node.static_dir")
+    if path is not None and must_exist and not path.is_dir():
+        what = "a file" if path.exists() else "not there"
+        raise ConfigError(
+            f"node.static_dir {path} is {what}: give the folder that holds the app's index.html"
+        )
     if path is None or not path.is_dir():
         return None
     root = path.resolve()

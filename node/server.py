@@ -143,7 +143,7 @@ def build_app(
     for route in ROUTES:
         _add(app, route.method, route.path, route.handler)
         access[(route.method, route.path)] = route.access
-    static_dir(node.config)  # refuses a folder that would publish the home
+    static_dir(node.config, must_exist=True)  # refuses a folder that would publish the home
     sync, others = peer_routes(node)
     for route in others:
         _add(app, route.method, route.path, route.handler)

@@ -90,7 +90,7 @@ def register(cli: click.Group) -> None:
                     initialise(state.home, {}, None, existed)
                 cfg = load_config(state.home, overrides)
                 precheck(cfg)
-                checked_static_dir(cfg)  # one that would publish the home: exit 2
+                checked_static_dir(cfg, must_exist=True)  # missing, or publishing the home: exit 2
                 node = Node(cfg, lock)
                 if program is not None:  # checked, stored in the home, then swapped in
                     try:

@@ -330,6 +330,23 @@ def test_static_files_are_the_app_folders_and_never_the_homes(tmp_path: Path, no
         assert done.returncode == 2, (folder, done.stderr)
         assert done.stderr.startswith("Error: node.static_dir ") and "would publish" in done.stderr
         assert "Traceback" not in done.stderr and not (home / "node.json").exists()
+    # A folder that is not there (a typo) was taken: / answered the API's JSON.
+    for args in (["--static-dir", str(tmp_path / "nosuch")], []):
+        env = {**os.environ, "MERKLOG_NODE_STATIC_DIR": str(tmp_path / "nosuch")}
+        done = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "node", "run"]
+            + ["--port", "0", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env if not args else None,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == (
+            f"Error: node.static_dir {tmp_path / 'nosuch'} is not there: give the folder that"
+            " holds the app's index.html\n"
+        )
+        assert not (home / "node.json").exists()
 
 
 def test_writer_revocation_from_cli_and_http(tmp_path: Path, node_factory) -> None:
