@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import io
 import logging
 import os
 import pkgutil
@@ -417,19 +418,54 @@ def main() -> None:
     asked for it (:func:`end_without_teardown`) then ends without interpreter teardown."""
     global ONE_SHOT
     ONE_SHOT = True
+    _buffer_unbuffered_stdout()
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminated)
     try:
         code = run()
     finally:
         gc.freeze()
+    code = _flush_output(code)
     if _end_without_teardown and threading.active_count() == 1:
         logging.shutdown()  # flush log handlers, as the normal exit would
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to keep
-            sys.stdout.flush()
-            sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def _buffer_unbuffered_stdout() -> None:
+    """Under ``PYTHONUNBUFFERED=1`` (``python -u``, many container images) standard output
+    is a text layer straight on the file descriptor, which drops the rest of a write the
+    kernel took only in part: ``merklog ls | head -1`` wrote its first 64 KiB, lost the
+    rest without an error and exited 0, where a command whose reader went away exits 141.
+    A buffered writer between them writes everything or raises; flushed at every line,
+    the output still appears as it is written."""
+    raw = getattr(sys.stdout, "buffer", None)
+    if not isinstance(raw, io.FileIO):
+        return
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=sys.stdout.encoding,
+        errors=sys.stdout.errors,
+        line_buffering=True,
+    )
+
+
+def _flush_output(code: int) -> int:
+    """Flush what the command left buffered for standard output and error; the exit
+    status. Output the command wrote whole in a few large writes can meet a reader that
+    went away (``merklog ls | head -1``) only here, after the command returned: that
+    exited 0 although most of the output never reached anyone, where a command that met
+    it itself exits :data:`STDOUT_CLOSED` (141), as ``query`` did."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()  # the interpreter's own final flush must not fail again
+        code = code or STDOUT_CLOSED
+    except (OSError, ValueError):  # no stdout, or a closed one: nothing to keep
+        pass
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    return code
 
 
 if __name__ == "__main__":
