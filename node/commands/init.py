@@ -142,6 +142,8 @@ def register(cli: click.Group) -> None:
                 )
             config = state.home / "config.toml"  # its own values, to say what changed
             before = Config.load(state.home, env={}) if config.exists() else None
+            key = state.home / IDENTITY_FILE
+            new_key = before is not None and not (key.exists() or key.is_symlink())
             cfg, created = initialise(state.home, overrides, join, existed)
         finally:
             lock.release()
@@ -154,6 +156,12 @@ def register(cli: click.Group) -> None:
                 click.echo(f"  changed  {change}")
         click.echo(f"  config   {state.home / 'config.toml'}")
         click.echo(f"  key      {state.home / IDENTITY_FILE}")
+        if new_key and not created:  # said, not done quietly: the old key is gone for good
+            click.echo(
+                "  new key  the node key was missing, so this made a new one: it writes only"
+                " once a writer of the dataset grants it (`merklog writers grant KEY` on"
+                " that writer's home, with the key hex below)"
+            )
         click.echo(f"  store    {cfg.path('store.path')}")
         click.echo(f"  dataset  {cfg.get('dataset.id')}")
         if join is not None and join.url:

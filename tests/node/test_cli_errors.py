@@ -595,6 +595,14 @@ def test_a_missing_node_key_exits_5_and_no_new_key_is_made(ready: Path) -> None:
     key.write_bytes(saved)  # the way out it names: put the key back
     key.chmod(0o600)
     assert merklog(ready, "put", "edge(2, 3).").returncode == 0
+    # The other way out, ``init``, said only "already initialised" while it made a new key
+    # that may not write: it now says so. With the key there, ``init`` says nothing of it.
+    assert "new key" not in merklog(ready, "init").stdout
+    key.unlink()
+    made = merklog(ready, "init")
+    assert made.returncode == 0 and key.exists() and key.read_bytes() != saved
+    assert "  new key  the node key was missing, so this made a new one" in made.stdout
+    assert "writers grant" in made.stdout
 
 
 def test_a_peer_entry_of_the_wrong_shape_exits_2(ready: Path) -> None:
