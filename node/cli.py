@@ -231,7 +231,13 @@ def _usage_line(exc: click.UsageError) -> click.ClickException:
     click's usage block, hint and blank line."""
     where = exc.ctx.command_path if exc.ctx is not None else "merklog"
     hint = _global_option_hint(exc, where) or f"(see `{where} --help`)"
-    failure = click.ClickException(f"{exc.format_message()} {hint}")
+    message = exc.format_message()
+    group = exc.ctx.command if exc.ctx is not None else None
+    if isinstance(group, click.Group) and message.startswith("Usage:"):
+        # a group given no command (click >= 8.2 raises its whole help as the message)
+        names = ", ".join(group.list_commands(exc.ctx))
+        message = f"missing command: `{where} COMMAND`, where COMMAND is one of {names}"
+    failure = click.ClickException(f"{message} {hint}")
     failure.exit_code = exc.exit_code
     return failure
 
@@ -294,7 +300,7 @@ class JsonFailure(click.ClickException, NodeError):
 @click.group(cls=Boundary, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--home",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False),
     default=None,
     help=f"State directory (default: ${ENV_HOME}, else ~/.merklog).",
 )
@@ -317,7 +323,7 @@ class JsonFailure(click.ClickException, NodeError):
 @click.pass_context
 def cli(
     ctx: click.Context,
-    home: Path | None,
+    home: str | None,
     verbose: int,
     log_format: str,
     settings: tuple[str, ...],
@@ -332,7 +338,12 @@ def cli(
             overrides = parse_set(settings)
         except ConfigError as exc:
             raise click.UsageError(str(exc)) from None
-    ctx.obj = State(home.expanduser() if home else default_home(), verbose, overrides)
+    if home is not None and not home.strip():  # Path("") is ".": the current directory
+        raise click.UsageError(
+            "--home is empty: name a directory, or leave it out for $MERKLOG_HOME, else"
+            " ~/.merklog"
+        )
+    ctx.obj = State(Path(home).expanduser() if home else default_home(), verbose, overrides)
     ctx.obj.log_format = log_format
 
 

@@ -849,3 +849,23 @@ def test_a_read_token_as_the_write_token_is_a_token_problem_not_exit_7(
     result = merklog(ready, "--set", f"api.token={node.read_token}", "put", "edge(7, 8).")
     assert_fails(result, ExitCode.FAILED, "forbidden", "grants reads only")
     assert "edge(7, 8)" not in Cli(ready)("ls").output
+
+
+def test_a_group_without_its_command_and_an_empty_home_are_one_line(tmp_path: Path) -> None:
+    """``merklog writers`` (no subcommand) printed ``Error: Usage: …`` and the group's whole
+    help, and ``--home ""`` was the current directory ("run `merklog --home . init`"):
+    each is now one usage line, exit 2, and nothing is made in the working directory."""
+    for group, commands in (("writers", "grant, revoke"), ("peers", "add, list, remove")):
+        done = merklog(tmp_path / "h", group)
+        assert_fails(done, ExitCode.BAD_INPUT, f"`merklog {group} COMMAND`", commands)
+        assert done.stderr.count("\n") == 1 and done.stdout == ""
+    for empty in ("", " "):
+        done = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", empty, "init"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert_fails(done, ExitCode.BAD_INPUT, "--home is empty")
+        assert list(tmp_path.iterdir()) == []
