@@ -125,7 +125,13 @@ def register(cli: click.Group) -> None:
         existed = state.home.exists()
         # The home's lock first: a running node refuses the init before it is announced
         # as switching datasets (it said "switching …", then refused).
-        lock = HomeLock.acquire(state.home)
+        try:
+            lock = HomeLock.acquire(state.home)
+        except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+            # a parent that is missing or a file, or a place this user cannot write
+            raise click.ClickException(
+                f"cannot make {state.home} a merklog home: {exc.strerror} ({exc.filename})"
+            ) from None
         try:
             if join is not None and current and str(join.dataset) != current:
                 if not force:

@@ -131,8 +131,9 @@ def register(cli: click.Group) -> None:
                             node, cfg.get("node.host"), int(cfg.get("node.port")), announce, worker
                         )
                     )
-            except OSError as exc:
-                raise click.ClickException(f"cannot serve: {exc}") from None
+            except OSError as exc:  # a host that does not resolve, a port in use, …
+                where = f"{cfg.get('node.host')}:{cfg.get('node.port')}"
+                raise click.ClickException(f"cannot serve on {where}: {exc.strerror or exc}") from None
             finally:
                 node.close()
                 # Everything is committed and closed: keep the interpreter's last collection

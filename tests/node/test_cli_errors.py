@@ -869,3 +869,15 @@ def test_a_group_without_its_command_and_an_empty_home_are_one_line(tmp_path: Pa
         )
         assert_fails(done, ExitCode.BAD_INPUT, "--home is empty")
         assert list(tmp_path.iterdir()) == []
+
+
+def test_init_where_no_home_can_be_made_names_the_path_not_an_errno(tmp_path: Path) -> None:
+    """``init`` under a missing parent or a file printed ``Error: [Errno 2] No such file or
+    directory: '…'``: one line now says it cannot make the home, why, and where."""
+    (tmp_path / "file").write_text("")
+    for home, why in (
+        (Path("/proc/nonexistent/h"), "No such file or directory"),
+        (tmp_path / "file" / "h", "Not a directory"),
+    ):
+        line = assert_fails(merklog(home, "init"), ExitCode.FAILED, f"cannot make {home}", why)
+        assert "Errno" not in line
