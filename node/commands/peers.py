@@ -118,9 +118,11 @@ def register(cli: click.Group) -> None:
                 f" it would stop syncing with this node. Use another name, or --replace if"
                 f" {name} is that device with a new key",
             )
+        granted = None
         if writer:
             with target(state) as t:
-                guard(lambda: t.grant(key))
+                result = guard(lambda: t.grant(key))  # the grant's delta, None: none needed
+            granted = bool(result.get("delta") if isinstance(result, dict) else result)
         cfg = _config(state)
         cfg.peers[name] = {"url": url.rstrip("/"), "key": key}
         cfg.save()
@@ -129,6 +131,9 @@ def register(cli: click.Group) -> None:
             click.echo(f"replaced peer {name}: key {old_key[:16]}… -> {key[:16]}…, {url}{role}")
         elif old and old_url.rstrip("/") != url.rstrip("/"):
             click.echo(f"updated peer {name}: url {old_url} -> {url}{role}")
+        elif old_key:  # the same peer again: said, not "added" (it changed nothing else)
+            also = {None: "", True: "; granted it write access", False: "; it can already write"}
+            click.echo(f"peer {name} is already {url} key {key[:16]}…{also[granted]}")
         else:
             click.echo(f"added peer {name} {url} key {key[:16]}…{role}")
         same = sorted(

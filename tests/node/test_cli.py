@@ -219,6 +219,14 @@ def test_peers_add_of_a_name_with_another_key_is_refused_unless_replace(run) -> 
     replaced = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol, "--replace")
     assert replaced.output.startswith(f"replaced peer bob: key {bob[:16]}… -> {carol[:16]}…")
     assert run("peers", "list").output.split() == ["bob", "http://127.0.0.1:10", carol]
+    # The same peer again said "added peer bob …" although nothing changed; with --writer
+    # it says whether it granted anything (a second grant needs no delta).
+    again = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol).output
+    assert again.startswith(f"peer bob is already http://127.0.0.1:10 key {carol[:16]}…\n")
+    granted = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol, "--writer")
+    assert granted.output.startswith("peer bob is already") and "granted it write" in granted.output
+    second = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol, "--writer")
+    assert "it can already write" in second.output
 
 
 def test_peers_add_unreachable_without_key_fails_cleanly(run, home: Path) -> None:
