@@ -128,6 +128,8 @@ class Node:
         self.last_sync: dict[str, Any] | None = None
         #: Sync history per peer URL (configured peers and URLs synced ad hoc).
         self.peer_sync: dict[str, PeerSync] = load_history(self.home)
+        #: One sync per peer URL at a time (:func:`.peersync.sync_node`).
+        self.sync_turns = peersync.SyncTurns()
         self.tasks = BackgroundTasks(self)
         self.url: str | None = None
         #: Group commit of ``write_async`` (its queue of waiting requests).

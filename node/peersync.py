@@ -189,7 +189,38 @@ async def sync_with(
     return dataclasses.asdict(stats)
 
 
+class SyncTurns:
+    """One sync at a time per peer URL. Syncs with the same peer at once (an automatic
+    round and ``merklog sync``, or three ``sync`` commands through one node) each sent the
+    same summary, so each downloaded the whole answer, and applied it again. Taken in
+    turn, a later one asks only for what the earlier ones did not bring. A lock per URL,
+    made again when the node is used from another event loop (each ``asyncio.run`` of a
+    script has its own)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
+
+    def of(self, url: str) -> asyncio.Lock:
+        """The lock of ``url`` in the running event loop."""
+        loop = asyncio.get_running_loop()
+        held = self._locks.get(url)
+        if held is None or held[0] is not loop:
+            held = self._locks[url] = (loop, asyncio.Lock())
+        return held[1]
+
+
 async def sync_node(
+    node: Any,
+    url: str,
+    progress: Callable[[str, int, int], None] | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """:func:`sync_now` once no other sync of ``node`` with ``url`` runs (:class:`SyncTurns`)."""
+    async with node.sync_turns.of(url.rstrip("/")):
+        return await sync_now(node, url, progress, timeout)
+
+
+async def sync_now(
     node: Any,
     url: str,
     progress: Callable[[str, int, int], None] | None = None,

@@ -346,3 +346,24 @@ def test_a_node_asked_to_sync_with_itself_says_so(tmp_path: Path, node_factory) 
     added = a("peers", "add", "self", node.url, "--token", node.read_token, ok=False)
     assert added.exit_code == 2 and "this node itself" in added.output
     assert "self" not in a("peers", "list").output
+
+
+def test_syncs_with_one_peer_at_once_take_turns_and_download_once(
+    tmp_path: Path, node_factory
+) -> None:
+    """Three ``POST /v1/sync`` with the same peer at once each sent the same summary, so
+    each downloaded (and applied) the peer's whole answer. They take turns now: one
+    brings the new deltas, the others find nothing left to fetch; all three succeed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    a, b, na, nb = peered_pair(tmp_path, node_factory)
+    (tmp_path / "f.dl").write_text("".join(f'p({i}, "{i:060d}", {i}.5, true).\n' for i in range(4000)))
+    a("put", "-q", "-f", str(tmp_path / "f.dl"))
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: nb.request("POST", "/v1/sync", {"url": na.url}), range(3)))
+    assert [status for status, _ in answers] == [200, 200, 200], answers
+    received = sorted(stats["bytes_received"] for _, stats in answers)
+    accepted = sorted(stats["accepted"] for _, stats in answers)
+    assert received[-1] > 100_000 and sum(received[:2]) < received[-1] // 10, received
+    assert accepted[-1] >= 1 and accepted[:2] == [0, 0], accepted
+    assert len(b("ls", "p").output.splitlines()) == 4000
