@@ -94,9 +94,9 @@ def parse_field(text: str, column_type: str = "any", int_bits: int = 64) -> Valu
     if column_type in ("number", "unsigned"):
         if not _SOUFFLE_INT_RE.match(text):
             raise FieldError(f"cannot read {text!r} as {_article(column_type)} {column_type}")
-        value = int(text.lstrip(" \f\v\r"))
+        value = _int_of(text.lstrip(" \f\v\r"))
         lo, hi = int_range(column_type, int_bits)
-        if not lo <= value <= hi:
+        if value is None or not lo <= value <= hi:
             raise FieldError(f"{text!r} is outside the {int_bits}-bit {column_type} range")
         return value
     if column_type == "float":
@@ -109,12 +109,25 @@ def parse_field(text: str, column_type: str = "any", int_bits: int = 64) -> Valu
     if column_type in _WRITTEN_KINDS:
         return _written_value(text, column_type)
     if _INT_RE.match(text):
-        value = int(text)
-        return value if INT64_MIN <= value <= INT64_MAX else text
+        value = _int_of(text)
+        return value if value is not None and INT64_MIN <= value <= INT64_MAX else text
     if _FLOAT_RE.match(text):
         value = float_in_range(text)  # out of range (1e999, 1e-400): kept as its text
         return value + 0.0 if value is not None else text
     return text
+
+
+def _int_of(text: str) -> int | None:
+    """The integer of a decimal ``text`` (an optional sign, digits), or None when it has
+    more significant digits than any 64-bit integer: Python refuses to convert more than
+    4,300 digits ("Exceeds the limit … use sys.set_int_max_str_digits()", which eval
+    printed with no file or line), and such a field is out of every range anyway."""
+    if len(text) <= 24:
+        return int(text)
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 20:
+        return None
+    return -int(digits or "0") if text.startswith("-") else int(digits or "0")
 
 
 #: Merklog ``.decl`` column types read back from the text :func:`format_field` writes

@@ -251,3 +251,22 @@ def test_a_leading_byte_order_mark_is_no_text_on_every_reading_path(tmp_path: Pa
     assert row_line(path, 0) == 2
     path.write_bytes(b"\xef\xbb\xbfa\tb\nc\rd\te\n")
     assert read_relation(path) == [("a", "b"), ("c\rd", "e")]
+
+
+def test_a_field_of_thousands_of_digits_is_read_not_refused_by_python(tmp_path: Path) -> None:
+    """A field of 4,301 digits made eval print Python's "Exceeds the limit (4300 digits)
+    for integer string conversion … use sys.set_int_max_str_digits()" with no file or
+    line. Out of int64, it is a string where the grammar says so, and a number column
+    says where it is out of range; leading zeros still read as the integer."""
+    digits = "4" * 4301
+    assert parse_field(digits) == digits and parse_field("-" + digits) == "-" + digits
+    assert parse_field("0" * 5000 + "17") == 17 and parse_field("-" + "0" * 30 + "5") == -5
+    with pytest.raises(FieldError, match="outside the 32-bit number range"):
+        parse_field(digits, "number", 32)
+    assert parse_field(" +" + "0" * 40 + "9", "number", 32) == 9
+    path = tmp_path / "e.facts"
+    path.write_text(f"abc\n{digits}\n")
+    assert sorted(map(tuple, read_relation(path, 1))) == [(digits,), ("abc",)]
+    path.write_text(f"{digits}\n")
+    with pytest.raises(FactFileError, match="outside the 32-bit number range"):
+        read_relation(path, column_types=["number"], int_bits=32)
