@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import click
 
 from . import commands as _commands_pkg
-from .errors import NodeError
+from .errors import OUT_OF_MEMORY, NodeError
 from .home import ENV_HOME, default_home
 from .logs import setup_logging
 
@@ -127,6 +127,16 @@ class Boundary(click.Group):
             raise
         except KeyboardInterrupt:  # said as "Aborted!" before, with no word on what stays
             return _interrupted(ctx)
+        except MemoryError as exc:
+            # Nothing imported or classified here: with memory short, a lazy import failed
+            # too ("can't allocate lock") and ~100 lines of chained tracebacks came out.
+            # Dropping the traceback frees the frames of what ran out, and what they held.
+            detail = f" ({exc})" if str(exc) else ""
+            exc.__traceback__ = None
+            del exc
+            failure = click.ClickException(f"out of memory{detail}{OUT_OF_MEMORY}")
+            failure.exit_code = 1
+            raise failure from None
         except Exception as exc:
             from .failures import classify
             from .interrupts import pending

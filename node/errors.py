@@ -19,6 +19,14 @@ __all__ = [
 ]
 
 
+#: The one line of a command that ran out of memory (after ``out of memory`` and the
+#: allocator's detail, if any): the machine's limit, not a bug to report.
+OUT_OF_MEMORY = (
+    ": the command needed more memory than this process can get (for eval: a result too"
+    " large for this machine, or a limit such as ulimit -v)"
+)
+
+
 class NodeError(Error):
     """Base class of the node's own errors."""
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from merklog.replication.errors import Unauthorized
 from merklog.store.errors import Error
 
-from .errors import NodeError, NodeInputError
+from .errors import OUT_OF_MEMORY, NodeError, NodeInputError
 
 
 class ExitCode(IntEnum):
@@ -275,11 +275,7 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         return ExitCode.FAILED, str(exc)
     if isinstance(exc, MemoryError):  # the machine's limit, not a bug to report
         detail = f" ({exc})" if str(exc) else ""
-        return ExitCode.FAILED, (
-            f"out of memory{detail}: the command needed more memory than this process can"
-            " get (for eval: a result too large for this machine, or a limit such as"
-            " ulimit -v)"
-        )
+        return ExitCode.FAILED, f"out of memory{detail}{OUT_OF_MEMORY}"
     return ExitCode.INTERNAL, (
         f"internal error ({type(exc).__name__}: {exc}); please report it with the command"
         " you ran (run with -vv to log the traceback)"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from merklog.node.cli import cli
@@ -824,6 +825,33 @@ def test_a_result_too_large_for_memory_is_no_internal_error(tmp_path: Path) -> N
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith("Error: out of memory ("), result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("gib", [1.5, 2.0])
+def test_running_out_of_memory_in_the_tuple_evaluator_is_one_line(tmp_path: Path, gib) -> None:
+    """Arithmetic in a rule runs the per-tuple evaluator: out of memory there, the error
+    boundary's own lazy import failed too ("can't allocate lock") and ~100 lines of
+    chained tracebacks came out under ``ulimit -v`` of 1.5 and 2 GB (1.3 GB gave the one
+    line). The boundary now handles a MemoryError without importing anything."""
+    prog = write(tmp_path / "p.dl", "x(A, B + 1) :- e(A), e(B).\n")
+    write(tmp_path / "facts" / "e.facts", "".join(f"{i}.5\n" for i in range(1, 4001)))
+    limit = (
+        "import resource, runpy, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({int(gib * 1e9)}, {int(gib * 1e9)}))\n"
+        "sys.argv = ['merklog', *sys.argv[1:]]\n"
+        "runpy.run_module('merklog.node.cli', run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", limit, "eval", str(prog), "--facts", str(tmp_path / "facts")]
+        + ["--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("Error: out of memory"), result.stderr[:2000]
+    assert len(result.stderr.splitlines()) == 1, result.stderr[:2000]
     assert not (tmp_path / "o").exists()
 
 
