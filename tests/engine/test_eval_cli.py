@@ -803,25 +803,31 @@ def test_a_read_relation_of_another_arity_names_its_fact_file(tmp_path: Path) ->
     assert "use r with 1 argument everywhere" in result.stderr, result.stderr
 
 
+def _eval_under_limit(address_space: int, prog: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``merklog eval PROG --facts TMP/facts --out TMP/o`` in a process whose address space
+    is at most ``address_space`` bytes (``ulimit -v``), so running out of memory is certain."""
+    limit = (
+        "import resource, runpy, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({address_space}, {address_space}))\n"
+        "sys.argv = ['merklog', *sys.argv[1:]]\n"
+        "runpy.run_module('merklog.node.cli', run_name='__main__')\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", limit, "eval", str(prog), "--facts", str(tmp_path / "facts")]
+        + ["--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
 def test_a_result_too_large_for_memory_is_no_internal_error(tmp_path: Path) -> None:
     """A program whose result does not fit in memory (2000⁴ rows here, under a 3 GiB
     address-space limit so the refusal is certain) is not a bug to report: eval says it
     ran out of memory and exits 1, the operation could not be done."""
     prog = write(tmp_path / "big.dl", "q(A, B, C, D) :- n(A), n(B), n(C), n(D).\n")
     write(tmp_path / "facts" / "n.facts", "".join(f"{i}\n" for i in range(2000)))
-    limit = (
-        "import resource, runpy, sys\n"
-        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
-        "sys.argv = ['merklog', *sys.argv[1:]]\n"
-        "runpy.run_module('merklog.node.cli', run_name='__main__')\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", limit, "eval", str(prog), "--facts", str(tmp_path / "facts")]
-        + ["--out", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _eval_under_limit(3 << 30, prog, tmp_path)
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith("Error: out of memory ("), result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
@@ -836,19 +842,7 @@ def test_running_out_of_memory_in_the_tuple_evaluator_is_one_line(tmp_path: Path
     line). The boundary now handles a MemoryError without importing anything."""
     prog = write(tmp_path / "p.dl", "x(A, B + 1) :- e(A), e(B).\n")
     write(tmp_path / "facts" / "e.facts", "".join(f"{i}.5\n" for i in range(1, 4001)))
-    limit = (
-        "import resource, runpy, sys\n"
-        f"resource.setrlimit(resource.RLIMIT_AS, ({int(gib * 1e9)}, {int(gib * 1e9)}))\n"
-        "sys.argv = ['merklog', *sys.argv[1:]]\n"
-        "runpy.run_module('merklog.node.cli', run_name='__main__')\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", limit, "eval", str(prog), "--facts", str(tmp_path / "facts")]
-        + ["--out", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    result = _eval_under_limit(int(gib * 1e9), prog, tmp_path)
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith("Error: out of memory"), result.stderr[:2000]
     assert len(result.stderr.splitlines()) == 1, result.stderr[:2000]
