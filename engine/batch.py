@@ -795,7 +795,7 @@ class BatchEvaluator:
                 break
             rounds += 1
             if bounded and rounds > MAX_FIXPOINT_ITERATIONS:
-                raise IterationLimitError.after([c.rule.head.rel for c in recursive])
+                raise IterationLimitError.after([c.rule for c in recursive])
             ctx.delta.clear()
             ctx.delta.update((rel, Rel(new)) for rel, new in delta.items())
             fresh: dict[str, set[Row]] = {}

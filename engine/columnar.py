@@ -988,7 +988,7 @@ def try_columnar(
             while True:
                 rounds += 1
                 if bounded and rounds > MAX_FIXPOINT_ITERATIONS:
-                    raise IterationLimitError.after([rule.head.rel for rule, *_ in recursive])
+                    raise IterationLimitError.after([rule for rule, *_ in recursive])
                 new_delta: dict[str, ColRel] = {}
                 for rel, parts in pending.items():
                     fresh = dedup[rel].fresh(_concat(parts, arities[rel]), trusted is not None)

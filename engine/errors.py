@@ -11,10 +11,14 @@ adapter); the class itself is what callers should catch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from merklog.store.errors import Error
 
 from .pos import NOPOS, Pos
+
+if TYPE_CHECKING:
+    from .ast import Rule
 
 
 class EngineError(Error):
@@ -163,11 +167,18 @@ class IterationLimitError(EngineError):
     )
 
     @classmethod
-    def after(cls, relations: Sequence[str] = ()) -> IterationLimitError:
-        names = ", ".join(sorted(set(relations)))
-        return cls(
+    def after(cls, rules: Sequence[Rule]) -> IterationLimitError:
+        """The error of a recursive stratum of ``rules`` that ran out of rounds, at the
+        first of its rules (in the program's text) that computes values: only such a
+        rule can make new values forever, so that is where the program needs a bound.
+        Rules parsed from no text (position 0:0) give an error without a position."""
+        names = ", ".join(sorted({rule.head.rel for rule in rules}))
+        computing = [rule for rule in rules if rule.computes_values and rule.pos.line]
+        first = min(computing, key=lambda rule: (rule.pos.line, rule.pos.col), default=None)
+        return cls.at(
+            first.pos if first is not None else None,
             f"the recursion{' deriving ' + names if names else ''} did not reach a fixpoint"
-            f" in {MAX_FIXPOINT_ITERATIONS:,} rounds (MAX_FIXPOINT_ITERATIONS)"
+            f" in {MAX_FIXPOINT_ITERATIONS:,} rounds (MAX_FIXPOINT_ITERATIONS)",
         )
 
 

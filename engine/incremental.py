@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import compress, repeat
 from operator import itemgetter
 from typing import Any
@@ -78,7 +79,7 @@ from .dataflow import (
 )
 from .dataflow.columns import ColumnBatch
 from .dataflow.lazydelta import SignedRows
-from .errors import MAX_FIXPOINT_ITERATIONS, EngineError
+from .errors import MAX_FIXPOINT_ITERATIONS, EngineError, IterationLimitError
 from .io import Sink, Source
 from .rows import DeltaMap, EngineSet, RowSet, engine_rows
 from .stratify import Stratum, stratify
@@ -1011,7 +1012,7 @@ class _Compiler:
         child_node = self.root.child(label="stratum " + ",".join(members))
         if any(r.computes_values for r in rules):  # may never reach a fixpoint
             child_node.max_iterations = MAX_FIXPOINT_ITERATIONS
-            child_node.relations = tuple(members)
+            child_node.limit_error = partial(IterationLimitError.after, rules)
         child = child_node.child
         feedback = {m: child.feedback(label=f"{m}@iter") for m in members}
         scope = _Scope(self, child, dict(feedback))

@@ -266,7 +266,7 @@ class Circuit:
         limit = self.owner.max_iterations if isinstance(self.owner, ChildNode) else None
         while True:
             if limit is not None and runs >= limit:
-                raise IterationLimitError.after(self.owner.relations)
+                raise self.owner.limit_error()
             ts = Timestamp(epoch, i)
             for node in self.nodes:
                 node.eval(ts)
@@ -301,10 +301,10 @@ class ChildNode(Node):
         self.exports: list[Node] = []
         self.results: list[ZSet] = []
         self.iterations = 0
-        #: Rounds a fixed point may take (None: unlimited); the relations it derives,
-        #: for the error. Set by whoever builds a recursion that computes values.
+        #: Rounds a fixed point may take (None: unlimited), and the error raised when it
+        #: runs out of them. Set by whoever builds a recursion that computes values.
         self.max_iterations: int | None = None
-        self.relations: tuple[str, ...] = ()
+        self.limit_error: Callable[[], Exception] = lambda: IterationLimitError.after(())
 
     def export(self, inner: Node, label: str = "") -> ExportNode:
         """Expose the per-epoch sum over iterations of ``inner`` to the parent."""

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from merklog.node.cli import State, pass_state
+from merklog.node.clipath import GivenPath
 
 
 @contextmanager
@@ -32,7 +33,7 @@ def _blocks_bar(verb: str) -> Iterator[Callable[[int], None]]:
 
 def register(cli: click.Group) -> None:
     @cli.command("export")
-    @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
+    @click.argument("file", type=GivenPath(dir_okay=False, allow_dash=True, path_type=Path))
     @pass_state
     def export(state: State, file: Path) -> None:
         """Write the whole replica (genesis, deltas, facts) as a CAR rooted at the heads.
@@ -49,7 +50,7 @@ def register(cli: click.Group) -> None:
         )
 
     @cli.command("import")
-    @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.argument("file", type=GivenPath(exists=True, dir_okay=False, path_type=Path))
     @pass_state
     def import_(state: State, file: Path) -> None:
         """Verify and apply the deltas in a CAR file (all or nothing)."""
@@ -60,10 +61,10 @@ def register(cli: click.Group) -> None:
         click.echo(f"imported {file}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
 
     @cli.command("restore")
-    @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.argument("file", type=GivenPath(exists=True, dir_okay=False, path_type=Path))
     @click.option(
         "--identity",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        type=GivenPath(exists=True, dir_okay=False, path_type=Path),
         default=None,
         help="The node key (identity.pem) saved with the backup; else a new key is made.",
     )

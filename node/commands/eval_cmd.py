@@ -19,14 +19,16 @@ from typing import Any
 
 import click
 
+from merklog.node.clipath import GivenPath
+
 
 def register(cli: click.Group) -> None:
     @cli.command("eval")
-    @click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.argument("program", type=GivenPath(exists=True, dir_okay=False, path_type=Path))
     @click.option(
         "--facts",
         "facts_dir",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=GivenPath(exists=True, file_okay=False, path_type=Path),
         default=Path("."),
         show_default=True,
         help="Directory of <rel>.facts input files: tab-separated, one tuple a line, no "
@@ -36,7 +38,7 @@ def register(cli: click.Group) -> None:
     @click.option(
         "--out",
         "out_dir",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=GivenPath(file_okay=False, path_type=Path),
         default=Path("."),
         show_default=True,
         help="Directory to write <rel>.csv results into (created if missing).",
@@ -100,8 +102,6 @@ def register(cli: click.Group) -> None:
         except EngineError as err:
             fail(f"{program}:{err}")
             return
-        if not facts_dir.is_dir():
-            fail(f"error: facts directory {facts_dir} does not exist")
         unknown = [rel for rel in only if rel not in prog.arities]
         if unknown:
             fail(f"error: --output {unknown[0]}: the program has no relation {unknown[0]}")

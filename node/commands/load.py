@@ -7,11 +7,12 @@ from pathlib import Path
 import click
 
 from merklog.node.cli import State, pass_state
+from merklog.node.clipath import GivenPath
 
 
 def register(cli: click.Group) -> None:
     @cli.command("load")
-    @click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.argument("program", type=GivenPath(exists=True, dir_okay=False, path_type=Path))
     @pass_state
     def load(state: State, program: Path) -> None:
         """Check PROGRAM and install it: its text is stored in the home (a block), so

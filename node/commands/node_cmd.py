@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from merklog.node.cli import State, pass_state
+from merklog.node.clipath import GivenPath
 
 
 def register(cli: click.Group) -> None:
@@ -20,13 +21,13 @@ def register(cli: click.Group) -> None:
     @click.option("--epoch-interval", type=float, default=None, help="Seconds between idle epochs.")
     @click.option(
         "--program",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        type=GivenPath(exists=True, dir_okay=False, path_type=Path),
         default=None,
         help="Check this Datalog program and store it in the home before serving.",
     )
     @click.option(
         "--static-dir",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=GivenPath(file_okay=False, path_type=Path),
         default=None,
         help="Folder whose index.html is served at / [node.static_dir].",
     )

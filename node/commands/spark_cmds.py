@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from merklog.node.cli import State, pass_state
+from merklog.node.clipath import GivenPath
 
 IDENTITY_FILE = "identity.pem"
 
@@ -400,7 +401,7 @@ def register(cli: click.Group) -> None:
         """Parquet interchange for Spark, DuckDB and pandas."""
 
     @parquet.command("export")
-    @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+    @click.argument("directory", type=GivenPath(file_okay=False, path_type=Path))
     @pass_state
     def parquet_export(state: State, directory: Path) -> None:
         """Write the log (one row per op) and the visible facts under DIRECTORY."""
@@ -453,7 +454,7 @@ def register(cli: click.Group) -> None:
         "--out",
         "out",
         required=True,
-        type=click.Path(file_okay=False, path_type=Path),
+        type=GivenPath(file_okay=False, path_type=Path),
         help="Snapshot output directory (one dataset=<cid>/ folder per dataset).",
     )
     @click.option(
@@ -568,7 +569,7 @@ def register(cli: click.Group) -> None:
             )
 
     @cli.command("analyze")
-    @click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.argument("program", type=GivenPath(exists=True, dir_okay=False, path_type=Path))
     @click.option(
         "--input",
         "inputs",
@@ -576,7 +577,7 @@ def register(cli: click.Group) -> None:
         required=True,
         help="Parquet export directory (repeatable; replicas are merged).",
     )
-    @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path))
+    @click.option("--out", "out", required=True, type=GivenPath(file_okay=False, path_type=Path))
     @click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet")
     @_spark_options
     @pass_state
@@ -687,7 +688,7 @@ def register(cli: click.Group) -> None:
             click.echo(f"{rel}\t{path}")
 
     @cli.command("import-snapshot")
-    @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+    @click.argument("directory", type=GivenPath(exists=True, file_okay=False, path_type=Path))
     @click.option(
         "--trust",
         multiple=True,
@@ -759,7 +760,7 @@ def register(cli: click.Group) -> None:
         )
 
     @cli.command("prune")
-    @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+    @click.argument("directory", type=GivenPath(exists=True, file_okay=False, path_type=Path))
     @pass_state
     def prune_cmd(state: State, directory: Path) -> None:
         """Delete the delta blocks a (causally stable) snapshot covers from this node's store."""

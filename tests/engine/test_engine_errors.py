@@ -78,6 +78,13 @@ def test_a_recursion_without_fixpoint_stops_with_an_error(backend: str, low_limi
         Program.parse(RUNAWAY, backend=backend).evaluate()
     assert isinstance(err.value, merklog.Error) and err.value.code == "iteration_limit"
     assert "1,000 rounds" in str(err.value)
+    # at the rule that makes new values (it had no position: eval printed no PROGRAM:L:C)
+    assert (err.value.line, err.value.col) == (2, 1)
+    assert str(err.value).startswith("2:1: the recursion deriving n did not reach")
+    mutual = "p(0).\np(X) :- q(X).\n  q(X + 1) :- p(X).\n"  # the second rule computes
+    with pytest.raises(IterationLimitError, match="deriving p, q did not reach") as err:
+        Program.parse(mutual, backend=backend).evaluate()
+    assert (err.value.line, err.value.col) == (3, 3)
     walk = Program.parse("reach(Y) :- reach(X), next(X, Y).", backend=backend)
     links = low_limit + 10  # more rounds than the limit: plain rules, never stopped
     got = walk.evaluate({"reach": [(0,)], "next": [(i, i + 1) for i in range(links)]})
@@ -90,8 +97,9 @@ def test_the_incremental_engine_stops_a_recursion_without_fixpoint(low_limit: in
 
     engine = IncrementalEngine(Program.parse("n(X + 1) :- n(X), go(1).").checked)
     engine.step(inserts={"n": [(0,)]})
-    with pytest.raises(IterationLimitError, match="deriving n did not reach a fixpoint"):
+    with pytest.raises(IterationLimitError, match="deriving n did not reach a fixpoint") as err:
         engine.step(inserts={"go": [(1,)]})
+    assert str(err.value).startswith("1:1: the recursion deriving n")
     walk = IncrementalEngine(Program.parse("reach(Y) :- reach(X), next(X, Y).").checked)
     walk.step(inserts={"next": [(i, i + 1) for i in range(low_limit + 10)]})
     out = walk.step(inserts={"reach": [(0,)]})

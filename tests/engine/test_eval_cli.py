@@ -27,13 +27,14 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, ["eval", *args])
 
 
-def run_eval(*args: str) -> subprocess.CompletedProcess:
-    """``merklog eval ARGS`` as its own process (stdout, stderr as text)."""
+def run_eval(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``merklog eval ARGS`` as its own process (stdout, stderr as text), in ``cwd``."""
     return subprocess.run(
         [sys.executable, "-m", "merklog.node.cli", "eval", *args],
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=cwd,
     )
 
 
@@ -499,12 +500,37 @@ def test_commands_load_numpy_with_one_blas_thread_unless_told(tmp_path: Path) ->
     assert lines(tmp_path / "o" / "q.csv") == ["1"]
 
 
-def test_a_missing_facts_directory_is_an_error_line_like_the_others(tmp_path: Path) -> None:
+def test_a_facts_directory_that_is_missing_or_a_file_is_one_usage_line(tmp_path: Path) -> None:
+    """Both are a bad --facts value: exit 2 and click's line, as a missing PROGRAM is (a
+    missing folder said ``error:`` and exited 1, one that is a file ``Error:`` and 2)."""
     program = tmp_path / "p.dl"
     program.write_text("q(X) :- p(X).\n")
-    done = run_eval(str(program), "--facts", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
-    assert done.returncode == 1
-    assert done.stderr.strip() == f"error: facts directory {tmp_path / 'nope'} does not exist"
+    (tmp_path / "afile").write_text("")
+    for given, why in (("nope", "does not exist"), ("afile", "is a file")):
+        done = run_eval(str(program), "--facts", str(tmp_path / given), "--out", str(tmp_path / "o"))
+        assert done.returncode == 2
+        assert done.stderr.strip() == (
+            f"Error: Invalid value for '--facts': Directory '{tmp_path / given}' {why}."
+            " (see `merklog eval --help`)"
+        )
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_empty_path_is_refused_not_taken_for_the_current_directory(tmp_path: Path) -> None:
+    """``Path("")`` is ``Path(".")``: ``--out ''`` wrote the results into the working
+    directory, ``--facts ''`` read it."""
+    program = tmp_path / "p.dl"
+    program.write_text("q(1).\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    for option in ("--out", "--facts"):
+        done = run_eval(str(program), option, "", cwd=work)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == (
+            f"Error: Invalid value for '{option}': is empty: name a file or directory"
+            " (see `merklog eval --help`)"
+        )
+    assert list(work.iterdir()) == []
 
 
 def test_a_fact_file_row_that_misfits_its_decl_is_named_by_file_and_line(tmp_path: Path) -> None:
