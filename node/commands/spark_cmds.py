@@ -485,6 +485,8 @@ def register(cli: click.Group) -> None:
     ) -> None:
         """Merge Parquet exports (duplicates allowed) into a signed snapshot per dataset."""
         for item in inputs:
+            if not item.strip():  # Path("") is the working directory
+                raise click.BadParameter("is empty: name an export directory", param_hint="INPUTS")
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="INPUTS")
         sources = [_absolute(i) for i in inputs]
@@ -609,6 +611,8 @@ def register(cli: click.Group) -> None:
         except EngineError as exc:
             raise click.ClickException(f"{program}:{exc}") from None
         for item in inputs:
+            if not item.strip():  # Path("") is the working directory
+                raise click.BadParameter("is empty: name an export directory", param_hint="--input")
             if "://" not in item and not Path(item).exists():
                 raise click.BadParameter(f"{item} does not exist", param_hint="--input")
         sources = [_absolute(i) for i in inputs]

@@ -871,6 +871,35 @@ def test_a_group_without_its_command_and_an_empty_home_are_one_line(tmp_path: Pa
         assert list(tmp_path.iterdir()) == []
 
 
+def test_an_empty_path_argument_is_refused_not_taken_for_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    """``Path("")`` is ``Path(".")``: ``parquet export ''`` (an unset shell variable)
+    exported into the working directory and ``compact ''`` read it. Every path a command
+    takes now refuses an empty name: one usage line, exit 2, nothing written."""
+    home = tmp_path / "h"
+    assert merklog(home, "init").returncode == 0
+    work = tmp_path / "work"
+    work.mkdir()
+    for args, name in (
+        (["export", ""], "FILE"),
+        (["restore", ""], "FILE"),
+        (["load", ""], "PROGRAM"),
+        (["parquet", "export", ""], "DIRECTORY"),
+        (["compact", "", "--out", "snap"], "INPUTS"),
+        (["node", "run", "--static-dir", " "], "--static-dir"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=work,
+        )
+        assert_fails(done, ExitCode.BAD_INPUT, name, "is empty")
+        assert list(work.iterdir()) == [], args
+
+
 def test_init_where_no_home_can_be_made_names_the_path_not_an_errno(tmp_path: Path) -> None:
     """``init`` under a missing parent or a file printed ``Error: [Errno 2] No such file or
     directory: '…'``: one line now says it cannot make the home, why, and where."""
