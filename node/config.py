@@ -226,6 +226,28 @@ def cors_origins(value: str, where: str = "the configuration") -> frozenset[str]
     return frozenset(out)
 
 
+#: Variables named like a setting's ``MERKLOG_<SECTION>_<KEY>`` that are not settings:
+#: ``MERKLOG_NODE_HELPER=0`` turns the node's body worker off (:mod:`.helperproc`).
+_NOT_SETTINGS = frozenset({"MERKLOG_NODE_HELPER"})
+
+
+def _refuse_unknown_env(env: Mapping[str, str]) -> None:
+    """A ``MERKLOG_<SECTION>_<KEY>`` variable of a config section that names no option
+    is refused as an unknown ``--set`` key is: a misspelt ``MERKLOG_NODE_PROT=8000`` was
+    ignored, and the node started on the default port."""
+    for var in sorted(env):
+        for section, values in DEFAULTS.items():
+            prefix = f"MERKLOG_{section.upper()}_"
+            if not var.startswith(prefix) or var in _NOT_SETTINGS:
+                continue
+            name = var[len(prefix) :].lower()
+            if name not in values:
+                options = ", ".join(f"{prefix}{key.upper()}" for key in values)
+                raise ConfigError(
+                    f"{var}: unknown option '{section}.{name}' (the {section} options: {options})"
+                )
+
+
 def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> None:
     section, _, name = key.partition(".")
     if section == "peers":
@@ -297,6 +319,7 @@ class Config:
                 for name, value in values.items():
                     _set(cfg, f"{section}.{name}", value, str(path))
         env = os.environ if env is None else env
+        _refuse_unknown_env(env)
         for section, values in DEFAULTS.items():
             for name in values:
                 var = f"MERKLOG_{section.upper()}_{name.upper()}"

@@ -900,6 +900,34 @@ def test_an_empty_path_argument_is_refused_not_taken_for_the_working_directory(
         assert list(work.iterdir()) == [], args
 
 
+def test_a_misspelt_setting_in_the_environment_is_refused_like_an_unknown_set_key(
+    tmp_path: Path,
+) -> None:
+    """``MERKLOG_NODE_PROT=8000`` was ignored (the node took the default port) while
+    ``--set node.prot=8000`` exits 2; now both are refused, naming the variable and the
+    section's options. ``MERKLOG_NODE_HELPER`` is no setting and stays allowed."""
+    home = tmp_path / "h"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+    def run(command: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(home), command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**env, **extra},
+        )
+
+    done = run("init", MERKLOG_NODE_PROT="8000")
+    line = assert_fails(done, ExitCode.BAD_INPUT, "MERKLOG_NODE_PROT", "'node.prot'")
+    assert "MERKLOG_NODE_PORT" in line
+    assert not home.exists()
+    done = run("init", MERKLOG_NODE_HELPER="0", MERKLOG_NODE_PORT="7499")
+    assert done.returncode == 0, done.stderr
+    assert "port = 7499" in (home / "config.toml").read_text()
+    assert_fails(run("status", MERKLOG_SYNC_INTERVALL="5"), ExitCode.BAD_INPUT, "'sync.intervall'")
+
+
 def test_init_where_no_home_can_be_made_names_the_path_not_an_errno(tmp_path: Path) -> None:
     """``init`` under a missing parent or a file printed ``Error: [Errno 2] No such file or
     directory: '…'``: one line now says it cannot make the home, why, and where."""
