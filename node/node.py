@@ -54,6 +54,7 @@ from .errors import NodeInputError, NotSettled
 from .homeinit import IDENTITY_FILE as IDENTITY_FILE  # re-exported (commands, tests)
 from .homeinit import init_home as init_home  # re-exported: callers look here
 from .homeinit import initialise
+from .inflight import CLOSED, InFlight
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
 from .peersync import PeerSync, load_history
@@ -91,7 +92,8 @@ class Node:
         self.config = config
         self.home = config.home
         self._lock = lock
-        self._closed = False
+        #: Writes in progress: close waits for them, and refuses new ones.
+        self._writes = InFlight()
         self.metrics = NodeMetrics()
         if identity is None:
             if self.home is None:
@@ -225,8 +227,10 @@ class Node:
         live-query callback, say: its commit needs the store), then close the store and
         release the home lock. Another process could otherwise take the home while that
         epoch still writes to it."""
-        self._closed = True
+        drained = self._writes.close(CLOSE_WAIT)  # writes in flight complete first
         self.tasks.cancel()
+        if not drained:
+            log.warning("a write still ran after %.0f s; closing the store anyway", CLOSE_WAIT)
         finished = self.epochs.mutex.acquire(timeout=CLOSE_WAIT)
         # An epoch saves after releasing the mutex (ADR 0180): that save ends first too.
         saved = finished and self.epochs.saving.acquire(timeout=CLOSE_WAIT)
@@ -308,8 +312,9 @@ class Node:
     # ------------------------------------------------------------------ writes
     def atomically(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn`` (a replica write or apply) so that every visible change it makes
-        enters the same epoch."""
-        return self.epochs.atomically(fn, *args)
+        enters the same epoch; a write in flight, which :meth:`close` waits for."""
+        with self._writes.enter():
+            return self.epochs.atomically(fn, *args)
 
     def coerce_facts(self, facts: Iterable[FactLike]) -> list[Fact]:
         """Facts from Fact objects, ``(rel, args)`` pairs or Datalog text."""
@@ -337,15 +342,16 @@ class Node:
         self._require_open()
         asserts = _fact_list(asserts, "asserts")
         retracts = _fact_list(retracts, "retracts")
-        writeaccess.sync_before_first_write_here(self)
-        result = self._write(asserts, retracts)
-        return self._settle_sync(result) if evaluate else result
+        with self._writes.enter():  # close waits for it from here on
+            writeaccess.sync_before_first_write_here(self)
+            result = self._write(asserts, retracts)
+            return self._settle_sync(result) if evaluate else result
 
     def _require_open(self) -> None:
         """Raise NodeInputError once :meth:`close` ran: a closed home node raised a raw
         ``sqlite3.ProgrammingError`` and a closed memory node kept taking writes."""
-        if self._closed:
-            raise NodeInputError("this node is closed: open it again (merklog.open)")
+        if self._writes.closed:
+            raise NodeInputError(CLOSED)
 
     def _write(
         self,
@@ -357,7 +363,8 @@ class Node:
         """One durable write without the first-write sync (see :func:`.writes.write_facts`;
         ``checked``: the facts are already checked, as ``write_async`` hands them;
         ``encoded_asserts``: ``encode_facts(asserts)`` if the caller has it)."""
-        return writes.write_facts(self, asserts, retracts, checked, encoded_asserts)
+        with self._writes.enter():  # close waits for it from here on
+            return writes.write_facts(self, asserts, retracts, checked, encoded_asserts)
 
     async def write_async(
         self,
@@ -395,7 +402,7 @@ class Node:
         fails on the write raises :class:`NotSettled`, which says the write is stored."""
         from merklog.engine.errors import EngineError
 
-        if not self.tasks.running:
+        if not self.tasks.running and not self._writes.closed:  # closing: next open evaluates
             try:
                 self.run_epoch()
             except EngineError as exc:

@@ -530,6 +530,69 @@ def test_with_on_a_closed_node_says_so(tmp_path: Path) -> None:
             pytest.fail("entered a closed node")
 
 
+def test_closing_a_node_waits_for_a_write_in_flight(tmp_path: Path) -> None:
+    """``close()`` while another thread's write was on its way closed the store under
+    it: the write died with a raw ``sqlite3.ProgrammingError`` and was lost. A write
+    that has begun now completes first (durable); one begun after close is refused
+    with ``merklog.Error``, nothing stored."""
+    import threading
+    import time
+
+    home = tmp_path / "h"
+    facts = [("e", (i,)) for i in range(150_000)]
+    node = merklog.open(home)
+    outcome: dict[str, object] = {}
+
+    def write() -> None:
+        try:
+            outcome["result"] = node.write(asserts=facts)
+        except BaseException as exc:  # noqa: BLE001 - the test reports what it was
+            outcome["error"] = exc
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    deadline = time.monotonic() + 60
+    while not node._writes._count and writer.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)  # until the write is on its way
+    node.close()
+    writer.join(120)
+    assert "error" not in outcome, repr(outcome.get("error"))
+    assert len(outcome["result"].asserted) == 150_000
+    with pytest.raises(merklog.Error, match="this node is closed"):
+        node.write(asserts=[("late", (1,))])
+    with merklog.open(home) as again:
+        assert len(again.query("e(X)").rows) == 150_000
+        with pytest.raises(merklog.Error, match="unknown relation late"):
+            again.query("late(X)")
+
+
+def test_leaving_async_with_keeps_a_write_task_in_flight(tmp_path: Path) -> None:
+    """A ``write_async`` task still running when its ``async with`` block ended raised
+    ``sqlite3.ProgrammingError`` (not a ``merklog.Error``) and was lost. Now it either
+    completes, and its facts are stored, or is refused with ``merklog.Error``."""
+    import asyncio
+
+    home = tmp_path / "h"
+
+    async def main() -> object:
+        async with merklog.open(home) as node:
+            facts = [merklog.Fact("e", (i,)) for i in range(150_000)]
+            task = asyncio.create_task(node.write_async(facts, []))
+            await asyncio.sleep(0.2)
+        try:
+            return await task
+        except merklog.Error as exc:
+            return exc
+
+    got = asyncio.run(main())
+    with merklog.open(home) as again:
+        stored = len(again.query("e(X)").rows)
+    if isinstance(got, merklog.Error):
+        assert "closed" in str(got) and stored == 0
+    else:
+        assert len(got.asserted) == 150_000 and stored == 150_000
+
+
 def test_assert_takes_its_first_argument_as_a_relation_name() -> None:
     """``assert_()`` and ``assert_("")`` wrote nothing without a word, ``assert_("", 1)``
     said "1 is not a fact", and ``assert_("a b", 1)`` was parsed as Datalog text (an error
