@@ -158,13 +158,20 @@ class EpochDriver:
 
     def ready(self) -> None:
         """Run the first epoch now unless one has run since the node opened: reads
-        (queries, live queries, status counts) answer from an evaluated state."""
+        (queries, live queries, status counts) answer from an evaluated state. If the
+        program fails on the stored facts, raise :class:`ProgramFailing` (see
+        :meth:`failed_start`), now and for every read until an epoch runs: a stopped
+        home's reads said the program's own error (exit 2, bad input, for a valid
+        query) and ran the failing evaluation again for each."""
         with self.mutex:
             if self._evaluated:
                 return
             if self.start_failure is not None:  # not the same failing evaluation per read
                 raise ProgramFailing(self.start_failure)
-            self.run()
+            try:
+                self.run()
+            except EngineError as exc:  # the program fails on the stored facts
+                raise ProgramFailing(self.failed_start(exc)) from None
 
     def failed_start(self, exc: EngineError) -> str:
         """The first epoch failed on the stored facts (:meth:`ready` raised ``exc``): the
@@ -172,12 +179,11 @@ class EpochDriver:
         program run again (retracting the fact that sets it off, a corrected program,
         a sync) can reach it. A home stuck there refused to start at all: ``node run``
         exited 2, every restart too. Reads raise :class:`ProgramFailing` until an epoch
-        runs. Returns the message, also logged as an error."""
+        runs. Returns the message (a serving node logs it; a read only raises it)."""
         self.start_failure = (
             f"the loaded program fails on the stored facts, so nothing is evaluated: "
             f"{exc.message}; retract the fact that sets it off, or load a corrected program"
         )
-        log.error("%s", self.start_failure)
         return self.start_failure
 
     def program_changed(self) -> None:

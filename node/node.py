@@ -51,6 +51,7 @@ from . import dataset as dataset_mod
 from .config import Config
 from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError, NotSettled
+from .failures import ProgramFailing
 from .homeinit import IDENTITY_FILE as IDENTITY_FILE  # re-exported (commands, tests)
 from .homeinit import init_home as init_home  # re-exported: callers look here
 from .homeinit import initialise
@@ -269,13 +270,12 @@ class Node:
         The first epoch of the loop hands the stored facts to the incremental engine
         (the first epoch evaluated them in one batch, ADR 0070), so the first write after
         start-up finds incremental state ready."""
-        from merklog.engine.errors import EngineError
-
         self._require_open()
         try:
             self.epochs.ready()  # the stored facts and the program's state before serving
-        except EngineError as exc:  # the program fails on them: serve, so it can be fixed
-            failed: str | None = self.epochs.failed_start(exc)
+        except ProgramFailing:  # the program fails on them: serve, so it can be fixed
+            failed: str | None = self.epochs.start_failure
+            log.error("%s", failed)
         else:
             failed = None
         self.epochs.warm_up = True

@@ -758,6 +758,41 @@ def test_a_home_whose_program_fails_on_its_facts_starts_and_can_be_fixed(
     asyncio.run(restarted())
 
 
+def test_a_stopped_home_whose_program_fails_answers_reads_with_program_failing(
+    tmp_path: Path, low_limit
+) -> None:
+    """On a stopped home (plain ``with``, the CLI) reads raised the program's own
+    ``IterationLimitError`` and the CLI exited 2 (bad input) for a valid query,
+    running the failing evaluation again for every read. They raise ``ProgramFailing``
+    now (exit 1), as a running node's do, and a retraction of the seed fixes them."""
+    from merklog.node.errors import NotSettled
+    from merklog.node.failures import ExitCode, ProgramFailing
+
+    with merklog.open(tmp_path) as node:
+        node.load_program("n(X) :- seed(X).\nn(X + 1) :- n(X).\nm(X) :- k(X).\n")
+        node.assert_("k", 1)
+        with pytest.raises(NotSettled):
+            node.assert_("seed", 0)
+    with merklog.open(tmp_path) as node:
+        for _ in range(2):
+            with pytest.raises(ProgramFailing, match="fails on the stored facts"):
+                node.query("m(X)")
+    done = subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(tmp_path), "query", "m(X)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == ExitCode.FAILED, done.stderr
+    assert done.stderr.splitlines() == [done.stderr.splitlines()[0]]
+    assert done.stderr.startswith("Error: the loaded program fails on the stored facts")
+    with merklog.open(tmp_path) as node:
+        node.retract("seed", 0)  # its epoch runs without the seed
+        assert node.query("m(X)").rows == [(1,)]
+    with merklog.open(tmp_path) as node:
+        assert node.query("m(X)").rows == [(1,)] and node.query("n(X)").rows == []
+
+
 def test_a_failed_program_load_leaves_the_running_program_correct(low_limit) -> None:
     """A program load whose first epoch fails puts the running program back; that epoch
     had taken a retraction the running program's engine never saw, and the write after
