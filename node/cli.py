@@ -118,12 +118,9 @@ class Boundary(click.Group):
             _discard_stdout()
             raise click.exceptions.Exit(STDOUT_CLOSED) from None
         except SystemExit as exc:
-            if exc.code == 128 + signal.SIGTERM and ctx.invoked_subcommand in ("put", "retract"):
-                click.echo(
-                    "Error: stopped (SIGTERM): what was written before it stays written, and"
-                    " printed; the same put or retract run again adds nothing twice",
-                    err=True,
-                )
+            if exc.code == 128 + signal.SIGTERM:  # one line, as for any other end (exit 143)
+                said = _STOPPED.get(ctx.invoked_subcommand or "", "")
+                click.echo(f"Error: stopped (SIGTERM){said}", err=True)
             raise
         except KeyboardInterrupt:  # said as "Aborted!" before, with no word on what stays
             return _interrupted(ctx)
@@ -415,6 +412,18 @@ def run(args: list[str] | None = None) -> int:
             return exc.code or 0
         raise  # sys.exit("message"): let Python print it
     return 0
+
+
+#: What a command stopped by SIGTERM adds to ``Error: stopped (SIGTERM)``: what stays of
+#: its work. Every other command changes nothing a stop could leave half-done (a write's
+#: transaction rolls back, an output is written under a temporary name).
+_STOPPED = {
+    "put": ": what was written before it stays written, and printed; the same put or"
+    " retract run again adds nothing twice",
+    "retract": ": what was written before it stays written, and printed; the same put or"
+    " retract run again adds nothing twice",
+    "sync": ": the deltas received before it are kept; sync again to go on",
+}
 
 
 def _terminated(signum: int, _frame: object) -> None:

@@ -928,6 +928,40 @@ def test_a_misspelt_setting_in_the_environment_is_refused_like_an_unknown_set_ke
     assert_fails(run("status", MERKLOG_SYNC_INTERVALL="5"), ExitCode.BAD_INPUT, "'sync.intervall'")
 
 
+def test_a_command_stopped_by_sigterm_says_so_on_one_line(tmp_path: Path) -> None:
+    """SIGTERM (``kill``, ``timeout``) ended every command but ``put`` and ``retract``
+    with exit 143 and nothing on stderr; each now says ``Error: stopped (SIGTERM)``,
+    ``sync`` with what stays of it."""
+    import socket
+    import time
+
+    home = tmp_path / "h"
+    assert merklog(home, "init").returncode == 0
+    with socket.socket() as silent:  # accepts, never answers: the sync waits
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        sync_said = (
+            "Error: stopped (SIGTERM): the deltas received before it are kept; sync again to go on"
+        )
+        for args, said in (
+            (["sync", url], sync_said),
+            (["peers", "add", "p", url, "--token", "t"], "Error: stopped (SIGTERM)"),
+        ):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            time.sleep(3)  # started and waiting for the peer
+            proc.terminate()
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 143, (proc.returncode, err)
+            assert "Traceback" not in err
+            assert err.splitlines() == [said], err
+
+
 def test_init_where_no_home_can_be_made_names_the_path_not_an_errno(tmp_path: Path) -> None:
     """``init`` under a missing parent or a file printed ``Error: [Errno 2] No such file or
     directory: '…'``: one line now says it cannot make the home, why, and where."""
