@@ -34,7 +34,7 @@ from typing import Any
 from merklog.store import Fact, Link, fact_cid
 from merklog.store.gcpause import gc_paused
 
-from . import ast, planner
+from . import ast, interrupt, planner
 from .arith import (
     NoBinding,
     equal_values,
@@ -794,6 +794,7 @@ class BatchEvaluator:
             if not recursive:
                 break
             rounds += 1
+            interrupt.check()
             if bounded and rounds > MAX_FIXPOINT_ITERATIONS:
                 raise IterationLimitError.after([c.rule for c in recursive])
             ctx.delta.clear()

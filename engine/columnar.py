@@ -32,7 +32,7 @@ import numpy as np
 
 from merklog.store import Link
 
-from . import ast, planner
+from . import ast, interrupt, planner
 from .errors import MAX_FIXPOINT_ITERATIONS, EngineError, IterationLimitError
 from .values import Bool, Float, to_engine
 
@@ -987,6 +987,7 @@ def try_columnar(
             bounded = any(rule.computes_values for rule, *_ in recursive)
             while True:
                 rounds += 1
+                interrupt.check()
                 if bounded and rounds > MAX_FIXPOINT_ITERATIONS:
                     raise IterationLimitError.after([rule for rule, *_ in recursive])
                 new_delta: dict[str, ColRel] = {}

@@ -182,6 +182,15 @@ class IterationLimitError(EngineError):
         )
 
 
+class EvaluationInterrupted(EngineError):
+    """An evaluation stopped between two rounds because its caller asked it to
+    (:func:`merklog.engine.interrupt.interruptible`): a node closing while an epoch
+    runs. Nothing it derived counts; the caller evaluates again from its inputs."""
+
+    code = "interrupted"
+    default_hint = "the evaluation runs again when the node next evaluates"
+
+
 class UnsupportedError(EngineError):
     """A construct of another dialect merklog does not implement; ``construct`` names it."""
 

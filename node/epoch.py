@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Protocol
 
-from merklog.engine.errors import EngineError
+from merklog.engine.errors import EngineError, EvaluationInterrupted
+from merklog.engine.interrupt import interruptible
 from merklog.engine.values import row_to_engine
 from merklog.replication.bulk import visible_count
 from merklog.replication.messages import REFUSED
@@ -139,6 +140,9 @@ class EpochDriver:
         self._taken: set[Any] = set()
         #: Held while saving: saves run one at a time, each taking every epoch not saved.
         self.saving = threading.Lock()
+        #: Set when the node closes or stops: an evaluation running then ends at its
+        #: next round (:mod:`merklog.engine.interrupt`) instead of holding the close up.
+        self.stopping = threading.Event()
 
     # ------------------------------------------------------------------ restart
     def restore(self, load_facts: Callable[[], Edb]) -> None:
@@ -170,6 +174,8 @@ class EpochDriver:
                 raise ProgramFailing(self.start_failure)
             try:
                 self.run()
+            except EvaluationInterrupted:  # closing meanwhile: not the program's failure
+                raise
             except EngineError as exc:  # the program fails on the stored facts
                 raise ProgramFailing(self.failed_start(exc)) from None
 
@@ -287,19 +293,27 @@ class EpochDriver:
                     events.setdefault(msg.fact.rel, set()).add(row_to_engine(msg.fact.args))
                 listened = bool(self.subs or self.sinks)
                 try:
-                    if reload:  # a fresh program over the whole EDB: a batch evaluation
-                        outbox = engine.evaluate_all(self.edb.base(), events)
-                        deltas: dict = {}
-                    else:
-                        deltas, outbox = engine.step(
-                            inserts,
-                            deletes,
-                            events,
-                            base=self.edb.base,
-                            keep_snapshot=not self.warm_up,
-                            want_deltas=listened,
-                        )
-                        self.warm_up = self.warm_up and engine.snapshot
+                    # a closing node stops a long evaluation at its next round
+                    with interruptible(self.stopping):
+                        if reload:  # a fresh program over the whole EDB: a batch evaluation
+                            outbox = engine.evaluate_all(self.edb.base(), events)
+                            deltas: dict = {}
+                        else:
+                            deltas, outbox = engine.step(
+                                inserts,
+                                deletes,
+                                events,
+                                base=self.edb.base,
+                                keep_snapshot=not self.warm_up,
+                                want_deltas=listened,
+                            )
+                            self.warm_up = self.warm_up and engine.snapshot
+                except EvaluationInterrupted:
+                    # Stopped by close: nothing of it counts, and the writes it took are
+                    # durable; the next open (or start) evaluates them from the EDB.
+                    self._reload = True
+                    self._settle(taken_seq, "the node is stopping: no epoch evaluated them")
+                    raise
                 except EngineError as exc:
                     # The program failed (a recursion without fixpoint): its engine state
                     # may be half updated, so the next epoch re-derives from the EDB, which

@@ -228,6 +228,7 @@ class Node:
         live-query callback, say: its commit needs the store), then close the store and
         release the home lock. Another process could otherwise take the home while that
         epoch still writes to it."""
+        self.epochs.stopping.set()  # an evaluation running ends at its next round
         drained = self._writes.close(CLOSE_WAIT)  # writes in flight complete first
         self.tasks.cancel()
         if not drained:
@@ -271,6 +272,7 @@ class Node:
         (the first epoch evaluated them in one batch, ADR 0070), so the first write after
         start-up finds incremental state ready."""
         self._require_open()
+        self.epochs.stopping.clear()  # a stop before this one no longer applies
         try:
             self.epochs.ready()  # the stored facts and the program's state before serving
         except ProgramFailing:  # the program fails on them: serve, so it can be fixed
@@ -466,8 +468,9 @@ class Node:
                         conn, self.store, storage.transaction(self.store), text, source
                     )
         self.wake()
-        if failed is not None:
-            raise programs.ProgramError(f"{source}: {failed}") from None
+        if failed is not None:  # SOURCE:LINE:COL when the error has a place in it
+            where = f"{source}:" if failed.line else f"{source}: "
+            raise programs.ProgramError(f"{where}{failed}") from None
 
     # ------------------------------------------------------------------ epochs
     @property

@@ -91,6 +91,7 @@ class BackgroundTasks:
         """Stop every loop; returns within about ``timeout`` seconds."""
         tasks, self.tasks = self.tasks, []
         self.stopping = True
+        self.node.epochs.stopping.set()  # an epoch running ends at its next round
         for event in (self.epoch_wake, self.outbox_wake):
             if event is not None:
                 event.set()

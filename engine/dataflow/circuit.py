@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import interrupt
 from ..errors import IterationLimitError
 from .operators import Operator
 from .timestamp import Timestamp
@@ -265,6 +266,7 @@ class Circuit:
         runs = 0
         limit = self.owner.max_iterations if isinstance(self.owner, ChildNode) else None
         while True:
+            interrupt.check()
             if limit is not None and runs >= limit:
                 raise self.owner.limit_error()
             ts = Timestamp(epoch, i)

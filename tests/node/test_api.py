@@ -593,6 +593,35 @@ def test_leaving_async_with_keeps_a_write_task_in_flight(tmp_path: Path) -> None
         assert len(got.asserted) == 150_000 and stored == 150_000
 
 
+def test_leaving_async_with_stops_a_long_epoch_at_its_next_round(tmp_path: Path) -> None:
+    """Leaving ``async with`` waited for the epoch running then: 13 s for a transitive
+    closure over a 1,500-link chain, 17 s for a recursion running to the 1,000,000-round
+    limit (the doc promises about two seconds). A closing node now stops the evaluation
+    at its next round; the writes are durable and the next open evaluates them."""
+    import asyncio
+    import time
+
+    closure = "r(X, Y) :- e(X, Y).\nr(X, Z) :- r(X, Y), e(Y, Z).\n"
+    runaway = "n(X + 1) :- n(X).\n"
+
+    async def leave_while_evaluating(home: Path | None, program: str, facts: list) -> float:
+        opened = merklog.open(home) if home is not None else merklog.open(memory=True)
+        async with opened as node:
+            node.load_program(program)
+            node.write(asserts=facts)  # durable on return; its epoch starts
+            await asyncio.sleep(0.3)
+            started = time.monotonic()
+        return time.monotonic() - started
+
+    chain = [("e", (i, i + 1)) for i in range(1500)]
+    took = asyncio.run(leave_while_evaluating(tmp_path / "h", closure, chain))
+    assert took < 5, took  # 13 s before, whatever the machine's load
+    took = asyncio.run(leave_while_evaluating(None, runaway, [("n", (1,))]))
+    assert took < 5, took  # 17 s before
+    with merklog.open(tmp_path / "h") as node:  # the next open evaluates the stored write
+        assert len(node.query("r(0, X)").rows) == 1500
+
+
 def test_assert_takes_its_first_argument_as_a_relation_name() -> None:
     """``assert_()`` and ``assert_("")`` wrote nothing without a word, ``assert_("", 1)``
     said "1 is not a fact", and ``assert_("a b", 1)`` was parsed as Datalog text (an error

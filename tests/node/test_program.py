@@ -211,7 +211,7 @@ def test_a_program_without_fixpoint_is_refused_and_the_running_one_stays(low_lim
     with merklog.open(memory=True) as node:
         node.assert_("e", 1)
         node.load_program("r(X) :- e(X).")
-        with pytest.raises(merklog.Error, match="runaway.dl: the recursion deriving n"):
+        with pytest.raises(merklog.Error, match="runaway.dl:2:1: the recursion deriving n"):
             node.load_program("n(0).\nn(X + 1) :- n(X).\n", "runaway.dl")
         assert node.program_text == "r(X) :- e(X)."
         assert node.query("r(X)").rows == [(1,)]
