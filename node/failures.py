@@ -268,6 +268,14 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
             return ExitCode.DISK_FULL, f"no space left on the device: {exc}"
         if isinstance(exc, PermissionError) and exc.filename:
             return ExitCode.FAILED, permission_denied(exc.filename, home)
+        if exc.errno == errno.EROFS and exc.filename:
+            return ExitCode.FAILED, (
+                f"cannot write {exc.filename}: its file system is mounted read-only; every"
+                " merklog command writes in the home (its lock file node.lock, the store's"
+                " -wal and -shm files), even to read: copy the home to a writable place"
+            )
+        if exc.filename and exc.strerror:  # as a Unix tool says it, not "[Errno 21] …"
+            return ExitCode.FAILED, f"{exc.filename}: {exc.strerror}"
         return ExitCode.FAILED, str(exc)
     if isinstance(exc, ValueError):
         return ExitCode.BAD_INPUT, str(exc)

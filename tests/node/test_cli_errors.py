@@ -962,6 +962,20 @@ def test_a_command_stopped_by_sigterm_says_so_on_one_line(tmp_path: Path) -> Non
             assert err.splitlines() == [said], err
 
 
+def test_a_file_of_the_home_that_cannot_be_opened_is_named_without_an_errno(
+    tmp_path: Path,
+) -> None:
+    """A ``node.lock`` that is a directory made every command print ``Error: [Errno 21]
+    Is a directory: '…/node.lock'``: Python's rendering. Now the path and the reason."""
+    home = tmp_path / "h"
+    assert merklog(home, "init").returncode == 0
+    (home / "node.lock").unlink(missing_ok=True)
+    (home / "node.lock").mkdir()
+    for command in (["status"], ["query", "p(X)"], ["put", "p(1)."]):
+        line = assert_fails(merklog(home, *command), ExitCode.FAILED)
+        assert line == f"Error: {home / 'node.lock'}: Is a directory", line
+
+
 def test_init_where_no_home_can_be_made_names_the_path_not_an_errno(tmp_path: Path) -> None:
     """``init`` under a missing parent or a file printed ``Error: [Errno 2] No such file or
     directory: '…'``: one line now says it cannot make the home, why, and where."""
