@@ -11,14 +11,26 @@ adapter); the class itself is what callers should catch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from merklog.store.errors import Error
 
 from .pos import NOPOS, Pos
 
-if TYPE_CHECKING:
-    from .ast import Rule
+
+class _Head(Protocol):
+    rel: str
+
+
+class _Rule(Protocol):
+    """What :meth:`IterationLimitError.after` reads of a rule (an ``ast.Rule``; this
+    module imports no AST, which itself raises these errors)."""
+
+    head: _Head
+    pos: Pos
+
+    @property
+    def computes_values(self) -> bool: ...
 
 
 class EngineError(Error):
@@ -167,7 +179,7 @@ class IterationLimitError(EngineError):
     )
 
     @classmethod
-    def after(cls, rules: Sequence[Rule]) -> IterationLimitError:
+    def after(cls, rules: Sequence[_Rule]) -> IterationLimitError:
         """The error of a recursive stratum of ``rules`` that ran out of rounds, at the
         first of its rules (in the program's text) that computes values: only such a
         rule can make new values forever, so that is where the program needs a bound.

@@ -128,12 +128,18 @@ class Boundary(click.Group):
             # Nothing imported or classified here: with memory short, a lazy import failed
             # too ("can't allocate lock") and ~100 lines of chained tracebacks came out.
             # Dropping the traceback frees the frames of what ran out, and what they held.
-            detail = f" ({exc})" if str(exc) else ""
+            # The line goes straight to the descriptor: click's own error printing looks
+            # its words up through gettext, which ran out of memory too, at times.
             exc.__traceback__ = None
+            try:
+                line = f"Error: out of memory ({exc}){OUT_OF_MEMORY}\n" if str(exc) else ""
+                line = (line or _OUT_OF_MEMORY_LINE.decode()).encode()
+            except MemoryError:
+                line = _OUT_OF_MEMORY_LINE
             del exc
-            failure = click.ClickException(f"out of memory{detail}{OUT_OF_MEMORY}")
-            failure.exit_code = 1
-            raise failure from None
+            with contextlib.suppress(OSError):
+                os.write(2, line)
+            raise SystemExit(1) from None
         except Exception as exc:
             from .failures import classify
             from .interrupts import pending
@@ -424,6 +430,10 @@ _STOPPED = {
     " retract run again adds nothing twice",
     "sync": ": the deltas received before it are kept; sync again to go on",
 }
+
+
+#: The out-of-memory line, made while memory is there (:meth:`Boundary._invoke`).
+_OUT_OF_MEMORY_LINE = f"Error: out of memory{OUT_OF_MEMORY}\n".encode()
 
 
 def _terminated(signum: int, _frame: object) -> None:
