@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from merklog.node.cli import State, pass_state
@@ -21,6 +23,35 @@ def _url_of(peer: object) -> str:
     """A ``[peers]`` entry's URL without a trailing slash ("" if it has none)."""
     url = peer.get("url") if isinstance(peer, dict) else peer
     return url.rstrip("/") if isinstance(url, str) else ""
+
+
+def _key_from_status(url: str, info: object, dataset: object) -> str:
+    """The public key (hex) in peer ``url``'s ``GET /v1/status`` answer ``info``.
+
+    A 200 answer that is not a merklog node's status (``{}``, a list, a number for the
+    key) is the peer's fault, not the user's: one ``peer error: URL: …`` line, exit 1,
+    as ``sync`` words a peer's bad answer (it crashed with a KeyError, or blamed a
+    ``--key`` the user never passed)."""
+    from merklog.node.cliutil import fail
+    from merklog.store.errors import one_line
+
+    where = f"peer error: {url}: its answer to GET /v1/status"
+    offline = "pass --key HEX to add it offline"
+    if not isinstance(info, dict):
+        fail(f"{where} is not a JSON object ({one_line(json.dumps(info), 60)}); {offline}")
+    key = info.get("key")
+    try:
+        if not isinstance(key, str) or len(bytes.fromhex(key)) != 32:
+            raise ValueError
+    except ValueError:
+        got = "none" if key is None else one_line(json.dumps(key), 60)
+        fail(f"{where} names no valid key (64 hex digits; it sent {got}); {offline}")
+    if info.get("dataset") != dataset:
+        fail(
+            f"peer {url} replicates dataset {one_line(str(info.get('dataset')), 80)}, this"
+            f" node {dataset}; join it with `merklog init --join {url}`"
+        )
+    return key
 
 
 def register(cli: click.Group) -> None:
@@ -64,6 +95,7 @@ def register(cli: click.Group) -> None:
         from merklog.node.cliutil import fail, guard, target
         from merklog.node.failures import ExitCode
         from merklog.replication.errors import PLAIN_HTTP_HINT, cannot_reach, handshake_failed
+        from merklog.store.errors import one_line
 
         if not name.replace("-", "").replace("_", "").isalnum():
             fail(f"peer name {name!r} must be letters, digits, - or _", ExitCode.BAD_INPUT)
@@ -74,6 +106,11 @@ def register(cli: click.Group) -> None:
         if key is None:
             try:
                 info = NodeClient(url, token or "", timeout=10).status()
+            except ValueError as exc:  # 200, but not JSON (an HTML page, a cut answer)
+                fail(
+                    f"peer error: {url}: its answer to GET /v1/status is not JSON"
+                    f" ({one_line(str(exc), 80)}); pass --key HEX to add it offline"
+                )
             except NodeAPIError as exc:
                 # the peer's answer, not this node's: unreachable is exit 4, any answer
                 # refusing the question exit 1 (as `sync` reports a peer's refusal)
@@ -88,12 +125,7 @@ def register(cli: click.Group) -> None:
                     f"cannot ask {url} for its key ({exc}); {offline}",
                     ExitCode.PEER_UNREACHABLE if unreachable else ExitCode.FAILED,
                 )
-            key = info["key"]
-            if info.get("dataset") != cfg.get("dataset.id"):
-                fail(
-                    f"peer {url} replicates dataset {info.get('dataset')}, this node "
-                    f"{cfg.get('dataset.id')}; join it with `merklog init --join {url}`"
-                )
+            key = _key_from_status(url, info, cfg.get("dataset.id"))
         try:
             raw_key = bytes.fromhex(key)
             if len(raw_key) != 32:

@@ -558,3 +558,72 @@ def test_a_peer_that_cannot_be_reached_is_said_one_way_by_every_command(
         502,
         {"error": "peer unreachable", "detail": f"cannot reach peer {url}: connection refused"},
     )
+
+
+class _StatusPeer:
+    """An HTTP server on 127.0.0.1 that answers every GET 200 with ``body`` (settable)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        peer = self
+        self.body = b"{}"
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(peer.body)))
+                self.end_headers()
+                self.wfile.write(peer.body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_peers_add_of_a_peer_answering_a_strange_status_is_a_peer_error(tmp_path: Path) -> None:
+    """QA: ``peers add NAME URL --token T`` read ``info["key"]`` unchecked: a peer
+    answering 200 with ``{}`` was an internal error (KeyError, exit 70), ``[]``/``null``
+    or a number for the key a TypeError (exit 70), an HTML page or cut JSON a bare
+    ``Expecting value: …`` (exit 2, no peer named), a key "zz" blamed a ``--key`` the
+    user never passed. Each is the peer's fault: one ``peer error: URL: …`` line, exit
+    1, and no peer is added."""
+    import json
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    dataset = json.loads(Cli(home)("status", "--json").output)["dataset"]
+    peer = _StatusPeer()
+    cases = {
+        b"{}": "names no valid key (64 hex digits; it sent none)",
+        b"[]": "is not a JSON object ([])",
+        b"null": "is not a JSON object (null)",
+        json.dumps({"dataset": dataset, "key": 5}).encode(): "names no valid key",
+        b"<html><body>hello</body></html>": "is not JSON",
+        b'{"dataset": "': "is not JSON",
+        json.dumps({"dataset": dataset, "key": "zz"}).encode(): 'it sent "zz"',
+        json.dumps({"dataset": dataset, "key": "ab" * 31}).encode(): "names no valid key",
+    }
+    try:
+        for body, says in cases.items():
+            peer.body = body
+            line = fails_on_one_line(
+                merklog(home, "peers", "add", "x", peer.url, "--token", "T"),
+                ExitCode.FAILED,
+                f"peer error: {peer.url}: its answer to GET /v1/status ",
+                says,
+                "pass --key HEX",
+            )
+            assert "--key must be" not in line and "internal error" not in line, line
+    finally:
+        peer.close()
+    assert Cli(home)("peers", "list").output.strip() == ""
