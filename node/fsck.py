@@ -119,6 +119,9 @@ def fsck(
         if classify(exc, cfg.home)[0] != ExitCode.STORE_DAMAGED:
             raise
         return FsckResult(problems=[f"SQLite reports page-level damage: {exc}"], page_damage=True)
+    # Seconds per peer request, as `sync` waits (the client's 60 s default ignored
+    # `--set sync.timeout=N`: a silent peer held a repair for a minute whatever it said).
+    seconds = float(cfg.get("sync.timeout"))
     result = FsckResult()
     try:
         pages = _page_damage(store, cfg.home)
@@ -138,7 +141,8 @@ def fsck(
                 result.problems.extend(p for p in report.problems if str(dataset) not in p)
                 result.blocks, result.deltas = report.blocks, report.deltas
                 return result
-            genesis = asyncio.run(_genesis(SyncClient(identity), repair_from, dataset))
+            client = SyncClient(identity, timeout=seconds)
+            genesis = asyncio.run(_genesis(client, repair_from, dataset))
             store.delete_many([dataset])
             store.put(dataset, genesis)
             result.repaired += 1
@@ -154,9 +158,8 @@ def fsck(
                 report = check_replica(replica)
         if repair_from is not None and (report.missing or report.corrupted):
             wanted = report.missing | report.corrupted
-            fetch = asyncio.run(
-                _fetch(SyncClient(identity), repair_from, replica, wanted, progress)
-            )
+            client = SyncClient(identity, timeout=seconds)
+            fetch = asyncio.run(_fetch(client, repair_from, replica, wanted, progress))
             with store.transaction():
                 store.delete_many(report.corrupted)
                 store.put_many(fetch.found.items())

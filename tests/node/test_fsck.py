@@ -118,3 +118,40 @@ def test_fsck_counts_one_thing_in_the_singular(tmp_path: Path, node_factory) -> 
     repaired = b("fsck", "--repair-from", na.url).output
     assert ", 1 block repaired from " in repaired and " in 1 request)" in repaired, repaired
     assert repaired.startswith("ok: ") and " blocks, 2 deltas checked, " in repaired, repaired
+
+
+def test_repair_from_a_silent_peer_gives_up_after_sync_timeout(tmp_path: Path) -> None:
+    """QA: ``fsck --repair-from`` built its sync client with the 60 s default, so
+    ``--set sync.timeout=3`` against a peer that accepts and never answers still waited
+    61 s. It waits ``sync.timeout`` per request, as ``sync`` does, and says the peer did
+    not answer (exit 4, worth retrying)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    a = Cli(tmp_path / "a")
+    a("init")
+    a("put", "edge(1, 2).", "edge(2, 3).")
+    cid = Link.parse(a("ls").output.splitlines()[0].split("\t")[0])
+    with sqlite3.connect(a.home / "store.sqlite") as db:
+        db.execute("DELETE FROM blocks WHERE cid = ?", (cid.raw,))
+    with socket.socket() as silent:  # connections complete in its backlog, never answered
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(a.home)]
+            + ["--set", "sync.timeout=2", "fsck", "--repair-from", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        took = time.monotonic() - started
+    assert took < 20, (took, done.stderr)  # not the 60 s default
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == ExitCode.PEER_UNREACHABLE, (done.returncode, done.stderr)
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("Error:")]
+    assert url in line and "did not answer within 2" in line, line
