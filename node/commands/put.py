@@ -797,7 +797,7 @@ def _remote_chunks(
 def register(cli: click.Group) -> None:
     @cli.command("put")
     @click.argument("facts", nargs=-1)
-    @click.option("-f", "--file", type=click.File("r"), help="Read facts from a file (- = stdin).")
+    @FILE
     @QUIET
     @pass_state
     def put(state: State, facts: tuple[str, ...], file: object, quiet: bool) -> None:
@@ -806,7 +806,7 @@ def register(cli: click.Group) -> None:
 
     @cli.command("retract")
     @click.argument("facts", nargs=-1)
-    @click.option("-f", "--file", type=click.File("r"), help="Read facts from a file (- = stdin).")
+    @FILE
     @QUIET
     @pass_state
     def retract(state: State, facts: tuple[str, ...], file: object, quiet: bool) -> None:
@@ -814,6 +814,29 @@ def register(cli: click.Group) -> None:
         "CID<TAB>fact" for each."""
         _write(state, facts, file, retract=True, quiet=quiet)
 
+
+def _one_file(ctx: click.Context, param: click.Parameter, files: tuple[object, ...]) -> object:
+    """The one ``-f FILE`` given (None: none). A second ``-f`` is refused: click kept
+    only the last one, so ``put -f A -f B`` silently wrote B alone."""
+    if len(files) > 1:
+        raise click.BadParameter(
+            f"given {len(files)} times: give one file (join several: `cat A B | merklog"
+            f" {ctx.info_name} -f -`)",
+            ctx=ctx,
+            param=param,
+        )
+    return files[0] if files else None
+
+
+#: ``-f FILE``: once (:func:`_one_file`).
+FILE = click.option(
+    "-f",
+    "--file",
+    type=click.File("r"),
+    multiple=True,
+    callback=_one_file,
+    help="Read facts from a file (- = stdin); give it once.",
+)
 
 #: ``-q``: for a bulk load whose CIDs nobody reads (a million lines on a terminal take
 #: longer to scroll past than the put takes to write). Errors are still printed, and the

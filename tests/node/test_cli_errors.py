@@ -986,3 +986,22 @@ def test_init_where_no_home_can_be_made_names_the_path_not_an_errno(tmp_path: Pa
     ):
         line = assert_fails(merklog(home, "init"), ExitCode.FAILED, f"cannot make {home}", why)
         assert "Errno" not in line
+
+
+@pytest.mark.parametrize("command", ["put", "retract"])
+def test_a_repeated_file_option_is_refused_and_writes_nothing(
+    ready: Path, tmp_path: Path, command: str
+) -> None:
+    """QA: ``put -f A -f B`` silently wrote B alone (click kept the last ``-f``), and
+    ``retract`` did the same. A second ``-f`` is a usage error, exit 2, on one line,
+    and neither file is read."""
+    first, second = tmp_path / "a.dl", tmp_path / "b.dl"
+    first.write_text("edge(1, 2).\n")
+    second.write_text("edge(7, 8).\n")
+    for args in (("-f", str(first), "-f", str(second)), ("--file", str(first), "-f", "-")):
+        done = merklog(ready, command, *args)
+        line = assert_fails(done, ExitCode.BAD_INPUT, "-f", "given 2 times", "give one file")
+        assert done.stderr.strip() == line, done.stderr
+    listed = [line.split("\t")[1] for line in Cli(ready)("ls").output.splitlines()]
+    assert listed == ["edge(1, 2)"]  # the fixture's fact alone: nothing was written
+    assert merklog(ready, command, "-f", str(first)).returncode == 0  # once: as before
