@@ -88,6 +88,24 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 #: The fields of a ``[peers.NAME]`` entry, as ``peers add`` and ``init --join`` write them.
 PEER_FIELDS = ("url", "key")
 
+#: The longest peer name, in characters. A name is a cell of ``status``'s peer table and
+#: ``peers list``, and part of error lines: one of 100,000 characters was taken and made
+#: ``status`` unreadable.
+PEER_NAME_MAX = 64
+
+
+def peer_name_problem(name: str) -> str | None:
+    """Why ``name`` is too long to be a peer name (None: it is not). Only the length:
+    the characters ``peers add`` allows (letters, digits, ``-``, ``_``) are its own
+    rule, and a hand-written ``[peers."a.b"]`` keeps working."""
+    if len(name) <= PEER_NAME_MAX:
+        return None
+    return (
+        f"peer name {name[:16]!r}… is {len(name):,} characters long;"
+        f" a peer name has at most {PEER_NAME_MAX}"
+    )
+
+
 #: Options whose value is a path relative to the home directory.
 _PATHS = {("store", "path"), ("node", "program"), ("node", "static_dir")}
 
@@ -147,6 +165,9 @@ def _check_peer(name: str, value: Any, where: str) -> None:
     table with an http(s) ``url`` and, optionally, the peer's ``key`` (64 hex digits).
     Checked when the config is read, so every command refuses a hand-edited entry of the
     wrong shape (exit 2) instead of one of them failing on it later as a bug."""
+    problem = peer_name_problem(name)
+    if problem is not None:  # said without the name itself: it is the problem
+        raise ConfigError(f"{where}: [peers] {problem}: give it a shorter one")
     entry = f"[peers.{name}]"
     if not isinstance(value, dict):
         raise ConfigError(

@@ -48,7 +48,7 @@ from . import (
     writes,
 )
 from . import dataset as dataset_mod
-from .config import Config
+from .config import Config, peer_name_problem
 from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError, NotSettled
 from .failures import ProgramFailing
@@ -620,6 +620,9 @@ class Node:
             raise NodeInputError(f"a peer is a name or an URL, got {type(name_or_url).__name__}")
         url = peersync.resolve_peer(self.config, name_or_url.strip())
         if not url.startswith(("http://", "https://")):
+            problem = peer_name_problem(url)  # not echoed whole: a name that long is none
+            if problem is not None:
+                raise NodeInputError(f"{problem}, and it is no http(s) URL")
             raise NodeInputError(f"{name_or_url!r} is neither a peer in [peers] nor an http(s) URL")
         return peersync.check_peer_url(url)
 

@@ -104,6 +104,11 @@ def register(cli: click.Group) -> None:
         if repair_from is not None and "://" not in repair_from:
             peer = cfg.peers.get(repair_from)
             if not isinstance(peer, dict) or "url" not in peer:
+                from merklog.node.config import peer_name_problem
+
+                problem = peer_name_problem(repair_from)  # none can exist: bad input
+                if problem is not None:
+                    fail(f"--repair-from: {problem}", ExitCode.BAD_INPUT)
                 # as `sync NAME` says it: exit 3, not found
                 fail(
                     f"--repair-from: unknown peer {repair_from!r}: give http://HOST:PORT or"

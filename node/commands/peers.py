@@ -93,10 +93,14 @@ def register(cli: click.Group) -> None:
         another key is refused unless --replace: the device it named could no longer sync."""
         from merklog.node.client import NodeAPIError, NodeClient
         from merklog.node.cliutil import fail, guard, target
+        from merklog.node.config import peer_name_problem
         from merklog.node.failures import ExitCode
         from merklog.replication.errors import PLAIN_HTTP_HINT, cannot_reach, handshake_failed
         from merklog.store.errors import one_line
 
+        problem = peer_name_problem(name)
+        if problem is not None:
+            fail(problem, ExitCode.BAD_INPUT)
         if not name.replace("-", "").replace("_", "").isalnum():
             fail(f"peer name {name!r} must be letters, digits, - or _", ExitCode.BAD_INPUT)
         from merklog.node.peersync import check_peer_url
@@ -214,6 +218,11 @@ def register(cli: click.Group) -> None:
             click.echo(f"forgot the sync history of {url}")
             return
         if name not in cfg.peers:
+            from merklog.node.config import peer_name_problem
+
+            problem = peer_name_problem(name)  # no such peer can exist: bad input
+            if problem is not None:
+                fail(problem, ExitCode.BAD_INPUT)
             known = ", ".join(sorted(cfg.peers)) or "none"
             fail(f"unknown peer {name!r} (known: {known})", ExitCode.NOT_FOUND)
         url = _url_of(cfg.peers.pop(name))

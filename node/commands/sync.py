@@ -24,6 +24,11 @@ def register(cli: click.Group) -> None:
 
             cfg = guard(lambda: load_config(state.home, state.overrides))
             if peer not in cfg.peers:
+                from merklog.node.config import peer_name_problem
+
+                problem = peer_name_problem(peer)  # no such peer can exist: bad input
+                if problem is not None:
+                    fail(problem, ExitCode.BAD_INPUT)
                 fail(
                     f"unknown peer {peer!r}: give http://HOST:PORT or add it with `merklog peers add`",
                     ExitCode.NOT_FOUND,

@@ -25,6 +25,11 @@ def _key(state: State, key_or_peer: str) -> str:
     # A name that is not a peer is not found (exit 3), as in `sync NAME`; hex of the
     # wrong length is a malformed key (exit 2).
     hexlike = bool(key_or_peer) and all(c in "0123456789abcdefABCDEF" for c in key_or_peer)
+    from merklog.node.config import peer_name_problem
+
+    problem = peer_name_problem(key_or_peer)
+    if problem is not None and not hexlike:  # too long for a peer name: bad input
+        fail(f"{problem}, and it is no 64-digit hex key", ExitCode.BAD_INPUT)
     fail(
         f"{key_or_peer!r} is neither a peer with a key in [peers] nor a 64-digit hex key",
         ExitCode.BAD_INPUT if hexlike else ExitCode.NOT_FOUND,

@@ -1005,3 +1005,50 @@ def test_a_repeated_file_option_is_refused_and_writes_nothing(
     listed = [line.split("\t")[1] for line in Cli(ready)("ls").output.splitlines()]
     assert listed == ["edge(1, 2)"]  # the fixture's fact alone: nothing was written
     assert merklog(ready, command, "-f", str(first)).returncode == 0  # once: as before
+
+
+def test_a_peer_name_over_64_characters_is_refused_wherever_a_name_is_taken(
+    ready: Path, node_factory
+) -> None:
+    """QA: ``peers add`` took a name of 100,000 characters, and ``status`` was
+    unreadable after. A peer name has at most 64 characters: ``peers add``, a
+    hand-written ``[peers.NAME]``, the commands that look a name up and ``POST
+    /v1/sync`` refuse a longer one as bad input (exit 2, 400), on a line that does not
+    repeat it whole; 64 characters are taken, with the characters allowed before."""
+    key = "ab" * 32
+    longest, huge = "n" * 64, "n" * 100_000
+    for name in (huge, "n" * 65):
+        line = assert_fails(
+            merklog(ready, "peers", "add", name, "http://127.0.0.1:9", "--key", key),
+            ExitCode.BAD_INPUT,
+            f"is {len(name):,} characters long",
+            "at most 64",
+        )
+        assert len(line) < 200, len(line)
+    for args in (
+        ("sync", huge),
+        ("fsck", "--repair-from", huge),
+        ("peers", "remove", huge),
+        ("writers", "grant", huge),
+    ):
+        line = assert_fails(merklog(ready, *args), ExitCode.BAD_INPUT, "at most 64")
+        assert len(line) < 200, len(line)
+    # the character rule is unchanged: letters, digits, - and _
+    assert_fails(
+        merklog(ready, "peers", "add", "a.b", "http://127.0.0.1:9", "--key", key),
+        ExitCode.BAD_INPUT,
+        "letters, digits, - or _",
+    )
+    assert Cli(ready)("peers", "add", longest, "http://127.0.0.1:9", "--key", key).exit_code == 0
+    assert longest in Cli(ready)("peers", "list").output
+    config = ready / "config.toml"
+    original = config.read_text()
+    config.write_text(original + f'\n[peers.{"m" * 65}]\nurl = "http://127.0.0.1:7401"\n')
+    for args in (("status",), ("peers", "list"), ("put", "edge(5, 6).")):
+        line = assert_fails(merklog(ready, *args), ExitCode.BAD_INPUT, str(config), "at most 64")
+        assert len(line) < 300, len(line)
+    config.write_text(original)
+    node = node_factory(ready).start()
+    status, answer = node.request("POST", "/v1/sync", {"url": huge})
+    assert status == 400 and "at most 64" in answer["detail"], (status, answer)
+    assert len(answer["detail"]) < 200
