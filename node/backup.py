@@ -32,6 +32,7 @@ class Restoring(Protocol):
     """The node a restore applies the backup to (a :class:`~.node.Node`)."""
 
     def import_car(self, path: Path) -> dict[str, int]: ...
+    def status(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
 
@@ -58,8 +59,10 @@ def restore(
     overrides: dict[str, Any],
     open_node: Callable[[Config, HomeLock], Restoring],
 ) -> dict[str, Any]:
-    """Create ``home`` from the backup ``car`` (and key file ``identity``); returns the
-    import counts plus ``dataset``. Refuses a home that is already initialised, unless
+    """Create ``home`` from the backup ``car`` (and key file ``identity``); returns
+    ``dataset``, the import's ``accepted`` and ``duplicates`` deltas, and ``facts``: the
+    visible facts of the restored home, as ``merklog status`` counts them (the import's
+    own count is of every fact block, retracted ones too, which no command shows). Refuses a home that is already initialised, unless
     it is what a restore that was killed left (:data:`RESTORE_MARKER`): that one is
     undone and the restore starts again. ``open_node(config, lock)`` opens the fresh
     home's node (and owns the lock)."""
@@ -91,7 +94,7 @@ def restore(
         cfg, _ = initialise(home, overrides, Join("", dataset, genesis, None), existed)
         node = open_node(cfg, lock)
         try:
-            result = node.import_car(car)
+            result = {**node.import_car(car), "facts": node.status()["facts"]}
             (home / RESTORE_MARKER).unlink()
         finally:
             node.close()

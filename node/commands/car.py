@@ -75,6 +75,9 @@ def register(cli: click.Group) -> None:
         from merklog.node.node import Node
 
         stats = do_restore(state.home, file, identity, dict(state.overrides), Node)
+        # "facts N visible": the count `status` shows, not every fact ever asserted
         click.echo(
-            f"restored {state.home} from {file}: " + ", ".join(f"{k} {v}" for k, v in stats.items())
+            f"restored {state.home} from {file}: dataset {stats['dataset']}, accepted"
+            f" {stats['accepted']}, duplicates {stats['duplicates']}, facts {stats['facts']}"
+            " visible"
         )

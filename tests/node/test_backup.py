@@ -334,3 +334,22 @@ def test_the_backup_example_of_operations_md_runs_as_written(tmp_path: Path) -> 
 
     old, new = (json.loads(Cli(tmp_path / x)("status", "--json").output) for x in ("old", "new"))
     assert (new["dataset"], new["heads"], new["key"]) == (old["dataset"], old["heads"], old["key"])
+
+
+def test_restore_counts_the_visible_facts_as_status_does(tmp_path: Path) -> None:
+    """QA: ``restore`` printed ``facts M`` where M was every fact ever asserted (a
+    backup with 5,806 retracted facts counted them), while ``status`` of the restored
+    home said the visible ones. The summary says the visible facts, as ``status``."""
+    import json
+
+    a = Cli(tmp_path / "a")
+    a("init")
+    a("put", "edge(1, 2).", "edge(2, 3).", "edge(3, 4).")
+    a("retract", "edge(2, 3).")
+    backup = tmp_path / "backup.car"
+    a("export", str(backup))
+    b = Cli(tmp_path / "b")
+    out = b("restore", str(backup)).output
+    visible = json.loads(b("status", "--json").output)["facts"]
+    assert visible == 2 == len(_facts(b))
+    assert out.strip().endswith(f"accepted 2, duplicates 0, facts {visible} visible"), out
