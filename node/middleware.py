@@ -117,7 +117,16 @@ def _presented_token(request: web.Request) -> str:
 
 
 def _matches(given: str, expected: str) -> bool:
-    return bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
+    """Whether ``given`` is ``expected``, in constant time. A header's bytes that are not
+    UTF-8 reach here as lone surrogates (aiohttp decodes with ``surrogateescape``): they
+    match no token, so they are a wrong token (401), not a codec error."""
+    if not expected:
+        return False
+    try:
+        presented = given.encode()
+    except UnicodeEncodeError:
+        presented = b""
+    return hmac.compare_digest(presented, expected.encode())
 
 
 def check_token(config: Config, access: str, token: str) -> None:
