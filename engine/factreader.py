@@ -48,6 +48,7 @@ from .lexer import (
     Source,
     _decode_string,
     float_in_range,
+    has_surrogate,
     may_underflow,
 )
 
@@ -243,6 +244,8 @@ def _read_fact_lines(text: str) -> tuple[list[Fact], list[str]] | None:
     # memchr-fast on a whole text (a regex search over megabytes costs more)
     if "\\" in text or "[" in text or "]" in text or "{" in text or "}" in text:
         return None
+    if has_surrogate(text):  # no UTF-8 holds one: the parser names where it is
+        return None
     pairs = _LINES.findall(text)
     lines = text.split("\n")
     if len(pairs) != len(lines) - lines.count(""):  # a line that is no lone fact
@@ -264,6 +267,8 @@ def read_ground_facts(text: str) -> list[Fact] | None:
         bulk = _read_fact_lines(text)
         if bulk is not None:
             return bulk[0]
+        if has_surrogate(text):  # the parser names where it is
+            return None
         matches = _facts_at(text, 0, len(text))
         if matches is None:
             return None
@@ -286,7 +291,7 @@ def split_fact_lines(
     an AST per fact; the parser still sees every line this reader does not take.
     ``int_min``/``int_max``: the dialect's integer literal range (Soufflé: 32 bits); a
     line with a literal outside it is left to the parser, which reports it."""
-    if "/*" in text:
+    if "/*" in text or has_surrogate(text):  # the parser names where a surrogate is
         return [], text
     with gc_paused():
         return _split_fact_lines(text, int_min, int_max)

@@ -104,6 +104,12 @@ _ESCAPES = {
 _INT_LITERAL_MAX_CHARS = 200
 
 _ESCAPE_RE = re.compile(r"\\(u\{[0-9a-fA-F]{1,6}\}|u[0-9a-fA-F]{4}|.)")
+#: A lone surrogate: text decoded from JSON (``"\\ud800"``) may hold one, but no UTF-8
+#: (so no DAG-CBOR block, no stored program) does.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: What a lone surrogate is told, as the typed JSON form tells it (``check_value``).
+_SURROGATE_WHY = "a lone surrogate (strings must be valid Unicode)"
+_SURROGATE_HINT = "a character beyond U+FFFF is one code point: write it, or \\u{1F600}"
 
 # Kinds after which a ``%`` is the modulo operator, not a comment.
 _TERM_END = frozenset({"INT", "FLOAT", "STRING", "VAR", "NAME", "WILD", "BYTES", "CID"})
@@ -134,8 +140,17 @@ class Source:
         return ParseError(message, line, col, hint)
 
 
+def has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (which the lexer refuses where it is)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
 def _decode_string(src: Source, raw: str, offset: int) -> str:
     body = raw[1:-1]
+    if not body.isascii() and (bad := _SURROGATE.search(body)):
+        raise src.error(
+            offset + 1 + bad.start(), f"string holds {bad.group()!r}, {_SURROGATE_WHY}", _SURROGATE_HINT
+        )
     if "\\" not in body:
         return body
 
@@ -268,5 +283,7 @@ def tokenize(text: str, src: Source | None = None) -> list[Token]:
         elif kind == "unterminated":
             raise src.error(start, "unterminated /* comment", "close the comment with */")
         last = kind.upper()
+    if not text.isascii() and (bad := _SURROGATE.search(text)):  # in a comment
+        raise src.error(bad.start(), f"text holds {bad.group()!r}, {_SURROGATE_WHY}", _SURROGATE_HINT)
     append(Token("EOF", None, n))
     return out

@@ -357,3 +357,25 @@ def test_an_integer_literal_too_long_for_int_is_a_parse_error(literal: str) -> N
         assert "out of range" in err.value.message and err.value.line == 1
     with pytest.raises(ParseError):
         parse_query(f"e({literal})")
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "what"),
+    [
+        ('s("\ud800").', (1, 4), "string holds '\\ud800'"),  # the fast fact reader's shape
+        ('ok(1).\ns("a\\n\udc00", 1).', (2, 7), "string holds '\\udc00'"),
+        ('p(X) :- e(X), X != "\ud83d".', (1, 21), "string holds '\\ud83d'"),
+        ("% \ud800\ns(1).", (1, 3), "text holds '\\ud800'"),  # a comment
+    ],
+)
+def test_a_lone_surrogate_is_a_parse_error_at_its_position(text, where, what) -> None:
+    """Text decoded from JSON can hold a lone surrogate, which no UTF-8 (so no block, no
+    stored program) holds: it failed later as the DAG-CBOR encoder's UnicodeEncodeError,
+    with no position. The parser and the fast fact reader refuse it where it is."""
+    for parse in (parse_program, parse_facts):
+        if parse is parse_facts and ":-" in text:
+            continue
+        with pytest.raises(ParseError) as info:
+            parse(text)
+        assert (info.value.line, info.value.col) == where
+        assert info.value.message == f"{what}, a lone surrogate (strings must be valid Unicode)"

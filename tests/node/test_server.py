@@ -703,3 +703,39 @@ def test_a_live_query_too_long_for_a_url_can_be_posted(home: Path, node_factory)
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         assert resp.readline() == b"event: result\n"
         assert json.loads(resp.readline().removeprefix(b"data: "))["added"] == [[1]]
+
+
+def test_a_lone_surrogate_in_datalog_text_is_named_at_its_line_and_column(
+    home: Path, tmp_path: Path, node_factory
+) -> None:
+    """``{"assert": "s(\\"\\ud800\\")."}`` (JSON's escape of a lone surrogate) answered
+    400 "Failed to encode DAG-CBOR. UnicodeEncodeError: …", and ``POST /v1/program`` the
+    utf-8 codec's own words; the typed JSON form already said "a lone surrogate". Every
+    Datalog text now says so at the LINE:COL of the character, nothing is written, and
+    ``put -f`` of a file holding its UTF-8-like bytes is still refused as not UTF-8."""
+    Cli(home)("init")
+    node = node_factory(home).start()
+    why = "a lone surrogate (strings must be valid Unicode)"
+    cases = [
+        ("/v1/facts", {"assert": 's("\ud800").'}, f"1:4: string holds '\\ud800', {why}"),
+        ("/v1/facts", {"assert": 'ok(1).\ns("x\udc00").'}, f"2:5: string holds '\\udc00', {why}"),
+        ("/v1/facts", {"retract": 's("\ud800").'}, f"retract: 1:4: string holds '\\ud800', {why}"),
+        ("/v1/program", {"program": 's("\ud800").'}, f"<program>:1:4: string holds '\\ud800', {why}"),
+        ("/v1/program", {"program": "% \ud800\np(X) :- e(X)."}, f"<program>:1:3: text holds '\\ud800', {why}"),
+        ("/v1/query", {"q": 's("\ud800")'}, f"1:4: string holds '\\ud800', {why}"),
+    ]  # fmt: skip
+    for path, body, detail in cases:
+        status, err = node.request("POST", path, body)  # json.dumps writes "\ud800"
+        assert status == 400, (body, status, err)
+        assert err["detail"].split("\n")[0] == detail, (body, err)
+        assert "codec" not in err["detail"] and "Unicode" + "EncodeError" not in err["detail"]
+    typed = node.request("POST", "/v1/facts", {"assert": [{"rel": "s", "args": ["\ud800"]}]})
+    assert typed[0] == 400 and typed[1]["detail"].endswith(why), typed
+    assert node.request("GET", "/v1/facts")[1]["facts"] == []
+    assert node.request("GET", "/v1/status")[1]["program"] is False
+    node.stop()
+    facts = tmp_path / "surrogate.dl"
+    facts.write_bytes(b's("\xed\xa0\x80").\n')
+    result = Cli(home)("put", "-f", str(facts), ok=False)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"Error: {facts}:1:4: not UTF-8 text (byte 0xed); save the file as UTF-8"
