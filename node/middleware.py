@@ -4,8 +4,9 @@ Order (outermost first): ``count`` (every answer by route template and status),
 ``in_flight`` (requests that change the home, which a shutdown lets finish and
 answer), ``errors`` (every failure becomes a JSON body ``{"error", "detail"}`` with
 the right status; a client that went away is not an error), ``auth`` (the token a
-route needs, from the route table in :mod:`merklog.node.server`), ``body_limit`` (a
-body declared over ``node.max_body`` is refused from the headers).
+route needs, from the route table in :mod:`merklog.node.server`), ``query_params`` (a
+``/v1`` URL parameter the route does not take is refused), ``body_limit`` (a body
+declared over ``node.max_body`` is refused from the headers).
 
 :func:`expect_continue` answers ``Expect: 100-continue`` for the same routes: a
 request its headers already refuse gets no "100 Continue", so its client hears the
@@ -172,6 +173,42 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await handler(request)
 
 
+# ------------------------------------------------------------ query parameters
+
+#: ``(method, route template) -> the URL query parameters the route takes``
+#: (:func:`merklog.node.openapi.query_parameters`).
+PARAMS_KEY = web.AppKey("merklog_query_params", dict)
+
+
+def unknown_query_params(request: web.Request) -> NodeInputError | None:
+    """The refusal of a ``/v1`` request whose URL names a parameter its route does not
+    take (``?limt=5``), or None. A misspelt parameter was ignored, and the request
+    answered without it (a first page of 1,000 rows), where a JSON body's unknown field
+    is refused."""
+    template = route_template(request)
+    if not request.query or not template.startswith("/v1/"):
+        return None
+    method = "GET" if request.method == "HEAD" else request.method
+    takes = request.config_dict[PARAMS_KEY].get((method, template))
+    if takes is None:  # a 404 or 405: its own answer says why
+        return None
+    unknown = sorted(set(request.query) - takes)
+    if not unknown:
+        return None
+    names = ", ".join(f"{name}=" for name in unknown)
+    known = ", ".join(f"{name}=" for name in sorted(takes)) or "no URL parameter"
+    return NodeInputError(f"unknown URL parameter {names}: {method} {template} takes {known}")
+
+
+@web.middleware
+async def query_params(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """400 for a ``/v1`` request with a URL parameter its route does not take."""
+    refusal = unknown_query_params(request)
+    if refusal is not None:
+        raise refusal
+    return await handler(request)
+
+
 # ------------------------------------------------------------------ body limit
 
 
@@ -199,20 +236,21 @@ async def body_limit(request: web.Request, handler: Handler) -> web.StreamRespon
 
 
 def refused_from_headers(request: web.Request) -> bool:
-    """Whether ``auth`` or ``body_limit`` will refuse ``request`` before its body."""
+    """Whether ``auth``, ``query_params`` or ``body_limit`` will refuse ``request``
+    before its body."""
     access = route_access(request)
     if access in ("read", "write"):
         try:
             check_token(request.config_dict[CONFIG_KEY], access, _presented_token(request))
         except (Unauthorized, Forbidden):
             return True
-    return declared_too_large(request)
+    return unknown_query_params(request) is not None or declared_too_large(request)
 
 
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:
     """The answer to ``Expect: 100-continue`` (RFC 9110 §10.1.1): "100 Continue" unless
-    the headers already decide a refusal (a missing or wrong token, a body declared
-    over ``node.max_body``); then nothing, and the middlewares answer the refusal
+    the headers already decide a refusal (a missing or wrong token, an unknown URL
+    parameter, a body declared over ``node.max_body``); then nothing, and the middlewares answer the refusal
     while the client still holds its body. Any other expectation: 417."""
     expect = request.headers.get("Expect", "")
     if expect.lower() != "100-continue":

@@ -660,7 +660,9 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
                 "query, live queries (Server-Sent Events), export/import, writers, health "
                 "and metrics, plus the signed peer routes. Reads need the read token or the "
                 "write token (unless api.anonymous_reads), writes the write token: "
-                "`Authorization: Bearer <token>`. Every error is a JSON `Error` body."
+                "`Authorization: Bearer <token>`. Every error is a JSON `Error` body. A "
+                "`/v1` route refuses (400) a URL query parameter it does not list here "
+                "(`access_token` where `queryToken` is listed)."
             ),
         },
         "paths": _with_query_tokens(_paths()),
@@ -685,3 +687,19 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
             "schemas": _schemas(),
         },
     }
+
+
+def query_parameters(doc: dict[str, Any] | None = None) -> dict[tuple[str, str], frozenset[str]]:
+    """``(METHOD, path template) -> names of the URL query parameters it takes``, for
+    every operation of ``doc`` (this document): its ``in: query`` parameters, and
+    ``access_token`` where it takes ``queryToken``. The node refuses any other name
+    (:func:`merklog.node.middleware.query_params`): what a route takes is said once."""
+    doc = doc or openapi_document()
+    out: dict[tuple[str, str], frozenset[str]] = {}
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            names = {p["name"] for p in op.get("parameters", ()) if p["in"] == "query"}
+            if {"queryToken": []} in op.get("security", ()):
+                names.add("access_token")
+            out[(method.upper(), path)] = frozenset(names)
+    return out

@@ -27,6 +27,7 @@ from . import handlers as h
 from .config import static_dir
 from .helperproc import Worker
 from .node import Node
+from .openapi import query_parameters
 from .peersync import config_allow_list, record_incoming
 from .runtime import remove_runfile, write_runfile
 
@@ -128,6 +129,7 @@ def build_app(
             middleware.in_flight,
             middleware.errors,
             middleware.auth,
+            middleware.query_params,
             middleware.body_limit,
         ],
     )
@@ -150,6 +152,7 @@ def build_app(
         access[(route.method, route.path)] = "peer"
     app.add_subapp(SYNC_PREFIX, sync)
     app[middleware.ACCESS_KEY] = access
+    app[middleware.PARAMS_KEY] = query_parameters()
     app[middleware.BUFFERED_KEY] = frozenset(
         (r.method, r.path) for r in ROUTES if r.method == "POST" and not r.streams_body
     )

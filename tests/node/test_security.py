@@ -142,6 +142,63 @@ def test_every_route_needs_the_token_its_table_entry_names(
     assert status == 401 and err["error"] != "unauthorized"
 
 
+def test_a_url_parameter_a_route_does_not_take_is_refused(home: Path, node_factory) -> None:
+    """``GET /v1/facts?limt=5`` answered a first page of 1,000 rows, the misspelt
+    parameter ignored, where a JSON body's unknown field is refused. Every /v1 route now
+    refuses a name that /openapi.json does not list for it (``access_token`` on the GETs
+    that take a token), naming it and the ones it takes; the listed ones still work."""
+    from merklog.node.openapi import query_parameters
+
+    Cli(home)("init")
+    node = node_factory(home).start()
+    node.request("POST", "/v1/facts", {"assert": "a(1). a(2)."})
+    takes = query_parameters()
+    assert takes[("GET", "/v1/facts")] == {"rel", "after", "limit", "form", "access_token"}
+    routes = [route for route in takes if route[1].startswith("/v1/")]
+    assert len(routes) > 15
+    for method, template in routes:
+        path = _concrete(template).replace("{id}", "bafy")
+        if method != "GET":  # POST /v1/subscribe reads its query from the body alone
+            path = path.partition("?")[0]
+        url = node.url + path + ("&" if "?" in path else "?") + "limt=5"
+        body = b"{}" if method == "POST" else None
+        status, _, err = _call(url, method, node.token, body)
+        known = ", ".join(f"{name}=" for name in sorted(takes[(method, template)]))
+        assert (status, err["error"]) == (400, "bad input"), (method, template, err)
+        assert err["detail"] == (
+            f"unknown URL parameter limt=: {method} {template} takes {known or 'no URL parameter'}"
+        )
+    assert node.request("GET", "/v1/facts?limt=5&limit=1")[0] == 400
+    status, err = node.request("POST", "/v1/query?q=b(X)", {"q": "a(X)"})  # q= was ignored
+    assert status == 400 and err["detail"].startswith("unknown URL parameter q=: POST"), err
+    assert _call(node.url + "/v1/status?access_token=x", "GET", None)[0] == 401  # checked
+    assert node.request("POST", "/v1/facts?access_token=" + node.token, {"assert": "b(1)."})[0] == 400
+    # The ones each route takes still work, the token in the URL too.
+    with urllib.request.urlopen(f"{node.url}/v1/facts?rel=a&limit=1&access_token={node.token}") as r:
+        page = json.loads(r.read())
+    assert len(page["facts"]) == 1 and page["next"]
+    rest = node.request("GET", "/v1/facts?rel=a&form=json&after=" + page["next"])[1]["facts"]
+    assert {page["facts"][0]["fact"], f"a({rest[0]['args'][0]})"} == {"a(1)", "a(2)"}
+    assert node.request("GET", "/v1/query?q=a(X)")[0] == 200
+    assert node.request("POST", "/v1/facts?answer=cids", {"assert": "c(1)."})[0] == 200
+    assert node.request("GET", "/v1/query?q=b(X)")[0] == 404  # nothing refused was written
+    assert Cli(home)("ls").output.count("a(") == 2  # the CLI's own URLs through the node
+
+
+def test_the_url_parameters_a_handler_reads_are_the_documented_ones() -> None:
+    """The node refuses what /openapi.json does not list: a parameter a handler reads
+    that the document left out would be refused before the handler saw it."""
+    import re
+
+    from merklog.node import handlers
+    from merklog.node.openapi import query_parameters
+
+    source = Path(handlers.__file__).read_text()
+    read = set(re.findall(r'query_param\(request, "([a-z_]+)"\)', source))
+    documented = set().union(*query_parameters().values()) - {"access_token"}
+    assert read == documented == {"rel", "after", "limit", "form", "q", "answer", "url"}
+
+
 def test_anonymous_reads_when_configured(home: Path, node_factory) -> None:
     Cli(home)("--set", "api.anonymous_reads=true", "init")
     node = node_factory(home).start()
