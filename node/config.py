@@ -15,7 +15,7 @@ import os
 import secrets
 import string
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -404,6 +404,37 @@ def static_dir(config: Config, must_exist: bool = False) -> Path | None:
                 " served without a token; give a folder that holds only the app's files"
             )
     return root
+
+
+#: The API tokens of a home, each named as the file and ``--set`` name it.
+TOKENS = ("api.token", "api.read_token")
+
+
+def check_tokens(config: Config, generated: Collection[str] = ()) -> None:
+    """ConfigError naming the option unless a home's API tokens can be used: neither is
+    empty (nobody could authenticate: ``merklog token`` printed an empty line), neither
+    has spaces around it (a bearer token is sent without them, so it never matched),
+    and ``api.read_token`` is not ``api.token`` (the read token would grant writes).
+    Any other length is the user's choice (``init`` makes 32 random characters).
+    ``generated``: the tokens about to be generated if empty (by ``init``, or the first
+    ``merklog.open`` of a home, for those its settings do not give)."""
+    for key in TOKENS:
+        value = config.get(key)
+        if not value.strip() and not (key in generated and not value):
+            raise ConfigError(
+                f"{key} is empty, so no client could authenticate: set one, or run"
+                " `merklog init`, which generates one in place of an empty one"
+            )
+        if value != value.strip():
+            raise ConfigError(
+                f"{key} begins or ends with a space, which no Authorization header carries:"
+                " remove it"
+            )
+    if config.get("api.token") and config.get("api.token") == config.get("api.read_token"):
+        raise ConfigError(
+            "api.read_token is the same as api.token, so the read token would grant writes:"
+            " give them different values"
+        )
 
 
 def render(data: dict[str, dict[str, Any]]) -> str:

@@ -16,7 +16,7 @@ from merklog.store import Fact, Link
 
 from . import writeaccess
 from .client import NodeAPIError, NodeClient
-from .config import CONFIG_FILE, Config, require_dataset
+from .config import CONFIG_FILE, Config, check_tokens, require_dataset
 from .errors import NodeInputError
 from .failures import ExitCode, Failure, exit_code_for_status
 from .runtime import HomeLock, read_runfile, remove_runfile
@@ -231,6 +231,7 @@ def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
     cfg = Config.load(home, overrides)
     refuse_memory_store(cfg, overrides)
     require_dataset(cfg)
+    check_tokens(cfg)
     return cfg
 
 

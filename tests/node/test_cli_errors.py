@@ -846,7 +846,9 @@ def test_a_read_token_as_the_write_token_is_a_token_problem_not_exit_7(
     token belongs now hears 403 ``forbidden``; that is a token to fix (exit 1, as a 401
     is), not "this key is not a writer" (exit 7, the other 403)."""
     node = node_factory(ready).start()
-    result = merklog(ready, "--set", f"api.token={node.read_token}", "put", "edge(7, 8).")
+    # Another read token here: one equal to the write token is refused before any request.
+    token = ("--set", f"api.token={node.read_token}", "--set", "api.read_token=another")
+    result = merklog(ready, *token, "put", "edge(7, 8).")
     assert_fails(result, ExitCode.FAILED, "forbidden", "grants reads only")
     assert "edge(7, 8)" not in Cli(ready)("ls").output
 

@@ -58,6 +58,58 @@ def test_token_command_prints_the_tokens(home: Path) -> None:
     assert api["anonymous_reads"] is False
 
 
+def test_an_empty_or_shared_token_is_refused_naming_the_option(home: Path, tmp_path: Path) -> None:
+    """``token = ""`` and ``read_token = ""`` in config.toml: ``merklog token`` printed an
+    empty line (exit 0) and the node started though nobody could authenticate; ``--set
+    api.token=x --set api.read_token=x`` was taken, the read token then granting writes.
+    Both are refused (exit 2, one line naming the option), by the Python API too; a short
+    token of the user's choosing is taken, and ``init`` fills in an empty one."""
+    import tomllib
+
+    import merklog
+
+    run = Cli(home)
+    run("init")
+    config = home / "config.toml"
+    text = config.read_text()
+    api = tomllib.loads(text)["api"]
+    empty = text.replace(f'token = "{api["token"]}"', 'token = ""')
+    empty = empty.replace(f'read_token = "{api["read_token"]}"', 'read_token = ""')
+    config.write_text(empty)
+    for args in (("token",), ("token", "--write"), ("node", "run", "--port", "0"), ("status",)):
+        result = run(*args, ok=False)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.output.strip() == (
+            "Error: api.token is empty, so no client could authenticate: set one, or run"
+            " `merklog init`, which generates one in place of an empty one"
+        ), args
+    with pytest.raises(merklog.Error, match="^api.token is empty"):
+        merklog.open(home)
+    run("init")  # generates both again
+    fresh = tomllib.loads(config.read_text())["api"]
+    assert fresh["token"] and fresh["read_token"] and fresh["token"] != fresh["read_token"]
+    same = ("--set", "api.token=x", "--set", "api.read_token=x")
+    shared = (
+        "Error: api.read_token is the same as api.token, so the read token would grant"
+        " writes: give them different values"
+    )
+    for args in (("token",), ("node", "run", "--port", "0"), ("put", "a(1).")):
+        result = run(*same, *args, ok=False)
+        assert (result.exit_code, result.output.strip()) == (2, shared), args
+    result = Cli(tmp_path / "new")(*same, "init", ok=False)
+    assert (result.exit_code, result.output.strip()) == (2, shared)
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(merklog.Error, match="^api.read_token is the same as api.token"):
+        merklog.open(tmp_path / "new2", settings={"api.token": "x", "api.read_token": "x"})
+    assert not (tmp_path / "new2").exists()
+    result = run("--set", "api.read_token=", "token", ok=False)
+    assert result.exit_code == 2 and "api.read_token is empty" in result.output
+    # A short token is the user's choice.
+    assert run("--set", "api.token=w", "--set", "api.read_token=r", "token").output == "r\n"
+    with merklog.open(memory=True) as node:  # a memory node has no tokens: it cannot serve
+        assert node.config.get("api.token") == ""
+
+
 def test_an_older_world_readable_home_is_tightened(home: Path, loose_umask) -> None:
     run = Cli(home)
     run("init")
