@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 import secrets
 import string
 import tomllib
@@ -202,6 +203,11 @@ def _check_choice(key: str, value: Any, where: str) -> None:
         )
     if key == "api.cors_origins":
         cors_origins(value, where)
+    if key == "node.host" and not is_host(value):
+        raise ConfigError(
+            f"{where}: node.host {value!r} is not a host name or IP address (letters,"
+            " digits, '-', '_' and '.' between labels; e.g. 127.0.0.1, ::1 or node.example)"
+        )
     if key == "dataset.id" and value:
         from merklog.store import Error, Link
 
@@ -209,6 +215,25 @@ def _check_choice(key: str, value: Any, where: str) -> None:
             Link.parse(value)
         except (ValueError, Error) as exc:
             raise ConfigError(f"{where}: dataset.id must be a dataset CID ({exc})") from None
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
+def is_host(value: str) -> bool:
+    """Whether ``value`` is, by its syntax alone (no DNS lookup), a host the node could
+    bind: an IPv4 or IPv6 address, or a host name of dot-separated labels. ``init`` saved
+    ``--host 'bad host'`` and ``node run`` then failed on it ("Name or service not
+    known")."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        pass
+    name = value.removesuffix(".")
+    return 0 < len(name) <= 253 and all(_HOST_LABEL.fullmatch(part) for part in name.split("."))
 
 
 def cors_origins(value: str, where: str = "the configuration") -> frozenset[str]:
@@ -391,6 +416,20 @@ def static_dir(config: Config, must_exist: bool = False) -> Path | None:
         )
     if path is None or not path.is_dir():
         return None
+    return _not_publishing_the_home(config, path)
+
+
+def check_static_dir(config: Config) -> None:
+    """Refuse (ConfigError) a ``node.static_dir`` that would publish the home, whether
+    or not it exists yet: ``init`` saved one that every ``node run`` then refused (that
+    it exists is checked when a node starts to serve it, :func:`static_dir`)."""
+    path = config.path("node.static_dir")
+    if path is not None:
+        _not_publishing_the_home(config, path)
+
+
+def _not_publishing_the_home(config: Config, path: Path) -> Path:
+    """``path`` resolved, or ConfigError if it is, lies in or holds the home or store."""
     root = path.resolve()
     secrets_at = [("the home", config.home)] if config.home is not None else []
     store = config.path("store.path") if config.get("store.backend") == "sqlite" else None

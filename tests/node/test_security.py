@@ -458,6 +458,40 @@ def test_static_files_are_the_app_folders_and_never_the_homes(tmp_path: Path, no
         assert not (home / "node.json").exists()
 
 
+def test_init_refuses_what_node_run_would_refuse(tmp_path: Path) -> None:
+    """``init --set node.static_dir=HOME`` and ``init --host 'bad host'`` exited 0 and
+    saved the setting; every ``node run`` then refused it (exit 2, "would publish the
+    home") or failed on it ("cannot serve on bad host:PORT: Name or service not known").
+    ``init`` refuses both (exit 2, nothing created) without a DNS lookup; ``node run``
+    gives a bad host the same line. A static folder that does not exist yet is taken."""
+    home = tmp_path / "h"
+    run = Cli(home)
+    publish = "would publish the home ({home}): everything in it is served without a token"
+    for folder in (home, tmp_path, home / "app"):
+        result = run("--set", f"node.static_dir={folder}", "init", ok=False)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().startswith(f"Error: node.static_dir {folder} ")
+        assert publish.format(home=home) in result.output
+        assert not home.exists()
+    bad_host = (
+        "Error: command line: node.host 'bad host' is not a host name or IP address (letters,"
+        " digits, '-', '_' and '.' between labels; e.g. 127.0.0.1, ::1 or node.example)"
+    )
+    for args in (("init", "--host", "bad host"), ("--set", "node.host=bad host", "init")):
+        result = run(*args, ok=False)
+        assert (result.exit_code, result.output.strip()) == (2, bad_host), args
+        assert not home.exists()
+    for host in ("0.0.0.0", "::1", "localhost", "node.example", "no-such-host.invalid"):
+        result = Cli(tmp_path / host.replace(":", "_"))("init", "--host", host)
+        assert result.exit_code == 0  # syntax only: no name is looked up
+    run("--set", f"node.static_dir={tmp_path / 'app'}", "init")  # made later: taken
+    for args in (("--set", "node.host=bad host", "node", "run"), ("node", "run", "--host", "bad host")):
+        result = run(*args, ok=False)
+        assert (result.exit_code, result.output.strip()) == (2, bad_host), args
+    result = run("node", "run", "--port", "0", ok=False)  # its folder is still missing
+    assert result.exit_code == 2 and "node.static_dir" in result.output and "not there" in result.output
+
+
 def test_writer_revocation_from_cli_and_http(tmp_path: Path, node_factory) -> None:
     a, b, na, nb = peered_pair(tmp_path, node_factory, writer=False)
     assert "granted" in a("writers", "grant", "b").output
