@@ -149,7 +149,9 @@ def _decode_string(src: Source, raw: str, offset: int) -> str:
     body = raw[1:-1]
     if not body.isascii() and (bad := _SURROGATE.search(body)):
         raise src.error(
-            offset + 1 + bad.start(), f"string holds {bad.group()!r}, {_SURROGATE_WHY}", _SURROGATE_HINT
+            offset + 1 + bad.start(),
+            f"string holds {bad.group()!r}, {_SURROGATE_WHY}",
+            _SURROGATE_HINT,
         )
     if "\\" not in body:
         return body
@@ -284,6 +286,8 @@ def tokenize(text: str, src: Source | None = None) -> list[Token]:
             raise src.error(start, "unterminated /* comment", "close the comment with */")
         last = kind.upper()
     if not text.isascii() and (bad := _SURROGATE.search(text)):  # in a comment
-        raise src.error(bad.start(), f"text holds {bad.group()!r}, {_SURROGATE_WHY}", _SURROGATE_HINT)
+        raise src.error(
+            bad.start(), f"text holds {bad.group()!r}, {_SURROGATE_WHY}", _SURROGATE_HINT
+        )
     append(Token("EOF", None, n))
     return out

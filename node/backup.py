@@ -62,7 +62,8 @@ def restore(
     """Create ``home`` from the backup ``car`` (and key file ``identity``); returns
     ``dataset``, the import's ``accepted`` and ``duplicates`` deltas, and ``facts``: the
     visible facts of the restored home, as ``merklog status`` counts them (the import's
-    own count is of every fact block, retracted ones too, which no command shows). Refuses a home that is already initialised, unless
+    own count is of every fact block, retracted ones too, which no command shows).
+    Refuses a home that is already initialised, unless
     it is what a restore that was killed left (:data:`RESTORE_MARKER`): that one is
     undone and the restore starts again. ``open_node(config, lock)`` opens the fresh
     home's node (and owns the lock)."""

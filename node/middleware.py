@@ -250,8 +250,8 @@ def refused_from_headers(request: web.Request) -> bool:
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:
     """The answer to ``Expect: 100-continue`` (RFC 9110 §10.1.1): "100 Continue" unless
     the headers already decide a refusal (a missing or wrong token, an unknown URL
-    parameter, a body declared over ``node.max_body``); then nothing, and the middlewares answer the refusal
-    while the client still holds its body. Any other expectation: 417."""
+    parameter, a body declared over ``node.max_body``); then nothing, and the
+    middlewares answer the refusal while the client still holds its body. Any other expectation: 417."""
     expect = request.headers.get("Expect", "")
     if expect.lower() != "100-continue":
         return json_error(417, "expectation failed", f"Expect: {expect} is not supported")
