@@ -13,6 +13,11 @@ of them, 20 % re-asserts, so supports and removals are both exercised), then tim
 - DuckDB computing the same visible facts with their supports from the same export
   and writing them as zstd Parquet (in process: DuckDB has no start-up to speak of);
 - the Python floor: pyarrow alone (hash group-by and anti-join in Arrow), in process;
+- with ``--connect``, the compact CLI once more with ``--remote`` against a Spark Connect
+  server the bench starts (``local[2]``, JVM defaults) and warms with one untimed
+  compaction of the same export: the whole command as a user with a long-lived server
+  runs it (the client's CPU only; the server's is not counted), and the same manifest
+  CID as the cold command's;
 - with ``--other-jvm``, the compact CLI once more on the same export with the JVM flags
   its input size did not pick (C2 and G1 below ``LIGHT_MAX_ROWS`` op rows, C1 and the
   serial collector from there on; ADR 0085).
@@ -37,6 +42,7 @@ the same run only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -295,6 +301,13 @@ def main() -> None:
         help="keep the built homes here and reuse them on the next run (building is not timed)",
     )
     ap.add_argument(
+        "--connect",
+        action="store_true",
+        help="also time the compact CLI against a warm Spark Connect server (local[2], started"
+        " by the bench; one untimed compaction per size first, as a server that has run"
+        " before): `merklog compact --remote sc://…`",
+    )
+    ap.add_argument(
         "--export-only",
         type=int,
         default=0,
@@ -309,6 +322,12 @@ def main() -> None:
         export_only(args.ops, args.workdir, args.export_only)
         return
 
+    stack = contextlib.ExitStack()
+    remote = None
+    if args.connect:
+        from _connect import connect_server
+
+        remote = stack.enter_context(connect_server())
     spark = None
     if not args.no_session:
         from merklog.node.spark.session import build_session
@@ -329,6 +348,12 @@ def main() -> None:
                 [*MERKLOG, "--home", str(home), "compact", str(export), "--out", str(snap)]
             )
             nan = (float("nan"), float("nan"))
+            t_warm = nan
+            if remote is not None:
+                warm = [*MERKLOG, "--home", str(home), "compact", str(export), "--remote", remote]
+                timed([*warm, "--out", str(tmp / "warm-up")])  # the server's first job: untimed
+                t_warm = timed([*warm, "--out", str(tmp / "warm")])
+                [warm_manifest] = (tmp / "warm").glob("dataset=*/MANIFEST_CID")
             t_c2 = nan
             if args.other_jvm:
                 t_c2 = timed(
@@ -347,35 +372,40 @@ def main() -> None:
             n_spark = sum(
                 pq.ParquetFile(p).metadata.num_rows for p in manifest.parent.glob("facts/*.parquet")
             )
+            if remote is not None:  # the same snapshot, whichever Spark ran it
+                assert warm_manifest.read_text() == manifest.read_text()
             t_job = run_spark_job(spark, export, tmp / "snap2") if spark else nan
             *t_duck, n_duck = in_process(run_duckdb, export, tmp / "duck.parquet")
             *t_arrow, n_arrow = in_process(run_arrow, export, tmp / "arrow.parquet")
             assert n_spark == n_duck == n_arrow, (n_spark, n_duck, n_arrow)
-            rows.append((n, t_export, t_cli, t_job, t_duck, t_arrow, t_c2))
+            rows.append((n, t_export, t_cli, t_job, t_duck, t_arrow, t_c2, t_warm))
             print(
                 f"{n} ops: export {t_export[0]:.1f}s ({n / t_export[0]:,.0f} ops/s), compact CLI"
                 f" {t_cli[0]:.1f}s, in-session {t_job[0]:.1f}s, DuckDB {t_duck[0]:.1f}s,"
-                f" pyarrow {t_arrow[0]:.1f}s, visible {n_spark}",
+                f" pyarrow {t_arrow[0]:.1f}s, compact CLI on a warm Connect server"
+                f" {t_warm[0]:.1f}s, visible {n_spark}",
                 flush=True,
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     if spark is not None:
         spark.stop()
+    stack.close()
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"\nload: {load}")
     print("wall s (CPU s)")
     print(
         "| ops | export | export ops/s | compact CLI | Spark job in a running session | DuckDB | pyarrow |"
         " CLI/DuckDB wall | CLI/DuckDB CPU | job/DuckDB wall | compact CLI, other JVM flags |"
+        " compact CLI, warm Connect server (client CPU) | warm CLI/DuckDB wall |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n, te, tc, tj, td, ta, t2 in rows:
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, te, tc, tj, td, ta, t2, tw in rows:
         print(
             f"| {n:,} | {te[0]:.1f} ({te[1]:.1f}) | {n / te[0]:,.0f} | {tc[0]:.1f} ({tc[1]:.1f})"
             f" | {tj[0]:.1f} ({tj[1]:.1f}) | {td[0]:.2f} ({td[1]:.2f}) | {ta[0]:.2f} ({ta[1]:.2f})"
             f" | {tc[0] / td[0]:.1f}× | {tc[1] / td[1]:.1f}× | {tj[0] / td[0]:.1f}×"
-            f" | {t2[0]:.1f} ({t2[1]:.1f}) |"
+            f" | {t2[0]:.1f} ({t2[1]:.1f}) | {tw[0]:.1f} ({tw[1]:.1f}) | {tw[0] / td[0]:.1f}× |"
         )
 
 
