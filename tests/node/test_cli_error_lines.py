@@ -65,17 +65,23 @@ def test_importing_a_delta_by_a_non_writer_is_bad_input_stopped_or_running(
 class _Junk:
     """An HTTP server on 127.0.0.1 (port 0) that answers every request as ``mode`` says:
     ``text`` 200 "hello", ``html`` a 501 HTML page, ``car`` 200 with a truncated CAR
-    header, ``huge`` 200 with 300 MiB (streamed)."""
+    header, ``huge`` 200 with 300 MiB (streamed), ``json`` 200 with ``self.body``
+    (settable) as ``application/json``."""
 
     def __init__(self, mode: str) -> None:
         import http.server
         import threading
 
+        junk = self
+        self.body = b"{}"
+
         class Handler(http.server.BaseHTTPRequestHandler):
             def _answer(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 status, body, size = 200, b"hello", None
-                if mode == "html":
+                if mode == "json":
+                    body = junk.body
+                elif mode == "html":
                     status = 501
                     body = b"<!DOCTYPE HTML>\n<html>\n<head><title>Error</title></head>\n"
                     body += b"<body>\n<h1>Unsupported method</h1>\n" + b"<p>x</p>\n" * 20
@@ -85,6 +91,8 @@ class _Junk:
                 elif mode == "huge":
                     body, size = b"x" * (1 << 20), 300 << 20
                 self.send_response(status)
+                if mode == "json":
+                    self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(size or len(body)))
                 self.end_headers()
                 try:
@@ -560,36 +568,6 @@ def test_a_peer_that_cannot_be_reached_is_said_one_way_by_every_command(
     )
 
 
-class _StatusPeer:
-    """An HTTP server on 127.0.0.1 that answers every GET 200 with ``body`` (settable)."""
-
-    def __init__(self) -> None:
-        import http.server
-        import threading
-
-        peer = self
-        self.body = b"{}"
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(peer.body)))
-                self.end_headers()
-                self.wfile.write(peer.body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_peers_add_of_a_peer_answering_a_strange_status_is_a_peer_error(tmp_path: Path) -> None:
     """QA: ``peers add NAME URL --token T`` read ``info["key"]`` unchecked: a peer
     answering 200 with ``{}`` was an internal error (KeyError, exit 70), ``[]``/``null``
@@ -602,7 +580,7 @@ def test_peers_add_of_a_peer_answering_a_strange_status_is_a_peer_error(tmp_path
     home = tmp_path / "home"
     Cli(home)("init")
     dataset = json.loads(Cli(home)("status", "--json").output)["dataset"]
-    peer = _StatusPeer()
+    peer = _Junk("json")
     cases = {
         b"{}": "names no valid key (64 hex digits; it sent none)",
         b"[]": "is not a JSON object ([])",

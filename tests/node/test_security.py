@@ -18,6 +18,7 @@ import pytest
 from merklog.node.server import ROUTES
 
 from .conftest import Cli, peered_pair
+from .test_server import _raw_answer
 
 
 def _mode(path: Path) -> int:
@@ -616,23 +617,13 @@ def test_a_token_of_bytes_that_are_not_utf8_is_a_wrong_token(home: Path, node_fa
     node = node_factory(home).start()
     for path in ("/v1/status", "/v1/facts"):
         head = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
-        answer = _raw_request_bytes(node.url, head + b"Authorization: Bearer \xff\xfe\r\n\r\n")
-        status_line, _, rest = answer.partition(b"\r\n")
-        assert status_line.split()[1] == b"401", answer
-        body = json.loads(rest.partition(b"\r\n\r\n")[2])
+        status, headers, raw = _raw_answer(
+            node.url, head + b"Authorization: Bearer \xff\xfe\r\n\r\n"
+        )
+        assert status == 401, raw
+        body = json.loads(raw)
         assert body["error"] == "unauthorized" and "codec" not in body["detail"], body
-        assert b'WWW-Authenticate: Bearer realm="merklog"' in rest, answer
-
-
-def _raw_request_bytes(url: str, request: bytes) -> bytes:
-    """Every byte the node answers to ``request`` (which asks it to close)."""
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=20) as sock:
-        sock.sendall(request)
-        received = b""
-        while chunk := sock.recv(4096):
-            received += chunk
-        return received
+        assert headers["www-authenticate"] == 'Bearer realm="merklog"', headers
 
 
 def test_openapi_lists_the_query_token_on_every_get_that_takes_a_token() -> None:
