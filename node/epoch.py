@@ -527,8 +527,7 @@ class EpochDriver:
                 return 0
             try:
                 self.ready()
-            except EngineError as exc:  # status shows why (``program_error``), not fails
-                self.failed_start(exc)
+            except ProgramFailing:  # status shows why (``program_error``), not fails
                 return 0
             return sum(engine.count(rel) for rel in engine.heads)
 

@@ -803,6 +803,9 @@ def test_a_stopped_home_whose_program_fails_answers_reads_with_program_failing(
         with pytest.raises(NotSettled):
             node.assert_("seed", 0)
     with merklog.open(tmp_path) as node:
+        status = node.status()  # raised ProgramFailing: status is how an operator finds out
+        assert "fails on the stored facts" in status["program_error"]
+        assert status["derived"] == 0 and status["facts"] == 2
         for _ in range(2):
             with pytest.raises(ProgramFailing, match="fails on the stored facts"):
                 node.query("m(X)")
