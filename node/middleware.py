@@ -169,8 +169,24 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     themselves (replication), public ones (health, OpenAPI, the app page) need none."""
     access = route_access(request)
     if access in ("read", "write"):
+        _token_given_once(request)
         check_token(request.app[CONFIG_KEY], access, _presented_token(request))
     return await handler(request)
+
+
+def _token_given_once(request: web.Request) -> None:
+    """Bad input (400) for a token given more than once: ``?access_token=`` twice (the
+    first was taken, so a right one after a wrong one was refused and the other way
+    round let through) or beside an ``Authorization`` header (whose token was taken and
+    the URL's ignored, right or wrong). As any other URL parameter given twice."""
+    given = len(request.query.getall("access_token", []))
+    if given > 1:
+        raise NodeInputError(f"access_token= is given {given} times: give it once")
+    if given and request.headers.get("Authorization"):
+        raise NodeInputError(
+            "the token is given twice, in the Authorization header and as access_token=:"
+            " give it once"
+        )
 
 
 # ------------------------------------------------------------ query parameters

@@ -755,3 +755,34 @@ def test_a_cli_token_the_running_node_refuses_says_so(tmp_path, node_factory, mo
     assert result.exit_code == 1, result.output
     [line] = result.output.splitlines()
     assert "refused this command's token" in line and "MERKLOG_API_TOKEN" in line, line
+
+
+def test_a_token_given_twice_is_bad_input(home: Path, node_factory) -> None:
+    """``?access_token=GOOD&access_token=wrong`` was let through (the first was taken) and
+    ``?access_token=wrong&access_token=GOOD`` refused 401; a wrong ``?access_token=``
+    beside a good ``Authorization`` header was ignored. A token given twice is now bad
+    input, 400, as any other URL parameter given twice."""
+    Cli(home)("init")
+    good = Cli(home)("token").output.strip()
+    node = node_factory(home).start()
+    try:
+        for query, header in (
+            (f"access_token={good}&access_token=wrong", None),
+            (f"access_token=wrong&access_token={good}", None),
+            ("access_token=wrong", good),
+            (f"access_token={good}", good),
+        ):
+            req = urllib.request.Request(f"{node.url}/v1/facts?{query}")
+            if header is not None:
+                req.add_header("Authorization", f"Bearer {header}")
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    status, body = resp.status, json.load(resp)
+            except urllib.error.HTTPError as exc:
+                status, body = exc.code, json.load(exc)
+            assert status == 400, (query, header, status, body)
+            assert body["error"] == "bad input" and "give it once" in body["detail"], body
+        with urllib.request.urlopen(f"{node.url}/v1/facts?access_token={good}") as resp:
+            assert resp.status == 200  # given once, as the checklist's EventSource gives it
+    finally:
+        node.stop()
