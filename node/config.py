@@ -368,7 +368,7 @@ class Config:
         _refuse_unknown_env(env)
         for section, values in DEFAULTS.items():
             for name in values:
-                var = f"MERKLOG_{section.upper()}_{name.upper()}"
+                var = env_var(f"{section}.{name}")
                 if var in env:
                     _set(cfg, f"{section}.{name}", _parse_literal(env[var]), var)
         for key, value in (overrides or {}).items():
@@ -449,6 +449,21 @@ def _not_publishing_the_home(config: Config, path: Path) -> Path:
 TOKENS = ("api.token", "api.read_token")
 
 
+def env_var(key: str) -> str:
+    """The environment variable of option ``key``: ``MERKLOG_SECTION_NAME``."""
+    section, _, name = key.partition(".")
+    return f"MERKLOG_{section.upper()}_{name.upper()}"
+
+
+def generated_tokens(env: Mapping[str, str] | None = None) -> list[str]:
+    """The tokens an init generates when they are empty: those the environment does not
+    set. An empty ``MERKLOG_API_TOKEN=`` outlives the init and empties the token for
+    every later command, so it is refused before anything is made (a first
+    ``merklog.open`` made the whole home, then refused to open it)."""
+    env = os.environ if env is None else env
+    return [key for key in TOKENS if env_var(key) not in env]
+
+
 def check_tokens(config: Config, generated: Collection[str] = ()) -> None:
     """ConfigError naming the option unless a home's API tokens can be used: neither is
     empty (nobody could authenticate: ``merklog token`` printed an empty line), neither
@@ -460,6 +475,12 @@ def check_tokens(config: Config, generated: Collection[str] = ()) -> None:
     for key in TOKENS:
         value = config.get(key)
         if not value.strip() and not (key in generated and not value):
+            var = env_var(key)
+            if var in os.environ and not os.environ[var].strip():  # init cannot mend it
+                raise ConfigError(
+                    f"{var} is set and empty, so {key} is empty and no client could"
+                    f" authenticate: unset {var}, or set it to a token"
+                )
             raise ConfigError(
                 f"{key} is empty, so no client could authenticate: set one, or run"
                 " `merklog init`, which generates one in place of an empty one"

@@ -48,7 +48,7 @@ from . import (
     writes,
 )
 from . import dataset as dataset_mod
-from .config import TOKENS, Config, check_tokens, peer_name_problem
+from .config import Config, check_tokens, generated_tokens, peer_name_problem
 from .epoch import TICK_REL, EpochDriver, Sink
 from .errors import NodeInputError, NotSettled
 from .failures import ProgramFailing
@@ -191,7 +191,9 @@ class Node:
         home = Path(home).expanduser()
         settings = {k.replace("__", "."): v for k, v in overrides.items()}
         # a bad option (or token) fails before anything is created
-        check_tokens(Config.load(None, settings), [k for k in TOKENS if k not in settings])
+        check_tokens(
+            Config.load(None, settings), [k for k in generated_tokens() if k not in settings]
+        )
         if home.exists() and not home.is_dir():
             raise NodeInputError(f"{home} is not a directory (a merklog home is one)")
         existed = home.exists()  # before the lock makes it

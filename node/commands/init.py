@@ -76,7 +76,7 @@ def register(cli: click.Group) -> None:
         removed again. `--join URL` on a home that already follows a dataset refuses
         unless `--force` is given (the home's facts would no longer be visible).
         """
-        from merklog.node.config import TOKENS, Config, check_static_dir, check_tokens
+        from merklog.node.config import Config, check_static_dir, check_tokens, generated_tokens
         from merklog.node.dataset import genesis_from_ipfs
         from merklog.node.homeinit import (
             Join,
@@ -107,7 +107,7 @@ def register(cli: click.Group) -> None:
         # (IPFS daemon down) fail before anything exists.
         wanted = Config.load(state.home, overrides)
         refuse_memory_store(wanted, overrides)
-        check_tokens(wanted, generated=TOKENS)  # an empty one is generated below
+        check_tokens(wanted, generated_tokens())  # an empty one is generated below
         check_static_dir(wanted)  # one that would publish the home: every node run refuses it
         check_store(wanted)
         current = (

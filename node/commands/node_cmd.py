@@ -50,7 +50,7 @@ def register(cli: click.Group) -> None:
         from contextlib import nullcontext
 
         from merklog.node.cliutil import load_bar
-        from merklog.node.config import Config
+        from merklog.node.config import CONFIG_FILE, Config, check_tokens, generated_tokens
         from merklog.node.config import static_dir as checked_static_dir
         from merklog.node.files import read_text_file
         from merklog.node.handlers import body_worker
@@ -76,7 +76,10 @@ def register(cli: click.Group) -> None:
                     overrides[key] = value
             # The memory store would serve a dataset that dies with the node: refused
             # before --init makes a home (load_config below refuses it too).
-            refuse_memory_store(Config.load(state.home, overrides), overrides)
+            wanted = Config.load(state.home, overrides)
+            refuse_memory_store(wanted, overrides)
+            if do_init and not (state.home / CONFIG_FILE).exists():  # refused before it is made
+                check_tokens(wanted, generated_tokens())
             existed = state.home.exists()  # before the lock makes it
             try:
                 lock = HomeLock.acquire_for_node(state.home)

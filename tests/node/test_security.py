@@ -59,6 +59,42 @@ def test_token_command_prints_the_tokens(home: Path) -> None:
     assert api["anonymous_reads"] is False
 
 
+def test_an_empty_token_in_the_environment_is_refused_before_a_home_is_made(
+    tmp_path: Path,
+) -> None:
+    """``MERKLOG_API_TOKEN=`` (set and empty): a first ``merklog.open`` and ``node run
+    --init`` made the whole home (tokens, key, store), then refused to open it; ``init``
+    made it and every later command refused it. Each now refuses before anything is
+    made, naming the variable."""
+    import subprocess
+    import sys
+
+    for var, command in (
+        ("MERKLOG_API_TOKEN", ["init"]),
+        ("MERKLOG_API_READ_TOKEN", ["node", "run", "--init", "--port", "0"]),
+        ("MERKLOG_API_TOKEN", None),  # merklog.open
+    ):
+        home = tmp_path / f"h-{var}-{command is None}"
+        env = {**os.environ, var: ""}
+        if command is None:
+            script = f"import merklog\nmerklog.open({str(home)!r})\n"
+            done = subprocess.run(
+                [sys.executable, "-c", script], env=env, capture_output=True, text=True
+            )
+            assert "ConfigError" in done.stderr and f"{var} is set and empty" in done.stderr
+        else:
+            done = subprocess.run(
+                [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *command],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 2, done.stderr
+            assert done.stderr.startswith(f"Error: {var} is set and empty"), done.stderr
+        assert not home.exists(), (var, command)
+
+
 def test_an_empty_or_shared_token_is_refused_naming_the_option(home: Path, tmp_path: Path) -> None:
     """``token = ""`` and ``read_token = ""`` in config.toml: ``merklog token`` printed an
     empty line (exit 0) and the node started though nobody could authenticate; ``--set
