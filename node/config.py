@@ -233,7 +233,10 @@ def is_host(value: str) -> bool:
     except ValueError:
         pass
     name = value.removesuffix(".")
-    return 0 < len(name) <= 253 and all(_HOST_LABEL.fullmatch(part) for part in name.split("."))
+    labels = name.split(".")
+    if labels[-1].isdigit():  # 256.1.1.1, 1.2.3.4.5: no host name ends in a number (RFC 3696)
+        return False
+    return 0 < len(name) <= 253 and all(_HOST_LABEL.fullmatch(part) for part in labels)
 
 
 def cors_origins(value: str, where: str = "the configuration") -> frozenset[str]:
@@ -284,6 +287,10 @@ def _refuse_unknown_env(env: Mapping[str, str]) -> None:
     for var in sorted(env):
         for section, values in DEFAULTS.items():
             prefix = f"MERKLOG_{section.upper()}_"
+            if var.upper().startswith(prefix) and var != var.upper():  # MERKLOG_NODE_port
+                raise ConfigError(
+                    f"{var}: merklog's environment variables are upper case ({var.upper()})"
+                )
             if not var.startswith(prefix) or var in _NOT_SETTINGS:
                 continue
             name = var[len(prefix) :].lower()

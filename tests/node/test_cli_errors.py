@@ -928,6 +928,8 @@ def test_a_misspelt_setting_in_the_environment_is_refused_like_an_unknown_set_ke
     assert done.returncode == 0, done.stderr
     assert "port = 7499" in (home / "config.toml").read_text()
     assert_fails(run("status", MERKLOG_SYNC_INTERVALL="5"), ExitCode.BAD_INPUT, "'sync.intervall'")
+    # the case of a name: MERKLOG_NODE_port was ignored as no variable merklog reads
+    assert_fails(run("status", MERKLOG_NODE_port="5"), ExitCode.BAD_INPUT, "(MERKLOG_NODE_PORT)")
 
 
 def test_a_command_stopped_by_sigterm_says_so_on_one_line(tmp_path: Path) -> None:

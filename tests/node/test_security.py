@@ -518,6 +518,10 @@ def test_init_refuses_what_node_run_would_refuse(tmp_path: Path) -> None:
         result = run(*args, ok=False)
         assert (result.exit_code, result.output.strip()) == (2, bad_host), args
         assert not home.exists()
+    for host in ("256.1.1.1", "1.2.3.4.5"):  # no address, and no name ends in a number
+        result = run("init", "--host", host, ok=False)
+        assert result.exit_code == 2 and "is not a host name or IP address" in result.output
+        assert not home.exists()
     for host in ("0.0.0.0", "::1", "localhost", "node.example", "no-such-host.invalid"):
         result = Cli(tmp_path / host.replace(":", "_"))("init", "--host", host)
         assert result.exit_code == 0  # syntax only: no name is looked up
