@@ -9,6 +9,7 @@ as TOML literals when they look like one (numbers, booleans), else taken as stri
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -227,11 +228,9 @@ def is_host(value: str) -> bool:
     known")."""
     import ipaddress
 
-    try:
+    with contextlib.suppress(ValueError):
         ipaddress.ip_address(value)
         return True
-    except ValueError:
-        pass
     name = value.removesuffix(".")
     labels = name.split(".")
     if labels[-1].isdigit():  # 256.1.1.1, 1.2.3.4.5: no host name ends in a number (RFC 3696)
