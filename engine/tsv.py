@@ -53,6 +53,7 @@ from .arrowbuf import to_numpy as _to_numpy
 from .errors import FactFileError, FieldError
 from .lexer import NONZERO_MANTISSA_TEXT, float_in_range
 from .outcols import float_text
+from .pos import pos_at
 from .values import Bool
 
 Row = tuple[Any, ...]
@@ -198,11 +199,10 @@ def _decode(path: Path, data: bytes) -> None:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        at = pos_at(data, err.start)
         byte = f"byte 0x{data[err.start]:02x}"
         raise _error(
-            path, line, col, f"not UTF-8 text ({byte})", "save the file as UTF-8"
+            path, at.line, at.col, f"not UTF-8 text ({byte})", "save the file as UTF-8"
         ) from None
 
 

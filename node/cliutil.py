@@ -160,12 +160,12 @@ def _check_utf8(args: str) -> None:
 
     found = first_non_utf8(args)
     if found is not None:
+        from merklog.engine.pos import pos_at
+
         from .errors import NodeInputError
 
         at, byte = found
-        line = args.count("\n", 0, at) + 1
-        col = at - (args.rfind("\n", 0, at) + 1) + 1
-        raise NodeInputError(f"{line}:{col}: not UTF-8 text ({byte}); give facts as UTF-8")
+        raise NodeInputError(f"{pos_at(args, at)}: not UTF-8 text ({byte}); give facts as UTF-8")
 
 
 def _with_period(arg: str) -> str:

@@ -168,11 +168,11 @@ def decode_utf8(data: bytes, name: str | Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        from merklog.engine.pos import pos_at
+
         from .errors import NodeInputError  # bad input: exit 2, HTTP 400
 
-        line = data.count(b"\n", 0, exc.start) + 1
-        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise NodeInputError(
-            f"{name}:{line}:{col}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the"
+            f"{name}:{pos_at(data, exc.start)}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the"
             " file as UTF-8"
         ) from None

@@ -379,6 +379,19 @@ def test_fact_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in run.stderr
 
 
+def test_a_bad_byte_in_a_fact_file_is_at_its_character_column(tmp_path: Path) -> None:
+    """After a two-byte ``é`` the column of a bad byte was counted in bytes (4), where
+    every other column of a fact file counts characters (3)."""
+    prog = write(tmp_path / "p.dl", "q(X) :- p(X, _).\n")
+    (tmp_path / "facts").mkdir()
+    (tmp_path / "facts" / "p.facts").write_bytes("é\tok\né\t".encode() + b"\xff\n")
+    run = run_eval(str(prog), "--facts", str(tmp_path / "facts"), "--out", str(tmp_path / "o"))
+    assert run.returncode == 1
+    assert run.stderr.startswith(
+        f"{tmp_path / 'facts' / 'p.facts'}:2:3: not UTF-8 text (byte 0xff)\n"
+    ), run.stderr
+
+
 def test_output_option_writes_only_the_named_relations(tmp_path: Path) -> None:
     prog = write(tmp_path / "p.dl", TC + "lone(X) :- edge(X, _), !path(_, X).\n")
     write(tmp_path / "facts" / "edge.facts", "1\t2\n2\t3\n")

@@ -322,6 +322,24 @@ def test_facts_that_are_not_utf8_are_named_by_place_stopped_or_running(
     assert "ok(1)" not in Cli(home)("ls").output
 
 
+def test_a_bad_byte_after_wide_characters_is_at_the_lexers_column(tmp_path: Path) -> None:
+    """The column of a byte that is not UTF-8 was counted in bytes, every other column
+    (the lexer's) in characters: after an ``é`` (two bytes) the bad byte was said one
+    column further right than a syntax error at the same place."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    bad_byte = tmp_path / "byte.dl"
+    bad_byte.write_bytes('s("é", '.encode() + b"\xff).\n")
+    bad_syntax = tmp_path / "syntax.dl"
+    bad_syntax.write_text('s("é", @).\n', encoding="utf-8")
+    assert_fails(
+        merklog(home, "put", "-f", str(bad_syntax)), ExitCode.BAD_INPUT, f"{bad_syntax}:1:8:"
+    )
+    fails_on_one_line(
+        merklog(home, "put", "-f", str(bad_byte)), ExitCode.BAD_INPUT, f"{bad_byte}:1:8:", "0xff"
+    )
+
+
 def test_a_bad_cid_is_said_once_and_eval_help_names_bools(tmp_path: Path, node_factory) -> None:
     """``get notacid`` said "not a CID: 'notacid' (not a CID: 'notacid')", and the HTTP
     answer for ``{"/": "notacid"}`` repeated itself too; ``eval --help`` left bools out of
