@@ -4,7 +4,9 @@ An export holds the dataset's genesis block first, then every delta with its fac
 blocks in clock order, rooted at the heads. ``restore`` creates a fresh home that
 follows the genesis found in the CAR (all or nothing, like ``init``), optionally
 with the node key saved next to the backup (``identity.pem`` is a secret and is
-not part of the CAR), then verifies and applies every block in one transaction.
+not part of the CAR), then verifies and applies every block in one transaction. A
+backup whose blocks do not reach the heads it names as its roots (a copy cut short
+between two blocks, which reads as a valid, shorter CAR) is refused, and nothing is left.
 
 The node that applies the blocks comes from the caller (``open_node``, the CLI passes
 :class:`~.node.Node`): the node facade delegates its CAR work to :mod:`.carfiles`, and
@@ -32,24 +34,40 @@ class Restoring(Protocol):
     """The node a restore applies the backup to (a :class:`~.node.Node`)."""
 
     def import_car(self, path: Path) -> dict[str, int]: ...
+    def heads(self) -> list[Link]: ...
     def status(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
 
-def read_genesis(car: Path) -> tuple[Link, bytes]:
-    """The dataset genesis block of an exported CAR (its first ``kind: dataset`` block)."""
+def read_genesis(car: Path) -> tuple[Link, bytes, list[Link]]:
+    """The dataset genesis block of an exported CAR (its first ``kind: dataset`` block)
+    and the CAR's roots: the heads of the home it was exported from."""
     from merklog.replication.blocks import parse_genesis
     from merklog.store import decode
 
     from .carfiles import read_input_car
 
     with open(car, "rb") as src:
-        _roots, blocks = read_input_car(src, car)
+        roots, blocks = read_input_car(src, car)
         for cid, data in blocks:
             obj = decode(data)
             if isinstance(obj, dict) and obj.get("kind") == "dataset":
-                return cid, parse_genesis(cid, data).data
+                return cid, parse_genesis(cid, data).data, roots
     raise Failure(f"{car} holds no dataset genesis block: not a merklog export", ExitCode.BAD_INPUT)
+
+
+def _require_whole(car: Path, roots: list[Link], heads: list[Link]) -> None:
+    """Refuse (bad input) a backup whose import did not reach the heads it was exported
+    at: a copy cut short exactly between two blocks reads as a valid, shorter CAR, and
+    restored an older state of the dataset with exit 0 (a cut inside a block is a CAR
+    fault already)."""
+    missing = set(roots) - set(heads)
+    if missing:
+        raise Failure(
+            f"{car} is incomplete: {len(missing)} of the {len(roots)} head(s) it was"
+            " exported at are not in it (a copy cut short?); nothing was restored",
+            ExitCode.BAD_INPUT,
+        )
 
 
 def restore(
@@ -75,7 +93,7 @@ def restore(
         )
     if identity is not None:
         _check_identity(identity)
-    dataset, genesis = read_genesis(car)
+    dataset, genesis, roots = read_genesis(car)
     existed = home.exists()
     lock = HomeLock.acquire(home)
     if unfinished:
@@ -96,6 +114,7 @@ def restore(
         node = open_node(cfg, lock)
         try:
             result = {**node.import_car(car), "facts": node.status()["facts"]}
+            _require_whole(car, roots, node.heads())
             (home / RESTORE_MARKER).unlink()
         finally:
             node.close()

@@ -353,3 +353,35 @@ def test_restore_counts_the_visible_facts_as_status_does(tmp_path: Path) -> None
     visible = json.loads(b("status", "--json").output)["facts"]
     assert visible == 2 == len(_facts(b))
     assert out.strip().endswith(f"accepted 2, duplicates 0, facts {visible} visible"), out
+
+
+def test_a_backup_cut_short_between_two_blocks_restores_nothing(tmp_path: Path) -> None:
+    """A CAR cut exactly at a section boundary is a valid, shorter CAR: restore took it
+    with exit 0 and an older state of the dataset (1 fact of 5), and fsck said ok. Its
+    roots name the heads it was exported at; the restore now refuses it (exit 2) and
+    leaves no home."""
+    from merklog.store.car import car_header, car_section, read_car
+
+    a = Cli(tmp_path / "a")
+    a("init")
+    for i in range(5):
+        a("put", f"n({i}).")
+    backup = tmp_path / "backup.car"
+    a("export", str(backup))
+    data = backup.read_bytes()
+    with open(backup, "rb") as src:
+        roots, blocks = read_car(src)
+        sections = [car_section(cid, block) for cid, block in blocks]
+    assert len(sections) > 3 and roots
+    assert data == car_header(roots) + b"".join(sections)
+    cut = len(car_header(roots)) + sum(map(len, sections[:3]))  # header + 3 whole sections
+    short = tmp_path / "short.car"
+    short.write_bytes(data[:cut])
+    z = Cli(tmp_path / "z")
+    refused = z("restore", str(short), ok=False)
+    assert refused.exit_code == 2, refused.output
+    assert f"Error: {short} is incomplete:" in refused.output
+    assert "nothing was restored" in refused.output and "Traceback" not in refused.output
+    assert not (tmp_path / "z").exists()
+    whole = Cli(tmp_path / "w")
+    assert "facts 5 visible" in whole("restore", str(backup)).output
