@@ -33,8 +33,13 @@ def open_replica(
     on_new: Callable[[list[Fact]], None] | None = None,
 ) -> Replica:
     """The dataset's replica, telling ``on_change(fact, weight)`` every visible change
-    (``on_new(facts)`` the new facts of a bulk local write, each +1, at once)."""
-    replica = Replica.open(store_conn(store), store, identity, dataset)
+    (``on_new(facts)`` the new facts of a bulk local write, each +1, at once).
+
+    The home was made with the dataset's genesis block in its store, so a store without
+    it is damaged: :class:`BlockNotFound` (exit 5, ``fsck --repair-from`` fetches it
+    again), where the replica's "genesis block … is not known" read as a wrong dataset."""
+    genesis = store.get(dataset)
+    replica = Replica.open(store_conn(store), store, identity, dataset, genesis)
     replica.subscribe(lambda weight, fact, _cid: on_change(fact, weight), on_new)
     return replica
 

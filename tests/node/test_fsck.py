@@ -155,3 +155,31 @@ def test_repair_from_a_silent_peer_gives_up_after_sync_timeout(tmp_path: Path) -
     assert done.returncode == ExitCode.PEER_UNREACHABLE, (done.returncode, done.stderr)
     (line,) = [x for x in done.stderr.splitlines() if x.startswith("Error:")]
     assert url in line and "did not answer within 2" in line, line
+
+
+def test_a_missing_genesis_block_is_store_damage_that_fsck_repairs(
+    tmp_path: Path, node_factory
+) -> None:
+    """With its genesis block deleted, every command said "genesis block of dataset … is
+    not known" and exit 1, as if the home followed another dataset; a corrupted one
+    already said exit 5 and pointed at fsck. Both are store damage now, and fsck
+    --repair-from fetches the block again."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    a("put", "edge(1, 2).")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    b_key = json.loads(b("status", "--json").output)["key"]
+    a("peers", "add", "b", "http://127.0.0.1:9", "--key", b_key)  # lets b read from a
+    b("sync", na.url)
+    dataset = json.loads(b("status", "--json").output)["dataset"]
+    with sqlite3.connect(b.home / "store.sqlite") as db:
+        db.execute("DELETE FROM blocks WHERE cid = ?", (Link.parse(dataset).raw,))
+    for args in (("status",), ("ls",), ("query", "edge(X, Y)"), ("put", "edge(5, 6).")):
+        failed = b(*args, ok=False)
+        assert failed.exit_code == ExitCode.STORE_DAMAGED, (args, failed.output)
+        assert "is damaged" in failed.output and "fsck --repair-from" in failed.output
+        assert dataset in failed.output and "Traceback" not in failed.output
+    assert b("fsck", ok=False).exit_code == ExitCode.STORE_DAMAGED
+    assert "1 block repaired" in b("fsck", "--repair-from", na.url).output
+    assert b("ls").output.split("\t")[1].strip() == "edge(1, 2)"
