@@ -69,11 +69,20 @@ def require_writer(node: Any) -> None:
     origin = origin_url(node.config)
     synced = origin is not None and bool(node.replica.peer_heads(origin.rstrip("/")))
     failed = _last_sync_error(node, origin) if origin and not synced else None
-    hint = (
-        f"; it synced with {origin}, so the grant has not been made there yet"
-        if synced
-        else (f" and has not synced with {origin} yet" if origin else "")
-    ) + (f" (its last sync with it failed: {failed})" if failed else "")
+    if synced:
+        # Synced once means no grant had arrived by then; one made since arrives with the
+        # next sync (it said the grant "has not been made there yet", which sent users
+        # back to an owner who had granted it already).
+        raise NotAWriter(
+            f"this node cannot write yet: its key {key} is not a writer of dataset"
+            f" {node.dataset}: no grant to it had arrived by its last sync with {origin}."
+            " If the owner has granted it since, run `merklog sync` and write again;"
+            " otherwise ask the dataset owner to grant it (on the owner's home: `merklog"
+            " peers add NAME URL --writer`)."
+        )
+    hint = (f" and has not synced with {origin} yet" if origin else "") + (
+        f" (its last sync with it failed: {failed})" if failed else ""
+    )
     raise NotAWriter(
         f"this node cannot write yet: its key {key} is not a writer of dataset"
         f" {node.dataset}{hint}. Ask the dataset owner to grant it (on the owner's home:"

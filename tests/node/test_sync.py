@@ -367,3 +367,22 @@ def test_syncs_with_one_peer_at_once_take_turns_and_download_once(
     assert received[-1] > 100_000 and sum(received[:2]) < received[-1] // 10, received
     assert accepted[-1] >= 1 and accepted[:2] == [0, 0], accepted
     assert len(b("ls", "p").output.splitlines()) == 4000
+
+
+def test_a_grant_made_after_the_last_sync_is_said_to_come_with_the_next(
+    tmp_path: Path, node_factory
+) -> None:
+    """A home that synced before the owner granted it was told the grant "has not been
+    made there yet", which sent its user back to an owner who had made it. Now it says
+    no grant had arrived by its last sync, and that a sync brings one made since."""
+    a, b, na, nb = peered_pair(tmp_path, node_factory, writer=False)
+    b("sync", "a")
+    refused = b("put", "edge(1, 2).", ok=False)
+    assert refused.exit_code == 7, refused.output
+    said = refused.output.replace("\n", " ")
+    assert f"no grant to it had arrived by its last sync with {na.url}" in said, said
+    assert "has not been made" not in said
+    a("writers", "grant", "b")
+    b("sync", "a")
+    b("put", "edge(1, 2).")
+    assert _facts(b) == ["edge(1, 2)"]
