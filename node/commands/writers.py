@@ -23,17 +23,33 @@ def _key(state: State, key_or_peer: str) -> str:
     except ValueError:
         pass
     # A name that is not a peer is not found (exit 3), as in `sync NAME`; hex of the
-    # wrong length is a malformed key (exit 2).
-    hexlike = bool(key_or_peer) and all(c in "0123456789abcdefABCDEF" for c in key_or_peer)
+    # wrong length is a malformed key (exit 2). Short hex is a name: `C`, `cafe` or
+    # `deadbeef` are peer names a user may give (they said exit 2, "malformed"), while a
+    # key cut short is at least the 16 digits the CLI shows of a key.
+    keylike = len(key_or_peer) >= KEY_PREFIX_DIGITS and all(
+        c in "0123456789abcdefABCDEF" for c in key_or_peer
+    )
+    if keylike:
+        fail(
+            f"{key_or_peer!r} is no peer in [peers], and as a key it has"
+            f" {len(key_or_peer)} hex digits where a key has 64 (`merklog status` shows"
+            " a node's whole key)",
+            ExitCode.BAD_INPUT,
+        )
     from merklog.node.config import peer_name_problem
 
     problem = peer_name_problem(key_or_peer)
-    if problem is not None and not hexlike:  # too long for a peer name: bad input
+    if problem is not None:  # too long for a peer name: bad input
         fail(f"{problem}, and it is no 64-digit hex key", ExitCode.BAD_INPUT)
     fail(
         f"{key_or_peer!r} is neither a peer with a key in [peers] nor a 64-digit hex key",
-        ExitCode.BAD_INPUT if hexlike else ExitCode.NOT_FOUND,
+        ExitCode.NOT_FOUND,
     )
+
+
+#: Hex digits of a key the CLI shows (``granted 0123…``): a hex argument this long or
+#: longer is taken for a key, a shorter one for a peer name.
+KEY_PREFIX_DIGITS = 16
 
 
 def register(cli: click.Group) -> None:
