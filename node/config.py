@@ -162,6 +162,19 @@ def _parse_literal(text: str) -> Any:
         return text
 
 
+def _given_value(key: str, text: str) -> Any:
+    """The value of option ``key`` given as ``text`` by the environment or ``--set``: a
+    TOML literal when it looks like one, else the text. An API token is the text as
+    given (only a quoted TOML string loses its quotes): ``--set 'api.token= x'`` lost its
+    spaces, where the same token from the environment or config.toml is refused
+    (:func:`check_tokens`), and a token such as ``1e3`` or ``true`` became ``1000.0`` or
+    ``True``, which no client sends."""
+    if key not in TOKENS:
+        return _parse_literal(text)
+    quoted = _parse_literal(text)
+    return quoted if isinstance(quoted, str) and text.strip()[:1] in ("'", '"') else text
+
+
 def _check_peer(name: str, value: Any, where: str) -> None:
     """Raise ConfigError unless ``value`` is a peer entry as ``peers add`` writes it: a
     table with an http(s) ``url`` and, optionally, the peer's ``key`` (64 hex digits).
@@ -374,9 +387,10 @@ class Config:
         _refuse_unknown_env(env)
         for section, values in DEFAULTS.items():
             for name in values:
-                var = env_var(f"{section}.{name}")
+                key = f"{section}.{name}"
+                var = env_var(key)
                 if var in env:
-                    _set(cfg, f"{section}.{name}", _parse_literal(env[var]), var)
+                    _set(cfg, key, _given_value(key, env[var]), var)
         for key, value in (overrides or {}).items():
             if value is not None:
                 _set(cfg, key, value, overrides_from)
@@ -513,13 +527,16 @@ def render(data: dict[str, dict[str, Any]]) -> str:
 
 
 def parse_set(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """``("node.port=8000",)`` → ``{"node.port": 8000}``; ConfigError if malformed."""
+    """``("node.port=8000",)`` → ``{"node.port": 8000}``; ConfigError if malformed.
+    Spaces around a value are dropped, but not around a token's (:func:`_given_value`):
+    they are part of it, and refused as they are from the environment."""
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or "." not in key:
             raise ConfigError(f"--set expects section.key=value, got {pair!r}")
-        out[key.strip()] = _parse_literal(value.strip())
+        key = key.strip()
+        out[key] = _given_value(key, value if key in TOKENS else value.strip())
     return out
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,17 +127,20 @@ def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:
     )
 
 
-#: Options whose change init does not list: secrets (a generated token is said without
-#: its value) and the dataset (its own output line, "joined").
+#: Options whose change init does not list: the dataset (its own output line, "joined").
 _UNLISTED = {"dataset.id"}
-_SECRETS = {"api.token", "api.read_token"}
+#: Options whose change init lists without their values, each with the command that
+#: prints the value.
+_SECRETS = {"api.token": "merklog token --write", "api.read_token": "merklog token"}
 
 
-def changed_settings(before: Config, after: Config) -> list[str]:
+def changed_settings(before: Config, after: Config, given: Collection[str] = ()) -> list[str]:
     """What an init of an initialised home changed in its config.toml (``before`` and
     ``after`` read from the file alone): one ``KEY: OLD -> NEW`` per option, so the
     settings given to init (``--port``, ``--host``, ``--set``, the environment) are not
-    saved silently under "already initialised"."""
+    saved silently under "already initialised". A token is listed without its value:
+    as the one given, if ``given`` names it (``--set api.token=…``, ``MERKLOG_API_TOKEN``),
+    else as generated (init said it "generated a new one" of a token it was given)."""
     lines = []
     for section, values in DEFAULTS.items():
         for name in values:
@@ -145,7 +149,8 @@ def changed_settings(before: Config, after: Config) -> list[str]:
             if key in _UNLISTED or old == new:
                 continue
             if key in _SECRETS:
-                lines.append(f"{key}: generated a new one (`merklog token` prints it)")
+                how = "set to the one given" if key in given else "generated a new one"
+                lines.append(f"{key}: {how} (`{_SECRETS[key]}` prints it)")
             else:
                 lines.append(f"{key}: {_toml(old)} -> {_toml(new)}")
     return lines

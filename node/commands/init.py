@@ -76,7 +76,13 @@ def register(cli: click.Group) -> None:
         removed again. `--join URL` on a home that already follows a dataset refuses
         unless `--force` is given (the home's facts would no longer be visible).
         """
-        from merklog.node.config import Config, check_static_dir, check_tokens, generated_tokens
+        from merklog.node.config import (
+            TOKENS,
+            Config,
+            check_static_dir,
+            check_tokens,
+            generated_tokens,
+        )
         from merklog.node.dataset import genesis_from_ipfs
         from merklog.node.homeinit import (
             Join,
@@ -108,6 +114,7 @@ def register(cli: click.Group) -> None:
         wanted = Config.load(state.home, overrides)
         refuse_memory_store(wanted, overrides)
         check_tokens(wanted, generated_tokens())  # an empty one is generated below
+        given = {key for key in TOKENS if wanted.get(key)}  # the others are generated
         check_static_dir(wanted)  # one that would publish the home: every node run refuses it
         check_store(wanted)
         current = (
@@ -160,7 +167,7 @@ def register(cli: click.Group) -> None:
             verb = "joined"
         click.echo(f"{verb} {state.home}")
         if before is not None:  # what it changed in an initialised home, said
-            for change in changed_settings(before, Config.load(state.home, env={})):
+            for change in changed_settings(before, Config.load(state.home, env={}), given):
                 click.echo(f"  changed  {change}")
         click.echo(f"  config   {state.home / 'config.toml'}")
         click.echo(f"  key      {state.home / IDENTITY_FILE}")

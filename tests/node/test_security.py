@@ -147,6 +147,46 @@ def test_an_empty_or_shared_token_is_refused_naming_the_option(home: Path, tmp_p
         assert node.config.get("api.token") == ""
 
 
+def test_a_token_given_by_set_is_taken_as_written_and_said_as_given(
+    home: Path, monkeypatch
+) -> None:
+    """``--set 'api.token= x'`` lost its spaces (a ``--set`` value was stripped), where
+    the same token from ``MERKLOG_API_TOKEN`` or config.toml is refused; and ``init
+    --set api.token=T`` on an initialised home said it "generated a new one". A token
+    from ``--set`` is refused as from the environment (exit 2, the same line, nothing
+    made), one given is said as given, and ``1e3`` stays ``1e3`` (not ``1000.0``)."""
+    import tomllib
+
+    run = Cli(home)
+    spaced = (
+        "Error: {key} begins or ends with a space, which no Authorization header carries: remove it"
+    )
+    for key, value in (("api.token", " x"), ("api.read_token", "x "), ("api.token", "\tx")):
+        result = run("--set", f"{key}={value}", "init", ok=False)
+        assert (result.exit_code, result.output.strip()) == (2, spaced.format(key=key)), value
+        assert not home.exists()
+        monkeypatch.setenv(env_var := f"MERKLOG_{key.upper().replace('.', '_')}", value)
+        from_env = run("init", ok=False)
+        monkeypatch.delenv(env_var)
+        assert (from_env.exit_code, from_env.output) == (result.exit_code, result.output)
+    run("init")
+    result = run("--set", "api.token= x", "put", "a(1).", ok=False)  # every command
+    assert (result.exit_code, result.output.strip()) == (2, spaced.format(key="api.token"))
+    out = run("--set", "api.token=1e3", "init").output
+    assert "  changed  api.token: set to the one given (`merklog token --write` prints it)\n" in out
+    assert "generated" not in out and "1e3" not in out
+    monkeypatch.setenv("MERKLOG_API_READ_TOKEN", "true")
+    out = run("init").output
+    assert "  changed  api.read_token: set to the one given (`merklog token` prints it)\n" in out
+    monkeypatch.delenv("MERKLOG_API_READ_TOKEN")
+    api = tomllib.loads((home / "config.toml").read_text())["api"]
+    assert (api["token"], api["read_token"]) == ("1e3", "true")
+    config = (home / "config.toml").read_text()
+    (home / "config.toml").write_text(config.replace('token = "1e3"', 'token = ""'))
+    out = run("init").output  # an empty one is still generated, and said so
+    assert "  changed  api.token: generated a new one (`merklog token --write` prints it)\n" in out
+
+
 def test_an_older_world_readable_home_is_tightened(home: Path, loose_umask) -> None:
     run = Cli(home)
     run("init")
