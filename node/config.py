@@ -111,6 +111,25 @@ def peer_name_problem(name: str) -> str | None:
 #: Options whose value is a path relative to the home directory.
 _PATHS = {("store", "path"), ("node", "program"), ("node", "static_dir")}
 
+#: Path options whose relative value from the environment or ``--set`` names a place
+#: from the working directory of the command that reads it, as ``node run --static-dir
+#: DIR`` does (only one in config.toml is relative to the home). Resolved against the
+#: home, ``--set node.static_dir=app`` named HOME/app, which every command refused as
+#: publishing the home.
+_FROM_WORKING_DIR = frozenset({"node.static_dir"})
+
+
+def _from_working_dir(cfg: dict[str, dict[str, Any]], key: str) -> None:
+    """Make option ``key`` of ``cfg``, just given by the environment or an override,
+    absolute against the working directory if it is one of :data:`_FROM_WORKING_DIR`
+    and relative (``init`` then saves it absolute in config.toml)."""
+    if key not in _FROM_WORKING_DIR:
+        return
+    section, _, name = key.partition(".")
+    value = cfg[section][name]
+    if value and not Path(value).expanduser().is_absolute():
+        cfg[section][name] = os.path.abspath(Path(value).expanduser())
+
 
 class ConfigError(NodeError, ValueError):
     """A configuration file or override is invalid."""
@@ -391,9 +410,11 @@ class Config:
                 var = env_var(key)
                 if var in env:
                     _set(cfg, key, _given_value(key, env[var]), var)
+                    _from_working_dir(cfg, key)
         for key, value in (overrides or {}).items():
             if value is not None:
                 _set(cfg, key, value, overrides_from)
+                _from_working_dir(cfg, key)
         return cls(home, cfg)
 
     def get(self, key: str) -> Any:
@@ -401,7 +422,9 @@ class Config:
         return self.data[section][name]
 
     def path(self, key: str) -> Path | None:
-        """An option holding a path, resolved against the home directory ("" → None)."""
+        """An option holding a path, resolved against the home directory ("" → None).
+        A relative ``node.static_dir`` from the environment or an override is already
+        absolute here (:func:`_from_working_dir`)."""
         value = self.get(key)
         if not value:
             return None

@@ -573,6 +573,40 @@ def test_init_refuses_what_node_run_would_refuse(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "node.static_dir" in result.output and "not there" in result.output
 
 
+def test_a_relative_static_dir_from_set_or_the_environment_is_the_working_directorys(
+    tmp_path: Path, node_factory, monkeypatch
+) -> None:
+    """``--set node.static_dir=app`` and ``MERKLOG_NODE_STATIC_DIR=app`` were resolved
+    against the home, so a relative folder always named HOME/app and was refused as
+    publishing the home (init, exit 2) or as not there (node run), while ``node run
+    --static-dir app`` took ./app. Now a relative one from ``--set`` or the environment
+    is the working directory's too: init saves it absolute, and node run serves it."""
+    import tomllib
+
+    work = tmp_path / "work"
+    (work / "app").mkdir(parents=True)
+    (work / "app" / "index.html").write_text("<p>app</p>")
+    monkeypatch.chdir(work)
+    by_set, by_env, served = (tmp_path / name for name in ("set", "env", "served"))
+    Cli(by_set)("--set", "node.static_dir=app", "init")
+    monkeypatch.setenv("MERKLOG_NODE_STATIC_DIR", "app")
+    Cli(by_env)("init")
+    for home in (by_set, by_env):
+        node = tomllib.loads((home / "config.toml").read_text())["node"]
+        assert node["static_dir"] == str(work / "app"), home
+    monkeypatch.delenv("MERKLOG_NODE_STATIC_DIR")
+    Cli(served)("init")
+    node = node_factory(served, env={"MERKLOG_NODE_STATIC_DIR": "app"}).start()
+    with urllib.request.urlopen(node.url + "/", timeout=30) as resp:
+        assert resp.status == 200 and resp.read() == b"<p>app</p>"
+    node.stop()
+    # relative to the working directory, a folder in the home is still refused
+    monkeypatch.chdir(tmp_path)
+    result = Cli(served)("--set", "node.static_dir=served/www", "init", ok=False)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"Error: node.static_dir {served / 'www'} would publish")
+
+
 def test_writer_revocation_from_cli_and_http(tmp_path: Path, node_factory) -> None:
     a, b, na, nb = peered_pair(tmp_path, node_factory, writer=False)
     assert "granted" in a("writers", "grant", "b").output
