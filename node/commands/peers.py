@@ -54,6 +54,22 @@ def _key_from_status(url: str, info: object, dataset: object) -> str:
     return key
 
 
+def _sent(exc: ValueError) -> str:
+    """What a peer sent that is not JSON, from the decoder's ``exc``: a short excerpt on
+    one line (an HTML page without its tags), as ``sync`` quotes a peer's answer
+    (:func:`~merklog.store.errors.one_line`). Only the decoder's report was said
+    ("Expecting value: line 1 column 1 (char 0)"), which told nothing of the peer."""
+    from merklog.store.errors import one_line
+
+    if isinstance(exc, UnicodeDecodeError):  # bytes that are not UTF-8
+        sent = exc.object.decode("utf-8", "replace")
+    else:
+        sent = getattr(exc, "doc", None)  # json.JSONDecodeError: the text it decoded
+    if not isinstance(sent, str) or not sent.strip():
+        return one_line(str(exc), 80)
+    return f"it sent: {one_line(sent, 100, markup=True)}"
+
+
 def register(cli: click.Group) -> None:
     @cli.group("peers")
     def peers() -> None:
@@ -96,7 +112,6 @@ def register(cli: click.Group) -> None:
         from merklog.node.config import peer_name_problem
         from merklog.node.failures import ExitCode
         from merklog.replication.errors import PLAIN_HTTP_HINT, cannot_reach, handshake_failed
-        from merklog.store.errors import one_line
 
         problem = peer_name_problem(name)
         if problem is not None:
@@ -113,7 +128,7 @@ def register(cli: click.Group) -> None:
             except ValueError as exc:  # 200, but not JSON (an HTML page, a cut answer)
                 fail(
                     f"peer error: {url}: its answer to GET /v1/status is not JSON"
-                    f" ({one_line(str(exc), 80)}); pass --key HEX to add it offline"
+                    f" ({_sent(exc)}); pass --key HEX to add it offline"
                 )
             except NodeAPIError as exc:
                 # the peer's answer, not this node's: unreachable is exit 4, any answer

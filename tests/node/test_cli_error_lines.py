@@ -623,3 +623,33 @@ def test_peers_add_of_a_peer_answering_a_strange_status_is_a_peer_error(tmp_path
     finally:
         peer.close()
     assert Cli(home)("peers", "list").output.strip() == ""
+
+
+def test_peers_add_of_a_peer_answering_a_page_quotes_an_excerpt_of_it(tmp_path: Path) -> None:
+    """QA: ``peers add`` of a peer answering 200 with a page that is not JSON said only
+    the decoder's report (``is not JSON (Expecting value: line 1 column 1 (char 0))``),
+    not what the peer sent, which docs/operations.md promises as ``sync`` does it: a
+    short excerpt on the one line, an HTML page without its tags."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    peer = _Junk("json")
+    page = b"<html><head><title>Welcome to nginx!</title></head>\n<body><h1>Welcome to"
+    page += b" nginx!</h1>\n" + b"<p>If you see this page, the web server works.</p>\n" * 40
+    cases = {
+        page + b"</body></html>": "(it sent: Welcome to nginx! If you see this page, the web",
+        b'{"dataset": "': '(it sent: {"dataset": ")',
+        b"<p>caf\xe9</p>": "(it sent: caf\ufffd)",  # not UTF-8 either
+    }
+    try:
+        for body, says in cases.items():
+            peer.body = body
+            line = fails_on_one_line(
+                merklog(home, "peers", "add", "x", peer.url),
+                ExitCode.FAILED,
+                f"peer error: {peer.url}: its answer to GET /v1/status is not JSON {says}",
+                "; pass --key HEX to add it offline",
+            )
+            assert "Expecting" not in line and "<" not in line and len(line) < 300, line
+    finally:
+        peer.close()
+    assert Cli(home)("peers", "list").output.strip() == ""
