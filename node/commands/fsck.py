@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from merklog.node.cli import State, pass_state
+from merklog.node.clipath import PEER
 
 
 @contextmanager
@@ -74,6 +75,7 @@ def register(cli: click.Group) -> None:
     @click.option(
         "--repair-from",
         metavar="URL|PEER",
+        type=PEER,
         default=None,
         help="Fetch missing or corrupted blocks from this peer (a URL or a name in [peers]).",
     )

@@ -902,6 +902,22 @@ def test_an_empty_path_argument_is_refused_not_taken_for_the_working_directory(
         assert list(work.iterdir()) == [], args
 
 
+def test_an_empty_peer_is_a_bad_argument_not_an_unknown_peer(ready: Path) -> None:
+    """QA: ``fsck --repair-from ''`` (an unset shell variable) looked the empty name up in
+    ``[peers]`` and said ``unknown peer ''``, exit 3 (not found), where every other empty
+    argument is a usage error. It is one now: one line naming the option, exit 2."""
+    for value in ("", " "):
+        done = merklog(ready, "fsck", "--repair-from", value)
+        line = assert_fails(done, ExitCode.BAD_INPUT, "'--repair-from'", "is empty")
+        assert done.stderr.strip() == line
+        assert line == (
+            "Error: Invalid value for '--repair-from': is empty: name a peer of [peers] or"
+            " give http://HOST:PORT (see `merklog fsck --help`)"
+        )
+    done = merklog(ready, "fsck", "--repair-from", "nope")  # a name it lacks: still not found
+    assert_fails(done, ExitCode.NOT_FOUND, "unknown peer 'nope'")
+
+
 def test_a_misspelt_setting_in_the_environment_is_refused_like_an_unknown_set_key(
     tmp_path: Path,
 ) -> None:
