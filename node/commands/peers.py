@@ -7,6 +7,7 @@ import json
 import click
 
 from merklog.node.cli import State, pass_state
+from merklog.node.clipath import PEER
 
 
 def _config(state: State):
@@ -208,7 +209,7 @@ def register(cli: click.Group) -> None:
             click.echo(f"{name}\t{peer.get('url')}\t{peer.get('key', '')}")
 
     @peers.command("remove")
-    @click.argument("name")
+    @click.argument("name", type=PEER)
     @pass_state
     def remove(state: State, name: str) -> None:
         """Forget peer NAME, and the sync history of its URL unless another peer has it;

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from merklog.node.cli import State, pass_state
+from merklog.node.clipath import PEER
 
 
 def register(cli: click.Group) -> None:
     @cli.command("sync")
-    @click.argument("peer")
+    @click.argument("peer", type=PEER)
     @pass_state
     def sync(state: State, peer: str) -> None:
         """Exchange missing deltas with PEER (a name from `peers list` or http://HOST:PORT)."""

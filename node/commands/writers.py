@@ -5,6 +5,10 @@ from __future__ import annotations
 import click
 
 from merklog.node.cli import State, pass_state
+from merklog.node.clipath import GivenText
+
+#: What KEY_OR_PEER asks for when it is empty.
+_KEY_OR_PEER = GivenText("name a peer of [peers] or give its 64-digit hex key")
 
 
 def _key(state: State, key_or_peer: str) -> str:
@@ -58,7 +62,7 @@ def register(cli: click.Group) -> None:
         """Grant or revoke write access to this dataset (the owner's node only)."""
 
     @writers.command("grant")
-    @click.argument("key_or_peer")
+    @click.argument("key_or_peer", type=_KEY_OR_PEER)
     @pass_state
     def grant(state: State, key_or_peer: str) -> None:
         """Let KEY_OR_PEER (hex public key or peer name) write; a signed delta that syncs."""
@@ -73,7 +77,7 @@ def register(cli: click.Group) -> None:
             click.echo(f"granted {key[:16]}… (delta {_delta(delta)})")
 
     @writers.command("revoke")
-    @click.argument("key_or_peer")
+    @click.argument("key_or_peer", type=_KEY_OR_PEER)
     @pass_state
     def revoke(state: State, key_or_peer: str) -> None:
         """Stop KEY_OR_PEER from writing. Its earlier deltas stay; peers refuse its deltas

@@ -916,6 +916,16 @@ def test_an_empty_peer_is_a_bad_argument_not_an_unknown_peer(ready: Path) -> Non
         )
     done = merklog(ready, "fsck", "--repair-from", "nope")  # a name it lacks: still not found
     assert_fails(done, ExitCode.NOT_FOUND, "unknown peer 'nope'")
+    # the other commands that look a peer up by name said the same of '' (exit 3)
+    for args, name in (
+        (("sync", ""), "'PEER'"),
+        (("peers", "remove", " "), "'NAME'"),
+        (("writers", "grant", ""), "'KEY_OR_PEER'"),
+        (("writers", "revoke", ""), "'KEY_OR_PEER'"),
+    ):
+        done = merklog(ready, *args)
+        line = assert_fails(done, ExitCode.BAD_INPUT, name, "is empty: name a peer of [peers]")
+        assert done.stderr.strip() == line
 
 
 def test_a_misspelt_setting_in_the_environment_is_refused_like_an_unknown_set_key(
