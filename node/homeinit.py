@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from .config import DEFAULTS, ORIGIN, Config, new_token, require_dataset
 from .failures import ExitCode, Failure
 from .files import IDENTITY_FILE as IDENTITY_FILE  # re-exported: callers look here
 from .files import private_dir
+from .runtime import LOCK_FILE
 from .storecheck import check_store_file, load_key
 
 
@@ -53,7 +55,9 @@ def init_home(
     private_dir(home)
     created = not (home / "config.toml").exists()
     cfg = Config.load(home, overrides)
-    if not created:
+    if created:
+        refuse_unusable_store(cfg)
+    else:
         refuse_damaged_home(cfg)
     identity = (
         load_key(home)  # a damaged one is refused (exit 5), not used or replaced
@@ -89,6 +93,23 @@ def refuse_damaged_home(cfg: Config) -> None:
     store = cfg.path("store.path") if cfg.get("store.backend") == "sqlite" else None
     if store is not None and store.exists():
         require_dataset(cfg)  # the store holds a dataset the config no longer names
+
+
+def refuse_unusable_store(cfg: Config) -> None:
+    """Refuse (exit 5, as every command refuses an unusable store) to make a new home
+    (no config.toml yet) where its SQLite store path already holds something no store
+    can be made in: a directory, or a file that is not SQLite. ``init`` said ``PATH: Is
+    a directory`` (exit 1) or SQLite's "file is not a database", and left ``node.lock``
+    behind; ``init`` runs this before it takes the lock, so nothing is made. A zero-length
+    file is SQLite's empty database, with nothing in it to lose: the store is made in
+    it, as where there is no file. An initialised home's store is
+    :func:`refuse_damaged_home`'s."""
+    if cfg.home is None or (cfg.home / "config.toml").exists():
+        return
+    store = cfg.path("store.path") if cfg.get("store.backend") == "sqlite" else None
+    if store is None or not store.exists() or (store.is_file() and not store.stat().st_size):
+        return
+    check_store_file(cfg)
 
 
 def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:
@@ -239,10 +260,23 @@ def _key_of(body: bytes) -> str | None:
     return key if isinstance(key, str) and len(key) == 64 else None
 
 
+def lock_is_new(home: Path) -> bool:
+    """Whether taking the lock of ``home``, a directory that exists, makes its lock file
+    ``node.lock``; asked before the lock is taken, and given to :func:`initialise`."""
+    return home.is_dir() and not os.path.lexists(home / LOCK_FILE)
+
+
 def initialise(
-    home: Path, overrides: dict[str, Any], join: Join | None, existed: bool
+    home: Path,
+    overrides: dict[str, Any],
+    join: Join | None,
+    existed: bool,
+    lock_made: bool = False,
 ) -> tuple[Config, bool]:
-    """``init_home`` all or nothing; records the joined peer as ``[peers] origin``."""
+    """``init_home`` all or nothing; records the joined peer as ``[peers] origin``.
+    ``lock_made``: the caller's lock made ``node.lock`` in ``home``, which existed
+    (:func:`lock_is_new`); a failed init removes it too, so the directory is left as it
+    was (it left the empty lock file behind)."""
     before = {p.name for p in home.iterdir()} if existed else set()
     try:
         cfg, created = init_home(
@@ -256,18 +290,22 @@ def initialise(
             cfg.peers[ORIGIN] = entry
             cfg.save()
     except BaseException:
-        undo_init(home, existed, before)
+        undo_init(home, existed, before, lock_made)
         raise
     return cfg, created
 
 
-def undo_init(home: Path, existed: bool, before: set[str]) -> None:
-    """Remove what a failed init created (the whole home if it did not exist)."""
+def undo_init(home: Path, existed: bool, before: set[str], lock_made: bool = False) -> None:
+    """Remove what a failed init created (the whole home if it did not exist). The lock
+    file goes only if ``lock_made``, while the caller still holds the lock, as it goes
+    with a home that did not exist."""
     if not existed:
         shutil.rmtree(home, ignore_errors=True)
         return
+    if lock_made:
+        (home / LOCK_FILE).unlink(missing_ok=True)
     for path in home.iterdir():
-        if path.name not in before and path.name != "node.lock":
+        if path.name not in before and path.name != LOCK_FILE:
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:

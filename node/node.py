@@ -54,7 +54,7 @@ from .errors import NodeInputError, NotSettled
 from .failures import ProgramFailing
 from .homeinit import IDENTITY_FILE as IDENTITY_FILE  # re-exported (commands, tests)
 from .homeinit import init_home as init_home  # re-exported: callers look here
-from .homeinit import initialise
+from .homeinit import initialise, lock_is_new
 from .inflight import CLOSED, InFlight
 from .jsonvalues import value_to_json
 from .metrics import NodeMetrics
@@ -197,6 +197,7 @@ class Node:
         if home.exists() and not home.is_dir():
             raise NodeInputError(f"{home} is not a directory (a merklog home is one)")
         existed = home.exists()  # before the lock makes it
+        lock_made = lock_is_new(home)
         try:
             lock = HomeLock.acquire(home)
         except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
@@ -206,7 +207,7 @@ class Node:
             if not (home / "config.toml").exists():
                 # all or nothing, as `merklog init`: an IPFS daemon that is down leaves
                 # no half-made home behind
-                initialise(home, {}, None, existed)
+                initialise(home, {}, None, existed, lock_made)
             cfg = Config.load(home, settings)
             if not cfg.get("dataset.id"):
                 cfg, _ = initialise(home, {}, None, True)

@@ -89,7 +89,9 @@ def register(cli: click.Group) -> None:
             changed_settings,
             fetch_join,
             initialise,
+            lock_is_new,
             refuse_store_switch,
+            refuse_unusable_store,
         )
         from merklog.node.node import IDENTITY_FILE
         from merklog.node.runtime import HomeLock
@@ -117,6 +119,7 @@ def register(cli: click.Group) -> None:
         given = {key for key in TOKENS if wanted.get(key)}  # the others are generated
         check_static_dir(wanted)  # one that would publish the home: every node run refuses it
         check_store(wanted)
+        refuse_unusable_store(wanted)  # a new home's store.sqlite a directory, or not SQLite
         current = (
             Config.load(state.home).get("dataset.id")
             if (state.home / "config.toml").exists()
@@ -132,6 +135,7 @@ def register(cli: click.Group) -> None:
 
             join = fetch_join(check_peer_url(join_url), token=token or "")
         existed = state.home.exists()
+        lock_made = lock_is_new(state.home)  # a failed init removes it again
         # The home's lock first: a running node refuses the init before it is announced
         # as switching datasets (it said "switching …", then refused).
         try:
@@ -159,7 +163,7 @@ def register(cli: click.Group) -> None:
             before = Config.load(state.home, env={}) if config.exists() else None
             key = state.home / IDENTITY_FILE
             new_key = before is not None and not (key.exists() or key.is_symlink())
-            cfg, created = initialise(state.home, overrides, join, existed)
+            cfg, created = initialise(state.home, overrides, join, existed, lock_made)
         finally:
             lock.release()
         verb = "initialised" if created else "already initialised"

@@ -54,7 +54,7 @@ def register(cli: click.Group) -> None:
         from merklog.node.config import static_dir as checked_static_dir
         from merklog.node.files import read_text_file
         from merklog.node.handlers import body_worker
-        from merklog.node.homeinit import initialise
+        from merklog.node.homeinit import initialise, lock_is_new, refuse_unusable_store
         from merklog.node.node import Node
         from merklog.node.runtime import HomeBusy, HomeLock, remove_runfile
         from merklog.node.server import serve
@@ -80,7 +80,9 @@ def register(cli: click.Group) -> None:
             refuse_memory_store(wanted, overrides)
             if do_init and not (state.home / CONFIG_FILE).exists():  # refused before it is made
                 check_tokens(wanted, generated_tokens())
+                refuse_unusable_store(wanted)
             existed = state.home.exists()  # before the lock makes it
+            lock_made = lock_is_new(state.home)
             try:
                 lock = HomeLock.acquire_for_node(state.home)
             except HomeBusy as exc:
@@ -91,7 +93,7 @@ def register(cli: click.Group) -> None:
                     # As `merklog init` does it: what a failed init created is removed again
                     # (an IPFS daemon down left identity.pem and node.lock behind, a home
                     # every later command called "not a merklog home").
-                    initialise(state.home, {}, None, existed)
+                    initialise(state.home, {}, None, existed, lock_made)
                 cfg = load_config(state.home, overrides)
                 precheck(cfg)
                 checked_static_dir(cfg, must_exist=True)  # missing, or publishing the home: exit 2

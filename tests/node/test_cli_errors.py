@@ -766,6 +766,37 @@ def test_init_of_a_home_whose_store_is_gone_says_so(ready: Path) -> None:
     assert (ready / "config.toml").read_text() == before
 
 
+@pytest.mark.parametrize("store", ["a directory", "not SQLite", "damaged SQLite"])
+def test_init_over_an_unusable_store_exits_5_and_leaves_the_directory_as_it_was(
+    tmp_path: Path, store: str
+) -> None:
+    """QA: ``init`` where ``store.sqlite`` was a directory said ``PATH: Is a directory``
+    (exit 1) and left ``node.lock`` behind; a file that is not SQLite, or a damaged one,
+    exited 5 but left ``node.lock`` too. Each is refused as every command refuses an
+    unusable store (exit 5, saying to restore a backup), by ``init`` and ``node run
+    --init``, and the directory is left as it was. A zero-length file holds nothing to
+    lose: init makes the store in it, as SQLite does."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    path = home / "store.sqlite"
+    if store == "a directory":
+        path.mkdir()
+    elif store == "not SQLite":
+        path.write_bytes(b"junk " * 1000)
+    else:
+        path.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+    for command in (["init"], ["node", "run", "--init", "--port", "0"]):
+        line = assert_fails(merklog(home, *command), ExitCode.STORE_DAMAGED, "store", "restore")
+        assert "Is a directory" not in line, line
+        assert sorted(p.name for p in home.iterdir()) == ["notes.txt", "store.sqlite"], command
+    if path.is_dir():
+        path.rmdir()
+    path.write_bytes(b"")
+    assert merklog(home, "init").returncode == 0
+    assert merklog(home, "status").returncode == 0
+
+
 def test_a_home_this_user_may_not_open_names_the_owner_and_the_way_back(ready: Path) -> None:
     """A command once run as another user (``sudo merklog node run``) leaves the home's
     files that user's; every later command said ``[Errno 13] Permission denied:
