@@ -204,18 +204,18 @@ class Node:
             # a parent that is a file, or a place this user cannot create a directory
             raise NodeInputError(f"cannot make {home} a merklog home: {exc.strerror}") from None
         try:
-            if not (home / "config.toml").exists():
-                # all or nothing, as `merklog init`: an IPFS daemon that is down leaves
-                # no half-made home behind
-                initialise(home, {}, None, existed, lock_made)
-            cfg = Config.load(home, settings)
-            if not cfg.get("dataset.id"):
-                cfg, _ = initialise(home, {}, None, True)
-            check_tokens(cfg)
-            precheck(cfg)
             try:
+                if not (home / "config.toml").exists():
+                    # all or nothing, as `merklog init`: an IPFS daemon that is down leaves
+                    # no half-made home behind
+                    initialise(home, {}, None, existed, lock_made)
+                cfg = Config.load(home, settings)
+                if not cfg.get("dataset.id"):
+                    cfg, _ = initialise(home, {}, None, True)
+                check_tokens(cfg)
+                precheck(cfg)
                 return cls(cfg, lock)
-            except sqlite3.DatabaseError as exc:
+            except sqlite3.DatabaseError as exc:  # the first open's init met it too
                 code, message = classify(exc, home)
                 raise StoreDamaged(message, code) from None
         except BaseException:

@@ -98,6 +98,26 @@ def test_open_refuses_store_settings_that_would_be_ignored(tmp_path, monkeypatch
         node.assert_("v", 1)  # what a memory node is
 
 
+def test_open_of_a_new_home_over_an_unusable_store_raises_store_damaged(tmp_path) -> None:
+    """A first ``merklog.open`` of a directory whose ``store.sqlite`` is a damaged SQLite
+    file raised ``sqlite3.DatabaseError``, which is no ``merklog.Error``, and left
+    ``node.lock`` there; one whose store is a directory left ``node.lock`` too. Each
+    raises ``StoreDamaged`` (the CLI's exit 5) and leaves the directory as it was."""
+    from merklog.node.failures import StoreDamaged
+
+    for damage in ("a directory", "damaged SQLite"):
+        home = tmp_path / damage.replace(" ", "-")
+        home.mkdir()
+        store = home / "store.sqlite"
+        if damage == "a directory":
+            store.mkdir()
+        else:
+            store.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+        with pytest.raises(StoreDamaged, match="store"):
+            merklog.open(home)
+        assert [p.name for p in home.iterdir()] == ["store.sqlite"], damage
+
+
 def test_live_query_rows_come_in_the_order_query_answers() -> None:
     """A live query's rows came sorted by type name, then text (``true, 1.0, b"\\x01", 1,
     "1"``, and ``10`` before ``9``), not in the value order ``query`` answers, and Python
