@@ -13,6 +13,7 @@ home knows where to sync once before its first write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -57,6 +58,7 @@ def init_home(
     cfg = Config.load(home, overrides)
     if created:
         refuse_unusable_store(cfg)
+        refuse_hidden_dataset(cfg, join[0] if join is not None else None)
     else:
         refuse_damaged_home(cfg)
     identity = (
@@ -110,6 +112,42 @@ def refuse_unusable_store(cfg: Config) -> None:
     if store is None or not store.exists() or (store.is_file() and not store.stat().st_size):
         return
     check_store_file(cfg)
+
+
+def refuse_hidden_dataset(cfg: Config, joining: Link | None) -> None:
+    """Refuse (exit 1, nothing written) to make a new home (no config.toml) whose SQLite
+    store already holds a replica of a dataset other than the one it will follow
+    (``joining``, or ``--set dataset.id=CID``): a home whose config.toml was deleted
+    was "not a merklog home", and ``init`` then made a new dataset in the old store,
+    hiding every fact of the one it held. The message names the dataset and how to follow
+    it again."""
+    if cfg.home is None or cfg.get("store.backend") != "sqlite":
+        return
+    store = cfg.path("store.path")
+    if store is None or not store.is_file() or not store.stat().st_size:
+        return
+    import sqlite3
+
+    from merklog.replication.schema import stored_datasets
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            held = [Link(raw) for raw in stored_datasets(db)]
+    except sqlite3.DatabaseError:
+        return  # not a store this check can read: opening it says what is wrong
+    given = cfg.get("dataset.id")
+    wanted = joining if joining is not None else (Link.parse(given) if given else None)
+    if not held or wanted in held:
+        return
+    home = cfg.home
+    raise Failure(
+        f"{home / 'config.toml'} is missing, but the store {store} holds the dataset"
+        f" {held[0]}{f' (and {len(held) - 1} more)' if len(held) > 1 else ''}:"
+        " put back the copy of config.toml kept with the home's backup, or follow that"
+        f" dataset again with `merklog --home {home} --set dataset.id={held[0]} init` (new"
+        f" API tokens); to start another dataset here, move {store} away first",
+        ExitCode.FAILED,
+    )
 
 
 def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:

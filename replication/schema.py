@@ -165,6 +165,16 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return 1 if "repl_assert" in names else 0
 
 
+def stored_datasets(conn: sqlite3.Connection) -> list[bytes]:
+    """The genesis CIDs (raw) of the datasets this database holds a replica of, in the
+    order they were first opened; none when it has no replication tables yet. Reads
+    only: a home whose config.toml went missing is asked what its store still holds."""
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name = 'repl_dataset'")}
+    if not names:
+        return []
+    return [bytes(r[0]) for r in conn.execute("SELECT cid FROM repl_dataset ORDER BY ds")]
+
+
 def ensure_schema(conn: sqlite3.Connection) -> None:
     """Create the replication tables if missing and migrate an older layout (idempotent;
     atomic: one savepoint, inside the caller's transaction if there is one)."""

@@ -7,6 +7,7 @@ only the full disk is injected (in-process), because it cannot be produced safel
 from __future__ import annotations
 
 import errno
+import json
 import os
 import socket
 import sqlite3
@@ -1113,3 +1114,26 @@ def test_a_peer_name_over_64_characters_is_refused_wherever_a_name_is_taken(
     status, answer = node.request("POST", "/v1/sync", {"url": huge})
     assert status == 400 and "at most 64" in answer["detail"], (status, answer)
     assert len(answer["detail"]) < 200
+
+
+def test_init_over_a_store_whose_config_is_gone_keeps_its_dataset(tmp_path: Path) -> None:
+    """With config.toml deleted, `init` made a new dataset in the old store and the
+    home's facts vanished from view. It now refuses, naming the dataset, and the way it
+    names follows that dataset again with the facts in place."""
+    home = tmp_path / "home"
+    run = Cli(home)
+    run("init")
+    run("put", "edge(1, 2).", 'name("x", 1.0, true).')
+    dataset = json.loads(run("status", "--json").output)["dataset"]
+    (home / "config.toml").unlink()
+    refused = run("init", ok=False)
+    assert refused.exit_code == 1, refused.output
+    assert dataset in refused.output and "Traceback" not in refused.output
+    assert not (home / "config.toml").exists()
+    assert "not a merklog home" in run("status", ok=False).output  # still none
+    again = run("--set", f"dataset.id={dataset}", "init")
+    assert dataset in again.output
+    assert sorted(line.split("\t")[1] for line in run("ls").output.splitlines()) == [
+        "edge(1, 2)",
+        'name("x", 1.0, true)',
+    ]
