@@ -203,6 +203,18 @@ def _writable_out(target: Path) -> bool:
     return created
 
 
+def _refuse_inside_home(directory: Path, home: Path, advice: str) -> None:
+    """Refuse (exit 1) an output folder that is the home or inside it (``parquet export
+    DIR``, ``compact --out DIR``): a command's outputs never go among the home's store,
+    key and settings. ``advice`` says where to write instead."""
+    from merklog.node.failures import Failure
+
+    target, home_dir = directory.resolve(), home.resolve()
+    if target == home_dir or home_dir in target.parents:
+        where = "the home" if target == home_dir else f"inside the home {home}"
+        raise Failure(f"{directory} is {where}: {advice}")
+
+
 #: What an earlier ``parquet export`` leaves in its folder (a new one replaces them).
 _EXPORT_ENTRIES = {"export.json", "genesis.cbor", "ops", "facts"}
 
@@ -214,9 +226,8 @@ def _check_export_folder(directory: Path, home: Path) -> None:
     names."""
     from merklog.node.failures import Failure
 
-    target, home_dir = directory.resolve(), home.resolve()
-    if target == home_dir or home_dir in target.parents:
-        raise Failure(f"{directory} is inside the home {home}: export to a folder of its own")
+    _refuse_inside_home(directory, home, "export to a folder of its own")
+    target = directory.resolve()
     if not target.is_dir():
         return
     entries = sorted(p.name for p in target.iterdir() if not p.name.startswith(".export-"))
@@ -260,28 +271,53 @@ def _raise_write_failure(exc: Exception, target: Path) -> None:
     ) from None
 
 
-def _refuse_several_datasets(sources: list[str]) -> None:
-    """Refuse (exit 1, before the JVM starts) ``analyze`` inputs whose ops belong to more
-    than one dataset: it evaluates one merged fact set, and it silently took the union of
-    unrelated datasets. Inputs only a cluster reads (URLs) are not looked into."""
+def _input_datasets(sources: list[str]) -> list[str] | None:
+    """The datasets the inputs' op rows belong to, read before the JVM starts; None when
+    an input is only a cluster's to read (a URL). A damaged input is one line naming it
+    (exit 2)."""
     from merklog.node.spark.damage import raise_damaged_input
     from merklog.node.spark.factargs import input_datasets, local_exports
 
     local = local_exports(sources)
     if local is None:
-        return
+        return None
     try:
-        datasets = input_datasets(local)
+        return input_datasets(local)
     except Exception as exc:  # a damaged input: one line naming it (exit 2)
         raise_damaged_input(exc, sources)
         raise
-    if len(datasets) > 1:
+
+
+def _refuse_several_datasets(sources: list[str]) -> None:
+    """Refuse (exit 1, before the JVM starts) ``analyze`` inputs whose ops belong to more
+    than one dataset: it evaluates one merged fact set, and it silently took the union of
+    unrelated datasets. Inputs only a cluster reads (URLs) are not looked into."""
+    datasets = _input_datasets(sources)
+    if datasets is not None and len(datasets) > 1:
         shown = ", ".join(datasets[:3]) + (" and more" if len(datasets) > 3 else "")
         raise click.ClickException(
             f"the inputs hold {len(datasets)} datasets ({shown}): analyze evaluates the"
             " merged facts of one dataset; give it exports of that dataset only (compact"
             " keeps datasets apart, a snapshot each)"
         )
+
+
+def _check_compact_out(out: Path, home: Path, sources: list[str]) -> None:
+    """Refuse (exit 1, before the JVM starts, nothing written) a ``compact --out`` that is
+    the home or inside it, or whose ``dataset=<cid>/`` folder for a dataset of the inputs
+    holds what no compact wrote: a snapshot replaces its dataset's folder whole, and
+    deleted a user's files there. The inputs' datasets are read only when ``--out``
+    has such folders (all of them count when an input is a URL)."""
+    from merklog.node.spark.compact import CompactError, refuse_foreign_snapshot_folders
+
+    _refuse_inside_home(out, home, "give --out a folder of its own (nothing was written)")
+    target = Path(_absolute(out))
+    if not any(target.glob("dataset=*")):
+        return
+    try:
+        refuse_foreign_snapshot_folders(target, _input_datasets(sources))
+    except CompactError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _abandon(spark: Any, owned: bool) -> None:
@@ -502,6 +538,7 @@ def register(cli: click.Group) -> None:
             from merklog.node.spark.compact import NothingToCompact
 
             _nothing_to_compact(NothingToCompact())
+        _check_compact_out(out, state.home, sources)
         # The JVM boots while the Spark code is imported and the driver reads the inputs
         # (ADR 0122, ADR 0158).
         prelaunched = _prelaunch(master, remote, confs, state.verbose, rows)

@@ -36,10 +36,11 @@ from __future__ import annotations
 import fcntl
 import math
 import os
+import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -155,6 +156,62 @@ class NothingToCompact(CompactError):
             "the inputs hold no deltas (the export of a fresh home, or of one whose deltas"
             " were all pruned): there is nothing to compact"
         )
+
+
+class SnapshotFolderTaken(CompactError):
+    """A ``dataset=<cid>/`` entry under ``--out`` that writing a snapshot would replace
+    holds what no compact wrote (a user's own files)."""
+
+
+#: What compact writes in a ``dataset=<cid>/`` folder: these files, and these folders of
+#: ``part-NNNNN.parquet`` files (:func:`_place`, :func:`_place_facts`, :func:`_snapshot`).
+_SNAPSHOT_FILES = frozenset({"manifest.cbor", "MANIFEST_CID", GENESIS_FILE})
+_SNAPSHOT_ROLES = frozenset({"facts", "deltas", "acl"})
+_PART_FILE = re.compile(r"part-\d{5,}\.parquet")
+
+
+def refuse_foreign_snapshot_folders(out: Path, datasets: Iterable[str] | None = None) -> None:
+    """Refuse (:class:`SnapshotFolderTaken`) when ``out/dataset=<ds>/`` exists for a
+    dataset of ``datasets`` (None: any ``dataset=*`` entry, when the inputs' datasets are
+    unknown) and is not a snapshot folder a compact wrote: writing a dataset's snapshot
+    replaces its folder whole, and deleted a user's own files in it."""
+    if datasets is None:
+        paths = sorted(out.glob("dataset=*"))
+    else:
+        paths = [out / f"dataset={ds}" for ds in sorted(datasets)]
+    for path in paths:
+        if not path.exists() and not path.is_symlink():
+            continue
+        if path.is_dir() and not path.is_symlink() and _compact_wrote(path):
+            continue
+        what = "folder" if path.is_dir() else "file"
+        raise SnapshotFolderTaken(
+            f"{path} is a {what} that no compact wrote, and the snapshot of its dataset would"
+            " replace it: give --out a folder of its own (nothing was written)"
+        )
+
+
+def _compact_wrote(path: Path) -> bool:
+    """Whether the folder ``path`` holds only what compact writes in a snapshot folder
+    (all of it, or the part a compaction interrupted while placing its files left), or
+    nothing: replacing it loses nothing."""
+    for entry in path.iterdir():
+        if entry.is_symlink():
+            return False
+        if entry.name in _SNAPSHOT_FILES and entry.is_file():
+            continue
+        if entry.name in _SNAPSHOT_ROLES and entry.is_dir() and _only_part_files(entry):
+            continue
+        return False
+    return True
+
+
+def _only_part_files(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing but the ``part-NNNNN.parquet`` files compact writes."""
+    return all(
+        f.is_file() and not f.is_symlink() and _PART_FILE.fullmatch(f.name)
+        for f in folder.iterdir()
+    )
 
 
 #: What compact says of a partial export: why it refuses it, and the way out.
@@ -869,6 +926,7 @@ def compact(
         if not datasets and not prune:  # inputs only Spark can read (URLs) held no delta
             raise NothingToCompact()
         support = placing.result()
+        refuse_foreign_snapshot_folders(out, datasets)  # the CLI checked before the JVM too
         for ds in datasets:
             shutil.rmtree(out / f"dataset={ds}", ignore_errors=True)
             if (placed / f"dataset={ds}").is_dir():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -634,3 +635,101 @@ def test_analyze_refuses_inputs_of_several_datasets(tmp_path, export) -> None:
     [line] = done.stderr.splitlines()
     assert line.startswith("Error: the inputs hold 2 datasets") and "one dataset" in line, line
     assert not out.exists()
+
+
+def _dataset_of(export) -> str:
+    """The one dataset CID an export's ops belong to (its ``export.json``)."""
+    [dataset] = json.loads((export / "export.json").read_text())["datasets"]
+    return dataset
+
+
+def test_compact_never_replaces_a_dataset_folder_it_did_not_write(spark, tmp_path, export):
+    """``compact --out DIR`` deleted the user's own files in ``DIR/dataset=<cid>/`` (it
+    replaces that folder whole) and exited 0. Such a folder, or a file of that name, is
+    refused before the JVM starts (``--master bogus://x`` would fail to start one), with
+    one line naming it, exit 1, and nothing is written; with a working session too."""
+    home, out = tmp_path / "h", tmp_path / "out"
+    folder = out / f"dataset={_dataset_of(export)}"
+    cases = {
+        "mine.txt": lambda: (folder / "mine.txt").write_text("mine"),
+        "facts/notes.md": lambda: (folder / "facts" / "notes.md").write_text("mine"),
+    }
+    for name, make in cases.items():
+        shutil.rmtree(out, ignore_errors=True)
+        (folder / "facts").mkdir(parents=True)
+        make()
+        done = _merklog(
+            "--home", str(home), "compact", str(export), "--out", str(out),
+            "--master", "bogus://x",
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines() == [
+            f"Error: {folder} is a folder that no compact wrote, and the snapshot of its"
+            " dataset would replace it: give --out a folder of its own (nothing was written)"
+        ]
+        assert (folder / name).read_text() == "mine"
+        assert sorted(p.name for p in out.iterdir()) == [folder.name]
+    result = CliRunner().invoke(
+        cli, ["--home", str(home), "compact", str(export), "--out", str(out)]
+    )
+    assert result.exit_code == 1, result.output
+    assert (folder / "facts" / "notes.md").read_text() == "mine"
+    assert sorted(p.name for p in folder.rglob("*")) == ["facts", "notes.md"]
+    shutil.rmtree(out)
+    out.mkdir()
+    folder.write_text("mine")  # a file of that name
+    done = _merklog("--home", str(home), "compact", str(export), "--out", str(out))
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"Error: {folder} is a file that no compact wrote"), line
+    assert folder.read_text() == "mine"
+
+
+def test_compact_replaces_a_snapshot_folder_a_compact_wrote(spark, tmp_path, export):
+    """What compact writes in ``dataset=<cid>/`` (a whole snapshot, or the part that a
+    compaction interrupted while placing its files leaves), and an empty folder, are
+    replaced; beside them, nothing else in ``--out`` is touched. The library refuses a
+    folder holding anything else too, before it replaces one."""
+    from merklog.node.spark.compact import SnapshotFolderTaken, compact
+    from merklog.replication.identity import Identity
+
+    home, out = tmp_path / "h", tmp_path / "out"
+    (out / "notes").mkdir(parents=True)
+    (out / "notes" / "mine.txt").write_text("mine")
+    first = json.loads(run("--home", str(home), "compact", str(export), "--out", str(out)))
+    folder = Path(first["directory"])
+    assert folder == out / f"dataset={_dataset_of(export)}"
+    for undo in (
+        lambda: None,  # an earlier snapshot, whole
+        lambda: [(folder / n).unlink() for n in ("manifest.cbor", "MANIFEST_CID")],  # part
+        lambda: [shutil.rmtree(folder), folder.mkdir()],  # an empty folder
+    ):
+        undo()
+        again = json.loads(run("--home", str(home), "compact", str(export), "--out", str(out)))
+        assert again["manifest"] == first["manifest"]
+        assert (folder / "MANIFEST_CID").read_text().strip() == first["manifest"]
+    assert (out / "notes" / "mine.txt").read_text() == "mine"
+    (folder / "acl" / "mine.txt").write_text("mine")
+    with pytest.raises(SnapshotFolderTaken):
+        compact(spark, [str(export)], out, Identity.from_seed(b"\x05" * 32))
+    assert (folder / "acl" / "mine.txt").read_text() == "mine"
+    assert (folder / "MANIFEST_CID").read_text().strip() == first["manifest"]
+
+
+def test_compact_refuses_an_out_in_the_home(tmp_path, export):
+    """``compact --out HOME`` (or a folder inside it) wrote a ``dataset=<cid>/`` snapshot
+    among the home's store and key, exit 0. It is refused before the JVM starts by the
+    check ``parquet export`` makes, exit 1, and nothing is written into the home."""
+    home = tmp_path / "h"
+    before = sorted(p.name for p in home.iterdir())
+    for out, said in ((home, "is the home"), (home / "sub", f"is inside the home {home}")):
+        done = _merklog(
+            "--home", str(home), "compact", str(export), "--out", str(out),
+            "--master", "bogus://x",
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines() == [
+            f"Error: {out} {said}: give --out a folder of its own (nothing was written)"
+        ]
+        assert sorted(p.name for p in home.iterdir()) == before
+
