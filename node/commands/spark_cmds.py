@@ -663,8 +663,8 @@ def register(cli: click.Group) -> None:
             refuse_partial_exports(sources, PARTIAL_FOR_ANALYZE)
         except CompactError as exc:
             raise click.ClickException(str(exc)) from None
+        rows = _input_rows(sources, "--input")  # first: a snapshot given is named, as compact does
         _refuse_several_datasets(sources)
-        rows = _input_rows(sources, "--input")
         names = output_relations(parsed)
         target = Path(_absolute(out))
         try:

@@ -733,3 +733,30 @@ def test_compact_refuses_an_out_in_the_home(tmp_path, export):
         ]
         assert sorted(p.name for p in home.iterdir()) == before
 
+
+def test_analyze_of_a_snapshot_says_what_compact_says(spark, tmp_path, export):
+    """``analyze --input SNAPSHOT`` (a compact's output, not an export) printed pyarrow's
+    ``No match for FieldRef.Name(dataset) in delta_cid: binary`` and the schema, ten
+    lines, exit 2: the inputs' datasets were read before the inputs were checked. It is
+    the one line compact gives for the same input, before the JVM starts."""
+    home, snap, out = tmp_path / "h", tmp_path / "snap", tmp_path / "a"
+    run("--home", str(home), "compact", str(export), "--out", str(snap))
+    prog = tmp_path / "p.dl"
+    prog.write_text("q(X) :- ni(X).\n")
+    for given in (snap, snap / f"dataset={_dataset_of(export)}"):
+        done = _merklog(
+            "analyze", str(prog), "--input", str(given), "--out", str(out),
+            "--master", "bogus://x",
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        by_compact = _merklog(
+            "--home", str(home), "compact", str(given), "--out", str(tmp_path / "s2"),
+            "--master", "bogus://x",
+        )  # fmt: skip
+        assert by_compact.returncode == 2, by_compact.stderr
+        [compact_line] = by_compact.stderr.splitlines()
+        as_analyze = compact_line.replace("for INPUTS:", "for --input:")
+        assert done.stderr.splitlines() == [as_analyze.replace("compact --help", "analyze --help")]
+        assert "is not a merklog export's op file (no column dataset, op)" in compact_line
+        assert not out.exists() and not (tmp_path / "s2").exists()
+
