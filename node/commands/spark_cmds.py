@@ -2,7 +2,8 @@
 
 - ``merklog parquet export DIR``: the replica's log and visible facts as Parquet;
 - ``merklog compact EXPORT... --out DIR [--prune]``: Spark job → signed snapshot;
-- ``merklog analyze PROGRAM.dl --input EXPORT... --out DIR``: program over merged replicas;
+- ``merklog analyze PROGRAM.dl --input EXPORT [--input EXPORT...] --out DIR``: program over
+  merged replicas;
 - ``merklog import-snapshot DIR``: bootstrap this (fresh) node from a snapshot;
 - ``merklog prune DIR``: drop the delta blocks a snapshot covers.
 
@@ -431,6 +432,23 @@ def _local_replica(state: State) -> Iterator[Any]:
         lock.release()
 
 
+class _AnalyzeCommand(click.Command):
+    """``analyze``, whose extra arguments are most likely more inputs given after one
+    ``--input`` (``--input ex1 ex2``, as a command table once read): the usage error says
+    to repeat ``--input`` instead of only that ``ex2`` was not expected."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.allow_extra_args = True  # to name them here, with the way out
+        rest = super().parse_args(ctx, args)
+        if rest and not ctx.resilient_parsing:
+            s = "s" if len(rest) > 1 else ""
+            ctx.fail(
+                f"Got unexpected extra argument{s} ({' '.join(rest)}); give each input with"
+                " its own --input"
+            )
+        return rest
+
+
 def register(cli: click.Group) -> None:
     @cli.group("parquet")
     def parquet() -> None:
@@ -607,14 +625,15 @@ def register(cli: click.Group) -> None:
                 )
             )
 
-    @cli.command("analyze")
+    @cli.command("analyze", cls=_AnalyzeCommand)
     @click.argument("program", type=GivenPath(exists=True, dir_okay=False, path_type=Path))
     @click.option(
         "--input",
         "inputs",
         multiple=True,
         required=True,
-        help="Parquet export directory (repeatable; replicas are merged).",
+        metavar="EXPORT",
+        help="Parquet export directory; repeat --input for each one (replicas are merged).",
     )
     @click.option("--out", "out", required=True, type=GivenPath(file_okay=False, path_type=Path))
     @click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet")

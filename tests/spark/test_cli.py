@@ -760,3 +760,22 @@ def test_analyze_of_a_snapshot_says_what_compact_says(spark, tmp_path, export):
         assert "is not a merklog export's op file (no column dataset, op)" in compact_line
         assert not out.exists() and not (tmp_path / "s2").exists()
 
+
+def test_each_analyze_input_takes_its_own_input_option(tmp_path, export):
+    """``--input ex1 ex2`` (docs/spark.md's table read as if one --input took several
+    paths) said only ``Got unexpected extra argument (ex2)``. The line says to repeat
+    ``--input``; nothing is written."""
+    prog = tmp_path / "p.dl"
+    prog.write_text("q(X) :- ni(X).\n")
+    out = tmp_path / "a"
+    for extra, said in (
+        ([str(export)], f"argument ({export})"),
+        ([str(export), "ex3"], f"arguments ({export} ex3)"),
+    ):
+        done = _merklog("analyze", str(prog), "--input", str(export), *extra, "--out", str(out))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            f"Error: Got unexpected extra {said}; give each input with its own --input"
+            " (see `merklog analyze --help`)"
+        ]
+        assert not out.exists()
