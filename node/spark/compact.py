@@ -170,6 +170,21 @@ _SNAPSHOT_ROLES = frozenset({"facts", "deltas", "acl"})
 _PART_FILE = re.compile(r"part-\d{5,}\.parquet")
 
 
+def _require_dataset_cid(ds: str) -> None:
+    """Refuse (:class:`CompactError`) a dataset value of the inputs that is not a CID in
+    its own text: it names the ``dataset=<ds>/`` folder a snapshot replaces, and a
+    crafted export's value (``x/../..``) must not name another place to delete."""
+    try:
+        ok = str(Link.parse(ds)) == ds
+    except ValueError:
+        ok = False
+    if not ok:
+        raise CompactError(
+            f"the inputs name a dataset {ds[:80]!r} that is not a CID: they are no merklog"
+            " export (nothing was written)"
+        )
+
+
 def refuse_foreign_snapshot_folders(out: Path, datasets: Iterable[str] | None = None) -> None:
     """Refuse (:class:`SnapshotFolderTaken`) when ``out/dataset=<ds>/`` exists for a
     dataset of ``datasets`` (None: any ``dataset=*`` entry, when the inputs' datasets are
@@ -178,6 +193,8 @@ def refuse_foreign_snapshot_folders(out: Path, datasets: Iterable[str] | None = 
     if datasets is None:
         paths = sorted(out.glob("dataset=*"))
     else:
+        for ds in datasets:
+            _require_dataset_cid(ds)  # before it names a folder to replace
         paths = [out / f"dataset={ds}" for ds in sorted(datasets)]
     for path in paths:
         if not path.exists() and not path.is_symlink():

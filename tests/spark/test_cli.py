@@ -779,3 +779,31 @@ def test_each_analyze_input_takes_its_own_input_option(tmp_path, export):
             " (see `merklog analyze --help`)"
         ]
         assert not out.exists()
+
+
+def test_a_dataset_value_that_is_no_cid_names_no_folder_to_replace(tmp_path, export):
+    """compact builds ``--out/dataset=<value>`` from the inputs' dataset column and
+    replaces that folder: a crafted value ``x/../../victim`` named a folder outside
+    ``--out`` (it resolves once ``out/dataset=x`` exists). A value that is not a CID is
+    refused before any folder is named, and ``victim`` is left as it was."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    crafted = tmp_path / "crafted"
+    shutil.copytree(export, crafted)
+    for part in (crafted / "ops").glob("*.parquet"):
+        table = pq.read_table(part)
+        at = table.column_names.index("dataset")
+        value = pa.array(["x/../../victim"] * table.num_rows, table.schema.field("dataset").type)
+        pq.write_table(table.set_column(at, "dataset", value), part)
+    victim, out = tmp_path / "victim", tmp_path / "out"
+    victim.mkdir()  # empty: the foreign-folder check alone would let it be replaced
+    (out / "dataset=x").mkdir(parents=True)
+    done = _merklog("--home", str(tmp_path / "h"), "compact", str(crafted), "--out", str(out))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "Error: the inputs name a dataset 'x/../../victim' that is not a CID: they are no"
+        " merklog export (nothing was written)"
+    ]
+    assert victim.is_dir() and not any(victim.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == ["dataset=x"]
