@@ -158,12 +158,17 @@ class NodeClient:
             raise exc.error from None
         except urllib.error.HTTPError as exc:
             error = detail = ""
+            body = b""
             try:
-                payload = json.loads(exc.read())
+                body = exc.read()
+                payload = json.loads(body)
                 error, detail = str(payload.get("error", "error")), str(payload.get("detail") or "")
                 message = api_message(error, detail)
-            except (ValueError, AttributeError):
-                payload, message = None, str(exc)
+            except (ValueError, AttributeError, OSError):
+                # no merklog answer (a proxy's error page): what it sent, as sync says it
+                from merklog.store.errors import what_was_sent
+
+                payload, message = None, f"{exc} ({what_was_sent(body)})"
             failure = NodeAPIError(exc.code, message, error, detail)
             failure.fact = _refused_fact(payload)
             raise failure from None

@@ -31,6 +31,7 @@ from merklog.replication.errors import (
 )
 from merklog.replication.identity import Identity
 from merklog.store import Link
+from merklog.store.errors import one_line, what_was_sent
 
 from . import dataset as dataset_mod
 from . import storage
@@ -264,8 +265,10 @@ async def _fetch_join(url: str, timeout: float, token: str) -> Join:
                         " read token (`merklog token` on that node)"
                     )
                 if resp.status != 200:
+                    sent = what_was_sent(await resp.read())
                     raise Failure(
-                        f"cannot join {url}: it did not give its genesis (HTTP {resp.status})"
+                        f"cannot join {url}: it did not give its genesis (HTTP {resp.status};"
+                        f" {sent})"
                     )
                 data = await resp.read()
                 header = resp.headers.get("X-Dataset", "")
@@ -284,7 +287,11 @@ async def _fetch_join(url: str, timeout: float, token: str) -> Join:
     try:
         dataset = Link.parse(header)
     except ValueError:
-        raise Failure(f"cannot join {url}: it named no valid dataset id") from None
+        shown = f"X-Dataset: {one_line(header, 80)}" if header else "no X-Dataset header"
+        raise Failure(
+            f"cannot join {url}: it named no valid dataset id ({shown}; {what_was_sent(data)});"
+            " is it a merklog node?"
+        ) from None
     if not dataset.verifies(data):
         raise Failure(f"cannot join {url}: its genesis block does not hash to {dataset}")
     return Join(url, dataset, data, key)

@@ -30,6 +30,17 @@ def one_line(text: object, limit: int = 200, markup: bool = False) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
+def what_was_sent(body: bytes | str, limit: int = 100) -> str:
+    """``it sent: EXCERPT`` of a body a peer answered that is no answer merklog can read
+    (an HTML error page of a proxy, text, bytes that are not UTF-8), for the one line
+    that reports it: :func:`one_line` with its markup dropped; ``it sent nothing`` for an
+    empty body."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    if not text.strip():
+        return "it sent nothing"
+    return f"it sent: {one_line(text, limit, markup=True)}"
+
+
 class StoreError(Error):
     """Base class of every store error."""
 

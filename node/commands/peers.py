@@ -60,15 +60,15 @@ def _sent(exc: ValueError) -> str:
     one line (an HTML page without its tags), as ``sync`` quotes a peer's answer
     (:func:`~merklog.store.errors.one_line`). Only the decoder's report was said
     ("Expecting value: line 1 column 1 (char 0)"), which told nothing of the peer."""
-    from merklog.store.errors import one_line
+    from merklog.store.errors import one_line, what_was_sent
 
     if isinstance(exc, UnicodeDecodeError):  # bytes that are not UTF-8
-        sent = exc.object.decode("utf-8", "replace")
+        sent = exc.object
     else:
         sent = getattr(exc, "doc", None)  # json.JSONDecodeError: the text it decoded
-    if not isinstance(sent, str) or not sent.strip():
+    if not isinstance(sent, str | bytes) or not sent.strip():
         return one_line(str(exc), 80)
-    return f"it sent: {one_line(sent, 100, markup=True)}"
+    return what_was_sent(sent)
 
 
 def register(cli: click.Group) -> None:

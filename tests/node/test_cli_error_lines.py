@@ -653,3 +653,24 @@ def test_peers_add_of_a_peer_answering_a_page_quotes_an_excerpt_of_it(tmp_path: 
     finally:
         peer.close()
     assert Cli(home)("peers", "list").output.strip() == ""
+
+
+def test_peers_add_and_join_quote_what_a_peer_that_is_no_merklog_sent(tmp_path: Path) -> None:
+    """``peers add`` of a peer answering an HTML error page said only ``HTTP Error 501:
+    Not Implemented``, and ``init --join`` said ``HTTP 501`` or "it named no valid
+    dataset id"; sync already quoted the page. Now each quotes an excerpt of it."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    for mode, says in (("html", "it sent: Error Unsupported method x"), ("text", "it sent: hello")):
+        peer = _Junk(mode)
+        try:
+            added = fails_on_one_line(merklog(home, "peers", "add", "x", peer.url), ExitCode.FAILED)
+            joined = fails_on_one_line(
+                merklog(tmp_path / f"join-{mode}", "init", "--join", peer.url, "--token", "t"),
+                ExitCode.FAILED,
+            )
+        finally:
+            peer.close()
+        for line in (added, joined):
+            assert says in line and "<" not in line, line
+        assert not (tmp_path / f"join-{mode}").exists()
