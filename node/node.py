@@ -207,11 +207,14 @@ class Node:
             try:
                 if not (home / "config.toml").exists():
                     # all or nothing, as `merklog init`: an IPFS daemon that is down leaves
-                    # no half-made home behind
-                    initialise(home, {}, None, existed, lock_made)
+                    # no half-made home behind. With the settings given, as `merklog --set
+                    # … init` saves them: made without them, a home opened with
+                    # store.backend=ipfs was recorded as a SQLite home (its CLI commands
+                    # then read another store than the app wrote) or left half-made.
+                    initialise(home, settings, None, existed, lock_made)
                 cfg = Config.load(home, settings)
                 if not cfg.get("dataset.id"):
-                    cfg, _ = initialise(home, {}, None, True)
+                    cfg, _ = initialise(home, settings, None, True)
                 check_tokens(cfg)
                 precheck(cfg)
                 return cls(cfg, lock)

@@ -582,3 +582,23 @@ def test_a_write_waiting_for_a_stopped_daemon_stalls_no_read(
             put.kill()
         os.killpg(daemon.proc.pid, signal.SIGCONT)
         proxy.close()
+
+
+def test_a_home_merklog_open_makes_with_ipfs_settings_is_an_ipfs_home(
+    tmp_path: Path, ipfs_daemon: str
+) -> None:
+    """``merklog.open(home, settings={"store.backend": "ipfs", …})`` made a SQLite home and
+    wrote the app's facts to IPFS for that session only: the home's config.toml said
+    sqlite, and the CLI read an empty SQLite store. It is an IPFS home now, as init makes
+    one, and the CLI sees the app's facts."""
+    import merklog
+
+    home = tmp_path / "app"
+    settings = {"store.backend": "ipfs", "store.ipfs_api": _url(ipfs_daemon)}
+    with merklog.open(home, settings=settings) as node:
+        node.assert_("k", 1)
+        node.assert_("k", 1.0)
+    cfg = tomllib.loads((home / "config.toml").read_text())
+    assert cfg["store"]["backend"] == "ipfs"
+    assert cfg["store"]["ipfs_api"] == _url(ipfs_daemon)
+    assert _ls(Cli(home)) == ["k(1)", "k(1.0)"]

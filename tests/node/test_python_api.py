@@ -307,3 +307,28 @@ def test_settled_takes_seconds_above_zero_or_none_and_a_program_source_is_text()
             assert node.query("b(X)").rows == [(1,)]
 
     asyncio.run(main())
+
+
+def test_the_settings_a_home_is_created_with_are_saved_as_init_saves_them(tmp_path) -> None:
+    """A first ``merklog.open`` made the home without its settings and laid them over it
+    afterwards: ``store.backend=ipfs`` was recorded as a SQLite home (the CLI then read
+    another store than the app wrote), and with the daemon down a key, a config and a
+    dataset were left behind. The home is now made with them, as ``merklog --set … init``
+    makes it, all or nothing."""
+    import tomllib
+
+    home = tmp_path / "home"
+    with merklog.open(home, settings={"node.port": 9123, "sync.interval": 7.0}) as node:
+        node.assert_("k", 1)
+    saved = tomllib.loads((home / "config.toml").read_text())
+    assert saved["node"]["port"] == 9123 and saved["sync"]["interval"] == 7.0
+    with merklog.open(home, settings={"node.port": 9124}) as node:  # this open only
+        assert node.config.get("node.port") == 9124
+    assert tomllib.loads((home / "config.toml").read_text())["node"]["port"] == 9123
+    down = {"store.backend": "ipfs", "store.ipfs_api": _refused_url()}
+    for made in (tmp_path / "new", tmp_path / "empty"):
+        if made.name == "empty":
+            made.mkdir()
+        with pytest.raises(merklog.Error, match="not reachable"):
+            merklog.open(made, settings=down)
+        assert not made.exists() if made.name == "new" else not any(made.iterdir())
