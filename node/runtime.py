@@ -58,12 +58,22 @@ class HomeLock:
 
     @classmethod
     def acquire(cls, home: Path) -> HomeLock:
-        """The lock, or HomeBusy naming the running node."""
+        """The lock, or HomeBusy naming the holder: the running node (its run file names
+        its pid and URL), else another process that holds the home without serving it.
+        That one was called "a merklog node … already running" too, when it was an app's
+        ``merklog.open`` or another command."""
         lock = cls.try_acquire(home)
         if lock is None:
             info = read_runfile(home)
-            where = f" (pid {info['pid']}, {info['url']})" if info else ""
-            raise HomeBusy(f"a merklog node is already running on {home}{where}")
+            if info:
+                raise HomeBusy(
+                    f"a merklog node is already running on {home} (pid {info['pid']},"
+                    f" {info['url']})"
+                )
+            raise HomeBusy(
+                f"{home} is in use by another process (another merklog command, or an app"
+                " that opened it with merklog.open); try again when it has ended"
+            )
         return lock
 
     @classmethod
