@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import InvalidValue
 from .link import Link
@@ -73,13 +73,26 @@ def check_relation(name: object) -> str:
     if not (name[0].isalpha() and all(c.isalnum() or c == "_" for c in name)):
         raise InvalidValue(
             f"relation name {name[:40]!r} must start with a letter, then letters, digits or _"
+            f" ({_offender(name, str.isalpha, lambda c: c.isalnum() or c == '_')})"
         )
     return name
+
+
+def _offender(name: str, first: Callable[[str], bool], rest: Callable[[str], bool]) -> str:
+    """Which character of ``name`` breaks the rule ``first`` (its first character) and
+    ``rest`` (the others) state, for a message: ``' ' at position 2 is none of them``. A
+    rule alone read as wrong for ``"a b"``, which starts with a letter."""
+    if not first(name[0]):
+        return f"it starts with {name[0]!r}"
+    at = next(i for i, c in enumerate(name) if i and not rest(c))
+    return f"{name[at]!r} at position {at + 1} is none of them"
 
 
 #: A relation name Datalog text can write (the lexer's name token): a lowercase ASCII
 #: letter, then ASCII letters, digits and ``_``; at most :data:`MAX_RELATION_CHARS`.
 _WRITABLE_RELATION = re.compile(r"[a-z][A-Za-z0-9_]*")
+_LOWER_ASCII = frozenset("abcdefghijklmnopqrstuvwxyz")
+_NAME_ASCII = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") | _LOWER_ASCII
 #: The longest relation name a new fact may have.
 MAX_RELATION_CHARS = 256
 
@@ -93,6 +106,7 @@ def check_writable_relation(name: str) -> str:
         raise InvalidValue(
             f"relation name {name[:40]!r} cannot be written in Datalog: it must start with a"
             " lowercase ASCII letter, then ASCII letters, digits or _"
+            f" ({_offender(name, _LOWER_ASCII.__contains__, _NAME_ASCII.__contains__)})"
         )
     if len(name) > MAX_RELATION_CHARS:
         raise InvalidValue(

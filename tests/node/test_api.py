@@ -1161,3 +1161,25 @@ def _json(value: object) -> object:
     from merklog.node.jsonvalues import value_to_json
 
     return value_to_json(value)
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("a b", "(' ' at position 2 is none of them)"),
+        ("ab-c", "('-' at position 3 is none of them)"),
+        ("1x", "(it starts with '1')"),
+        ("Up", "cannot be written in Datalog: it must start with a lowercase ASCII letter, then"
+         " ASCII letters, digits or _ (it starts with 'U')"),
+        ("aé", "cannot be written in Datalog: it must start with a lowercase ASCII letter, then"
+         " ASCII letters, digits or _ ('é' at position 2 is none of them)"),
+    ],
+)
+def test_a_bad_relation_name_is_refused_naming_the_character(name: str, says: str) -> None:
+    """``"a b"`` was refused as a name that "must start with a letter, then letters,
+    digits or _": true of the rule, but "a b" does start with a letter. The message names
+    the character that breaks it."""
+    with merklog.open(memory=True) as node, pytest.raises(merklog.Error) as refused:
+        node.assert_(name, 1)
+    assert str(refused.value).startswith(f"relation name {name!r} ")
+    assert str(refused.value).endswith(says), str(refused.value)
