@@ -24,7 +24,7 @@ from merklog.store import Fact, InvalidValue, Link, Value, decode, encode, make_
 from merklog.store.car import iter_car
 
 from .auth import sign_headers
-from .errors import CIDMismatchError, Forbidden, MalformedBlock, TooLarge
+from .errors import CIDMismatchError, Forbidden, MalformedBlock, TooLarge, unreachable_reason
 from .identity import Identity
 
 if TYPE_CHECKING:  # aiohttp costs ~1 s to import under load: only delivery needs it
@@ -370,8 +370,9 @@ class Outbox:
         except TimeoutError:
             return f"{url}: timed out after {timeout:g} s", False
         except (aiohttp.ClientError, OSError) as exc:
-            why = str(exc) or type(exc).__name__
-            return f"{url}: {why}", False
+            # plain words (connection refused), not aiohttp's text: "Cannot connect to
+            # host 127.0.0.1:N ssl:default [Connect call failed ('127.0.0.1', N)]"
+            return f"{url}: {unreachable_reason(exc)}", False
 
     def _backoff(self, attempts: int) -> float:
         """Seconds before a message that failed ``attempts`` times before is tried again."""

@@ -67,6 +67,9 @@ async def test_outbox_delivers_once_with_retries_and_dedup(tmp_path):
             outbox.put(url, "ping", [2, "later"])
             report = await outbox.deliver(session)
             assert report.failed == 1 and outbox.pending_count() == 1
+            # in plain words, as sync says it (it quoted aiohttp's "Cannot connect to host
+            # … ssl:default [Connect call failed ('127.0.0.1', N)]")
+            assert report.errors == [f"{url}: connection refused"], report.errors
             runner = web.AppRunner(app)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", int(port)).start()
