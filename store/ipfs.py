@@ -161,8 +161,11 @@ class IPFSBlockStore(BlockStore):
         except ipfs_errors.TimeoutError:
             raise
         except ipfs_errors.ConnectionError as exc:
+            # what to do first: "IPFS version failed at ADDR: daemon not reachable" read as
+            # an IPFS fault, not as a daemon to start
             raise StoreUnavailable(
-                f"IPFS {what} failed at {self.addr}: daemon not reachable ({_reason(exc)})"
+                f"the IPFS daemon at {self.addr} is not reachable ({_reason(exc)}; asked for"
+                f" {what}): start it, or set store.ipfs_api to where it listens"
             ) from exc
         except ipfs_errors.ErrorResponse as exc:  # the daemon answered, refusing
             raise StoreError(f"IPFS {what} failed at {self.addr}: {_reason(exc)}") from exc

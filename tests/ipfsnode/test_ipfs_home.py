@@ -119,6 +119,9 @@ def test_init_on_a_daemon_that_is_down_creates_nothing(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert "Traceback" not in result.output
     assert f"127.0.0.1/tcp/{port}" in result.output
+    # what to do, not "IPFS version failed at …: daemon not reachable"
+    assert f"the IPFS daemon at /ip4/127.0.0.1/tcp/{port}/http is not reachable (" in result.output
+    assert "start it, or set store.ipfs_api to where it listens" in result.output
     assert not (tmp_path / "home" / "config.toml").exists()
     bad = run("init", "--store", "ipfs", "--ipfs-api", "localhost:5001", ok=False)
     assert bad.exit_code != 0 and "not an IPFS API address" in bad.output
