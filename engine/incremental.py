@@ -282,6 +282,26 @@ def _delete(base: set[Row] | ArrayBase, rows: set[Row]) -> set[Row]:
     return gone
 
 
+def _keep_program_facts(
+    ops: list[tuple[str, Any, bool, bool]], program_facts: Mapping[str, set[Row]]
+) -> list[tuple[str, Any, bool, bool]]:
+    """``ops`` with the program's own facts left out of every delete: a fact the program
+    states holds at every epoch, as the batch evaluator has it, so the retract of a
+    stored fact equal to it must not take it away. The base facts hold one copy of a
+    row (set semantics); without this, ``edge(1, 2).`` in a program vanished from a
+    running node once a stored ``edge(1, 2)`` was put and retracted (its batch
+    evaluation, and a restart, still had it)."""
+    out = []
+    for rel, rows, insert, owned in ops:
+        fixed = program_facts.get(rel)
+        if not insert and fixed:
+            kept = _row_set(rows)
+            if not kept.isdisjoint(fixed):
+                rows, owned = kept - fixed, True
+        out.append((rel, rows, insert, owned))
+    return out
+
+
 def _apply_one(
     edb: dict[str, set[Row] | ArrayBase], rel: str, rows: Any, insert: bool, owned: bool
 ) -> Delta | ColumnBatch:
@@ -1634,6 +1654,9 @@ class IncrementalEngine:
         self.compiled = compile_program(rules, list(strata), int_bits)
         self.circuit = self.compiled.circuit
         self._initial = facts
+        #: The program's own facts, per relation in engine form: in the database at every
+        #: epoch, whatever the stored facts do (see :func:`_keep_program_facts`).
+        self._program_facts = _group([(rel, row) for rel, row in facts])
         self._arity = ast.read_arities(rules)
 
     def _collect(self) -> tuple[dict[str, Delta], list[tuple[Value, Fact]]]:
@@ -1754,6 +1777,8 @@ class IncrementalEngine:
             ops.append((rel, *_op(rows, False)))
         for rel, rows in (inserts or {}).items():
             ops.append((rel, *_op(rows, True)))
+        if self._program_facts:
+            ops = _keep_program_facts(ops, self._program_facts)
         events_now = {rel: _as_set(rows) for rel, rows in (events or {}).items()}
         self._events = events_now
         pending: dict[str, Delta] = {}
