@@ -88,7 +88,8 @@ def load_bar(node: Any, console: Any = None) -> Iterator[LoadBar]:
 
 
 def facts_text(args: tuple[str, ...], file: Any) -> str:
-    """Facts from the arguments, else from ``--file`` (``-`` = stdin).
+    """Facts from the arguments, else from ``--file`` (``-`` = stdin). No arguments and no
+    file is a usage error; a file (or standard input) with no facts is nothing to do.
 
     An argument may leave out its final ``.`` (``merklog put 'edge(1, 2)'``); a file or
     standard input is read as it is, so that one ending in a comment is not given a
@@ -100,7 +101,9 @@ def facts_text(args: tuple[str, ...], file: Any) -> str:
     elif not parts and not sys.stdin.isatty():
         parts.append(_read_utf8(sys.stdin))
     text = "\n".join(p for p in parts if p.strip())
-    if not text.strip():
+    if not text.strip() and file is None:
+        # An empty -f FILE holds no facts, as one of comments only does: nothing to do,
+        # exit 0 (it was a usage error, which broke scripts over generated files).
         ctx = click.get_current_context(silent=True)
         command = ctx.command_path if ctx is not None else "merklog put"
         raise click.UsageError(f"no facts given (e.g. {command} 'edge(1, 2).')")

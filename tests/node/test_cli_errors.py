@@ -1137,3 +1137,35 @@ def test_init_over_a_store_whose_config_is_gone_keeps_its_dataset(tmp_path: Path
         "edge(1, 2)",
         'name("x", 1.0, true)',
     ]
+
+
+def test_an_empty_fact_file_is_nothing_to_do_like_one_of_comments(
+    tmp_path: Path, node_factory
+) -> None:
+    """``put -f`` of an empty file was a usage error (exit 2, "no facts given"), while a
+    file of comments only was a no-op (exit 0): scripts over generated files broke on an
+    empty one. Both are nothing to do now, stopped or running; no argument and no file
+    is still a usage error."""
+    home = tmp_path / "home"
+    run = Cli(home)
+    run("init")
+    empty, comments = tmp_path / "empty.dl", tmp_path / "comments.dl"
+    empty.write_text("")
+    comments.write_text("% nothing yet\n")
+
+    def each() -> None:
+        for command in ("put", "retract"):
+            for path in (empty, comments):
+                done = subprocess.run(
+                    [sys.executable, "-m", "merklog.node.cli", "--home", str(home), command,
+                     "-f", str(path)],
+                    capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+                assert done.returncode == 0, (command, path, done.stderr)
+                assert done.stdout == "" and done.stderr == "", (done.stdout, done.stderr)
+
+    each()
+    node_factory(home).start()
+    each()
+    assert run("ls").output == ""
+    assert run("put", ok=False).exit_code == 2
