@@ -260,26 +260,24 @@ def _present(base: set[Row] | ArrayBase, rows: set[Row]) -> set[Row]:
     return base.present(rows) if isinstance(base, ArrayBase) else rows & base
 
 
-def _insert(base: set[Row] | ArrayBase, rows: set[Row]) -> set[Row]:
-    """Add ``rows`` to ``base``; return the ones that were new."""
+def _add(base: set[Row] | ArrayBase, new: set[Row]) -> None:
+    """Add ``new`` (rows not in ``base``) to ``base``."""
     if isinstance(base, ArrayBase):
-        new = rows - base.present(rows)
         base.add_new(new)
-        return new
-    new = rows - base
-    base |= new
-    return new
+    else:
+        base |= new
 
 
-def _delete(base: set[Row] | ArrayBase, rows: set[Row]) -> set[Row]:
-    """Remove ``rows`` from ``base``; return the ones that were there."""
+def _remove(base: set[Row] | ArrayBase, gone: set[Row]) -> None:
+    """Remove ``gone`` (rows in ``base``) from ``base``."""
     if isinstance(base, ArrayBase):
-        gone = base.present(rows)
         base.remove_present(gone)
-        return gone
-    gone = rows & base
-    base -= gone
-    return gone
+    else:
+        base -= gone
+
+
+#: A change to the base facts, made when the epoch that computed it is published.
+Change = Callable[[], None]
 
 
 def _keep_program_facts(
@@ -304,26 +302,29 @@ def _keep_program_facts(
 
 def _apply_one(
     edb: dict[str, set[Row] | ArrayBase], rel: str, rows: Any, insert: bool, owned: bool
-) -> Delta | ColumnBatch:
-    """Apply a relation's only change of an epoch (no events) to the base facts and
-    return its delta: two C-level set operations instead of the general before/after
-    comparison of :func:`_apply_general`. An int64 matrix inserted into an empty
-    relation becomes its :class:`ArrayBase` and the delta a :class:`ColumnBatch`:
-    no tuple is built for it (ADR 0090)."""
+) -> tuple[Delta | ColumnBatch, Change | None]:
+    """A relation's only change of an epoch (no events): its delta, and the change of the
+    base facts to make when the epoch is published. Two C-level set operations instead
+    of the general before/after comparison of :func:`_apply_general`. An int64 matrix
+    inserted into an empty relation becomes its :class:`ArrayBase` and the delta a
+    :class:`ColumnBatch`: no tuple is built for it (ADR 0090)."""
     base = edb.get(rel)
     if isinstance(rows, np.ndarray):
         if insert and not base:
-            base = edb[rel] = ArrayBase.of_distinct_rows(rows)
-            return ColumnBatch(base.matrix, 1) if len(base.matrix) else {}
+            made = ArrayBase.of_distinct_rows(rows)
+            delta = ColumnBatch(made.matrix, 1) if len(made.matrix) else {}
+            return delta, partial(edb.__setitem__, rel, made)
         rows = _row_set(rows)
     if insert:
         if not base:
-            edb[rel] = rows if owned else set(rows)
-            return dict.fromkeys(rows, 1)
-        return dict.fromkeys(_insert(base, rows), 1)
+            kept = rows if owned else set(rows)
+            return dict.fromkeys(rows, 1), partial(edb.__setitem__, rel, kept)
+        new = rows - _present(base, rows)
+        return dict.fromkeys(new, 1), partial(_add, base, new)
     if not base:
-        return {}
-    return dict.fromkeys(_delete(base, rows), -1)
+        return {}, None
+    gone = _present(base, rows)
+    return dict.fromkeys(gone, -1), partial(_remove, base, gone)
 
 
 def _apply_general(
@@ -331,11 +332,12 @@ def _apply_general(
     ops: list[tuple[str, Any, bool, bool]],
     old_events: Mapping[str, set[Row]],
     events_now: Mapping[str, set[Row]],
-) -> dict[str, Delta]:
-    """Apply several changes of one relation (in order: deletes before inserts) and the
-    epoch's events, and return each touched relation's delta. Whole-relation set
-    operations (C loops, not per-row Python): the rows the changes touch, whether each
-    was present before, the changes applied, and the difference."""
+) -> tuple[dict[str, Delta], list[Change]]:
+    """Several changes of one relation (in order: deletes before inserts) and the epoch's
+    events: each touched relation's delta, and the changes of the base facts to make
+    when the epoch is published. Whole-relation set operations (C loops, not per-row
+    Python): the rows the changes touch, whether each was present before, the changes
+    played in order over those rows alone, and the difference."""
     ops = [(rel, _row_set(rows), insert, owned) for rel, rows, insert, owned in ops]
     touched: dict[str, set[Row]] = {}
     for rel, rows, _ins, _owned in ops:
@@ -345,30 +347,42 @@ def _apply_general(
         for rel, rows in source.items():
             t = touched.get(rel)
             touched[rel] = set(rows) if t is None else t | rows
-    before: dict[str, set[Row]] = {}
+    stored: dict[str, set[Row]] = {}  # the touched rows in the base facts before
     for rel, rows in touched.items():
-        was = _present(edb[rel], rows) if rel in edb else set()
-        if rel in old_events:
-            was |= rows & old_events[rel]
-        before[rel] = was
+        stored[rel] = _present(edb[rel], rows) if rel in edb else set()
+    after = {rel: set(stored[rel]) for rel in {op[0] for op in ops}}
     for rel, rows, insert, _owned in ops:
-        target = edb.setdefault(rel, set())
         if insert:
-            _insert(target, rows)
+            after[rel] |= rows
         else:
-            _delete(target, rows)
+            after[rel] -= rows
+    changes: list[Change] = []
+    for rel, now in after.items():
+        was = stored[rel]
+        changes.append(partial(_change_base, edb, rel, now - was, was - now))
     out: dict[str, Delta] = {}
     for rel, rows in touched.items():
-        now = _present(edb[rel], rows) if rel in edb else set()
+        was = set(stored[rel])
+        if rel in old_events:
+            was |= rows & old_events[rel]
+        now = set(after.get(rel, stored[rel]))
         if rel in events_now:
             now |= rows & events_now[rel]
-        was = before[rel]
         if now == was:
             continue
         delta = dict.fromkeys(now - was, 1)
         delta.update(dict.fromkeys(was - now, -1))
         out[rel] = delta
-    return out
+    return out, changes
+
+
+def _change_base(
+    edb: dict[str, set[Row] | ArrayBase], rel: str, new: set[Row], gone: set[Row]
+) -> None:
+    """Add ``new`` to and remove ``gone`` from the base facts of ``rel`` (made if absent)."""
+    target = edb.setdefault(rel, set())
+    _remove(target, gone)
+    _add(target, new)
 
 
 #: An epoch whose changes hold at least this many rows runs with the cyclic garbage
@@ -1606,6 +1620,34 @@ class _Compiler:
 # ----------------------------------------------------------------------------- the engine
 
 
+#: A change of the engine's state an epoch makes when published: (state, relation, delta).
+_StateChange = tuple[dict[str, dict[Row, int]], str, Delta]
+
+
+def _apply_state(state: dict[Row, int], delta: Delta) -> None:
+    """Apply a relation's ``±1`` delta to its rows (``row -> 1``)."""
+    if type(delta) is SignedRows:  # C-level: no Python loop per row
+        deque(map(state.pop, delta.neg, repeat(None, len(delta.neg))), maxlen=0)
+        state.update(dict.fromkeys(delta.pos, 1))
+        return
+    for row, w in delta.items():
+        if w > 0:
+            state[row] = 1
+        else:
+            state.pop(row, None)
+
+
+@dataclass
+class _Unpublished:
+    """An epoch evaluated and not shown yet (see :meth:`IncrementalEngine.publish`)."""
+
+    base: list[Change]
+    events: dict[str, set[Row]]
+    state: list[_StateChange]
+    result: EpochResult
+    public: dict[str, DeltaMap]
+
+
 class IncrementalEngine:
     """Evaluates a program epoch by epoch over deltas.
 
@@ -1658,43 +1700,37 @@ class IncrementalEngine:
         #: epoch, whatever the stored facts do (see :func:`_keep_program_facts`).
         self._program_facts = _group([(rel, row) for rel, row in facts])
         self._arity = ast.read_arities(rules)
+        for view in self.compiled.views.values():
+            view.defer = True  # its weights change when the epoch is published
+        #: An epoch evaluated by ``step(publish=False)`` and not shown yet.
+        self._unpublished: _Unpublished | None = None
 
-    def _collect(self) -> tuple[dict[str, Delta], list[tuple[Value, Fact]]]:
-        """Read the output handles after a step into the engine's state."""
-
-        def apply(state: dict[Row, int], delta: Delta) -> None:
-            if type(delta) is SignedRows:  # C-level: no Python loop per row
-                deque(map(state.pop, delta.neg, repeat(None, len(delta.neg))), maxlen=0)
-                state.update(dict.fromkeys(delta.pos, 1))
-                return
-            for row, w in delta.items():
-                if w > 0:
-                    state[row] = 1
-                else:
-                    state.pop(row, None)
-
+    def _collect(self) -> tuple[dict[str, Delta], list[tuple[Value, Fact]], list[_StateChange]]:
+        """Read the output handles after a step: the deltas, the ``@async`` outbox and
+        the changes of the engine's state that :meth:`publish` makes."""
         compiled = self.compiled
         deltas: dict[str, Delta] = {}
         outbox: list[tuple[Value, Fact]] = []
+        changes: list[_StateChange] = []
         views = compiled.views
         for name, handle in compiled.relations.items():
             delta = handle.delta
             if delta:
                 deltas[name] = delta
                 if name not in compiled.inputs_only and name not in views:
-                    apply(self._state.setdefault(name, {}), delta)
+                    changes.append((self._state, name, delta))
         for name, handle in compiled.async_outputs.items():
             delta = handle.delta
             if delta:
-                apply(self._async_state.setdefault(name, {}), delta)
+                changes.append((self._async_state, name, delta))
                 for row, w in delta.items():
                     if w > 0:
                         plain = row_from_engine(row)
                         outbox.append((plain[0] if plain else None, Fact(name, plain)))
         for name, handle in compiled.next_outputs.items():
             if handle.delta:
-                apply(self._next_state.setdefault(name, {}), handle.delta)
-        return deltas, outbox
+                changes.append((self._next_state, name, handle.delta))
+        return deltas, outbox, changes
 
     def _known(self) -> set[str]:
         names = set(self.compiled.relations) | set(self._edb) | set(self._events)
@@ -1739,6 +1775,8 @@ class IncrementalEngine:
         inserts: Mapping[str, Iterable[Row]] | None = None,
         deletes: Mapping[str, Iterable[Row]] | None = None,
         events: Mapping[str, Iterable[Row]] | None = None,
+        *,
+        publish: bool = True,
     ) -> dict[str, DeltaMap]:
         """Run one epoch and return ``{relation: {row: +1 | -1}}`` for what changed.
 
@@ -1746,10 +1784,48 @@ class IncrementalEngine:
         deletes apply before inserts). ``events`` hold for this epoch only and are
         withdrawn automatically at the next one (clicks, incoming messages).
         Sources are polled first; sinks receive the :class:`EpochResult` last.
+
+        ``publish=False`` evaluates the epoch without showing it: :meth:`relation`,
+        :meth:`relation_matching`, :meth:`count`, :meth:`relations`,
+        :meth:`async_relation` and :meth:`next_relation` answer the previous epoch until
+        :meth:`publish` (work proportional to the epoch's changes), so a reader on
+        another thread never meets a half-evaluated epoch; it and :meth:`publish` take
+        turns under the caller's lock. ``last`` is the evaluated epoch at once (its
+        deltas and outbox). An evaluation that raises shows nothing of itself, and
+        leaves the circuit half updated: such an engine is to be replaced.
         """
+        if self._unpublished is not None:  # the previous epoch comes first
+            self.publish()
         large = _sized_rows(inserts, deletes, events) >= GC_PAUSE_ROWS
         with gc_paused() if large else nullcontext():
-            return self._step(inserts, deletes, events)
+            deltas = self._step(inserts, deletes, events)
+            if publish:
+                self.publish()
+            return deltas
+
+    def publish(self) -> None:
+        """Show the epoch :meth:`step` evaluated with ``publish=False``: change the base
+        facts, events and relation contents as it computed, then call the hooks and
+        sinks. Nothing to do if every evaluated epoch is shown."""
+        unpublished, self._unpublished = self._unpublished, None
+        if unpublished is None:
+            return
+        for change in unpublished.base:
+            change()
+        self._events = unpublished.events
+        for state, name, delta in unpublished.state:
+            _apply_state(state.setdefault(name, {}), delta)
+        for view in self.compiled.views.values():
+            view.integrate()
+        result = unpublished.result
+        public = unpublished.public
+        for rel, hooks in self._hooks.items():
+            d = public.get(rel)
+            if d:
+                for hook in hooks:
+                    hook(result.epoch, d)
+        for sink in self.sinks:
+            sink.emit(result)
 
     def _step(
         self,
@@ -1757,6 +1833,7 @@ class IncrementalEngine:
         deletes: Mapping[str, Iterable[Row]] | None,
         events: Mapping[str, Iterable[Row]] | None,
     ) -> dict[str, DeltaMap]:
+        """Evaluate one epoch and leave it for :meth:`publish`; return its deltas."""
         epoch = self.epoch + 1
         edb = self._edb
         old_events = self._events
@@ -1780,9 +1857,9 @@ class IncrementalEngine:
         if self._program_facts:
             ops = _keep_program_facts(ops, self._program_facts)
         events_now = {rel: _as_set(rows) for rel, rows in (events or {}).items()}
-        self._events = events_now
         pending: dict[str, Delta] = {}
         extra: dict[str, Delta] = {}
+        base_changes: list[Change] = []
         inputs = self.compiled.inputs
         by_rel: dict[str, list[tuple[str, Any, bool, bool]]] = {}
         for op in ops:
@@ -1790,13 +1867,17 @@ class IncrementalEngine:
         general: list[tuple[str, Any, bool, bool]] = []
         for rel, rel_ops in by_rel.items():
             if len(rel_ops) == 1 and rel not in old_events and rel not in events_now:
-                delta = _apply_one(edb, *rel_ops[0])
+                delta, change = _apply_one(edb, *rel_ops[0])
+                if change is not None:
+                    base_changes.append(change)
                 if delta:
                     (pending if rel in inputs else extra)[rel] = delta
             else:
                 general += rel_ops
         if general or old_events or events_now:
-            for rel, delta in _apply_general(edb, general, old_events, events_now).items():
+            deltas_of, changes = _apply_general(edb, general, old_events, events_now)
+            base_changes += changes
+            for rel, delta in deltas_of.items():
                 (pending if rel in inputs else extra)[rel] = delta
         arities = self._arity
         for rel, delta in pending.items():
@@ -1817,19 +1898,13 @@ class IncrementalEngine:
             inputs[rel].push(delta, owned=True)
         self.compiled.step()
         self.epoch = epoch
-        deltas, outbox = self._collect()
+        deltas, outbox, state_changes = self._collect()
         for rel, d in extra.items():
             deltas[rel] = {**deltas[rel], **d} if rel in deltas else d
         result = EpochResult(epoch, deltas, outbox, self)
         self.last = result
         public = result.deltas
-        for rel, hooks in self._hooks.items():
-            d = public.get(rel)
-            if d:
-                for hook in hooks:
-                    hook(epoch, d)
-        for sink in self.sinks:
-            sink.emit(result)
+        self._unpublished = _Unpublished(base_changes, events_now, state_changes, result, public)
         return public
 
     def relation(self, name: str) -> RowSet:

@@ -15,6 +15,7 @@ touches, never to the size of the whole trace.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from itertools import repeat
 from typing import Any
@@ -424,6 +425,12 @@ class DistinctTrace(Operator):
     ``d(e,i) - d(e,i-1) - d(e-1,i) + d(e-1,i-1)`` with ``d = [integral > 0]``;
     a row touched this epoch is revisited at the next iteration where its
     past-epoch history changes, so retractions through recursion are exact.
+
+    ``defer`` (root circuit only; the incremental engine sets it on the operators whose
+    weights are a relation's contents, its *views*): an epoch computes its output from
+    the weights without changing them, and :meth:`integrate` adds its input later, so
+    a reader of :meth:`integrated` sees the last published epoch while the next one is
+    evaluated. An input not integrated yet is integrated before the next evaluation.
     """
 
     def __init__(self) -> None:
@@ -431,10 +438,16 @@ class DistinctTrace(Operator):
         self.past: dict[Row, dict[int, int]] = {}  # nested: compacted past epochs
         self.current: dict[Row, dict[int, int]] = {}  # nested: this epoch's deltas
         self.scheduled: dict[int, set[Row]] = {}
+        self.defer = False
+        #: Root, ``defer``: the evaluated input :meth:`integrate` adds to ``counts`` (a
+        #: copy: a ``SignedRows``' lists, or the dict).
+        self._unintegrated: SignedRows | dict[Row, int] | None = None
 
     def eval(self, ts: Timestamp, delta: ZSet) -> ZSet:
         if self.nested:
             return self._eval_nested(ts.iteration, delta)
+        if self.defer:
+            return self._eval_deferred(delta)
         if type(delta) is SignedRows and self._apply_signed(delta):
             return delta
         out: ZSet = {}
@@ -452,6 +465,47 @@ class DistinctTrace(Operator):
             elif new > 0:
                 out[row] = 1
         return out
+
+    def _eval_deferred(self, delta: ZSet) -> ZSet:
+        """Root, ``defer``: the output of :meth:`eval` from the weights as they are, the
+        input kept for :meth:`integrate`."""
+        self.integrate()
+        counts = self.counts
+        if type(delta) is SignedRows:
+            neg, pos = delta.neg, delta.pos
+            # every -1 row at weight 1, every +1 row absent: the output is the input
+            if counts.keys().isdisjoint(pos) and list(map(counts.get, neg)).count(1) == len(neg):
+                self._unintegrated = SignedRows(list(neg), list(pos))
+                return delta
+        out: ZSet = {}
+        for row, w in delta.items():
+            old = counts.get(row, 0)
+            new = old + w
+            if old > 0:
+                if new <= 0:
+                    out[row] = -1
+            elif new > 0:
+                out[row] = 1
+        self._unintegrated = dict(delta.items())
+        return out
+
+    def integrate(self) -> None:
+        """Root, ``defer``: add the last evaluated input to the weights (no-op if none)."""
+        delta, self._unintegrated = self._unintegrated, None
+        if delta is None:
+            return
+        if type(delta) is SignedRows:
+            counts = self.counts
+            deque(map(counts.pop, delta.neg), maxlen=0)
+            counts.update(dict.fromkeys(delta.pos, 1))
+            return
+        counts = self.counts
+        for row, w in delta.items():
+            new = counts.get(row, 0) + w
+            if new:
+                counts[row] = new
+            else:
+                del counts[row]
 
     def _apply_signed(self, delta: SignedRows) -> bool:
         """Root circuit: apply a ``±1`` delta whose every ``-1`` row has weight 1 here and

@@ -184,3 +184,52 @@ def test_compiled_circuit_is_driven_through_its_handles_alone() -> None:
     assert compiled.relations["path"].delta == {(2, 3): -1, (1, 3): -1}
     compiled.step()  # nothing pushed: nothing changes
     assert compiled.relations["path"].delta == {}
+
+
+SHOWN = f"""{REACH}
+big(X) :- edge(X, _), X > 2.
+seen(X)@next :- clicked(X).
+seen(X)@next :- seen(X).
+ping(@X, Y)@async :- node(X), clicked(Y).
+"""
+SHOWN_RELS = ("node", "edge", "clicked", "path", "reach", "far", "isolated", "big", "seen")
+
+
+def _contents(eng: IncrementalEngine) -> dict:
+    """What a reader sees of ``eng``: every relation, count, ``@async`` and ``@next`` set."""
+    out: dict = {rel: (eng.relation(rel), eng.count(rel)) for rel in SHOWN_RELS}
+    out["matching"] = eng.relation_matching("edge", {0: 3})
+    out["ping"] = eng.async_relation("ping")
+    out["seen@next"] = eng.next_relation("seen")
+    return out
+
+
+def test_an_epoch_evaluated_unpublished_shows_only_once_published() -> None:
+    """``step(publish=False)`` leaves every read at the previous epoch — base facts held as
+    an int64 matrix, a flat derived relation (read from its distinct operator), recursive,
+    aggregate, ``@next`` and ``@async`` state, events — until ``publish()``, which shows
+    exactly what ``step()`` shows at once (ADR 0205)."""
+    import numpy as np
+
+    chain = [[1, 2], [2, 3], [3, 4]]  # an int64 matrix of base facts
+    epochs = [
+        {"inserts": {"node": [(i,) for i in range(1, 6)], "edge": np.array(chain)}},
+        {"inserts": {"edge": [(3, 1), (4, 5)]}, "events": {"clicked": [(7,)]}},
+        {"deletes": {"edge": [(3, 1)]}, "inserts": {"edge": [(3, 5), (1, 2.0)]}},
+        {},  # the click is withdrawn; seen(7) is carried
+        {"deletes": {"edge": [(3, 4), (3, 5)], "node": [(5,)]}, "events": {"clicked": [(8,)]}},
+    ]
+    shown, direct = engine_for(SHOWN), engine_for(SHOWN)
+    before = _contents(shown)
+    for change in epochs:
+        got = shown.step(**change, publish=False)
+        want = direct.step(**change)
+        assert got == want
+        assert shown.last.outbox == direct.last.outbox
+        assert _contents(shown) == before  # evaluated, not shown
+        shown.publish()
+        before = _contents(shown)
+        assert before == _contents(direct)
+    shown.step(inserts={"edge": [(9, 9)]}, publish=False)
+    shown.step(inserts={"edge": [(9, 10)]})  # an unpublished epoch is published first
+    assert {(9, 9), (9, 10)} <= shown.relation("edge")
