@@ -26,6 +26,7 @@ small objects and no cycles, and collections re-traversing them doubled its cost
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import suppress
 from itertools import chain, compress
@@ -82,6 +83,23 @@ class Edb:
                 out.add(matrix.shape[1])
             return out
         return set(map(len, rows))
+
+    def arity_counts(self) -> dict[str, dict[int, int]]:
+        """``{relation: {arity: number of facts}}``: what reads need to know of the
+        stored facts (:class:`~.epochview.FactShape`). An all-int relation answers from
+        its matrix's shape and its overlay; another counts its rows' lengths."""
+        out: dict[str, dict[int, int]] = {}
+        for rel, rows in self._rels.items():
+            if isinstance(rows, ArrayBase):
+                counts = Counter(map(len, rows.added))
+                in_matrix = rows.matrix.shape[0] - len(rows.removed)
+                if in_matrix:
+                    counts[rows.matrix.shape[1]] += in_matrix
+            else:
+                counts = Counter(map(len, rows))
+            if counts:
+                out[rel] = dict(counts)
+        return out
 
     def base(self) -> dict[str, Rows]:
         """Every non-empty relation as an int64 array (an all-int relation, its overlay

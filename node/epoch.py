@@ -19,6 +19,12 @@ Saves keep the epochs' order; a failed one is retried with the next.
 
 Read-your-writes: every hand-over is numbered; :meth:`EpochDriver.settled`
 waits until an epoch has taken every hand-over made before the call.
+
+Reads do not wait for an epoch (ADR 0205): an epoch is evaluated, then published
+under a lock of its own (``_view_lock``), which reads hold while they read
+(:meth:`EpochDriver.reading`). Until it is published they answer the epoch before,
+whole: its number, its program's state and its stored facts' arities and count
+(:class:`~.epochview.EpochView`).
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
-from contextlib import nullcontext, suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Protocol
@@ -44,6 +50,7 @@ from merklog.store.gcpause import gc_paused
 from . import epochstate, queries, storage
 from .config import Config
 from .edb import Edb
+from .epochview import EpochView, FactShape
 from .failures import ProgramFailing
 from .inboxfit import split_fitting
 from .metrics import NodeMetrics
@@ -91,18 +98,28 @@ class EpochDriver:
     the EDB as the engine saw it, the ``@next`` carry-over, the ``@async`` tuples
     already sent, the live queries and the sinks.
 
-    ``mutex`` (re-entrant) guards the engine and the EDB: the node takes it for reads
-    (queries, status) and to swap programs; :meth:`run` holds it for the whole epoch.
+    ``mutex`` (re-entrant) guards the engine and the EDB: :meth:`run` holds it for the
+    whole epoch, the node to swap programs and to start a live query. Reads (queries,
+    status) do not take it: they read the last published epoch under ``_view_lock``
+    (:meth:`reading`), which an epoch takes only to publish.
     """
 
     def __init__(self, node: Owner) -> None:
         self.node = node
         self.mutex = threading.RLock()
+        #: Held by a read while it reads the published epoch (:meth:`reading`) and by an
+        #: epoch while it publishes; re-entrant: a live query's callback may query.
+        self._view_lock = threading.RLock()
+        #: The last completed epoch as reads see it (None until one ran).
+        self.view: EpochView | None = None
         # Guards _pending. Changes made by one write or one applied batch of deltas are
         # staged per thread and handed over together, so they reach the same epoch.
         self._intake = threading.Lock()
         self._staging = threading.local()
         self._pending: list[tuple[Fact, int]] = []
+        #: Changes taken by epochs not published yet (one list per epoch; guarded by
+        #: ``_intake``): a query knows their relations, as it knows pending ones.
+        self._evaluating: list[list[tuple[Fact, int]]] = []
         #: Why the last epoch failed (the program's error), None after one that ran.
         self.last_error: str | None = None
         #: Why the program failed on the stored facts when the node started, until an
@@ -167,6 +184,8 @@ class EpochDriver:
         :meth:`failed_start`), now and for every read until an epoch runs: a stopped
         home's reads said the program's own error (exit 2, bad input, for a valid
         query) and ran the failing evaluation again for each."""
+        if self._evaluated:  # no lock: an epoch running meanwhile does not hold reads up
+            return
         with self.mutex:
             if self._evaluated:
                 return
@@ -251,11 +270,12 @@ class EpochDriver:
 
         Stored facts enter the engine as net inserts/deletes (the replica's visible-set
         +1/−1 changes since the last epoch); inbox ``@async`` messages, the ``tick`` clock
-        and restored ``@next`` tuples enter as one-epoch events. The epoch's number, its
-        ``@next`` tuples, the inbox acknowledgements and the outbox messages commit in
-        one transaction, after subscribers are told and the writes the epoch took are
-        answered (:meth:`settled`): that save may wait for another write's transaction,
-        and the answers need not (ADR 0145).
+        and restored ``@next`` tuples enter as one-epoch events. The evaluated epoch is
+        published at once (reads answer the epoch before until then, ADR 0205). The
+        epoch's number, its ``@next`` tuples, the inbox acknowledgements and the outbox
+        messages commit in one transaction, after subscribers are told and the writes
+        the epoch took are answered (:meth:`settled`): that save may wait for another
+        write's transaction, and the answers need not (ADR 0145).
         """
         node = self.node
         t0 = time.perf_counter()
@@ -267,6 +287,8 @@ class EpochDriver:
                 self._load_facts = None
             with self._intake:
                 changes, self._pending = self._pending, []
+                if changes:
+                    self._evaluating.append(changes)
                 taken_seq = self._seq
             epoch = self.epoch + 1
             # A bulk write's changes: no cyclic GC passes while they become engine rows and
@@ -275,6 +297,12 @@ class EpochDriver:
                 inserts, deletes = self.edb.apply(changes)
                 reload, self._reload = self._reload, False
                 engine = node.engine
+                # What reads will know of the stored facts once this epoch is published.
+                view = self.view
+                if reload or view is None:
+                    facts = FactShape(self.edb.arity_counts())
+                else:
+                    facts = view.facts.updated(inserts, deletes)
                 # The @next tuples of the last committed epoch hold now. A per-epoch engine
                 # carries them itself; a reload (a restart, a program load, the epoch after
                 # a failed one) starts from scratch and takes them from the saved state.
@@ -307,7 +335,6 @@ class EpochDriver:
                                 keep_snapshot=not self.warm_up,
                                 want_deltas=listened,
                             )
-                            self.warm_up = self.warm_up and engine.snapshot
                 except EvaluationInterrupted:
                     # Stopped by close: nothing of it counts, and the writes it took are
                     # durable; the next open (or start) evaluates them from the EDB.
@@ -315,19 +342,31 @@ class EpochDriver:
                     self._settle(taken_seq, "the node is stopping: no epoch evaluated them")
                     raise
                 except EngineError as exc:
-                    # The program failed (a recursion without fixpoint): its engine state
+                    # The program failed (a recursion without fixpoint): nothing of the
+                    # epoch was published, so reads keep the last good epoch; the engine
                     # may be half updated, so the next epoch re-derives from the EDB, which
                     # holds the changes taken; the writes taken are durable and answered.
                     self._reload = True  # it takes the last good epoch's @next tuples again
                     self.last_error = f"the epoch that evaluates them failed: {exc}"
                     self._settle(taken_seq, self.last_error)
                     raise
-            nxt = engine.next_tuples()
-            # Send each @async tuple once while its body keeps holding (also across restarts).
-            # Keyed by value identity: m(1), m(1.0) and m(true) are three messages.
-            outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
-            live = {epochstate.sent_key(f) for f in engine.async_live()}
-            self.epoch = epoch
+                except BaseException:
+                    self._reload = True  # whatever it left half done, the EDB has it all
+                    raise
+                # Publish: reads answer this epoch from here on.
+                with self._view_lock:
+                    engine.publish()
+                    self.warm_up = self.warm_up and engine.snapshot
+                    nxt = engine.next_tuples()
+                    # Send each @async tuple once while its body keeps holding (also across
+                    # restarts). Keyed by value identity: m(1), m(1.0) and m(true) are three.
+                    outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
+                    live = {epochstate.sent_key(f) for f in engine.async_live()}
+                    self.epoch = epoch
+                    self.view = EpochView(epoch, engine, facts)
+                    with self._intake:
+                        self._evaluating = []
+                    self._evaluated = True
             # A callback's Ctrl-C (KeyboardInterrupt, SystemExit) is raised once the epoch is
             # whole: it left the live queries after it without this epoch's delta for good,
             # its writes unanswered and its state, @async messages and inbox acks unsaved.
@@ -360,7 +399,8 @@ class EpochDriver:
                 self._taken.update(refusals)
             self.state = state
             self._sent = live
-            self._evaluated = True
+            node.metrics.facts.set(facts.total)
+            node.metrics.derived.set(_derived(engine))
             if sinks and reload:  # every tuple is new to a listener of the old program
                 deltas = engine.all_new()
         self._save()
@@ -380,8 +420,6 @@ class EpochDriver:
                     interrupted = interrupted or exc
         metrics = node.metrics
         metrics.subscribers.set(len(self.subs))
-        metrics.facts.set(len(self.edb))
-        metrics.derived.set(self.derived_count())
         metrics.epochs.inc()
         metrics.epoch_seconds.observe(time.perf_counter() - t0)
         if interrupted is not None:
@@ -483,63 +521,79 @@ class EpochDriver:
             return f"no epoch evaluated the changes within {timeout:g} s"
 
     def pending_arities(self, rel: str) -> set[int]:
-        """Arities of ``rel`` among the stored facts handed over but not yet evaluated (a
-        query between a write and its epoch finds the relation; its rows come with the
-        epoch). Scans the pending changes: for the unknown-relation check only."""
+        """Arities of ``rel`` among the stored facts handed over but not yet evaluated, or
+        taken by an epoch not published yet (a query between a write and its epoch finds
+        the relation; its rows come with the epoch). Scans those changes: for the
+        unknown-relation check only."""
         with self._intake:
             return {
-                len(fact.args) for fact, weight in self._pending if weight > 0 and fact.rel == rel
+                len(fact.args)
+                for changes in (self._pending, *self._evaluating)
+                for fact, weight in changes
+                if weight > 0 and fact.rel == rel
             }
 
     # ------------------------------------------------------------------ reads and sinks
+    @contextmanager
+    def reading(self) -> Iterator[EpochView]:
+        """The last completed epoch, held still while the caller reads it: an epoch
+        evaluating meanwhile goes on, and publishes once the caller is done (ADR 0205).
+        Runs the first epoch first if none has run since the node opened (:meth:`ready`,
+        which raises :class:`ProgramFailing` when the program fails on the stored facts)."""
+        self.ready()
+        with self._view_lock:
+            view = self.view
+            assert view is not None  # ready() ran an epoch
+            yield view
+
     def relation(self, rel: str) -> set[tuple]:
         """Current tuples of ``rel`` (stored, derived, or this epoch's events)."""
-        with self.mutex:
-            self.ready()
-            return self.node.engine.relation(rel)
+        with self.reading() as view:
+            return view.engine.relation(rel)
 
     def relation_matching(self, rel: str, consts: dict[int, Any]) -> set[tuple]:
         """Current tuples of ``rel`` whose column ``c`` holds ``consts[c]`` (identity)."""
-        with self.mutex:
-            self.ready()
-            return self.node.engine.relation_matching(rel, consts)
+        with self.reading() as view:
+            return view.engine.relation_matching(rel, consts)
 
     def evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
-        """Columns and engine-form rows of a parsed query over the last epoch's state."""
-        with self.mutex:
-            self.ready()
-            return queries.evaluate_query(query, self.relation, self.relation_matching)
+        """Columns and engine-form rows of a parsed query over the last epoch's state
+        (inside :meth:`reading`, over the epoch it holds)."""
+        with self.reading() as view:
+            engine = view.engine
+            return queries.evaluate_query(query, engine.relation, engine.relation_matching)
 
-    def fact_count(self) -> int:
-        """Stored facts the engine sees; before the first epoch has read them, the
-        number it will see, counted in the store's index (no block read)."""
-        with self.mutex:
-            if self._load_facts is not None:
-                return visible_count(self.node.replica)
-            return len(self.edb)
-
-    def derived_count(self) -> int:
-        """Tuples in relations the program's rules define (rule heads): none without
-        rules, so ``status`` of a home without a program evaluates nothing."""
-        with self.mutex:
-            engine = self.node.engine
-            if not engine.heads or (self.start_failure is not None and not self._evaluated):
-                return 0
-            try:
+    def summary(self) -> tuple[int, int, int, Any]:
+        """``(epoch, stored facts, derived tuples, program runner)`` of the last completed
+        epoch, read together. Derived tuples are those of relations the program's rules
+        define (rule heads). Before any epoch ran, a program with rules is evaluated
+        first; without rules (or when the program fails on the stored facts) nothing is,
+        and the stored facts are counted in the store's index (no block read), as the
+        first epoch will see them: ``status`` of a home without a program evaluates
+        nothing."""
+        engine = self.node.engine
+        if not self._evaluated and engine.heads and self.start_failure is None:
+            with suppress(ProgramFailing):  # status shows why (``program_error``), not fails
                 self.ready()
-            except ProgramFailing:  # status shows why (``program_error``), not fails
-                return 0
-            return sum(engine.count(rel) for rel in engine.heads)
+        if self._evaluated:
+            with self._view_lock:
+                view = self.view
+                assert view is not None
+                return view.epoch, view.facts.total, _derived(view.engine), view.engine
+        return self.epoch, visible_count(self.node.replica), 0, engine
 
     def subscribe(self, sub: Subscription) -> None:
-        """Deliver ``sub``'s current result now, then its changes after each epoch."""
+        """Deliver ``sub``'s current result now, then its changes after each epoch. Waits
+        for an epoch that is running: the live query starts between two epochs."""
         with self.mutex:
             self.ready()
+            view = self.view  # no epoch publishes while the mutex is held
+            assert view is not None
             if sub.match is not None:
                 (rel,) = sub.rels
-                sub.start(self.node.engine.relation(rel), self.epoch)
+                sub.start(view.engine.relation(rel), view.epoch)
             else:
-                sub.deliver(set(self.evaluate(sub.query)[1]), initial=True, epoch=self.epoch)
+                sub.deliver(set(self.evaluate(sub.query)[1]), initial=True, epoch=view.epoch)
             self.subs.append(sub)
             self.node.metrics.subscribers.set(len(self.subs))
 
@@ -552,6 +606,11 @@ class EpochDriver:
     def add_sink(self, sink: Sink) -> None:
         """``sink(epoch, changes)`` after every epoch that changed something."""
         self.sinks.append(sink)
+
+
+def _derived(engine: Any) -> int:
+    """Tuples in the relations ``engine``'s rules define (its published state)."""
+    return sum(engine.count(rel) for rel in engine.heads)
 
 
 def _resolve(fut: asyncio.Future, error: str | None = None) -> None:

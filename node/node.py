@@ -50,6 +50,7 @@ from . import (
 from . import dataset as dataset_mod
 from .config import Config, check_tokens, generated_tokens, peer_name_problem
 from .epoch import TICK_REL, EpochDriver, Sink
+from .epochview import EpochView
 from .errors import NodeInputError, NotSettled
 from .failures import ProgramFailing
 from .homeinit import IDENTITY_FILE as IDENTITY_FILE  # re-exported (commands, tests)
@@ -454,10 +455,11 @@ class Node:
         runner = programs.compile_program(text, source, engine)
         failed: EngineError | None = None
         # The swap, the new program's first epoch and then its save (or the old program put
-        # back) are one step under the epoch mutex: a query in between read a program that
-        # had derived nothing yet (0 rows, read-your-writes broken), and two loads at once
-        # could leave one program running and the other stored, or a failing load put back
-        # a program another load had replaced meanwhile.
+        # back) are one step under the epoch mutex: two loads at once could leave one
+        # program running and the other stored, or a failing load put back a program
+        # another load had replaced meanwhile. Queries meanwhile answer the last epoch of
+        # the program before, until the new one's first epoch is published (ADR 0205): a
+        # query of a program that had derived nothing yet answered 0 rows.
         with self._mutex:
             before = self.engine, self.program_text
             self.engine = runner
@@ -525,40 +527,48 @@ class Node:
         self._require_open()
         return self.epochs.relation(check_relation(rel))
 
-    def _evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
-        return self.epochs.evaluate(query)
-
     def query(self, text: str) -> QueryResult:
-        """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch."""
-        q = self._known_query(text)
+        """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch: an
+        epoch evaluating meanwhile is not waited for (ADR 0205), and ``epoch`` is the
+        number of the epoch whose state the answer shows."""
+        q = self._parse_query(text)
         # The answer's rows have no cycles: no collection walks the EDB because of them.
         with gc_paused():
-            columns, rows = querycheck.evaluate(self._evaluate, q)
+            with self.epochs.reading() as view:
+                self._require_known(q, view)
+                columns, rows = querycheck.evaluate(self.epochs.evaluate, q)
             plain = [row_from_engine(r) for r in rows]  # distinct engine rows, plain out
-            return QueryResult(columns, sort_rows(plain), self.epoch)
+            return QueryResult(columns, sort_rows(plain), view.epoch)
 
-    def _known_query(self, text: str, live: bool = False) -> Any:
-        """``text`` parsed, once its relations and arities are known here: an unknown
-        relation or arity is an error (:class:`UnknownRelation`), not "(0 rows)" or a live
-        query that never answers. Known means the program's, the last epoch's stored facts'
-        or those of a write that epoch has not evaluated yet (whose rows come with it).
-        ``live``: a relation nothing has yet is allowed (a live query waits for its first
-        facts), one known with another arity is not."""
+    def _parse_query(self, text: str) -> Any:
         self._require_open()
         if not isinstance(text, str):
             raise NodeInputError(f"a query is Datalog text, got {type(text).__name__}")
-        q = queries.parse_query(text)
-        epochs = self.epochs
-        with self._mutex:
-            epochs.ready()
-            querycheck.require_known(
-                q,
-                querycheck.program_arities(self.engine.checked.program),
-                lambda rel: epochs.edb.arities(rel) or epochs.pending_arities(rel),
-                {TICK_REL: {1}} if self.config.get("node.tick") else None,
-                new_relations=live,
-            )
+        return queries.parse_query(text)
+
+    def _known_query(self, text: str, live: bool = False) -> Any:
+        """``text`` parsed, once its relations and arities are known here (see
+        :meth:`_require_known`)."""
+        q = self._parse_query(text)
+        with self.epochs.reading() as view:
+            self._require_known(q, view, live)
         return q
+
+    def _require_known(self, q: Any, view: EpochView, live: bool = False) -> None:
+        """Raise :class:`UnknownRelation` for a relation or arity not known here: an
+        error, not "(0 rows)" or a live query that never answers. Known means the
+        program's (that of ``view``, the last completed epoch), that epoch's stored
+        facts' or those of a write no epoch has published yet (whose rows come with
+        it). ``live``: a relation nothing has yet is allowed (a live query waits for
+        its first facts), one known with another arity is not."""
+        epochs = self.epochs
+        querycheck.require_known(
+            q,
+            querycheck.program_arities(view.engine.checked.program),
+            lambda rel: view.facts.arities(rel) or epochs.pending_arities(rel),
+            {TICK_REL: {1}} if self.config.get("node.tick") else None,
+            new_relations=live,
+        )
 
     def subscribe(self, text: str, callback: Callback) -> Subscription:
         """Call ``callback("result", rows, [])`` now, then ``("delta", added, removed)``.

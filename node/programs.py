@@ -23,6 +23,11 @@ that answers queries, counts and the epoch's ``@next``/``@async`` output. The
 per-epoch engine gets the whole base only at the first later epoch that changes
 something (:meth:`ProgramRunner.step`), or at once when the node starts running
 (ADR 0070): a one-shot command on a stopped home never builds incremental state.
+
+An epoch is evaluated, then published (:meth:`ProgramRunner.publish`): until then
+:meth:`ProgramRunner.relation`, :meth:`~ProgramRunner.relation_matching` and
+:meth:`~ProgramRunner.count` answer the epoch before, so the node's reads never wait
+for an evaluation and never see half of one (ADR 0205).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -78,6 +84,8 @@ class _BatchFallback:
         self.current: dict[str, set[Row]] = {}
         self.next: dict[str, set[Row]] = {}
         self.live: list[Fact] = []
+        #: The evaluated epoch's (current, next, live), until :meth:`publish`.
+        self._unpublished: tuple[dict, dict, list[Fact]] | None = None
 
     def step(
         self,
@@ -102,12 +110,18 @@ class _BatchFallback:
             d.update({r: -1 for r in old - now})
             if d:
                 deltas[rel] = DeltaMap(d)
-        self.current = {rel: rows for rel, rows in new.items() if rows}
-        self.next = {
-            rel: set(map(row_to_engine, rows)) for rel, rows in result.next_tuples.items() if rows
-        }
-        self.live = [fact for _dest, fact in result.outbox]
+        nxt = result.next_tuples
+        self._unpublished = (
+            {rel: rows for rel, rows in new.items() if rows},
+            {rel: set(map(row_to_engine, rows)) for rel, rows in nxt.items() if rows},
+            [fact for _dest, fact in result.outbox],
+        )
         return deltas, list(result.outbox)
+
+    def publish(self) -> None:
+        """Show the epoch :meth:`step` evaluated."""
+        if self._unpublished is not None:
+            (self.current, self.next, self.live), self._unpublished = self._unpublished, None
 
     def relation(self, rel: str) -> set[Row]:
         return set(self.current.get(rel, ()))  # engine form
@@ -137,9 +151,13 @@ class _Incremental:
         deletes: Mapping[str, Iterable[Row]],
         events: Mapping[str, Iterable[Row]],
     ) -> tuple[Deltas, Outbox]:
-        deltas = self.engine.step(inserts=inserts, deletes=deletes, events=events)
+        deltas = self.engine.step(inserts=inserts, deletes=deletes, events=events, publish=False)
         last = self.engine.last
         return deltas, list(last.outbox) if last is not None else []
+
+    def publish(self) -> None:
+        """Show the epoch :meth:`step` evaluated."""
+        self.engine.publish()
 
     def relation(self, rel: str) -> set[Row]:
         return self.engine.relation(rel).engine  # engine form
@@ -212,6 +230,22 @@ class ProgramRunner:
         #: that of a fresh engine, and a reload (:meth:`evaluate_all`) replaces it.
         self._fed = False
         self._snapshot: _Snapshot | None = None
+        #: What :meth:`publish` does to show the epoch last evaluated, in order.
+        self._unpublished: list[Callable[[], None]] = []
+
+    def publish(self) -> None:
+        """Show the epoch :meth:`step` or :meth:`evaluate_all` evaluated: from now on
+        :meth:`relation`, :meth:`relation_matching`, :meth:`count`, :meth:`next_tuples`
+        and :meth:`async_live` answer it (before, the epoch before it). Work in
+        proportion to the epoch's changes; nothing to do when it is shown already. An
+        evaluation that raised leaves nothing to publish: reads keep the last good epoch.
+        """
+        todo, self._unpublished = self._unpublished, []
+        for show in todo:
+            show()
+
+    def _drop_snapshot(self) -> None:
+        self._snapshot = None
 
     def _fresh_impl(self) -> None:
         """A per-epoch engine with no state, of the same mode, for the next :meth:`step`
@@ -259,12 +293,13 @@ class ProgramRunner:
     def evaluate_all(self, base: Mapping[str, Any], events: Mapping[str, Iterable[Row]]) -> Outbox:
         """A reload epoch: the program over the whole ``base`` (relation → int64 array or
         engine-form rows) and this epoch's ``events``, evaluated from scratch by the batch
-        evaluator; returns the ``@async`` outbox. The result is kept as the snapshot
-        that :meth:`relation`, :meth:`count`, :meth:`next_tuples` and :meth:`async_live`
-        answer from until :meth:`step` hands the base to the per-epoch engine."""
+        evaluator; returns the ``@async`` outbox. Once published (:meth:`publish`), the
+        result is the snapshot that :meth:`relation`, :meth:`count`, :meth:`next_tuples`
+        and :meth:`async_live` answer from until :meth:`step` hands the base to the
+        per-epoch engine."""
         from merklog.engine.batch import BatchEvaluator, as_rel
 
-        self._fresh_impl()  # the next step feeds the whole base: to an engine that has none
+        self.publish()  # an epoch evaluated before comes first
         checked = self.checked
         strata = [list(s.rules) for s in checked.strata if not s.temporal]
         evaluator = BatchEvaluator(checked.program.rules, strata=strata, int_bits=checked.int_bits)
@@ -280,7 +315,9 @@ class ProgramRunner:
                 db[rel] = set(as_rel(db[rel]).tuples) | extra if rel in db else extra
         result = evaluator.step(db)
         outbox = list(result.outbox)
-        self._snapshot = _Snapshot(result.relations, result.next_tuples, outbox, bool(events))
+        snapshot = _Snapshot(result.relations, result.next_tuples, outbox, bool(events))
+        # Published: the next step feeds the whole base to an engine that has none.
+        self._unpublished = [self._fresh_impl, partial(setattr, self, "_snapshot", snapshot)]
         return outbox
 
     @property
@@ -306,10 +343,14 @@ class ProgramRunner:
         ``keep_snapshot``; otherwise the per-epoch engine is fed the whole base and the
         returned deltas are against the snapshot (computed only when ``want_deltas``;
         else empty)."""
+        self.publish()  # an epoch evaluated before comes first
         snap = self._snapshot
+        impl = self._impl
         if snap is None:
             self._fed = True  # also when the step fails: its state may be half updated
-            return self._impl.step(inserts, deletes, events)
+            out = impl.step(inserts, deletes, events)
+            self._unpublished = [impl.publish]
+            return out
         carried = {rel: rows for rel, rows in snap.next.items() if rows}
         if keep_snapshot and not (inserts or deletes or events or snap.had_events or carried):
             return {}, []
@@ -321,8 +362,8 @@ class ProgramRunner:
         for rel, rows in carried.items():
             now[rel] = now[rel] | rows.engine if rel in now else set(rows.engine)
         self._fed = True
-        fresh, outbox = self._impl.step(base(), {}, now)
-        self._snapshot = None
+        fresh, outbox = impl.step(base(), {}, now)
+        self._unpublished = [impl.publish, self._drop_snapshot]
         if not want_deltas:
             return {}, outbox
         return _against(snap.relations, fresh), outbox

@@ -18,32 +18,30 @@ class Owner(Protocol):
     dataset: Link
     identity: Any
     epochs: Any
-    engine: Any
     outbox: Any
-    program_text: str
     last_sync: dict[str, Any] | None
 
-    @property
-    def epoch(self) -> int: ...
     def heads(self) -> list[Link]: ...
     def peer_status(self) -> list[dict[str, Any]]: ...
 
 
 def node_status(node: Owner) -> dict[str, Any]:
-    """The node's status (see the module docstring); fields as ``GET /v1/status`` answers."""
-    facts = node.epochs.fact_count()
-    derived = node.epochs.derived_count()  # tuples in relations the program's rules define
+    """The node's status (see the module docstring); fields as ``GET /v1/status`` answers.
+    The epoch, the counts and the program are those of the last completed epoch, read
+    together: an epoch evaluating meanwhile is not waited for (ADR 0205)."""
+    # derived: tuples in relations the program's rules define
+    epoch, facts, derived, engine = node.epochs.summary()
     return {
         "dataset": str(node.dataset),
         "key": node.identity.public_key.hex(),
         "heads": sorted(str(h) for h in node.heads()),
-        "epoch": node.epoch,
+        "epoch": epoch,
         "facts": facts,
         "derived": derived,
-        "program": bool(node.program_text),
+        "program": bool(engine.text),
         # why the last epoch failed (the program on the stored facts), else None
         "program_error": node.epochs.start_failure or node.epochs.last_error,
-        "engine": node.engine.mode,
+        "engine": engine.mode,
         "outbox_pending": node.outbox.pending_count(),
         "outbox_dropped": node.outbox.dropped_count(),
         "peers": node.peer_status(),

@@ -161,3 +161,25 @@ def test_folded_drops_removed_rows_and_refuses_non_int_rows() -> None:
     assert sorted(map(tuple, base.folded().tolist())) == [(1, 2), (5, 6), (2**63 - 1, -(2**63))]
     base.add_new([row_to_engine((1.0, 2))])
     assert base.folded() is None
+
+
+def test_the_fact_shape_reads_see_follows_the_edb() -> None:
+    """What reads know of the stored facts (ADR 0205), kept from each epoch's net
+    changes, is what the EDB holds: its arities per relation (one going when its last
+    fact goes, a matrix relation gaining a float row) and its number of facts."""
+    from merklog.node.epochview import FactShape
+
+    edb = Edb({"p": np.arange(20, dtype=np.int64).reshape(10, 2), "s": {("a",), ("b", 1)}})
+    shape = FactShape(edb.arity_counts())
+    batches = [
+        [(Fact("p", (0, 1)), -1), (Fact("p", (1.0, 1)), 1), (Fact("p", (5,)), 1)],
+        [(Fact("s", ("b", 1)), -1), (Fact("t", ()), 1), (Fact("p", (5,)), -1)],
+        [(Fact("p", (2, 3)), -1), (Fact("p", (2, 3)), 1), (Fact("t", ()), -1)],
+    ]
+    for changes in batches:
+        shape = shape.updated(*edb.apply(changes))
+        fresh = FactShape(edb.arity_counts())
+        for rel in ("p", "s", "t", "none"):
+            assert shape.arities(rel) == fresh.arities(rel) == edb.arities(rel), rel
+        assert shape.total == fresh.total == len(edb)
+    assert (shape.arities("p"), shape.arities("s"), shape.arities("t")) == ({2}, {1}, set())
