@@ -25,6 +25,11 @@ under a lock of its own (``_view_lock``), which reads hold while they read
 (:meth:`EpochDriver.reading`). Until it is published they answer the epoch before,
 whole: its number, its program's state and its stored facts' arities and count
 (:class:`~.epochview.EpochView`).
+
+An epoch that changes nothing — no change of the stored facts, no event, no
+``@async`` message in or out, no derived tuple, not a reload — is no new epoch
+(ADR 0206): the number stays the last epoch's, live queries and sinks hear nothing,
+and nothing is written to the store. An idle node writes nothing.
 """
 
 from __future__ import annotations
@@ -266,7 +271,8 @@ class EpochDriver:
 
     # ------------------------------------------------------------------ the epoch
     def run(self) -> int:
-        """Evaluate one epoch now; returns the epoch number. Safe to call from any thread.
+        """Evaluate one epoch now; returns the number of the epoch queries now answer
+        (the last one's when this one changed nothing). Safe to call from any thread.
 
         Stored facts enter the engine as net inserts/deletes (the replica's visible-set
         +1/−1 changes since the last epoch); inbox ``@async`` messages, the ``tick`` clock
@@ -275,7 +281,8 @@ class EpochDriver:
         epoch's number, its ``@next`` tuples, the inbox acknowledgements and the outbox
         messages commit in one transaction, after subscribers are told and the writes
         the epoch took are answered (:meth:`settled`): that save may wait for another
-        write's transaction, and the answers need not (ADR 0145).
+        write's transaction, and the answers need not (ADR 0145). An epoch that changed
+        nothing keeps the last number and saves nothing (ADR 0206).
         """
         node = self.node
         t0 = time.perf_counter()
@@ -320,6 +327,10 @@ class EpochDriver:
                 for msg in messages:
                     events.setdefault(msg.fact.rel, set()).add(row_to_engine(msg.fact.args))
                 listened = bool(self.subs or self.sinks)
+                # The epoch after a reload differs from it when the reload had events or
+                # derived @next tuples; handing its state to the incremental engine alone
+                # (warm-up) changes nothing.
+                moves = not reload and engine.snapshot_moves
                 try:
                     # a closing node stops a long evaluation at its next round
                     with interruptible(self.stopping):
@@ -362,16 +373,30 @@ class EpochDriver:
                     # restarts). Keyed by value identity: m(1), m(1.0) and m(true) are three.
                     outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
                     live = {epochstate.sent_key(f) for f in engine.async_live()}
-                    self.epoch = epoch
-                    self.view = EpochView(epoch, engine, facts)
+                    # Changed nothing: no new number, nothing told, nothing saved (ADR 0206).
+                    idle = not (
+                        reload
+                        or inserts
+                        or deletes
+                        or events
+                        or refused
+                        or deltas
+                        or outbox
+                        or live != self._sent
+                        or moves
+                    )
+                    if not idle:
+                        self.epoch = epoch
+                        self.view = EpochView(epoch, engine, facts)
                     with self._intake:
                         self._evaluating = []
                     self._evaluated = True
+            epoch = self.epoch
             # A callback's Ctrl-C (KeyboardInterrupt, SystemExit) is raised once the epoch is
             # whole: it left the live queries after it without this epoch's delta for good,
             # its writes unanswered and its state, @async messages and inbox acks unsaved.
             interrupted: BaseException | None = None
-            for sub in self.subs:
+            for sub in () if idle else self.subs:
                 if sub.closed:
                     continue
                 try:
@@ -386,24 +411,26 @@ class EpochDriver:
             # another write is in its transaction (ADR 0145). Those writes are durable
             # already; what the save makes durable is the epoch's own state.
             self._settle(taken_seq)
-            # Every epoch commits atomically: its number, carry-over, inbox acks, outbox
-            # (saved below, once the mutex is released).
-            state = epochstate.EpochState(epoch, engine.digest, nxt, live)
-            acks = [m.cid for m in messages]
-            refusals = [m.cid for m in refused]
-            with self._intake:
-                self._unsaved.append(
-                    _Save(state, acks, refusals, [(dest, f.rel, f.args) for dest, f in outbox])
-                )
-                self._taken.update(acks)
-                self._taken.update(refusals)
-            self.state = state
-            self._sent = live
-            node.metrics.facts.set(facts.total)
-            node.metrics.derived.set(_derived(engine))
+            if not idle:
+                # Every epoch commits atomically: its number, carry-over, inbox acks,
+                # outbox (saved below, once the mutex is released). One that changed
+                # nothing has nothing to save (ADR 0206).
+                state = epochstate.EpochState(epoch, engine.digest, nxt, live)
+                acks = [m.cid for m in messages]
+                refusals = [m.cid for m in refused]
+                with self._intake:
+                    self._unsaved.append(
+                        _Save(state, acks, refusals, [(dest, f.rel, f.args) for dest, f in outbox])
+                    )
+                    self._taken.update(acks)
+                    self._taken.update(refusals)
+                self.state = state
+                self._sent = live
+                node.metrics.facts.set(facts.total)
+                node.metrics.derived.set(_derived(engine))
             if sinks and reload:  # every tuple is new to a listener of the old program
                 deltas = engine.all_new()
-        self._save()
+        self._save()  # also retries a save that failed before
         # Facts for the sinks only when there are sinks: a reload's deltas are every tuple.
         out = (
             [(Fact(rel, row), w) for rel, d in deltas.items() for row, w in d.items()]

@@ -489,7 +489,8 @@ class Node:
         return self.epochs.epoch
 
     def run_epoch(self) -> int:
-        """Evaluate one epoch now (see :meth:`.epoch.EpochDriver.run`); returns its number.
+        """Evaluate one epoch now (see :meth:`.epoch.EpochDriver.run`); returns the number
+        of the epoch queries now answer: the last one's when nothing changed (ADR 0206).
         Safe to call from any thread."""
         self._require_open()
         return self.epochs.run()

@@ -325,6 +325,14 @@ class ProgramRunner:
         """Whether the last epoch's state is a batch snapshot (:meth:`evaluate_all`)."""
         return self._snapshot is not None
 
+    @property
+    def snapshot_moves(self) -> bool:
+        """Whether the snapshot's epoch had one-epoch events or derived ``@next`` tuples:
+        then the epoch after it differs from it even without changes of its own (its
+        events are withdrawn, its ``@next`` tuples hold). False without a snapshot."""
+        snap = self._snapshot
+        return snap is not None and (snap.had_events or any(snap.next.values()))
+
     def step(
         self,
         inserts: Mapping[str, Iterable[Row]],
