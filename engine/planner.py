@@ -24,9 +24,12 @@ steps before it (``Step.bound``):
   checks the first column (Soufflé's "binding through arithmetic").
 - :class:`Filter` — a comparison whose both sides are bound.
 - :class:`Assign` — ``V == term`` (either side) with ``V`` unbound and ``term``
-  bound: binds ``V`` — unless an atom of the body binds ``V``: then the atom does,
-  and the equality filters after it (``1 == 1.0`` holds, but a lookup of ``p(1)``
-  would not find ``p(1.0)``).
+  bound: binds ``V`` — only when this is the equality the rule's text chooses to
+  bind ``V`` (:func:`equality_binders`): never when an atom of the body binds
+  ``V`` (the atom does, and the equality filters after it: ``1 == 1.0`` holds, but
+  a lookup of ``p(1)`` would not find ``p(1.0)``), and among several equalities
+  that could bind ``V``, the first written that can. So the body order picked
+  here, the delta variant and the backend never change a derived value.
 - :class:`Negate` — ``!atom`` once its named variables and expressions are bound
   (``_`` is a wildcard).
 - :class:`Aggregate` — once its grouping variables are bound; its body has its
@@ -247,15 +250,15 @@ def plan_body(
         pending.remove((i, lit))
         _schedule(lit, bound_now, steps, pending, body, as_delta, expr_keys, fresh)
 
+    binders = equality_binders(body, bound_now)
     if delta is not None and not isinstance(body[delta], ast.Positive):
         raise ValueError(f"the delta literal {body[delta]} is not a positive atom")
     if delta is not None and any(j == delta for j, _ in pending):
         take(delta, body[delta], as_delta=True)
-    matched = ast.atom_bound_vars(body)
     while pending:
         best: tuple[int, int, ast.BodyLiteral] | None = None
         for i, lit in pending:
-            score = _score(lit, bound_now, body, matched)
+            score = _score(i, lit, bound_now, body, binders)
             if score is not None and (best is None or score < best[0]):
                 best = (score, i, lit)
         if best is None:
@@ -288,23 +291,88 @@ def _is_existence(
     return not any(mine & _lit_names(other) for j, other in enumerate(body) if j != i)
 
 
-def _score(
-    lit: ast.BodyLiteral, bound: set[str], body: tuple[ast.BodyLiteral, ...], matched: set[str]
-) -> int | None:
-    """Cost class of evaluating ``lit`` now (lower first); None when it cannot run yet.
+def equality_binders(body: Sequence[ast.BodyLiteral], bound: Iterable[str] = ()) -> dict[int, str]:
+    """Which literal of ``body`` binds each variable that no positive atom binds.
 
-    ``matched``: variables an atom of the body binds. ``X == term`` never binds those,
-    it filters after the atom: binding ``X`` to ``1`` first and then looking ``p(X)``
-    up would miss ``p(1.0)``, which ``X == 1`` accepts (:func:`ast.atom_bound_vars`)."""
+    The rule (docs/language.md, "Which equality binds a variable"; ADR 0206),
+    read off the text alone, so that neither the order the planner picks, nor
+    the semi-naive delta variant, nor the evaluator can change it: starting from
+    ``bound`` and the variables positive atoms bind (:func:`ast.atom_bound_vars`),
+    repeat
+
+    1. every aggregate whose grouping variables are bound binds its result (if
+       still unbound);
+    2. then the *first* equality in the order written whose one side is a
+       variable ``V`` not bound yet and whose other side's variables are all
+       bound binds ``V``;
+
+    until neither applies. Returns ``{index in body: variable}`` for the binding
+    equalities and for the aggregates that bind their result; every other
+    equality is a filter, and an aggregate whose result an equality binds checks
+    it. ``1 == 1.0`` holds but ``1`` and ``1.0`` are distinct values, so which
+    side binds decides the derived value: ``Y == X * 1.0, Y == Z`` binds ``Y`` to
+    the float whatever the order of the body.
+    """
+    body = tuple(body)
+    known = set(bound) | ast.atom_bound_vars(body)
+    out: dict[int, str] = {}
+    aggs = [(i, lit) for i, lit in enumerate(body) if isinstance(lit, ast.Aggregate)]
+    groups = {i: set(ast.grouping_vars(body, lit)) for i, lit in aggs}
+    eqs = [
+        (i, lit) for i, lit in enumerate(body) if isinstance(lit, ast.Comparison) and lit.op == "=="
+    ]
+    while True:
+        for i, agg in aggs:
+            if agg.result.name not in known and groups[i] <= known:
+                known.add(agg.result.name)
+                out[i] = agg.result.name
+        for i, eq in eqs:
+            if i in out:
+                continue
+            var = _binds(eq, known)
+            if var is not None:
+                known.add(var)
+                out[i] = var
+                break
+        else:
+            return out
+
+
+def _binds(eq: ast.Comparison, known: set[str]) -> str | None:
+    """The variable ``eq`` can bind given the ``known`` variables, else None."""
+    for side, other in ((eq.left, eq.right), (eq.right, eq.left)):
+        if isinstance(side, ast.Var) and side.name not in known and _names(other) <= known:
+            return side.name
+    return None
+
+
+def _score(
+    i: int,
+    lit: ast.BodyLiteral,
+    bound: set[str],
+    body: tuple[ast.BodyLiteral, ...],
+    binders: dict[int, str],
+) -> int | None:
+    """Cost class of evaluating ``lit`` (``body[i]``) now (lower first); None when it
+    cannot run yet.
+
+    ``binders`` (:func:`equality_binders`): an equality binds only the variable the
+    rule gives it — never one an atom binds (binding ``X`` to ``1`` first and then
+    looking ``p(X)`` up would miss ``p(1.0)``, which ``X == 1`` accepts), never one
+    another equality binds; every other comparison waits until both sides are
+    bound. An aggregate runs once its groups are bound, and, when it does not bind
+    its result, once its result is bound too (it then checks it)."""
     if isinstance(lit, ast.Comparison):
         lg, rg = _names(lit.left) <= bound, _names(lit.right) <= bound
         if lg and rg:
             return 0
-        if lit.op == "==" and (
-            (lg and isinstance(lit.right, ast.Var) and lit.right.name not in matched)
-            or (rg and isinstance(lit.left, ast.Var) and lit.left.name not in matched)
-        ):
-            return 1
+        var = binders.get(i)
+        if var is not None and var not in bound:
+            var_side, other = (lit.left, lit.right)
+            if not (isinstance(var_side, ast.Var) and var_side.name == var):
+                var_side, other = other, var_side
+            if _names(other) <= bound:
+                return 1
         return None
     if isinstance(lit, ast.Negated):
         for a in lit.atom.args:
@@ -314,6 +382,8 @@ def _score(
                 return None
         return 0
     if isinstance(lit, ast.Aggregate):
+        if binders.get(i) is None and lit.result.name not in bound:
+            return None
         return 2 if set(ast.grouping_vars(body, lit)) <= bound else None
     assert isinstance(lit, ast.Positive)
     args = lit.atom.args
@@ -366,7 +436,7 @@ def _schedule(
             steps.append(Filter(lit, before))
         else:
             var, term = (lit.left, lit.right) if rg else (lit.right, lit.left)
-            assert isinstance(var, ast.Var)
+            assert isinstance(var, ast.Var) and var.name not in bound
             steps.append(Assign(lit, before, var, term))
             bound.add(var.name)
     elif isinstance(lit, ast.Negated):
@@ -430,6 +500,7 @@ __all__ = [
     "Plan",
     "Scan",
     "Step",
+    "equality_binders",
     "plan_body",
     "plan_query",
     "plan_rule",
