@@ -10,6 +10,8 @@ a :class:`CheckedProgram` carrying the strata, arities, EDB and IDB:
    a variable is **bound** by a plain argument of a positive atom, by a CID
    selection ``C := atom``, by an aggregate's result, or by ``V == term`` whose
    other side is bound (to a fixpoint). Variables inside arithmetic never bind.
+   (Whether a variable is bound is all that matters here; *which* equality binds
+   it, when several could, is :func:`merklog.engine.planner.equality_binders`.)
    Then:
    - every head variable, comparison variable and variable inside an arithmetic
      argument is bound -> :class:`RangeRestrictionError` (a ``_`` in a head can
