@@ -294,7 +294,7 @@ def _is_existence(
 def equality_binders(body: Sequence[ast.BodyLiteral], bound: Iterable[str] = ()) -> dict[int, str]:
     """Which literal of ``body`` binds each variable that no positive atom binds.
 
-    The rule (docs/language.md, "Which equality binds a variable"; ADR 0206),
+    The rule (docs/language.md, "Which equality binds a variable"; ADR 0208),
     read off the text alone, so that neither the order the planner picks, nor
     the semi-naive delta variant, nor the evaluator can change it: starting from
     ``bound`` and the variables positive atoms bind (:func:`ast.atom_bound_vars`),

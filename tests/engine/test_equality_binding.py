@@ -1,4 +1,4 @@
-"""Which ``V == term`` binds a variable depends on the rule's text only (ADR 0206,
+"""Which ``V == term`` binds a variable depends on the rule's text only (ADR 0208,
 docs/language.md "Which equality binds a variable"): never on the body order, the
 semi-naive delta variant or the evaluator. ``2 == 2.0`` holds but ``2`` and ``2.0``
 are distinct values, so the binding equality decides the derived value."""

@@ -1,4 +1,4 @@
-"""analyze follows the engine's rule for which equality binds a variable (ADR 0206):
+"""analyze follows the engine's rule for which equality binds a variable (ADR 0208):
 the repros of tests/engine/test_equality_binding.py give the same exact answers."""
 
 from __future__ import annotations
