@@ -82,6 +82,8 @@ def _offender(name: str, first: Callable[[str], bool], rest: Callable[[str], boo
     """Which character of ``name`` breaks the rule ``first`` (its first character) and
     ``rest`` (the others) state, for a message: ``' ' at position 2 is none of them``. A
     rule alone read as wrong for ``"a b"``, which starts with a letter."""
+    if not name:
+        return "it is empty"
     if not first(name[0]):
         return f"it starts with {name[0]!r}"
     at = next(i for i, c in enumerate(name) if i and not rest(c))

@@ -367,3 +367,12 @@ def test_facts_are_equal_exactly_when_their_cids_are(left, right) -> None:
         assert hash(a) == hash(b)
     assert len({make_fact("e", [v]) for v in (1, 1.0, True)}) == 3
     assert make_fact("e", [1]) == ("e", (1,)) and ("e", (1,)) == make_fact("e", [1])
+
+
+def test_an_empty_relation_name_is_refused_not_a_crash() -> None:
+    """The JSON fact form checks a name with check_writable_relation alone; naming the
+    character that breaks the rule read the first character of "" (IndexError)."""
+    from merklog.store.values import check_writable_relation
+
+    with pytest.raises(InvalidValue, match=r"\(it is empty\)$"):
+        check_writable_relation("")
