@@ -787,6 +787,7 @@ class BatchEvaluator:
                 delta.setdefault(rel, set()).update(new)
         recursive = [c for c in compiled if c.deltas]
         bounded = any(c.rule.computes_values for c in recursive)
+        deriving = ", ".join(sorted({c.rule.head.rel for c in recursive}))
         rounds = 0
         while delta:
             for rel, new in delta.items():
@@ -794,7 +795,7 @@ class BatchEvaluator:
             if not recursive:
                 break
             rounds += 1
-            interrupt.check()
+            interrupt.check(rounds, deriving)
             if bounded and rounds > MAX_FIXPOINT_ITERATIONS:
                 raise IterationLimitError.after([c.rule for c in recursive])
             ctx.delta.clear()

@@ -985,9 +985,10 @@ def try_columnar(
             }
             rounds = 0
             bounded = any(rule.computes_values for rule, *_ in recursive)
+            deriving = ", ".join(sorted({rule.head.rel for rule, *_ in recursive}))
             while True:
                 rounds += 1
-                interrupt.check()
+                interrupt.check(rounds, deriving)
                 if bounded and rounds > MAX_FIXPOINT_ITERATIONS:
                     raise IterationLimitError.after([rule for rule, *_ in recursive])
                 new_delta: dict[str, ColRel] = {}

@@ -203,6 +203,49 @@ class EvaluationInterrupted(EngineError):
     default_hint = "the evaluation runs again when the node next evaluates"
 
 
+class EvaluationTooLarge(EngineError):
+    """An evaluation stopped between two rounds because it grew the process past its
+    memory budget (:func:`merklog.engine.interrupt.memory_budget`, ADR 0207): most often
+    a recursion that derives new values every round, which no round limit stops before
+    memory runs out when each round derives many tuples. Nothing it derived counts."""
+
+    code = "evaluation_too_large"
+    default_hint = (
+        "a recursion that derives new values every round never ends, such as a counter"
+        " over a cycle (d(Y, D + 1) :- d(X, D), edge(X, Y)): bound it (D < 100); if the"
+        " data is just that large, raise the memory budget"
+    )
+
+    @classmethod
+    def over(
+        cls,
+        limit: int,
+        size: int,
+        rounds: int,
+        deriving: str,
+        setting: str,
+        what: str = "memory budget",
+    ) -> EvaluationTooLarge:
+        """The error of an evaluation that grew the process to ``size`` bytes, past
+        ``limit`` (its ``what``, raised by ``setting``), after ``rounds`` rounds of the
+        recursion deriving the relations ``deriving``."""
+        mib = 1024 * 1024
+        recursion = f"the recursion deriving {deriving}" if deriving else "a recursion"
+        err = cls(
+            f"the evaluation stopped after {rounds:,} rounds of {recursion}: it grew this"
+            f" process to {size / mib:,.0f} MB, past its {what} of {limit / mib:,.0f} MB"
+            f" ({setting})",
+            hint=f"{cls.default_hint} ({setting})",
+        )
+        err.limit, err.size, err.rounds, err.setting = limit, size, rounds, setting
+        return err
+
+    limit: int = 0
+    size: int = 0
+    rounds: int = 0
+    setting: str = ""
+
+
 class UnsupportedError(EngineError):
     """A construct of another dialect merklog does not implement; ``construct`` names it."""
 
@@ -255,6 +298,8 @@ __all__ = [
     "AsyncHeadError",
     "DeclarationError",
     "EngineError",
+    "EvaluationInterrupted",
+    "EvaluationTooLarge",
     "FactFileError",
     "FieldError",
     "NextRuleFinitenessError",

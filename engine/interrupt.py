@@ -1,4 +1,5 @@
-"""Stopping an evaluation from another thread, between two fixpoint rounds.
+"""Stopping an evaluation between two fixpoint rounds: when another thread asks, or when
+it has grown the process past its memory budget.
 
 A recursive stratum can take many rounds (a transitive closure over a long chain, a
 recursion that computes values until :data:`~.errors.MAX_FIXPOINT_ITERATIONS`): a node
@@ -8,17 +9,47 @@ an event; every evaluator calls :func:`check` once per round, which raises
 :class:`~.errors.EvaluationInterrupted` once the event is set. The event is the calling
 thread's (evaluations run on the thread that asks for them), so two nodes in one
 process do not stop each other's.
+
+The same per-round :func:`check` enforces the memory budget (ADR 0207). A recursion that
+derives new values every round (a counter over a cycle, ``d(Y, D + 1) :- d(X, D),
+edge(X, Y)``) never ends, and when each round derives many tuples it exhausts memory
+long before the round limit: a node grew to 21 GB and stopped answering. At most every
+:data:`CHECK_INTERVAL` seconds :func:`check` reads this process's resident memory
+(``/proc/self/statm``) and raises :class:`~.errors.EvaluationTooLarge` once it is over
+the budget: the one :func:`memory_budget` set on this thread, else the process default
+(:func:`default_budget`: ``MERKLOG_EVAL_MEMORY_MB``, else half the machine's physical
+memory, or of its cgroup's limit when lower). It also stops before an address-space
+limit (``ulimit -v``) would make the next allocation fail with a bare MemoryError.
+Where ``/proc`` is missing (not Linux) no budget is enforced.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from .errors import EvaluationInterrupted
+from .errors import EvaluationInterrupted, EvaluationTooLarge
 
 _local = threading.local()
+
+#: The environment variable giving the default memory budget, in MiB (0 or unset: half
+#: the physical memory). ``merklog eval --memory-mb`` reads it too.
+ENV_MEMORY_MB = "MERKLOG_EVAL_MEMORY_MB"
+#: Seconds between two reads of the process's memory: a round of a small recursion
+#: takes microseconds, a read of /proc tens of them.
+CHECK_INTERVAL = 0.01
+#: Share of an address-space limit (``ulimit -v``) past which an evaluation stops: the
+#: allocations of the next round would fail with MemoryError anywhere in the process.
+ADDRESS_SPACE_SHARE = 0.9
+
+_MIB = 1024 * 1024
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_next_read = 0.0
 
 
 @contextmanager
@@ -33,12 +64,159 @@ def interruptible(event: threading.Event) -> Iterator[None]:
         _local.event = previous
 
 
-def check() -> None:
+@contextmanager
+def memory_budget(limit: int | None, setting: str) -> Iterator[None]:
+    """Evaluations run on this thread inside the block stop once the process's resident
+    memory exceeds ``limit`` bytes (None: :func:`default_budget`); ``setting`` is what
+    raises it, named by the error (``node.eval_memory_mb``, ``--memory-mb``)."""
+    previous = getattr(_local, "budget", None)
+    _local.budget = (limit if limit is not None else default_budget()[0], setting)
+    try:
+        yield
+    finally:
+        _local.budget = previous
+
+
+def check(rounds: int = 0, deriving: str = "") -> None:
     """Raise :class:`EvaluationInterrupted` if this thread's evaluation was asked to
-    stop (see :func:`interruptible`); cheap enough for every round."""
+    stop (see :func:`interruptible`), :class:`EvaluationTooLarge` if the process has
+    grown past its memory budget (see :func:`memory_budget`); cheap enough for every
+    round. ``rounds`` run so far and the relations ``deriving`` name the recursion in
+    the error."""
+    global _next_read
     event = getattr(_local, "event", None)
     if event is not None and event.is_set():
         raise EvaluationInterrupted("the evaluation was stopped: its node is closing")
+    now = time.monotonic()
+    if now < _next_read:
+        return
+    _next_read = now + CHECK_INTERVAL
+    sizes = _memory()
+    if sizes is None:
+        return
+    resident, virtual = sizes
+    budget = getattr(_local, "budget", None) or default_budget()
+    limit, setting = budget
+    if resident > limit:
+        raise EvaluationTooLarge.over(limit, resident, rounds, deriving, setting)
+    space = _address_space()
+    if space is not None and virtual > space * ADDRESS_SPACE_SHARE:
+        raise EvaluationTooLarge.over(
+            space, virtual, rounds, deriving, "ulimit -v", what="address-space limit"
+        )
 
 
-__all__ = ["check", "interruptible"]
+def _memory() -> tuple[int, int] | None:
+    """This process's resident and virtual size in bytes (None where /proc is missing)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            fields = f.read().split()
+    except OSError:
+        return None
+    return int(fields[1]) * _PAGE, int(fields[0]) * _PAGE
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory in bytes now (None where /proc is missing)."""
+    sizes = _memory()
+    return None if sizes is None else sizes[0]
+
+
+def release_memory() -> None:
+    """Give the memory a failed evaluation freed back to the system, where the C library
+    can (glibc's ``malloc_trim``): freed, it stayed resident, and counted against the
+    next evaluation's budget. Best effort; a no-op elsewhere."""
+    global _trim
+    if _trim is None:
+        try:
+            import ctypes
+
+            _trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim:
+        _trim(0)
+
+
+_trim: Any = None
+
+
+def _address_space() -> int | None:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+_default: tuple[int, str] | None = None
+
+
+def default_budget() -> tuple[int, str]:
+    """The memory budget of an evaluation no :func:`memory_budget` covers, in bytes, and
+    the setting that gives it: ``MERKLOG_EVAL_MEMORY_MB`` when set to a positive number,
+    else half of the memory this process may use (the machine's physical memory, or its
+    cgroup's limit when lower). Read once."""
+    global _default
+    if _default is None:
+        text = os.environ.get(ENV_MEMORY_MB, "").strip()
+        try:
+            mb = float(text) if text else 0.0
+        except ValueError:
+            mb = 0.0  # the CLI refuses it with a clear line; the library keeps the default
+        if mb > 0:
+            _default = (int(mb * _MIB), ENV_MEMORY_MB)
+        else:
+            _default = (available_memory() // 2, ENV_MEMORY_MB)
+    return _default
+
+
+def available_memory() -> int:
+    """The memory this process may use at most, in bytes: the machine's physical memory,
+    or the memory limit of its cgroup (v2 ``memory.max``, v1 ``memory.limit_in_bytes``)
+    when that is lower."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 8 * 1024 * _MIB
+    for limit in _cgroup_limits():
+        if 0 < limit < total:
+            total = limit
+    return total
+
+
+def _cgroup_limits() -> Iterator[int]:
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        _id, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            files = [f"/sys/fs/cgroup{path}/memory.max", "/sys/fs/cgroup/memory.max"]
+        elif "memory" in controllers.split(","):
+            files = [
+                f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes",
+                "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            ]
+        else:
+            continue
+        for name in files:
+            try:
+                with open(name) as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            if text.isdigit():
+                yield int(text)
+            break
+
+
+__all__ = [
+    "ENV_MEMORY_MB",
+    "available_memory",
+    "check",
+    "default_budget",
+    "interruptible",
+    "memory_budget",
+    "release_memory",
+    "resident_bytes",
+]
