@@ -259,14 +259,34 @@ class Circuit:
             fb.latch()
         return self.epoch
 
+    def release(self, why: str) -> None:
+        """Drop every operator's state and every stream value of this (child) circuit
+        after an evaluation of it stopped half way, replacing each operator by one that
+        raises ``RuntimeError(why)``: the engine that owns it is spent."""
+        spent = _Spent(why)
+        for node in self.nodes:
+            node.value = {}
+            if isinstance(node, OperatorNode):
+                node.op = spent
+            elif isinstance(node, FeedbackNode):
+                node.reset()
+            elif isinstance(node, ChildNode):
+                node.child.release(why)
+                node.results = []
+        self.stateful = []
+
     def _iterate(self, epoch: int, after: Callable[[], object]) -> int:
         """Child circuit: run to a fixed point for ``epoch``, calling ``after()`` once
         per iteration evaluated; returns the number of iterations evaluated."""
         i = 0
         runs = 0
         limit = self.owner.max_iterations if isinstance(self.owner, ChildNode) else None
+        # a recursive stratum's child is labelled "stratum REL,REL" (the incremental engine)
+        deriving = (
+            self.owner.label.removeprefix("stratum ").replace(",", ", ") if self.owner else ""
+        )
         while True:
-            interrupt.check()
+            interrupt.check(runs, deriving)
             if limit is not None and runs >= limit:
                 raise self.owner.limit_error()
             ts = Timestamp(epoch, i)
@@ -290,6 +310,19 @@ class Circuit:
         for op in self.stateful:
             op.end_epoch()
         return runs
+
+
+class _Spent(Operator):
+    """The operator of a circuit released after a failed evaluation (:meth:`Circuit.release`)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def eval(self, ts: Timestamp, *inputs: Any) -> Any:
+        raise RuntimeError(
+            f"this incremental engine cannot evaluate another epoch, {self.why};"
+            " evaluate with a new engine"
+        )
 
 
 class ChildNode(Node):
@@ -327,7 +360,15 @@ class ChildNode(Node):
                 if node.value:
                     add_into(acc, node.value)
 
-        self.iterations = self.child._iterate(ts.epoch, collect)
+        try:
+            self.iterations = self.child._iterate(ts.epoch, collect)
+        except BaseException as exc:
+            # Stopped mid-epoch (a round limit, the memory budget, a close): what the
+            # rounds built stays in the child's traces, gigabytes after a runaway
+            # recursion, and is wrong for any later epoch. Let it go now (the node goes
+            # on running; ADR 0207) and refuse to run this recursion again.
+            self.child.release(f"its recursion stopped in epoch {ts.epoch} ({type(exc).__name__})")
+            raise
         self.results = sums
 
 
