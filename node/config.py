@@ -45,6 +45,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "async_keep": 604800.0,  # seconds delivered-to-us and dropped @async messages are kept
         "program": "",  # Datalog program file evaluated every epoch ("" = none)
         "max_body": 16 * 1024 * 1024,  # largest accepted request body, bytes
+        # MiB this process may grow to while an epoch evaluates (0 = half the memory)
+        "eval_memory_mb": 0,
         "static_dir": "",  # folder served at / (an app page), "" = none
     },
     "store": {

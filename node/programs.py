@@ -51,6 +51,9 @@ from .querycheck import program_arities
 
 log = logging.getLogger(__name__)
 
+#: The setting that gives a node's evaluations their memory budget (ADR 0207).
+MEMORY_SETTING = "node.eval_memory_mb"
+
 Row = tuple
 Deltas = dict[str, dict[Row, int]]
 Outbox = list[tuple[Any, Fact]]
@@ -226,6 +229,9 @@ class ProgramRunner:
             )
             self.mode = "batch"
             self._impl = _BatchFallback(checked)
+        #: Bytes this process may grow to while an epoch evaluates (None: the engine's
+        #: default, half the memory): :func:`merklog.engine.interrupt.memory_budget`.
+        self.memory_limit: int | None = None
         #: Whether the per-epoch engine has been fed an epoch: its state is then no longer
         #: that of a fresh engine, and a reload (:meth:`evaluate_all`) replaces it.
         self._fed = False
@@ -313,12 +319,31 @@ class ProgramRunner:
                 if not extra:
                     continue
                 db[rel] = set(as_rel(db[rel]).tuples) | extra if rel in db else extra
-        result = evaluator.step(db)
+        result = self._within_budget(evaluator.step, db)
         outbox = list(result.outbox)
         snapshot = _Snapshot(result.relations, result.next_tuples, outbox, bool(events))
         # Published: the next step feeds the whole base to an engine that has none.
         self._unpublished = [self._fresh_impl, partial(setattr, self, "_snapshot", snapshot)]
         return outbox
+
+    def _within_budget(self, evaluate: Callable[..., Any], *args: Any) -> Any:
+        """``evaluate(*args)`` under the node's memory budget (``node.eval_memory_mb``,
+        ADR 0207). A failed evaluation's memory is released before its error is raised:
+        what its rounds derived lived in its frames, which the error's traceback kept
+        for as long as the node kept the error (the epoch loop keeps the last one), and
+        the engine lets go of a stopped recursion's state itself."""
+        from merklog.engine.errors import EngineError
+        from merklog.engine.interrupt import memory_budget, release_memory
+
+        failed: EngineError | None = None
+        with memory_budget(self.memory_limit, MEMORY_SETTING):
+            try:
+                return evaluate(*args)
+            except EngineError as exc:
+                failed = exc
+        failed.__traceback__ = None  # the failed evaluation's frames go now
+        release_memory()
+        raise failed
 
     @property
     def snapshot(self) -> bool:
@@ -356,7 +381,7 @@ class ProgramRunner:
         impl = self._impl
         if snap is None:
             self._fed = True  # also when the step fails: its state may be half updated
-            out = impl.step(inserts, deletes, events)
+            out = self._within_budget(impl.step, inserts, deletes, events)
             self._unpublished = [impl.publish]
             return out
         carried = {rel: rows for rel, rows in snap.next.items() if rows}
@@ -370,7 +395,7 @@ class ProgramRunner:
         for rel, rows in carried.items():
             now[rel] = now[rel] | rows.engine if rel in now else set(rows.engine)
         self._fed = True
-        fresh, outbox = impl.step(base(), {}, now)
+        fresh, outbox = self._within_budget(impl.step, base(), {}, now)
         self._unpublished = [impl.publish, self._drop_snapshot]
         if not want_deltas:
             return {}, outbox
