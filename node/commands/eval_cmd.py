@@ -65,6 +65,18 @@ def register(cli: click.Group) -> None:
         help="Write only this relation (repeatable; default: every derived relation, "
         "for Soufflé programs the .output ones).",
     )
+    @click.option(
+        "--memory-mb",
+        type=click.IntRange(min=0),
+        default=0,
+        envvar="MERKLOG_EVAL_MEMORY_MB",
+        show_envvar=True,
+        metavar="MB",
+        help="Stop the evaluation once this process uses more than MB MiB of memory"
+        " (checked every fixpoint round; 0: half the machine's memory). A recursion that"
+        " derives new values every round, such as a counter over a cycle, then fails with"
+        " a clear error instead of exhausting the machine.",
+    )
     def eval_(
         program: Path,
         facts_dir: Path,
@@ -72,10 +84,12 @@ def register(cli: click.Group) -> None:
         dialect: str,
         sort: bool,
         only: tuple[str, ...],
+        memory_mb: int,
     ) -> None:
         """Evaluate PROGRAM over the fact files in --facts; write results to --out."""
         from merklog.engine.ast import body_atoms
         from merklog.engine.errors import EngineError, FactFileError
+        from merklog.engine.interrupt import memory_budget
         from merklog.engine.program import Program
         from merklog.engine.tsv import read_facts_dir, write_relation
 
@@ -143,7 +157,21 @@ def register(cli: click.Group) -> None:
             if only:
                 outputs = list(dict.fromkeys(only))
             _check_declared(prog, facts_dir, facts, fail)
-            relations = prog.evaluate(facts)
+            budget = memory_mb * 1024 * 1024 if memory_mb else None
+            with memory_budget(budget, "--memory-mb, MERKLOG_EVAL_MEMORY_MB"):
+                relations = prog.evaluate(facts)
+        except MemoryError as err:
+            # The machine's or ulimit -v's limit met inside a round, before the budget:
+            # one line naming the likely cause, as the budget's own error does. Dropping
+            # the traceback frees the frames of the evaluation, and what they held.
+            err.__traceback__ = None
+            fail(
+                "error: the evaluation ran out of memory: most often a recursion that derives"
+                " new values every round, such as a counter over a cycle (d(Y, D + 1) :-"
+                " d(X, D), edge(X, Y)); bound it (D < 100), or give it more memory"
+                " (a higher ulimit -v, a larger machine)"
+            )
+            return
         except FactFileError as err:
             fail(f"{err.path}:{err}")
             return
