@@ -10,6 +10,7 @@ adapter); the class itself is what callers should catch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -233,7 +234,7 @@ class EvaluationTooLarge(EngineError):
         recursion = f"the recursion deriving {deriving}" if deriving else "a recursion"
         err = cls(
             f"the evaluation stopped after {rounds:,} rounds of {recursion}: it grew this"
-            f" process to {size / mib:,.0f} MB, past its {what} of {limit / mib:,.0f} MB"
+            f" process to {math.ceil(size / mib):,} MB, past its {what} of {limit // mib:,} MB"
             f" ({setting})",
             hint=f"{cls.default_hint} ({setting})",
         )
