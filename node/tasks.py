@@ -144,7 +144,7 @@ class BackgroundTasks:
         interval = float(self.node.config.get("node.epoch_interval"))
         assert self.epoch_wake is not None
         loop = asyncio.get_running_loop()
-        from merklog.engine.errors import EngineError
+        from merklog.engine.errors import EngineError, EvaluationTooLarge
 
         failed: str | None = self._failed_at_start
         #: Why epochs fail on this node's disk or store (a full disk), logged once.
@@ -171,12 +171,14 @@ class BackgroundTasks:
             except asyncio.CancelledError:
                 raise
             except EngineError as exc:  # the program's fault: one line, once per message
-                if str(exc) != failed:
+                # (once per budget overrun: its rounds and size differ each epoch)
+                said = exc.code if isinstance(exc, EvaluationTooLarge) else str(exc)
+                if said != failed:
                     log.error(
                         "epoch failed, the program's state is the last good epoch's: %s",
                         exc.message,
                     )
-                failed = str(exc)
+                failed = said
             except Exception as exc:
                 if not local_failure(exc):
                     log.exception("epoch failed")
