@@ -23,7 +23,8 @@ __all__ = [
 #: allocator's detail, if any): the machine's limit, not a bug to report.
 OUT_OF_MEMORY = (
     ": the command needed more memory than this process can get (for eval: a result too"
-    " large for this machine, or a limit such as ulimit -v)"
+    " large for this machine, a recursion that derives new values every round such as a"
+    " counter over a cycle, or a limit such as ulimit -v)"
 )
 
 

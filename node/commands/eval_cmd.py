@@ -160,18 +160,6 @@ def register(cli: click.Group) -> None:
             budget = memory_mb * 1024 * 1024 if memory_mb else None
             with memory_budget(budget, "--memory-mb, MERKLOG_EVAL_MEMORY_MB"):
                 relations = prog.evaluate(facts)
-        except MemoryError as err:
-            # The machine's or ulimit -v's limit met inside a round, before the budget:
-            # one line naming the likely cause, as the budget's own error does. Dropping
-            # the traceback frees the frames of the evaluation, and what they held.
-            err.__traceback__ = None
-            fail(
-                "error: the evaluation ran out of memory: most often a recursion that derives"
-                " new values every round, such as a counter over a cycle (d(Y, D + 1) :-"
-                " d(X, D), edge(X, Y)); bound it (D < 100), or give it more memory"
-                " (a higher ulimit -v, a larger machine)"
-            )
-            return
         except FactFileError as err:
             fail(f"{err.path}:{err}")
             return
