@@ -32,6 +32,7 @@ for an evaluation and never see half of one (ADR 0205).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -342,6 +343,11 @@ class ProgramRunner:
             except EngineError as exc:
                 failed = exc
         failed.__traceback__ = None  # the failed evaluation's frames go now
+        del evaluate, args
+        # What is left of it in reference cycles (frames and the errors they caught) waits
+        # for a full collection, which an idle node may not run for hours: one now. A
+        # failure is rare, and it freed up to the budget, most of the machine's memory.
+        gc.collect()
         release_memory()
         raise failed
 
