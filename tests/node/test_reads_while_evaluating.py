@@ -37,7 +37,7 @@ class Hold:
         self._rounds: int | None = None
         real = interrupt.check
 
-        def check() -> None:
+        def check(*args: object, **kwargs: object) -> None:  # the evaluators' arguments
             if (
                 self._rounds is not None
                 and threading.current_thread() is not threading.main_thread()
@@ -49,7 +49,7 @@ class Hold:
                     self.evaluating.set()
                     self.release.wait(HOLD)
                     self.waiting.clear()
-            real()
+            real(*args, **kwargs)
 
         monkeypatch.setattr(interrupt, "check", check)
 
