@@ -50,6 +50,7 @@ from merklog.engine.errors import EngineError, UnsupportedError
 from merklog.node.errors import NodeError
 from merklog.store import Value
 
+from .outfolder import foreign
 from .typed import (
     KINDS,
     NUMERIC,
@@ -979,11 +980,9 @@ def check_out_folders(out_dir: str | Path, names: Iterable[str]) -> None:
     out = Path(out_dir)
     for name in names:
         path = out / name
-        if not path.exists() and not path.is_symlink():
+        what = foreign(path, _earlier_output)
+        if what is None:
             continue
-        if path.is_dir() and not path.is_symlink() and _earlier_output(path):
-            continue
-        what = "folder" if path.is_dir() else "file"
         raise OutputFolderTaken(
             f"{path} is a {what} that no analyze wrote, and the output relation {name}"
             " would replace it: give --out a folder of its own (nothing was written)"

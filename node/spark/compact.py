@@ -62,6 +62,7 @@ from .factargs import FactArgs, InputReader, KeyCheck, keyed_inputs, ops_files, 
 from .inputs import input_rows, op_paths
 from .livetags import BROADCAST_MAX_TAGS, TAG_COLUMNS, live_tags_frame, stage_partitioned
 from .manifest import build_manifest, file_link
+from .outfolder import foreign
 from .schema import ARGS_TYPE
 
 VALUE_DDL = (
@@ -197,11 +198,9 @@ def refuse_foreign_snapshot_folders(out: Path, datasets: Iterable[str] | None = 
             _require_dataset_cid(ds)  # before it names a folder to replace
         paths = [out / f"dataset={ds}" for ds in sorted(datasets)]
     for path in paths:
-        if not path.exists() and not path.is_symlink():
+        what = foreign(path, _compact_wrote)
+        if what is None:
             continue
-        if path.is_dir() and not path.is_symlink() and _compact_wrote(path):
-            continue
-        what = "folder" if path.is_dir() else "file"
         raise SnapshotFolderTaken(
             f"{path} is a {what} that no compact wrote, and the snapshot of its dataset would"
             " replace it: give --out a folder of its own (nothing was written)"
