@@ -643,6 +643,16 @@ def _dataset_of(export) -> str:
     return dataset
 
 
+def _refused_before_the_jvm(home, export, out, line: str) -> None:
+    """``compact EXPORT --out OUT`` fails with exit 1 and the one ``line``, before any JVM
+    starts (``--master bogus://x`` would fail to start one)."""
+    done = _merklog(
+        "--home", str(home), "compact", str(export), "--out", str(out), "--master", "bogus://x"
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [line]
+
+
 def test_compact_never_replaces_a_dataset_folder_it_did_not_write(spark, tmp_path, export):
     """``compact --out DIR`` deleted the user's own files in ``DIR/dataset=<cid>/`` (it
     replaces that folder whole) and exited 0. Such a folder, or a file of that name, is
@@ -658,15 +668,11 @@ def test_compact_never_replaces_a_dataset_folder_it_did_not_write(spark, tmp_pat
         shutil.rmtree(out, ignore_errors=True)
         (folder / "facts").mkdir(parents=True)
         make()
-        done = _merklog(
-            "--home", str(home), "compact", str(export), "--out", str(out),
-            "--master", "bogus://x",
-        )  # fmt: skip
-        assert done.returncode == 1, done.stderr
-        assert done.stderr.splitlines() == [
+        _refused_before_the_jvm(
+            home, export, out,
             f"Error: {folder} is a folder that no compact wrote, and the snapshot of its"
-            " dataset would replace it: give --out a folder of its own (nothing was written)"
-        ]
+            " dataset would replace it: give --out a folder of its own (nothing was written)",
+        )  # fmt: skip
         assert (folder / name).read_text() == "mine"
         assert sorted(p.name for p in out.iterdir()) == [folder.name]
     result = CliRunner().invoke(
@@ -723,14 +729,10 @@ def test_compact_refuses_an_out_in_the_home(tmp_path, export):
     home = tmp_path / "h"
     before = sorted(p.name for p in home.iterdir())
     for out, said in ((home, "is the home"), (home / "sub", f"is inside the home {home}")):
-        done = _merklog(
-            "--home", str(home), "compact", str(export), "--out", str(out),
-            "--master", "bogus://x",
+        _refused_before_the_jvm(
+            home, export, out,
+            f"Error: {out} {said}: give --out a folder of its own (nothing was written)",
         )  # fmt: skip
-        assert done.returncode == 1, done.stderr
-        assert done.stderr.splitlines() == [
-            f"Error: {out} {said}: give --out a folder of its own (nothing was written)"
-        ]
         assert sorted(p.name for p in home.iterdir()) == before
 
 
