@@ -149,7 +149,11 @@ class EpochDriver:
         #: snapshot lasts until an epoch changes something: a one-shot command never
         #: builds incremental state, and a program load answers from the snapshot.
         self.warm_up = False
+        #: The live queries. Replaced, never changed in place, under ``_subs_lock``: an
+        #: epoch delivers to the list it read, and :meth:`unsubscribe` (on the event loop,
+        #: when an SSE client goes) needs neither the mutex nor to wait for that epoch.
         self.subs: list[Subscription] = []
+        self._subs_lock = threading.Lock()
         self.sinks: list[Sink] = []
         self._sent: set[epochstate.SentKey] = set()
         self._reload = True
@@ -404,7 +408,8 @@ class EpochDriver:
                 except BaseException as exc:
                     interrupted = interrupted or exc
             sinks = list(self.sinks)
-            self.subs = [s for s in self.subs if not s.closed]
+            with self._subs_lock:
+                self.subs = [s for s in self.subs if not s.closed]
             self.last_error = self.start_failure = None
             # Queries and live queries now show this epoch: the writes it took are
             # answered before its state is saved, which waits for the store while
@@ -621,14 +626,19 @@ class EpochDriver:
                 sub.start(view.engine.relation(rel), view.epoch)
             else:
                 sub.deliver(set(self.evaluate(sub.query)[1]), initial=True, epoch=view.epoch)
-            self.subs.append(sub)
-            self.node.metrics.subscribers.set(len(self.subs))
+            with self._subs_lock:
+                self.subs = [*self.subs, sub]
+                self.node.metrics.subscribers.set(len(self.subs))
 
     def unsubscribe(self, sub: Subscription) -> None:
-        """Stop delivering to ``sub``."""
-        with self.mutex:
-            sub.closed = True
+        """Stop delivering to ``sub``, at once: an epoch evaluating meanwhile skips it
+        (its delivery loop checks ``closed``) and is not waited for. It took the epoch
+        mutex, so an SSE client that went away during a long epoch held the event loop,
+        and every other request, until that epoch ended."""
+        sub.closed = True
+        with self._subs_lock:
             self.subs = [s for s in self.subs if s is not sub]
+            self.node.metrics.subscribers.set(len(self.subs))
 
     def add_sink(self, sink: Sink) -> None:
         """``sink(epoch, changes)`` after every epoch that changed something."""

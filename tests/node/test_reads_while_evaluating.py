@@ -143,3 +143,40 @@ def test_a_query_during_a_program_load_answers_the_program_before(
         assert status["epoch"] == before.epoch
         after = node.query("q(X)")
         assert (after.rows, after.epoch) == ([(x,) for x in range(21, 31)], before.epoch + 1)
+
+
+def test_a_live_query_stops_at_once_while_an_epoch_evaluates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``unsubscribe`` (which the SSE handler calls on the event loop when its client goes)
+    returns while an epoch is held mid-recursion, and that epoch delivers nothing to the
+    live query it dropped; one still subscribed gets the epoch's change. It waited for
+    the epoch mutex, so a client that went away froze every request until the epoch
+    ended."""
+    hold = Hold(monkeypatch)
+
+    async def main() -> dict:
+        async with merklog.open(memory=True, settings={"node.epoch_interval": 3600.0}) as node:
+            node.load_program(CLOSURE, "closure.dl")
+            node.write(asserts=CHAIN)
+            await node.settled()
+            dropped: list = []
+            kept: list = []
+            sub = node.subscribe("p(0, X)", lambda *event: dropped.append(event))
+            node.subscribe("p(0, X)", lambda *event: kept.append(event))
+            hold.arm()
+            node.write(asserts=[("e", (30, 31))])
+            assert await asyncio.to_thread(hold.evaluating.wait, HOLD)
+            node.unsubscribe(sub)
+            held = hold.waiting.is_set()  # the epoch was still evaluating when it returned
+            gauge = b"merklog_subscribers 1.0" in node.metrics.render()
+            hold.release.set()
+            await node.settled()
+            return {"held": held, "dropped": dropped, "kept": kept, "gauge": gauge}
+
+    out = asyncio.run(main())
+    assert out["held"], "unsubscribe waited for the epoch that was evaluating"
+    initial = ("result", [(x,) for x in range(1, 31)], [])
+    assert out["dropped"] == [initial]
+    assert out["kept"] == [initial, ("delta", [(31,)], [])]
+    assert out["gauge"], "merklog_subscribers still counts the live query that stopped"
