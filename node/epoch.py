@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Protocol
 
-from merklog.engine.errors import EngineError, EvaluationInterrupted
+from merklog.engine.errors import EngineError, EvaluationInterrupted, EvaluationTooLarge
 from merklog.engine.interrupt import interruptible
 from merklog.engine.values import row_to_engine
 from merklog.replication.bulk import visible_count
@@ -136,6 +136,8 @@ class EpochDriver:
         # epoch has finished with; settled() waits until that covers the caller's write.
         self._seq = 0
         self._done_seq = 0
+        #: The last hand-over an epoch has taken (it may still be evaluating it).
+        self._taken_seq = 0
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         #: Stored facts as the engine has them, by relation (int64 arrays or engine-form rows).
         self.edb = Edb()
@@ -300,7 +302,7 @@ class EpochDriver:
                 changes, self._pending = self._pending, []
                 if changes:
                     self._evaluating.append(changes)
-                taken_seq = self._seq
+                taken_seq = self._taken_seq = self._seq
             epoch = self.epoch + 1
             # A bulk write's changes: no cyclic GC passes while they become engine rows and
             # go through the engine (nothing here is cyclic; ADR 0017, ADR 0110).
@@ -356,15 +358,18 @@ class EpochDriver:
                     self._reload = True
                     self._settle(taken_seq, "the node is stopping: no epoch evaluated them")
                     raise
-                except EngineError as exc:
-                    # The program failed (a recursion without fixpoint): nothing of the
-                    # epoch was published, so reads keep the last good epoch; the engine
-                    # may be half updated, so the next epoch re-derives from the EDB, which
-                    # holds the changes taken; the writes taken are durable and answered.
+                except (EngineError, MemoryError) as exc:
+                    # The program failed (a recursion without fixpoint, or past the memory
+                    # budget): nothing of the epoch was published, so reads keep the last
+                    # good epoch; the engine may be half updated, so the next epoch
+                    # re-derives from the EDB, which holds the changes taken; the writes
+                    # taken are durable and answered.
+                    failure = out_of_memory(exc) if isinstance(exc, MemoryError) else exc
+                    del exc  # a MemoryError's frames hold what ran out
                     self._reload = True  # it takes the last good epoch's @next tuples again
-                    self.last_error = f"the epoch that evaluates them failed: {exc}"
+                    self.last_error = f"the epoch that evaluates them failed: {failure}"
                     self._settle(taken_seq, self.last_error)
-                    raise
+                    raise failure from None
                 except BaseException:
                     self._reload = True  # whatever it left half done, the EDB has it all
                     raise
@@ -545,7 +550,11 @@ class EpochDriver:
                 return self._no_more_epochs
             fut: asyncio.Future = loop.create_future()
             self._waiters.append((self._seq, loop, fut))
-        self.node.wake()
+            # Changes an epoch has taken are answered by that epoch. Waking the loop for
+            # them ran a failing epoch (a budget overrun, ~1 min) a second time at once.
+            untaken = self._taken_seq < self._seq
+        if untaken:
+            self.node.wake()
         try:
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError:
@@ -643,6 +652,22 @@ class EpochDriver:
     def add_sink(self, sink: Sink) -> None:
         """``sink(epoch, changes)`` after every epoch that changed something."""
         self.sinks.append(sink)
+
+
+def out_of_memory(exc: MemoryError) -> EvaluationTooLarge:
+    """The error of an evaluation one of whose rounds asked for more memory than the
+    process could get, before the per-round budget check saw it grow (ADR 0207): the
+    program's failure, as an overrun budget is, said in one line (the node logged a
+    MemoryError's traceback). Its traceback is dropped: its frames hold what ran out."""
+    exc.__traceback__ = None
+    detail = f" ({exc})" if str(exc) else ""
+    return EvaluationTooLarge(
+        f"the evaluation ran out of memory within one round{detail}: the process could"
+        " not allocate what the round derived",
+        hint="a rule whose join or recursion derives more than this machine's memory holds"
+        " (a counter over a cycle, a join of two large relations on no common variable):"
+        " bound it, or give the node more memory",
+    )
 
 
 def _derived(engine: Any) -> int:

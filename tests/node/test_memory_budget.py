@@ -85,3 +85,109 @@ def test_a_normal_program_is_unaffected_by_a_small_budget(
     assert status == 200, body
     _, st = node.request("GET", "/v1/status")
     assert st["program_error"] is None and st["derived"] == 101 * 102 // 2
+
+
+def test_a_round_that_runs_out_of_memory_fails_its_epoch_in_one_line(monkeypatch, caplog) -> None:
+    """One round can ask for more than the process can get before the per-round budget
+    check sees it grow (a MemoryError: injected here, at the recursion's third round).
+    The node fails that epoch as it fails one past its budget: the error in ``status``,
+    one log line without a traceback, queries on the last good epoch; the next write's
+    epoch runs again. The node logged a MemoryError's traceback."""
+    import asyncio
+    import logging
+
+    import pytest
+
+    import merklog
+    from merklog.engine import interrupt
+
+    real = interrupt.check
+    rounds = {"left": None}
+
+    def check(*args: object, **kwargs: object) -> None:
+        if rounds["left"] is not None:
+            rounds["left"] -= 1
+            if not rounds["left"]:
+                rounds["left"] = None
+                raise MemoryError("injected")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(interrupt, "check", check)
+    closure = "p(X, Y) :- e(X, Y).\np(X, Z) :- p(X, Y), e(Y, Z).\n"
+
+    async def main() -> dict:
+        async with merklog.open(memory=True, settings={"node.epoch_interval": 3600.0}) as node:
+            node.load_program(closure, "closure.dl")
+            node.write(asserts=[("e", (i, i + 1)) for i in range(10)])
+            await node.settled()
+            rounds["left"] = 3
+            node.write(asserts=[("e", (10, 11))])
+            with pytest.raises(merklog.Error) as failed:
+                await node.settled()
+            out = {"failed": str(failed.value), "status": node.status(), "rows": node.query("p(0, X)").rows}
+            node.write(asserts=[("e", (11, 12))])
+            await node.settled()
+            out["after"] = node.query("p(0, X)").rows
+            return out
+
+    with caplog.at_level(logging.INFO, logger="merklog"):
+        out = asyncio.run(main())
+    said = "the evaluation ran out of memory within one round (injected)"
+    assert said in out["failed"] and said in out["status"]["program_error"]
+    assert out["rows"] == [(x,) for x in range(1, 11)]  # the last good epoch
+    assert out["after"] == [(x,) for x in range(1, 13)]
+    failures = [r for r in caplog.records if said in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is None, [r.getMessage() for r in caplog.records]
+    assert not any(r.exc_info for r in caplog.records)
+
+
+def test_a_failing_epoch_runs_once_for_a_write_that_waits_for_it(monkeypatch) -> None:
+    """A write answered over HTTP waits for its epoch (``settled``) after the epoch has
+    taken it. That wait woke the epoch loop again, so an epoch that failed (past its
+    memory budget: ~1 min of CPU and memory each time) ran a second time at once, with
+    no new change. Here every evaluation of the recursion fails at its third round; the
+    first is held until the write waits for it."""
+    import asyncio
+    import threading
+
+    import pytest
+
+    import merklog
+    from merklog.engine import interrupt
+    from merklog.engine.errors import EvaluationTooLarge
+
+    real = interrupt.check
+    state = {"armed": False, "rounds": 0, "failures": 0}
+    evaluating, release = threading.Event(), threading.Event()
+
+    def check(*args: object, **kwargs: object) -> None:
+        if state["armed"] and threading.current_thread() is not threading.main_thread():
+            state["rounds"] += 1
+            if state["rounds"] == 3:
+                state["rounds"] = 0
+                state["failures"] += 1
+                evaluating.set()
+                release.wait(30)
+                raise EvaluationTooLarge("injected overrun")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(interrupt, "check", check)
+    closure = "p(X, Y) :- e(X, Y).\np(X, Z) :- p(X, Y), e(Y, Z).\n"
+
+    async def main() -> int:
+        async with merklog.open(memory=True, settings={"node.epoch_interval": 3600.0}) as node:
+            node.load_program(closure, "closure.dl")
+            node.write(asserts=[("e", (i, i + 1)) for i in range(10)])
+            await node.settled()
+            state["armed"] = True
+            await asyncio.to_thread(node.write, asserts=[("e", (10, 11))])
+            assert await asyncio.to_thread(evaluating.wait, 30)
+            waiting = asyncio.ensure_future(node.settled())
+            await asyncio.sleep(0.1)  # the wait is registered while the epoch runs
+            release.set()
+            with pytest.raises(merklog.Error, match="injected overrun"):
+                await waiting
+            await asyncio.sleep(1.0)  # a second run would have failed by now
+            return state["failures"]
+
+    assert asyncio.run(main()) == 1
