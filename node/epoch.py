@@ -293,16 +293,24 @@ class EpochDriver:
         node = self.node
         t0 = time.perf_counter()
         with self.mutex:
+            # The heads the first epoch's facts were read at, when no delta landed during
+            # the read: that epoch is then the program over exactly those heads.
+            read_at: list[bytes] | None = None
             if self._load_facts is not None:
+                before = self._heads()
                 # Before the pending changes are taken: a change the read already shows
                 # applies as a no-op (Edb.apply compares with what is there).
                 self.edb = self._load_facts()
                 self._load_facts = None
+                after = self._heads()
+                read_at = after if before == after else None
             with self._intake:
                 changes, self._pending = self._pending, []
                 if changes:
                     self._evaluating.append(changes)
                 taken_seq = self._taken_seq = self._seq
+            if changes:
+                read_at = None
             epoch = self.epoch + 1
             # A bulk write's changes: no cyclic GC passes while they become engine rows and
             # go through the engine (nothing here is cyclic; ADR 0017, ADR 0110).
@@ -382,9 +390,17 @@ class EpochDriver:
                     # restarts). Keyed by value identity: m(1), m(1.0) and m(true) are three.
                     outbox = [(d, f) for d, f in outbox if epochstate.sent_key(f) not in self._sent]
                     live = {epochstate.sent_key(f) for f in engine.async_live()}
+                    # A start over the heads and program the saved epoch was evaluated
+                    # over, with no events, is that epoch again (ADR 0209).
+                    same_start = (
+                        read_at is not None
+                        and not events
+                        and read_at == self.state.heads
+                        and engine.digest == self.state.program
+                    )
                     # Changed nothing: no new number, nothing told, nothing saved (ADR 0206).
                     idle = not (
-                        reload
+                        (reload and not same_start)
                         or inserts
                         or deletes
                         or events
@@ -397,6 +413,8 @@ class EpochDriver:
                     if not idle:
                         self.epoch = epoch
                         self.view = EpochView(epoch, engine, facts)
+                    elif self.view is None:  # a start that is the saved epoch again
+                        self.view = EpochView(self.epoch, engine, facts)
                     with self._intake:
                         self._evaluating = []
                     self._evaluated = True
@@ -425,7 +443,9 @@ class EpochDriver:
                 # Every epoch commits atomically: its number, carry-over, inbox acks,
                 # outbox (saved below, once the mutex is released). One that changed
                 # nothing has nothing to save (ADR 0206).
-                state = epochstate.EpochState(epoch, engine.digest, nxt, live)
+                state = epochstate.EpochState(
+                    epoch, engine.digest, nxt, live, read_at if not events else None
+                )
                 acks = [m.cid for m in messages]
                 refusals = [m.cid for m in refused]
                 with self._intake:
@@ -573,6 +593,10 @@ class EpochDriver:
                 for fact, weight in changes
                 if weight > 0 and fact.rel == rel
             }
+
+    def _heads(self) -> list[bytes]:
+        """The replica's heads (binary CIDs, sorted): what a start's facts were read at."""
+        return [head.raw for head in self.node.replica.heads()]
 
     # ------------------------------------------------------------------ reads and sinks
     @contextmanager

@@ -42,11 +42,19 @@ class EpochState:
     next: dict[str, set[tuple]] = field(default_factory=dict)
     #: ``@async`` tuples already queued whose body still held: not re-sent after a restart.
     sent: set[SentKey] = field(default_factory=set)
+    #: The replica's heads (binary CIDs, sorted) when the epoch is a start that read the
+    #: stored facts at them and had no events, so that it is the program over exactly
+    #: those heads; None otherwise. A later start at the same heads with the same
+    #: program is the same epoch again (ADR 0209).
+    heads: list[bytes] | None = None
 
     def encode(self) -> bytes:
         rels = {rel: sorted([list(r) for r in rows], key=repr) for rel, rows in self.next.items()}
         sent = sorted([[rel, list(row_from_engine(row))] for rel, row in self.sent], key=repr)
-        return encode({"epoch": self.epoch, "program": self.program, "next": rels, "sent": sent})
+        obj = {"epoch": self.epoch, "program": self.program, "next": rels, "sent": sent}
+        if self.heads is not None:  # a key merklog before ADR 0209 reads past
+            obj["heads"] = list(self.heads)
+        return encode(obj)
 
     @classmethod
     def decode(cls, data: bytes) -> EpochState:
@@ -57,7 +65,9 @@ class EpochState:
         }
         # Same layout as before keys were typed: DAG-CBOR keeps 1, 1.0 and true apart.
         sent = {sent_key(Fact(rel, tuple(args))) for rel, args in obj.get("sent", [])}
-        return cls(int(obj["epoch"]), str(obj["program"]), nxt, sent)
+        heads = obj.get("heads")
+        heads = [bytes(h) for h in heads] if isinstance(heads, list) else None
+        return cls(int(obj["epoch"]), str(obj["program"]), nxt, sent, heads)
 
 
 def ensure(conn: sqlite3.Connection) -> None:
