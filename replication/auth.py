@@ -28,6 +28,10 @@ H_DIGEST = "X-Merklog-Digest"
 H_SIG = "X-Merklog-Signature"
 
 EMPTY_DIGEST = hashlib.sha256(b"").hexdigest()
+#: Digits of an ``X-Merklog-Time`` at most (Unix seconds have 10 until the year 2286).
+MAX_TIME_DIGITS = 12
+#: An Ed25519 public key's and signature's sizes.
+KEY_BYTES, SIGNATURE_BYTES = 32, 64
 
 
 def signing_string(method: str, path: str, ts: str, nonce: str, digest: str) -> bytes:
@@ -95,11 +99,21 @@ def verify_request(
         nonce = headers[H_NONCE]
         digest = headers[H_DIGEST]
         sig = bytes.fromhex(headers[H_SIG])
-        stamp = int(ts)
     except KeyError as exc:
         raise AuthError(f"missing request signature header {exc.args[0]}") from None
     except ValueError:
         raise AuthError("malformed request signature headers") from None
+    # Unix seconds in ASCII digits, as sign_headers writes them: int() also took other
+    # scripts' digits ("٣٣") and any length, and a 309-digit stamp overflowed the
+    # comparison below into a 500 with a traceback, for a request nobody had signed.
+    if not (0 < len(ts) <= MAX_TIME_DIGITS and ts.isascii() and ts.isdigit()):
+        raise AuthError(f"malformed request signature headers: {H_TIME} must be Unix seconds")
+    if len(key) != KEY_BYTES or len(sig) != SIGNATURE_BYTES:
+        raise AuthError(
+            f"malformed request signature headers: {H_KEY} must be {KEY_BYTES} bytes and"
+            f" {H_SIG} {SIGNATURE_BYTES} bytes, in hex"
+        )
+    stamp = int(ts)
     if len(nonce) < 16 or len(nonce) > 64 or len(digest) != 64:
         raise AuthError("request nonce must be 16-64 chars and digest a sha256 hex")
     if abs(now - stamp) > guard.window:

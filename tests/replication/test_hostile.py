@@ -290,6 +290,29 @@ async def test_bad_request_signature(node):
         assert (await resp.json())["error"] == "bad_request_signature"
 
 
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        ("X-Merklog-Time", "9" * 309),  # overflowed the clock comparison: a 500, logged
+        ("X-Merklog-Time", "\u0663\u0663"),  # Arabic-Indic digits, read as 33 by int()
+        ("X-Merklog-Time", "-5"),
+        ("X-Merklog-Key", "ab"),  # a key of one byte was checked as a signature
+        ("X-Merklog-Signature", "00" * 8),
+    ],
+)
+async def test_malformed_signature_headers_are_unauthenticated(node, header, value):
+    """A malformed signature header is a 401 ``unauthenticated`` for anyone, signed or
+    not: a 309-digit timestamp was a 500 with a traceback in the node's log."""
+    path = f"/v1/datasets/{node.replica.dataset}/heads"
+    h = sign_headers(node.peer, "GET", path)
+    h[header] = value
+    headers = {k: v.encode().decode("latin-1") for k, v in h.items()}  # raw bytes on the wire
+    async with node.session.get(node.url + path, headers=headers) as resp:
+        assert resp.status == 401, await resp.text()
+        body = await resp.json()
+    assert body["error"] == "unauthenticated" and "malformed" in body["detail"], body
+
+
 async def test_unsigned_request(node):
     async with node.session.get(f"{node.url}/v1/datasets/{node.replica.dataset}/heads") as resp:
         assert resp.status == 401
