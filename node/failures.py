@@ -65,6 +65,13 @@ class UnknownRelation(Failure, NodeInputError):
     exit_code = ExitCode.NOT_FOUND
 
 
+class UnknownPeer(Failure, NodeInputError):
+    """A peer name that ``[peers]`` does not hold (and that is no URL): not found, as the
+    CLI's ``sync NAME`` says it (exit 3, HTTP 404)."""
+
+    exit_code = ExitCode.NOT_FOUND
+
+
 class StoreDamaged(Failure):
     """The home's store cannot be read as a merklog store."""
 

@@ -29,7 +29,7 @@ from .bulkput import ReadyChunk
 from .config import static_dir
 from .errors import NodeInputError, NotSettled
 from .factpages import FACTS_PAGE_MAX, fact_refs, typed_fact_refs
-from .failures import PEER_FAILED_STATUS, UnknownRelation, peer_failure
+from .failures import PEER_FAILED_STATUS, UnknownPeer, UnknownRelation, peer_failure
 from .helperproc import HelperError, Worker
 from .jsonvalues import facts_from_json, float_or_out_of_range, int_or_oversized, value_to_json
 from .metrics import CONTENT_TYPE_LATEST
@@ -676,7 +676,10 @@ async def sync_now(request: web.Request) -> web.Response:
     if not isinstance(url, str) or not url.strip():
         raise NodeInputError('"url" must be a peer name or an http(s) URL')
     timeout = sync_timeout(body.get("timeout"))
-    url = node.peer_url(url)
+    try:
+        url = node.peer_url(url)
+    except UnknownPeer as exc:  # not found, as the CLI's `sync NAME` (exit 3)
+        raise ApiError(404, "unknown peer", str(exc)) from None
     if NDJSON in request.headers.get("Accept", ""):
         return await _sync_streamed(request, node, url, timeout)
     task = asyncio.create_task(node.sync(url, timeout=timeout))

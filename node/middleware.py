@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from aiohttp import ClientConnectionError, ClientPayloadError, web
 
@@ -175,13 +176,17 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _token_given_once(request: web.Request) -> None:
-    """Bad input (400) for a token given more than once: ``?access_token=`` twice (the
+    """Bad input (400) for a token given more than once: ``?access_token=`` or the
+    ``Authorization`` header twice (the
     first was taken, so a right one after a wrong one was refused and the other way
     round let through) or beside an ``Authorization`` header (whose token was taken and
     the URL's ignored, right or wrong). As any other URL parameter given twice."""
     given = len(request.query.getall("access_token", []))
     if given > 1:
         raise NodeInputError(f"access_token= is given {given} times: give it once")
+    headers = len(request.headers.getall("Authorization", []))
+    if headers > 1:  # the first was taken, as with access_token= twice
+        raise NodeInputError(f"the Authorization header is given {headers} times: give it once")
     if given and request.headers.get("Authorization"):
         raise NodeInputError(
             "the token is given twice, in the Authorization header and as access_token=:"
@@ -216,10 +221,34 @@ def unknown_query_params(request: web.Request) -> NodeInputError | None:
     return NodeInputError(f"unknown URL parameter {names}: {method} {template} takes {known}")
 
 
+def non_utf8_query(request: web.Request) -> NodeInputError | None:
+    """The refusal of a ``/v1`` request whose URL parameters are not UTF-8 once their
+    %-escapes are decoded (``q=u(%22%ff%22)``), or None. They were read with every bad
+    byte replaced by U+FFFD, so such a query matched the string "\ufffd" and answered
+    true, and a refusal quoted a character the client never sent."""
+    raw = request.rel_url.raw_query_string
+    if not raw or "%" not in raw or not request.path.startswith("/v1/"):
+        return None
+    for pair in raw.split("&"):
+        name, _, value = pair.partition("=")
+        for part, what in ((name, "name"), (value, "value")):
+            data = unquote_to_bytes(part.replace("+", " "))
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                label = unquote_to_bytes(name).decode("utf-8", "backslashreplace")
+                return NodeInputError(
+                    f"URL parameter {label}=: its {what} is not UTF-8 (byte"
+                    f" 0x{data[exc.start]:02x} at byte {exc.start + 1} once %-decoded)"
+                )
+    return None
+
+
 @web.middleware
 async def query_params(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """400 for a ``/v1`` request with a URL parameter its route does not take."""
-    refusal = unknown_query_params(request)
+    """400 for a ``/v1`` request with a URL parameter its route does not take, or one
+    that is not UTF-8."""
+    refusal = non_utf8_query(request) or unknown_query_params(request)
     if refusal is not None:
         raise refusal
     return await handler(request)
@@ -260,7 +289,11 @@ def refused_from_headers(request: web.Request) -> bool:
             check_token(request.config_dict[CONFIG_KEY], access, _presented_token(request))
         except (Unauthorized, Forbidden):
             return True
-    return unknown_query_params(request) is not None or declared_too_large(request)
+    return (
+        non_utf8_query(request) is not None
+        or unknown_query_params(request) is not None
+        or declared_too_large(request)
+    )
 
 
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:

@@ -52,7 +52,7 @@ from .config import Config, check_tokens, generated_tokens, peer_name_problem
 from .epoch import TICK_REL, EpochDriver, Sink
 from .epochview import EpochView
 from .errors import NodeInputError, NotSettled
-from .failures import ProgramFailing
+from .failures import ProgramFailing, UnknownPeer
 from .homeinit import IDENTITY_FILE as IDENTITY_FILE  # re-exported (commands, tests)
 from .homeinit import init_home as init_home  # re-exported: callers look here
 from .homeinit import initialise, lock_is_new
@@ -644,7 +644,10 @@ class Node:
             problem = peer_name_problem(url)  # not echoed whole: a name that long is none
             if problem is not None:
                 raise NodeInputError(f"{problem}, and it is no http(s) URL")
-            raise NodeInputError(f"{name_or_url!r} is neither a peer in [peers] nor an http(s) URL")
+            raise UnknownPeer(
+                f"unknown peer {name_or_url!r}: [peers] has no such name and it is no http(s)"
+                " URL (add it with `merklog peers add`)"
+            )
         return peersync.check_peer_url(url)
 
     def list_facts(self, rel: str | None = None) -> list[tuple[Link, Fact]]:

@@ -28,6 +28,11 @@ UNKNOWN_RELATION = _err(
 )
 TOO_LARGE = _err("Request body larger than node.max_body")
 READ_TOKEN_ON_WRITE = _err("Refused: the read token (api.read_token) grants reads only")
+REFUSED_DELTA = _err(
+    "A delta was refused (invalid_signature, unauthorized_author, missing_parents, cycle,"
+    " wrong_dataset, invalid_delta; see docs/sync-protocol.md): the whole CAR is rolled"
+    " back"
+)
 PEER_DOWN = _err(
     "peer unreachable: the peer could not be reached (connection refused, timeout, DNS);"
     " nothing was changed here, try again later (CLI exit 4)"
@@ -309,6 +314,7 @@ def _paths() -> dict[str, Any]:
                         },
                     },
                     "400": BAD_INPUT,
+                    "404": _err("No peer of that name in [peers] (and no http(s) URL)"),
                     "424": PEER_REFUSED,
                     "502": PEER_DOWN,
                 },
@@ -423,6 +429,7 @@ def _paths() -> dict[str, Any]:
                     "403": FORBIDDEN,
                     "404": NOT_FOUND,
                     "413": TOO_LARGE,
+                    "422": REFUSED_DELTA,
                 },
                 parameters=[ds],
                 requestBody=_body(media="application/vnd.ipld.car"),

@@ -1114,6 +1114,11 @@ def test_a_peer_name_over_64_characters_is_refused_wherever_a_name_is_taken(
     status, answer = node.request("POST", "/v1/sync", {"url": huge})
     assert status == 400 and "at most 64" in answer["detail"], (status, answer)
     assert len(answer["detail"]) < 200
+    # A name [peers] does not hold is not found, as `merklog sync NAME` says (exit 3):
+    # it was 400 "neither a peer in [peers] nor an http(s) URL".
+    status, answer = node.request("POST", "/v1/sync", {"url": "nosuch"})
+    assert (status, answer["error"]) == (404, "unknown peer"), (status, answer)
+    assert "unknown peer 'nosuch'" in answer["detail"], answer
 
 
 def test_init_over_a_store_whose_config_is_gone_keeps_its_dataset(tmp_path: Path) -> None:
@@ -1130,7 +1135,13 @@ def test_init_over_a_store_whose_config_is_gone_keeps_its_dataset(tmp_path: Path
     assert refused.exit_code == 1, refused.output
     assert dataset in refused.output and "Traceback" not in refused.output
     assert not (home / "config.toml").exists()
-    assert "not a merklog home" in run("status", ok=False).output  # still none
+    # Every other command says the same, not "run init first" (init refuses there).
+    for args in (("status",), ("query", "edge(X, Y)")):
+        said = run(*args, ok=False)
+        assert said.exit_code == 1, said.output
+        assert "config.toml is missing" in said.output and dataset in said.output, said.output
+        assert f"--set dataset.id={dataset} init" in said.output
+    assert not (home / "config.toml").exists()
     again = run("--set", f"dataset.id={dataset}", "init")
     assert dataset in again.output
     assert sorted(line.split("\t")[1] for line in run("ls").output.splitlines()) == [

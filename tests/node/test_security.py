@@ -271,6 +271,27 @@ def test_every_route_needs_the_token_its_table_entry_names(
     assert status == 401 and err["error"] != "unauthorized"
 
 
+def test_url_parameters_that_are_not_utf8_are_refused(home: Path, node_factory) -> None:
+    """``GET /v1/query?q=u(%22%ff%22)`` was read with the bad byte as U+FFFD, so it
+    matched the stored string "\ufffd" and answered true; ``rel=%ff`` was refused quoting
+    a character the client never sent. Bad input now, naming the parameter and the byte;
+    a query of "\ufffd" written in UTF-8 still finds it."""
+    Cli(home)("init")
+    node = node_factory(home).start()
+    assert node.request("POST", "/v1/facts", {"assert": [{"rel": "u", "args": ["\ufffd"]}]})[0] == 200
+    for path, name in (
+        ("/v1/query?q=u(%22%ff%22)", "q"),
+        ("/v1/facts?rel=%ff", "rel"),
+        ("/v1/facts?rel=u&after=%c3", "after"),
+        ("/v1/subscribe?q=u(%22%80%22)", "q"),
+    ):
+        status, err = node.request("GET", path)
+        assert (status, err["error"]) == (400, "bad input"), (path, err)
+        assert f"URL parameter {name}=" in err["detail"] and "not UTF-8 (byte 0x" in err["detail"], err
+    status, answer = node.request("GET", "/v1/query?q=u(%22%ef%bf%bd%22)")  # U+FFFD, in UTF-8
+    assert status == 200 and answer["rows"] == [[]], answer
+
+
 def test_a_url_parameter_a_route_does_not_take_is_refused(home: Path, node_factory) -> None:
     """``GET /v1/facts?limt=5`` answered a first page of 1,000 rows, the misspelt
     parameter ignored, where a JSON body's unknown field is refused. Every /v1 route now
@@ -903,5 +924,26 @@ def test_a_token_given_twice_is_bad_input(home: Path, node_factory) -> None:
             assert body["error"] == "bad input" and "give it once" in body["detail"], body
         with urllib.request.urlopen(f"{node.url}/v1/facts?access_token={good}") as resp:
             assert resp.status == 200  # given once, as the checklist's EventSource gives it
+        # Two Authorization headers: the first was taken (read then write token: 403,
+        # write then read: 200). Bad input now, in either order.
+        import http.client
+        from urllib.parse import urlsplit
+
+        write = Cli(home)("token", "--write").output.strip()
+        parts = urlsplit(node.url)
+        for first, second in ((good, write), (write, good)):
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+            conn.putrequest("POST", "/v1/facts")
+            conn.putheader("Authorization", f"Bearer {first}")
+            conn.putheader("Authorization", f"Bearer {second}")
+            conn.putheader("Content-Type", "application/json")
+            data = json.dumps({"assert": "twice(1)."}).encode()
+            conn.putheader("Content-Length", str(len(data)))
+            conn.endheaders(data)
+            resp = conn.getresponse()
+            body = json.loads(resp.read())
+            conn.close()
+            assert resp.status == 400, (resp.status, body)
+            assert "Authorization header is given 2 times" in body["detail"], body
     finally:
         node.stop()
