@@ -229,13 +229,7 @@ class SyncService:
         replica = self.replica(request.match_info["id"])
         signed = self._authenticate(request, replica.dataset, replica)
         raw = await self._read_small(request, self.limits.max_sync_request, signed)
-        try:
-            obj = json.loads(raw)
-            heads = [Link.parse(h) for h in obj["heads"]]
-            summary = obj.get("summary")
-            summary = None if summary is None else Summary.from_json(summary)
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            raise MalformedBlock(f"sync request must be JSON {{heads, summary}}: {exc}") from exc
+        heads, summary = _sync_request(raw)
         if (
             summary is not None
             and len(summary.window) + len(summary.boundary) > self.limits.max_summary
@@ -456,4 +450,29 @@ def make_sync_app(
     return app
 
 
+def _sync_request(raw: bytes) -> tuple[list[Link], Summary | None]:
+    """The heads and summary of a sync request body, or MalformedBlock saying what is
+    wrong in the protocol's words: ``[]`` was answered "list indices must be integers
+    or slices, not str", ``{}`` "'heads'", ``{"heads": 5}`` "'int' object is not
+    iterable"."""
+    shape = "sync request must be a JSON object {heads: [CID, …], summary: {…} | null}"
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise MalformedBlock(f"{shape}: it is not JSON") from None
+    if not isinstance(obj, dict):
+        raise MalformedBlock(f"{shape}, got a JSON {type(obj).__name__}")
+    heads = obj.get("heads")
+    if not isinstance(heads, list) or not all(isinstance(h, str) for h in heads):
+        raise MalformedBlock(f"{shape}: \"heads\" must be a list of CID strings")
+    try:
+        links = [Link.parse(h) for h in heads]
+    except ValueError as exc:
+        raise MalformedBlock(f"{shape}: \"heads\" holds a bad CID ({exc})") from None
+    summary = obj.get("summary")
+    return links, None if summary is None else Summary.from_json(summary)
+
+
+
 __all__ = ["SYNC_SERVICE", "Limits", "SyncService", "make_sync_app", "sync_routes"]
+

@@ -165,6 +165,22 @@ async def test_malformed_sync_json(node):
     await expect_rejected(node, post(node, path, b"{not json"), 400, "malformed_block")
 
 
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b"[]", "got a JSON list"),  # was "list indices must be integers or slices, not str"
+        (b"{}", '"heads" must be a list of CID strings'),  # was "'heads'"
+        (b'{"heads": 5}', '"heads" must be a list of CID strings'),  # "'int' object is not …"
+        (b'{"heads": ["nope"]}', '"heads" holds a bad CID'),
+        (b'{"heads": [], "summary": 3}', "summary must be an object"),
+    ],
+)
+async def test_a_malformed_sync_request_is_said_in_the_protocols_words(node, body, said):
+    path = f"/v1/datasets/{node.replica.dataset}/sync"
+    err = await expect_rejected(node, post(node, path, body), 400, "malformed_block")
+    assert said in err["detail"], err
+
+
 async def test_cid_mismatch(node):
     cid, data = encode_fact(FACT)
     body = car_header([]) + car_section(cid, data + b"\x00")
