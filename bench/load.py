@@ -102,6 +102,8 @@ async def bench(url: str, token: str, clients: int, duration: float) -> dict:
         while True:
             async with session.get(url + "/v1/facts", params=params, headers=headers) as resp:
                 page = await resp.json()
+                if resp.status != 200:  # a wrong token: the node's own words
+                    raise SystemExit(f"load.py: GET /v1/facts answered {resp.status}: {page}")
             facts += page["facts"]
             if not page.get("next"):
                 break
@@ -121,6 +123,8 @@ def main() -> None:
     ap.add_argument("--url", default=None, help="Use a running node instead of starting one.")
     ap.add_argument("--token", default=os.environ.get("MERKLOG_API_TOKEN", ""))
     args = ap.parse_args()
+    if args.clients < 1 or args.duration <= 0:
+        ap.error("--clients must be at least 1 and --duration above 0")
     proc = None
     tmp = None
     try:
@@ -130,6 +134,8 @@ def main() -> None:
             tmp = tempfile.TemporaryDirectory(prefix="merklog-load-")
             proc, url, token = start_node(Path(tmp.name) / "home")
         s = asyncio.run(bench(url, token, args.clients, args.duration))
+    except aiohttp.ClientConnectionError as exc:
+        raise SystemExit(f"load.py: cannot reach {url}: {exc}") from None
     finally:
         if proc is not None:
             proc.terminate()
