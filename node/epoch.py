@@ -138,6 +138,9 @@ class EpochDriver:
         self._done_seq = 0
         #: The last hand-over an epoch has taken (it may still be evaluating it).
         self._taken_seq = 0
+        #: Set by the epoch loop when it hands an epoch to its thread, cleared when that
+        #: epoch takes the changes: a wait for changes due to be taken wakes nothing.
+        self.scheduled = False
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         #: Stored facts as the engine has them, by relation (int64 arrays or engine-form rows).
         self.edb = Edb()
@@ -309,6 +312,7 @@ class EpochDriver:
                 if changes:
                     self._evaluating.append(changes)
                 taken_seq = self._taken_seq = self._seq
+                self.scheduled = False
             if changes:
                 read_at = None
             epoch = self.epoch + 1
@@ -570,9 +574,11 @@ class EpochDriver:
                 return self._no_more_epochs
             fut: asyncio.Future = loop.create_future()
             self._waiters.append((self._seq, loop, fut))
-            # Changes an epoch has taken are answered by that epoch. Waking the loop for
-            # them ran a failing epoch (a budget overrun, ~1 min) a second time at once.
-            untaken = self._taken_seq < self._seq
+            # Changes an epoch has taken, or is about to take, are answered by that epoch.
+            # Waking the loop for them ran a failing epoch (a budget overrun, ~1 min) a
+            # second time at once. (Every hand-over wakes the loop itself; this wake is for
+            # changes handed over before the loop ran.)
+            untaken = self._taken_seq < self._seq and not self.scheduled
         if untaken:
             self.node.wake()
         try:

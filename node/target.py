@@ -19,7 +19,6 @@ from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config, check_tokens, require_dataset
 from .errors import NodeInputError
 from .failures import ExitCode, Failure, exit_code_for_status
-from .homeinit import refuse_hidden_dataset
 from .runtime import HomeLock, read_runfile, remove_runfile
 from .storecheck import precheck
 
@@ -229,7 +228,10 @@ def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
     :func:`~.config.require_dataset` if it lost its ``dataset.id`` (emptied, cut short)."""
     if not (home / CONFIG_FILE).exists():
         # A store holding a dataset without its config.toml: `init` refuses there, so the
-        # line says how to get the home back (ADR 0204), not to run `init`.
+        # line says how to get the home back (ADR 0204), not to run `init`. Imported here:
+        # a command through a running node loads no home-making module.
+        from .homeinit import refuse_hidden_dataset
+
         refuse_hidden_dataset(Config.load(home, overrides), None)
         raise TargetError(f"{home} is not a merklog home; run `merklog --home {home} init` first")
     cfg = Config.load(home, overrides)

@@ -157,6 +157,7 @@ class BackgroundTasks:
             if self.stopping:
                 return
             self.epoch_wake.clear()
+            self.node.epochs.scheduled = True  # it takes every change handed over so far
             self._epoch_future = loop.run_in_executor(None, self.node.run_epoch)
             # Stopping cancels this loop while the epoch runs; the shield then drops the
             # epoch's outcome, and a failed epoch's error went to stderr as "Future
