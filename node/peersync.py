@@ -409,10 +409,21 @@ def current_peers(config: Config) -> dict[str, Any]:
     if config.home is None:
         return config.peers
     try:
-        return Config.load(config.home).peers
-    except ConfigError as exc:
-        log.warning("using the peers read at start; %s is refused: %s", CONFIG_FILE, exc)
+        peers = Config.load(config.home).peers
+    except (ConfigError, OSError) as exc:  # OSError: out of file descriptors, an I/O error
+        why = "cannot be read" if isinstance(exc, OSError) else "is refused"
+        said = f"{CONFIG_FILE} {why}: {exc}"
+        if _config_unread.get(config.home) != said:  # once, not every sync round
+            log.warning("using the peers read at start; %s", said)
+            _config_unread[config.home] = said
         return config.peers
+    if _config_unread.pop(config.home, None) is not None:
+        log.info("%s is read again", CONFIG_FILE)
+    return peers
+
+
+#: Why each home's config.toml could not be read last (logged once until it reads again).
+_config_unread: dict[Any, str] = {}
 
 
 def peer_urls(config: Config) -> dict[str, str]:

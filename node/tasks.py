@@ -293,7 +293,12 @@ class BackgroundTasks:
                 await asyncio.sleep(interval)
                 if self.stopping:
                     return
-                for url in round_urls(node.peer_urls(), node.url):
+                try:
+                    urls = round_urls(node.peer_urls(), node.url)
+                except Exception:  # a bug: said, and the loop lives on (it died silently)
+                    log.exception("automatic sync round failed")
+                    continue
+                for url in urls:
                     if url not in running:
                         task = asyncio.create_task(self._sync_one(url))
                         running[url] = task

@@ -386,3 +386,59 @@ def test_a_grant_made_after_the_last_sync_is_said_to_come_with_the_next(
     b("sync", "a")
     b("put", "edge(1, 2).")
     assert _facts(b) == ["edge(1, 2)"]
+
+
+def test_automatic_sync_outlives_a_config_file_it_cannot_read(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Each round re-reads ``[peers]`` from config.toml. A node out of file descriptors
+    (QA: ``ulimit -n 64`` and 50 clients) failed that read with an OSError nothing
+    caught: the sync loop died, silently, for good. Now the round uses the peers read at
+    start, says so once, and the loop goes on (the fault is injected: EMFILE cannot be
+    produced for one file read alone)."""
+    import asyncio
+    import errno
+    import logging
+
+    import merklog
+    from merklog.node import peersync
+
+    home = tmp_path / "home"
+    run = Cli(home)
+    run("init")
+    key = "ab" * 32  # offline: the peer is never reached, each round is one attempt
+    run("peers", "add", "down", "http://127.0.0.1:9", "--key", key)
+    real = peersync.Config.load
+    failing = {"on": False}
+
+    def load(*args, **kwargs):
+        if failing["on"]:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(peersync.Config, "load", load)
+
+    def attempt(node) -> float:
+        [peer] = node.status()["peers"]
+        return peer["last_attempt"] or 0.0
+
+    async def main() -> tuple[float, float]:
+        async with merklog.open(home, settings={"sync.interval": 0.1}) as node:
+            async with asyncio.timeout(30):
+                while not attempt(node):
+                    await asyncio.sleep(0.05)
+                failing["on"] = True
+                await asyncio.sleep(1.0)  # ~10 rounds that cannot read the file
+                failing["on"] = False
+                during = attempt(node)
+                while attempt(node) <= during:  # the loop still runs
+                    await asyncio.sleep(0.05)
+            return during, attempt(node)
+
+    with caplog.at_level(logging.INFO, logger="merklog"):
+        during, after = asyncio.run(main())
+    assert after > during
+    said = [r for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(said) == 1 and "Too many open files" in said[0].getMessage(), said
+    assert said[0].levelno == logging.WARNING and said[0].exc_info is None
+    assert any("is read again" in r.getMessage() for r in caplog.records)
