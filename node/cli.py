@@ -100,7 +100,21 @@ class Boundary(click.Group):
     def _invoke(self, ctx: click.Context) -> object:
         try:
             result = super().invoke(ctx)
-            sys.stdout.flush()  # a closed pipe (``| head``) is met here, not by click's exit
+            try:
+                sys.stdout.flush()  # a closed pipe (``| head``) is met here, not by click's exit
+            except BrokenPipeError:
+                raise
+            except OSError as exc:  # a full disk, ``> /dev/full``: the command's work is done
+                from .failures import DISK_FULL_ERRNOS, ExitCode
+
+                _discard_stdout()
+                failure = click.ClickException(
+                    f"cannot write the output: {exc.strerror or exc}; the command itself"
+                    " completed (what it wrote to the home stays written)"
+                )
+                full = exc.errno in DISK_FULL_ERRNOS
+                failure.exit_code = int(ExitCode.DISK_FULL if full else ExitCode.FAILED)
+                raise failure from None
             return result
         except click.UsageError as exc:  # one line, not click's usage, hint and blank line
             raise _usage_line(exc) from None
@@ -150,6 +164,9 @@ class Boundary(click.Group):
             state = ctx.find_object(State)
             code, message = classify(exc, state.home if state else None)
             logging.getLogger("merklog.cli").debug("command failed", exc_info=True)
+            if isinstance(exc, OSError) and not exc.filename and not _settle_stdout():
+                # The output is what failed (a full disk, ``> /dev/full``), not the home.
+                message = f"cannot write the output: {exc.strerror or exc}"
             failure = click.ClickException(message)
             failure.exit_code = int(code)
             raise failure from None
@@ -282,6 +299,20 @@ def _stdout_closed() -> bool:
         return any(ev & select.POLLERR for _fd, ev in poller.poll(0))
     except (OSError, ValueError, AttributeError):  # no real stdout (CliRunner)
         return False
+
+
+def _settle_stdout() -> bool:
+    """Flush standard output now, or discard what it holds when it cannot take it (a
+    full disk, ``> /dev/full``): the interpreter's own flush at exit failed again,
+    printed "Exception ignored … OSError" after the command's one line and made the exit
+    status 120 instead of the command's. Whether the output took it."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            _discard_stdout()
+        return False
+    return True
 
 
 def _discard_stdout() -> None:

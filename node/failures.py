@@ -150,6 +150,11 @@ def local_failure(exc: BaseException) -> bool:
 FULL_BELOW = 1 << 20
 
 
+#: SQLite's extended codes of a write the file system refused: SQLITE_IOERR_WRITE,
+#: _FSYNC, _DIR_FSYNC, _TRUNCATE and _SHMSIZE (https://sqlite.org/rescode.html).
+_WRITE_REFUSED = {778, 1034, 1290, 1546, 4874}
+
+
 def _io_error(exc: sqlite3.DatabaseError) -> bool:
     """SQLite's ``disk I/O error`` (SQLITE_IOERR and its extended codes): what it says
     when a write fails on ENOSPC while growing ``-shm`` or ``-wal`` (SQLite gives no
@@ -257,6 +262,16 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         text = str(exc)
         if "full" in text or (_io_error(exc) and disk_full(home)):
             return ExitCode.DISK_FULL, f"no space left on the device to write {store}: {text}"
+        if getattr(exc, "sqlite_errorcode", None) in _WRITE_REFUSED:
+            # A write the file system refused with room left: a file size limit (EFBIG,
+            # ``ulimit -f``, FAT32's 4 GiB) or a failing disk. It was "damaged … move it
+            # away" (exit 5) for a healthy store: the transaction was rolled back.
+            return ExitCode.DISK_FULL, (
+                f"cannot write {store} ({text}): the file system refused a write (a file"
+                " size limit such as `ulimit -f` or FAT32's 4 GiB, or a failing disk); the"
+                " store is not damaged by it: lift the limit or make room and run the"
+                " command again (`merklog fsck` checks the home)"
+            )
         if "locked" in text or "busy" in text:
             return ExitCode.FAILED, f"{store} is in use by another process: {text}"
         if "readonly" in text or "read-only" in text:

@@ -293,3 +293,39 @@ def test_an_io_error_with_space_left_is_not_a_full_disk(tmp_path: Path) -> None:
     assert code == ExitCode.STORE_DAMAGED
     code, _ = classify(OSError(errno.ENOSPC, "No space left on device"), tmp_path)
     assert code == ExitCode.DISK_FULL
+
+
+def test_output_to_a_full_disk_is_one_line_and_exit_6(tmp_path: Path) -> None:
+    """``merklog status > /dev/full`` (output to a full disk) said the error line, then
+    Python's "Exception ignored … OSError" lines, and exited 120. One line now, exit 6,
+    and what the command wrote to the home stays written."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    for args in (("status",), ("put", "out(1)."), ("query", "out(X)"), ("export", "-")):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(
+                [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+                stdin=subprocess.DEVNULL,
+            )
+        assert done.returncode == ExitCode.DISK_FULL, (args, done.returncode, done.stderr)
+        [line] = done.stderr.splitlines()
+        assert line.startswith("Error: cannot write the output:"), line
+    assert "out(1)" in merklog(home, "ls").stdout
+
+
+def test_a_write_over_the_file_size_limit_is_no_damaged_store(tmp_path: Path) -> None:
+    """``ulimit -f`` (or FAT32's 4 GiB) under ``put -f``: SQLite says "disk I/O error"
+    (SQLITE_IOERR_WRITE) with room left on the disk, and that was "the store … is damaged
+    … move it away and run merklog init" (exit 5) for a healthy store."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    facts = tmp_path / "facts.dl"
+    facts.write_text("".join(f"edge({i}, {i + 1}).\n" for i in range(100_000)))
+    done = merklog(home, "put", "-q", "-f", str(facts), fsize=4 << 20)
+    line = assert_fails(done, ExitCode.DISK_FULL, "the file system refused a write")
+    assert "damaged or not" not in line and "init" not in line
+    assert merklog(home, "fsck").returncode == 0
