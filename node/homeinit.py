@@ -92,6 +92,10 @@ def refuse_damaged_home(cfg: Config) -> None:
     would lose the dataset's history: the message says how to restore it."""
     if cfg.get("dataset.id"):
         check_store_file(cfg)  # missing, empty or not SQLite: exit 5, as `status`
+        if cfg.get("store.backend") == "sqlite":
+            # Opened as every command opens it: a damaged header ("file is not a
+            # database") was "already initialised" (exit 0) here and exit 5 everywhere else.
+            storage.open_store(cfg).close()
         return
     store = cfg.path("store.path") if cfg.get("store.backend") == "sqlite" else None
     if store is not None and store.exists():

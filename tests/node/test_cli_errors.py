@@ -767,6 +767,21 @@ def test_init_of_a_home_whose_store_is_gone_says_so(ready: Path) -> None:
     assert (ready / "config.toml").read_text() == before
 
 
+def test_init_of_a_home_whose_store_header_is_damaged_says_so(ready: Path) -> None:
+    """QA: 16 random bytes at offset 16 of store.sqlite (its page size and format):
+    every command said "file is not a database" (exit 5) but ``init`` said "already
+    initialised" (exit 0). It opens the store as they do now; nothing is written."""
+    store = ready / "store.sqlite"
+    with open(store, "r+b") as f:
+        f.seek(16)
+        f.write(bytes(range(200, 216)))
+    before = (ready / "config.toml").read_text(), store.read_bytes()
+    result = merklog(ready, "init")
+    assert_fails(result, ExitCode.STORE_DAMAGED, "file is not a database")
+    assert "initialised" not in result.stdout
+    assert ((ready / "config.toml").read_text(), store.read_bytes()) == before
+
+
 @pytest.mark.parametrize("store", ["a directory", "not SQLite", "damaged SQLite"])
 def test_init_over_an_unusable_store_exits_5_and_leaves_the_directory_as_it_was(
     tmp_path: Path, store: str
