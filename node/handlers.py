@@ -729,6 +729,8 @@ def _sync_error(exc: ReplicationError) -> ApiError:
 NDJSON = "application/x-ndjson"
 #: Seconds between checks that a streamed sync's caller is still connected.
 SYNC_CHECK_SECONDS = 0.5
+#: Seconds without a line after which a streamed sync writes ``{"working": …}``.
+SYNC_KEEPALIVE = 10.0
 
 
 async def _stop_if_caller_gone(request: web.Request, task: asyncio.Task[Any]) -> None:
@@ -750,8 +752,9 @@ async def _sync_streamed(
     request: web.Request, node: Node, url: str, timeout: float | None = None
 ) -> web.StreamResponse:
     """The sync as JSON lines: ``{"progress": {"direction", "bytes", "deltas"}}`` after
-    each request body, then ``{"result": stats}``, so ``merklog sync`` through a running
-    node shows real bytes and deltas. A failure before the first line is the usual JSON
+    each request body, ``{"working": {"seconds"}}`` after :data:`SYNC_KEEPALIVE` seconds
+    without a line, then ``{"result": stats}``, so ``merklog sync`` through a running
+    node shows real bytes and deltas and never waits a read timeout out. A failure before the first line is the usual JSON
     error status (502 unreachable, 424 refused); after it, a last line ``{"error", "detail", "status"}``."""
     events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
@@ -766,12 +769,21 @@ async def _sync_streamed(
 
     task = asyncio.create_task(run())
     resp: web.StreamResponse | None = None
+    loop = asyncio.get_running_loop()
+    started = written = loop.time()
     try:
         while not task.done() or not events.empty():
             try:
                 event = await asyncio.wait_for(events.get(), SYNC_CHECK_SECONDS)
             except TimeoutError:
                 await _stop_if_caller_gone(request, task)
+                if resp is not None and loop.time() - written >= SYNC_KEEPALIVE:
+                    # Applying what was pulled sends nothing for a while (66 s for 67 MB
+                    # on a loaded machine): the CLI gave up after 60 s without a line, and
+                    # its leaving cancelled the sync, every retry alike.
+                    working = {"working": {"seconds": round(loop.time() - started)}}
+                    await resp.write(json.dumps(working).encode() + b"\n")
+                    written = loop.time()
                 continue
             if not event:
                 continue
@@ -779,6 +791,7 @@ async def _sync_streamed(
                 resp = web.StreamResponse(headers={"Content-Type": NDJSON})
                 await resp.prepare(request)
             await resp.write(json.dumps(event).encode() + b"\n")
+            written = loop.time()
         try:
             last: dict[str, Any] = {"result": task.result()}
         except ReplicationError as exc:

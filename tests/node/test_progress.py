@@ -140,3 +140,60 @@ def test_node_run_shows_its_read_of_a_large_home_before_it_listens(tmp_path: Pat
     assert "listening on" in text, text
     before = text[: text.index("listening on")]
     assert "reading stored facts" in before and f"/{LOAD_BAR_FACTS + 10}" in before, text
+
+
+def test_a_streamed_sync_says_it_is_working_while_it_applies(tmp_path: Path, monkeypatch) -> None:
+    """QA: ``merklog sync`` through a running node of a 2.2M-fact peer: progress lines for
+    27 s, then none for the 66 s the node applied what it pulled; the CLI gave up after
+    60 s without a line (exit 4), and its leaving cancelled the sync, every retry alike.
+    The node now writes ``{"working": …}`` after ``SYNC_KEEPALIVE`` seconds without a line
+    and the CLI's client reads past it to the result. The peer's sync is stood in for
+    (one pull line, then a long silent apply); the keep-alive is shortened."""
+    import asyncio
+    import threading
+
+    import merklog
+    from merklog.node import handlers
+    from merklog.node.client import NodeClient
+
+    monkeypatch.setattr(handlers, "SYNC_KEEPALIVE", 0.6)
+
+    async def slow_sync(self, url, progress=None, timeout=None):
+        progress("pull", 1 << 20, 3)
+        await asyncio.sleep(2.5)  # the apply: nothing to report
+        return {"peer": url, "accepted": 3, "bytes_received": 1 << 20}
+
+    monkeypatch.setattr(merklog.Node, "sync", slow_sync)
+    seen: list = []
+    lines: list[bytes] = []
+
+    async def main() -> dict:
+        async with merklog.open(tmp_path / "h") as node, merklog.serve(node) as url:
+            token = node.config.get("api.token")
+            import aiohttp
+
+            async with aiohttp.ClientSession() as session:
+                async with session.post(
+                    url + "/v1/sync",
+                    json={"url": "http://127.0.0.1:9"},
+                    headers={"Authorization": f"Bearer {token}", "Accept": handlers.NDJSON},
+                ) as resp:
+                    async for raw in resp.content:
+                        lines.append(raw)
+            result: dict = {}
+
+            def cli() -> None:  # the CLI's client, reads with a socket timeout of 1.5 s
+                client = NodeClient(url, token, timeout=1.5)
+                result.update(client.sync("http://127.0.0.1:9", lambda *e: seen.append(e)))
+
+            thread = threading.Thread(target=cli)
+            thread.start()
+            await asyncio.to_thread(thread.join, 30)
+            return result
+
+    result = asyncio.run(main())
+    events = [json.loads(raw) for raw in lines]
+    assert events[0] == {"progress": {"direction": "pull", "bytes": 1 << 20, "deltas": 3}}
+    assert any("working" in e for e in events[1:-1]), events
+    assert events[-1]["result"]["accepted"] == 3
+    assert result["accepted"] == 3 and seen == [("pull", 1 << 20, 3)]
