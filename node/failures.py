@@ -262,6 +262,13 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         text = str(exc)
         if "full" in text or (_io_error(exc) and disk_full(home)):
             return ExitCode.DISK_FULL, f"no space left on the device to write {store}: {text}"
+        if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_CANTOPEN:
+            # A file SQLite could not open (the store, its -wal or -shm): no damage.
+            return ExitCode.FAILED, (
+                f"cannot open {store} ({text}): SQLite could not open it or its -wal or"
+                " -shm file (out of file descriptors: raise ulimit -n; or the home is not"
+                " writable by this user)"
+            )
         if getattr(exc, "sqlite_errorcode", None) in _WRITE_REFUSED:
             # A write the file system refused with room left: a file size limit (EFBIG,
             # ``ulimit -f``, FAT32's 4 GiB) or a failing disk. It was "damaged … move it
@@ -295,6 +302,11 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
                 f"cannot write {exc.filename}: its file system is mounted read-only; every"
                 " merklog command writes in the home (its lock file node.lock, the store's"
                 " -wal and -shm files), even to read: copy the home to a writable place"
+            )
+        if exc.errno in (errno.EMFILE, errno.ENFILE):  # the file named is any it opened
+            return ExitCode.FAILED, (
+                f"out of file descriptors ({exc.strerror}): raise the open-files limit"
+                " (ulimit -n) of this command, or of the system"
             )
         if exc.filename and exc.strerror:  # as a Unix tool says it, not "[Errno 21] …"
             return ExitCode.FAILED, f"{exc.filename}: {exc.strerror}"

@@ -329,3 +329,36 @@ def test_a_write_over_the_file_size_limit_is_no_damaged_store(tmp_path: Path) ->
     line = assert_fails(done, ExitCode.DISK_FULL, "the file system refused a write")
     assert "damaged or not" not in line and "init" not in line
     assert merklog(home, "fsck").returncode == 0
+
+
+def test_out_of_file_descriptors_is_said_as_such(tmp_path: Path) -> None:
+    """QA: under ``ulimit -n 8`` a put said ``/…/engine/incremental.py: Too many open
+    files`` (a lazy import's file), and with fewer, SQLite's "unable to open database
+    file" was "the store … is damaged … move it away and run merklog init" (exit 5) for
+    a healthy store. Each limit gives success or one line naming the limit, exit 1."""
+    home = tmp_path / "home"
+    Cli(home)("init")
+    said = []
+    for limit in range(4, 16):
+
+        def nofile(limit: int = limit) -> None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+        done = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "put", "n(1)."],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=nofile,
+        )
+        if done.returncode == 0 or "Fatal Python error" in done.stderr:
+            continue  # enough, or too few for the interpreter itself to start
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1 and len(lines) == 1, (limit, done.returncode, done.stderr)
+        assert "damaged" not in lines[0] and ".py" not in lines[0], lines[0]
+        assert "ulimit -n" in lines[0], lines[0]
+        said.append(limit)
+    assert said, "no limit made the put fail: the test tests nothing"
+    assert merklog(home, "fsck").returncode == 0
