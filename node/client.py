@@ -58,6 +58,11 @@ _SELF_CONTAINED = frozenset(
 )
 
 
+#: How every refusal of a home that cannot write yet begins (node/writeaccess.py): it
+#: says why itself, so the CLI prints it as a stopped home does, not "peer unreachable: …".
+NOT_WRITABLE_YET = "this node cannot write yet"
+
+
 def api_message(error: str, detail: str) -> str:
     """The one-line message for an error answer ``{"error": error, "detail": detail}``:
     the detail alone when it says everything (it names the error, the error is one of
@@ -72,6 +77,8 @@ def api_message(error: str, detail: str) -> str:
         return detail
     if error in ("peer unreachable", "peer error") and detail.startswith(CANNOT_REACH):
         return detail  # a TLS handshake that failed is a peer error, worded the same way
+    if detail.startswith(NOT_WRITABLE_YET):  # said whole, as a stopped home says it
+        return detail
     return f"{error}: {detail}"
 
 

@@ -144,10 +144,14 @@ def test_a_joined_node_writes_over_http_before_any_sync(tmp_path: Path, node_fac
     status, body = nc.request("POST", "/v1/facts", {"assert": "edge(9, 9)."})
     assert status == 503, body
     assert origin in body["detail"] and "cannot write yet" in body["detail"]
+    through = c("put", "edge(9, 9).", ok=False)  # through the running node
     nc.stop()
     refused = c("put", "edge(9, 9).", ok=False)
     assert refused.exit_code == 4, refused.output
     assert origin in refused.output and "Traceback" not in refused.output
+    # One wording both ways: it said "peer unreachable: this node cannot write yet: …".
+    assert through.exit_code == 4 and through.output.startswith("Error: this node cannot write yet")
+    assert refused.output.startswith("Error: this node cannot write yet"), refused.output
     assert "edge(9, 9)" not in c("ls").output
 
 
