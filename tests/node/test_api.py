@@ -424,12 +424,16 @@ def test_open_refuses_a_damaged_home_without_touching_it(tmp_path: Path) -> None
 
 
 def test_sync_with_something_that_is_not_a_peer_says_so() -> None:
-    """``await node.sync("notaurl")`` said ``peer :// failed mid-request``."""
+    """``await node.sync("notaurl")`` said ``peer :// failed mid-request``; it is an
+    unknown peer now (the CLI's exit 3, HTTP 404)."""
     import asyncio
 
+    from merklog.node.failures import ExitCode
+
     with merklog.open(memory=True) as node:
-        with pytest.raises(merklog.Error, match="'notaurl' is neither a peer"):
+        with pytest.raises(merklog.Error, match="unknown peer 'notaurl'") as failed:
             asyncio.run(node.sync("notaurl"))
+    assert failed.value.exit_code == ExitCode.NOT_FOUND
 
 
 def test_leaving_async_with_waits_for_an_epoch_still_running(tmp_path: Path, caplog) -> None:
