@@ -41,6 +41,7 @@ from .values import Bool, Float, to_engine
 AUTO_THRESHOLD = 1_000
 
 I64 = np.int64
+I64_BYTES = 8
 
 
 class Ineligible(EngineError):
@@ -161,23 +162,51 @@ class Encoder:
 
 
 def decode_columns(cols: list[np.ndarray], decoder: tuple[int, list] | None) -> set:
-    """Tuples of (possibly encoded) int64 columns."""
-    if decoder is None:
-        lists = [c.tolist() for c in cols]
-    else:
-        base, values = decoder
-        table = np.empty(len(values), dtype=object)
-        table[:] = values
-        lists = []
-        for c in cols:
-            mask = c <= base
-            if not mask.any():
-                lists.append(c.tolist())
-                continue
-            out = c.astype(object)
-            out[mask] = table[base - c[mask]]
-            lists.append(out.tolist())
-    return set(zip(*lists, strict=True)) if lists else set()
+    """Tuples of (possibly encoded) int64 columns.
+
+    Decoded :data:`DECODE_CHUNK` rows at a time, with an interrupt check between two
+    chunks (:func:`~.interrupt.check`): four million rows of a query's cross product
+    take seconds to become tuples, which its client leaving or the memory budget
+    stops."""
+    if not cols:
+        return set()
+    table = None
+    if decoder is not None:
+        table = np.empty(len(decoder[1]), dtype=object)
+        table[:] = decoder[1]
+    n = len(cols[0])
+    if n <= DECODE_CHUNK:
+        return set(zip(*_decoded(cols, decoder, table), strict=True))
+    out: set = set()
+    for start in range(0, n, DECODE_CHUNK):
+        interrupt.check()
+        part = [c[start : start + DECODE_CHUNK] for c in cols]
+        out.update(zip(*_decoded(part, decoder, table), strict=True))
+    return out
+
+
+#: Rows decoded between two interrupt checks (:func:`decode_columns`).
+DECODE_CHUNK = 1 << 18
+
+
+def _decoded(
+    cols: list[np.ndarray], decoder: tuple[int, list] | None, table: np.ndarray | None
+) -> list[list]:
+    """Each column as a list of engine values (``table``: ``decoder``'s values as an
+    object array)."""
+    if decoder is None or table is None:
+        return [c.tolist() for c in cols]
+    base = decoder[0]
+    lists = []
+    for c in cols:
+        mask = c <= base
+        if not mask.any():
+            lists.append(c.tolist())
+            continue
+        out = c.astype(object)
+        out[mask] = table[base - c[mask]]
+        lists.append(out.tolist())
+    return lists
 
 
 def column_mask(
@@ -317,6 +346,8 @@ class SortedIndex:
             return np.empty(0, I64), np.empty(0, I64)
         if total == len(counts) and int(counts.max()) == 1:  # every probe row matches once
             return (None if rows is None else rows), self.perm[lo]
+        # left, starts, their offsets and right: four int64 arrays of the output's length
+        interrupt.allocating(total * 4 * I64_BYTES)
         left = np.repeat(np.arange(n, dtype=I64) if rows is None else rows, counts)
         ends = np.cumsum(counts)
         starts = np.repeat(lo - ends + counts, counts)
@@ -480,6 +511,7 @@ class Executor:
             left, right = rel.index(tuple(key_pos)).probe(key_cols)
         else:
             m = len(rel)
+            interrupt.allocating(b.n * m * 2 * I64_BYTES)  # a cross product: checked first
             left = np.repeat(np.arange(b.n, dtype=I64), m)
             right = np.tile(np.arange(m, dtype=I64), b.n)
         if checks:
@@ -492,6 +524,7 @@ class Executor:
         if left is None:
             out = Bindings(dict(b.cols), b.n)
         else:
+            interrupt.allocating(len(left) * (len(b.cols) + len(binds)) * I64_BYTES)
             out = b.take(left) if b.cols else Bindings({}, len(left))
         for i, name in binds:
             out.cols[name] = rel.cols[i][right]

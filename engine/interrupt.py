@@ -21,6 +21,13 @@ the budget: the one :func:`memory_budget` set on this thread, else the process d
 memory, or of its cgroup's limit when lower). It also stops before an address-space
 limit (``ulimit -v``) would make the next allocation fail with a bare MemoryError.
 Where ``/proc`` is missing (not Linux) no budget is enforced.
+
+A query (ADR 0210) has no rounds: its one join can build millions of rows in a few numpy
+steps, and decoding, sorting and rendering them take longer than the join. Those steps
+call :func:`check` per chunk of rows, and a join calls :func:`allocating` before it
+builds its output, which refuses an output that would take the process past its budget
+before it is allocated. A query stops for two reasons, its own (its client went away)
+and its node's (closing): :func:`interruptible` takes further events with ``also``.
 """
 
 from __future__ import annotations
@@ -52,16 +59,28 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _next_read = 0.0
 
 
+#: Why an evaluation stopped, when its caller does not say.
+CLOSING = "its node is closing"
+
+
 @contextmanager
-def interruptible(event: threading.Event) -> Iterator[None]:
-    """Evaluations run on this thread inside the block stop at their next round once
-    ``event`` is set."""
-    previous = getattr(_local, "event", None)
-    _local.event = event
+def interruptible(
+    event: threading.Event,
+    reason: str = CLOSING,
+    *,
+    also: tuple[tuple[threading.Event, str], ...] = (),
+) -> Iterator[None]:
+    """Evaluations run on this thread inside the block stop at their next round (or
+    chunk of rows) once ``event`` is set, or one of the events in ``also`` (pairs of an
+    event and why it stops the evaluation). The events of an enclosing block no longer
+    count inside: an epoch run for a query's first read stops when its node closes, not
+    when that query's client goes away."""
+    previous = getattr(_local, "stops", ())
+    _local.stops = ((event, reason), *also)
     try:
         yield
     finally:
-        _local.event = previous
+        _local.stops = previous
 
 
 @contextmanager
@@ -84,17 +103,37 @@ def check(rounds: int = 0, deriving: str = "") -> None:
     round. ``rounds`` run so far and the relations ``deriving`` name the recursion in
     the error."""
     global _next_read
-    event = getattr(_local, "event", None)
-    if event is not None and event.is_set():
-        raise EvaluationInterrupted("the evaluation was stopped: its node is closing")
+    for event, reason in getattr(_local, "stops", ()):
+        if event.is_set():
+            raise EvaluationInterrupted(f"the evaluation was stopped: {reason}")
     now = time.monotonic()
     if now < _next_read:
         return
     _next_read = now + CHECK_INTERVAL
+    _check_memory(0, rounds, deriving)
+
+
+#: An allocation at least this large is checked against the budget whenever it is made.
+LARGE_ALLOCATION = 64 * _MIB
+
+
+def allocating(nbytes: int) -> None:
+    """:func:`check`, before an evaluation allocates about ``nbytes`` at once (a join's
+    output): one that would take the process past its memory budget raises
+    :class:`EvaluationTooLarge` before it is made, whenever it comes. A cross product of
+    two 20,000-row relations is 6 GB in one numpy step, between two round checks."""
+    check()
+    if nbytes >= LARGE_ALLOCATION:
+        _check_memory(nbytes, 0, "")
+
+
+def _check_memory(extra: int, rounds: int, deriving: str) -> None:
+    """Raise :class:`EvaluationTooLarge` if the process, grown by ``extra`` bytes, is
+    past its budget or near its address-space limit."""
     sizes = _memory()
     if sizes is None:
         return
-    resident, virtual = sizes
+    resident, virtual = sizes[0] + extra, sizes[1] + extra
     budget = getattr(_local, "budget", None) or default_budget()
     limit, setting = budget
     if resident > limit:
@@ -211,7 +250,9 @@ def _cgroup_limits() -> Iterator[int]:
 
 
 __all__ = [
+    "CLOSING",
     "ENV_MEMORY_MB",
+    "allocating",
     "available_memory",
     "check",
     "default_budget",
