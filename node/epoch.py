@@ -628,11 +628,13 @@ class EpochDriver:
             return view.engine.relation_matching(rel, consts)
 
     def evaluate(self, query: Any) -> tuple[list[str], list[Row]]:
-        """Columns and engine-form rows of a parsed query over the last epoch's state
-        (inside :meth:`reading`, over the epoch it holds)."""
+        """Columns and engine-form rows of a parsed query over the last epoch's state.
+        Only its inputs are read inside :meth:`reading` (copies); the evaluation runs
+        after, so that the next epoch publishes meanwhile (ADR 0210)."""
         with self.reading() as view:
             engine = view.engine
-            return queries.evaluate_query(query, engine.relation, engine.relation_matching)
+            inputs = queries.query_inputs(query, engine.relation, engine.relation_matching)
+        return queries.answer(query, inputs)
 
     def summary(self) -> tuple[int, int, int, Any]:
         """``(epoch, stored facts, derived tuples, program runner)`` of the last completed

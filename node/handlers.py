@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from itertools import islice
@@ -18,13 +19,14 @@ from typing import Any
 
 from aiohttp import web
 
+from merklog.engine.errors import EvaluationInterrupted
 from merklog.engine.lexer import may_underflow
 from merklog.replication.errors import NotFound, ReplicationError, TooLarge
 from merklog.replication.server import aborted_on_failure
 from merklog.store import InvalidValue, Link, StoreError, decode, decode_fact, encode_facts
 from merklog.store.gcpause import gc_paused
 
-from . import helperproc, queries, writeaccess
+from . import helperproc, queries, querybound, writeaccess
 from .bulkput import ReadyChunk
 from .config import static_dir
 from .errors import NodeInputError, NotSettled
@@ -284,24 +286,74 @@ async def _query_text(request: web.Request) -> str:
 
 
 async def query(request: web.Request) -> web.Response:
+    """``GET``/``POST /v1/query``: the answer as JSON, evaluated and rendered off the
+    event loop under the node's bounds (ADR 0210): stopped within
+    :data:`QUERY_CHECK_SECONDS` of its client going away, and 422 ``query too large``
+    past the memory budget (``node.eval_memory_mb``)."""
     node = request.app[NODE_KEY]
     text = await _query_text(request)
     try:
-        body = await asyncio.get_running_loop().run_in_executor(None, _answer_query, node, text)
+        q = node._parse_query(text)
+    except NodeInputError as exc:  # syntax, unsafe or unschedulable query
+        raise ApiError(400, "bad query", str(exc)) from None
+    stop = threading.Event()
+    work = asyncio.get_running_loop().run_in_executor(None, _answer_query, node, q, stop)
+    try:
+        body = await _unless_client_gone(request, work, stop)
     except UnknownRelation as exc:  # a relation or arity nothing has: not found, as the CLI's 3
         raise ApiError(404, "unknown relation", str(exc)) from None
+    except querybound.QueryTooLarge as exc:
+        raise ApiError(422, "query too large", str(exc)) from None
+    except EvaluationInterrupted as exc:
+        if stop.is_set():  # its client went away: nobody to answer
+            raise ConnectionResetError("the query's client went away") from None
+        raise ApiError(503, "node stopping", str(exc)) from None
     except (NodeInputError, ValueError) as exc:  # syntax, unsafe or unschedulable query
         raise ApiError(400, "bad query", str(exc)) from None
     return web.Response(text=body, content_type="application/json")
 
 
-def _answer_query(node: Node, text: str) -> str:
-    """The JSON answer to ``text``, off the event loop (a large answer takes seconds,
-    and other requests go on meanwhile) and with the cyclic GC paused: the rows are
-    objects without cycles, and with a node's EDB in memory collections over them
-    doubled the time."""
+#: Seconds between checks that a query's client is still connected.
+QUERY_CHECK_SECONDS = 0.25
+
+
+async def _unless_client_gone(
+    request: web.Request, work: asyncio.Future[str], stop: threading.Event
+) -> str:
+    """The result of ``work`` (a query on a worker thread), or ``stop`` set once the
+    client went away (checked every :data:`QUERY_CHECK_SECONDS`, as a live query's is)
+    or the handler is cancelled, and the stopped query's error once it has stopped:
+    aiohttp does not cancel a handler whose client left, and a thread cannot be
+    cancelled, so a query whose client had given up ran on for a minute, holding
+    gigabytes."""
+    try:
+        while True:
+            done, _ = await asyncio.wait({work}, timeout=QUERY_CHECK_SECONDS)
+            if done:
+                return work.result()
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                stop.set()
+                await asyncio.wait({work})
+                return work.result()
+    except asyncio.CancelledError:
+        stop.set()
+        raise
+
+
+def _answer_query(node: Node, q: Any, stop: threading.Event) -> str:
+    """The JSON answer to the parsed query ``q``, off the event loop (a large answer
+    takes seconds, and other requests go on meanwhile) and with the cyclic GC paused:
+    the rows are objects without cycles, and with a node's EDB in memory collections
+    over them doubled the time. Evaluated and rendered under the query's bounds
+    (:func:`.querybound.bounded_call`); ``stop`` stops it."""
+    return querybound.bounded_call(node, _render_answer, node, q, stop=stop)
+
+
+def _render_answer(node: Node, q: Any) -> str:
     with gc_paused():
-        return json.dumps(node.query(text).to_json())
+        result = node.answer_query(q)
+        return querybound.render_json(result.columns, result.rows, result.epoch, value_to_json)
 
 
 async def subscribe(request: web.Request) -> web.StreamResponse:

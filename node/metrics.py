@@ -46,6 +46,13 @@ class NodeMetrics:
             ["peer"],
             registry=r,
         )
+        self.queries_stopped = Counter(
+            "merklog_queries_stopped",
+            "Queries stopped before their answer, by reason: client gone (the HTTP caller"
+            " went away), too large (over node.eval_memory_mb), node closing",
+            ["reason"],
+            registry=r,
+        )
         self.http_requests = Counter(
             "merklog_http_requests",
             "HTTP requests answered, by route template, method and status",

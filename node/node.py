@@ -26,8 +26,6 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from merklog.engine.batch import sort_rows
-from merklog.engine.values import row_from_engine
 from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
 from merklog.store import Fact, Link, check_relation
@@ -42,6 +40,7 @@ from . import (
     programs,
     programstore,
     queries,
+    querybound,
     querycheck,
     storage,
     writeaccess,
@@ -533,15 +532,34 @@ class Node:
     def query(self, text: str) -> QueryResult:
         """Answer ``text`` (e.g. ``"path(1, X)"``) over the state of the last epoch: an
         epoch evaluating meanwhile is not waited for (ADR 0205), and ``epoch`` is the
-        number of the epoch whose state the answer shows."""
+        number of the epoch whose state the answer shows.
+
+        Bounded like an epoch (ADR 0210): a query that would grow the process past the
+        memory budget (``node.eval_memory_mb``) raises :class:`QueryTooLarge` (a
+        ``merklog.Error``) once its memory is given back, and one running when the node
+        closes stops."""
         q = self._parse_query(text)
+        return querybound.bounded_call(self, self.answer_query, q)
+
+    def answer_query(self, q: Any) -> QueryResult:
+        """The answer to the parsed query ``q``, without the bounds :meth:`query` sets:
+        for a caller that runs it under :func:`.querybound.bounded_call` itself (the
+        HTTP handler, which also renders the answer under them).
+
+        Only the query's inputs are read from the last published epoch while it is held
+        (copies, see :meth:`.epoch.EpochDriver.reading`); the evaluation, which can take
+        seconds, runs after, so that the next epoch publishes and the writes it takes
+        are answered meanwhile (ADR 0210)."""
+        self._require_open()
         # The answer's rows have no cycles: no collection walks the EDB because of them.
         with gc_paused():
             with self.epochs.reading() as view:
                 self._require_known(q, view)
-                columns, rows = querycheck.evaluate(self.epochs.evaluate, q)
-            plain = [row_from_engine(r) for r in rows]  # distinct engine rows, plain out
-            return QueryResult(columns, sort_rows(plain), view.epoch)
+                engine = view.engine
+                inputs = queries.query_inputs(q, engine.relation, engine.relation_matching)
+            columns, rows = querycheck.evaluate(partial(queries.answer, inputs=inputs), q)
+            del inputs
+            return QueryResult(columns, querybound.plain_sorted(rows), view.epoch)
 
     def _parse_query(self, text: str) -> Any:
         self._require_open()

@@ -85,8 +85,18 @@ def evaluate_query(
     where they leave the node. ``matching(rel, {column: value})``, if given, gives the
     rows holding those constants (a superset would do), so that a single-atom query
     with constants (``edge(1, Y)``) reads only what it answers."""
-    columns = _query_columns(query)
-    names = [v.name for v in columns]
+    return answer(query, query_inputs(query, relation, matching))
+
+
+def query_inputs(
+    query: tuple[ast.BodyLiteral, ...],
+    relation: Callable[[str], set[tuple]],
+    matching: Callable[[str, dict[int, Any]], set[tuple]] | None = None,
+) -> dict[str, set[tuple]]:
+    """The rows :func:`answer` reads, by relation (see :func:`evaluate_query`): those of
+    a single atom's constants, else every relation the query names. Read apart from the
+    evaluation so that a node reads them from its published epoch, which an epoch may
+    replace once they are read (copies), and evaluates without holding it (ADR 0210)."""
     match = atom_matcher(query)
     if match is not None:
         atom = query[0].atom  # type: ignore[union-attr]
@@ -94,14 +104,26 @@ def evaluate_query(
             i: to_engine(a.value) for i, a in enumerate(atom.args) if isinstance(a, ast.Const)
         }
         rows = matching(atom.rel, consts) if matching is not None and consts else None
-        candidates = relation(atom.rel) if rows is None else rows
+        return {atom.rel: relation(atom.rel) if rows is None else rows}
+    return {rel: relation(rel) for rel in query_relations(query)}
+
+
+def answer(
+    query: tuple[ast.BodyLiteral, ...], inputs: dict[str, set[tuple]]
+) -> tuple[list[str], list[tuple]]:
+    """Columns and distinct engine-form rows of ``query`` over ``inputs`` (what
+    :func:`query_inputs` read): a single atom by matching, else one rule evaluated by
+    the batch evaluator."""
+    names = [v.name for v in _query_columns(query)]
+    match = atom_matcher(query)
+    if match is not None:
+        (candidates,) = inputs.values()
         return names, list({m for m in map(match, candidates) if m is not None})
     from merklog.engine.batch import BatchEvaluator
 
-    head = ast.Atom(QUERY_REL, tuple(columns))
+    head = ast.Atom(QUERY_REL, tuple(_query_columns(query)))
     rule = ast.Rule(head, query)
-    base = {rel: relation(rel) for rel in query_relations(query)}
-    result = BatchEvaluator([rule]).evaluate(base)
+    result = BatchEvaluator([rule]).evaluate(inputs)
     return names, list(result.engine(QUERY_REL)) if QUERY_REL in result else []
 
 
