@@ -27,6 +27,11 @@ UNKNOWN_RELATION = _err(
     "The query names a relation (or arity) neither the data nor the program has"
 )
 TOO_LARGE = _err("Request body larger than node.max_body")
+QUERY_TOO_LARGE = _err(
+    "query too large: answering the query would take the node past its memory budget"
+    " (node.eval_memory_mb); narrow the query or raise the budget"
+)
+NODE_STOPPING = _err("node stopping: the node closed while the query was evaluated")
 READ_TOKEN_ON_WRITE = _err("Refused: the read token (api.read_token) grants reads only")
 REFUSED_DELTA = _err(
     "A delta was refused (invalid_signature, unauthorized_author, missing_parents, cycle,"
@@ -226,13 +231,25 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "Evaluate a query such as path(1, X) against the current epoch",
                 READ,
-                {"200": _json("QueryResult"), "400": BAD_INPUT, "404": UNKNOWN_RELATION},
+                {
+                    "200": _json("QueryResult"),
+                    "400": BAD_INPUT,
+                    "404": UNKNOWN_RELATION,
+                    "422": QUERY_TOO_LARGE,
+                    "503": NODE_STOPPING,
+                },
                 parameters=[_q("q", "Query: an atom or a comma-separated body")],
             ),
             "post": _op(
                 "Same as GET, query in a JSON body",
                 READ,
-                {"200": _json("QueryResult"), "400": BAD_INPUT, "404": UNKNOWN_RELATION},
+                {
+                    "200": _json("QueryResult"),
+                    "400": BAD_INPUT,
+                    "404": UNKNOWN_RELATION,
+                    "422": QUERY_TOO_LARGE,
+                    "503": NODE_STOPPING,
+                },
                 requestBody=_body("Query"),
             ),
         },
