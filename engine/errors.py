@@ -241,6 +241,23 @@ class EvaluationTooLarge(EngineError):
         err.limit, err.size, err.rounds, err.setting = limit, size, rounds, setting
         return err
 
+    @classmethod
+    def before_join(
+        cls, limit: int, size: int, setting: str, what: str = "memory budget"
+    ) -> EvaluationTooLarge:
+        """The error of a join whose output would grow the process to ``size`` bytes,
+        past ``limit``: refused before it is allocated (ADR 0210)."""
+        mib = 1024 * 1024
+        err = cls(
+            f"the evaluation stopped before a join: its output would grow this process to"
+            f" {math.ceil(size / mib):,} MB, past its {what} of {limit // mib:,} MB ({setting})",
+            hint="a join of large relations on no common variable derives the product of"
+            " their sizes: join them on a common variable or bind one to a constant; if the"
+            f" data is just that large, raise the memory budget ({setting})",
+        )
+        err.limit, err.size, err.setting = limit, size, setting
+        return err
+
     limit: int = 0
     size: int = 0
     rounds: int = 0

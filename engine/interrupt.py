@@ -137,9 +137,15 @@ def _check_memory(extra: int, rounds: int, deriving: str) -> None:
     budget = getattr(_local, "budget", None) or default_budget()
     limit, setting = budget
     if resident > limit:
+        if extra:
+            raise EvaluationTooLarge.before_join(limit, resident, setting)
         raise EvaluationTooLarge.over(limit, resident, rounds, deriving, setting)
     space = _address_space()
     if space is not None and virtual > space * ADDRESS_SPACE_SHARE:
+        if extra:
+            raise EvaluationTooLarge.before_join(
+                space, virtual, "ulimit -v", what="address-space limit"
+            )
         raise EvaluationTooLarge.over(
             space, virtual, rounds, deriving, "ulimit -v", what="address-space limit"
         )
