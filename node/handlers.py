@@ -293,7 +293,7 @@ async def query(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     text = await _query_text(request)
     try:
-        q = node._parse_query(text)
+        q = node.parse_query(text)
     except NodeInputError as exc:  # syntax, unsafe or unschedulable query
         raise ApiError(400, "bad query", str(exc)) from None
     stop = threading.Event()

@@ -538,7 +538,7 @@ class Node:
         memory budget (``node.eval_memory_mb``) raises :class:`QueryTooLarge` (a
         ``merklog.Error``) once its memory is given back, and one running when the node
         closes stops."""
-        q = self._parse_query(text)
+        q = self.parse_query(text)
         return querybound.bounded_call(self, self.answer_query, q)
 
     def answer_query(self, q: Any) -> QueryResult:
@@ -561,7 +561,10 @@ class Node:
             del inputs
             return QueryResult(columns, querybound.plain_sorted(rows), view.epoch)
 
-    def _parse_query(self, text: str) -> Any:
+    def parse_query(self, text: str) -> Any:
+        """``text`` parsed as a query (NodeInputError if it is none), for
+        :meth:`answer_query`: the HTTP handler parses on the event loop, then answers
+        on a worker thread under the query's bounds."""
         self._require_open()
         if not isinstance(text, str):
             raise NodeInputError(f"a query is Datalog text, got {type(text).__name__}")
@@ -570,7 +573,7 @@ class Node:
     def _known_query(self, text: str, live: bool = False) -> Any:
         """``text`` parsed, once its relations and arities are known here (see
         :meth:`_require_known`)."""
-        q = self._parse_query(text)
+        q = self.parse_query(text)
         with self.epochs.reading() as view:
             self._require_known(q, view, live)
         return q
