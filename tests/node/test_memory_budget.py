@@ -16,6 +16,17 @@ RUNAWAY = (
 )
 
 
+#: A recursion of a few rounds over :data:`CHAIN`, for the in-process tests.
+CLOSURE = "p(X, Y) :- e(X, Y).\np(X, Z) :- p(X, Y), e(Y, Z).\n"
+
+
+async def _closure_over_a_chain(node) -> None:
+    """``node`` with :data:`CLOSURE` loaded over a chain e(0, 1) … e(9, 10), settled."""
+    node.load_program(CLOSURE, "closure.dl")
+    node.write(asserts=[("e", (i, i + 1)) for i in range(10)])
+    await node.settled()
+
+
 def _rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/statm") as f:
         return int(f.read().split()[1]) * 4096 / 2**20
@@ -113,13 +124,10 @@ def test_a_round_that_runs_out_of_memory_fails_its_epoch_in_one_line(monkeypatch
         real(*args, **kwargs)
 
     monkeypatch.setattr(interrupt, "check", check)
-    closure = "p(X, Y) :- e(X, Y).\np(X, Z) :- p(X, Y), e(Y, Z).\n"
 
     async def main() -> dict:
         async with merklog.open(memory=True, settings={"node.epoch_interval": 3600.0}) as node:
-            node.load_program(closure, "closure.dl")
-            node.write(asserts=[("e", (i, i + 1)) for i in range(10)])
-            await node.settled()
+            await _closure_over_a_chain(node)
             rounds["left"] = 3
             node.write(asserts=[("e", (10, 11))])
             with pytest.raises(merklog.Error) as failed:
@@ -172,13 +180,10 @@ def test_a_failing_epoch_runs_once_for_a_write_that_waits_for_it(monkeypatch) ->
         real(*args, **kwargs)
 
     monkeypatch.setattr(interrupt, "check", check)
-    closure = "p(X, Y) :- e(X, Y).\np(X, Z) :- p(X, Y), e(Y, Z).\n"
 
     async def main() -> int:
         async with merklog.open(memory=True, settings={"node.epoch_interval": 3600.0}) as node:
-            node.load_program(closure, "closure.dl")
-            node.write(asserts=[("e", (i, i + 1)) for i in range(10)])
-            await node.settled()
+            await _closure_over_a_chain(node)
             state["armed"] = True
             await asyncio.to_thread(node.write, asserts=[("e", (10, 11))])
             assert await asyncio.to_thread(evaluating.wait, 30)
