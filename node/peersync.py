@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import json
 import logging
 import math
@@ -409,6 +410,8 @@ def current_peers(config: Config) -> dict[str, Any]:
     if config.home is None:
         return config.peers
     try:
+        if not (config.home / CONFIG_FILE).exists():  # read as defaults: no peers at all
+            raise FileNotFoundError(errno.ENOENT, "it is gone", str(config.home / CONFIG_FILE))
         peers = Config.load(config.home).peers
     except (ConfigError, OSError) as exc:  # OSError: out of file descriptors, an I/O error
         why = "cannot be read" if isinstance(exc, OSError) else "is refused"

@@ -446,3 +446,44 @@ def test_automatic_sync_outlives_a_config_file_it_cannot_read(
     assert len(said) == 1 and "Too many open files" in said[0].getMessage(), said
     assert said[0].levelno == logging.WARNING and said[0].exc_info is None
     assert any("is read again" in r.getMessage() for r in caplog.records)
+
+
+def test_automatic_sync_keeps_its_peers_when_config_toml_is_deleted(tmp_path: Path, caplog) -> None:
+    """A config.toml deleted while the node runs read as the defaults: no peers, so the
+    automatic sync stopped with nothing said. The peers read at start are kept, and
+    the node says once why."""
+    import asyncio
+    import logging
+
+    import merklog
+
+    home = tmp_path / "home"
+    run = Cli(home)
+    run("init")
+    run("peers", "add", "down", "http://127.0.0.1:9", "--key", "ab" * 32)
+    config = home / "config.toml"
+    saved = config.read_bytes()
+
+    def attempt(node) -> float:
+        [peer] = node.status()["peers"]
+        return peer["last_attempt"] or 0.0
+
+    async def main() -> tuple[float, float]:
+        async with merklog.open(home, settings={"sync.interval": 0.1}) as node:
+            async with asyncio.timeout(30):
+                while not attempt(node):
+                    await asyncio.sleep(0.05)
+                config.unlink()
+                await asyncio.sleep(0.5)
+                during = attempt(node)
+                while attempt(node) <= during:  # still syncing with the peer
+                    await asyncio.sleep(0.05)
+            config.write_bytes(saved)
+            return during, attempt(node)
+
+    with caplog.at_level(logging.INFO, logger="merklog"):
+        during, after = asyncio.run(main())
+    assert after > during
+    said = [r for r in caplog.records if "config.toml cannot be read" in r.getMessage()]
+    assert len(said) == 1 and "it is gone" in said[0].getMessage(), said
+
