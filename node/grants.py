@@ -9,7 +9,10 @@ the grant to the replica; the node delegates here and wakes its epoch loop.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from merklog.replication.identity import is_public_key
 
 from .errors import NodeInputError
 
@@ -20,6 +23,12 @@ def grant(replica: Any, key_hex: str) -> str | None:
     included) may already write on top of the current heads. Each grant used to be a
     new signed delta, which every peer then synced, for a change of nothing."""
     key = public_key(key_hex)
+    if not is_public_key(key):  # revoke takes it: a grant made before this was checked
+        raise NodeInputError(
+            f"{key_hex!r} is not an Ed25519 public key: it decodes to no point of the curve,"
+            " so no signature could ever be made with it (copy the key `merklog status`"
+            " prints on the other device)"
+        )
     if _owner(replica) and replica.is_writer(key):
         return None
     cid = replica.grant(key)
@@ -49,11 +58,12 @@ def _owner(replica: Any) -> bool:
 
 
 def public_key(key_hex: str) -> bytes:
-    """The 32 bytes of a hex Ed25519 public key, or NodeInputError naming what was given."""
-    try:
-        key = bytes.fromhex(key_hex)
-    except (ValueError, TypeError):
-        key = b""
-    if len(key) != 32:
+    """The 32 bytes of a hex Ed25519 public key, or NodeInputError naming what was given.
+    Exactly 64 hex digits: ``bytes.fromhex`` also skips spaces, so ``DELETE
+    /v1/writers/%20<key>`` was taken for the key."""
+    if not (isinstance(key_hex, str) and _HEX64.fullmatch(key_hex)):
         raise NodeInputError(f"{key_hex!r} is not a 64-digit hex Ed25519 public key")
-    return key
+    return bytes.fromhex(key_hex)
+
+
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")

@@ -120,3 +120,29 @@ def verify_signature(public_key: bytes, signature: bytes, data: bytes) -> bool:
     except (_CryptoInvalidSignature, ValueError):
         return False
     return True
+
+
+#: Curve25519's prime and the twisted Edwards curve's constant d (RFC 8032 §5.1).
+_P = 2**255 - 19
+_D = -121665 * pow(121666, _P - 2, _P) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+
+
+def is_public_key(key: bytes) -> bool:
+    """Whether ``key`` is 32 bytes that decode to a point of Ed25519 (RFC 8032 §5.1.3):
+    a key no signature can ever verify against is not one. ``cryptography`` loads any 32
+    bytes as a public key, so ``ff`` * 32 was granted as a writer; that grant changed
+    nothing anyone could use, and said nothing."""
+    if len(key) != PUBLIC_KEY_SIZE:
+        return False
+    number = int.from_bytes(key, "little")
+    y, sign = number & ((1 << 255) - 1), number >> 255
+    if y >= _P:
+        return False
+    u, v = (y * y - 1) % _P, (_D * y * y + 1) % _P
+    x = u * pow(v, 3, _P) * pow(u * pow(v, 7, _P), (_P - 5) // 8, _P) % _P
+    if (v * x * x - u) % _P:
+        x = x * _SQRT_M1 % _P
+        if (v * x * x - u) % _P:
+            return False
+    return not (x == 0 and sign)

@@ -71,7 +71,7 @@ def test_grants_and_revokes_that_change_nothing_write_no_delta(
     owner = Cli(tmp_path / "owner")
     owner("init")
     me = json.loads(owner("status", "--json").output)["key"]
-    other = "ab" * 32
+    other = "cd" * 32  # a point of the curve ("ab" * 32 is none: see the next test)
     heads = json.loads(owner("status", "--json").output)["heads"]
     assert "nothing to grant" in owner("writers", "grant", me).output
     assert "nothing to revoke" in owner("writers", "revoke", other).output
@@ -90,3 +90,29 @@ def test_grants_and_revokes_that_change_nothing_write_no_delta(
     finally:
         node.stop()
     assert json.loads(owner("status", "--json").output)["heads"] == heads
+
+
+def test_a_key_that_is_no_ed25519_point_is_never_granted(tmp_path: Path, node_factory) -> None:
+    """QA: ``POST /v1/writers {"key": "ff" * 32}`` was granted although no signature can
+    ever verify against it (``cryptography`` loads any 32 bytes as a key), and ``DELETE
+    /v1/writers/%20<key>`` was taken for the key (``bytes.fromhex`` skips spaces). Both
+    are bad input now, from the CLI and over HTTP; a revoke still takes any 32 bytes, so
+    that a grant made before this check can be undone."""
+    owner = Cli(tmp_path / "owner")
+    owner("init")
+    refused = owner("writers", "grant", "ab" * 32, ok=False)
+    assert refused.exit_code == 2 and "no point of the curve" in refused.output, refused.output
+    heads = json.loads(owner("status", "--json").output)["heads"]
+    node = node_factory(owner.home).start()
+    try:
+        for key in ("ff" * 32, "ab" * 32):
+            status, body = node.request("POST", "/v1/writers", {"key": key})
+            assert status == 400 and "no point of the curve" in body["detail"], body
+        status, body = node.request("DELETE", "/v1/writers/%20" + "cd" * 32)
+        assert status == 400 and "64-digit hex" in body["detail"], body
+        status, body = node.request("DELETE", "/v1/writers/" + "ff" * 32)  # never granted
+        assert status == 200 and body["delta"] is None, body
+    finally:
+        node.stop()
+    assert json.loads(owner("status", "--json").output)["heads"] == heads
+
