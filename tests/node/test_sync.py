@@ -392,35 +392,22 @@ def test_a_grant_made_after_the_last_sync_is_said_to_come_with_the_next(
     assert _facts(b) == ["edge(1, 2)"]
 
 
-def test_automatic_sync_outlives_a_config_file_it_cannot_read(
-    tmp_path: Path, monkeypatch, caplog
-) -> None:
-    """Each round re-reads ``[peers]`` from config.toml. A node out of file descriptors
-    (QA: ``ulimit -n 64`` and 50 clients) failed that read with an OSError nothing
-    caught: the sync loop died, silently, for good. Now the round uses the peers read at
-    start, says so once, and the loop goes on (the fault is injected: EMFILE cannot be
-    produced for one file read alone)."""
-    import asyncio
-    import errno
-    import logging
-
-    import merklog
-    from merklog.node import peersync
-
+def _home_with_an_offline_peer(tmp_path: Path) -> Path:
+    """A home whose one peer is never reached: each automatic round is one attempt."""
     home = tmp_path / "home"
     run = Cli(home)
     run("init")
-    key = "ab" * 32  # offline: the peer is never reached, each round is one attempt
-    run("peers", "add", "down", "http://127.0.0.1:9", "--key", key)
-    real = peersync.Config.load
-    failing = {"on": False}
+    run("peers", "add", "down", "http://127.0.0.1:9", "--key", "ab" * 32)
+    return home
 
-    def load(*args, **kwargs):
-        if failing["on"]:
-            raise OSError(errno.EMFILE, "Too many open files")
-        return real(*args, **kwargs)
 
-    monkeypatch.setattr(peersync.Config, "load", load)
+def _rounds_across(home: Path, fault, repair, seconds: float) -> tuple[float, float]:
+    """Open ``home`` syncing every 0.1 s; once it has tried its peer, ``fault()``, wait
+    ``seconds``, ``repair()``; the peer's last attempt then, and that of a later round
+    (whose wait ends only if the loop still runs)."""
+    import asyncio
+
+    import merklog
 
     def attempt(node) -> float:
         [peer] = node.status()["peers"]
@@ -431,16 +418,44 @@ def test_automatic_sync_outlives_a_config_file_it_cannot_read(
             async with asyncio.timeout(30):
                 while not attempt(node):
                     await asyncio.sleep(0.05)
-                failing["on"] = True
-                await asyncio.sleep(1.0)  # ~10 rounds that cannot read the file
-                failing["on"] = False
+                fault()
+                await asyncio.sleep(seconds)
+                repair()
                 during = attempt(node)
-                while attempt(node) <= during:  # the loop still runs
+                while attempt(node) <= during:
                     await asyncio.sleep(0.05)
             return during, attempt(node)
 
+    return asyncio.run(main())
+
+
+def test_automatic_sync_outlives_a_config_file_it_cannot_read(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Each round re-reads ``[peers]`` from config.toml. A node out of file descriptors
+    (QA: ``ulimit -n 64`` and 50 clients) failed that read with an OSError nothing
+    caught: the sync loop died, silently, for good. Now the round uses the peers read at
+    start, says so once, and the loop goes on (the fault is injected: EMFILE cannot be
+    produced for one file read alone)."""
+    import errno
+    import logging
+
+    from merklog.node import peersync
+
+    home = _home_with_an_offline_peer(tmp_path)
+    real = peersync.Config.load
+    failing = {"on": False}
+
+    def load(*args, **kwargs):
+        if failing["on"]:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(peersync.Config, "load", load)
     with caplog.at_level(logging.INFO, logger="merklog"):
-        during, after = asyncio.run(main())
+        during, after = _rounds_across(
+            home, lambda: failing.update(on=True), lambda: failing.update(on=False), 1.0
+        )
     assert after > during
     said = [r for r in caplog.records if "cannot be read" in r.getMessage()]
     assert len(said) == 1 and "Too many open files" in said[0].getMessage(), said
@@ -452,38 +467,15 @@ def test_automatic_sync_keeps_its_peers_when_config_toml_is_deleted(tmp_path: Pa
     """A config.toml deleted while the node runs read as the defaults: no peers, so the
     automatic sync stopped with nothing said. The peers read at start are kept, and
     the node says once why."""
-    import asyncio
     import logging
 
-    import merklog
-
-    home = tmp_path / "home"
-    run = Cli(home)
-    run("init")
-    run("peers", "add", "down", "http://127.0.0.1:9", "--key", "ab" * 32)
+    home = _home_with_an_offline_peer(tmp_path)
     config = home / "config.toml"
     saved = config.read_bytes()
-
-    def attempt(node) -> float:
-        [peer] = node.status()["peers"]
-        return peer["last_attempt"] or 0.0
-
-    async def main() -> tuple[float, float]:
-        async with merklog.open(home, settings={"sync.interval": 0.1}) as node:
-            async with asyncio.timeout(30):
-                while not attempt(node):
-                    await asyncio.sleep(0.05)
-                config.unlink()
-                await asyncio.sleep(0.5)
-                during = attempt(node)
-                while attempt(node) <= during:  # still syncing with the peer
-                    await asyncio.sleep(0.05)
-            config.write_bytes(saved)
-            return during, attempt(node)
-
     with caplog.at_level(logging.INFO, logger="merklog"):
-        during, after = asyncio.run(main())
+        # the file is put back only after the loop has shown it goes on without it
+        during, after = _rounds_across(home, config.unlink, lambda: None, 0.5)
+    config.write_bytes(saved)
     assert after > during
     said = [r for r in caplog.records if "config.toml cannot be read" in r.getMessage()]
     assert len(said) == 1 and "it is gone" in said[0].getMessage(), said
-
