@@ -100,21 +100,9 @@ class Boundary(click.Group):
     def _invoke(self, ctx: click.Context) -> object:
         try:
             result = super().invoke(ctx)
-            try:
-                sys.stdout.flush()  # a closed pipe (``| head``) is met here, not by click's exit
-            except BrokenPipeError:
-                raise
-            except OSError as exc:  # a full disk, ``> /dev/full``: the command's work is done
-                from .failures import DISK_FULL_ERRNOS, ExitCode
-
-                _discard_stdout()
-                failure = click.ClickException(
-                    f"cannot write the output: {exc.strerror or exc}; the command itself"
-                    " completed (what it wrote to the home stays written)"
-                )
-                full = exc.errno in DISK_FULL_ERRNOS
-                failure.exit_code = int(ExitCode.DISK_FULL if full else ExitCode.FAILED)
-                raise failure from None
+            # A closed pipe (``| head``) is met here, not by click's exit; a full disk
+            # (``> /dev/full``) too, said below as the output that could not be written.
+            sys.stdout.flush()
             return result
         except click.UsageError as exc:  # one line, not click's usage, hint and blank line
             raise _usage_line(exc) from None
