@@ -32,6 +32,7 @@ and its node's (closing): :func:`interruptible` takes further events with ``also
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import threading
@@ -168,10 +169,13 @@ def resident_bytes() -> int | None:
 
 
 def release_memory() -> None:
-    """Give the memory a failed evaluation freed back to the system, where the C library
-    can (glibc's ``malloc_trim``): freed, it stayed resident, and counted against the
-    next evaluation's budget. Best effort; a no-op elsewhere."""
+    """Give the memory a failed evaluation took back to the system: a full collection
+    first (what is left of it in reference cycles, its frames and the errors they
+    caught, waits for one, which an idle node may not run for hours), then the C
+    library's trim where it has one (glibc's ``malloc_trim``): freed, it stayed resident,
+    and counted against the next evaluation's budget. Best effort."""
     global _trim
+    gc.collect()
     if _trim is None:
         try:
             import ctypes

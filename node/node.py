@@ -452,8 +452,7 @@ class Node:
                 f"a program's source is a name (text), got {type(source).__name__}"
             )
         runner = programs.compile_program(text, source, engine)
-        mb = int(self.config.get(programs.MEMORY_SETTING))  # 0: the engine's default
-        runner.memory_limit = mb * 1024 * 1024 if mb else None
+        runner.memory_limit = programs.memory_limit(self.config)
         failed: EngineError | None = None
         # The swap, the new program's first epoch and then its save (or the old program put
         # back) are one step under the epoch mutex: two loads at once could leave one

@@ -32,7 +32,6 @@ for an evaluation and never see half of one (ADR 0205).
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -54,6 +53,13 @@ log = logging.getLogger(__name__)
 
 #: The setting that gives a node's evaluations their memory budget (ADR 0207).
 MEMORY_SETTING = "node.eval_memory_mb"
+
+
+def memory_limit(config: Any) -> int | None:
+    """The memory budget ``config`` sets for evaluations (epochs and queries), in bytes;
+    None: the engine's default (half the machine's memory, ADR 0207)."""
+    mb = int(config.get(MEMORY_SETTING) or 0)
+    return mb * 1024 * 1024 if mb > 0 else None
 
 Row = tuple
 Deltas = dict[str, dict[Row, int]]
@@ -344,11 +350,7 @@ class ProgramRunner:
                 failed = exc
         failed.__traceback__ = None  # the failed evaluation's frames go now
         del evaluate, args
-        # What is left of it in reference cycles (frames and the errors they caught) waits
-        # for a full collection, which an idle node may not run for hours: one now. A
-        # failure is rare, and it freed up to the budget, most of the machine's memory.
-        gc.collect()
-        release_memory()
+        release_memory()  # a failure is rare, and it freed up to the budget
         raise failed
 
     @property

@@ -13,7 +13,6 @@ it took is freed and given back to the system, as an epoch over it does (ADR 020
 
 from __future__ import annotations
 
-import gc
 import json
 import threading
 from collections.abc import Callable, Iterable
@@ -27,11 +26,10 @@ from merklog.engine.errors import EvaluationInterrupted, EvaluationTooLarge
 from merklog.engine.values import row_from_engine
 
 from .failures import ExitCode, Failure
+from .programs import MEMORY_SETTING, memory_limit
 
 T = TypeVar("T")
 
-#: The setting of the memory budget, the epochs' (ADR 0207).
-MEMORY_SETTING = "node.eval_memory_mb"
 #: Rows converted, sorted or rendered between two interrupt checks.
 CHUNK = 1 << 16
 #: Why a query stopped, as counted in ``merklog_queries_stopped_total{reason}``.
@@ -68,12 +66,6 @@ class QueryTooLarge(Failure):
         return cls(f"the query is too large: {grown}; {_NARROW}")
 
 
-def memory_limit(config: Any) -> int | None:
-    """The node's memory budget in bytes (None: the engine's default, half the memory)."""
-    mb = float(config.get(MEMORY_SETTING) or 0)
-    return int(mb * 1024 * 1024) if mb > 0 else None
-
-
 def bounded_call(
     node: Any,
     fn: Callable[..., T],
@@ -96,7 +88,8 @@ def bounded_call(
         stack.enter_context(
             interrupt.interruptible(node.epochs.stopping, interrupt.CLOSING, also=stops)
         )
-        stack.enter_context(interrupt.memory_budget(memory_limit(node.config), MEMORY_SETTING))
+        budget = memory_limit(node.config)  # the epochs' (ADR 0207)
+        stack.enter_context(interrupt.memory_budget(budget, MEMORY_SETTING))
         try:
             return fn(*args)
         except (EvaluationTooLarge, MemoryError) as exc:
@@ -106,7 +99,6 @@ def bounded_call(
             reason = CLIENT_GONE if stop is not None and stop.is_set() else CLOSING
     failed.__traceback__ = None  # the query's frames go now
     del fn, args
-    gc.collect()
     interrupt.release_memory()
     node.metrics.queries_stopped.labels(reason).inc()
     raise failed
