@@ -903,7 +903,7 @@ async def import_car(request: web.Request) -> web.Response:
     thread in one transaction."""
     import tempfile
 
-    from .carfiles import CAR_SUBJECT, import_fault, read_import_car
+    from .carfiles import CAR_SUBJECT, import_fault, reaching, read_import_car
 
     node = request.app[NODE_KEY]
     spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
@@ -913,8 +913,8 @@ async def import_car(request: web.Request) -> web.Response:
         spool.seek(0)
 
         def apply() -> dict[str, int]:
-            _roots, blocks = read_import_car(spool)
-            return node.import_blocks(blocks)
+            roots, blocks = read_import_car(spool)
+            return node.import_blocks(reaching(roots, node.replica, blocks))
 
         try:
             result = await asyncio.to_thread(apply)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -381,7 +382,50 @@ def test_a_backup_cut_short_between_two_blocks_restores_nothing(tmp_path: Path) 
     refused = z("restore", str(short), ok=False)
     assert refused.exit_code == 2, refused.output
     assert f"Error: {short} is incomplete:" in refused.output
-    assert "nothing was restored" in refused.output and "Traceback" not in refused.output
+    assert "nothing was imported" in refused.output and "Traceback" not in refused.output
     assert not (tmp_path / "z").exists()
     whole = Cli(tmp_path / "w")
     assert "facts 5 visible" in whole("restore", str(backup)).output
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["stopped-home", "running-node"])
+def test_an_import_cut_short_between_two_blocks_imports_nothing(
+    tmp_path: Path, node_factory, running: bool
+) -> None:
+    """``merklog import`` of a CAR cut exactly at a section boundary (a valid, shorter
+    CAR) imported the deltas before the cut, silently dropped the fact blocks after the
+    last of them and said ``accepted 0, duplicates 1`` with exit 0. Its roots name the
+    heads it was exported at: one that is neither in it nor in the home makes the import
+    bad input (exit 2), nothing of it applied, on a stopped home and through a running
+    node (HTTP 400) alike. A CAR of a peer that is behind (roots the home has) imports."""
+    from merklog.store.car import car_header, car_section, read_car
+
+    a = Cli(tmp_path / "a")
+    a("init")
+    a("put", "n(0).", "n(1).")
+    older = tmp_path / "older.car"
+    a("export", str(older))
+    b = Cli(tmp_path / "b")
+    b("restore", str(older))
+    a("put", "n(2).", "n(3).", "n(4).")
+    later = tmp_path / "later.car"
+    a("export", str(later))
+    with open(later, "rb") as src:
+        roots, blocks = read_car(src)
+        sections = [car_section(cid, block) for cid, block in blocks]
+    assert later.read_bytes() == car_header(roots) + b"".join(sections)
+    # every block but the last delta: the new facts are there, the head that asserts them not
+    short = tmp_path / "short.car"
+    short.write_bytes(car_header(roots) + b"".join(sections[:-1]))
+    heads = json.loads(b("status", "--json").output)["heads"]
+    if running:
+        node_factory(b.home).start()
+    refused = b("import", str(short), ok=False)
+    assert refused.exit_code == 2, refused.output
+    assert f"Error: {short} is incomplete: 1 of the 1 head(s)" in refused.output
+    assert "nothing was imported" in refused.output and "Traceback" not in refused.output
+    assert _facts(b) == ["n(0)", "n(1)"]
+    assert json.loads(b("status", "--json").output)["heads"] == heads
+    assert "duplicates 1" in b("import", str(older)).output  # behind: its root is known
+    assert "accepted 1" in b("import", str(later)).output
+    assert _facts(b) == _facts(a) == [f"n({i})" for i in range(5)]
