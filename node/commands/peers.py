@@ -152,6 +152,15 @@ def register(cli: click.Group) -> None:
                 raise ValueError("expected 32 bytes")
         except ValueError as exc:
             fail(f"--key must be a 64-digit hex Ed25519 public key ({exc})", ExitCode.BAD_INPUT)
+        from merklog.replication.identity import is_public_key
+
+        if not is_public_key(raw_key):  # no device has it: every sync with it would fail
+            fail(
+                f"{key[:16]}… is not an Ed25519 public key: it decodes to no point of the"
+                " curve, so no node can hold it (copy the key `merklog status` prints on"
+                " the other device)",
+                ExitCode.BAD_INPUT,
+            )
         from merklog.node.storecheck import load_key
 
         if raw_key == guard(lambda: load_key(state.home)).public_key:

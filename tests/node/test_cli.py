@@ -193,12 +193,26 @@ def test_commands_on_missing_home_say_run_init(run) -> None:
 
 def test_peers_add_list_remove_and_unknown(run) -> None:
     run("init")
-    key = "ab" * 32
+    key = "cd" * 32
     run("peers", "add", "bob", "http://127.0.0.1:9", "--key", key)
     assert run("peers", "list").output.split() == ["bob", "http://127.0.0.1:9", key]
     assert run("peers", "remove", "nobody", ok=False).exit_code != 0
     assert "unknown peer" in run("peers", "remove", "nobody", ok=False).output
     run("peers", "remove", "bob")
+    assert run("peers", "list").output == ""
+
+
+def test_peers_add_refuses_a_key_that_is_no_point_of_the_curve(run) -> None:
+    """``peers add --key`` took any 64 hex digits, ``ff`` * 32 too, which no node can
+    hold (it decodes to no Ed25519 point): the peer was listed and every sync with it
+    would fail. It is bad input (exit 2), as ``writers grant`` of it is, and nothing
+    is added."""
+    run("init")
+    for bad in ("ff" * 32, "ab" * 32):
+        refused = run("peers", "add", "p", "http://127.0.0.1:9", "--key", bad, ok=False)
+        assert refused.exit_code == 2, refused.output
+        assert "is not an Ed25519 public key" in refused.output
+        assert "Traceback" not in refused.output
     assert run("peers", "list").output == ""
 
 
@@ -208,7 +222,7 @@ def test_peers_add_of_a_name_with_another_key_is_refused_unless_replace(run) -> 
     refuses (exit 1) and changes nothing; --replace takes the new key and says so; a new
     URL for the same key is an update."""
     run("init")
-    bob, carol = "ab" * 32, "cd" * 32
+    bob, carol = "ee" * 32, "cd" * 32
     run("peers", "add", "bob", "http://127.0.0.1:9", "--key", bob)
     refused = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol, ok=False)
     assert refused.exit_code == 1 and "peer bob already exists with another key" in refused.output

@@ -131,7 +131,7 @@ def test_a_closed_standard_output_ends_the_command_quietly(ready: Path, args) ->
     pipe" (rich's console and click each handled the closed pipe their own way). Now
     every command meets it alike: nothing on stderr, exit 141 (128 + SIGPIPE, as a Unix
     tool the signal ends). The pipe's reader is gone before the command writes."""
-    Cli(ready)("peers", "add", "p", "http://127.0.0.1:9", "--key", "ab" * 32)
+    Cli(ready)("peers", "add", "p", "http://127.0.0.1:9", "--key", "cd" * 32)
     read, write = os.pipe()
     os.close(read)
     try:
@@ -1092,7 +1092,7 @@ def test_a_peer_name_over_64_characters_is_refused_wherever_a_name_is_taken(
     hand-written ``[peers.NAME]``, the commands that look a name up and ``POST
     /v1/sync`` refuse a longer one as bad input (exit 2, 400), on a line that does not
     repeat it whole; 64 characters are taken, with the characters allowed before."""
-    key = "ab" * 32
+    key = "cd" * 32
     longest, huge = "n" * 64, "n" * 100_000
     for name in (huge, "n" * 65):
         line = assert_fails(

@@ -217,7 +217,7 @@ def test_a_full_disk_leaves_no_temporary_file_in_the_home(tmp_path: Path) -> Non
     home = tmp_path / "home"
     Cli(home)("init")
     before = (home / "config.toml").read_bytes()
-    done = merklog(home, "peers", "add", "p1", "http://127.0.0.1:9", "--key", "ab" * 32, fsize=512)
+    done = merklog(home, "peers", "add", "p1", "http://127.0.0.1:9", "--key", "cd" * 32, fsize=512)
     assert_fails(done, ExitCode.DISK_FULL, "no space left")
     assert (home / "config.toml").read_bytes() == before
     assert sorted(p.name for p in home.iterdir() if p.name.endswith(".tmp")) == []

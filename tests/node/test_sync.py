@@ -191,7 +191,7 @@ def test_a_sync_started_by_the_peer_shows_in_this_nodes_status(
     import json
 
     a, b, na, nb = peered_pair(tmp_path, node_factory)
-    a("peers", "add", "c", "http://127.0.0.1:9", "--key", "ab" * 32)
+    a("peers", "add", "c", "http://127.0.0.1:9", "--key", "cd" * 32)
 
     def peer(node, name: str) -> dict:
         _, st = node.request("GET", "/v1/status")
@@ -397,7 +397,7 @@ def _home_with_an_offline_peer(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     run = Cli(home)
     run("init")
-    run("peers", "add", "down", "http://127.0.0.1:9", "--key", "ab" * 32)
+    run("peers", "add", "down", "http://127.0.0.1:9", "--key", "cd" * 32)
     return home
 
 
