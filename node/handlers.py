@@ -604,7 +604,7 @@ class BodyDecoder:
     """Where ``POST /v1/facts`` bodies are decoded (ADR 0148). While a request is the
     only write in progress, on its own thread: the node has nothing else to do, and
     the round trip to a worker would only add to its answer's time. Once another write
-    is in progress (a bulk client keeps two in flight), a large body goes to the worker
+    is in progress (a bulk client keeps several in flight), a large body goes to the worker
     process, so its decoding runs beside that write instead of taking turns with it on
     the interpreter lock. Used from the event loop only."""
 

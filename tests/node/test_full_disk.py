@@ -91,7 +91,7 @@ def test_put_through_a_node_on_a_full_disk_exits_6_keeping_what_it_printed(
 ) -> None:
     """A put through the node stops at a full disk with exit 6 (it was exit 1 "internal
     error"): the lines it printed are a prefix of the input, all of them stored. (The
-    request in flight after the failed one may be stored unprinted: docs/operations.md.)"""
+    requests in flight after the failed one may be stored unprinted: docs/operations.md.)"""
     home = tmp_path / "home"
     Cli(home)("init")
     fired = tmp_path / "fault.log"  # which write met the injected failure, and where

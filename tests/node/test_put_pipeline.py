@@ -113,7 +113,7 @@ def test_two_writers_answer_in_input_order() -> None:
 def test_running_node_put_with_a_refused_request_fails_cleanly(
     home: Path, tmp_path: Path, node_factory
 ) -> None:
-    """Two requests in flight and one refused (a ``.decl`` misfit): one clear line, exit
+    """Requests in flight and one refused (a ``.decl`` misfit): one clear line, exit
     2, the printed CIDs are a prefix of the input in order and all of them are stored;
     nothing before the refused request is lost."""
     run = Cli(home)
