@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from merklog.replication.identity import is_public_key
+from merklog.replication.identity import public_key_problem
 
 from .errors import NodeInputError
 
@@ -23,11 +23,11 @@ def grant(replica: Any, key_hex: str) -> str | None:
     included) may already write on top of the current heads. Each grant used to be a
     new signed delta, which every peer then synced, for a change of nothing."""
     key = public_key(key_hex)
-    if not is_public_key(key):  # revoke takes it: a grant made before this was checked
+    problem = public_key_problem(key)
+    if problem is not None:  # revoke takes it: a grant made before this was checked
         raise NodeInputError(
-            f"{key_hex!r} is not an Ed25519 public key: it decodes to no point of the curve,"
-            " so no signature could ever be made with it (copy the key `merklog status`"
-            " prints on the other device)"
+            f"{key_hex!r} is not an Ed25519 public key of a node: {problem} (copy the key"
+            " `merklog status` prints on the other device)"
         )
     if _owner(replica) and replica.is_writer(key):
         return None

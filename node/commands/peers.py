@@ -152,13 +152,13 @@ def register(cli: click.Group) -> None:
                 raise ValueError("expected 32 bytes")
         except ValueError as exc:
             fail(f"--key must be a 64-digit hex Ed25519 public key ({exc})", ExitCode.BAD_INPUT)
-        from merklog.replication.identity import is_public_key
+        from merklog.replication.identity import public_key_problem
 
-        if not is_public_key(raw_key):  # no device has it: every sync with it would fail
+        problem = public_key_problem(raw_key)
+        if problem is not None:  # no device holds it: it could only sync as a forger
             fail(
-                f"{key[:16]}… is not an Ed25519 public key: it decodes to no point of the"
-                " curve, so no node can hold it (copy the key `merklog status` prints on"
-                " the other device)",
+                f"{key[:16]}… is not an Ed25519 public key of a node: {problem} (copy the"
+                " key `merklog status` prints on the other device)",
                 ExitCode.BAD_INPUT,
             )
         from merklog.node.storecheck import load_key

@@ -208,7 +208,7 @@ def test_peers_add_refuses_a_key_that_is_no_point_of_the_curve(run) -> None:
     would fail. It is bad input (exit 2), as ``writers grant`` of it is, and nothing
     is added."""
     run("init")
-    for bad in ("ff" * 32, "ab" * 32):
+    for bad in ("ff" * 32, "ab" * 32, "01" + "00" * 31, "00" * 32):  # no point, small order
         refused = run("peers", "add", "p", "http://127.0.0.1:9", "--key", bad, ok=False)
         assert refused.exit_code == 2, refused.output
         assert "is not an Ed25519 public key" in refused.output

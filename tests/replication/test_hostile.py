@@ -417,3 +417,59 @@ async def test_compressed_body_bomb_is_cut_at_the_limit(node):
         assert resp.status == 413
         assert (await resp.json())["error"] == "too_large"
     assert node.state() == before
+
+
+
+class _Forger:
+    """An "author" whose key is a point of small order and who holds no private key: its
+    signature is the constant ``R`` = identity, ``S`` = 0."""
+
+    def __init__(self, public_key: bytes) -> None:
+        self.public_key = public_key
+
+    def sign(self, data: bytes) -> bytes:
+        return bytes([1]) + bytes(31) + bytes(32)
+
+
+@pytest.mark.parametrize("weak", ["01" + "00" * 31, "00" * 32], ids=["identity", "order-4"])
+def test_a_writer_key_of_small_order_signs_nothing(tmp_path, weak: str, monkeypatch) -> None:
+    """QA: ``writers grant 00…00`` (or ``01 00…00``) was taken, and OpenSSL verifies forged
+    signatures against such a key (for the identity point, ``R`` = identity and ``S`` = 0
+    verify for every message): anyone could then write to the dataset with no private
+    key. A replica where such a key is a writer (granted before this was checked) now
+    refuses every delta signed with it, and the grant itself is refused."""
+    from merklog.node.errors import NodeInputError
+    from merklog.node.grants import grant
+    from merklog.replication import identity
+    from merklog.replication.errors import InvalidSignature
+
+    key = bytes.fromhex(weak)
+    owner = Identity.generate()
+    store = SQLiteBlockStore(tmp_path / "weak.sqlite")
+    replica = Replica.create(store.conn, store, owner, "weak", [key])
+    replica.assert_facts([make_fact("base", [0])])
+    before = (replica.heads(), replica.visible_cids(), replica.delta_count())
+    [head] = replica.heads()
+    clock = max(d[2] for d in replica.delta_graph())
+    refused = 0
+    for i in range(200):  # the order-4 key verifies about one message in four
+        fcid, fdata = encode_fact(make_fact("pwned", [i]))
+        ops = [{"op": "assert", "fact": fcid}]
+        delta = build_delta(_Forger(key), replica.dataset, 1, clock + 1, [head], ops)
+        with pytest.raises(InvalidSignature):
+            replica.apply_blocks([(fcid, fdata), (delta.cid, delta.data)])
+        refused += 1
+        assert (replica.heads(), replica.visible_cids(), replica.delta_count()) == before
+        with monkeypatch.context() as m:  # OpenSSL alone: the forgery that was accepted
+            m.setattr(identity, "_weak", lambda _key: False)
+            try:
+                replica.apply_blocks([(fcid, fdata), (delta.cid, delta.data)])
+            except InvalidSignature:
+                continue  # not forgeable for this message: the next one
+        break
+    else:
+        pytest.fail("no forgery found: the premise (OpenSSL takes it) no longer holds")
+    assert replica.delta_count() == before[2] + 1  # what the check now refuses
+    with pytest.raises(NodeInputError, match="small order"):
+        grant(replica, weak)
+    store.close()
