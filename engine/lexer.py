@@ -8,7 +8,8 @@ so lexing 100k inline facts stays cheap.
 Token kinds: ``INT FLOAT STRING BYTES CID`` (values already decoded), ``NAME``
 (identifier starting with a lowercase letter), ``VAR`` (uppercase initial or
 ``_x``), ``WILD`` (``_``), ``DIRECTIVE`` (``.decl`` …), ``OP`` (punctuation,
-value = its text, with ``:−`` (U+2212) normalised to ``:-``) and ``EOF``.
+value = its text, with ``:−`` (U+2212) normalised to ``:-``) and ``EOF``, whose value
+is the offset just after the last token (where something missing at the end belongs).
 
 Comments: ``// …`` and ``/* … */`` everywhere; ``% …`` too, except that a ``%``
 directly after a term (a number, identifier, string or ``)``) is the modulo
@@ -297,5 +298,11 @@ def tokenize(text: str, src: Source | None = None) -> list[Token]:
         raise src.error(
             bad.start(), f"text holds {bad.group()!r}, {_SURROGATE_WHY}", _SURROGATE_HINT
         )
-    append(Token("EOF", None, n))
+    # The end of the last token: a parse error "found end of input" points there (right
+    # after `!s(X)` that lacks its `.`), not at the start of the line after the text.
+    last_end = 0
+    if out:
+        final = out[-1]
+        last_end = _TOKEN.match(text, final.offset).end() if final.offset < n else n
+    append(Token("EOF", last_end, n))
     return out

@@ -81,7 +81,9 @@ class Parser:
         return Pos(line, col)
 
     def error(self, tok: Token, message: str, hint: str | None = None) -> ParseError:
-        return self.src.error(tok.offset, message, hint)
+        # At the end of input, the place is right after the last token (its value)
+        offset = tok.value if tok.kind == "EOF" and isinstance(tok.value, int) else tok.offset
+        return self.src.error(offset, message, hint)
 
     def peek(self, k: int = 0) -> Token:
         return self.toks[self.i + k]

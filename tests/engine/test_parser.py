@@ -379,3 +379,24 @@ def test_a_lone_surrogate_is_a_parse_error_at_its_position(text, where, what) ->
             parse(text)
         assert (info.value.line, info.value.col) == where
         assert info.value.message == f"{what}, a lone surrogate (strings must be valid Unicode)"
+
+
+@pytest.mark.parametrize(
+    ("text", "place"),
+    [
+        ("p(X) :- q(X).\n\n   r(X) :- p(X), !s(X)\n", (3, 23)),  # right after !s(X)
+        ("p(1, 2, 3)\n", (1, 11)),
+        ("p(1) :- q(1)  /* a comment */ \n\n\n", (1, 13)),
+        ("p(", (1, 3)),
+    ],
+)
+def test_an_error_at_the_end_of_input_points_right_after_the_last_token(
+    text: str, place: tuple[int, int]
+) -> None:
+    """A rule missing its final ``.`` was reported on the line after the text (``4:1``
+    for a 3-line file), where an editor's "go to line" lands nowhere: the error now
+    points just after the last token, where the ``.`` belongs."""
+    with pytest.raises(ParseError) as err:
+        parse_program(text)
+    assert (err.value.line, err.value.col) == place
+    assert "found end of input" in str(err.value)
