@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 import click
 
@@ -51,6 +53,21 @@ def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
+#: Terminal control characters (C0, DEL, C1): shown as ``\x1b``-style escapes.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _cell(text: str) -> Any:
+    """``text`` as a table cell, shown as written: rich reads no markup in it
+    (``[bold red]``, ``[link=…]``) and a control character is shown escaped (``\x1b``).
+    A peer's error answer and a peer's URL are that peer's words: QA made `status` print
+    real bold, blinking text and a clickable link to another site from a peer's 500 body
+    (and a URL holding ``[blink]`` show another URL than the real one)."""
+    from rich.text import Text
+
+    return Text(_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text))
+
+
 def _peer_table(peers: list[dict]) -> None:
     """One row per peer: sync state as a table (the running node's view when it runs)."""
     from rich.table import Table
@@ -68,13 +85,18 @@ def _peer_table(peers: list[dict]) -> None:
     for p in peers:
         behind = p.get("deltas_behind")
         table.add_row(
-            p.get("name") or "-",
-            p["url"],
-            _when(p.get("last_attempt")),
-            _when(p.get("last_success")),
-            _when(p.get("last_incoming")),
-            "?" if behind is None else str(behind),
-            p.get("last_error") or "-",
+            *map(
+                _cell,
+                (
+                    p.get("name") or "-",
+                    p["url"],
+                    _when(p.get("last_attempt")),
+                    _when(p.get("last_success")),
+                    _when(p.get("last_incoming")),
+                    "?" if behind is None else str(behind),
+                    p.get("last_error") or "-",
+                ),
+            )
         )
     import sys
 
