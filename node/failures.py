@@ -19,6 +19,15 @@ from merklog.store.errors import Error
 
 from .errors import OUT_OF_MEMORY, NodeError, NodeInputError
 
+#: What to do about a home whose store is damaged or missing. The home, not the store
+#: alone: `init` refuses a home whose config names a store that is not there (QA: "move
+#: it away", said of the store, led to a second refusal).
+STORE_WAY_OUT = (
+    "restore a backup into a fresh home (`merklog --home NEW_HOME restore BACKUP.car`, see"
+    " docs/operations.md), or move the whole home away and run `merklog init` (`init"
+    " --join URL` fetches the dataset again from a peer)"
+)
+
 
 class ExitCode(IntEnum):
     """Exit statuses of ``merklog`` (documented in docs/operations.md)."""
@@ -289,8 +298,7 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
                 " and modes, and that the file system is not mounted read-only)"
             )
         return ExitCode.STORE_DAMAGED, (
-            f"{store} is damaged or not a merklog store ({text}); restore it from a"
-            " backup (docs/operations.md) or move it away and run `merklog init`"
+            f"{store} is damaged or not a merklog store ({text}); {STORE_WAY_OUT}"
         )
     if isinstance(exc, OSError):
         if exc.errno in DISK_FULL_ERRNOS:

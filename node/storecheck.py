@@ -14,14 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .failures import STORE_WAY_OUT as _WAY_OUT
 from .failures import Failure, KeyMissing, StoreDamaged
 from .files import IDENTITY_FILE, RESTORE_MARKER
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-_WAY_OUT = (
-    "restore a backup into a fresh home (`merklog --home NEW_HOME restore BACKUP.car`, see"
-    " docs/operations.md) or move the home away and run `merklog init`"
-)
 
 
 def precheck(cfg: Any) -> None:

@@ -296,6 +296,22 @@ def test_a_damaged_store_names_a_way_out_that_works(ready: Path, tmp_path: Path)
     assert merklog(fresh, "ls").stdout == before != ""
 
 
+@pytest.mark.parametrize("damage", [_corrupt, _delete])
+def test_a_damaged_store_says_to_move_the_home_and_that_works(
+    ready: Path, tmp_path: Path, damage
+) -> None:
+    """QA: a corrupted store said "move it away and run `merklog init`"; moving the store
+    away, as it said, made `init` refuse again (a home whose store is missing). The line
+    says to move the whole home away, and `init` then makes a home there."""
+    damage(ready / "store.sqlite")
+    failed = merklog(ready, "status")
+    assert_fails(failed, ExitCode.STORE_DAMAGED, "move the whole home away", "merklog init")
+    ready.rename(tmp_path / "moved")
+    made = merklog(ready, "init")
+    assert made.returncode == 0, made.stderr
+    assert merklog(ready, "status").returncode == 0
+
+
 def test_every_home_command_reports_a_damaged_store(ready: Path, tmp_path: Path) -> None:
     _corrupt(ready / "store.sqlite")
     facts = tmp_path / "f.dl"
