@@ -429,3 +429,24 @@ def test_an_import_cut_short_between_two_blocks_imports_nothing(
     assert "duplicates 1" in b("import", str(older)).output  # behind: its root is known
     assert "accepted 1" in b("import", str(later)).output
     assert _facts(b) == _facts(a) == [f"n({i})" for i in range(5)]
+
+
+def test_import_says_the_facts_visible_after_it_as_restore_does(tmp_path: Path) -> None:
+    """QA: ``import`` ended ``facts 40008`` for a CAR that left 9 facts visible: the count
+    was of the accepted deltas' assert ops. It now says ``asserts N`` for that and
+    ``facts M visible`` for what ``status`` counts after the import, as ``restore`` does."""
+    a = Cli(tmp_path / "a")
+    a("init")
+    a("put", "n(0).")
+    older = tmp_path / "older.car"
+    a("export", str(older))
+    b = Cli(tmp_path / "b")
+    b("restore", str(older))
+    a("put", "n(1).", "n(2).", "n(3).")
+    a("retract", "n(0).", "n(1).", "n(2).")
+    later = tmp_path / "later.car"
+    a("export", str(later))
+    out = b("import", str(later)).output
+    visible = json.loads(b("status", "--json").output)["facts"]
+    assert visible == 1 and _facts(b) == ["n(3)"]
+    assert out.strip().endswith("accepted 2, duplicates 1, asserts 3; facts 1 visible"), out
