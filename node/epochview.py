@@ -42,6 +42,10 @@ class FactShape:
         """The arities the stored facts of ``rel`` have (empty when it has none)."""
         return set(self._counts.get(rel, ()))
 
+    def relations(self) -> list[str]:
+        """The relations the stored facts have (each with at least one fact)."""
+        return list(self._counts)
+
     def updated(
         self, inserts: Mapping[str, list[Row]], deletes: Mapping[str, list[Row]]
     ) -> FactShape:

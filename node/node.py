@@ -591,6 +591,7 @@ class Node:
             lambda rel: view.facts.arities(rel) or epochs.pending_arities(rel),
             {TICK_REL: {1}} if self.config.get("node.tick") else None,
             new_relations=live,
+            names=view.facts.relations,
         )
 
     def subscribe(self, text: str, callback: Callback) -> Subscription:

@@ -9,6 +9,7 @@ written with ``...`` (any further arguments) matches every arity from its own up
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -40,11 +41,14 @@ def require_known(
     extra: Mapping[str, set[int]] | None = None,
     *,
     new_relations: bool = False,
+    names: Callable[[], Iterable[str]] | None = None,
 ) -> None:
     """Raise :class:`UnknownRelation` for the first atom of ``query`` whose relation and
     arity neither ``program``, ``data`` (the arities of the visible facts of a relation)
     nor ``extra`` has. ``new_relations``: a relation nothing has yet passes (a live query
-    may wait for its first fact); one known with other arities does not."""
+    may wait for its first fact); one known with other arities does not. ``names()``: the
+    relations the visible facts have, asked only for an unknown relation, to name the
+    closest known one (``did you mean gt?``) as the engine's own check does."""
     for lit in query:
         for atom, _polarity in ast.body_atoms(lit):
             rel, n, rest = atom.rel, len(atom.args), atom.rest
@@ -55,16 +59,20 @@ def require_known(
             if n in stored or (rest and any(k > n for k in stored)):
                 continue
             arities = known | stored
+            where = f"{atom.pos.line}:{atom.pos.col}: " if atom.pos.line else ""
             if arities:
                 have = ", ".join(f"{rel}/{k}" for k in sorted(arities))
                 raise UnknownRelation(
-                    f"unknown relation {rel}/{n}: {rel} exists here as {have} only; check the query"
+                    f"{where}unknown relation {rel}/{n}: {rel} exists here as {have} only;"
+                    " check the query"
                 )
             if new_relations:
                 continue
+            known_names = {*program, *(extra or {}), *(names() if names is not None else ())}
+            close = difflib.get_close_matches(rel, sorted(known_names), n=1)
             raise UnknownRelation(
-                f"unknown relation {rel}/{n}: no visible fact has it and the program does not"
-                " mention it"
+                f"{where}unknown relation {rel}/{n}: no visible fact has it and the program"
+                " does not mention it" + (f" (did you mean {close[0]}?)" if close else "")
             )
 
 

@@ -495,7 +495,7 @@ def test_every_call_on_a_closed_node_says_so(tmp_path: Path) -> None:
     wrote to a home the node no longer held."""
     import asyncio
 
-    key = "00" * 32
+    key = "cd" * 32
     for node in (merklog.open(memory=True), merklog.open(tmp_path / "h")):
         node.assert_("p", 1)
         sub = node.subscribe("p(X)", lambda *_: None)
@@ -1115,7 +1115,7 @@ def test_an_open_node_keeps_its_peers_while_config_toml_has_a_bad_peer(
 
     home = tmp_path / "h"
     Cli(home)("init")
-    Cli(home)("peers", "add", "good", "http://127.0.0.1:7401", "--key", "00" * 32)
+    Cli(home)("peers", "add", "good", "http://127.0.0.1:7401", "--key", "cd" * 32)
     with merklog.open(home) as node:
         config = home / "config.toml"
         config.write_text(config.read_text() + "\n[peers.x]\nurl = 5\n")

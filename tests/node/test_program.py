@@ -52,6 +52,27 @@ def test_cli_load_rejects_unchecked_program_and_changes_nothing(
     assert unknown.exit_code == 3 and "unknown relation ok/1" in unknown.output
 
 
+def test_a_query_of_an_unknown_relation_names_its_place_and_the_closest_one(
+    run: Cli, tmp_path: Path
+) -> None:
+    """QA: ``query 'gtt(X, Y)'`` said only "unknown relation gtt/2", where the engine's
+    own check (docs/language.md) gives the place and ``did you mean gt?``. The node's
+    check says both, whether the close name is the program's or a stored relation's."""
+    run("init")
+    run("put", "edge(1, 2).")
+    prog = tmp_path / "gt.dl"
+    prog.write_text("gt(X, Y) :- edge(X, Y), X > Y.\n")
+    run("load", str(prog))
+    typo = run("query", "gtt(X, Y)", ok=False)
+    assert typo.exit_code == 3, typo.output
+    assert "1:1: unknown relation gtt/2" in typo.output and "(did you mean gt?)" in typo.output
+    second = run("query", "edge(X, Y), edgee(Y, Z)", ok=False)
+    assert "1:13: unknown relation edgee/2" in second.output
+    assert "(did you mean edge?)" in second.output
+    far = run("query", "zzz(X)", ok=False)
+    assert far.exit_code == 3 and "did you mean" not in far.output
+
+
 def test_http_program_rejects_unchecked_program_with_400(home: Path, node_factory) -> None:
     run = Cli(home)
     run("init")

@@ -230,7 +230,7 @@ def _call(url: str, method: str, token: str | None, body: bytes | None = None):
 def _concrete(path: str) -> str:
     return (
         path.replace("{cid}", "bafyreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku")
-        .replace("{key}", "00" * 32)
+        .replace("{key}", "cd" * 32)
         .replace("/v1/subscribe", "/v1/subscribe?q=nothing(X)")
         .replace("{path:.+}", "app.js")
     )
