@@ -150,7 +150,7 @@ class NodeClient:
             wait = self.timeout if timeout is None else timeout
             with urllib.request.urlopen(req, timeout=wait) as resp:
                 if lines is not None and "ndjson" in resp.headers.get("Content-Type", ""):
-                    return _follow_lines(resp, lines)
+                    return _follow_lines(resp, lines, self.url)
                 if sink is not None:
                     while chunk := resp.read(1 << 16):
                         try:
@@ -300,9 +300,10 @@ class NodeClient:
             return self._call("POST", "/v1/import", raw=counter.reader(src), length=size)
 
 
-def _follow_lines(resp: Any, progress: Callable[[str, int, int], None]) -> Any:
+def _follow_lines(resp: Any, progress: Callable[[str, int, int], None], url: str) -> Any:
     """Read a streamed sync (``{"progress": …}`` lines, then ``{"result": …}`` or a last
-    ``{"error", "detail", "status"}``), calling ``progress`` for each progress line."""
+    ``{"error", "detail", "status"}``), calling ``progress`` for each progress line.
+    ``url``: the node's, named when its stream ends without a result (it stopped)."""
     for raw in resp:
         event = json.loads(raw)
         if "progress" in event:
@@ -313,7 +314,15 @@ def _follow_lines(resp: Any, progress: Callable[[str, int, int], None]) -> Any:
         elif "error" in event:
             message = api_message(str(event["error"]), str(event.get("detail") or ""))
             raise NodeAPIError(int(event.get("status", 502)), message)
-    raise NodeAPIError(502, "the node ended the sync stream without a result")
+    # The node stopped mid-sync (killed, crashed): what its sync applied is durable, the
+    # rest comes with the next sync. QA: "the node ended the sync stream without a
+    # result" did not say which node, nor what to do.
+    raise NodeAPIError(
+        502,
+        f"the node at {url} stopped before its sync ended (it was stopped or crashed:"
+        " `merklog status` says whether it runs); what it applied is kept, run the sync"
+        " again when it runs",
+    )
 
 
 class _BlockCounter:

@@ -35,6 +35,7 @@ from .errors import (
     ReplicationError,
     TooLarge,
     cannot_reach,
+    unreachable_reason,
 )
 from .identity import Identity
 from .limits import (
@@ -162,7 +163,10 @@ class SyncClient:
                 " says why, e.g. a damaged store), or the connection broke"
             ) from None
         except aiohttp.ClientError as exc:
-            raise PeerUnreachable(f"peer {_base(url)} failed mid-request: {exc}") from None
+            # in plain words ("connection reset by peer"), not "[Errno 104] Connection …"
+            raise PeerUnreachable(
+                f"peer {_base(url)} failed mid-request: {unreachable_reason(exc)}"
+            ) from None
 
     @asynccontextmanager
     async def _post_json(

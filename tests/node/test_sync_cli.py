@@ -329,3 +329,41 @@ def test_a_peer_that_pulled_everything_is_not_shown_behind(tmp_path: Path, node_
     while behind() != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert behind() == 0
+
+
+def test_a_node_that_stops_mid_sync_is_named_with_what_to_do() -> None:
+    """QA: ``kill -9`` of the local node during ``merklog sync`` said only "the node ended
+    the sync stream without a result". The stream's end without a result names the node
+    and says what stays and what to do. (A real HTTP server on 127.0.0.1 plays the node:
+    one progress line, then the connection ends, as a killed node's does.)"""
+    import http.server
+
+    from merklog.node.client import NodeAPIError, NodeClient
+
+    class Dying(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.end_headers()
+            line = {"progress": {"direction": "pull", "bytes": 10, "deltas": 1}}
+            self.wfile.write(json.dumps(line).encode() + b"\n")
+            self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dying)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    seen: list[tuple] = []
+    try:
+        with pytest.raises(NodeAPIError) as err:
+            NodeClient(url, "token").sync("http://127.0.0.1:9", lambda *p: seen.append(p))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == [("pull", 10, 1)]
+    text = str(err.value)
+    assert f"the node at {url} stopped before its sync ended" in text
+    assert "merklog status" in text and "run the sync again" in text

@@ -135,3 +135,33 @@ def test_no_reason_quotes_a_python_repr(text: str) -> None:
     url = f"http://127.0.0.1:{port}"
     for exc in (_by_socket("127.0.0.1", port), _by_aiohttp(url), _by_urllib(url)):
         assert text not in cannot_reach(url, exc)
+
+
+def test_a_peer_that_resets_mid_request_is_said_in_plain_words() -> None:
+    """QA: ``kill -9`` of a peer during a sync said ``peer … failed mid-request: [Errno
+    104] Connection reset by peer``. A peer that reads the request and then resets the
+    connection (SO_LINGER 0) is now said in the OS's plain words, as the other reasons."""
+    from merklog.replication.client import SyncClient
+
+    from .repl_support import new_replicas
+
+    def read_then_reset(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+    [replica] = new_replicas(1)
+
+    async def pull(url: str) -> None:
+        client = SyncClient(replica.identity, timeout=5)
+        try:
+            await client.pull(url, replica)
+        finally:
+            await client.close()
+
+    with _server(read_then_reset) as port:
+        url = f"http://127.0.0.1:{port}"
+        exc = _raised(lambda: asyncio.run(pull(url)))
+    assert isinstance(exc, PeerUnreachable), repr(exc)
+    assert "Errno" not in str(exc) and f"peer {url}" in str(exc), str(exc)
+    assert str(exc).endswith(("connection reset by peer", "server disconnected")), str(exc)
