@@ -14,7 +14,7 @@ import sqlite3
 from enum import IntEnum
 from pathlib import Path
 
-from merklog.replication.errors import Unauthorized
+from merklog.replication.errors import NotTheOwner, Unauthorized
 from merklog.store.errors import Error
 
 from .errors import OUT_OF_MEMORY, NodeError, NodeInputError
@@ -247,6 +247,8 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         return code, api_message(name, exc.detail)
     if isinstance(exc, StoreUnavailable):  # the IPFS daemon of an IPFS home
         return ExitCode.PEER_UNREACHABLE, str(exc)
+    if isinstance(exc, NotTheOwner):  # a writer, maybe: not exit 7 (QA)
+        return ExitCode.FAILED, exc.detail
     if isinstance(exc, Unauthorized):
         return ExitCode.NOT_A_WRITER, exc.detail
     if isinstance(exc, TooLarge):
@@ -335,8 +337,9 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
 def exit_code_for_status(status: int, error: str = "") -> ExitCode:
     """The exit status for an HTTP error from the running node (CLI commands that go
     through its API); ``error`` is the answer's error name (a 403 ``forbidden`` is a
-    token that grants reads only, a configuration problem like a 401, not exit 7)."""
-    if status == 403 and error == "forbidden":
+    token that grants reads only, a configuration problem like a 401, not exit 7; a 403
+    ``not owner`` a grant or revoke by a key that may write but is not the owner's)."""
+    if status == 403 and error in ("forbidden", "not owner"):
         return ExitCode.FAILED
     if status == 0:
         return ExitCode.PEER_UNREACHABLE

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from merklog.engine.errors import EvaluationInterrupted
 from merklog.engine.lexer import may_underflow
-from merklog.replication.errors import NotFound, ReplicationError, TooLarge
+from merklog.replication.errors import NotFound, NotTheOwner, ReplicationError, TooLarge
 from merklog.replication.server import aborted_on_failure
 from merklog.store import InvalidValue, Link, StoreError, decode, decode_fact, encode_facts
 from merklog.store.gcpause import gc_paused
@@ -882,6 +882,8 @@ async def grant(request: web.Request) -> web.Response:
         raise NodeInputError('"key" must be a 64-digit hex Ed25519 public key')
     try:
         delta = node.grant(key)
+    except NotTheOwner as exc:  # a writer may be refused this: exit 1, not 7
+        raise ApiError(403, "not owner", str(exc)) from None
     except ReplicationError as exc:
         raise ApiError(403, "refused", str(exc)) from None
     return web.json_response({"delta": delta})
@@ -891,6 +893,8 @@ async def revoke(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     try:
         delta = node.revoke(request.match_info["key"])
+    except NotTheOwner as exc:  # a writer may be refused this: exit 1, not 7
+        raise ApiError(403, "not owner", str(exc)) from None
     except ReplicationError as exc:
         raise ApiError(403, "refused", str(exc)) from None
     return web.json_response({"delta": delta})

@@ -65,6 +65,13 @@ class Unauthorized(ReplicationError):
     status = 422
 
 
+class NotTheOwner(Unauthorized):
+    """A grant or revoke written by a key that is not the dataset owner's: the owner alone
+    decides who writes. Not "not a writer" (the key may well write facts)."""
+
+    code = "not_owner"
+
+
 class MissingParents(ReplicationError):
     """A delta whose parents (or asserted fact blocks) are not known."""
 

@@ -45,8 +45,8 @@ from .blocks import (
 )
 from .errors import (
     NotFound,
+    NotTheOwner,
     ReplicationError,
-    Unauthorized,
 )
 from .identity import Identity
 from .limits import MAX_FACT_BYTES, MAX_PARENTS
@@ -535,7 +535,7 @@ class Replica(Acceptance, ORSet, Reconciliation):
 
     def _owner_check(self) -> None:
         if self.identity.public_key != self.genesis.owner:
-            raise Unauthorized("only the dataset owner grants or revokes writers")
+            raise NotTheOwner("only the dataset owner grants or revokes writers")
 
     def _next_seq(self) -> int:
         (seq,) = self.conn.execute(

@@ -116,3 +116,28 @@ def test_a_key_that_is_no_ed25519_point_is_never_granted(tmp_path: Path, node_fa
         node.stop()
     assert json.loads(owner("status", "--json").output)["heads"] == heads
 
+
+
+def test_a_writer_that_is_not_the_owner_granting_exits_1_not_7(
+    tmp_path: Path, node_factory
+) -> None:
+    """QA: ``writers grant`` on a home that may write but is not the dataset owner said
+    "only the dataset owner grants or revokes writers" with exit 7, which means "this
+    node's key is not (yet) a writer": it is one. The operation is refused: exit 1 on a
+    stopped home and through its running node alike, and the home still writes."""
+    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
+    a("init")
+    na = node_factory(a.home).start()
+    b("init", "--join", na.url, "--token", na.read_token)
+    key_b = json.loads(b("status", "--json").output)["key"]
+    a("peers", "add", "b", "http://127.0.0.1:9", "--writer", "--key", key_b)
+    b("put", "x(1).")  # syncs with the origin first: granted
+    other = "cd" * 32
+    stopped = b("writers", "grant", other, ok=False)
+    assert stopped.exit_code == 1, stopped.output
+    assert "only the dataset owner grants or revokes writers" in stopped.output
+    node_factory(b.home).start()
+    running = b("writers", "grant", other, ok=False)
+    assert running.exit_code == 1 and "Traceback" not in running.output, running.output
+    assert "only the dataset owner" in running.output
+    b("put", "x(2).")
