@@ -127,8 +127,9 @@ def _write_paused(
     try:
         missing = _write_text(state, text, retract, quiet)
     except (EngineError, NodeError, TooLarge) as exc:
-        if file is not None:  # a fact refused after it parsed: where it is in the file
-            name_place(exc, text)
+        # a fact refused after it parsed: where it is in the file, or in the arguments
+        # (their LINE:COL, as a syntax error in them says it)
+        name_place(exc, text)
         in_file(exc, facts, file)  # FILE:LINE:COL where it points into the file
         raise
     if missing:

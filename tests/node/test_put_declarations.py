@@ -111,3 +111,26 @@ def test_a_fact_over_the_limit_in_a_file_is_named_by_its_line(run: Cli, tmp_path
     assert f"{data}:3:1: fact big/1 encodes to" in lines[0], lines[0]
     assert "1048576-byte limit" in lines[0]
     assert run("ls", "v", ok=False).exit_code == 3  # no visible v fact
+
+
+def test_a_refused_fact_given_as_arguments_is_named_by_its_line(
+    home: Path, node_factory, tmp_path: Path
+) -> None:
+    """QA: ``put 'e(1, "x").<newline>e(2, 3).'`` refused e(2, 3) without a place, although
+    a syntax error in the arguments says its ``LINE:COL`` and the same fact read with
+    ``put -f`` says ``FILE:LINE:COL``. The arguments' ``LINE:COL`` now leads the line, on
+    a stopped home and through a running node."""
+    run = Cli(home)
+    run("init")
+    prog = tmp_path / "p.dl"
+    prog.write_text(PROGRAM)
+    run("load", str(prog))
+    for running in (False, True):
+        if running:
+            node_factory(home).start()
+        one = run("put", "edge(7, 1).\nedge(7, true).", ok=False)
+        assert one.exit_code == 2, one.output
+        assert one.output.startswith("Error: 2:1: edge(7, true) does not fit"), one.output
+        two = run("put", "edge(7, 1)", "edge(8, true)", ok=False)
+        assert two.output.startswith("Error: 2:1: edge(8, true) does not fit"), two.output
+    assert _rows(run, "edge(X, Y)") == []
