@@ -38,7 +38,11 @@ from .errors import (
     Unauthorized,
     WrongDataset,
 )
-from .limits import RECEIVE_MAX_PENDING_BLOCKS, RECEIVE_MAX_PENDING_BYTES
+from .limits import (
+    RECEIVE_MAX_DELTA_FACT_BYTES,
+    RECEIVE_MAX_PENDING_BLOCKS,
+    RECEIVE_MAX_PENDING_BYTES,
+)
 from .sqlutil import chunks as _chunks
 from .state import ReplicaState
 
@@ -178,14 +182,29 @@ class Acceptance(ReplicaState):
         else:
             assert isinstance(facts, dict)
             asserted = list(dict.fromkeys(delta.asserted))
+            size = 0
+            stored: list[Link] = []
             for fcid in asserted:
                 got = facts.get(fcid)
                 if got is not None:
                     new_blocks.append((fcid, got[0]))
-                elif not self.blockstore.has(fcid):
-                    raise MissingParents(
-                        f"delta {delta.cid} asserts fact {fcid} whose block is missing"
-                    )
+                    size += len(got[0])
+                else:
+                    stored.append(fcid)
+            if stored:  # one batched lookup: the stored blocks' sizes count too
+                sizes = self.blockstore.sizes(stored)
+                for fcid in stored:
+                    if fcid not in sizes:
+                        raise MissingParents(
+                            f"delta {delta.cid} asserts fact {fcid} whose block is missing"
+                        )
+                size += sum(sizes.values())
+            if size > RECEIVE_MAX_DELTA_FACT_BYTES:
+                raise TooLarge(
+                    f"delta {delta.cid} asserts {size} bytes of facts, over the"
+                    f" {RECEIVE_MAX_DELTA_FACT_BYTES}-byte limit of one delta (a sync answer"
+                    " carries a delta with all its facts, and no peer takes a larger one)"
+                )
             new_blocks.append((delta.cid, delta.data))
             self.blockstore.put_many(new_blocks)
         self._insert_delta_rows(delta, auth_ops)

@@ -62,6 +62,13 @@ WRITE_MAX_DELTA_FACT_BYTES = 8 << 20
 RECEIVE_MAX_PENDING_BLOCKS = 2 * MAX_OPS + 64
 RECEIVE_MAX_PENDING_BYTES = 256 << 20
 
+#: Bytes of all the fact blocks one delta asserts that a receiver accepts, the blocks it
+#: already stores included: a sync answer sends a delta with every fact it asserts, and
+#: never splits one, so a delta over this could never be served to a peer (QA: a writer
+#: re-asserting 280 stored 1 MB facts in one 16 KB delta stopped every peer's sync for
+#: good). Far above what a writer puts in one (``WRITE_MAX_DELTA_FACT_BYTES``), and
+#: below ``RECEIVE_MAX_BODY`` with room for the delta and the CAR framing.
+RECEIVE_MAX_DELTA_FACT_BYTES = 128 << 20
 #: CAR bytes a writer puts in one push body or one sync response (then it continues
 #: in another request); a single delta with its facts is never split.
 WRITE_MAX_BATCH_BYTES = 64 << 20
@@ -97,6 +104,12 @@ PAIRS: dict[str, tuple[int, int]] = {
     "delta section": (MAX_DELTA_BYTES + 64, RECEIVE_MAX_SECTION),
     "observed": (WRITE_MAX_OBSERVED, RECEIVE_MAX_OBSERVED),
     "pending bytes": (WRITE_MAX_DELTA_FACT_BYTES, RECEIVE_MAX_PENDING_BYTES),
+    "delta fact bytes": (WRITE_MAX_DELTA_FACT_BYTES, RECEIVE_MAX_DELTA_FACT_BYTES),
+    # one delta with all its facts fits one sync answer a receiver takes
+    "delta in one answer": (
+        RECEIVE_MAX_DELTA_FACT_BYTES + MAX_DELTA_BYTES + (MAX_OPS + 1) * 64,
+        RECEIVE_MAX_BODY,
+    ),
     "pending blocks": (MAX_OPS, RECEIVE_MAX_PENDING_BLOCKS),
     "sync request": (RECEIVE_MAX_SUMMARY * 64 + 4096, RECEIVE_MAX_SYNC_REQUEST),
     "inbox body": (

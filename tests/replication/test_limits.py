@@ -242,6 +242,44 @@ def test_datasets_holding_old_oversized_deltas_sync_again(tmp_path) -> None:
     b.close()
 
 
+def test_a_delta_reasserting_stored_facts_past_the_limit_is_refused(
+    tmp_path, monkeypatch
+) -> None:
+    """QA: a writer signed one 16 KB delta re-asserting 280 stored facts of ~1 MB and
+    pushed the delta alone: acceptance counted only the fact blocks that came with it,
+    took it, and every later sync answer carried the delta with all 280 MB of its facts,
+    over what any peer takes: every peer stopped syncing for good. Acceptance now counts
+    the stored blocks too (``RECEIVE_MAX_DELTA_FACT_BYTES``, here lowered to 64 KiB):
+    the delta is refused and nothing of it applied, while deltas within it (what a
+    writer makes) keep syncing to a real peer."""
+    from merklog.replication import acceptance, packing
+
+    monkeypatch.setattr(acceptance, "RECEIVE_MAX_DELTA_FACT_BYTES", 64 << 10)
+    monkeypatch.setattr(packing, "WRITE_MAX_DELTA_FACT_BYTES", 32 << 10)  # below, as ever
+    a = Home(tmp_path / "a.sqlite", OWNER)
+    b = Home(tmp_path / "b.sqlite", PEER, a.replica.genesis)
+    r = a.replica
+    big = [sized_fact("big", 10_000, i) for i in range(10)]
+    r.assert_facts(big)  # 100 KB of stored facts, in deltas of 30 KB the writer packs
+    asyncio.run(sync_to_peer(r, b.replica))
+    assert_same(r, b.replica)
+    before = (r.heads(), r.visible_cids(), r.delta_count())
+    ops = [{"op": "assert", "fact": encode_fact(f)[0]} for f in big]
+    heads = r.heads()
+    clock = 1 + max(r._clock_of(h) or 0 for h in heads)
+    delta = build_delta(OLD, r.dataset, 1, clock, heads, ops)  # the delta block alone
+    with pytest.raises(TooLarge, match="bytes of facts"):
+        r.apply_blocks([(delta.cid, delta.data)])
+    assert (r.heads(), r.visible_cids(), r.delta_count()) == before
+    ok = build_delta(OLD, r.dataset, 1, clock, heads, ops[:5])  # 50 KB: within the limit
+    r.apply_blocks([(ok.cid, ok.data)])
+    r.assert_facts([make_fact("after", [1])])
+    asyncio.run(sync_to_peer(r, b.replica))
+    assert_same(r, b.replica)
+    a.close()
+    b.close()
+
+
 def test_large_histories_travel_in_several_bounded_requests(tmp_path) -> None:
     a = Home(tmp_path / "a.sqlite", OWNER)
     b = Home(tmp_path / "b.sqlite", PEER, a.replica.genesis)
