@@ -13,7 +13,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from merklog.store import Link
@@ -90,8 +90,13 @@ def verify_request(
     headers: Mapping[str, str],
     guard: ReplayGuard,
     now: float | None = None,
+    admit: Callable[[bytes], None] | None = None,
 ) -> SignedRequest:
-    """Check a request's signature headers (not yet its body digest)."""
+    """Check a request's signature headers (not yet its body digest). ``admit(key)``
+    raises for a key this server does not serve; it runs once the signature verifies and
+    before the nonce is remembered, so that keys nobody listed cannot fill the replay
+    cache (QA: a stranger's requests, each refused 403, filled it in ~4 minutes and every
+    listed peer was then answered 429)."""
     now = time.time() if now is None else now
     try:
         key = bytes.fromhex(headers[H_KEY])
@@ -123,6 +128,8 @@ def verify_request(
         )
     if not verify_signature(key, sig, signing_string(method, path, ts, nonce, digest)):
         raise AuthError("request signature does not verify", code="bad_request_signature")
+    if admit is not None:
+        admit(key)
     guard.check_and_remember(key, nonce, now)
     return SignedRequest(key, digest)
 

@@ -153,15 +153,19 @@ class SyncService:
         self, request: web.Request, dataset: Link | None, replica: Replica | None = None
     ) -> SignedRequest:
         assert self.guard is not None
-        signed = verify_request(request.method, request.path_qs, request.headers, self.guard)
-        if replica is not None and signed.peer == replica.identity.public_key:
-            # A sync with one's own URL: "not allowed to sync" sent its user to [peers].
-            raise Forbidden(
-                "the request is signed with this node's own key: that URL is this node itself,"
-                " which has nothing to sync with itself"
-            )
-        self.allow.require(signed.peer, dataset)
-        return signed
+
+        def admit(key: bytes) -> None:
+            if replica is not None and key == replica.identity.public_key:
+                # A sync with one's own URL: "not allowed to sync" sent its user to [peers].
+                raise Forbidden(
+                    "the request is signed with this node's own key: that URL is this node"
+                    " itself, which has nothing to sync with itself"
+                )
+            self.allow.require(key, dataset)
+
+        return verify_request(
+            request.method, request.path_qs, request.headers, self.guard, admit=admit
+        )
 
     async def _read_small(self, request: web.Request, limit: int, signed: SignedRequest) -> bytes:
         body = await self._spool(request, limit, signed)

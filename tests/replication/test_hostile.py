@@ -290,6 +290,28 @@ async def test_replayed_request(node):
     assert node.metrics["rejected.replayed_request"] == 1
 
 
+async def test_an_unlisted_key_takes_no_place_in_the_replay_cache(node):
+    """QA: requests signed by a key nobody listed were refused (403) only after their
+    nonce was remembered, so a stranger filled the replay cache (200,000 places, ~4
+    minutes at ~1,000 requests/s) and every listed peer was then answered 429. A key the
+    server does not admit is now refused before its nonce is kept: the same request
+    again is 403 again, not a replay, and a cache of 3 places still serves the peer."""
+    node.app[SYNC_SERVICE].guard.max_entries = 3
+    path = f"/v1/datasets/{node.replica.dataset}/sync"
+    body = b'{"heads": [], "summary": null}'
+    stranger = Identity.generate()
+    for _ in range(5):
+        h = sign_headers(stranger, "POST", path, hashlib.sha256(body).hexdigest())
+        for _again in range(2):  # the same signed request twice: refused both times
+            async with node.session.post(node.url + path, data=body, headers=h) as resp:
+                assert resp.status == 403, await resp.text()
+    for _ in range(2):
+        h = sign_headers(node.peer, "POST", path, hashlib.sha256(body).hexdigest())
+        async with node.session.post(node.url + path, data=body, headers=h) as resp:
+            assert resp.status == 200, await resp.text()
+            await resp.read()
+
+
 async def test_stale_request(node):
     path = f"/v1/datasets/{node.replica.dataset}/heads"
     h = sign_headers(node.peer, "GET", path, now=time.time() - 3600)
