@@ -143,12 +143,35 @@ def _output_to(path: Path) -> Iterator[None]:
     """Point file descriptors 1 and 2 at ``path`` while a child process (the JVM) is
     started, so the child keeps writing there and holds neither of this process's
     streams; this process gets its own back afterwards."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = _private_log(path)
     try:
         with _fds_to(fd):
             yield
     finally:
         os.close(fd)
+
+
+def _private_log(path: Path) -> int:
+    """``path`` opened for appending, when it is a regular file of this user's (made
+    0600 if it was not); else a fresh private file beside it (``mkstemp``). The log has a
+    fixed name in a shared directory: QA made it a symbolic link to another file, which
+    the JVM's output then went into, and another user may make it first, readable by
+    them. Never through a link (``O_NOFOLLOW``), never another user's file."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    except OSError:  # a symbolic link (ELOOP), or a name this user cannot write
+        fd = -1
+    if fd >= 0:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
+            if info.st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+            return fd
+        os.close(fd)
+    fd, _name = tempfile.mkstemp(prefix="merklog-spark-", suffix=".log", dir=path.parent)
+    return fd
 
 
 #: Held while file descriptors 1 and 2 point away from this process's own streams, and
