@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -43,10 +45,45 @@ from .writes import PreparedAsserts, coerce_facts
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 NODE_KEY = web.AppKey("node", Node)
 READY_KEY = web.AppKey("ready", dict)
 #: Set when the server shuts down: live-query streams end at once instead of lingering.
 CLOSING_KEY = web.AppKey("closing", asyncio.Event)
+
+
+#: Threads that evaluate and render reads' answers (queries, a live query's first answer
+#: and its large events): one per core, at least 2.
+READ_THREADS = max(2, os.cpu_count() or 2)
+
+
+class ReadPool:
+    """The threads queries run on, apart from the event loop's default pool, which runs
+    the node's writes, epochs, status and peer syncs. A query has no time limit while its
+    client waits, so on the default pool (6 threads on 2 cores) six slow queries by a
+    reader held every thread: a write took 60 s, ``/v1/status`` 60 s, and a peer's sync
+    timed out (QA). Reads past :data:`READ_THREADS` now wait their turn here, and the
+    node's own work always finds a thread."""
+
+    def __init__(self, threads: int = READ_THREADS) -> None:
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` on a read thread, as ``run_in_executor`` would."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="merklog-read")
+        return asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def close(self) -> None:
+        """Stop taking reads; those queued are dropped (their clients are gone)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+#: The app's read threads (:class:`ReadPool`).
+READ_POOL_KEY = web.AppKey("read_pool", ReadPool)
 
 #: Default page of ``GET /v1/facts`` (the largest is ``factpages.FACTS_PAGE_MAX``).
 FACTS_PAGE = 1000
@@ -297,7 +334,7 @@ async def query(request: web.Request) -> web.Response:
     except NodeInputError as exc:  # syntax, unsafe or unschedulable query
         raise ApiError(400, "bad query", str(exc)) from None
     stop = threading.Event()
-    work = asyncio.get_running_loop().run_in_executor(None, _answer_query, node, q, stop)
+    work = request.app[READ_POOL_KEY].run(_answer_query, node, q, stop)
     try:
         body = await _unless_client_gone(request, work, stop)
     except UnknownRelation as exc:  # a relation or arity nothing has: not found, as the CLI's 3
@@ -371,7 +408,7 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
     text = await _query_text(request)
     try:  # the first answer is a whole query (seconds over a large relation): off the loop,
         # which goes on serving, and stopping, meanwhile
-        sub = await loop.run_in_executor(None, node.subscribe, text, callback)
+        sub = await request.app[READ_POOL_KEY].run(node.subscribe, text, callback)
     except UnknownRelation as exc:  # as /v1/query answers it (and the CLI's exit 3)
         raise ApiError(404, "unknown relation", str(exc)) from None
     except (NodeInputError, ValueError) as exc:
@@ -414,7 +451,7 @@ async def subscribe(request: web.Request) -> web.StreamResponse:
                 event, added, removed, epoch = getter.result()
                 args = (event, columns, epoch, added, removed)
                 if len(added) + len(removed) > SSE_INLINE_ROWS:  # rendered off the loop
-                    data = await loop.run_in_executor(None, _sse_event, *args)
+                    data = await request.app[READ_POOL_KEY].run(_sse_event, *args)
                 else:
                     data = _sse_event(*args)
                 if closing.is_set():

@@ -141,6 +141,7 @@ def build_app(
     app[middleware.METRICS_KEY] = node.metrics
     app[middleware.IN_FLIGHT_KEY] = middleware.InFlight()
     app[h.BODY_DECODER_KEY] = h.BodyDecoder(body_worker)
+    app[h.READ_POOL_KEY] = h.ReadPool()
     access: dict[tuple[str, str], str] = {}
     for route in ROUTES:
         _add(app, route.method, route.path, route.handler)
@@ -168,7 +169,11 @@ def build_app(
         if manage_node:
             await node.stop()
 
+    async def on_cleanup(app: web.Application) -> None:
+        app[h.READ_POOL_KEY].close()
+
     app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
     app.on_shutdown.append(on_shutdown)
     return app
 

@@ -203,3 +203,39 @@ def test_answers_are_sorted_as_before_in_chunks(monkeypatch, mixed: bool) -> Non
     want = sort_rows([row_from_engine(r) for r in rows])
     got = querybound.plain_sorted(rows)
     assert got == want and [tuple(map(type, r)) for r in got] == [tuple(map(type, r)) for r in want]
+
+
+def test_slow_queries_leave_the_node_its_own_threads(run: Cli, home: Path, node_factory) -> None:
+    """QA: six slow queries by a reader (each ~13 s of CPU, the clients waiting) took
+    every thread of the pool the node also writes, runs epochs, answers status and syncs
+    on: a one-fact write took 60 s and ``/v1/status`` 60 s. Queries now run on threads of
+    their own (``ReadPool``); with eight of them waiting, a write and a status are
+    answered while they run, far sooner than any of them could end."""
+    from merklog.node.handlers import READ_THREADS
+
+    node = _node_with_facts(run, home, node_factory, 3000)
+    slow = "/v1/query?q=n(X),%20n(Y),%20X%20%2B%20Y%20==%20-1"  # 9M pairs, no row
+    url = urlsplit(node.url)
+    socks = []
+    try:
+        for _ in range(READ_THREADS + 6):  # every thread a query could take, and more
+            sock = socket.create_connection((url.hostname, url.port))
+            sock.sendall(
+                f"GET {slow} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+                f"Authorization: Bearer {node.read_token}\r\n\r\n".encode()
+            )
+            socks.append(sock)
+        time.sleep(1.0)  # all of them are in the node
+        started = time.monotonic()
+        status, body = node.request("POST", "/v1/facts", {"assert": "w(1)."})
+        assert status == 200, body
+        status, body = node.request("GET", "/v1/status")
+        assert status == 200, body
+        took = time.monotonic() - started
+        # one slow query alone takes several seconds; the write and status did not wait
+        # for the queries (with the default pool, for the first of eight to end: > 40 s)
+        assert took < 20, took
+    finally:
+        for sock in socks:
+            sock.close()
+    assert _idle_within(node.proc.pid, 20), "the node is still evaluating abandoned queries"
