@@ -7,7 +7,9 @@ a bad block anywhere rejects the whole batch, including valid deltas before it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
+import json
 import os
 import time
 
@@ -310,6 +312,25 @@ async def test_an_unlisted_key_takes_no_place_in_the_replay_cache(node):
         async with node.session.post(node.url + path, data=body, headers=h) as resp:
             assert resp.status == 200, await resp.text()
             await resp.read()
+
+
+async def test_a_sync_request_names_each_head_once_and_a_bounded_number(node):
+    """QA: one signed sync request naming 1,250,000 heads (78.7 MB, under the body
+    limit) was decoded on the event loop for ~20 s, the node answering nothing else. It
+    is decoded on a worker thread now, a head named many times counts once, and more
+    distinct heads than the summary limit are refused (413) like a summary that is."""
+    service = node.app[SYNC_SERVICE]
+    service.limits = dataclasses.replace(service.limits, max_summary=1000)
+    path = f"/v1/datasets/{node.replica.dataset}/sync"
+    [head] = node.replica.heads()
+    same = json.dumps({"heads": [str(head)] * 5000, "summary": None}).encode()
+    h = sign_headers(node.peer, "POST", path, hashlib.sha256(same).hexdigest())
+    async with node.session.post(node.url + path, data=same, headers=h) as resp:
+        assert resp.status == 200, await resp.text()  # one head, which the server has
+        await resp.read()
+    others = [str(encode_fact(make_fact("h", [i]))[0]) for i in range(1001)]
+    many = json.dumps({"heads": others, "summary": None}).encode()
+    await expect_rejected(node, post(node, path, many), 413, "too_large")
 
 
 async def test_stale_request(node):
