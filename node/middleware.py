@@ -373,8 +373,15 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             detail = f"no route {request.path} (see /openapi.json)"
         elif exc.status == 413:
             declared = request.content_length
-            size = f"of {declared} bytes " if declared is not None else ""
-            detail = f"request body {size}exceeds {request.client_max_size} bytes (node.max_body)"
+            limit = f"{request.client_max_size} bytes (node.max_body)"
+            if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+                # the declared size is the compressed one, which may well be under the
+                # limit: "of 2087280 bytes exceeds 16777216 bytes" contradicted itself (QA)
+                sent = f" ({declared} bytes as sent)" if declared is not None else ""
+                detail = f"request body decompresses to more than {limit}{sent}"
+            else:
+                size = f"of {declared} bytes " if declared is not None else ""
+                detail = f"request body {size}exceeds {limit}"
         response = json_error(exc.status, exc.reason.lower(), detail)
         for name in ("Allow",):
             if name in exc.headers:

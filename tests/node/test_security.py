@@ -5,6 +5,7 @@ a client dying mid-sync not logged as a server error."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import socket
@@ -393,6 +394,21 @@ def test_errors_are_json_with_the_right_status(home: Path, node_factory) -> None
     big = json.dumps({"assert": "x(%s)." % ("1" * 10)} | {"pad": "y" * 10000}).encode()
     status, ctype, err = _call(node.url + "/v1/facts", "POST", node.token, big)
     assert status == 413 and ctype.startswith("application/json") and "4096" in err["detail"]
+    # gzip of that body is under the limit as sent and over it decompressed: said so,
+    # not "of 99 bytes exceeds 4096 bytes" (QA)
+    req = urllib.request.Request(
+        node.url + "/v1/facts", data=gzip.compress(big), method="POST"
+    )
+    req.add_header("Content-Encoding", "gzip")
+    req.add_header("Content-Type", "application/json")
+    req.add_header("Authorization", f"Bearer {node.token}")
+    try:
+        urllib.request.urlopen(req, timeout=10)
+        raise AssertionError("a body decompressing past node.max_body was taken")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 413
+        detail = json.loads(exc.read())["detail"]
+        assert "decompresses to more than 4096 bytes" in detail, detail
     status, _, err = _call(node.url + "/v1/facts", "POST", node.token, b"{not json")
     assert status == 400 and err["error"] == "bad input"
     status, _, err = _call(
