@@ -48,6 +48,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # MiB this process may grow to while an epoch evaluates (0 = half the memory)
         "eval_memory_mb": 0,
         "static_dir": "",  # folder served at / (an app page), "" = none
+        "max_live_queries": 256,  # live queries (/v1/subscribe) served at once
     },
     "store": {
         "backend": "sqlite",  # sqlite (default), ipfs (blocks on an IPFS daemon) or memory
@@ -76,6 +77,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 _RANGES: dict[str, tuple[float | None, float | None]] = {
     "node.port": (0, 65535),
     "node.max_body": (1024, None),
+    "node.max_live_queries": (1, None),
     "node.epoch_interval": (0.001, None),
     "node.outbox_interval": (0.001, None),
     "store.ipfs_timeout": (0.001, None),

@@ -261,6 +261,7 @@ def _paths() -> dict[str, Any]:
                     "200": _raw("text/event-stream", "Event stream"),
                     "400": BAD_INPUT,
                     "404": UNKNOWN_RELATION,
+                    "503": _err("busy: node.max_live_queries live queries already served"),
                 },
                 description=(
                     "First event `result` holds the whole current answer; then one `delta` "
@@ -286,6 +287,7 @@ def _paths() -> dict[str, Any]:
                     "200": _raw("text/event-stream", "Event stream"),
                     "400": BAD_INPUT,
                     "404": UNKNOWN_RELATION,
+                    "503": _err("busy: node.max_live_queries live queries already served"),
                 },
                 requestBody=_body("Query"),
             ),

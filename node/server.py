@@ -142,6 +142,7 @@ def build_app(
     app[middleware.IN_FLIGHT_KEY] = middleware.InFlight()
     app[h.BODY_DECODER_KEY] = h.BodyDecoder(body_worker)
     app[h.READ_POOL_KEY] = h.ReadPool()
+    app[h.LIVE_QUERIES_KEY] = h.LiveQueries(int(node.config.get("node.max_live_queries")))
     access: dict[tuple[str, str], str] = {}
     for route in ROUTES:
         _add(app, route.method, route.path, route.handler)

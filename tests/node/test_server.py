@@ -739,3 +739,50 @@ def test_a_lone_surrogate_in_datalog_text_is_named_at_its_line_and_column(
     result = Cli(home)("put", "-f", str(facts), ok=False)
     assert result.exit_code == 2, result.output
     assert result.output.strip() == f"Error: {facts}:1:4: not UTF-8 text (byte 0xed); save the file as UTF-8"
+
+
+def test_live_queries_past_the_limit_are_answered_busy(home: Path, node_factory) -> None:
+    """QA: 1,000 live queries that were never read grew a node from 275 MB to 632 MB and
+    made one write take 32 s: nothing bounded them. At most ``node.max_live_queries`` are
+    served at once; one more is answered 503 ``busy`` (JSON) at once, and a place freed
+    by a client leaving is taken again."""
+    import socket
+    from urllib.parse import urlsplit
+
+    Cli(home)("--set", "node.max_live_queries=2", "init")
+    node = node_factory(home).start()
+    node.request("POST", "/v1/facts", {"assert": "edge(1, 2)."})
+    where = urlsplit(node.url)
+
+    def open_live() -> tuple[socket.socket, bytes]:
+        """A live query's connection and the head of its answer."""
+        sock = socket.create_connection((where.hostname, where.port), timeout=10)
+        sock.sendall(
+            f"GET /v1/subscribe?q=edge(1,%20X) HTTP/1.1\r\nHost: {where.netloc}\r\n"
+            f"Authorization: Bearer {node.read_token}\r\n\r\n".encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(4096)
+        return sock, head
+
+    (first, head1), (second, head2) = open_live(), open_live()
+    try:
+        assert head1.startswith(b"HTTP/1.1 200") and head2.startswith(b"HTTP/1.1 200")
+        status, body = node.request("GET", "/v1/subscribe?q=edge(1,%20X)", token=node.read_token)
+        assert status == 503 and body["error"] == "busy", body
+        assert "node.max_live_queries" in body["detail"]
+        first.close()
+        deadline = time.monotonic() + 20
+        while True:  # the node notices the client left (within its check interval)
+            third, head3 = open_live()
+            third.close()
+            if head3.startswith(b"HTTP/1.1 200"):
+                break
+            assert time.monotonic() < deadline, head3
+            time.sleep(0.5)
+    finally:
+        first.close()
+        second.close()
+    status, _body = node.request("POST", "/v1/facts", {"assert": "edge(1, 3)."})
+    assert status == 200
