@@ -16,7 +16,7 @@ import pytest
 import merklog
 from merklog.store import Link, fact_cid, make_fact
 
-from .conftest import Cli
+from .conftest import Cli, answering
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "python-api.md"
@@ -972,30 +972,9 @@ def test_a_refusing_peer_raises_peer_refused_and_a_down_one_peer_unreachable(
 
     # A peer that answers 503 (its IPFS daemon is down: "store unavailable") cannot serve
     # now: worth retrying, as good as unreachable. It was a plain PeerError (exit 1).
-    import http.server
-    import threading
-
-    class Unavailable(http.server.BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = b'{"error": "store unavailable", "detail": "IPFS daemon not reachable"}'
-            self.send_response(503)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = _answer
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Unavailable)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        busy = asyncio.run(sync(f"http://127.0.0.1:{server.server_address[1]}"))
-    finally:
-        server.shutdown()
+    body = b'{"error": "store unavailable", "detail": "IPFS daemon not reachable"}'
+    with answering(503, "application/json", body) as url:
+        busy = asyncio.run(sync(url))
     assert isinstance(busy, PeerUnreachable) and busy.status == 503, repr(busy)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from merklog.node.failures import ExitCode
 
-from .conftest import Cli
+from .conftest import Cli, answering
 from .test_cli_errors import assert_fails, merklog
 
 
@@ -682,35 +682,11 @@ def test_status_shows_a_peers_words_as_written_not_as_markup(tmp_path: Path) -> 
     [link=http://evil.example]click[/link]`` made ``status`` print real bold red text,
     a blinking word and a clickable link to another site in its "last error" cell. A
     peer's words are now shown as written: markup as text, control characters escaped."""
-    import http.server
-    import threading
-
     body = b"[bold red]INJECT[/bold red] \x1b[5mBLINK\x1b[0m [link=http://evil.example]click[/link]"
-
-    class Evil(http.server.BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(500)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        do_GET = do_POST = _answer
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Evil)
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     home = tmp_path / "home"
     Cli(home)("init")
-    try:
+    with answering(500, "text/plain", body) as url:
         assert merklog(home, "sync", url).returncode != 0
-    finally:
-        server.shutdown()
-        server.server_close()
     shown = merklog(home, "status")
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout.replace("\n", "")

@@ -9,13 +9,20 @@ from pathlib import Path
 from .conftest import Cli
 
 
-def test_a_revoked_writer_is_told_it_was_revoked(tmp_path: Path, node_factory) -> None:
+def _joined_writer(tmp_path: Path, node_factory) -> tuple[Cli, object, Cli, str]:
+    """Owner home ``a`` (its node running), home ``b`` joined to it and granted as a
+    writer (as peer ``b``), and ``b``'s key."""
     a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
     a("init")
     na = node_factory(a.home).start()
     b("init", "--join", na.url, "--token", na.read_token)
     key = json.loads(b("status", "--json").output)["key"]
     a("peers", "add", "b", "http://127.0.0.1:9", "--writer", "--key", key)
+    return a, na, b, key
+
+
+def test_a_revoked_writer_is_told_it_was_revoked(tmp_path: Path, node_factory) -> None:
+    a, na, b, key = _joined_writer(tmp_path, node_factory)
     b("put", "x(1).", "x(1.0).", 'x("1").')  # syncs with the origin first: granted
     b("sync", "origin")
     status, body = na.request("DELETE", f"/v1/writers/{key}")  # revoke over HTTP
@@ -125,12 +132,7 @@ def test_a_writer_that_is_not_the_owner_granting_exits_1_not_7(
     "only the dataset owner grants or revokes writers" with exit 7, which means "this
     node's key is not (yet) a writer": it is one. The operation is refused: exit 1 on a
     stopped home and through its running node alike, and the home still writes."""
-    a, b = Cli(tmp_path / "a"), Cli(tmp_path / "b")
-    a("init")
-    na = node_factory(a.home).start()
-    b("init", "--join", na.url, "--token", na.read_token)
-    key_b = json.loads(b("status", "--json").output)["key"]
-    a("peers", "add", "b", "http://127.0.0.1:9", "--writer", "--key", key_b)
+    _a, _na, b, _key = _joined_writer(tmp_path, node_factory)
     b("put", "x(1).")  # syncs with the origin first: granted
     other = "cd" * 32
     stopped = b("writers", "grant", other, ok=False)
