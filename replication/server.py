@@ -52,6 +52,7 @@ from .errors import (
     TooLarge,
 )
 from .limits import (
+    MAX_PARENTS,
     RECEIVE_MAX_BLOCK_REQUEST,
     RECEIVE_MAX_BLOCK_REQUEST_BYTES,
     RECEIVE_MAX_BODY,
@@ -377,7 +378,8 @@ class SyncService:
             body.close()
         self.metrics["deltas_in"] += result.accepted
         self.metrics["push_requests"] += 1
-        self._served(signed.peer, "push", reader.roots)
+        pushed = await asyncio.to_thread(_known_roots, replica, reader.roots)
+        self._served(signed.peer, "push", pushed)
         heads = await asyncio.to_thread(self._heads_json, replica)
         return web.json_response({**result.to_json(), "heads": heads})
 
@@ -454,6 +456,14 @@ def make_sync_app(
     app.add_routes(routes)
     app[SYNC_SERVICE] = service
     return app
+
+
+def _known_roots(replica: Replica, roots: list[Link]) -> list[Link]:
+    """The roots of a pushed CAR recorded as the pushing peer's heads: each once, at most
+    ``MAX_PARENTS``, and only deltas the replica has (QA: a push naming 100,000 roots,
+    none of them deltas, had them all recorded for the peer's ``deltas_behind``)."""
+    firsts = list(dict.fromkeys(roots))[:MAX_PARENTS]
+    return [root for root in firsts if replica.has_delta(root)]
 
 
 def _sync_request(raw: bytes, max_heads: int) -> tuple[list[Link], Summary | None]:

@@ -402,6 +402,22 @@ async def test_dataset_not_in_peer_scope(node):
     await expect_rejected(node, push(node, blocks, ident=scoped), 403, "forbidden")
 
 
+async def test_a_push_records_only_roots_that_are_deltas_here(node):
+    """QA: a push may name any CAR roots (100,000 were taken), and all of them were
+    recorded as the pusher's heads for its ``deltas_behind``. Only roots that are deltas
+    of the replica are recorded, each once, at most ``MAX_PARENTS``."""
+    seen: list[tuple] = []
+    node.app[SYNC_SERVICE].on_served = lambda peer, kind, heads: seen.append((kind, heads))
+    blocks = delta_for(node, node.writer, assert_fact_ops([FACT]), facts=[FACT])
+    delta = blocks[-1][0]
+    junk = [Link.for_dag_cbor(b"\xa0" + bytes([i])) for i in range(50)]
+    roots = [*junk, delta, delta, blocks[0][0]]  # unknown CIDs, the delta twice, a fact
+    body = b"".join(iter_car(roots, blocks))
+    status, answer = await post(node, f"/v1/datasets/{node.replica.dataset}/push", body)
+    assert status == 200 and answer["accepted"] == 1, answer
+    assert seen == [("push", [delta])]
+
+
 async def test_unknown_dataset(node):
     other = Link.for_dag_cbor(b"\xa0nope")
     status, body = await post(node, f"/v1/datasets/{other}/sync", b'{"heads": []}')
