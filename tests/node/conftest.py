@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
@@ -210,13 +211,20 @@ class SilentServer:
             conn.close()
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A test server's request handler that logs nothing (``http.server`` writes a line
+    per request to stderr, which would land among the test's output)."""
+
+    def log_message(self, *args: object) -> None:
+        """Log nothing."""
+
+
 @contextmanager
 def answering(status: int, content_type: str, body: bytes) -> Iterator[str]:
     """A real HTTP server on 127.0.0.1 that answers every GET and POST with ``status``,
     ``content_type`` and ``body`` (a peer or node that misbehaves); yields its URL."""
-    import http.server
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _answer(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(status)
@@ -226,9 +234,6 @@ def answering(status: int, content_type: str, body: bytes) -> Iterator[str]:
             self.wfile.write(body)
 
         do_GET = do_POST = _answer
-
-        def log_message(self, *args: object) -> None:
-            pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

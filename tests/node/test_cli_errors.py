@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,10 +23,15 @@ from merklog.node.failures import ExitCode
 from .conftest import Cli, put_script
 
 
-def merklog(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def merklog(
+    home: Path, *args: str, timeout: float = 120, stdout: Any = None
+) -> subprocess.CompletedProcess:
+    """``merklog --home HOME ARGS`` as a process, its output captured; ``stdout``: where
+    its standard output goes instead (a full disk, a closed pipe)."""
     return subprocess.run(
         [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args],
-        capture_output=True,
+        stdout=subprocess.PIPE if stdout is None else stdout,
+        stderr=subprocess.PIPE,
         text=True,
         timeout=timeout,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
@@ -135,14 +141,7 @@ def test_a_closed_standard_output_ends_the_command_quietly(ready: Path, args) ->
     read, write = os.pipe()
     os.close(read)
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "merklog.node.cli", "--home", str(ready), *args],
-            stdout=write,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
+        result = merklog(ready, *args, timeout=60, stdout=write)
     finally:
         os.close(write)
     assert (result.returncode, result.stderr) == (141, ""), result

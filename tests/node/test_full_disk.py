@@ -26,6 +26,7 @@ from merklog.node.middleware import _FAILURE_STATUS
 
 from .conftest import Cli
 from .test_cli_errors import assert_fails
+from .test_cli_errors import merklog as output_to
 
 FAULTS = Path(__file__).parent / "diskfull"
 
@@ -303,14 +304,7 @@ def test_output_to_a_full_disk_is_one_line_and_exit_6(tmp_path: Path) -> None:
     Cli(home)("init")
     for args in (("status",), ("put", "out(1)."), ("query", "out(X)"), ("export", "-")):
         with open("/dev/full", "w") as full:
-            done = subprocess.run(
-                [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args],
-                stdout=full,
-                stderr=subprocess.PIPE,
-                text=True,
-                timeout=120,
-                stdin=subprocess.DEVNULL,
-            )
+            done = output_to(home, *args, stdout=full)
         assert done.returncode == ExitCode.DISK_FULL, (args, done.returncode, done.stderr)
         [line] = done.stderr.splitlines()
         assert line.startswith("Error: cannot write the output:"), line

@@ -19,7 +19,7 @@ import pytest
 
 from merklog.node.failures import ExitCode
 
-from .conftest import Cli, SilentServer
+from .conftest import Cli, QuietHandler, SilentServer
 
 
 def merklog(
@@ -340,7 +340,7 @@ def test_a_node_that_stops_mid_sync_is_named_with_what_to_do() -> None:
 
     from merklog.node.client import NodeAPIError, NodeClient
 
-    class Dying(http.server.BaseHTTPRequestHandler):
+    class Dying(QuietHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(200)
@@ -349,9 +349,6 @@ def test_a_node_that_stops_mid_sync_is_named_with_what_to_do() -> None:
             line = {"progress": {"direction": "pull", "bytes": 10, "deltas": 1}}
             self.wfile.write(json.dumps(line).encode() + b"\n")
             self.close_connection = True
-
-        def log_message(self, *args: object) -> None:
-            pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dying)
     url = f"http://127.0.0.1:{server.server_address[1]}"
