@@ -117,6 +117,24 @@ def _apply_blocks(node: Owner, blocks: Iterable[tuple[Link, bytes]]) -> dict[str
     return result
 
 
+def import_stream(
+    node: Owner, src: BinaryIO, progress: Callable[[int], None] | None = None
+) -> dict[str, int]:
+    """Verify and apply the CAR read from ``src``, all or nothing, up to the heads its
+    roots name (:func:`reaching`): what ``merklog import`` on a stopped home and ``POST
+    /v1/import`` both do. ``progress(blocks)`` every 1,000 blocks. The CAR's faults
+    raise :class:`CarFault`."""
+
+    def counted(blocks: Iterable[Block]) -> Iterable[Block]:
+        for i, block in enumerate(blocks, 1):
+            if progress is not None and i % 1000 == 0:
+                progress(i)
+            yield block
+
+    roots, blocks = read_import_car(src)
+    return _apply_blocks(node, reaching(roots, node.replica, counted(blocks)))
+
+
 def reaching(roots: list[Link], replica: Any, blocks: Iterable[Block]) -> Iterator[Block]:
     """``blocks``, then, once the last has been applied (inside the import's
     transaction, so that what it raises rolls the whole import back), a check that
@@ -164,16 +182,9 @@ def import_car(
     answers 400 with the same reason, so ``merklog import`` says the same on a stopped
     home and through a running node."""
 
-    def counted(blocks: Iterable[tuple[Link, bytes]]) -> Iterable[tuple[Link, bytes]]:
-        for i, block in enumerate(blocks, 1):
-            if progress is not None and i % 1000 == 0:
-                progress(i)
-            yield block
-
     with open(path, "rb") as src:
         try:
-            roots, blocks = read_import_car(src)
-            return _apply_blocks(node, reaching(roots, node.replica, counted(blocks)))
+            return import_stream(node, src, progress)
         except Exception as exc:
             reason = import_fault(exc)
             if reason is None:

@@ -982,7 +982,7 @@ async def import_car(request: web.Request) -> web.Response:
     thread in one transaction."""
     import tempfile
 
-    from .carfiles import CAR_SUBJECT, import_fault, reaching, read_import_car
+    from .carfiles import CAR_SUBJECT, import_fault
 
     node = request.app[NODE_KEY]
     spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
@@ -991,12 +991,8 @@ async def import_car(request: web.Request) -> web.Response:
             spool.write(chunk)
         spool.seek(0)
 
-        def apply() -> dict[str, int]:
-            roots, blocks = read_import_car(spool)
-            return node.import_blocks(reaching(roots, node.replica, blocks))
-
         try:
-            result = await asyncio.to_thread(apply)
+            result = await asyncio.to_thread(node.import_stream, spool)
         except (StoreError, ReplicationError) as exc:
             # The CAR's fault, said as a stopped home's import says it (the CLI puts the
             # file's name for "the CAR "); anything else as it was.

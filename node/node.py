@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from merklog.replication.identity import Identity
 from merklog.replication.messages import Inbox, Outbox
@@ -712,6 +712,14 @@ class Node:
         """Verify and apply blocks (all or nothing); the next epoch sees the new facts."""
         self._require_open()
         return carfiles.import_blocks(self, blocks)
+
+    def import_stream(
+        self, src: BinaryIO, progress: Callable[[int], None] | None = None
+    ) -> dict[str, int]:
+        """Verify and apply the CAR read from ``src`` (all or nothing, up to the heads its
+        roots name: :func:`.carfiles.import_stream`), as ``POST /v1/import`` does."""
+        self._require_open()
+        return carfiles.import_stream(self, src, progress)
 
     def import_car(
         self, path: str | Path, progress: Callable[[int], None] | None = None

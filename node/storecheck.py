@@ -14,8 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .failures import STORE_WAY_OUT as _WAY_OUT
-from .failures import Failure, KeyMissing, StoreDamaged
+from .failures import STORE_WAY_OUT, Failure, KeyMissing, StoreDamaged
 from .files import IDENTITY_FILE, RESTORE_MARKER
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -103,12 +102,12 @@ def check_store_file(cfg: Any) -> None:
         with open(path, "rb") as f:
             header = f.read(len(SQLITE_HEADER))
     except FileNotFoundError:
-        raise StoreDamaged(f"the store {path} is missing; {_WAY_OUT}") from None
+        raise StoreDamaged(f"the store {path} is missing; {STORE_WAY_OUT}") from None
     except IsADirectoryError:  # raised as is: "[Errno 21] Is a directory", exit 1
         raise StoreDamaged(
-            f"the store {path} is a directory, not a SQLite database; {_WAY_OUT}"
+            f"the store {path} is a directory, not a SQLite database; {STORE_WAY_OUT}"
         ) from None
     if size == 0:
-        raise StoreDamaged(f"the store {path} is empty (zero bytes); {_WAY_OUT}")
+        raise StoreDamaged(f"the store {path} is empty (zero bytes); {STORE_WAY_OUT}")
     if header != SQLITE_HEADER:
-        raise StoreDamaged(f"the store {path} is not a SQLite database; {_WAY_OUT}")
+        raise StoreDamaged(f"the store {path} is not a SQLite database; {STORE_WAY_OUT}")
