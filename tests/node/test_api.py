@@ -246,6 +246,21 @@ def test_json_fact_form_over_http_keeps_types(home: Path, node_factory) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(twice, timeout=30)
     assert refused.value.code == 400 and b"gives the key 'assert' twice" in refused.value.read()
+    # Inside a fact object too: the last "rel" or "bytes" was written, with a 200.
+    for body, key in (
+        (b'{"assert": [{"rel": "a1", "rel": "b1", "args": [1]}]}', b"'rel'"),
+        (b'{"assert": [{"rel": "a1", "args": [{"/": {"bytes": "AQ", "bytes": "Ag"}}]}]}', b"'bytes'"),
+        (b'{"assert": [{"rel": "a1", "args": [1], "args": [2]}]}', b"'args'"),
+    ):
+        nested = urllib.request.Request(node.url + "/v1/facts", data=body, method="POST")
+        nested.add_header("Authorization", f"Bearer {node.token}")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(nested, timeout=30)
+        answer = refused.value.read()
+        assert refused.value.code == 400 and b"gives the key " + key + b" twice" in answer, answer
+    for name in ("a1", "b1"):
+        status, err = node.request("GET", f"/v1/query?q={name}(X)")
+        assert status == 404, err  # nothing of them was written
     # A JSON number no double holds as written: 1e-400 was stored as 0.0 (beside a real
     # 0.0 in the same body), 1e+999 named as "float inf", 1e999 (no sign) "float inf is
     # not finite". All are refused by name now; NaN and Infinity, which Python's decoder
