@@ -100,3 +100,68 @@ def test_a_ticking_node_still_numbers_and_saves_every_epoch(tmp_path: Path) -> N
     last = asyncio.run(main())
     with merklog.open(home) as node:
         assert node.epoch >= last  # every epoch was saved, up to the stop
+
+
+def test_an_idle_pair_syncing_every_round_writes_nothing(tmp_path: Path) -> None:
+    """Two nodes that sync every 50 ms and have nothing new for each other: each round
+    rewrote the peer's heads (``repl_peer``) on both sides, ~32 KB of WAL per 5 s per
+    node with the checklist example's ``sync.interval = 5`` (QA). Heads already recorded
+    are not written again; a write still syncs, and then both stores change."""
+    import json
+    import subprocess
+    import sys
+    import tomllib
+
+    origin, device = tmp_path / "origin", tmp_path / "device"
+
+    def merklog_cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "merklog.node.cli", *args], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    async def synced(node: merklog.Node, rounds: int) -> None:
+        """Wait until ``node`` has synced with its peer ``rounds`` more times."""
+
+        def last() -> float | None:
+            return next(iter(node.status()["peers"]), {}).get("last_success")
+
+        seen, count = last(), 0
+        async with asyncio.timeout(WAIT):
+            while count < rounds:
+                await asyncio.sleep(0.01)
+                now = last()
+                if now != seen and now is not None:
+                    seen, count = now, count + 1
+
+    async def main() -> None:
+        async with merklog.open(origin) as node:
+            async with merklog.serve(node) as url:
+                node.assert_("item", 1, "milk")
+                await node.settled()
+                read = tomllib.loads((origin / "config.toml").read_text())["api"]["read_token"]
+                await asyncio.to_thread(
+                    merklog_cli, "--home", str(device), "init", "--join", url, "--token", read
+                )
+                shown = await asyncio.to_thread(
+                    merklog_cli, "--home", str(device), "status", "--json"
+                )
+                await asyncio.to_thread(
+                    merklog_cli, "--home", str(origin), "peers", "add", "device",
+                    "http://127.0.0.1:9", "--key", json.loads(shown)["key"],
+                )  # fmt: skip
+                async with merklog.open(device, settings={"sync.interval": 0.05}) as other:
+                    await synced(other, 3)  # the first pull is done and recorded
+                    assert other.query("item(I, T)").rows == [(1, "milk")]
+                    stores = [_Store(origin), _Store(device)]
+                    before = [store.now() for store in stores]
+                    await synced(other, 10)
+                    assert [store.now() for store in stores] == before, "an idle sync wrote"
+                    node.assert_("item", 2, "eggs")
+                    await node.settled()
+                    await synced(other, 3)
+                    assert other.query("item(2, T)").rows == [("eggs",)]
+                    assert [store.now()[0] for store in stores] != [v for v, _ in before]
+
+    asyncio.run(main())
