@@ -72,6 +72,9 @@ class UnknownRelation(Failure, NodeInputError):
     program has."""
 
     exit_code = ExitCode.NOT_FOUND
+    #: The relation named when no visible fact and no program has it at any arity
+    #: (None when it is known with other arities).
+    unseen: str | None = None
 
 
 class UnknownPeer(Failure, NodeInputError):

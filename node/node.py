@@ -51,7 +51,7 @@ from .config import Config, check_tokens, generated_tokens, peer_name_problem
 from .epoch import TICK_REL, EpochDriver, Sink
 from .epochview import EpochView
 from .errors import NodeInputError, NotSettled
-from .failures import ProgramFailing, UnknownPeer
+from .failures import ProgramFailing, UnknownPeer, UnknownRelation
 from .homeinit import IDENTITY_FILE as IDENTITY_FILE  # re-exported (commands, tests)
 from .homeinit import init_home as init_home  # re-exported: callers look here
 from .homeinit import initialise, lock_is_new
@@ -550,10 +550,11 @@ class Node:
         seconds, runs after, so that the next epoch publishes and the writes it takes
         are answered meanwhile (ADR 0210)."""
         self._require_open()
+        emptied = self._emptied(q)
         # The answer's rows have no cycles: no collection walks the EDB because of them.
         with gc_paused():
             with self.epochs.reading() as view:
-                self._require_known(q, view)
+                self._require_known(q, view, emptied=emptied)
                 engine = view.engine
                 inputs = queries.query_inputs(q, engine.relation, engine.relation_matching)
             columns, rows = querycheck.evaluate(partial(queries.answer, inputs=inputs), q)
@@ -577,7 +578,31 @@ class Node:
             self._require_known(q, view, live)
         return q
 
-    def _require_known(self, q: Any, view: EpochView, live: bool = False) -> None:
+    def _emptied(self, q: Any) -> frozenset[str]:
+        """The relations of ``q`` that no epoch shows a fact of but that the dataset has
+        had facts of (all retracted since): they answer no rows, not "unknown relation"
+        (an app's to-do list whose last item was deleted). Asked of the store outside the
+        epoch's read lock, and only for such relations: a query whose relations are all
+        known costs nothing more."""
+        emptied: set[str] = set()
+        while True:
+            try:
+                with self.epochs.reading() as view:
+                    self._require_known(q, view, emptied=emptied)
+                return frozenset(emptied)
+            except UnknownRelation as exc:
+                rel = exc.unseen
+                if rel is None or rel in emptied or not self.replica.ever_asserted(rel):
+                    raise
+                emptied.add(rel)
+
+    def _require_known(
+        self,
+        q: Any,
+        view: EpochView,
+        live: bool = False,
+        emptied: frozenset[str] | set[str] = frozenset(),
+    ) -> None:
         """Raise :class:`UnknownRelation` for a relation or arity not known here: an
         error, not "(0 rows)" or a live query that never answers. Known means the
         program's (that of ``view``, the last completed epoch), that epoch's stored
@@ -592,6 +617,7 @@ class Node:
             {TICK_REL: {1}} if self.config.get("node.tick") else None,
             new_relations=live,
             names=view.facts.relations,
+            emptied=emptied,
         )
 
     def subscribe(self, text: str, callback: Callback) -> Subscription:

@@ -10,7 +10,7 @@ written with ``...`` (any further arguments) matches every arity from its own up
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 from merklog.engine import ast
@@ -42,13 +42,17 @@ def require_known(
     *,
     new_relations: bool = False,
     names: Callable[[], Iterable[str]] | None = None,
+    emptied: Collection[str] = (),
 ) -> None:
     """Raise :class:`UnknownRelation` for the first atom of ``query`` whose relation and
     arity neither ``program``, ``data`` (the arities of the visible facts of a relation)
     nor ``extra`` has. ``new_relations``: a relation nothing has yet passes (a live query
     may wait for its first fact); one known with other arities does not. ``names()``: the
     relations the visible facts have, asked only for an unknown relation, to name the
-    closest known one (``did you mean gt?``) as the engine's own check does."""
+    closest known one (``did you mean gt?``) as the engine's own check does.
+    ``emptied``: relations with no visible fact that the data had once (every fact
+    retracted): known, at any arity, with no rows. The error for a relation nothing
+    has names it as :attr:`UnknownRelation.unseen`, for the caller to ask the store."""
     for lit in query:
         for atom, _polarity in ast.body_atoms(lit):
             rel, n, rest = atom.rel, len(atom.args), atom.rest
@@ -66,14 +70,16 @@ def require_known(
                     f"{where}unknown relation {rel}/{n}: {rel} exists here as {have} only;"
                     " check the query"
                 )
-            if new_relations:
+            if new_relations or rel in emptied:
                 continue
             known_names = {*program, *(extra or {}), *(names() if names is not None else ())}
             close = difflib.get_close_matches(rel, sorted(known_names), n=1)
-            raise UnknownRelation(
-                f"{where}unknown relation {rel}/{n}: no visible fact has it and the program"
+            error = UnknownRelation(
+                f"{where}unknown relation {rel}/{n}: no fact has it and the program"
                 " does not mention it" + (f" (did you mean {close[0]}?)" if close else "")
             )
+            error.unseen = rel
+            raise error
 
 
 class UnanswerableQuery(Failure, NodeInputError):

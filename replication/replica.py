@@ -222,6 +222,17 @@ class Replica(Acceptance, ORSet, Reconciliation):
         with self._lock:
             return self._clock_of(cid) is not None
 
+    def ever_asserted(self, rel: str) -> bool:
+        """Whether an accepted delta of this dataset asserted a fact of relation ``rel``
+        (visible now or not): two probes of the relation index (:mod:`.relindex`)."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM repl_rel_fact WHERE ds = ?1 AND rel = ?2)"
+                " OR EXISTS (SELECT 1 FROM repl_rel_range WHERE ds = ?1 AND rel = ?2)",
+                (self.ds, rel),
+            ).fetchone()
+        return bool(row[0])
+
     def _clock_of(self, cid: Link) -> int | None:
         row = self.conn.execute(
             "SELECT clock FROM repl_delta WHERE ds = ? AND cid = ?", (self.ds, cid.raw)

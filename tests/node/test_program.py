@@ -73,6 +73,36 @@ def test_a_query_of_an_unknown_relation_names_its_place_and_the_closest_one(
     assert far.exit_code == 3 and "did you mean" not in far.output
 
 
+def test_a_relation_whose_facts_were_all_retracted_answers_no_rows(
+    run: Cli, home: Path, node_factory
+) -> None:
+    """QA: once the last fact of a relation was retracted, ``query 'y(X)'`` and
+    ``v(X), !y(X)`` said "unknown relation y/1" (exit 3, HTTP 404): a to-do app broke
+    when its user deleted the last item. A relation the dataset has had facts of is
+    known, with no rows, on a stopped home, through a running node and after a
+    restart; one it never had stays unknown."""
+    run("init")
+    run("put", "v(1).", "v(2).", "y(1).", "z().")
+    run("retract", "y(1).", "z().")
+    assert _rows(run, "y(X)") == []
+    assert _rows(run, "z()") == []
+    assert _rows(run, "v(X), !y(X)") == [[1], [2]]
+    assert _rows(run, "y(X, Y)") == []  # its arities went with its facts
+    never = run("query", "w(X)", ok=False)
+    assert never.exit_code == 3 and "unknown relation w/1" in never.output
+    node = node_factory(home).start()
+    for q in ("y(X)", "v(X),%20!y(X)", "z()"):
+        status, body = node.request("GET", f"/v1/query?q={q}")
+        assert status == 200, body
+    assert body["rows"] == []
+    status, body = node.request("GET", "/v1/query?q=w(X)")
+    assert status == 404 and body["error"] == "unknown relation"
+    node.request("POST", "/v1/facts", {"assert": "u(1).", "retract": "v(1)."})
+    node.request("POST", "/v1/facts", {"retract": "u(1).", "assert": "v(1)."})
+    status, body = node.request("GET", "/v1/query?q=u(X)")  # emptied while it runs
+    assert status == 200 and body["rows"] == [], body
+
+
 def test_http_program_rejects_unchecked_program_with_400(home: Path, node_factory) -> None:
     run = Cli(home)
     run("init")
