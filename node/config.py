@@ -24,7 +24,7 @@ from typing import Any
 import tomli_w
 
 from .errors import NodeError, NodeInputError
-from .files import decode_utf8, tighten_secrets, write_private
+from .files import decode_utf8, tighten_home, write_private
 from .home import ENV_HOME as ENV_HOME  # re-exported: config is where callers look
 from .home import default_home as default_home
 from .peerurl import peer_url_problem
@@ -390,13 +390,13 @@ class Config:
         ``home=None`` (a memory node) reads no file. ``overrides_from`` names where the
         overrides came from in errors ("command line": ``--set``; "settings": the Python
         API's ``merklog.open(settings=...)``). Reading a home's file first makes
-        its secrets owner-only (:func:`~.files.tighten_secrets`): ``merklog token`` or
+        it and its secrets and store owner-only (:func:`~.files.tighten_home`): ``merklog token`` or
         ``peers list`` open nothing else of the home."""
         cfg = copy.deepcopy(DEFAULTS)
         cfg["peers"] = {}
         path = home / CONFIG_FILE if home is not None else None
         if path is not None and path.exists():
-            tighten_secrets(path.parent)
+            tighten_home(path.parent)
             try:
                 data = tomllib.loads(read_config_text(path))
             except tomllib.TOMLDecodeError as exc:

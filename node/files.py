@@ -31,6 +31,8 @@ IDENTITY_FILE = "identity.pem"
 RESTORE_MARKER = "restore.unfinished"
 #: The secrets at the top of a home: API tokens and the node's private key.
 SECRET_FILES = ("config.toml", IDENTITY_FILE)
+#: The default store in a home and SQLite's companions of it: every fact of the dataset.
+STORE_FILES = ("store.sqlite", "store.sqlite-wal", "store.sqlite-shm")
 
 
 def private_dir(path: Path) -> Path:
@@ -66,15 +68,17 @@ def _owner_only(path: Path) -> None:
         os.chmod(path, mode & ~0o077)
 
 
-def tighten_secrets(home: Path) -> None:
-    """Make the home's secret files (:data:`SECRET_FILES`) owner-only if they exist.
+def tighten_home(home: Path) -> None:
+    """Make the home directory and what it holds at the top owner-only: its secret files
+    (:data:`SECRET_FILES`) and the default store (:data:`STORE_FILES`), those that exist.
 
     Called whenever a command reads a home's config or takes its lock, so a home an older
     version (or a ``cp``, an unpack) left readable by others stops being so as soon as it
-    is used, like its directory and store. A file this user does not own is left as it
-    is (:func:`tighten` does not try): reading it is still possible, and refusing would
-    be no safer."""
-    for name in SECRET_FILES:
+    is used, whichever command uses it (``merklog token`` and ``peers list`` read nothing
+    but the config, QA). A file this user does not own is left as it is (:func:`tighten`
+    does not try): reading it is still possible, and refusing would be no safer."""
+    tighten(home)
+    for name in (*SECRET_FILES, *STORE_FILES):
         tighten(home / name)
 
 

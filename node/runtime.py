@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import NodeError
-from .files import private_dir, tighten_secrets, write_private
+from .files import private_dir, tighten_home, write_private
 
 LOCK_FILE = "node.lock"
 RUN_FILE = "node.json"
@@ -44,9 +44,9 @@ class HomeLock:
     @classmethod
     def try_acquire(cls, home: Path) -> HomeLock | None:
         """The lock if free, else None (never blocks). Tightens the home on the way: the
-        directory 0700, its secret files 0600 (:func:`~.files.tighten_secrets`)."""
+        directory 0700, its secret and store files 0600 (:func:`~.files.tighten_home`)."""
         private_dir(home)
-        tighten_secrets(home)
+        tighten_home(home)
         path = home / LOCK_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:

@@ -804,14 +804,18 @@ def test_openapi_lists_the_query_token_on_every_get_that_takes_a_token() -> None
 )
 def test_every_command_tightens_the_homes_secrets(home: Path, args: tuple[str, ...]) -> None:
     """Opening a home tightened its directory and store but left a world-readable
-    config.toml (API tokens) and identity.pem (private key) as they were."""
+    config.toml (API tokens) and identity.pem (private key) as they were; then ``token``
+    and ``peers list``, which read the config alone, left the home and the store (every
+    fact) readable by all (QA)."""
     run = Cli(home)
     run("init")
-    secrets = (home / "config.toml", home / "identity.pem")
-    for path in secrets:
+    files = (home / "config.toml", home / "identity.pem", home / "store.sqlite")
+    for path in files:
         path.chmod(0o644)
+    home.chmod(0o755)
     run(*args)
-    assert [_mode(path) for path in secrets] == [0o600, 0o600]
+    assert [_mode(path) for path in files] == [0o600, 0o600, 0o600]
+    assert _mode(home) == 0o700
 
 
 BAD_PEER_URLS = (
