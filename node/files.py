@@ -82,6 +82,18 @@ def tighten_home(home: Path) -> None:
         tighten(home / name)
 
 
+@contextmanager
+def owner_only_files() -> Iterator[None]:
+    """Run the block with the umask 077: what it creates (and the processes it starts
+    create) is owner-only whatever the user's umask, as an export of every fact must be.
+    For a command's own process only: the umask is the whole process's."""
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 def write_private(path: Path, data: bytes) -> None:
     """Replace ``path`` atomically (temp file + rename) with owner-only ``data``. A write
     or rename that fails (a full disk) leaves ``path`` as it was and no temporary file."""

@@ -28,6 +28,7 @@ import click
 
 from merklog.node.cli import State, pass_state
 from merklog.node.clipath import GivenPath
+from merklog.node.files import owner_only_files
 
 IDENTITY_FILE = "identity.pem"
 
@@ -490,9 +491,10 @@ def register(cli: click.Group) -> None:
                 "facts": bar.add_task("read facts", total=fact_count(replica), unit="blocks"),
                 "ops": bar.add_task("write", total=ops, unit="ops"),
             }
-            summary = export_replica(
-                replica, directory, progress=lambda stage, n: bar.advance(tasks[stage], n)
-            )
+            with owner_only_files():  # every fact of the dataset, as a CAR export is 0600
+                summary = export_replica(
+                    replica, directory, progress=lambda stage, n: bar.advance(tasks[stage], n)
+                )
         click.echo(json.dumps(summary, sort_keys=True))
         if summary.get("missing_deltas"):
             click.echo(

@@ -818,6 +818,24 @@ def test_every_command_tightens_the_homes_secrets(home: Path, args: tuple[str, .
     assert _mode(home) == 0o700
 
 
+def test_a_parquet_export_is_owner_only_whatever_the_umask(
+    home: Path, tmp_path: Path, loose_umask
+) -> None:
+    """QA: ``parquet export`` followed the umask (755 folders and 644 files at 022, 777
+    and 666 at 000) while the CAR export of the same facts is 0600."""
+    run = Cli(home)
+    run("init")
+    run("put", "edge(1, 2).", "name(1, \"a\").")
+    for umask in (0o022, 0o000):
+        os.umask(umask)
+        out = tmp_path / f"pq-{umask:o}"
+        run("parquet", "export", str(out))
+        made = [out, *out.rglob("*")]
+        assert any(p.suffix == ".parquet" for p in made)
+        assert {_mode(p) for p in made if p.is_dir()} == {0o700}
+        assert {_mode(p) for p in made if p.is_file()} == {0o600}
+
+
 BAD_PEER_URLS = (
     "http://127.0.0.1:99999",
     "http://[::1",
