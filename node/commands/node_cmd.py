@@ -81,6 +81,8 @@ def register(cli: click.Group) -> None:
             if do_init and not (state.home / CONFIG_FILE).exists():  # refused before it is made
                 check_tokens(wanted, generated_tokens())
                 refuse_unusable_store(wanted)
+            elif not do_init:  # not a home: said before the lock makes or changes anything
+                load_config(state.home, overrides)
             existed = state.home.exists()  # before the lock makes it
             lock_made = lock_is_new(state.home)
             try:

@@ -1210,3 +1210,22 @@ def test_an_empty_fact_file_is_nothing_to_do_like_one_of_comments(
     each()
     assert run("ls").output == ""
     assert run("put", ok=False).exit_code == 2
+
+
+def test_node_run_on_a_folder_that_is_no_home_creates_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """QA: ``node run`` on a mistyped home said "not a merklog home" (exit 1) after
+    making the folder with a node.lock in it, or turning an existing 0755 folder 0700
+    with a node.lock: a unit with a wrong MERKLOG_HOME left stray folders at each restart.
+    ``status``, ``token`` and the other commands created nothing there."""
+    ghost = tmp_path / "ghost"
+    result = merklog(ghost, "node", "run")
+    assert_fails(result, ExitCode.FAILED, f"{ghost} is not a merklog home")
+    assert not ghost.exists()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    folder.chmod(0o755)
+    result = merklog(folder, "node", "run")
+    assert_fails(result, ExitCode.FAILED, f"{folder} is not a merklog home")
+    assert list(folder.iterdir()) == [] and folder.stat().st_mode & 0o777 == 0o755
