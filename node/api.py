@@ -126,6 +126,9 @@ async def serve(node: Node, host: str = "127.0.0.1", port: int = 0) -> AsyncIter
             "serve a running node: use it inside `async with merklog.open(...) as node:`"
             " (a node opened with `with` or no block runs no epoch loop to answer writes)"
         )
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        # -1 and 70000 raised a bare OverflowError from bind()
+        raise ConfigError(f"cannot serve on port {port!r}: a port is an integer from 0 to 65535")
     try:
         serving = await start_serving(node, host, port, manage_node=False)
     except OSError as exc:

@@ -72,6 +72,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: The largest per-request timeout of a sync (a day): one request that may hang longer is
+#: a typo, and would hold the caller's sync that long. ``sync.timeout`` and the timeout
+#: one sync asks for (``Node.sync``, ``POST /v1/sync``) alike.
+MAX_SYNC_TIMEOUT = 86400.0
+
 #: The smallest and largest value of numeric options (inclusive; None: no bound). Every
 #: other number must be at least 0: no option means anything below it.
 _RANGES: dict[str, tuple[float | None, float | None]] = {
@@ -81,7 +86,7 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "node.epoch_interval": (0.001, None),
     "node.outbox_interval": (0.001, None),
     "store.ipfs_timeout": (0.001, None),
-    "sync.timeout": (0.001, None),
+    "sync.timeout": (0.001, MAX_SYNC_TIMEOUT),
 }
 
 #: Options that take one of a few words. ``memory`` is for the Python API only (a store
@@ -336,7 +341,15 @@ def _refuse_unknown_env(env: Mapping[str, str]) -> None:
                 )
 
 
-def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> None:
+def _set(
+    cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str, as_text: bool = False
+) -> None:
+    """Set option ``key`` of ``cfg`` to ``value`` once checked (ConfigError naming
+    ``where`` otherwise). ``as_text``: the value was given as text (the environment,
+    ``--set``) and read as a TOML literal where it looks like one, so a text option takes
+    it as text again (``--set node.program=2024.dl``); from config.toml or the Python
+    API's settings, a text option given a number or a bool is refused (``token = 5``
+    became the token "5")."""
     section, _, name = key.partition(".")
     if section == "peers":
         _check_peer(name, value, where)
@@ -357,7 +370,11 @@ def _set(cfg: dict[str, dict[str, Any]], key: str, value: Any, where: str) -> No
     elif isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: {key} must be an integer, got {value!r}")
+    elif isinstance(value, os.PathLike) and (section, name) in _PATHS:
+        value = os.fspath(value)  # the Python API's settings may give a Path
     elif not isinstance(value, str):
+        if not as_text:
+            raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
         value = str(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
         low, high = _RANGES.get(key, (0, None))
@@ -413,11 +430,11 @@ class Config:
                 key = f"{section}.{name}"
                 var = env_var(key)
                 if var in env:
-                    _set(cfg, key, _given_value(key, env[var]), var)
+                    _set(cfg, key, _given_value(key, env[var]), var, as_text=True)
                     _from_working_dir(cfg, key)
         for key, value in (overrides or {}).items():
             if value is not None:
-                _set(cfg, key, value, overrides_from)
+                _set(cfg, key, value, overrides_from, as_text=overrides_from == "command line")
                 _from_working_dir(cfg, key)
         return cls(home, cfg)
 

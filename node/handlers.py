@@ -826,7 +826,7 @@ def sync_timeout(value: Any) -> float | None:
     """The optional ``"timeout"`` of ``POST /v1/sync``: seconds per peer request for this
     sync instead of the node's ``sync.timeout`` (what ``merklog --set sync.timeout=N
     sync`` asks a running node for). None when absent; a value that is not a number
-    above 0 and at most :data:`~.peersync.MAX_SYNC_TIMEOUT` is bad input naming the
+    above 0 and at most :data:`~.config.MAX_SYNC_TIMEOUT` is bad input naming the
     field (:func:`.peersync.check_sync_timeout`)."""
     return check_sync_timeout(value, '"timeout"', json.dumps)
 

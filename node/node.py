@@ -387,8 +387,14 @@ class Node:
         worker thread. ``asserts`` and ``retracts`` are checked facts (from
         :meth:`coerce_facts` or ``facts_from_json``); ``encoded_asserts``, if given, is
         ``encode_facts(asserts)`` (a request encodes its facts on its decoding thread, so
-        the writes, which run one at a time, do not: ADR 0145)."""
+        the writes, which run one at a time, do not: ADR 0145). Anything else in them
+        (``(rel, args)`` pairs, Datalog text) is coerced as :meth:`write` coerces it, or
+        refused as bad input: a tuple raised a bare AttributeError."""
         self._require_open()  # a closed home's store raised sqlite3.ProgrammingError
+        if not _all_facts(asserts):
+            asserts, encoded_asserts = self.coerce_facts(asserts), None
+        if not _all_facts(retracts):
+            retracts = self.coerce_facts(retracts)
         return await self._group_commit.write(asserts, retracts, encoded_asserts)
 
     def assert_(self, *fact: Any) -> WriteResult:
@@ -792,6 +798,11 @@ class Node:
         synced ad hoc: last attempt, last success, last error, deltas behind."""
         self._require_open()
         return peersync.peer_status(self)
+
+
+def _all_facts(facts: Any) -> bool:
+    """Whether ``facts`` is a list of :class:`Fact` objects (one C-level type scan)."""
+    return isinstance(facts, list) and set(map(type, facts)) <= {Fact}
 
 
 def _typed_or_many(items: tuple[Any, ...], call: str) -> list[FactLike]:

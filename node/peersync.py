@@ -27,7 +27,7 @@ from merklog.replication.auth import AllowList
 from merklog.replication.errors import PeerError, PeerUnreachable, ReplicationError
 from merklog.store import Error as MerklogError
 
-from .config import CONFIG_FILE, Config, ConfigError
+from .config import CONFIG_FILE, MAX_SYNC_TIMEOUT, Config, ConfigError
 from .errors import NodeInputError
 from .failures import Failure, local_failure
 from .files import write_private
@@ -141,12 +141,6 @@ def save_history(
         write_private(home / STATE_FILE, json.dumps(data, sort_keys=True).encode())
     except OSError as exc:
         log.log(level, "could not save %s: %s", home / STATE_FILE, exc)
-
-
-#: The largest per-request timeout one sync may ask for (a day), from ``Node.sync`` or
-#: ``POST /v1/sync``: one sync request that may hang longer is a typo, and would hold
-#: the caller's sync that long.
-MAX_SYNC_TIMEOUT = 86400.0
 
 
 def check_sync_timeout(

@@ -303,6 +303,45 @@ def test_config_precedence_env_and_set(run, home: Path, monkeypatch) -> None:
     assert run("--set", "nonsense", "status", ok=False).exit_code != 0
 
 
+def test_a_text_option_given_a_number_and_an_over_long_sync_timeout_are_refused(
+    run, home: Path, monkeypatch
+) -> None:
+    """QA: ``token = 5`` in config.toml started the node with the write token "5" (and
+    ``1e3`` the token "1000.0"), where every other wrong type is refused; and
+    ``sync.timeout = 100000`` was taken, though every sync through a running node then
+    refused it. Both are one line naming the option, before anything starts. From the
+    environment and ``--set`` a text option still takes a number as its text."""
+    from merklog.node.config import Config, ConfigError
+
+    run("init")
+    config = home / "config.toml"
+    good = config.read_text()
+    for line, said in (
+        ("[api]\ntoken = 5", "api.token must be a string, got 5"),
+        ("[node]\nprogram = 1e3", "node.program must be a string, got 1000.0"),
+        ("[sync]\ntimeout = 100000", "sync.timeout must be from 0.001 to 86400.0"),
+    ):
+        section, _, setting = line.partition("\n")
+        name = setting.split(" =")[0]
+        text = good.replace(f"[{section[1:-1]}]\n", f"{line}\n", 1)
+        text = "\n".join(  # the old line of the same option goes
+            ln for ln in text.splitlines() if not ln.startswith(f"{name} = ") or ln == setting
+        )
+        config.write_text(text + "\n")
+        result = run("status", ok=False)
+        assert result.exit_code == 2 and said in result.output, result.output
+        with pytest.raises(ConfigError, match=said):
+            Config.load(home)
+    config.write_text(good)
+    result = run("--set", "sync.timeout=86401", "status", ok=False)
+    assert result.exit_code == 2 and "sync.timeout must be from 0.001 to 86400.0" in result.output
+    monkeypatch.setenv("MERKLOG_NODE_PROGRAM", "2024")
+    assert Config.load(home).get("node.program") == "2024"
+    assert Config.load(home, {"node.program": 7}).get("node.program") == "7"
+    with pytest.raises(ConfigError, match="node.program must be a string"):
+        Config.load(home, {"node.program": 7}, overrides_from="settings")
+
+
 def test_load_program_derives_and_bad_program_changes_nothing(
     run, home: Path, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ import pytest
 import merklog
 from merklog.node.errors import NodeInputError
 from merklog.node.runtime import running_node_url
+from merklog.store import Fact
 
 
 def _refused_url() -> str:
@@ -332,3 +333,28 @@ def test_the_settings_a_home_is_created_with_are_saved_as_init_saves_them(tmp_pa
         with pytest.raises(merklog.Error, match="not reachable"):
             merklog.open(made, settings=down)
         assert not made.exists() if made.name == "new" else not any(made.iterdir())
+
+
+def test_write_async_takes_what_write_takes_and_serve_refuses_a_bad_port(tmp_path) -> None:
+    """QA: ``write_async([("e", (1,))], [])`` raised a bare AttributeError, and
+    ``serve(node, port=-1)`` a bare OverflowError from bind(), where the docs promise
+    ``merklog.Error``. Pairs and Datalog text are coerced as ``write`` coerces them;
+    what no fact is, and a port out of range, are ``merklog.Error``."""
+
+    async def main() -> None:
+        async with merklog.open(tmp_path / "h") as node:
+            await node.write_async([("e", (1,)), "e(1.0).", Fact("e", (True,))], [])
+            await node.settled()
+            assert sorted(map(repr, node.query("e(X)").rows)) == ["(1,)", "(1.0,)", "(True,)"]
+            await node.write_async([], ["e(1.0)."])
+            await node.settled()
+            assert len(node.query("e(X)").rows) == 2
+            for bad in ([("e", (None,))], [42], "e(1).", [("e",)]):
+                with pytest.raises(merklog.Error):
+                    await node.write_async(bad, [])
+            for port in (-1, 70000, True, "x"):
+                with pytest.raises(merklog.Error, match="port"):
+                    async with merklog.serve(node, port=port):
+                        raise AssertionError("served")
+
+    asyncio.run(main())
