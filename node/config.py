@@ -240,9 +240,19 @@ def _check_choice(key: str, value: Any, where: str) -> None:
     for ``dataset.id`` a CID (or "" before init). Checked here so a bad one is refused
     before a home is created, not after ``init_home`` wrote it (``Node.open``)."""
     if key in _CHOICES and value not in _CHOICES[key]:
-        raise ConfigError(
-            f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, got {value!r}"
-        )
+        words = ", ".join(_CHOICES[key])
+        if key == "store.backend":  # memory is never a home's store (the CLI refuses it)
+            words = "sqlite or ipfs (memory: a Python API memory node only)"
+        raise ConfigError(f"{where}: {key} must be one of {words}, got {value!r}")
+    if key == "store.ipfs_api" and value != DEFAULTS["store"]["ipfs_api"]:
+        # checked whatever the backend, as init saves it (the module costs ~0.2 s to import:
+        # only for a value that is not the default)
+        from merklog.store.ipfs import BadAPIAddress, api_multiaddr
+
+        try:
+            api_multiaddr(value)
+        except BadAPIAddress as exc:
+            raise ConfigError(f"{exc} ({where}: store.ipfs_api)") from None
     if key == "api.cors_origins":
         cors_origins(value, where)
     if key == "node.host" and not is_host(value):

@@ -335,6 +335,15 @@ def test_a_text_option_given_a_number_and_an_over_long_sync_timeout_are_refused(
     config.write_text(good)
     result = run("--set", "sync.timeout=86401", "status", ok=False)
     assert result.exit_code == 2 and "sync.timeout must be from 0.001 to 86400.0" in result.output
+    # QA: a SQLite home took and saved any store.ipfs_api, checked only on an IPFS home
+    for addr in ("/udp/1", "http://127.0.0.1:99999"):
+        result = run("--set", f"store.ipfs_api={addr}", "status", ok=False)
+        assert result.exit_code == 2 and "not an IPFS API address" in result.output
+        assert "(command line: store.ipfs_api)" in result.output
+    result = run("--set", "store.backend=foo", "status", ok=False)
+    assert "must be one of sqlite or ipfs (memory: a Python API memory node only)" in (
+        result.output
+    )
     monkeypatch.setenv("MERKLOG_NODE_PROGRAM", "2024")
     assert Config.load(home).get("node.program") == "2024"
     assert Config.load(home, {"node.program": 7}).get("node.program") == "7"
