@@ -284,8 +284,16 @@ def forget_history(node: Any, url: str) -> bool:
     """``Node.forget_peer_history``: drop the sync history of ``url`` (a URL synced ad
     hoc, or a removed peer's) so ``status`` no longer lists it; saved to the home. False
     if there was none. The replica's record of the peer's heads stays: it only sizes the
-    next sync's summary, should that URL be synced again."""
+    next sync's summary, should that URL be synced again. A URL of a configured peer is
+    refused (NodeInputError): its history would come back at its next sync, and the CLI
+    refuses it the same way (remove the peer by name)."""
     url = url.rstrip("/")
+    named = sorted(n for n, p in current_peers(node.config).items() if peer_entry_url(p) == url)
+    if named:
+        raise NodeInputError(
+            f"{url} is peer {', '.join(named)}: remove it by name"
+            f" (`merklog peers remove {named[0]}`), which forgets its sync history too"
+        )
     if node.peer_sync.pop(url, None) is None:
         return False
     save_history(node.home, node.peer_sync)
@@ -433,6 +441,12 @@ def peer_urls(config: Config) -> dict[str, str]:
         if isinstance(url, str) and url:
             out[name] = url.rstrip("/")
     return out
+
+
+def peer_entry_url(peer: object) -> str:
+    """A ``[peers]`` entry's URL without a trailing slash ("" if it has none)."""
+    url = peer.get("url") if isinstance(peer, dict) else peer
+    return url.rstrip("/") if isinstance(url, str) else ""
 
 
 def resolve_peer(config: Config, name_or_url: str) -> str:

@@ -20,12 +20,6 @@ def _config(state: State):
         fail(str(exc))
 
 
-def _url_of(peer: object) -> str:
-    """A ``[peers]`` entry's URL without a trailing slash ("" if it has none)."""
-    url = peer.get("url") if isinstance(peer, dict) else peer
-    return url.rstrip("/") if isinstance(url, str) else ""
-
-
 def _key_from_status(url: str, info: object, dataset: object) -> str:
     """The public key (hex) in peer ``url``'s ``GET /v1/status`` answer ``info``.
 
@@ -226,12 +220,13 @@ def register(cli: click.Group) -> None:
         `status` stops listing it."""
         from merklog.node.cliutil import fail, guard
         from merklog.node.failures import ExitCode
+        from merklog.node.peersync import peer_entry_url
         from merklog.node.target import forget_sync_history
 
         cfg = _config(state)
         if "://" in name:
             url = name.rstrip("/")
-            named = sorted(n for n, p in cfg.peers.items() if _url_of(p) == url)
+            named = sorted(n for n, p in cfg.peers.items() if peer_entry_url(p) == url)
             if named:
                 fail(
                     f"{url} is peer {', '.join(named)}: remove it by name"
@@ -250,8 +245,8 @@ def register(cli: click.Group) -> None:
                 fail(problem, ExitCode.BAD_INPUT)
             known = ", ".join(sorted(cfg.peers)) or "none"
             fail(f"unknown peer {name!r} (known: {known})", ExitCode.NOT_FOUND)
-        url = _url_of(cfg.peers.pop(name))
+        url = peer_entry_url(cfg.peers.pop(name))
         cfg.save()
         click.echo(f"removed peer {name}")
-        if url and all(_url_of(p) != url for p in cfg.peers.values()):
+        if url and all(peer_entry_url(p) != url for p in cfg.peers.values()):
             guard(lambda: forget_sync_history(state.home, cfg, url))

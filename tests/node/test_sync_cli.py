@@ -299,6 +299,14 @@ def test_peers_remove_forgets_an_ad_hoc_url_and_a_removed_peers_history(
     assert _peer_urls(b.home) == [a_url]
     status, body = nb.request("DELETE", "/v1/sync/history")
     assert status == 400 and body["error"] == "bad input" and '"url"' in body["detail"], body
+    # QA: the CLI refused a peer's URL, HTTP forgot it (its history came back at the
+    # next sync); both refuse it now
+    b("peers", "add", "origin", na.url, "--token", na.read_token)
+    status, body = nb.request("DELETE", f"/v1/sync/history?url={na.url}")
+    assert status == 400 and "is peer origin: remove it by name" in body["detail"], body
+    assert set(_peer_urls(b.home)) == {a_url}
+    assert merklog(b.home, "peers", "remove", "origin").returncode == 0  # by name: forgotten
+    assert _peer_urls(b.home) == []
     nb.request("POST", "/v1/sync", {"url": na.url})  # the node saves its history again
     nb.stop()
     assert _peer_urls(b.home) == [a_url]  # and the forgotten URL stays forgotten
