@@ -765,13 +765,24 @@ async def _write(
     except ReplicationError as exc:  # e.g. this key is not (yet) a writer
         raise ApiError(403, "refused", str(exc)) from None
     # read-your-writes: the answer comes after the epoch that saw it. The write is durable
-    # even when that epoch failed (the epoch loop logs why): it is answered as written.
-    with suppress(NotSettled):
-        await node.settled()
+    # even when that epoch failed (the epoch loop logs why): it is answered as written,
+    # saying why it was not evaluated. While the program fails no epoch would show it:
+    # the answer does not wait for one (QA: each write took the failing recursion's
+    # 6-10 s).
+    failing = node.epochs.start_failure or node.epochs.last_error
+    unsettled = f"the writes are stored, but {failing}" if failing else None
+    if not failing:
+        try:
+            await node.settled()
+        except NotSettled as exc:
+            unsettled = str(exc)
     # Rendered and serialised with the GC paused: the per-fact dicts die before it
     # resumes, so no collection walks them (and none is triggered by them) per request.
     with gc_paused():
-        return web.json_response(result.to_json(answer))
+        body = result.to_json(answer)
+        if unsettled:
+            body["not_evaluated"] = unsettled
+        return web.json_response(body)
 
 
 async def load_program(request: web.Request) -> web.Response:

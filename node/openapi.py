@@ -516,6 +516,12 @@ def _schemas() -> dict[str, Any]:
                 "retracted": {"type": "array", "items": fact_or_cid},
                 "delta": {"type": ["string", "null"]},
                 "not_visible": {"type": "array", "items": fact_ref},
+                "not_evaluated": {
+                    "type": "string",
+                    "description": "Only when no epoch evaluated the write: why (the loaded"
+                    " program is failing, or no epoch came within 10 s). The write is"
+                    " stored all the same; queries answer the last good epoch.",
+                },
             },
         },
         "FactRef": {

@@ -638,7 +638,9 @@ def _write_chunks(
         return t.write_facts([], chunk, CIDS) if retract else t.write_facts(chunk, [], CIDS)
 
     missing: list[dict] = []
+    unevaluated = None
     for (chunk, _lines, done), result in pipelined(write, parts, writers):
+        unevaluated = result.get("not_evaluated") or unevaluated
         gone = {item["cid"] for item in result.get("not_visible") or []}
         missing.extend(result.get("not_visible") or [])
         if quiet:
@@ -648,6 +650,8 @@ def _write_chunks(
         if text:
             click.echo(text)
         bar.advance(task, len(chunk) + len(done))
+    if unevaluated:  # stored all the same: a note, not a failure
+        click.echo(f"note: {unevaluated}", err=True)
     return missing
 
 

@@ -1181,3 +1181,44 @@ def test_a_bad_relation_name_is_refused_naming_the_character(name: str, says: st
         node.assert_(name, 1)
     assert str(refused.value).startswith(f"relation name {name!r} ")
     assert str(refused.value).endswith(says), str(refused.value)
+
+
+def test_a_write_while_the_program_fails_is_answered_at_once_saying_so(
+    tmp_path: Path, low_limit
+) -> None:
+    """QA: while the loaded program failed (a recursion without fixpoint), every write
+    waited for an epoch that ran the failing recursion again (6-10 s) and its 200 did
+    not say the write was not evaluated. The answer now says why (``not_evaluated``)
+    and does not wait for an epoch while the program fails; once a retraction fixes it,
+    writes are evaluated (and answered after their epoch) again."""
+    import asyncio
+    import tomllib
+
+    import aiohttp
+
+    async def main() -> None:
+        async with merklog.open(tmp_path / "h") as node, merklog.serve(node) as url:
+            token = tomllib.loads((tmp_path / "h" / "config.toml").read_text())["api"]["token"]
+            auth = {"Authorization": f"Bearer {token}"}
+            async with aiohttp.ClientSession(headers=auth) as http:
+
+                async def write(body: dict) -> dict:
+                    async with http.post(f"{url}/v1/facts", json=body) as resp:
+                        assert resp.status == 200, await resp.text()
+                        return await resp.json()
+
+                assert "not_evaluated" not in await write({"assert": "o(1)."})
+                node.load_program("n(X + 1) :- n(X).\n")
+                first = await write({"assert": "n(0)."})  # its epoch fails
+                assert "the epoch that evaluates them failed" in first["not_evaluated"]
+                assert node.status()["program_error"]
+                second = await write({"assert": "o(2)."})  # answered without an epoch
+                assert second["not_evaluated"].startswith("the writes are stored, but")
+                await write({"retract": "n(0)."})
+                async with asyncio.timeout(30):
+                    while node.status()["program_error"]:
+                        await asyncio.sleep(0.05)
+                assert "not_evaluated" not in await write({"assert": "o(3)."})
+                assert node.query("o(X)").rows == [(1,), (2,), (3,)]
+
+    asyncio.run(main())
