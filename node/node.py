@@ -16,6 +16,7 @@ the HTTP server in :mod:`.server`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -133,6 +134,10 @@ class Node:
         self.peer_sync: dict[str, PeerSync] = load_history(self.home)
         #: One sync per peer URL at a time (:func:`.peersync.sync_node`).
         self.sync_turns = peersync.SyncTurns()
+        #: The syncs :meth:`sync` runs for its callers (an app's, a ``POST /v1/sync``):
+        #: stopped by :meth:`stop`, as the node's own background syncs are.
+        self._syncs: set[asyncio.Task] = set()
+        self._syncs_stopped = False
         self.tasks = BackgroundTasks(self)
         self.url: str | None = None
         #: Group commit of ``write_async`` (its queue of waiting requests).
@@ -281,6 +286,7 @@ class Node:
         start-up finds incremental state ready."""
         self._require_open()
         self.epochs.stopping.clear()  # a stop before this one no longer applies
+        self._syncs_stopped = False
         try:
             self.epochs.ready()  # the stored facts and the program's state before serving
         except ProgramFailing:  # the program fails on them: serve, so it can be fixed
@@ -299,7 +305,16 @@ class Node:
             self.tasks.tasks.append(task)  # stopped and cancelled with the others
 
     async def stop(self, timeout: float = 2.0) -> None:
-        """Stop the background tasks within about ``timeout`` seconds (see :mod:`.tasks`)."""
+        """Stop the background tasks within about ``timeout`` seconds (see :mod:`.tasks`),
+        and the syncs callers started with :meth:`sync`, which raise "this node is
+        closed" (an app's sync with a peer that never answered kept its socket open for
+        ``sync.timeout`` after ``async with`` ended, QA)."""
+        self._syncs_stopped = True
+        running = [task for task in self._syncs if not task.done()]
+        for task in running:
+            task.cancel()
+        if running:  # each records itself as interrupted, in the store still open
+            await asyncio.wait(running, timeout=timeout)
         await self.tasks.stop(timeout)
 
     def peer_urls(self) -> dict[str, str]:
@@ -677,7 +692,16 @@ class Node:
         if progress is not None and not callable(progress):
             raise NodeInputError(f"progress: expected a callable, got {type(progress).__name__}")
         timeout = peersync.check_sync_timeout(timeout)
-        return await peersync.sync_node(self, self.peer_url(url), progress, timeout)
+        run = asyncio.ensure_future(peersync.sync_node(self, self.peer_url(url), progress, timeout))
+        self._syncs.add(run)
+        run.add_done_callback(self._syncs.discard)
+        try:
+            return await run
+        except asyncio.CancelledError:
+            caller = asyncio.current_task()
+            if run.cancelled() and self._syncs_stopped and not (caller and caller.cancelling()):
+                raise NodeInputError(CLOSED) from None  # stopped by stop(), not the caller
+            raise
 
     def forget_peer_history(self, url: str) -> bool:
         """Forget the sync history of ``url`` (:func:`.peersync.forget_history`): what
