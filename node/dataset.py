@@ -105,14 +105,25 @@ def join_dataset(store: BlockStore, identity: Identity, dataset: Link, genesis: 
 
 class AtomicApply:
     """A replica whose ``apply_blocks`` runs through ``run(fn, *args)`` (the node uses it
-    to hand all visible changes of one applied batch to the same epoch)."""
+    to hand all visible changes of one applied batch to the same epoch), and tells
+    ``accepted(n)`` how many deltas each applied batch accepted: every replicated delta,
+    pulled or pushed to us, is counted where it is applied."""
 
-    def __init__(self, replica: Replica, run: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        replica: Replica,
+        run: Callable[..., Any],
+        accepted: Callable[[int], None] | None = None,
+    ) -> None:
         self._replica = replica
         self._run = run
+        self._accepted = accepted
 
     def apply_blocks(self, *args: Any, **kw: Any) -> Any:
-        return self._run(lambda: self._replica.apply_blocks(*args, **kw))
+        result = self._run(lambda: self._replica.apply_blocks(*args, **kw))
+        if self._accepted is not None and result.accepted:
+            self._accepted(result.accepted)
+        return result
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._replica, name)

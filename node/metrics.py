@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["CONTENT_TYPE_LATEST", "NodeMetrics"]
+from merklog.replication.metrics import Metrics as SyncServerCounts
+
+__all__ = ["CONTENT_TYPE_LATEST", "NodeMetrics", "ServedSyncCounts"]
 
 
 class NodeMetrics:
@@ -14,7 +18,12 @@ class NodeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.epochs = Counter("merklog_epochs", "Epochs evaluated", registry=r)
+        self.epochs = Counter(
+            "merklog_epochs",
+            "Epoch evaluations run, idle ones included (the node's epoch number counts only"
+            " those that changed something)",
+            registry=r,
+        )
         self.epoch_seconds = Histogram(
             "merklog_epoch_seconds",
             "Wall time of one epoch",
@@ -24,11 +33,18 @@ class NodeMetrics:
         self.facts = Gauge("merklog_facts", "Visible facts in the replica", registry=r)
         self.derived = Gauge("merklog_derived_facts", "Facts derived by the program", registry=r)
         self.deltas = Counter(
-            "merklog_deltas", "Signed deltas accepted (local and replicated)", registry=r
+            "merklog_deltas",
+            "Signed deltas accepted: written here (grants and revokes included), pulled,"
+            " pushed to this node, imported",
+            registry=r,
         )
         self.writes = Counter("merklog_writes", "Facts asserted or retracted locally", registry=r)
         self.sync_bytes = Counter(
-            "merklog_sync_bytes", "Bytes of CAR data moved by sync", ["direction"], registry=r
+            "merklog_sync_bytes",
+            "Bytes of CAR data moved by sync, in syncs this node started and in those it"
+            " answered (pushes and block requests included)",
+            ["direction"],
+            registry=r,
         )
         self.rejected = Counter(
             "merklog_rejected_inputs", "Inputs rejected (bad syntax, values, blocks)", registry=r
@@ -62,3 +78,23 @@ class NodeMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ServedSyncCounts(SyncServerCounts):
+    """The sync server's own counters (:class:`merklog.replication.metrics.Metrics`), whose
+    bytes in and out also count in ``merklog_sync_bytes_total``: a node that only answers
+    syncs (a hub) showed almost none of what it served."""
+
+    #: Server counter → ``direction`` label of ``merklog_sync_bytes_total``.
+    DIRECTIONS = {"bytes_in": "in", "bytes_out": "out"}
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        super().__init__()
+        self._node_metrics = metrics
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        grown = value - self.get(key, 0)
+        super().__setitem__(key, value)
+        direction = self.DIRECTIONS.get(key)
+        if direction is not None and grown > 0:
+            self._node_metrics.sync_bytes.labels(direction).inc(grown)

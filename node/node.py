@@ -789,6 +789,8 @@ class Node:
         """Let the Ed25519 public key ``key_hex`` write to this dataset (owner only)."""
         self._require_open()
         cid = grants.grant(self.replica, key_hex)
+        if cid is not None:
+            self.metrics.deltas.inc()
         self.wake()
         return cid
 
@@ -798,6 +800,8 @@ class Node:
         every replica that has seen the revoke."""
         self._require_open()
         cid = grants.revoke(self.replica, key_hex)
+        if cid is not None:
+            self.metrics.deltas.inc()
         self.wake()
         return cid
 
@@ -805,7 +809,7 @@ class Node:
     def served_replica(self) -> Any:
         """The replica as handed to sync (server routes and client): applying a batch of
         replicated deltas is one step for the epoch loop."""
-        return dataset_mod.AtomicApply(self.replica, self.atomically)
+        return dataset_mod.AtomicApply(self.replica, self.atomically, self.metrics.deltas.inc)
 
     def heads(self) -> list[Link]:
         self._require_open()

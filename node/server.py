@@ -86,10 +86,13 @@ def peer_routes(node: Node) -> tuple[web.Application, list[web.RouteDef]]:
     """
     from merklog.replication.server import sync_routes
 
+    from .metrics import ServedSyncCounts
+
     routes, _service = sync_routes(
         {node.replica.dataset: node.served_replica},
         config_allow_list(node.config),
         inbox=node.inbox,
+        metrics=ServedSyncCounts(node.metrics),
         on_served=partial(record_incoming, node),
     )
     sync = web.Application()

@@ -113,6 +113,8 @@ def aborted_on_failure(request: web.Request) -> Iterator[None]:
         if transport is not None:
             transport.close()
         raise
+
+
 #: ``on_served(peer_key, kind, heads)``: a peer's sync request was served ("pull" or
 #: "push"); ``heads``: the peer's heads as far as this server can tell (module docstring).
 ServedHook = Callable[[bytes, str, list[Link]], None]
@@ -265,7 +267,9 @@ class SyncService:
         resp = web.StreamResponse(headers=headers)
         await resp.prepare(request)
         with aborted_on_failure(request):
-            return await self._send_deltas(request, resp, replica, signed, deltas, heads, roots, deflate)
+            return await self._send_deltas(
+                request, resp, replica, signed, deltas, heads, roots, deflate
+            )
 
     async def _send_deltas(
         self,
@@ -437,7 +441,12 @@ def sync_routes(
     """Route definitions for ``app.add_routes(...)`` plus the service (metrics, limits);
     ``on_served`` see the module docstring."""
     service = SyncService(
-        replicas, allow, inbox, limits or Limits(), metrics or Metrics(), on_served=on_served
+        replicas,
+        allow,
+        inbox,
+        limits or Limits(),
+        metrics if metrics is not None else Metrics(),  # an empty Counter is falsy
+        on_served=on_served,
     )
     return service.routes(), service
 
@@ -481,18 +490,16 @@ def _sync_request(raw: bytes, max_heads: int) -> tuple[list[Link], Summary | Non
         raise MalformedBlock(f"{shape}, got a JSON {type(obj).__name__}")
     heads = obj.get("heads")
     if not isinstance(heads, list) or not all(isinstance(h, str) for h in heads):
-        raise MalformedBlock(f"{shape}: \"heads\" must be a list of CID strings")
+        raise MalformedBlock(f'{shape}: "heads" must be a list of CID strings')
     heads = list(dict.fromkeys(heads))  # a head named twice is one head
     if len(heads) > max_heads:
         raise TooLarge(f"sync request names {len(heads)} heads, over the limit of {max_heads}")
     try:
         links = [Link.parse(h) for h in heads]
     except ValueError as exc:
-        raise MalformedBlock(f"{shape}: \"heads\" holds a bad CID ({exc})") from None
+        raise MalformedBlock(f'{shape}: "heads" holds a bad CID ({exc})') from None
     summary = obj.get("summary")
     return links, None if summary is None else Summary.from_json(summary)
 
 
-
 __all__ = ["SYNC_SERVICE", "Limits", "SyncService", "make_sync_app", "sync_routes"]
-

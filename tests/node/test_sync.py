@@ -69,6 +69,37 @@ def test_two_nodes_join_grant_and_sync(tmp_path: Path, node_factory) -> None:
     assert counted['merklog_sync_bytes_total{direction="out"}'] > 0, counted
 
 
+def _counters(node) -> dict[str, float]:
+    _, metrics = node.request("GET", "/metrics")
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in metrics.decode().splitlines()
+        if line.startswith(("merklog_deltas_total", "merklog_sync_bytes_total{"))
+    }
+
+
+def test_a_node_that_answers_syncs_counts_what_it_accepts_and_serves(
+    tmp_path: Path, node_factory
+) -> None:
+    """QA: a hub node that only answers syncs showed 15 in ``merklog_deltas_total`` with
+    29 deltas stored: deltas pushed to it, and grants and revokes, were not counted; and
+    ``merklog_sync_bytes_total{direction="out"}`` showed 1,969 bytes after serving 8.8 MB,
+    since only syncs it started were counted."""
+    a, b, na, nb = peered_pair(tmp_path, node_factory)  # a granted b: one delta at a
+    hub = _counters(na)
+    assert hub["merklog_deltas_total"] == 1.0, hub  # the grant
+    b("put", "edge(7, 8).")  # b's first write: it pulls the grant from a first
+    b("put", "big(1, \"" + "x" * 20_000 + "\").")
+    b("sync", "a")  # b's node pushes its two deltas to a
+    after = _counters(na)
+    assert after["merklog_deltas_total"] == hub["merklog_deltas_total"] + 2, (hub, after)
+    got = after['merklog_sync_bytes_total{direction="in"}']
+    sent = after['merklog_sync_bytes_total{direction="out"}']
+    assert got > 20_000 and sent > 0, after  # a answered b's pull and took its push
+    a("writers", "revoke", json.loads(b("status", "--json").output)["key"])
+    assert _counters(na)["merklog_deltas_total"] == after["merklog_deltas_total"] + 1
+
+
 def test_sync_interval_syncs_with_every_peer_automatically(tmp_path: Path, node_factory) -> None:
     import time
 
