@@ -764,18 +764,7 @@ async def _write(
         raise ApiError(400, "bad input", exc.detail, exc.fact) from None
     except ReplicationError as exc:  # e.g. this key is not (yet) a writer
         raise ApiError(403, "refused", str(exc)) from None
-    # read-your-writes: the answer comes after the epoch that saw it. The write is durable
-    # even when that epoch failed (the epoch loop logs why): it is answered as written,
-    # saying why it was not evaluated. While the program fails no epoch would show it:
-    # the answer does not wait for one (QA: each write took the failing recursion's
-    # 6-10 s).
-    failing = node.epochs.start_failure or node.epochs.last_error
-    unsettled = f"the writes are stored, but {failing}" if failing else None
-    if not failing:
-        try:
-            await node.settled()
-        except NotSettled as exc:
-            unsettled = str(exc)
+    unsettled = await _evaluated(node)
     # Rendered and serialised with the GC paused: the per-fact dicts die before it
     # resumes, so no collection walks them (and none is triggered by them) per request.
     with gc_paused():
@@ -783,6 +772,23 @@ async def _write(
         if unsettled:
             body["not_evaluated"] = unsettled
         return web.json_response(body)
+
+
+async def _evaluated(node: Node) -> str | None:
+    """Wait for the epoch that evaluates what was just written (read your writes: a write
+    or an import is answered after it); None when it did, else why not. The write is
+    durable even when that epoch failed (the epoch loop logs why): it is answered as
+    written, saying why it was not evaluated (``not_evaluated``). While the program
+    fails no epoch would show it: no wait (QA: each write took the failing recursion's
+    6-10 s)."""
+    failing = node.epochs.start_failure or node.epochs.last_error
+    if failing:
+        return f"the writes are stored, but {failing}"
+    try:
+        await node.settled()
+    except NotSettled as exc:
+        return str(exc)
+    return None
 
 
 async def load_program(request: web.Request) -> web.Response:
@@ -1013,4 +1019,9 @@ async def import_car(request: web.Request) -> web.Response:
             raise ApiError(400, "rejected", CAR_SUBJECT + reason) from None
     finally:
         spool.close()
+    # answered after the epoch that shows the imported facts (the CLI's "facts M
+    # visible" asks status next: it showed the count before the import, QA)
+    unsettled = await _evaluated(node)
+    if unsettled:
+        result["not_evaluated"] = unsettled
     return web.json_response(result)

@@ -510,3 +510,20 @@ def test_automatic_sync_keeps_its_peers_when_config_toml_is_deleted(tmp_path: Pa
     assert after > during
     said = [r for r in caplog.records if "config.toml cannot be read" in r.getMessage()]
     assert len(said) == 1 and "it is gone" in said[0].getMessage(), said
+
+
+def test_an_import_through_a_running_node_reports_the_facts_it_made_visible(
+    tmp_path: Path, node_factory
+) -> None:
+    """QA: ``import big.car`` through a running node said ``facts 3010 visible`` where
+    ``status`` then counted 23,010: the import was answered before the epoch that shows
+    its facts, and the count asked of that epoch. The answer now comes after it."""
+    a, b, na, nb = peered_pair(tmp_path, node_factory)
+    facts = tmp_path / "facts.dl"
+    facts.write_text("".join(f"n({i}, \"v{i}\").\n" for i in range(20_000)))
+    a("put", "-q", "-f", str(facts))
+    car = tmp_path / "a.car"
+    a("export", str(car))
+    line = b("import", str(car)).output.strip()
+    visible = json.loads(b("status", "--json").output)["facts"]
+    assert visible == 20_000 and line.endswith("; facts 20000 visible"), line
