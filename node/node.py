@@ -473,6 +473,10 @@ class Node:
                 f"a program's source is a name (text), got {type(source).__name__}"
             )
         runner = programs.compile_program(text, source, engine)
+        if persist:  # the home's own program was checked when it was loaded
+            with self.epochs.reading() as view:
+                facts = view.facts
+                programs.check_stored_arities(runner, facts.arities, facts.relations())
         runner.memory_limit = programs.memory_limit(self.config)
         failed: EngineError | None = None
         # The swap, the new program's first epoch and then its save (or the old program put

@@ -488,6 +488,23 @@ def check(text: str, source: str = "<program>") -> Any:
         raise ProgramError(f"{source}:{exc}") from exc
 
 
+def check_stored_arities(
+    runner: ProgramRunner, arities: Callable[[str], set[int]], relations: Iterable[str]
+) -> None:
+    """ProgramError (``SOURCE:LINE:COL``) when the program reads a stored relation at an
+    arity none of its facts has and the program does not define (``q(X) :- v(X, Y).``
+    over stored ``v/1``): the engine's fact-arity check, run against the store as
+    ``merklog eval`` runs it against its fact files. Such a program loaded and derived
+    nothing, where a query of ``v(X, Y)`` says "v exists here as v/1 only" (QA)."""
+    from merklog.engine.checks import check_fact_arities
+    from merklog.engine.errors import EngineError
+
+    try:
+        check_fact_arities(runner.checked, {rel: arities(rel) for rel in relations})
+    except EngineError as exc:
+        raise ProgramError(f"{runner.source}:{exc}") from exc
+
+
 def compile_program(text: str, source: str = "<program>", engine: str = "auto") -> ProgramRunner:
     """A runner for ``text`` after every static check passed (ProgramError otherwise).
     ``engine="batch"`` forces the batch evaluator (for comparisons)."""

@@ -103,6 +103,38 @@ def test_a_relation_whose_facts_were_all_retracted_answers_no_rows(
     assert status == 200 and body["rows"] == [], body
 
 
+def test_a_program_reading_a_stored_relation_at_another_arity_is_refused(
+    run: Cli, home: Path, tmp_path: Path, node_factory
+) -> None:
+    """QA: ``q(X) :- v(X, Y).`` over stored ``v/1`` facts loaded and derived nothing,
+    where a query of ``v(X, Y)`` says "v exists here as v/1 only" and ``merklog eval``
+    refuses the same program over the same facts. Loading refuses it at LINE:COL (CLI
+    exit 2, HTTP 400), and the running program stays; a relation with no stored fact
+    yet, or one the program defines, is not checked."""
+    run("init")
+    run("put", "v(1).", "v(2).")
+    prog = tmp_path / "q.dl"
+    prog.write_text("ok(X) :- u(X).\nq(X) :- v(X, Y).\n")
+    refused = run("load", str(prog), ok=False)
+    assert refused.exit_code == 2, refused.output
+    assert "q.dl:2:9:" in refused.output and "v has arity 1 in the facts and 2 here" in (
+        refused.output
+    )
+    run("put", "u(1).", "u(2).")
+    # w has no fact yet; v/2 is the program's own (beside the stored v/1)
+    prog.write_text("v(X, X) :- u(X).\nok(X) :- v(X, X), !w(X, X).\n")
+    run("load", str(prog))
+    assert _rows(run, "ok(X)") == [[1], [2]]
+    node = node_factory(home).start()
+    status, body = node.request(
+        "POST", "/v1/program", {"program": "q(X) :- v(X, Y, Z).", "source": "h.dl"}
+    )
+    assert status == 400 and body["error"] == "bad program", body
+    assert body["detail"].startswith("h.dl:1:9:"), body
+    _, q = node.request("GET", "/v1/query?q=ok(X)")
+    assert q["rows"] == [[1], [2]]  # the program loaded before still runs
+
+
 def test_http_program_rejects_unchecked_program_with_400(home: Path, node_factory) -> None:
     run = Cli(home)
     run("init")
