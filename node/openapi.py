@@ -24,7 +24,12 @@ UNAUTHORIZED = _err("Missing or wrong bearer token (or, on peer routes, peer sig
 FORBIDDEN = _err("Refused: this node's key may not do that (e.g. not a writer, not the owner)")
 NOT_FOUND = _err("No such block, dataset or route")
 UNKNOWN_RELATION = _err(
-    "The query names a relation (or arity) neither the data nor the program has"
+    "The query names a relation (or arity) neither the data (visible facts, or facts the"
+    " dataset once had) nor the program has"
+)
+PROGRAM_FAILING = _err(
+    "failed: the loaded program fails on the stored facts (a home restarted in that"
+    " state); load a fixed program or retract what makes it fail"
 )
 TOO_LARGE = _err("Request body larger than node.max_body")
 QUERY_TOO_LARGE = _err(
@@ -235,6 +240,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json("QueryResult"),
                     "400": BAD_INPUT,
                     "404": UNKNOWN_RELATION,
+                    "409": PROGRAM_FAILING,
                     "422": QUERY_TOO_LARGE,
                     "503": NODE_STOPPING,
                 },
@@ -247,6 +253,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json("QueryResult"),
                     "400": BAD_INPUT,
                     "404": UNKNOWN_RELATION,
+                    "409": PROGRAM_FAILING,
                     "422": QUERY_TOO_LARGE,
                     "503": NODE_STOPPING,
                 },
@@ -261,6 +268,7 @@ def _paths() -> dict[str, Any]:
                     "200": _raw("text/event-stream", "Event stream"),
                     "400": BAD_INPUT,
                     "404": UNKNOWN_RELATION,
+                    "409": PROGRAM_FAILING,
                     "503": _err("busy: node.max_live_queries live queries already served"),
                 },
                 description=(
@@ -287,6 +295,7 @@ def _paths() -> dict[str, Any]:
                     "200": _raw("text/event-stream", "Event stream"),
                     "400": BAD_INPUT,
                     "404": UNKNOWN_RELATION,
+                    "409": PROGRAM_FAILING,
                     "503": _err("busy: node.max_live_queries live queries already served"),
                 },
                 requestBody=_body("Query"),

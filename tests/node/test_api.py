@@ -1222,3 +1222,42 @@ def test_a_write_while_the_program_fails_is_answered_at_once_saying_so(
                 assert node.query("o(X)").rows == [(1,), (2,), (3,)]
 
     asyncio.run(main())
+
+
+def test_reads_of_a_home_whose_program_fails_answer_409_as_the_document_says(
+    tmp_path: Path, low_limit
+) -> None:
+    """A home restarted with a program that fails on its stored facts answers reads
+    409 ``failed`` (ADR 0198); ``/openapi.json`` listed no 409 for ``/v1/query`` and
+    ``/v1/subscribe`` (QA)."""
+    import asyncio
+    import tomllib
+
+    import aiohttp
+
+    from merklog.node.errors import NotSettled
+
+    home = tmp_path / "h"
+    with merklog.open(home) as node:
+        node.load_program("n(X) :- seed(X).\nn(X + 1) :- n(X).\n")
+        with pytest.raises(NotSettled):
+            node.assert_("seed", 0)
+    token = tomllib.loads((home / "config.toml").read_text())["api"]["token"]
+
+    async def main() -> None:
+        async with merklog.open(home) as node, merklog.serve(node) as url:
+            auth = {"Authorization": f"Bearer {token}"}
+            async with aiohttp.ClientSession(headers=auth) as http:
+                async with http.get(f"{url}/openapi.json") as resp:
+                    doc = await resp.json()
+                for method, path in (("get", "/v1/query?q=seed(X)"), ("post", "/v1/query")):
+                    kw = {"json": {"q": "seed(X)"}} if method == "post" else {}
+                    async with http.request(method, url + path, **kw) as resp:
+                        body = await resp.json()
+                        assert resp.status == 409 and body["error"] == "failed", body
+                    route = doc["paths"][path.split("?")[0]][method]["responses"]
+                    assert "409" in route
+                for method in ("get", "post"):
+                    assert "409" in doc["paths"]["/v1/subscribe"][method]["responses"]
+
+    asyncio.run(main())
