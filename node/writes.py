@@ -98,17 +98,26 @@ def coerce_facts(facts: Iterable[FactLike]) -> list[Fact]:
     out: list[Fact] = []
     for item in items:
         if isinstance(item, Fact):
-            out.append(make_fact(item.rel, item.args))
+            out.append(make_fact(_writable(item.rel), item.args))
         elif isinstance(item, str):
             out.extend(queries.parse_facts(item))
         elif isinstance(item, tuple | list) and len(item) == 2:
             rel, args = item
-            out.append(make_fact(rel, args))
+            out.append(make_fact(_writable(rel), args))
         else:
             raise InvalidValue(
                 f"{item!r:.80} is not a fact: give a Fact, a (rel, args) pair or Datalog text"
             )
     return checked_relations(out)
+
+
+def _writable(rel: Any) -> Any:
+    """``rel`` once a new fact may have it, when it is text (else ``make_fact`` names
+    what it is): the rule a write states is the writable one, not the looser one facts
+    read from a store keep (``"a b"`` said "must start with a letter", QA)."""
+    if isinstance(rel, str):
+        check_writable_relation(rel)
+    return rel
 
 
 def checked_relations(facts: list[Fact]) -> list[Fact]:

@@ -649,11 +649,13 @@ def test_assert_takes_its_first_argument_as_a_relation_name() -> None:
     with merklog.open(memory=True) as node:
         for args, says in (
             ((), 'assert_: give a relation name, then its values: assert_("edge", 1, 2)'),
-            (("",), "relation name must be a non-empty string, got ''"),
-            (("", 1), "relation name must be a non-empty string, got ''"),
-            (("a b", 1), "relation name 'a b' must start with a letter"),
-            (("v(80)", 1), "relation name 'v(80)' must start with a letter"),
-            (("v(80)", "x"), "relation name 'v(80)' must start with a letter"),
+            # a write states the rule of names a new fact may have (QA: it stated the
+            # looser one of names read from a store)
+            (("",), "relation name '' cannot be written in Datalog: it must start with a"),
+            (("", 1), "relation name '' cannot be written in Datalog"),
+            (("a b", 1), "relation name 'a b' cannot be written in Datalog: it must start"),
+            (("v(80)", 1), "relation name 'v(80)' cannot be written in Datalog"),
+            (("v(80)", "x"), "relation name 'v(80)' cannot be written in Datalog"),
             ((1, 2), "relation name must be a non-empty string, got 1"),
         ):
             for call in (node.assert_, node.retract):
@@ -914,7 +916,7 @@ def test_wrong_arguments_name_what_is_expected() -> None:
             (lambda: node.subscribe("p(X)", None), "callback: expected a callable"),
             (lambda: node.write(asserts="edge(1, 2)."), "asserts: expected a list of facts"),
             (lambda: node.write(retracts=("edge", (1, 2))), "one \\(rel, args\\) pair"),
-            (lambda: node.assert_("_x", 1), "must start with a letter"),
+            (lambda: node.assert_("_x", 1), "must start with a lowercase ASCII letter"),
             # These raised a raw TypeError (or, import_car(5), read file descriptor 5).
             (lambda: node.write(asserts=5), "asserts: expected a list of facts .* got int"),
             (lambda: node.write(retracts=None), "retracts: expected a list .* got NoneType"),
