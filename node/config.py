@@ -395,6 +395,18 @@ def _set(
     cfg[section][name] = value
 
 
+def _placed(exc: tomllib.TOMLDecodeError, text: str) -> str:
+    """The TOML error with its place as ``(at line L, column C)`` always: tomllib says
+    only "(at end of document)" for an error there (``port = [`` as the last line)."""
+    said = str(exc)
+    if said.endswith("(at end of document)"):
+        lines = text.rstrip("\n").split("\n")  # the last line written, past its end
+        said = said.removesuffix("(at end of document)") + (
+            f"(at end of document, line {len(lines)}, column {len(lines[-1]) + 1})"
+        )
+    return said
+
+
 class Config:
     """Resolved configuration of one home directory."""
 
@@ -424,10 +436,11 @@ class Config:
         path = home / CONFIG_FILE if home is not None else None
         if path is not None and path.exists():
             tighten_home(path.parent)
+            text = read_config_text(path)
             try:
-                data = tomllib.loads(read_config_text(path))
+                data = tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"{path}: {exc}") from exc
+                raise ConfigError(f"{path}: {_placed(exc, text)}") from exc
             for section, values in data.items():
                 if not isinstance(values, dict):
                     raise ConfigError(f"{path}: [{section}] must be a table")

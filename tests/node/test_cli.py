@@ -332,6 +332,11 @@ def test_a_text_option_given_a_number_and_an_over_long_sync_timeout_are_refused(
         assert result.exit_code == 2 and said in result.output, result.output
         with pytest.raises(ConfigError, match=said):
             Config.load(home)
+    # QA: a syntax error at the end said "(at end of document)", with no line or column
+    config.write_text(good + "port = [\n")
+    result = run("status", ok=False)
+    lines = len(good.splitlines()) + 1
+    assert f"(at end of document, line {lines}, column 9)" in result.output, result.output
     config.write_text(good)
     result = run("--set", "sync.timeout=86401", "status", ok=False)
     assert result.exit_code == 2 and "sync.timeout must be from 0.001 to 86400.0" in result.output
