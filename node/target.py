@@ -142,6 +142,11 @@ class RemoteTarget:
                     " read (api.token in config.toml, MERKLOG_API_TOKEN or --set"
                     " api.token); after changing config.toml, restart the node"
                 )
+            elif exc.error == "peer untrusted":  # the node's environment, not this command's
+                message += (
+                    f"; this sync ran in the node running on this home ({self.client.url}):"
+                    " SSL_CERT_FILE must be set in that node's environment (restart it so)"
+                )
             failure = TargetError(message, exit_code_for_status(exc.status, exc.error))
             failure.fact = exc.fact  # a refused fact of a write, named by the node
             raise failure from None

@@ -135,7 +135,12 @@ def test_an_untrusted_tls_peer_is_a_configuration_error_and_ssl_cert_file_fixes_
         # sync through a running node: the node's TLS client, its environment's bundle
         a("put", "edge(2, 3).")
         node_b = node_factory(b, env={"SSL_CERT_FILE": "/nonexistent"}).start()
-        _untrusted(_merklog(b, "sync", "a", ca=crt), url)  # the node's trust counts
+        through = _merklog(b, "sync", "a", ca=crt)  # the node's trust counts
+        _untrusted(through, url)
+        # QA: the line told a command that had SSL_CERT_FILE set to set it
+        assert f"this sync ran in the node running on this home ({node_b.url}" in (
+            through.stderr.replace("\n", " ")
+        ), through.stderr
         node_b.stop()
         node_b = node_factory(b, env={"SSL_CERT_FILE": str(crt)}).start()
         synced = _merklog(b, "sync", "a")
