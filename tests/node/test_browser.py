@@ -358,3 +358,24 @@ def test_a_write_this_node_may_not_make_yet_is_kept_until_a_grant_arrives(
     _, q = nb.request("GET", "/v1/query?q=item(X,%20%22Water%20the%20plants%22)")
     assert len(q["rows"]) == 1
     page.close()
+
+
+def test_a_node_running_no_program_is_said_on_the_page(
+    tmp_path: Path, node_factory, browser
+) -> None:
+    """QA: on a device whose node runs no program (or a failing one) the live query is
+    refused, the list stayed empty under "online", and nothing said why. The page says
+    so, and the line goes once the program is loaded."""
+    run = Cli(tmp_path / "h")
+    run("init")
+    run("put", "-f", str(EXAMPLE / "items.dl"))
+    node = serve(run.home, node_factory)
+    page = browser.new_page()
+    page.goto(f"{node.url}/#token={node.token}")
+    page.wait_for_function(
+        "document.getElementById('message').textContent.includes('runs no program')",
+        timeout=15000,
+    )
+    run("load", str(EXAMPLE / "checklist.dl"))
+    page.wait_for_selector('input[data-id="milk"]', timeout=15000)
+    page.wait_for_function("document.getElementById('message').textContent === ''")
