@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -215,7 +216,14 @@ def unparsed_answer(exc: Exception, max_line: int = MAX_REQUEST_LINE) -> tuple[i
         return 431, "request header fields too large", f"a header is over {MAX_HEADER} bytes"
     if "Too many headers" in str(exc):
         return 431, "request header fields too large", "the request has too many headers"
+    twice = _DUPLICATE_HEADER.search(str(exc))
+    if twice is not None:  # a header's name only, never a value (QA: named nothing)
+        return 400, "bad request", f"the request gives the header {twice[1]} more than once"
     return 400, "bad request", "the request is not valid HTTP/1.1"
+
+
+#: aiohttp's words for a header that may be given once (Content-Type, Content-Length, …).
+_DUPLICATE_HEADER = re.compile(r"Duplicate '([A-Za-z0-9-]{1,64})' header found")
 
 
 def _node_server(metrics: Any) -> type[web.Server]:

@@ -483,6 +483,14 @@ def test_a_body_declared_over_max_body_is_refused_from_its_headers(
     answer = _raw_request(node.url, _post_head("/v1/facts", node.token, 2, "teapot"))
     assert answer.startswith(b"HTTP/1.1 417") and b"application/json" in answer, answer
     assert node.request("POST", "/v1/facts", {"assert": "x(1)."})[0] == 200
+    # QA: a header aiohttp takes once, given twice, said only "not valid HTTP/1.1"
+    twice = _post_head("/v1/facts", node.token, 2).replace(
+        "Content-Type: application/json\r\n",
+        "Content-Type: application/json\r\nContent-Type: text/plain\r\n",
+    )
+    answer = _raw_request(node.url, twice, b"{}")
+    assert answer.split(b" ", 2)[1] == b"400", answer  # HTTP/1.0: aiohttp's, not parsed
+    assert b"gives the header Content-Type more than once" in answer, answer
 
 
 def test_openapi_lists_every_route_of_the_router(tmp_path: Path) -> None:
