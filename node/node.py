@@ -691,6 +691,9 @@ class Node:
         sync instead of ``sync.timeout`` (a ``POST /v1/sync`` that asks for its own): a
         number above 0 and at most a day, else :class:`NodeInputError` before anything is
         sent or recorded (a string came back as :class:`PeerUnreachable`).
+        ``progress(direction, bytes, deltas)`` is told the bytes and deltas pulled and
+        pushed so far (``"pull"``, ``"push"``), and ``("waiting", 0, 0)`` first when
+        another sync with that peer runs (one at a time per peer).
         """
         self._require_open()
         if progress is not None and not callable(progress):

@@ -329,7 +329,8 @@ def _paths() -> dict[str, Any]:
         "/v1/sync": {
             "post": _op(
                 "Pull from and push to a peer now (Accept: application/x-ndjson streams"
-                ' {"progress": {direction, bytes, deltas}} lines, then {"result": …})',
+                ' {"progress": {direction, bytes, deltas}} lines, direction "pull", "push" or'
+                ' "waiting" (another sync with that peer runs first), then {"result": …})',
                 WRITE,
                 {
                     "200": {

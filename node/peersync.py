@@ -210,8 +210,13 @@ async def sync_node(
     progress: Callable[[str, int, int], None] | None = None,
     timeout: float | None = None,
 ) -> dict[str, Any]:
-    """:func:`sync_now` once no other sync of ``node`` with ``url`` runs (:class:`SyncTurns`)."""
-    async with node.sync_turns.of(url.rstrip("/")):
+    """:func:`sync_now` once no other sync of ``node`` with ``url`` runs (:class:`SyncTurns`).
+    A caller that has to wait for one is told ``progress("waiting", 0, 0)`` first (QA:
+    ``merklog sync`` behind an automatic sync with a silent peer showed nothing for 56 s)."""
+    turn = node.sync_turns.of(url.rstrip("/"))
+    if turn.locked() and progress is not None:
+        progress("waiting", 0, 0)
+    async with turn:
         return await sync_now(node, url, progress, timeout)
 
 

@@ -56,6 +56,9 @@ def register(cli: click.Group) -> None:
             moved = {"pull": (0, 0), "push": (0, 0)}
 
             def progress(direction: str, size: int, deltas: int) -> None:
+                if direction == "waiting":  # another sync with this peer runs first
+                    bar.update(task, direction="waits for the sync with it already running")
+                    return
                 # Real units: HTTP body bytes and deltas, pulled and pushed so far.
                 moved[direction] = (size, deltas)
                 total_bytes = sum(b for b, _d in moved.values())

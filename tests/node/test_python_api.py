@@ -388,3 +388,35 @@ def test_an_apps_sync_in_flight_ends_with_the_node(tmp_path) -> None:
         asyncio.run(main())
     finally:
         silent.close()
+
+
+def test_a_sync_behind_another_with_the_same_peer_says_it_waits(tmp_path) -> None:
+    """QA: ``merklog sync silent`` behind the node's automatic sync with a peer that never
+    answers showed nothing for 56 s. A sync that must wait for another with the same
+    peer tells its progress ``("waiting", 0, 0)`` first; the CLI's bar shows it."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+
+    async def main() -> None:
+        async with merklog.open(tmp_path / "h") as node:
+            first = asyncio.create_task(node.sync(url, timeout=1.0))
+            await asyncio.sleep(0.2)  # the first holds the peer's turn
+            told: list[tuple] = []
+            with pytest.raises(merklog.Error):
+                await node.sync(url, lambda *p: told.append(p), timeout=1.0)
+            assert told[:1] == [("waiting", 0, 0)], told
+            with pytest.raises(merklog.Error):
+                await first
+            told.clear()
+            with pytest.raises(merklog.Error):  # nobody ahead: no waiting
+                await node.sync(url, lambda *p: told.append(p), timeout=0.5)
+            assert ("waiting", 0, 0) not in told
+
+    try:
+        asyncio.run(main())
+    finally:
+        silent.close()
