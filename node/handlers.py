@@ -160,13 +160,14 @@ _BIG_EXPONENT = re.compile(rb"[eE]\+0*[1-9][0-9]{2}")
 
 
 def query_param(request: web.Request, name: str) -> str | None:
-    """The URL parameter ``name`` (None when absent); NodeInputError when it is
-    given twice (``?rel=a&rel=b``): one of them was used and the other silently dropped,
-    as a JSON body's repeated key was."""
+    """The URL parameter ``name`` (None when absent or empty: ``?limit=`` is no limit
+    given, as ``?rel=`` and ``?after=`` always were; ``?answer=`` and ``?limit=`` were
+    refused, QA); NodeInputError when it is given twice (``?rel=a&rel=b``): one of them
+    was used and the other silently dropped, as a JSON body's repeated key was."""
     values = request.query.getall(name, [])
     if len(values) > 1:
         raise NodeInputError(f"{name}= is given {len(values)} times: give it once")
-    return values[0] if values else None
+    return values[0] or None if values else None
 
 
 def only_fields(body: dict[str, Any], fields: tuple[str, ...], what: str) -> None:

@@ -655,6 +655,14 @@ def test_a_url_parameter_given_twice_is_refused(home: Path, node_factory) -> Non
     assert status == 400 and err["detail"].startswith("answer= is given 2 times"), err
     assert node.request("GET", "/v1/query?q=c(X)")[0] == 404  # nothing written
     assert node.request("GET", "/v1/facts?rel=a&limit=1")[1]["facts"][0]["fact"] == "a(1)"
+    # An empty value is no value given, for every parameter: ?rel= and ?after= were
+    # taken as absent while ?limit= and ?answer= were refused (QA)
+    status, page = node.request("GET", "/v1/facts?rel=&after=&limit=&form=")
+    assert status == 200 and len(page["facts"]) == 2, page
+    status, written = node.request("POST", "/v1/facts?answer=", {"assert": "d(4)."})
+    assert status == 200 and written["asserted"][0]["fact"] == "d(4)", written
+    status, err = node.request("GET", "/v1/query?q=")
+    assert status == 400 and err["detail"].startswith('missing query "q"'), err
 
 
 def test_fields_of_the_wrong_type_are_refused_and_named(home: Path, node_factory) -> None:
