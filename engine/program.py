@@ -20,20 +20,23 @@ apart (:class:`~merklog.engine.rows.RowSet`, sorted lists).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from merklog.store import Fact, Value
 from merklog.store.gcpause import gc_paused
+from merklog.store.values import INT64_MAX, INT64_MIN
 
 from . import ast
 from .batch import BatchEvaluator, Relations, Row, as_rel, sort_rows
 from .errors import NotAValueError, UnknownDialectError
 from .io import Sink, Source
-from .rows import RowSet, engine_rows
-from .values import row_from_engine, row_to_engine
+from .rows import EngineSet, RowSet, engine_rows
+from .values import Float, row_from_engine, row_to_engine
 
 FactsInput = Mapping[str, Iterable[Row]] | Iterable[Fact] | None
 
@@ -88,13 +91,39 @@ def normalise_facts(facts: FactsInput) -> dict[str, Any]:
         grouped = lists
     for rel, rows in grouped.items():
         if hasattr(rows, "ndim"):
-            out[rel] = rows
-            continue
+            if rows.ndim != 2:  # a 1-D array raised a bare IndexError
+                raise NotAValueError(
+                    f"facts for {rel}: a numpy array of facts has 2 dimensions (one row per"
+                    f" fact), not {rows.ndim}"
+                )
+            if rows.dtype.kind == "i" and rows.dtype.itemsize == 8:  # int64: columns as given
+                out[rel] = rows
+                continue
+            rows = [tuple(row) for row in rows.tolist()]  # floats, bools: as Python values
+        trusted = isinstance(rows, EngineSet | RowSet)  # made by merklog: merklog values
         try:
             out[rel] = engine_rows(rows)
+            if not trusted:
+                _refuse_out_of_range(out[rel])
         except NotAValueError as exc:
             raise NotAValueError(f"facts for {rel}: {exc.message}") from None
     return out
+
+
+def _refuse_out_of_range(rows: Iterable[Row]) -> None:
+    """NotAValueError for a float that is NaN or infinite, or an int outside int64, in
+    engine-form ``rows``: no merklog value, yet taken (two NaN facts made two rows of one
+    fact, and a CID of an int over 2**63 failed in the DAG-CBOR encoder, QA). One pass
+    over the values, the ints and floats checked together."""
+    values = list(chain.from_iterable(rows))
+    ints = [v for v in values if type(v) is int]
+    if ints and (min(ints) < INT64_MIN or max(ints) > INT64_MAX):
+        bad = next(v for v in ints if not INT64_MIN <= v <= INT64_MAX)
+        raise NotAValueError(f"int {bad} is outside int64 (-2**63 to 2**63-1)")
+    floats = [v for v in values if type(v) is Float]
+    if floats and not all(map(math.isfinite, floats)):
+        bad = next(v for v in floats if not math.isfinite(v))
+        raise NotAValueError(f"float {float(bad)} is not finite (NaN and infinities are no value)")
 
 
 def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> None:

@@ -138,11 +138,16 @@ class Schema:
             )
 
     def check_facts(self, facts: Mapping[str, Any]) -> None:
-        """Check ``relation -> rows`` (the first misfit raises)."""
+        """Check ``relation -> rows`` (the first misfit raises). An int64 matrix is checked
+        by its first row, which stands for all: every value in it is an int (it passed a
+        float or str column unchecked, QA)."""
         for rel, rows in facts.items():
-            if rel in self.declarations and not hasattr(rows, "ndim"):
-                for row in rows:
-                    self.check_fact(rel, tuple(row))
+            if rel not in self.declarations:
+                continue
+            if hasattr(rows, "ndim"):
+                rows = [tuple(rows[0].tolist())] if len(rows) else []
+            for row in rows:
+                self.check_fact(rel, tuple(row))
 
 
 def check_declarations(program: Program) -> Schema:

@@ -270,8 +270,12 @@ def _check_declared(prog: Any, facts_dir: Path, facts: dict, fail: Callable[[str
 
     schema = prog.checked.schema
     for rel, rows in facts.items():
-        if rel not in schema.declarations or hasattr(rows, "ndim"):
-            continue  # undeclared, or an int64 matrix (only int columns): nothing to refuse
+        if rel not in schema.declarations:
+            continue
+        if hasattr(rows, "ndim"):  # an int64 matrix: its first row stands for every row
+            # (QA: a file of ints alone passed a float or str column, and rules matching
+            # 1.0 found nothing)
+            rows = [tuple(rows[0].tolist())] if len(rows) else []
         for i, row in enumerate(rows):
             try:
                 schema.check_fact(rel, tuple(row))

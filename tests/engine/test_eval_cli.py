@@ -5,6 +5,7 @@ The TSV regression tests run the real command in a subprocess, as a user does.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -667,6 +668,57 @@ def test_a_decl_misfit_in_a_fact_file_is_reported_at_its_field(tmp_path: Path) -
     assert done.returncode == 1
     assert done.stderr.startswith(f'{facts / "edge.facts"}:2:5: edge("ábc", 4.0) does not fit')
     assert not (tmp_path / "o").exists()
+
+
+def test_a_fact_file_of_ints_alone_is_checked_against_its_decl_too(tmp_path: Path) -> None:
+    """QA: ``1\t2`` under ``.decl edge(a: float, b: int)`` was refused only when another
+    row of the file was not all ints: a file of ints alone became an int64 matrix, which
+    the check skipped, and rules matching ``1.0`` found nothing. The same in the API:
+    an int matrix passed a ``str`` column."""
+    import numpy as np
+
+    from merklog.engine.errors import DeclarationError
+    from merklog.engine.program import Program
+
+    facts = tmp_path / "facts"
+    write(facts / "edge.facts", "1\t2\n3\t4\n")
+    program = write(tmp_path / "p.dl", ".decl edge(a: float, b: int).\np(X) :- edge(X, _).\n")
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f'{facts / "edge.facts"}:1:1: edge(1, 2) does not fit')
+    assert not (tmp_path / "o").exists()
+    typed = Program.parse(".decl edge(a: str, b: int).\np(X) :- edge(X, _).")
+    with pytest.raises(DeclarationError, match="column a of edge is str"):
+        typed.evaluate({"edge": np.array([[1, 2]], dtype=np.int64)})
+    loose = Program.parse(".decl edge(a: int, b: any).\np(X) :- edge(X, _).")
+    assert sorted(loose.evaluate({"edge": np.array([[1, 2]], dtype=np.int64)})["p"]) == [(1,)]
+
+
+def test_python_values_that_are_no_merklog_value_are_refused_by_evaluate() -> None:
+    """QA: ``Program.evaluate`` took NaN (two NaN facts made two rows and ``count`` 2),
+    infinities and ints outside int64 (a CID of one failed in the DAG-CBOR encoder with
+    a raw ValueError), and a 1-D numpy array raised a bare IndexError."""
+    import math
+
+    import numpy as np
+
+    from merklog.engine.errors import NotAValueError
+    from merklog.engine.program import Program
+
+    prog = Program.parse("w(X) :- v(X).\nc(N) :- N := count : v(_).")
+    for rows, said in (
+        ([(math.nan,), (math.nan,)], "float nan is not finite"),
+        ([(1.0,), (-math.inf,)], "float -inf is not finite"),
+        ([(2**63,)], "int 9223372036854775808 is outside int64"),
+        ([(-(2**63) - 1,)], "int -9223372036854775809 is outside int64"),
+        (np.array([1, 2]), "a numpy array of facts has 2 dimensions (one row per fact), not 1"),
+        (np.array([[math.nan]]), "float nan is not finite"),
+    ):
+        with pytest.raises(NotAValueError, match=re.escape(f"facts for v: {said}")):
+            prog.evaluate({"v": rows})
+    fine = prog.evaluate({"v": [(2**63 - 1,), (-(2**63),), (1,), (1.0,), (True,)]})
+    assert fine["c"] == {(5,)}
+    assert sorted(prog.evaluate({"v": np.array([[1.5], [2.0]])})["w"]) == [(1.5,), (2.0,)]
 
 
 def test_a_body_of_a_thousand_literals_is_a_program_error_not_an_internal_one(
