@@ -230,13 +230,19 @@ def _write_all(out_dir: Path, outputs: list[str], write: Callable[[str, Path], A
     """Write ``OUT/<rel>.csv`` for every relation of ``outputs``, all or nothing.
 
     Each file is written under a temporary name in ``out_dir`` and renamed into place
-    only when every one is written, so a failure (a full disk, a directory in the way)
-    leaves the output directory as it was and names the file it was writing."""
+    only when every one is written, so a failure (a full disk, a directory in the way,
+    Ctrl-C, SIGTERM, running out of memory) leaves the output directory as it was, and
+    no temporary file or folder this run made; an error names the file it was writing.
+    Ctrl-C and SIGTERM wait while the files are renamed into place (QA: a Ctrl-C while
+    writing left the partial temporaries behind)."""
     import errno
     import os
     import secrets
+    import signal
 
+    made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # deepest first
     done: list[tuple[Path, Path]] = []
+    placed = False
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         for rel in outputs:
@@ -252,12 +258,25 @@ def _write_all(out_dir: Path, outputs: list[str], write: Callable[[str, Path], A
             except OSError as err:  # name the file the user asked for, not the temporary
                 err.filename = str(final)
                 raise
-        for tmp, final in done:
-            os.replace(tmp, final)
+        stop = {signal.SIGINT, signal.SIGTERM}
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        try:
+            for tmp, final in done:
+                os.replace(tmp, final)
+            placed = True
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # a signal now: all placed
     except OSError as err:
-        for tmp, _final in done:
-            tmp.unlink(missing_ok=True)
         raise _file_failure(err) from None
+    finally:
+        if not placed:
+            for tmp, _final in done:
+                tmp.unlink(missing_ok=True)
+            for folder in made:  # the folders this run made, if nothing else is in them
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
 
 
 def _check_declared(prog: Any, facts_dir: Path, facts: dict, fail: Callable[[str], None]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -634,6 +635,46 @@ def test_a_failed_write_names_the_file_and_leaves_the_outputs_as_they_were(
     assert done.stderr.strip() == f"Error: {out / 'b.csv'}: Is a directory"
     assert sorted(p.name for p in out.iterdir()) == ["a.csv", "b.csv"]
     assert (out / "a.csv").read_text() == "old\n"
+
+    # QA: the folders a failed run made were left behind, empty
+    fresh = tmp_path / "new" / "sub"
+    done = subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "eval", str(program), "--facts", str(facts),
+         "--out", str(fresh)],
+        capture_output=True, text=True, timeout=120, preexec_fn=_file_size_limit,
+    )  # fmt: skip
+    assert done.returncode == 6, done.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_interrupt_while_the_outputs_are_written_leaves_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    """QA: Ctrl-C (or SIGTERM, or running out of memory) while the results were written
+    left the partial temporaries (``.j.csv.<hex>.tmp``, 9 MB) in OUT: only an OSError
+    removed them. The interrupt itself cannot be timed from outside, so it is raised
+    where the writing is."""
+    from merklog.node.commands.eval_cmd import _write_all
+
+    out = tmp_path / "made" / "out"
+
+    def write_until(stop: type[BaseException]) -> Callable[[str, Path], None]:
+        def write_partly(rel: str, path: Path) -> None:
+            path.write_text("partial\n")
+            if rel == "b":
+                raise stop
+
+        return write_partly
+
+    with pytest.raises(KeyboardInterrupt):
+        _write_all(out, ["a", "b", "c"], write_until(KeyboardInterrupt))
+    assert not (tmp_path / "made").exists()
+    kept = tmp_path / "kept"
+    write(kept / "a.csv", "old\n")
+    with pytest.raises(MemoryError):
+        _write_all(kept, ["a", "b"], write_until(MemoryError))
+    assert sorted(p.name for p in kept.iterdir()) == ["a.csv"]
+    assert (kept / "a.csv").read_text() == "old\n"
 
 
 def test_a_directory_named_like_a_fact_file_is_named_in_the_error(tmp_path: Path) -> None:
