@@ -97,11 +97,13 @@ def _prelaunch(
     """Start the session's driver JVM now (ADR 0158): the command imports the Spark code
     and reads its inputs while the JVM boots. None for Connect, or options
     :func:`_session` refuses."""
-    from merklog.node.spark.session import prelaunch
+    from merklog.node.spark.session import check_master_reachable, prelaunch
 
     conf = _conf(confs)
     if master and remote:
         return None  # _session says why
+    if master:  # before a JVM starts for it
+        check_master_reachable(master)
     return prelaunch(master, remote, conf, quiet=not verbose, input_rows=input_rows)
 
 

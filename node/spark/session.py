@@ -374,10 +374,38 @@ CONNECT_TIMEOUT = 10.0
 
 
 class ConnectUnreachable(Failure):
-    """The Spark Connect server of ``--remote`` could not be reached (refused, timeout,
-    DNS): exit 4, worth retrying, like a peer that cannot be reached."""
+    """The Spark Connect server of ``--remote``, or the standalone master of ``--master
+    spark://…``, could not be reached (refused, timeout, DNS): exit 4, worth retrying,
+    like a peer that cannot be reached."""
 
     exit_code = ExitCode.PEER_UNREACHABLE
+
+
+def check_master_reachable(master: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Open (and close) a TCP connection to a standalone master of ``spark://HOST:PORT``
+    (``spark://H1:P1,H2:P2`` for standby masters: any one answering will do), or raise
+    :class:`ConnectUnreachable`. Spark's driver retried one that is not there for about
+    a minute, then failed with a Java stack trace, exit 70 (QA). Other masters
+    (``local[N]``, ``yarn``, …) are left to Spark."""
+    import socket
+
+    if not master.startswith("spark://"):
+        return
+    reasons = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            return  # Spark says what is wrong with it
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            return
+        except OSError as exc:
+            reasons.append(
+                "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+            )
+    raise ConnectUnreachable(
+        f"the Spark master {master} could not be reached ({'; '.join(reasons)})"
+    )
 
 
 def check_reachable(remote: str, timeout: float = CONNECT_TIMEOUT) -> None:
@@ -473,6 +501,8 @@ def build_session(
         master = master or os.environ.get("MERKLOG_SPARK_MASTER") or "local[*]"
         # class-data sharing when this call starts the JVM
         new_jvm = SparkSession.getActiveSession() is None
+        if new_jvm:
+            check_master_reachable(master)
         settings = _local_settings(master, conf, input_rows, new_jvm)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

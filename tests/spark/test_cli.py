@@ -314,6 +314,18 @@ def test_a_spark_connect_server_that_is_not_there_is_exit_4(tmp_path, export):
             f"Error: the Spark Connect server {url} could not be reached (Connection refused)"
         ]
     assert not (tmp_path / "o").exists()
+    # QA: an unreachable standalone master took a minute, then a Java stack trace, exit 70
+    master = f"spark://127.0.0.1:{port}"
+    for args in (
+        ["analyze", str(prog), "--input", str(export), "--out", str(tmp_path / "o")],
+        ["--home", str(tmp_path / "h"), "compact", str(export), "--out", str(tmp_path / "s")],
+    ):
+        done = _merklog(*args, "--master", master, timeout=120)
+        assert done.returncode == 4, done.stderr
+        assert done.stderr.splitlines() == [
+            f"Error: the Spark master {master} could not be reached (Connection refused)"
+        ]
+    assert not (tmp_path / "o").exists() and not (tmp_path / "s").exists()
 
 
 def test_a_listener_that_never_answers_as_spark_connect_is_exit_4(tmp_path, export):
