@@ -690,6 +690,12 @@ def register(cli: click.Group) -> None:
         _refuse_several_datasets(sources)
         names = output_relations(parsed)
         target = Path(_absolute(out))
+        from merklog.node.config import CONFIG_FILE
+
+        if (state.home / CONFIG_FILE).exists():  # as compact and parquet export (QA)
+            _refuse_inside_home(
+                out, state.home, "give --out a folder of its own (nothing was written)"
+            )
         try:
             check_out_folders(target, names)
         except OutputFolderTaken as exc:

@@ -746,6 +746,20 @@ def test_compact_refuses_an_out_in_the_home(tmp_path, export):
             f"Error: {out} {said}: give --out a folder of its own (nothing was written)",
         )  # fmt: skip
         assert sorted(p.name for p in home.iterdir()) == before
+    # QA: analyze wrote its outputs into the home of a running node, exit 0
+    prog = tmp_path / "p.dl"
+    prog.write_text("q(X) :- ni(X).\n")
+    out = home / "anx"
+    done = _merklog(
+        "--home", str(home), "analyze", str(prog), "--input", str(export), "--out", str(out),
+        "--master", "bogus://x",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"Error: {out} is inside the home {home}: give --out a folder of its own (nothing was"
+        " written)"
+    ]
+    assert sorted(p.name for p in home.iterdir()) == before
 
 
 def test_analyze_of_a_snapshot_says_what_compact_says(spark, tmp_path, export):
