@@ -628,6 +628,16 @@ def register(cli: click.Group) -> None:
                     sort_keys=True,
                 )
             )
+            from merklog.node.spark.export import GENESIS_FILE
+
+            if not (Path(res.directory) / GENESIS_FILE).is_file():  # QA: said nothing
+                click.echo(
+                    f"note: no input carried the genesis block of dataset {res.dataset}"
+                    f" ({GENESIS_FILE}, in a whole export folder), so this snapshot has"
+                    " none: a fresh home cannot be made from it (import-snapshot), only a"
+                    " home that joined the dataset can take it",
+                    err=True,
+                )
 
     @cli.command("analyze", cls=_AnalyzeCommand)
     @click.argument("program", type=GivenPath(exists=True, dir_okay=False, path_type=Path))

@@ -835,3 +835,15 @@ def test_a_dataset_value_that_is_no_cid_names_no_folder_to_replace(tmp_path, exp
     ]
     assert victim.is_dir() and not any(victim.iterdir())
     assert sorted(p.name for p in out.iterdir()) == ["dataset=x"]
+
+
+def test_a_snapshot_without_a_genesis_block_says_so(spark, tmp_path, export):
+    """QA: ``compact EXPORT/ops/part-00000.parquet`` (a part file, not the export folder)
+    wrote a snapshot without ``genesis.cbor`` and said nothing; ``import-snapshot`` then
+    refused it for a fresh home. A note says so; a whole export's snapshot has none."""
+    home = tmp_path / "h"
+    part = sorted((export / "ops").glob("*.parquet"))[0]
+    said = run("--home", str(home), "compact", str(part), "--out", str(tmp_path / "s1"))
+    assert "note: no input carried the genesis block of dataset" in said, said
+    said = run("--home", str(home), "compact", str(export), "--out", str(tmp_path / "s2"))
+    assert "note:" not in said, said
