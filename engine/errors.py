@@ -233,7 +233,8 @@ class EvaluationTooLarge(EngineError):
         mib = 1024 * 1024
         recursion = f"the recursion deriving {deriving}" if deriving else "a recursion"
         err = cls(
-            f"the evaluation stopped after {rounds:,} rounds of {recursion}: it grew this"
+            f"the evaluation stopped after {rounds:,} round{'' if rounds == 1 else 's'} of"
+            f" {recursion}: it grew this"
             f" process to {math.ceil(size / mib):,} MB, past its {what} of {limit // mib:,} MB"
             f" ({setting})",
             hint=f"{cls.default_hint} ({setting})",

@@ -118,7 +118,7 @@ def register(cli: click.Group) -> None:
             return
         unknown = [rel for rel in only if rel not in prog.arities]
         if unknown:
-            fail(f"error: --output {unknown[0]}: the program has no relation {unknown[0]}")
+            fail(f"Error: --output {unknown[0]}: the program has no relation {unknown[0]}")
         ast = prog.ast
         try:
             if prog.dialect == "souffle":
@@ -127,7 +127,7 @@ def register(cli: click.Group) -> None:
                     # Soufflé refuses a missing input file too ("Cannot open fact file"):
                     # read as empty, a misspelt file name would quietly derive less.
                     fail(
-                        f"error: {facts_dir / (missing[0] + '.facts')}: no such file, for the"
+                        f"Error: {facts_dir / (missing[0] + '.facts')}: no such file, for the"
                         f" program's .input {missing[0]} (an empty file gives an empty"
                         " relation)"
                     )
@@ -164,12 +164,12 @@ def register(cli: click.Group) -> None:
             fail(f"{err.path}:{err}")
             return
         except EngineError as err:  # edge.facts has 2 columns but the program reads edge/1, …
-            fail(f"{program}:{_naming_fact_file(err, facts_dir)}" if err.line else f"error: {err}")
+            fail(f"{program}:{_naming_fact_file(err, facts_dir)}" if err.line else f"Error: {err}")
             return
         except OSError as err:  # a fact file that is a directory, unreadable, …
             raise _file_failure(err) from None
         except ValueError as err:
-            fail(f"error: {err}")
+            fail(f"Error: {err}")
             return
         _write_all(out_dir, outputs, lambda rel, path: write_relation(path, relations, rel, sort))
         what = "1 relation" if len(outputs) == 1 else f"{len(outputs)} relations"

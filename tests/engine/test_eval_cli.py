@@ -137,7 +137,7 @@ def test_a_missing_souffle_input_file_is_an_error_and_an_empty_one_is_not(
     done = run_eval(str(prog), "--facts", str(facts), "--out", str(out))
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip() == (
-        f"error: {facts / 'edge.facts'}: no such file, for the program's .input edge"
+        f"Error: {facts / 'edge.facts'}: no such file, for the program's .input edge"
         " (an empty file gives an empty relation)"
     ), done.stderr
     assert not out.exists()
@@ -414,7 +414,7 @@ def test_output_option_writes_only_the_named_relations(tmp_path: Path) -> None:
         "nope",
     )
     assert run.returncode == 1
-    assert run.stderr.strip() == "error: --output nope: the program has no relation nope"
+    assert run.stderr.strip() == "Error: --output nope: the program has no relation nope"
     assert not (tmp_path / "o2").exists()
 
 
@@ -963,7 +963,7 @@ def test_a_result_too_large_for_memory_is_no_internal_error(tmp_path: Path) -> N
     result = _eval_under_limit(3 << 30, prog, tmp_path)
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith(
-        ("Error: out of memory (", "error: the evaluation stopped before a join")
+        ("Error: out of memory (", "Error: the evaluation stopped before a join")
     ), result.stderr
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "o").exists()

@@ -123,7 +123,7 @@ def test_eval_stops_at_its_budget_with_one_clear_error(tmp_path: Path) -> None:
         done = _eval(tmp_path, "d.dl", "--facts", "facts", "--out", "out", *extra, env=env)
         assert done.returncode == 1, done.stderr
         first, hint = done.stderr.splitlines()  # the error and its hint, no traceback
-        assert first.startswith("error: the evaluation stopped after "), done.stderr
+        assert first.startswith("Error: the evaluation stopped after "), done.stderr
         assert f"past its memory budget of {EVAL_BASE_MB} MB" in first
         assert "--memory-mb, MERKLOG_EVAL_MEMORY_MB" in first
         assert "counter over a cycle" in hint and "Traceback" not in done.stderr
