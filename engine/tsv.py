@@ -575,11 +575,35 @@ def read_facts_dir(
     out: dict[str, FactRows] = {}
     for name in names:
         path = directory / f"{name}.facts"
-        if path.exists():
-            out[name] = read_relation(path, sizes.get(name), types.get(name), int_bits)
+        if fact_file_present(path):
+            try:
+                out[name] = read_relation(path, sizes.get(name), types.get(name), int_bits)
+            except OSError as exc:  # a read error (EIO) said no file (QA)
+                if exc.filename is None and exc.errno is not None:
+                    raise OSError(exc.errno, exc.strerror, str(path)) from None
+                raise
         else:
             out[name] = []
     return out
+
+
+def fact_file_present(path: Path) -> bool:
+    """Whether the fact file ``path`` is there to read: a missing one, or a dangling
+    symbolic link, is no file (no facts); a link that loops, or any other failure to
+    look at it, is raised (OSError naming it): read as no facts, a link pointing at
+    itself derived nothing without a word (QA)."""
+    import errno
+    import os
+
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return False
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    return True
 
 
 # ----------------------------------------------------------------------------- writing

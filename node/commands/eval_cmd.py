@@ -91,7 +91,7 @@ def register(cli: click.Group) -> None:
         from merklog.engine.errors import EngineError, FactFileError
         from merklog.engine.interrupt import memory_budget
         from merklog.engine.program import Program
-        from merklog.engine.tsv import read_facts_dir, write_relation
+        from merklog.engine.tsv import fact_file_present, read_facts_dir, write_relation
 
         from ..cli import end_without_teardown
 
@@ -122,7 +122,7 @@ def register(cli: click.Group) -> None:
         ast = prog.ast
         try:
             if prog.dialect == "souffle":
-                missing = [r for r in ast.inputs if not (facts_dir / f"{r}.facts").exists()]
+                missing = [r for r in ast.inputs if not fact_file_present(facts_dir / f"{r}.facts")]
                 if missing:
                     # Soufflé refuses a missing input file too ("Cannot open fact file"):
                     # read as empty, a misspelt file name would quietly derive less.
@@ -136,7 +136,9 @@ def register(cli: click.Group) -> None:
                 outputs = list(ast.outputs)
             else:
                 # Only files of relations the program uses: others cannot change a result.
-                known = sorted(r for r in prog.arities if (facts_dir / f"{r}.facts").exists())
+                known = sorted(
+                    r for r in prog.arities if fact_file_present(facts_dir / f"{r}.facts")
+                )
                 # A file's first line gives its arity; the program then checks it (a
                 # mismatch is reported at the atom). Nullary relations hold on any line.
                 rest = {

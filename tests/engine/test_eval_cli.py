@@ -686,6 +686,30 @@ def test_a_directory_named_like_a_fact_file_is_named_in_the_error(tmp_path: Path
     assert not (tmp_path / "o").exists()
 
 
+def test_a_fact_file_link_that_loops_or_cannot_be_read_is_named(tmp_path: Path) -> None:
+    """QA: a link ``e.facts -> e.facts`` was read as no facts (exit 0, nothing derived),
+    and a fact file whose read fails (``/proc/self/mem``: EIO) said only ``Error:
+    Input/output error``. A dangling link is still no facts, as documented."""
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    (facts / "e.facts").symlink_to("e.facts")
+    program = write(tmp_path / "p.dl", "a(X) :- e(X).\n")
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == f"Error: {facts / 'e.facts'}: Too many levels of symbolic links"
+    (facts / "e.facts").unlink()
+    (facts / "e.facts").symlink_to("/proc/self/mem")
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
+    assert done.returncode != 0 and done.stderr.strip().startswith(
+        f"Error: {facts / 'e.facts'}: "
+    ), done.stderr
+    (facts / "e.facts").unlink()
+    (facts / "e.facts").symlink_to("nowhere.facts")  # dangling: no facts
+    done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "o" / "a.csv").read_text() == ""
+
+
 def test_a_fact_file_holding_only_a_byte_order_mark_is_empty(tmp_path: Path) -> None:
     """It was read as one fact whose value is the BOM (``edge has arity 1`` for edge/2)."""
     facts = tmp_path / "facts"
