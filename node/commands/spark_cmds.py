@@ -775,9 +775,15 @@ def register(cli: click.Group) -> None:
         metavar="KEYHEX",
         help="Accept only snapshots signed by these node keys (repeatable).",
     )
+    @click.option(
+        "--port", type=int, default=None, help="HTTP port written to the new home's config."
+    )
     @pass_state
-    def import_snapshot(state: State, directory: Path, trust: tuple[str, ...]) -> None:
-        """Bootstrap a fresh node from a snapshot; then 'merklog sync' fetches only newer deltas."""
+    def import_snapshot(
+        state: State, directory: Path, trust: tuple[str, ...], port: int | None
+    ) -> None:
+        """Bootstrap a fresh node from a snapshot; then 'merklog sync' fetches only newer deltas.
+        The new home takes ``--port`` and the ``--set`` options, as ``init`` does."""
         from merklog.node.homeinit import undo_init
         from merklog.node.node import init_home
         from merklog.node.runtime import LOCK_FILE
@@ -797,6 +803,14 @@ def register(cli: click.Group) -> None:
         # A home this command creates is removed again if the install fails: a joined,
         # empty home left behind would take no snapshot and sync the whole history.
         fresh = not (state.home / "config.toml").exists()
+        overrides = dict(state.overrides)
+        if port is not None:
+            if not fresh:  # QA: the port of the new home could only be set by hand
+                raise click.UsageError(
+                    f"--port is for a new home; {state.home} has its config.toml already"
+                    " (its node.port setting)"
+                )
+            overrides["node.port"] = port
         existed = state.home.exists()
         before = {p.name for p in state.home.iterdir()} if existed else set()
         try:
@@ -808,7 +822,7 @@ def register(cli: click.Group) -> None:
                         "snapshot carries no genesis block; run 'merklog init' "
                         "joining the dataset first"
                     )
-                init_home(state.home, join=(snap.dataset, genesis))
+                init_home(state.home, overrides, join=(snap.dataset, genesis))
             node = _local_node(state)
             try:
                 if node.replica.dataset != snap.dataset:

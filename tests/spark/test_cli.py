@@ -44,12 +44,18 @@ def test_export_compact_import_snapshot_analyze(spark, tmp_path):
     out = run("--home", str(a), "compact", str(tmp_path / "ea"), "--out", str(tmp_path / "snap"))
     info = json.loads(out.strip().splitlines()[-1])
     assert info["facts"] == 4
-    out = run("--home", str(c), "import-snapshot", info["directory"])
+    # QA: the new home's port could only be set by editing its config.toml
+    out = run("--home", str(c), "--set", "sync.interval=5", "import-snapshot", info["directory"],
+              "--port", "23012")  # fmt: skip
     assert json.loads(out)["facts"] == 4
     assert facts_of(c) == facts_of(a) == {"edge(1, 2)", "edge(2, 3)", "edge(3, 1)", 'label(1, "x")'}
+    config = (c / "config.toml").read_text()
+    assert "port = 23012" in config and "interval = 5.0" in config, config
     # a second install is refused (the replica is no longer empty)
     err = run("--home", str(c), "import-snapshot", info["directory"], ok=False)
     assert "empty replica" in err
+    err = run("--home", str(c), "import-snapshot", info["directory"], "--port", "1", ok=False)
+    assert "--port is for a new home" in err
 
     prog = tmp_path / "reach.dl"
     prog.write_text("reach(X, Y) :- edge(X, Y).\nreach(X, Z) :- reach(X, Y), edge(Y, Z).\n")
