@@ -427,10 +427,11 @@ def check_reachable(remote: str, timeout: float = CONNECT_TIMEOUT) -> None:
     plain = not params & {"use_ssl", "token"}  # a token turns TLS on in pyspark's client
     try:
         with socket.create_connection((host, port), timeout=timeout) as conn:
-            if plain and not _answers_http2(conn):
+            why = _not_http2(conn, timeout) if plain else None
+            if why is not None:
                 raise ConnectUnreachable(
                     f"the Spark Connect server {remote} accepts connections but does not "
-                    f"answer as one (no HTTP/2 settings within {timeout:g} s)"
+                    f"answer as one ({why})"
                 )
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
@@ -443,22 +444,28 @@ def check_reachable(remote: str, timeout: float = CONNECT_TIMEOUT) -> None:
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
-def _answers_http2(conn: Any) -> bool:
-    """Whether the server on ``conn`` (a socket with a timeout) answers the HTTP/2
-    preface with its SETTINGS frame, as every gRPC server (Spark Connect) does at once.
-    A listener that accepts and stays silent (a wedged server, the wrong port) made
-    pyspark's client wait without end; it is one error line now."""
+def _not_http2(conn: Any, timeout: float) -> str | None:
+    """Why the server on ``conn`` (a socket with a timeout) is no Spark Connect server,
+    or None when it answers the HTTP/2 preface with its SETTINGS frame, as every gRPC
+    server does at once. A listener that accepts and stays silent (a wedged server, the
+    wrong port) made pyspark's client wait without end; it is one error line now, which
+    says whether it stayed silent or answered something else (QA: a server that hung up
+    at once was said to be silent for 10 s)."""
     try:
         conn.sendall(_H2_PREFACE)
         header = b""
         while len(header) < 9:
             chunk = conn.recv(9 - len(header))
             if not chunk:
-                return False
+                return "it closed the connection without an HTTP/2 answer"
             header += chunk
-    except OSError:  # silent past the timeout, or hung up (reset)
-        return False
-    return header[3] == 4  # the frame type: SETTINGS
+    except TimeoutError:
+        return f"no HTTP/2 settings within {timeout:g} s"
+    except OSError as exc:  # reset
+        return f"it ended the connection ({exc.strerror or exc}) without an HTTP/2 answer"
+    if header[3] != 4:  # the frame type: SETTINGS
+        return "it answered, but not with HTTP/2 settings"
+    return None
 
 
 def build_session(

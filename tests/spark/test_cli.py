@@ -367,10 +367,12 @@ def test_a_listener_that_never_answers_as_spark_connect_is_exit_4(tmp_path, expo
         finally:
             server.close()
         assert done.returncode == 4, done.stderr
-        assert done.stderr.splitlines() == [
-            f"Error: the Spark Connect server {url} accepts connections but does not answer"
-            " as one (no HTTP/2 settings within 10 s)"
-        ]
+        (line,) = done.stderr.splitlines()
+        said = f"Error: the Spark Connect server {url} accepts connections but does not answer"
+        if keep:
+            assert line == said + " as one (no HTTP/2 settings within 10 s)", line
+        else:  # QA: one that hung up at once was said to be silent for 10 s
+            assert line.startswith(said + " as one (it ") and "without an HTTP/2 answer" in line
         assert not (tmp_path / "s").exists()
     for conn in held:
         conn.close()
