@@ -136,7 +136,9 @@ def refuse_hidden_dataset(cfg: Config, joining: Link | None) -> None:
     from merklog.replication.schema import stored_datasets
 
     try:
-        with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as db:
+        with contextlib.closing(
+            sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
             held = [Link(raw) for raw in stored_datasets(db)]
     except sqlite3.DatabaseError:
         return  # not a store this check can read: opening it says what is wrong
@@ -155,14 +157,16 @@ def refuse_hidden_dataset(cfg: Config, joining: Link | None) -> None:
     )
 
 
-def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:
-    """Refuse (bad input, nothing written) an init of an initialised home that would
-    move where its blocks live: another ``store.backend``, or another IPFS daemon
-    (``store.ipfs_api``), asked by ``--store``, ``--ipfs-api``, ``--set`` or the
-    environment. Saving the config was all it did: the home then looked for its blocks
-    where none of them are (its older facts not on the new daemon, or the SQLite cache
-    read as a whole store). Two spellings of one daemon (a URL and its multiaddr) are
-    no switch."""
+def refuse_store_switch(home: Path, overrides: dict[str, Any] | None, doing: str = "init") -> None:
+    """Refuse (bad input, nothing written) an init of an initialised home — or any
+    command on it (``doing`` names it) — that would move where its blocks live: another
+    ``store.backend``, or another IPFS daemon (``store.ipfs_api``), asked by ``--store``,
+    ``--ipfs-api``, ``--set`` or the environment. Saving the config was all init did: the
+    home then looked for its blocks where none of them are (its older facts not on the
+    new daemon, or the SQLite cache read as a whole store). Any other command wrote its
+    blocks around the home's store (QA: ``MERKLOG_STORE_BACKEND=sqlite put`` on an IPFS
+    home put nothing on the daemon, and peers syncing over pubsub stalled). Two
+    spellings of one daemon (a URL and its multiaddr) are no switch."""
     if not (home / "config.toml").exists():
         return
     now = Config.load(home, env={})  # the file's own values
@@ -171,7 +175,7 @@ def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:
     if have != want:
         api = " --set store.ipfs_api=URL" if want == "ipfs" else ""
         raise Failure(
-            f"{home} already keeps its blocks in {have}; init does not move them to {want}:"
+            f"{home} already keeps its blocks in {have}; {doing} does not move them to {want}:"
             f" export it (`merklog --home {home} export FILE.car`) and restore that into a"
             f" new home (`merklog --home NEW --set store.backend={want}{api} restore"
             f" FILE.car --identity {home / IDENTITY_FILE}`)",
@@ -183,7 +187,7 @@ def refuse_store_switch(home: Path, overrides: dict[str, Any] | None) -> None:
     if _daemon(old) == _daemon(new) or _daemon(new) is None:
         return  # the same daemon, or an address the store check refuses as such
     raise Failure(
-        f"{home} keeps its blocks on the IPFS daemon at {old}; init does not re-point it"
+        f"{home} keeps its blocks on the IPFS daemon at {old}; {doing} does not re-point it"
         f" to {new}. If the daemon moved, set store.ipfs_api in {home / 'config.toml'};"
         " if the new daemon lacks the home's blocks, `merklog fsck --repair-from PEER`"
         " then imports them into it",

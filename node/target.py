@@ -16,7 +16,7 @@ from merklog.store import Fact, Link
 
 from . import writeaccess
 from .client import NodeAPIError, NodeClient
-from .config import CONFIG_FILE, Config, check_tokens, require_dataset
+from .config import CONFIG_FILE, Config, check_tokens, env_var, require_dataset
 from .errors import NodeInputError
 from .failures import ExitCode, Failure, exit_code_for_status
 from .runtime import HomeLock, read_runfile, remove_runfile
@@ -241,9 +241,23 @@ def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
         raise TargetError(f"{home} is not a merklog home; run `merklog --home {home} init` first")
     cfg = Config.load(home, overrides)
     refuse_memory_store(cfg, overrides)
+    if _asks_another_store(overrides):  # --set or the environment, for this command only
+        from .homeinit import refuse_store_switch
+
+        refuse_store_switch(home, overrides, "a command")
     require_dataset(cfg)
     check_tokens(cfg)
     return cfg
+
+
+def _asks_another_store(overrides: dict[str, Any] | None) -> bool:
+    """Whether this command's ``--set`` options or environment name the store's backend
+    or IPFS daemon (then :func:`~.homeinit.refuse_store_switch` compares them with the
+    home's own)."""
+    import os
+
+    keys = ("store.backend", "store.ipfs_api")
+    return any(k in (overrides or {}) for k in keys) or any(env_var(k) in os.environ for k in keys)
 
 
 def refuse_memory_store(cfg: Config, overrides: dict[str, Any] | None = None) -> None:

@@ -369,6 +369,16 @@ def test_init_never_moves_an_initialised_homes_blocks(
         assert f"does not re-point it to {elsewhere}" in out and "fsck --repair-from" in out
     assert "already initialised" in i("init", "--ipfs-api", ipfs_daemon).output  # same daemon
     assert _ls(i) == ["kept(true)"]
+    # QA: any other command took them for itself, and wrote its blocks around the
+    # home's store (MERKLOG_STORE_BACKEND=sqlite put: nothing reached the daemon)
+    for home, args, env, said in [
+        (i, ("--set", "store.backend=sqlite", "put", "e(1)."), None, "in ipfs; a command"),
+        (i, ("put", "e(1)."), {"MERKLOG_STORE_BACKEND": "sqlite"}, "in ipfs; a command"),
+        (i, ("--set", f"store.ipfs_api={elsewhere}", "put", "e(1)."), None, "re-point it"),
+        (s, ("--set", "store.backend=ipfs", "put", "e(1)."), None, "in sqlite; a command"),
+    ]:
+        assert said in refused(home, *args, env=env)
+    assert _ls(i) == ["kept(true)"] and _ls(s) == ["kept(1)", "kept(1.0)"]
 
 
 def test_a_malformed_multiaddr_is_bad_input(tmp_path: Path, ipfs_daemon: str) -> None:
