@@ -304,7 +304,7 @@ async def list_facts(request: web.Request) -> web.Response:
 
 
 def describe_block(node: Node, cid: Link) -> dict[str, Any]:
-    data = node.store.get(cid)
+    data = node.store.get_held(cid)  # an unknown CID is not worth an IPFS timeout
     out: dict[str, Any] = {"cid": str(cid), "size": len(data)}
     try:
         out["fact"] = str(decode_fact(data))

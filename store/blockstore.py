@@ -90,6 +90,12 @@ class BlockStore(ABC):
         self.put_many([(cid, data)])
         return cid
 
+    def get_held(self, cid: Link) -> bytes:
+        """``get`` for a caller who names a block by its CID alone (``merklog get``,
+        ``GET /v1/blocks/{cid}``): a block the store does not hold is BlockNotFound at
+        once, not after a remote store's whole request timeout. Local stores: ``get``."""
+        return self.get(cid)
+
     def get_many(self, cids: Iterable[Link]) -> Iterator[tuple[Link, bytes]]:
         """Verified blocks for ``cids`` in order; BlockNotFound on the first missing one."""
         for cid in cids:

@@ -332,6 +332,10 @@ class IPFSBlockStore(BlockStore):
             new += not existed
         return new
 
+    def get_held(self, cid: Link) -> bytes:
+        """``get`` within the existence probe's bound (see :meth:`BlockStore.get_held`)."""
+        return self.get(cid, self.probe_timeout)
+
     def get(self, cid: Link, wait: float | None = None) -> bytes:
         """The verified block; BlockNotFound once the daemon has looked for ``wait``
         seconds (default ``timeout``) without finding it."""

@@ -615,3 +615,32 @@ def test_a_home_merklog_open_makes_with_ipfs_settings_is_an_ipfs_home(
     assert cfg["store"]["backend"] == "ipfs"
     assert cfg["store"]["ipfs_api"] == _url(ipfs_daemon)
     assert _ls(Cli(home)) == ["k(1)", "k(1.0)"]
+
+
+def test_a_block_the_home_does_not_hold_is_not_found_at_once(
+    tmp_path: Path, ipfs_daemon: str, node_factory
+) -> None:
+    """QA: ``merklog get`` of an unknown CID on an IPFS home, and ``GET /v1/blocks/CID``,
+    waited the daemon's whole request timeout (30 s) for a block it lacks, and twelve
+    such reads held the node's threads while a write waited 56 s. A block neither the
+    cache nor the daemon holds is asked for within the existence probe's bound (here
+    with a 600 s request timeout, which the old read waited out)."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "i"
+    run = Cli(home)
+    run("init", "--store", "ipfs", "--ipfs-api", ipfs_daemon)
+    (cid,) = [line.split("\t")[0] for line in run("put", "kept(1).").output.splitlines()]
+    unknown = str(Link.for_dag_cbor(b"\xa1ashere-nowhere"))
+    slow = ["--set", "store.ipfs_timeout=600"]
+    base = [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *slow]
+    done = subprocess.run([*base, "get", unknown], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    held = subprocess.run([*base, "get", cid], capture_output=True, text=True, timeout=120)
+    assert held.returncode == 0 and "kept(1)" in held.stdout, held.stderr
+    node = node_factory(home, env={"MERKLOG_STORE_IPFS_TIMEOUT": "600"}).start()
+    status, body = node.request("GET", f"/v1/blocks/{unknown}")
+    assert status == 404, body
+    status, body = node.request("GET", f"/v1/blocks/{cid}")
+    assert status == 200 and body["fact"] == "kept(1)", body
