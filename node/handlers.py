@@ -1013,10 +1013,12 @@ async def import_car(request: web.Request) -> web.Response:
             result = await asyncio.to_thread(node.import_stream, spool)
         except (StoreError, ReplicationError) as exc:
             # The CAR's fault, said as a stopped home's import says it (the CLI puts the
-            # file's name for "the CAR "); anything else as it was.
+            # file's name for "the CAR "); anything else is this home's (its IPFS daemon
+            # down: 503 store unavailable, which was 400 rejected, QA), mapped as any
+            # other request's failure is.
             reason = import_fault(exc)
             if reason is None:
-                raise ApiError(400, "rejected", str(exc)) from None
+                raise
             raise ApiError(400, "rejected", CAR_SUBJECT + reason) from None
     finally:
         spool.close()

@@ -198,20 +198,41 @@ def test_tampered_block_on_the_daemon_is_rejected_by_cid(
 def test_running_node_answers_503_while_its_daemon_is_down(
     tmp_path: Path, fault_daemon, node_factory
 ) -> None:
+    import shutil
+
     daemon = fault_daemon
     run = Cli(tmp_path / "home")
     run("init", "--store", "ipfs", "--ipfs-api", daemon.api_addr)
-    node = node_factory(run.home).start()
     run("put", "a(1).")
+    # a copy of the home writes b(1): its CAR holds a delta the home lacks
+    shutil.copytree(run.home, tmp_path / "copy")
+    copy = Cli(tmp_path / "copy")
+    copy("put", "b(1).")
+    car = tmp_path / "copy.car"
+    copy("export", str(car))
+    node = node_factory(run.home).start()
     daemon.kill()
     status, body = node.request("POST", "/v1/facts", {"assert": "a(2)."})
     assert status == 503 and body["error"] == "store unavailable"
     assert "IPFS" in body["detail"] and f"tcp/{daemon.api_port}" in body["detail"]
     refused = run("put", "a(3).", ok=False)  # the CLI goes through the running node
     assert refused.exit_code == 4 and "Traceback" not in refused.output
+    # QA: an import said 400 "rejected" (exit 2, bad input) for the daemon being down
+    import urllib.error
+    import urllib.request
+
+    posted = urllib.request.Request(node.url + "/v1/import", car.read_bytes(), method="POST")
+    posted.add_header("Authorization", f"Bearer {node.token}")
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(posted, timeout=120)
+    body = json.loads(answer.value.read())
+    assert answer.value.code == 503 and body["error"] == "store unavailable", body
+    refused = run("import", str(car), ok=False)
+    assert refused.exit_code == 4, refused.output
     daemon.start()
     run("put", "a(2).")
-    assert _ls(run) == ["a(1)", "a(2)"]
+    run("import", str(car))
+    assert _ls(run) == ["a(1)", "a(2)", "b(1)"]
 
 
 def _block_row(home: Path, cid: Link, data: bytes | None) -> None:
