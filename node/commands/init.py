@@ -108,6 +108,11 @@ def register(cli: click.Group) -> None:
         if ipfs_api is not None:
             overrides["store.ipfs_api"] = ipfs_api
             overrides.setdefault("store.backend", "ipfs")
+            if overrides["store.backend"] != "ipfs":  # QA: a SQLite home that saved the API
+                raise click.UsageError(
+                    f"--ipfs-api names the daemon of an IPFS home; the store asked for is"
+                    f" {overrides['store.backend']} (leave out --ipfs-api, or use --store ipfs)"
+                )
         # Another backend or daemon for an initialised home: refused before the daemon
         # is asked anything (it may be down) and before anything is written.
         refuse_store_switch(state.home, overrides)

@@ -349,6 +349,13 @@ def test_a_text_option_given_a_number_and_an_over_long_sync_timeout_are_refused(
     assert "must be one of sqlite or ipfs (memory: a Python API memory node only)" in (
         result.output
     )
+    # QA: init --store sqlite --ipfs-api URL made a SQLite home that saved the API
+    other = Cli(home.parent / "other")
+    result = other("init", "--store", "sqlite", "--ipfs-api", "http://127.0.0.1:5001", ok=False)
+    assert result.exit_code == 2 and "--ipfs-api names the daemon of an IPFS home" in (
+        result.output
+    )
+    assert not other.home.exists()
     monkeypatch.setenv("MERKLOG_NODE_PROGRAM", "2024")
     assert Config.load(home).get("node.program") == "2024"
     assert Config.load(home, {"node.program": 7}).get("node.program") == "7"
