@@ -69,6 +69,19 @@ class IPFSHeadSync:
         #: Counters a test or operator can read: published, accepted, ignored, applied.
         self.stats = {"published": 0, "accepted": 0, "ignored": 0, "applied": 0, "failed": 0}
         self._busy = asyncio.Lock()
+        #: What fails now (publishing, the subscription, fetching), told at WARNING when
+        #: it starts failing and at INFO when it works again: at INFO alone a home whose
+        #: announced heads could never be fetched looked healthy (QA).
+        self._failing: set[str] = set()
+
+    def _failed(self, what: str, message: str, *args: Any) -> None:
+        log.log(logging.INFO if what in self._failing else logging.WARNING, message, *args)
+        self._failing.add(what)
+
+    def _works(self, what: str) -> None:
+        if what in self._failing:
+            self._failing.discard(what)
+            log.info("%s on %s works again", what, self.topic)
 
     async def run(self) -> None:
         """Publish and subscribe until cancelled; daemon trouble is logged and retried."""
@@ -81,8 +94,11 @@ class IPFSHeadSync:
         while True:
             try:
                 await self.publish(session)
+                self._works("publishing heads")
             except (aiohttp.ClientError, TimeoutError, StoreError) as exc:
-                log.info("publishing heads on %s failed: %s", self.topic, exc)
+                self._failed(
+                    "publishing heads", "publishing heads on %s failed: %s", self.topic, exc
+                )
             await asyncio.sleep(self.interval)
 
     async def publish(self, session: aiohttp.ClientSession) -> None:
@@ -116,10 +132,16 @@ class IPFSHeadSync:
                 ) as resp:
                     if resp.status != 200:
                         raise StoreError(f"pubsub/sub answered HTTP {resp.status}")
+                    self._works("the pubsub subscription")
                     async for line in resp.content:
                         await self._on_line(line)
             except (aiohttp.ClientError, TimeoutError, StoreError) as exc:
-                log.info("pubsub subscription to %s failed: %s", self.topic, exc)
+                self._failed(
+                    "the pubsub subscription",
+                    "pubsub subscription to %s failed: %s",
+                    self.topic,
+                    exc,
+                )
             await asyncio.sleep(min(self.interval, 1.0))
 
     async def _on_line(self, line: bytes) -> None:
@@ -152,8 +174,14 @@ class IPFSHeadSync:
                 applied = await loop.run_in_executor(None, self._fetch_and_apply, ann.heads)
             except (StoreError, ReplicationError) as exc:
                 self.stats["failed"] += 1
-                log.info("fetching heads announced by %s failed: %s", ann.key.hex()[:16], exc)
+                self._failed(
+                    "fetching announced heads",
+                    "fetching heads announced by %s failed: %s",
+                    ann.key.hex()[:16],
+                    exc,
+                )
                 return False
+        self._works("fetching announced heads")
         return applied
 
     def _fetch_and_apply(self, heads: tuple[Link, ...]) -> bool:

@@ -665,3 +665,38 @@ def test_a_block_the_home_does_not_hold_is_not_found_at_once(
     assert status == 404, body
     status, body = node.request("GET", f"/v1/blocks/{cid}")
     assert status == 200 and body["fact"] == "kept(1)", body
+
+
+def test_announced_heads_that_cannot_be_fetched_are_a_warning_once(
+    tmp_path: Path, ipfs_daemon: str, caplog
+) -> None:
+    """QA: a home whose peers' announced heads could never be fetched (their blocks were
+    not on the daemon) logged it at INFO only: at the default level it looked healthy
+    while it stayed behind. The first failure of a streak is a WARNING, the repeats INFO."""
+    import asyncio
+    import logging
+
+    import merklog
+    from merklog.node.ipfs_sync import IPFSHeadSync
+    from merklog.replication.identity import Identity
+    from merklog.replication.pubsub import make_announcement
+
+    home = tmp_path / "i"
+    Cli(home)("init", "--store", "ipfs", "--ipfs-api", ipfs_daemon)
+    writer = Identity.generate()
+    missing = Link.for_dag_cbor(b"\xa1ashere-nowhere")
+
+    async def main() -> list[int]:
+        settings = {"store.ipfs_timeout": 1.0, "sync.ipfs_interval": 0.0}
+        async with merklog.open(home, settings=settings) as node:
+            node.grant(writer.public_key.hex())
+            heads = IPFSHeadSync(node)
+            announced = make_announcement(writer, node.dataset, [missing])
+            with caplog.at_level(logging.INFO, logger="merklog.node.ipfs_sync"):
+                for _ in range(2):
+                    assert await heads.on_announcement(announced) is False
+            return [
+                r.levelno for r in caplog.records if "fetching heads announced" in r.getMessage()
+            ]
+
+    assert asyncio.run(main()) == [logging.WARNING, logging.INFO]
