@@ -532,8 +532,12 @@ def _get_or_create(builder: Any, conf: dict[str, str], prelaunched: Prelaunch | 
 
     proc = None
     if prelaunched is not None and prelaunched.launch is not None:
-        launch, prelaunched.launch = prelaunched.launch, None
+        launch = prelaunched.launch
         proc = launch.connect() if SparkContext._gateway is None else launch.kill()
+        # Taken over only now: a Ctrl-C while connect() waits for the gateway left the
+        # JVM to the caller's Prelaunch.close(), which then stops it (it was cleared
+        # before, and the JVM lived on, orphaned, ~250 MB each time).
+        prelaunched.launch = None
     elif prelaunched is None and SparkContext._gateway is None:
         proc = start_driver(conf)
     try:

@@ -179,6 +179,24 @@ if sys.argv[1] == "unused":
     pre.close()  # idempotent
     print(json.dumps({"exit": jvm.poll(), "gateway_env": [k for k in os.environ if "GATEWAY" in k]}))
     raise SystemExit(0)
+if sys.argv[1] == "interrupted":  # a Ctrl-C while the session waits for the gateway
+    from merklog.node.spark import launch as launch_module
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    launch_module.Launch.connect = interrupted
+    try:
+        build_session(
+            master="local[1]", app_name="merklog-launch-test", quiet=True, input_rows=10,
+            prelaunched=pre,
+        )
+    except KeyboardInterrupt:
+        pass
+    pre.close()  # what the command's cleanup does
+    jvm.wait(timeout=60)
+    print(json.dumps({"exit": jvm.poll(), "gateway_env": [k for k in os.environ if "GATEWAY" in k]}))
+    raise SystemExit(0)
 spark = build_session(
     master="local[1]", app_name="merklog-launch-test", quiet=True, input_rows=10, prelaunched=pre
 )
@@ -227,6 +245,16 @@ def test_a_prelaunched_jvm_no_session_takes_is_stopped(tmp_path: Path) -> None:
     """A command that fails between the start and its session (no identity, a bad input)
     stops the JVM it started: closed, it has exited, and no gateway was handed over."""
     seen = _prelaunch_probe(tmp_path, "unused")
+    assert seen["exit"] is not None
+    assert seen["gateway_env"] == []
+
+
+def test_a_ctrl_c_while_the_session_waits_for_its_jvm_stops_the_jvm(tmp_path: Path) -> None:
+    """A Ctrl-C 0.8-1.5 s into ``compact`` (the session waiting for the prelaunched JVM's
+    gateway) left that JVM running, orphaned, ~250 MB, for good: the session had taken
+    it from the command's cleanup before connecting. The interrupt is raised where the
+    wait is (it cannot be timed from outside); the cleanup then stops the JVM."""
+    seen = _prelaunch_probe(tmp_path, "interrupted")
     assert seen["exit"] is not None
     assert seen["gateway_env"] == []
 
