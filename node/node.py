@@ -575,13 +575,9 @@ class Node:
         seconds, runs after, so that the next epoch publishes and the writes it takes
         are answered meanwhile (ADR 0210)."""
         self._require_open()
-        emptied = self._emptied(q)
         # The answer's rows have no cycles: no collection walks the EDB because of them.
         with gc_paused():
-            with self.epochs.reading() as view:
-                self._require_known(q, view, emptied=emptied)
-                engine = view.engine
-                inputs = queries.query_inputs(q, engine.relation, engine.relation_matching)
+            view, inputs = self._query_inputs(q)
             columns, rows = querycheck.evaluate(partial(queries.answer, inputs=inputs), q)
             del inputs
             return QueryResult(columns, querybound.plain_sorted(rows), view.epoch)
@@ -603,18 +599,20 @@ class Node:
             self._require_known(q, view, live)
         return q
 
-    def _emptied(self, q: Any) -> frozenset[str]:
-        """The relations of ``q`` that no epoch shows a fact of but that the dataset has
-        had facts of (all retracted since): they answer no rows, not "unknown relation"
-        (an app's to-do list whose last item was deleted). Asked of the store outside the
-        epoch's read lock, and only for such relations: a query whose relations are all
-        known costs nothing more."""
+    def _query_inputs(self, q: Any) -> tuple[EpochView, dict]:
+        """The last published epoch and the inputs of ``q`` read from it, once its
+        relations are known (:meth:`_require_known`). A relation no epoch shows a fact
+        of but that the dataset has had facts of (all retracted since) answers no rows,
+        not "unknown relation" (an app's to-do list whose last item was deleted, ADR
+        0216): it is asked of the store outside the epoch's read lock, and only for such
+        a relation, then the epoch is read again."""
         emptied: set[str] = set()
         while True:
             try:
                 with self.epochs.reading() as view:
                     self._require_known(q, view, emptied=emptied)
-                return frozenset(emptied)
+                    engine = view.engine
+                    return view, queries.query_inputs(q, engine.relation, engine.relation_matching)
             except UnknownRelation as exc:
                 rel = exc.unseen
                 if rel is None or rel in emptied or not self.replica.ever_asserted(rel):

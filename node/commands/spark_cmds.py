@@ -613,6 +613,8 @@ def register(cli: click.Group) -> None:
                 " its past), so --prune has nothing to cover and no snapshot was written; sync"
                 " with the other writers first, or compact without --prune"
             )
+        from merklog.node.spark.export import GENESIS_FILE
+
         for res in results:
             m = res.manifest
             click.echo(
@@ -628,8 +630,6 @@ def register(cli: click.Group) -> None:
                     sort_keys=True,
                 )
             )
-            from merklog.node.spark.export import GENESIS_FILE
-
             if not (Path(res.directory) / GENESIS_FILE).is_file():  # QA: said nothing
                 click.echo(
                     f"note: no input carried the genesis block of dataset {res.dataset}"

@@ -186,16 +186,21 @@ if sys.argv[1] == "interrupted":  # a Ctrl-C while the session waits for the gat
         raise KeyboardInterrupt
 
     launch_module.Launch.connect = interrupted
+    stopped = False
     try:
         build_session(
             master="local[1]", app_name="merklog-launch-test", quiet=True, input_rows=10,
             prelaunched=pre,
         )
     except KeyboardInterrupt:
-        pass
+        stopped = True
     pre.close()  # what the command's cleanup does
     jvm.wait(timeout=60)
-    print(json.dumps({"exit": jvm.poll(), "gateway_env": [k for k in os.environ if "GATEWAY" in k]}))
+    print(json.dumps({
+        "interrupted": stopped,
+        "exit": jvm.poll(),
+        "gateway_env": [k for k in os.environ if "GATEWAY" in k],
+    }))
     raise SystemExit(0)
 spark = build_session(
     master="local[1]", app_name="merklog-launch-test", quiet=True, input_rows=10, prelaunched=pre
@@ -255,7 +260,7 @@ def test_a_ctrl_c_while_the_session_waits_for_its_jvm_stops_the_jvm(tmp_path: Pa
     it from the command's cleanup before connecting. The interrupt is raised where the
     wait is (it cannot be timed from outside); the cleanup then stops the JVM."""
     seen = _prelaunch_probe(tmp_path, "interrupted")
-    assert seen["exit"] is not None
+    assert seen["interrupted"] and seen["exit"] is not None
     assert seen["gateway_env"] == []
 
 
