@@ -12,8 +12,10 @@ Measures in one run, on the same generated facts:
 - the user paths, each a whole process: ``merklog put -f FILE`` on a stopped home, the
   same command while ``merklog node run`` serves that home (chunks of Datalog text over
   its HTTP API), and ``POST /v1/facts`` with Datalog text bodies and with JSON fact
-  bodies, each on a fresh running node (the CPU column of every running-node path
-  adds the node's own CPU, read with psutil from its pid before and after),
+  bodies of 20,000 facts, each on a fresh running node, sent one at a time (an app
+  posting as it goes) and three in flight (a bulk loader, as ``merklog put`` sends)
+  (the CPU column of every running-node path adds the node's own CPU, read with psutil
+  from its pid before and after),
 - ``merklog put -f FILE`` on a stopped home whose blocks live on a js-ipfs daemon on
   loopback (``--ipfs-api``, else a private daemon from tests/ipfs; ``--no-ipfs`` skips
   it), beside that daemon's own floor: one raw ``dag/import`` of as many fact blocks of
@@ -37,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout too
 
+from merklog.node.commands.put import PUT_IN_FLIGHT  # noqa: E402
 from merklog.store import Link, fact_block, fact_block_reference, make_fact  # noqa: E402
 from merklog.store.codec import encode_facts  # noqa: E402
 from merklog.store.sqlite import SQLiteBlockStore  # noqa: E402
@@ -183,11 +186,32 @@ def _poster(url: str, token: str):
     return post
 
 
+def _post_chunks(post, facts: list, body, chunk: int, in_flight: int) -> None:
+    """Post ``facts`` in bodies of ``chunk`` facts (``body(part)``), ``in_flight`` requests
+    at a time (1: each sent once the one before was answered); raise unless the node
+    says it asserted every fact of every body."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> None:
+        part = facts[i : i + chunk]
+        if post(body(part)) != len(part):
+            raise RuntimeError("write failed")
+
+    starts = range(0, len(facts), chunk)
+    if in_flight == 1:
+        for i in starts:
+            one(i)
+        return
+    with ThreadPoolExecutor(in_flight) as pool:
+        list(pool.map(one, starts))
+
+
 def bench_json_api(
-    url: str, token: str, facts: list, server: int, chunk: int = 20_000
+    url: str, token: str, facts: list, server: int, chunk: int = 20_000, in_flight: int = 1
 ) -> Timer | None:
     """``POST /v1/facts`` with JSON fact bodies (``{"assert": [{"rel", "args"}]}``), if the
-    node has them; CPU counts this client and the node (``server``)."""
+    node has them, ``in_flight`` requests at a time; CPU counts this client and the node
+    (``server``)."""
     post = _poster(url, token)
 
     def plain(v: object) -> object:
@@ -199,23 +223,27 @@ def bench_json_api(
     if post(probe) != 1:  # this node has no JSON fact form (yet)
         return None
     with Timer(server) as t:
-        for i in range(0, len(facts), chunk):
-            part = facts[i : i + chunk]
-            body = {"assert": [{"rel": f.rel, "args": list(f.args)} for f in part]}
-            if post(body) != len(part):
-                raise RuntimeError("JSON write failed")
+        _post_chunks(
+            post,
+            facts,
+            lambda part: {"assert": [{"rel": f.rel, "args": list(f.args)} for f in part]},
+            chunk,
+            in_flight,
+        )
     return t
 
 
-def bench_datalog_api(url: str, token: str, facts: list, server: int, chunk: int = 20_000) -> Timer:
+def bench_datalog_api(
+    url: str, token: str, facts: list, server: int, chunk: int = 20_000, in_flight: int = 1
+) -> Timer:
     """``POST /v1/facts`` with Datalog text bodies (``{"assert": "edge(1, 2).\\n…"}``), the
-    form ``merklog put`` sends; CPU counts this client and the node (``server``)."""
+    form ``merklog put`` sends, ``in_flight`` requests at a time; CPU counts this client
+    and the node (``server``)."""
     post = _poster(url, token)
     with Timer(server) as t:
-        for i in range(0, len(facts), chunk):
-            part = facts[i : i + chunk]
-            if post({"assert": "".join(f"{f}.\n" for f in part)}) != len(part):
-                raise RuntimeError("Datalog write failed")
+        _post_chunks(
+            post, facts, lambda part: {"assert": "".join(f"{f}.\n" for f in part)}, chunk, in_flight
+        )
     return t
 
 
@@ -313,22 +341,26 @@ def user_paths(
     finally:
         proc.terminate()  # type: ignore[attr-defined]
         proc.wait()  # type: ignore[attr-defined]
-    # Each HTTP body form on a fresh node: the same facts again would be no-ops.
-    for name, bench in (
-        ("POST /v1/facts Datalog bodies, running node", bench_datalog_api),
-        ("POST /v1/facts JSON bodies, running node", bench_json_api),
-    ):
-        home = Path(directory) / name.split()[2].lower()
-        subprocess.run([*MERKLOG, "--home", str(home), "init"], check=True, capture_output=True)
-        token = tomllib.loads((home / "config.toml").read_text())["api"]["token"]
-        proc, url = start_node(home)
-        try:
-            timer = bench(url, token, facts, proc.pid)  # type: ignore[attr-defined]
-        finally:
-            proc.terminate()  # type: ignore[attr-defined]
-            proc.wait()  # type: ignore[attr-defined]
-        if timer is not None:
-            rows.append((name, len(facts), timer))
+    # Each HTTP body form on a fresh node: the same facts again would be no-ops. One
+    # request at a time (an app posting as it goes: each body waits for the answer to the
+    # one before, so every write's commit and epoch are on the clock), then three in
+    # flight (a bulk loader, as `merklog put` sends: concurrent writes share a commit).
+    for form, bench in (("Datalog", bench_datalog_api), ("JSON", bench_json_api)):
+        for in_flight in (1, PUT_IN_FLIGHT):
+            ahead = "one at a time" if in_flight == 1 else f"{in_flight} in flight"
+            name = f"POST /v1/facts {form} bodies, {ahead}"
+            home = Path(directory) / f"{form.lower()}-{in_flight}"
+            cmd = [*MERKLOG, "--home", str(home), "init"]
+            subprocess.run(cmd, check=True, capture_output=True)
+            token = tomllib.loads((home / "config.toml").read_text())["api"]["token"]
+            proc, url = start_node(home)
+            try:
+                timer = bench(url, token, facts, proc.pid, in_flight=in_flight)  # type: ignore[attr-defined]
+            finally:
+                proc.terminate()  # type: ignore[attr-defined]
+                proc.wait()  # type: ignore[attr-defined]
+            if timer is not None:
+                rows.append((name, len(facts), timer))
     return rows
 
 
