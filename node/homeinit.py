@@ -195,6 +195,26 @@ def refuse_store_switch(home: Path, overrides: dict[str, Any] | None, doing: str
     )
 
 
+
+def refuse_dataset_switch(home: Path, overrides: dict[str, Any] | None, doing: str = "init") -> None:
+    """Refuse (bad input, nothing written) ``--set dataset.id=…`` (or its environment
+    variable) naming another dataset than an initialised home's, for ``init`` without
+    ``--join`` or for any command (``doing``). Only the config line changed: the home
+    then looked for a genesis its store does not hold, and every command called the
+    store damaged (QA). Following another dataset is ``init --join … --force``."""
+    if not (home / "config.toml").exists():
+        return
+    have = Config.load(home, env={}).get("dataset.id")
+    want = Config.load(home, overrides).get("dataset.id")
+    if not have or want == have:
+        return
+    raise Failure(
+        f"{home} follows dataset {have}; {doing} does not switch it to {want} by a setting"
+        f" (its store holds no such dataset). To follow another dataset, join it:"
+        f" `merklog --home {home} init --join URL --force` (or use a new --home)",
+        ExitCode.BAD_INPUT,
+    )
+
 #: Options whose change init does not list: the dataset (its own output line, "joined").
 _UNLISTED = {"dataset.id"}
 #: Options whose change init lists without their values, each with the command that

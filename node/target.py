@@ -245,6 +245,10 @@ def load_config(home: Path, overrides: dict[str, Any] | None = None) -> Config:
         from .homeinit import refuse_store_switch
 
         refuse_store_switch(home, overrides, "a command")
+    if _asks(overrides, ("dataset.id",)):
+        from .homeinit import refuse_dataset_switch
+
+        refuse_dataset_switch(home, overrides, "a command")
     require_dataset(cfg)
     check_tokens(cfg)
     return cfg
@@ -254,9 +258,13 @@ def _asks_another_store(overrides: dict[str, Any] | None) -> bool:
     """Whether this command's ``--set`` options or environment name the store's backend
     or IPFS daemon (then :func:`~.homeinit.refuse_store_switch` compares them with the
     home's own)."""
+    return _asks(overrides, ("store.backend", "store.ipfs_api"))
+
+
+def _asks(overrides: dict[str, Any] | None, keys: tuple[str, ...]) -> bool:
+    """Whether this command's ``--set`` options or environment name any of ``keys``."""
     import os
 
-    keys = ("store.backend", "store.ipfs_api")
     return any(k in (overrides or {}) for k in keys) or any(env_var(k) in os.environ for k in keys)
 
 

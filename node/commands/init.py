@@ -90,6 +90,7 @@ def register(cli: click.Group) -> None:
             fetch_join,
             initialise,
             lock_is_new,
+            refuse_dataset_switch,
             refuse_store_switch,
             refuse_unusable_store,
         )
@@ -116,6 +117,8 @@ def register(cli: click.Group) -> None:
         # Another backend or daemon for an initialised home: refused before the daemon
         # is asked anything (it may be down) and before anything is written.
         refuse_store_switch(state.home, overrides)
+        if join_url is None:  # a join says which dataset; --force decides below
+            refuse_dataset_switch(state.home, overrides)
         # Bad options, the memory store (--set store.backend=memory) and an unusable store
         # (IPFS daemon down) fail before anything exists.
         wanted = Config.load(state.home, overrides)

@@ -1229,3 +1229,31 @@ def test_node_run_on_a_folder_that_is_no_home_creates_and_changes_nothing(
     result = merklog(folder, "node", "run")
     assert_fails(result, ExitCode.FAILED, f"{folder} is not a merklog home")
     assert list(folder.iterdir()) == [] and folder.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_dataset_setting_does_not_switch_a_home_to_another_dataset(tmp_path: Path) -> None:
+    """``--set dataset.id=OTHER init`` on an initialised home answered success, changed
+    only the config line, and every command afterwards called the store damaged (its
+    genesis was not in it). Init, and any command, now refuse such a setting as bad
+    input and change nothing; the home's own dataset id is accepted as it is."""
+    home, other = tmp_path / "home", tmp_path / "other"
+    run = Cli(home)
+    run("init")
+    run("put", "a(1).", "a(1.0).", "a(true).")
+    Cli(other)("init")
+    mine = json.loads(run("status", "--json").output)["dataset"]
+    theirs = json.loads(Cli(other)("status", "--json").output)["dataset"]
+    config = (home / "config.toml").read_text()
+    for args in (("init",), ("query", "a(X)"), ("put", "a(2).")):
+        refused = run("--set", f"dataset.id={theirs}", *args, ok=False)
+        assert refused.exit_code == ExitCode.BAD_INPUT, refused.output
+        assert mine in refused.output and theirs in refused.output, refused.output
+        assert "--join URL --force" in refused.output and "damaged" not in refused.output
+    assert (home / "config.toml").read_text() == config
+    assert run("--set", f"dataset.id={mine}", "init").exit_code == 0
+    assert len(run("query", "a(X)").output.strip().splitlines()) >= 3
+    assert sorted(line.split("\t")[1] for line in run("ls").output.splitlines()) == [
+        "a(1)",
+        "a(1.0)",
+        "a(true)",
+    ]
