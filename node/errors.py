@@ -13,6 +13,7 @@ __all__ = [
     "Forbidden",
     "NodeError",
     "NodeInputError",
+    "NodeStopped",
     "NotSettled",
     "RefusedFact",
     "Unauthorized",
@@ -34,6 +35,12 @@ class NodeError(Error):
 
 class NodeInputError(NodeError, ValueError):
     """Bad input from a user (syntax, values): reported with position, nothing changed."""
+
+
+class NodeStopped(NodeError):
+    """The node was closed while the call ran (a sync cut short by ``Node.stop``): what
+    it did until then is kept; run it again once the node is open. Over HTTP a 503
+    (the CLI's exit 4: try again when the node runs), not bad input."""
 
 
 class RefusedFact(NodeInputError):

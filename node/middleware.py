@@ -37,7 +37,7 @@ from merklog.store import (
 )
 
 from .config import Config
-from .errors import Forbidden, NodeError, NodeInputError, Unauthorized
+from .errors import Forbidden, NodeError, NodeInputError, NodeStopped, Unauthorized
 from .failures import ExitCode, Failure, classify
 from .jsonvalues import fact_to_json
 from .metrics import NodeMetrics
@@ -337,6 +337,8 @@ def map_failure(exc: BaseException, home: Path | None = None) -> tuple[int, str,
     if isinstance(exc, Failure):  # the CLI's classification, as an HTTP status
         status, error = _FAILURE_STATUS.get(exc.exit_code, (500, "failed"))
         return getattr(exc, "http_status", status), error, str(exc)
+    if isinstance(exc, NodeStopped):  # a sync cut short by the node's stop: try again
+        return 503, "node stopping", str(exc)
     if isinstance(exc, NodeInputError | InvalidValue) or (
         isinstance(exc, Error) and isinstance(exc, ValueError)
     ):

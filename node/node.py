@@ -51,7 +51,7 @@ from . import dataset as dataset_mod
 from .config import Config, check_tokens, generated_tokens, peer_name_problem
 from .epoch import TICK_REL, EpochDriver, Sink
 from .epochview import EpochView
-from .errors import NodeInputError, NotSettled
+from .errors import NodeInputError, NodeStopped, NotSettled
 from .failures import ProgramFailing, UnknownPeer, UnknownRelation
 from .homeinit import IDENTITY_FILE as IDENTITY_FILE  # re-exported (commands, tests)
 from .homeinit import init_home as init_home  # re-exported: callers look here
@@ -705,7 +705,10 @@ class Node:
         except asyncio.CancelledError:
             caller = asyncio.current_task()
             if run.cancelled() and self._syncs_stopped and not (caller and caller.cancelling()):
-                raise NodeInputError(CLOSED) from None  # stopped by stop(), not the caller
+                raise NodeStopped(  # stopped by stop(), not the caller
+                    f"the node stopped before this sync with {url} ended; what it applied is"
+                    " kept: run the sync again when the node runs"
+                ) from None
             raise
 
     def forget_peer_history(self, url: str) -> bool:

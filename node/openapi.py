@@ -346,6 +346,10 @@ def _paths() -> dict[str, Any]:
                     "404": _err("No peer of that name in [peers] (and no http(s) URL)"),
                     "424": PEER_REFUSED,
                     "502": PEER_DOWN,
+                    "503": _err(
+                        "node stopping: the node stopped before the sync ended (what it"
+                        " applied is kept; sync again when it runs)"
+                    ),
                 },
                 requestBody=_body("SyncRequest"),
             )

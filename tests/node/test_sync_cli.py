@@ -372,3 +372,37 @@ def test_a_node_that_stops_mid_sync_is_named_with_what_to_do() -> None:
     text = str(err.value)
     assert f"the node at {url} stopped before its sync ended" in text
     assert "merklog status" in text and "run the sync again" in text
+
+
+def test_a_sync_cut_short_by_the_nodes_stop_says_so_and_can_be_retried(
+    tmp_path: Path, node_factory, silent_peer: SilentPeer
+) -> None:
+    """QA: stopping the node while ``merklog sync`` ran through it answered "this node is
+    closed: open it again (merklog.open)" with exit 2 (bad input: scripts do not retry,
+    and merklog.open means nothing on the command line). Now it says the node stopped
+    before the sync ended, that what it applied is kept and to run the sync again, with
+    exit 4 (try again later)."""
+    home = Cli(tmp_path / "a")
+    home("init")
+    node = node_factory(home.home, env={"MERKLOG_SYNC_TIMEOUT": "100"}).start()
+    environ = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    environ.pop("MERKLOG_SYNC_TIMEOUT", None)
+    sync = subprocess.Popen(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home.home)]
+        + ["sync", silent_peer.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=environ,
+    )
+    try:
+        assert silent_peer.asked.wait(60), "the sync never reached the peer"
+        node.stop(signal.SIGTERM)
+        out, err = sync.communicate(timeout=60)
+    finally:
+        sync.kill()
+    assert "Traceback" not in out + err
+    assert sync.returncode == ExitCode.PEER_UNREACHABLE, (sync.returncode, err)
+    assert "stopped before" in err and "run the sync again" in err, err
+    assert "merklog.open" not in err, err
