@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from merklog.store import Fact, Link
 
-from . import writeaccess
 from .client import NodeAPIError, NodeClient
 from .config import CONFIG_FILE, Config, check_tokens, env_var, require_dataset
 from .errors import NodeInputError
@@ -152,17 +151,9 @@ class RemoteTarget:
             raise failure from None
 
     def write(self, asserts: str, retracts: str, answer: str = "full") -> dict[str, Any]:
-        try:
-            return self._do(self.client.write, asserts, retracts, answer)
-        except TargetError as exc:
-            origin = writeaccess.origin_url(self.config)
-            if exc.exit_code != ExitCode.NOT_A_WRITER or origin is None:
-                raise
-        # A joined home's first write: sync once with the origin (grants arrive), retry.
-        try:
-            self._do(self.client.sync, origin)
-        except TargetError:
-            pass
+        # A joined home's first write: the node syncs once with its origin itself
+        # (writeaccess.sync_before_first_write_async). QA: this command synced with the
+        # origin again after every refusal, so a refused put pulled everything new.
         return self._do(self.client.write, asserts, retracts, answer)
 
     def write_facts(

@@ -527,3 +527,28 @@ def test_an_import_through_a_running_node_reports_the_facts_it_made_visible(
     line = b("import", str(car)).output.strip()
     visible = json.loads(b("status", "--json").output)["facts"]
     assert visible == 20_000 and line.endswith("; facts 20000 visible"), line
+
+
+def test_a_refused_write_through_a_running_node_pulls_nothing_more(
+    tmp_path: Path, node_factory
+) -> None:
+    """QA: a joined home that was not granted, its node running, synced with its origin
+    again after every refused ``put`` (the command retried through a sync), so a refused
+    write pulled everything new there. As on a stopped home, only the first write syncs
+    once; later refused writes change nothing."""
+    a, c = Cli(tmp_path / "a"), Cli(tmp_path / "c")
+    a("init")
+    na = node_factory(a.home).start()
+    c("init", "--join", na.url, "--token", na.read_token)
+    c_key = json.loads(c("status", "--json").output)["key"]
+    a("peers", "add", "c", "http://127.0.0.1:9", "--key", c_key)  # may sync, not write
+    nc = node_factory(c.home).start()
+    a("put", "seen(1).")
+    first = c("put", "x(1).", ok=False)  # the one sync before the first write
+    assert first.exit_code == 7, first.output
+    assert "seen(1)" in c("ls").output
+    a("put", "later(1).")
+    again = c("put", "x(2).", ok=False)
+    assert again.exit_code == 7 and "Traceback" not in again.output, again.output
+    assert "later(1)" not in c("ls").output
+    assert nc.request("GET", "/v1/status")[0] == 200
