@@ -129,9 +129,10 @@ class Node:
             self.epochs.on_visible_change,
             self.epochs.on_visible_new,
         )
-        self.last_sync: dict[str, Any] | None = None
         #: Sync history per peer URL (configured peers and URLs synced ad hoc).
         self.peer_sync: dict[str, PeerSync] = load_history(self.home)
+        #: This node's last good sync (kept in that history across restarts).
+        self.last_sync: dict[str, Any] | None = peersync.last_sync(self.peer_sync)
         #: One sync per peer URL at a time (:func:`.peersync.sync_node`).
         self.sync_turns = peersync.SyncTurns()
         #: The syncs :meth:`sync` runs for its callers (an app's, a ``POST /v1/sync``):

@@ -55,14 +55,18 @@ class PeerSync:
     #: When the peer last synced with us (a pull or push request signed by its key in
     #: ``[peers]`` was served); ``last_success`` is when we last synced with it.
     last_incoming: float | None = None
+    #: The figures of the last good sync (:class:`~merklog.replication.client.SyncStats`
+    #: fields), kept so that ``last_sync`` survives a restart.
+    last_stats: dict[str, int] | None = None
 
     def attempt(self) -> None:
         self.last_attempt = time.time()
 
-    def succeeded(self) -> None:
+    def succeeded(self, stats: dict[str, int] | None = None) -> None:
         self.last_success = time.time()
         self.last_error = None
         self.failures = 0
+        self.last_stats = dict(stats) if stats is not None else None
 
     def failed(self, error: str) -> bool:
         """Record a failure; True if it is news (first failure or a different error)."""
@@ -84,7 +88,21 @@ class PeerSync:
         self.last_incoming = time.time()
 
     def to_json(self, name: str | None, deltas_behind: int | None) -> dict[str, Any]:
-        return {"name": name, **asdict(self), "deltas_behind": deltas_behind}
+        fields = asdict(self)
+        del fields["last_stats"]  # in the node's last_sync, not in every peer's row
+        return {"name": name, **fields, "deltas_behind": deltas_behind}
+
+
+def last_sync(history: dict[str, PeerSync]) -> dict[str, Any] | None:
+    """The node's last good sync from its saved history (``{"url", "at", **stats}``, as
+    :func:`sync_node` records it), None if it never had one: what ``status`` shows as
+    ``last_sync`` on a stopped home and after a restart (QA: it was null there although
+    the peers' ``last_success`` was kept)."""
+    done = [e for e in history.values() if e.last_success is not None]
+    if not done:
+        return None
+    last = max(done, key=lambda e: e.last_success or 0.0)
+    return {"url": last.url, "at": last.last_success, **(last.last_stats or {})}
 
 
 def load_history(home: Path | None) -> dict[str, PeerSync]:
@@ -124,6 +142,11 @@ def _wrong_types(entry: PeerSync) -> str | None:
         "last_incoming": entry.last_incoming is None or number(entry.last_incoming),
         "last_error": entry.last_error is None or isinstance(entry.last_error, str),
         "failures": number(entry.failures) and entry.failures == int(entry.failures) >= 0,
+        "last_stats": entry.last_stats is None
+        or (
+            isinstance(entry.last_stats, dict)
+            and all(isinstance(k, str) and number(v) for k, v in entry.last_stats.items())
+        ),
     }
     wrong = [name for name, ok in checks.items() if not ok]
     return f"wrong type of {', '.join(wrong)}" if wrong else None
@@ -272,11 +295,11 @@ async def sync_now(
         raise PeerUnreachable(f"sync with {url} failed: {message}") from exc
     if state.failures:
         node_log.info("sync with %s works again", url)
-    state.succeeded()
+    state.succeeded(stats)
     save_history(node.home, node.peer_sync)
     node.metrics.sync_bytes.labels("in").inc(stats.get("bytes_received", 0))
     node.metrics.sync_bytes.labels("out").inc(stats.get("bytes_sent", 0))
-    node.last_sync = {"url": url, "at": time.time(), **stats}
+    node.last_sync = {"url": url, "at": state.last_success, **stats}
     log_sync(url, stats, time.monotonic() - started)
     node.wake()
     if not node.tasks.running:

@@ -204,12 +204,19 @@ def test_peer_sync_history_survives_a_restart(tmp_path: Path, node_factory) -> N
         (entry,) = [p for p in peers if p["url"] == na.url.rstrip("/")]
         return entry
 
-    stopped = peer_a(json.loads(b("status", "--json").output)["peers"])
+    said = json.loads(b("status", "--json").output)
+    stopped = peer_a(said["peers"])
     assert stopped["last_success"] is not None and stopped["last_error"] is None
     assert oct((b.home / "peersync.json").stat().st_mode & 0o777) == "0o600"
+    # QA: the node's own last good sync was null on a stopped home and after a restart.
+    last = said["last_sync"]
+    assert last is not None and last["url"] == na.url.rstrip("/"), said
+    assert last["at"] == stopped["last_success"] and "deltas_received" in last, last
+    assert "last_stats" not in stopped
     nb = node_factory(b.home).start()
     _, st = nb.request("GET", "/v1/status")
     assert peer_a(st["peers"])["last_success"] == stopped["last_success"]
+    assert st["last_sync"] == last
 
 
 def test_a_sync_started_by_the_peer_shows_in_this_nodes_status(
