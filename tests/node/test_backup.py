@@ -450,3 +450,34 @@ def test_import_says_the_facts_visible_after_it_as_restore_does(tmp_path: Path) 
     visible = json.loads(b("status", "--json").output)["facts"]
     assert visible == 1 and _facts(b) == ["n(3)"]
     assert out.strip().endswith("accepted 2, duplicates 1, asserts 3; facts 1 visible"), out
+
+
+def test_restore_and_import_read_a_car_piped_into_them(tmp_path: Path, node_factory) -> None:
+    """QA: operations.md pipes ``export -`` through gzip, but ``restore -`` and ``import -``
+    were refused ("File '-' does not exist"). Both now read the CAR from standard input,
+    on a stopped home and through a running node; an empty pipe is bad input."""
+    a = Cli(tmp_path / "a")
+    a("init")
+    a("put", "v(1).", "v(1.0).", "v(true).", 'v("1").', 'v(x"01").')
+
+    def merklog(home: Path, *args: str, data: bytes) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "merklog.node.cli", "--home", str(home), *args]
+        return subprocess.run(cmd, input=data, capture_output=True, timeout=120)
+
+    car = merklog(a.home, "export", "-", data=b"").stdout
+    key = str(a.home / "identity.pem")
+    restored = merklog(tmp_path / "b", "restore", "-", "--identity", key, data=car)
+    assert restored.returncode == 0, restored.stderr
+    assert b"from standard input" in restored.stdout
+    b = Cli(tmp_path / "b")
+    assert _facts(b) == _facts(a) and len(_facts(a)) == 5
+    a("put", "w(2).")
+    node = node_factory(b.home).start()  # through the running node
+    imported = merklog(b.home, "import", "-", data=merklog(a.home, "export", "-", data=b"").stdout)
+    assert imported.returncode == 0, imported.stderr
+    assert b"imported standard input: accepted 1" in imported.stdout, imported.stdout
+    node.stop()
+    assert _facts(b) == _facts(a)
+    empty = merklog(b.home, "import", "-", data=b"")
+    assert empty.returncode == 2 and b"held no CAR" in empty.stderr, empty.stderr
+    assert b"Traceback" not in empty.stderr + imported.stderr + restored.stderr
