@@ -41,8 +41,9 @@ steps before it (``Step.bound``):
 Ordering (after the existence checks and the semi-naive delta atom, which goes
 first): the cheapest ready literal wins — filters and negations (they only
 shrink the bindings), then assignments, aggregates, fully bound atoms, and
-finally atoms by how many of their arguments are bound (most first, ties in
-source order). When only literals that need an unbound variable remain the
+finally atoms by how many of their arguments are bound (most first; between atoms of
+one class, the one that makes the most filters and negations ready, then source
+order). When only literals that need an unbound variable remain the
 body is unschedulable: :class:`~merklog.engine.errors.UnschedulableError` with
 the variable's line:col.
 """
@@ -256,11 +257,14 @@ def plan_body(
     if delta is not None and any(j == delta for j, _ in pending):
         take(delta, body[delta], as_delta=True)
     while pending:
-        best: tuple[int, int, ast.BodyLiteral] | None = None
+        best: tuple[tuple[int, int], int, ast.BodyLiteral] | None = None
         for i, lit in pending:
             score = _score(i, lit, bound_now, body, binders)
-            if score is not None and (best is None or score < best[0]):
-                best = (score, i, lit)
+            if score is None:
+                continue
+            rank = (score, -_shrinks_next(lit, bound_now, pending, binders))
+            if best is None or rank < best[0]:
+                best = (rank, i, lit)
         if best is None:
             _unschedulable(pending, bound_now, body)
         assert best is not None
@@ -392,6 +396,36 @@ def _score(
     if lit.cid is not None and lit.cid.name in bound:
         nb += 100
     return 3 if nb >= len(args) and args else 10 - min(nb, 6)
+
+
+def _shrinks_next(
+    lit: ast.BodyLiteral,
+    bound: set[str],
+    pending: list[tuple[int, ast.BodyLiteral]],
+    binders: dict[int, str],
+) -> int:
+    """How many pending filters (comparisons that bind nothing) and negations an atom
+    ``lit`` would make ready: between atoms of one cost class the planner scans first
+    the one whose bindings are filtered at once. QA: ``kq(A, B, C, D, E), tt(X, Y),
+    X < 40`` scanned kq first and tested ``X < 40`` for every pair of 15,000 x 15,000
+    tuples (50 s); scanning tt first filters it to 40 tuples before kq is read."""
+    if not isinstance(lit, ast.Positive):
+        return 0
+    after = bound | {v.name for v in ast.atom_vars(lit.atom)}
+    count = 0
+    for j, other in pending:
+        if other is lit:
+            continue
+        if isinstance(other, ast.Comparison) and j not in binders:
+            names = _names(other.left) | _names(other.right)
+        elif isinstance(other, ast.Negated):
+            args = [a for a in other.atom.args if not (isinstance(a, ast.Var) and a.anonymous)]
+            names = {n for a in args for n in _names(a)}
+        else:
+            continue
+        if names <= after and not names <= bound:
+            count += 1
+    return count
 
 
 def _schedule(
