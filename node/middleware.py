@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from aiohttp import ClientConnectionError, ClientPayloadError, web
+from aiohttp.web_protocol import RequestPayloadError
 
 from merklog.replication.errors import ReplicationError
 from merklog.store import (
@@ -354,16 +355,34 @@ def map_failure(exc: BaseException, home: Path | None = None) -> tuple[int, str,
     return None
 
 
+#: The ``Content-Encoding`` values of request bodies the node decodes (aiohttp's).
+BODY_CODINGS = frozenset({"", "identity", "gzip", "deflate"})
+
+
 @web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure a JSON body with the right status; never a traceback page.
 
     aiohttp's own answers (404 unknown path, 405, 413 body too large, …) are
     re-rendered as JSON. A client that disconnects mid-request (e.g. mid-sync) is
-    logged at DEBUG and no answer is attempted on the closed connection.
+    logged at DEBUG and no answer is attempted on the closed connection. A body in a
+    content coding the node does not decode is 415, one that does not decode is 400.
     """
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in BODY_CODINGS and request.body_exists:
+        # QA: "xyz" was ignored and the body read as plain; refused before any handler
+        return json_error(
+            415,
+            "unsupported media type",
+            f"Content-Encoding {coding!r} is not one this node decodes: send the body as"
+            " identity, gzip or deflate",
+        )
     try:
         response = await handler(request)
+    except RequestPayloadError as exc:  # QA: a gzip body that is not gzip answered 500
+        why = " ".join(str(exc).split()).removeprefix("400, message: ")
+        named = f" (Content-Encoding: {coding})" if coding not in ("", "identity") else ""
+        return json_error(400, "bad input", f"the request body could not be read{named}: {why}")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -486,9 +505,10 @@ class InFlight:
 
 IN_FLIGHT_KEY = web.AppKey("merklog_in_flight", InFlight)
 #: Requests that change nothing here (or nothing a client waits to hear is stored): a
-#: query sent as POST, and an outgoing sync, which a shutdown may cut short (it applies
-#: each peer's deltas in one transaction; a retry resumes it).
-_NOT_WRITES = frozenset({"/v1/query", "/v1/sync"})
+#: query or a live query sent as POST, and an outgoing sync, which a shutdown may cut
+#: short (it applies each peer's deltas in one transaction; a retry resumes it). QA: a
+#: live query's client sending its body slowly held the node's stop for minutes.
+_NOT_WRITES = frozenset({"/v1/query", "/v1/subscribe", "/v1/sync"})
 
 
 @web.middleware
