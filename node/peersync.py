@@ -31,7 +31,7 @@ from .config import CONFIG_FILE, MAX_SYNC_TIMEOUT, Config, ConfigError
 from .errors import NodeInputError
 from .failures import Failure, local_failure
 from .files import write_private
-from .peerurl import peer_url_problem
+from .peerurl import peer_url_problem, with_lower_scheme
 
 log = logging.getLogger(__name__)
 #: A node's sync outcomes log under the node's name, as before they moved here.
@@ -489,7 +489,7 @@ def resolve_peer(config: Config, name_or_url: str) -> str:
         return str(peer["url"])
     if isinstance(peer, str):
         return peer
-    return name_or_url
+    return with_lower_scheme(name_or_url)
 
 
 def check_peer_url(url: str) -> str:

@@ -4,7 +4,19 @@ config.toml, so that every way of naming a peer refuses the same URLs."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from urllib.parse import urlsplit
+
+_SCHEME = re.compile(r"(?i)(https?)://")
+
+
+def with_lower_scheme(url: str) -> str:
+    """``url`` with an ``HTTP://`` or ``Https://`` scheme in lower case (schemes are
+    case-insensitive, RFC 3986 §3.1: QA's ``HTTP://host`` was called an unknown peer),
+    anything else as it is."""
+    found = _SCHEME.match(url)
+    return found.group(1).lower() + url[found.end(1) :] if found else url
 
 
 def peer_url_problem(url: object) -> str | None:
@@ -30,6 +42,11 @@ def peer_url_problem(url: object) -> str | None:
         )
     if not parts.hostname:
         return f"peer URL {url!r} names no host: give http://HOST:PORT"
+    if re.fullmatch(r"[0-9.]+", parts.hostname):  # QA: 256.1.1.1 was tried, then "unreachable"
+        try:
+            ipaddress.IPv4Address(parts.hostname)
+        except ValueError:
+            return f"peer URL {url!r}: {parts.hostname} is not a valid IPv4 address"
     if port == 0:
         return f"peer URL {url!r}: port 0 is no port a peer listens on"
     if parts.query or parts.fragment or url.endswith(("?", "#")):

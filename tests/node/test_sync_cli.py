@@ -406,3 +406,20 @@ def test_a_sync_cut_short_by_the_nodes_stop_says_so_and_can_be_retried(
     assert sync.returncode == ExitCode.PEER_UNREACHABLE, (sync.returncode, err)
     assert "stopped before" in err and "run the sync again" in err, err
     assert "merklog.open" not in err, err
+
+
+def test_sync_urls_are_classified_before_anything_is_tried(tmp_path: Path, node_factory) -> None:
+    """QA: ``http://256.1.1.1:80`` was tried, answered 502 "peer unreachable" and recorded
+    in status and metrics; ``HTTP://127.0.0.1:…`` was "unknown peer" (404), although a
+    URL's scheme is case-insensitive. The first is bad input with nothing recorded, the
+    second the same peer as its lower-case spelling."""
+    home = Cli(tmp_path / "a")
+    home("init")
+    node = node_factory(home.home).start()
+    status, body = node.request("POST", "/v1/sync", {"url": "http://256.1.1.1:80"})
+    assert (status, body["error"]) == (400, "bad input"), body
+    assert "256.1.1.1 is not a valid IPv4 address" in body["detail"], body
+    status, body = node.request("POST", "/v1/sync", {"url": "HTTP://127.0.0.1:9", "timeout": 5})
+    assert status == 502, body  # tried (nothing listens there), not an unknown peer
+    _, st = node.request("GET", "/v1/status")
+    assert [p["url"] for p in st["peers"]] == ["http://127.0.0.1:9"], st["peers"]
