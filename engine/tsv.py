@@ -600,7 +600,9 @@ def fact_file_present(path: Path) -> bool:
     except FileNotFoundError:
         return False
     except OSError as exc:
-        if exc.errno == errno.ENOENT:
+        # A name too long for the file system names no file that could be there (QA: a
+        # relation name of 250 characters, which the language allows, stopped eval).
+        if exc.errno in (errno.ENOENT, errno.ENAMETOOLONG):
             return False
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     return True

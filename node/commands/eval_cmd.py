@@ -252,7 +252,9 @@ def _write_all(out_dir: Path, outputs: list[str], write: Callable[[str, Path], A
             try:
                 if final.is_dir():
                     raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-                tmp = out_dir / f".{rel}.csv.{secrets.token_hex(6)}.tmp"
+                # Not named after the relation: a name of up to 256 characters leaves
+                # no room for more in a file name (QA: ".<rel>.csv.<hex>.tmp" was too long)
+                tmp = out_dir / f".merklog-{secrets.token_hex(8)}.csv.tmp"
                 # 0o666 less the umask, as open() would give the file itself
                 os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
                 done.append((tmp, final))

@@ -1019,3 +1019,19 @@ def test_a_relation_negating_itself_is_said_so(tmp_path: Path) -> None:
         "  hint: p depends negatively on itself; negate or aggregate only relations computed"
         " in an earlier stratum",
     ]
+
+
+@pytest.mark.parametrize("length", [235, 250])
+def test_relation_names_as_long_as_the_language_allows_are_evaluated(
+    tmp_path: Path, length: int
+) -> None:
+    """QA: a 235-character relation name failed with "File name too long" (the temporary
+    output ``.<rel>.csv.<hex>.tmp`` did not fit where ``<rel>.csv`` does), and a
+    250-character one failed looking for its ``<rel>.facts`` (a name too long for the
+    file system names no file: no facts)."""
+    name = "a" + "b" * (length - 1)
+    program = write(tmp_path / "prog.dl", f"p(1). p(2.0). {name}(X) :- p(X).\n")
+    done = invoke(str(program), "--facts", str(tmp_path), "--out", str(tmp_path / "o"))
+    assert done.exit_code == 0, done.output
+    assert sorted(lines(tmp_path / "o" / f"{name}.csv")) == ["1", "2.0"]
+    assert [p.name for p in (tmp_path / "o").iterdir()] == [f"{name}.csv"]  # no leftovers
