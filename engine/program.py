@@ -42,12 +42,60 @@ FactsInput = Mapping[str, Iterable[Row]] | Iterable[Fact] | None
 
 
 def detect_dialect(text: str) -> str:
-    """``"souffle"`` when the text uses Soufflé directives (``.decl`` …), else ``"merklog"``."""
+    """``"souffle"`` when the text uses Soufflé directives (``.decl`` …), else ``"merklog"``.
+
+    Read on the merklog lexer's tokens, so comments and strings hold no directive and a
+    declaration may share its line with clauses or span lines: ``.decl e(a: int).``
+    (its ``)`` followed by a ``.``) is merklog's, a ``.decl`` without that period and
+    every ``.type``, ``.input``, ``.output``, ``.comp`` or ``.init`` is Soufflé's. QA:
+    read line by line, ``.decl e(a: int). e(1).`` on one line, a declaration over two
+    lines or one followed by a comment were taken for Soufflé, and a ``.output`` inside a
+    ``/* */`` comment switched a merklog program to Soufflé. Text the merklog lexer
+    refuses (Soufflé's ``#include``, ``'`` …) is read line by line as before."""
+    from .errors import ParseError
+    from .lexer import tokenize
+
+    try:
+        tokens = tokenize(text)
+    except ParseError:
+        return _detect_by_lines(text)
+    for k, tok in enumerate(tokens):
+        if tok.kind != "DIRECTIVE":
+            continue
+        if tok.value == ".decl" and _merklog_decl_at(tokens, k):
+            continue
+        if tok.value in _SOUFFLE_DIRECTIVES:
+            return "souffle"
+    return "merklog"
+
+
+_SOUFFLE_DIRECTIVES = (".decl", ".type", ".input", ".output", ".comp", ".init")
+
+
+def _merklog_decl_at(tokens: list, k: int) -> bool:
+    """Whether the ``.decl`` at ``tokens[k]`` is a merklog declaration: a name, a
+    parenthesised column list (no nested parentheses), then a period."""
+    if k + 2 >= len(tokens) or tokens[k + 1].kind != "NAME":
+        return False
+    if (tokens[k + 2].kind, tokens[k + 2].value) != ("OP", "("):
+        return False
+    for j in range(k + 3, len(tokens)):
+        tok = tokens[j]
+        if tok.kind == "OP" and tok.value == "(":
+            return False
+        if tok.kind == "OP" and tok.value == ")":
+            nxt = tokens[j + 1] if j + 1 < len(tokens) else None
+            return nxt is not None and nxt.kind == "OP" and nxt.value == "."
+    return False
+
+
+def _detect_by_lines(text: str) -> str:
+    """:func:`detect_dialect` for text the merklog lexer refuses: line by line."""
     for line in text.splitlines():
         stripped = line.strip().lstrip("\ufeff")  # a byte-order mark is no text
         if stripped.startswith(".decl") and _MERKLOG_DECL.match(stripped):
             continue  # ``.decl edge(src: int, dst: int).``: a merklog declaration
-        if stripped.startswith((".decl", ".type", ".input", ".output", ".comp", ".init")):
+        if stripped.startswith(_SOUFFLE_DIRECTIVES):
             return "souffle"
     return "merklog"
 

@@ -116,3 +116,26 @@ def test_a_souffle_program_saved_with_a_byte_order_mark_is_still_souffle() -> No
     text = ".decl e(a: number)\n.decl p(a: number)\n.output p\ne(1).\np(X) :- e(X).\n"
     assert detect_dialect("\ufeff" + text) == detect_dialect(text) == "souffle"
     assert Program.parse("\ufeff" + text).dialect == "souffle"
+
+
+@pytest.mark.parametrize(
+    ("text", "dialect"),
+    [
+        (".decl e(a: int). e(1). r(X) :- e(X).", "merklog"),  # declaration and clauses, one line
+        (".decl e(a: int,\n        b: str).\ne(1, \"x\").", "merklog"),  # over two lines
+        (".decl e(a: int). /* c */\ne(1).", "merklog"),  # a comment after it
+        ("e(1).\n/* old version:\n.output r\n*/\nr(X) :- e(X).", "merklog"),  # in a comment
+        ('p(".decl x").', "merklog"),  # in a string
+        (".decl edge(x: number, y: number)\n.input edge\n", "souffle"),
+        (".decl a(x: number) btree\n", "souffle"),
+        (".decl e(a: int)\n.output e", "souffle"),  # no period: Soufflé's
+        ('#include "x.dl"\n.decl a(x: number)\n', "souffle"),  # no merklog token: by lines
+    ],
+)
+def test_auto_tells_the_dialects_apart_on_tokens(text: str, dialect: str) -> None:
+    """QA: auto read the text line by line, so valid merklog programs were parsed as
+    Soufflé (and failed) when a declaration shared its line with clauses or a comment,
+    spanned two lines, or a Soufflé directive sat in a block comment."""
+    assert detect_dialect(text) == dialect
+    if dialect == "merklog":
+        Program.parse(text)  # and auto parses it
