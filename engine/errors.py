@@ -204,6 +204,14 @@ class EvaluationInterrupted(EngineError):
     default_hint = "the evaluation runs again when the node next evaluates"
 
 
+#: What a join that grew too large is told to do.
+_JOIN_HINT = (
+    "a join of large relations on no common variable derives the product of their sizes:"
+    " join them on a common variable or bind one to a constant; if the data is just that"
+    " large, raise the memory budget"
+)
+
+
 class EvaluationTooLarge(EngineError):
     """An evaluation stopped between two rounds because it grew the process past its
     memory budget (:func:`merklog.engine.interrupt.memory_budget`, ADR 0207): most often
@@ -231,6 +239,15 @@ class EvaluationTooLarge(EngineError):
         ``limit`` (its ``what``, raised by ``setting``), after ``rounds`` rounds of the
         recursion deriving the relations ``deriving``."""
         mib = 1024 * 1024
+        if not rounds and not deriving:  # checked inside a rule's join, not between rounds
+            err = cls(
+                f"the evaluation stopped in a join: it grew this process to"
+                f" {math.ceil(size / mib):,} MB, past its {what} of {limit // mib:,} MB"
+                f" ({setting})",
+                hint=f"{_JOIN_HINT} ({setting})",
+            )
+            err.limit, err.size, err.rounds, err.setting = limit, size, rounds, setting
+            return err
         recursion = f"the recursion deriving {deriving}" if deriving else "a recursion"
         err = cls(
             f"the evaluation stopped after {rounds:,} round{'' if rounds == 1 else 's'} of"
@@ -252,9 +269,7 @@ class EvaluationTooLarge(EngineError):
         err = cls(
             f"the evaluation stopped before a join: its output would grow this process to"
             f" {math.ceil(size / mib):,} MB, past its {what} of {limit // mib:,} MB ({setting})",
-            hint="a join of large relations on no common variable derives the product of"
-            " their sizes: join them on a common variable or bind one to a constant; if the"
-            f" data is just that large, raise the memory budget ({setting})",
+            hint=f"{_JOIN_HINT} ({setting})",
         )
         err.limit, err.size, err.setting = limit, size, setting
         return err
