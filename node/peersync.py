@@ -412,14 +412,30 @@ def peer_status(node: Any) -> list[dict[str, Any]]:
     and of every URL synced ad hoc: last attempt, last success, last error, deltas
     behind (``None`` when the replica cannot tell)."""
     names = {url: name for name, url in node.peer_urls().items()}
+    keys = _peer_keys(current_peers(node.config))
     out = []
     for url in sorted(set(names) | set(node.peer_sync)):
         state = node.peer_sync.get(url) or PeerSync(url)
         try:
-            behind = node.replica.unsynced_count(url)
+            behind = node.replica.unsynced_count(url, keys.get(url))
         except Exception:  # a status read must never fail on one peer's record
             behind = None
         out.append(state.to_json(names.get(url), behind))
+    return out
+
+
+def _peer_keys(peers: dict[str, Any]) -> dict[str, bytes]:
+    """``{url: key}`` of the ``[peers]`` entries that give a valid key."""
+    out = {}
+    for peer in peers.values():
+        if not isinstance(peer, dict) or not isinstance(peer.get("url"), str):
+            continue
+        try:
+            key = bytes.fromhex(str(peer.get("key") or ""))
+        except ValueError:
+            continue
+        if len(key) == 32:
+            out[peer["url"].rstrip("/")] = key
     return out
 
 

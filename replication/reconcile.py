@@ -95,12 +95,28 @@ class Reconciliation(ReplicaState):
         raw = bytes(row[0])
         return [fast_link(raw[i : i + 36]) for i in range(0, len(raw), 36)]
 
-    def unsynced_count(self, peer: str) -> int | None:
-        """How many of our deltas the peer lacked when last seen (None if never synced)."""
+    def unsynced_count(self, peer: str, author: bytes | None = None) -> int | None:
+        """How many of our deltas the peer lacked when last seen (None if never synced);
+        ``author``: the peer's own key, whose deltas it cannot lack whatever its heads
+        said when last seen (QA: a peer was shown 2 behind on its own grant and revoke,
+        which had reached us through a third node)."""
         last = [h for h in self.peer_heads(peer) if self.has_delta(h)]
         if not last:
             return None
-        return len(self.missing_deltas(last))
+        missing = self.missing_deltas(last)
+        if author is None or not missing:
+            return len(missing)
+        mine = 0
+        with self._lock:
+            for chunk in _chunks(sorted(c.raw for c in missing)):
+                marks = ",".join("?" * len(chunk))
+                (n,) = self.conn.execute(
+                    f"SELECT count(*) FROM repl_delta WHERE ds = ? AND author = ?"
+                    f" AND cid IN ({marks})",
+                    (self.ds, author, *chunk),
+                ).fetchone()
+                mine += n
+        return len(missing) - mine
 
     def summary(self, k: int | None = 32) -> Summary:
         """Reconciliation summary: heads + ``k`` newest deltas + their outside parents.

@@ -186,6 +186,15 @@ def register(cli: click.Group) -> None:
             click.echo(f"replaced peer {name}: key {old_key[:16]}… -> {key[:16]}…, {url}{role}")
         elif old and old_url.rstrip("/") != url.rstrip("/"):
             click.echo(f"updated peer {name}: url {old_url} -> {url}{role}")
+        moved = old_url.rstrip("/")
+        if moved and moved != url.rstrip("/"):
+            # QA: the old URL's history stayed in status as an unnamed row; forgotten as
+            # `peers remove NAME` forgets it, unless another peer still has that URL
+            from merklog.node.peersync import peer_entry_url
+            from merklog.node.target import forget_sync_history
+
+            if all(peer_entry_url(p) != moved for p in cfg.peers.values()):
+                guard(lambda: forget_sync_history(state.home, cfg, moved))
         elif old_key:  # the same peer again: said, not "added" (it changed nothing else)
             also = {None: "", True: "; granted it write access", False: "; it can already write"}
             click.echo(f"peer {name} is already {url} key {key[:16]}…{also[granted]}")

@@ -559,3 +559,39 @@ def test_a_refused_write_through_a_running_node_pulls_nothing_more(
     assert again.exit_code == 7 and "Traceback" not in again.output, again.output
     assert "later(1)" not in c("ls").output
     assert nc.request("GET", "/v1/status")[0] == 200
+
+
+def test_a_peer_is_never_behind_on_its_own_deltas_and_a_moved_peer_leaves_no_row(
+    tmp_path: Path, node_factory
+) -> None:
+    """QA: with identical heads everywhere, the desktop showed the laptop "behind 2": the
+    laptop's own deltas had reached the desktop through the phone, and the laptop's heads
+    recorded at the last sync predated them. A peer cannot lack what it wrote: its own
+    deltas are not counted. And ``peers add NAME NEWURL`` left NAME's old URL in status
+    as an unnamed row; its history is forgotten as ``peers remove`` forgets it."""
+    a, b, na, nb = peered_pair(tmp_path, node_factory)
+    c = Cli(tmp_path / "c")
+    c("init", "--join", na.url, "--token", na.read_token)
+    nc = node_factory(c.home).start()
+    a("peers", "add", "c", nc.url, "--writer", "--token", nc.read_token)
+    c("peers", "add", "b", nb.url, "--token", nb.read_token)
+    b("peers", "add", "c", nc.url, "--token", nc.read_token)
+    b("sync", "a")  # B records A's heads
+    a("put", "only(1).")  # A's own delta
+    c("sync", "origin")  # C gets it from A
+    b("sync", "c")  # and B from C: A's heads as B saw them predate it
+
+    def row(node, name: str) -> dict:
+        _, st = node.request("GET", "/v1/status")
+        (entry,) = [p for p in st["peers"] if p["name"] == name]
+        return entry
+
+    assert "only(1)" in b("ls").output
+    assert row(nb, "a")["deltas_behind"] == 0, row(nb, "a")
+    # C moves: the old URL's history goes with it (A's URL stays: it is also `origin`).
+    old = nc.url.rstrip("/")
+    key = json.loads(c("status", "--json").output)["key"]
+    b("peers", "add", "c", old.replace("127.0.0.1", "localhost"), "--key", key)
+    _, st = nb.request("GET", "/v1/status")
+    assert old not in [p["url"] for p in st["peers"]], st["peers"]
+    assert na.url.rstrip("/") in [p["url"] for p in st["peers"]], st["peers"]
