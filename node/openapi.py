@@ -8,8 +8,10 @@ Every error answer is a JSON ``Error`` body.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from merklog.replication.client import SyncStats
 from merklog.replication.limits import RECEIVE_MAX_BLOCK_REQUEST
 
 _ERROR_REF = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
@@ -74,14 +76,28 @@ def _body(schema_ref: str | None = None, media: str = "application/json") -> dic
     return {"required": True, "content": {media: {"schema": schema}}}
 
 
-def _q(name: str, description: str, required: bool = True) -> dict[str, Any]:
+#: What ``facts`` counts in an import's or a push's answer.
+ASSERT_OPS = "The assert ops of the accepted deltas (retracted ones too), not the visible facts"
+
+
+def _q(
+    name: str, description: str, required: bool = True, schema: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "name": name,
         "in": "query",
         "required": required,
         "description": description,
-        "schema": {"type": "string"},
+        "schema": schema or {"type": "string"},
     }
+
+
+def _counts(*names: str, **described: str) -> dict[str, Any]:
+    """An object of integer counts (all present in every answer)."""
+    props: dict[str, Any] = {n: {"type": "integer", "minimum": 0} for n in names}
+    for n, text in described.items():
+        props[n] = {"type": "integer", "minimum": 0, "description": text}
+    return {"type": "object", "required": list(props), "properties": props}
 
 
 def _path(name: str, description: str) -> dict[str, Any]:
@@ -190,7 +206,12 @@ def _paths() -> dict[str, Any]:
                 parameters=[
                     _q("rel", "Relation name", required=False),
                     _q("after", "Cursor: the `next` of the previous page", required=False),
-                    _q("limit", "Page size, 1..10000 (default 1000)", required=False),
+                    _q(
+                        "limit",
+                        "Page size, 1..10000 (default 1000)",
+                        required=False,
+                        schema={"type": "integer", "minimum": 1, "maximum": 10000},
+                    ),
                     _q(
                         "form",
                         "`text` (default): `{cid, fact}` per fact, the fact in Datalog syntax;"
@@ -615,7 +636,7 @@ def _schemas() -> dict[str, Any]:
             },
             "additionalProperties": False,
         },
-        "SyncResult": obj,
+        "SyncResult": _counts(*(f.name for f in dataclasses.fields(SyncStats))),
         "ForgetResult": {
             "type": "object",
             "properties": {"url": {"type": "string"}, "forgotten": {"type": "boolean"}},
@@ -627,11 +648,35 @@ def _schemas() -> dict[str, Any]:
             "additionalProperties": False,
         },
         "AuthResult": {"type": "object", "properties": {"delta": {"type": ["string", "null"]}}},
-        "ImportResult": obj,
-        "InboxResult": obj,
-        "Heads": obj,
+        "ImportResult": {
+            **_counts("accepted", "duplicates", facts=ASSERT_OPS),
+            "properties": {
+                **_counts("accepted", "duplicates", facts=ASSERT_OPS)["properties"],
+                "not_evaluated": {
+                    "type": "string",
+                    "description": "Why no epoch evaluated the import yet (absent when one did)",
+                },
+            },
+        },
+        "InboxResult": _counts("accepted", "duplicates"),
+        "Heads": {
+            "type": "object",
+            "required": ["dataset", "heads", "deltas"],
+            "properties": {
+                "dataset": {"type": "string"},
+                "heads": {"type": "array", "items": {"type": "string"}},
+                "deltas": {"type": "integer", "minimum": 0},
+            },
+        },
         "SyncBody": obj,
-        "PushResult": obj,
+        "PushResult": {
+            **_counts("accepted", "duplicates", facts=ASSERT_OPS),
+            "required": ["accepted", "duplicates", "facts", "heads"],
+            "properties": {
+                **_counts("accepted", "duplicates", facts=ASSERT_OPS)["properties"],
+                "heads": {"type": "array", "items": {"type": "string"}},
+            },
+        },
         "BlockRequest": {
             "type": "object",
             "required": ["cids"],

@@ -862,3 +862,38 @@ def test_a_live_query_sending_its_body_slowly_does_not_hold_the_stop(
         node.stop(signal.SIGTERM)
         took = time.monotonic() - started
     assert took < 10, took
+
+
+def test_openapi_result_schemas_name_the_fields_the_answers_have(
+    tmp_path: Path, node_factory
+) -> None:
+    """QA: SyncResult, ImportResult, InboxResult, Heads and PushResult were bare objects
+    and ``limit`` a string, so generated clients knew nothing of the answers. The
+    schemas list the fields real answers carry."""
+    import subprocess
+    import sys
+
+    from .conftest import peered_pair
+
+    a, b, na, nb = peered_pair(tmp_path, node_factory)
+    a("put", "v(1).", "v(1.0).")
+    _, doc = na.request("GET", "/openapi.json")
+    schemas = doc["components"]["schemas"]
+    (limit,) = [p for p in doc["paths"]["/v1/facts"]["get"]["parameters"] if p["name"] == "limit"]
+    assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 10000}
+    status, synced = nb.request("POST", "/v1/sync", {"url": na.url})
+    assert status == 200, synced
+    assert set(synced) == set(schemas["SyncResult"]["required"]), synced
+    car = subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(a.home), "export", "-"],
+        capture_output=True,
+        timeout=120,
+    ).stdout
+    req = urllib.request.Request(nb.url + "/v1/import", data=car, method="POST")
+    req.add_header("Authorization", f"Bearer {nb.token}")
+    req.add_header("Content-Type", "application/vnd.ipld.car")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        imported = json.loads(resp.read())
+    assert set(schemas["ImportResult"]["required"]) <= set(imported), imported
+    assert set(imported) <= set(schemas["ImportResult"]["properties"]), imported
+    assert schemas["Heads"]["required"] == ["dataset", "heads", "deltas"]  # a signed route
