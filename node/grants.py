@@ -41,7 +41,7 @@ def revoke(replica: Any, key_hex: str) -> str | None:
     refused: the owner is a writer whatever the deltas say, so such a delta would only
     look as if it did something."""
     key = public_key(key_hex)
-    if key == replica.genesis.owner:
+    if key == replica.genesis.owner and _owner(replica):  # elsewhere: refused as not owner
         raise NodeInputError(
             "that is the dataset owner's key: the owner always writes and cannot be revoked"
         )

@@ -86,6 +86,10 @@ class ReadPool:
 READ_POOL_KEY = web.AppKey("read_pool", ReadPool)
 
 
+#: ``Retry-After`` of a live query refused as busy (seconds).
+RETRY_BUSY_SECONDS = 5
+
+
 class LiveQueries:
     """How many live queries (``/v1/subscribe``) the node serves, at most ``node.
     max_live_queries``. Each one is evaluated inside every epoch that changes what it
@@ -101,12 +105,14 @@ class LiveQueries:
     def held(self) -> Iterator[None]:
         """One live query for the block, or ApiError 503 when the limit is reached."""
         if self.open >= self.limit:
-            raise ApiError(
+            busy = ApiError(
                 503,
                 "busy",
                 f"the node already serves {self.open} live queries (node.max_live_queries);"
                 " retry later, or close one",
             )
+            busy.retry_after = RETRY_BUSY_SECONDS  # QA: CORS exposes it, the answer had none
+            raise busy
         self.open += 1
         try:
             yield

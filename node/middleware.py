@@ -76,6 +76,8 @@ class ApiError(NodeError):
         self.error = error
         self.detail = detail
         self.fact = fact
+        #: Seconds for a ``Retry-After`` header (a 503 ``busy``), if the caller may retry.
+        self.retry_after: int | None = None
 
 
 def json_error(status: int, error: str, detail: str = "", fact: Any = None) -> web.Response:
@@ -428,6 +430,9 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = json_error(status, error, detail, getattr(exc, "fact", None))
         if status == 401:  # the scheme to authenticate with (RFC 9110 §11.6.1, RFC 6750 §3)
             response.headers["WWW-Authenticate"] = 'Bearer realm="merklog"'
+        retry = getattr(exc, "retry_after", None)
+        if retry is not None:
+            response.headers["Retry-After"] = str(retry)
         return response
     return response
 

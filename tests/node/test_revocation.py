@@ -143,3 +143,21 @@ def test_a_writer_that_is_not_the_owner_granting_exits_1_not_7(
     assert running.exit_code == 1 and "Traceback" not in running.output, running.output
     assert "only the dataset owner" in running.output
     b("put", "x(2).")
+
+
+def test_a_node_that_is_not_the_owner_is_refused_revoking_the_owner_as_any_revoke(
+    tmp_path: Path, node_factory
+) -> None:
+    """QA: ``DELETE /v1/writers/<owner key>`` on a node that is not the owner answered 400
+    "the owner cannot be revoked", while every other revoke there is 403 (not the
+    owner); the owner's key is refused for what it is only on the owner's node."""
+    owner = Cli(tmp_path / "owner")
+    owner("init")
+    no = node_factory(owner.home).start()
+    key = json.loads(owner("status", "--json").output)["key"]
+    other = Cli(tmp_path / "other")
+    other("init", "--join", no.url, "--token", no.read_token)
+    node = node_factory(other.home).start()
+    status, body = node.request("DELETE", f"/v1/writers/{key}")
+    assert status == 403, body
+    assert status == node.request("DELETE", f"/v1/writers/{'ab' * 32}")[0]

@@ -780,6 +780,9 @@ def test_live_queries_past_the_limit_are_answered_busy(home: Path, node_factory)
         status, body = node.request("GET", "/v1/subscribe?q=edge(1,%20X)", token=node.read_token)
         assert status == 503 and body["error"] == "busy", body
         assert "node.max_live_queries" in body["detail"]
+        busy, head = open_live()  # and says when to retry (QA: no Retry-After)
+        busy.close()
+        assert head.startswith(b"HTTP/1.1 503") and b"\r\nRetry-After: 5\r\n" in head, head
         first.close()
         deadline = time.monotonic() + 20
         while True:  # the node notices the client left (within its check interval)
