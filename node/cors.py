@@ -50,6 +50,13 @@ async def preflight(request: web.Request, handler: Handler) -> web.StreamRespons
     if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
         return await handler(request)
     origin = _listed(request)
+    asked = request.headers["Access-Control-Request-Method"].strip().upper()
+    if origin is not None and asked not in ALLOW_METHODS.split(", "):
+        return json_error(  # QA: a preflight for PUT got 204, for a method no route takes
+            405,
+            "method not allowed",
+            f"no route takes {asked}; a page may call this node with {ALLOW_METHODS}",
+        )
     if origin is None:
         return json_error(
             403,

@@ -226,7 +226,7 @@ def unparsed_answer(exc: Exception, max_line: int = MAX_REQUEST_LINE) -> tuple[i
 _DUPLICATE_HEADER = re.compile(r"Duplicate '([A-Za-z0-9-]{1,64})' header found")
 
 
-def _node_server(metrics: Any) -> type[web.Server]:
+def _node_server(metrics: Any, origins: frozenset[str] = frozenset()) -> type[web.Server]:
     """aiohttp's low-level server, but a request it cannot parse is answered as every
     other error (a JSON ``{"error", "detail"}``, counted in
     ``merklog_http_requests_total`` under ``route="unmatched"``) and logged without its
@@ -249,6 +249,15 @@ def _node_server(metrics: Any) -> type[web.Server]:
             metrics.http_requests.labels("unmatched", request.method, str(status)).inc()
             response = middleware.json_error(status, error, detail)
             response.force_close()
+            # QA: these answers had no CORS headers, so a listed page saw only a network
+            # error. aiohttp keeps none of an unparsed request's headers, so its Origin is
+            # unknown: with one origin listed, that one may read the error (it holds no
+            # data); with several, none can be chosen.
+            if len(origins) == 1:
+                (origin,) = origins
+                response.headers["Access-Control-Allow-Origin"] = origin
+            if origins:
+                response.headers["Vary"] = "Origin"
             return response
 
     class Server(web.Server):
@@ -263,7 +272,8 @@ class _Runner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        server.__class__ = _node_server(self.app[middleware.METRICS_KEY])
+        origins = self.app.get(cors.ORIGINS_KEY) or frozenset()
+        server.__class__ = _node_server(self.app[middleware.METRICS_KEY], origins)
         return server
 
 

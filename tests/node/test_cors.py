@@ -160,3 +160,32 @@ def test_a_wrong_origin_is_refused_when_the_config_is_read(tmp_path, value, mess
     [line] = done.stderr.splitlines()
     assert line.startswith("Error: ") and "api.cors_origins" in line and message in line
     assert not (tmp_path / "h").exists()
+
+
+def test_a_preflight_for_a_method_no_route_takes_is_refused_and_bad_requests_carry_cors(
+    tmp_path, node_factory
+) -> None:
+    """QA: a preflight asking for PUT got 204 although no route takes it, and an answer to
+    a request aiohttp could not parse (400 bad request) had no CORS header, so a listed
+    page saw only a network error instead of the JSON reason. (aiohttp keeps no header of
+    such a request: with one origin listed, that origin may read it.)"""
+    import socket
+    from urllib.parse import urlsplit
+
+    app = "http://127.0.0.1:5173"
+    node = _node(tmp_path, node_factory, app)
+    ask = {"Access-Control-Request-Method": "PUT"}
+    status, headers = _call(node.url + "/v1/facts", "OPTIONS", {"Origin": app, **ask})
+    assert status == 405, (status, headers)
+    where = urlsplit(node.url)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        sock.sendall(
+            f"GET /v1/status HTTP/1.1\r\nHost: {where.netloc}\r\nOrigin: {app}\r\n"
+            "Content-Length: 1\r\nContent-Length: 2\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    head = answer.split(b"\r\n\r\n", 1)[0].decode()
+    assert " 400 " in head.splitlines()[0], head
+    assert f"Access-Control-Allow-Origin: {app}" in head, head
