@@ -233,6 +233,28 @@ def _node_server(metrics: Any, origins: frozenset[str] = frozenset()) -> type[we
     text. aiohttp answered plain text echoing the request line and logged that line."""
 
     class Handler(web.RequestHandler):
+        def data_received(self, data: bytes) -> None:
+            """aiohttp's, but a body that turns malformed after its request was handed to
+            a handler (a bad chunk size mid-body) fails that handler's read: aiohttp queued
+            the parse error as a next request and never ended the body, so the handler
+            waited forever and, for a write, held the node's stop (QA)."""
+            from aiohttp.web_protocol import RequestPayloadError, _ErrInfo
+
+            queued = len(self._messages)
+            super().data_received(data)
+            current = self._current_request
+            if current is None or current._payload.is_eof():
+                return
+            for i in range(queued, len(self._messages)):
+                if isinstance(self._messages[i][0], _ErrInfo):
+                    del self._messages[i]
+                    self._keepalive = False  # the stream is out of step: close after,
+                    self._lingering_time = 0.0  # without reading the rest of the body
+                    current._payload.set_exception(
+                        RequestPayloadError("the body is not valid HTTP/1.1 chunked encoding")
+                    )
+                    break
+
         def handle_error(
             self,
             request: Any,

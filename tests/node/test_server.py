@@ -900,3 +900,35 @@ def test_openapi_result_schemas_name_the_fields_the_answers_have(
     assert set(schemas["ImportResult"]["required"]) <= set(imported), imported
     assert set(imported) <= set(schemas["ImportResult"]["properties"]), imported
     assert schemas["Heads"]["required"] == ["dataset", "heads", "deltas"]  # a signed route
+
+
+def test_a_chunked_body_that_turns_malformed_is_answered_and_closed(
+    home: Path, node_factory
+) -> None:
+    """QA: a chunked body whose second chunk size was not a number was never answered:
+    aiohttp queued the parse error as a next request and left the body unended, so the
+    handler waited forever (and a write held the node's stop). Now the read fails: a JSON
+    400, the connection closed, nothing written, nothing logged as unhandled."""
+    import socket
+    from urllib.parse import urlsplit
+
+    Cli(home)("init")
+    node = node_factory(home).start()
+    where = urlsplit(node.url)
+    with socket.create_connection((where.hostname, where.port), timeout=20) as sock:
+        sock.sendall(
+            b"POST /v1/facts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {node.token}\r\n".encode()
+            + b'Transfer-Encoding: chunked\r\n\r\n5\r\n{"ass\r\n'
+        )
+        time.sleep(0.3)  # the handler is reading the body
+        sock.sendall(b'zz\r\nert":"q(1)."}\r\n0\r\n\r\n')
+        answer = b""
+        while chunk := sock.recv(4096):  # ends: the node closes the connection
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer
+    assert json.loads(body)["error"] == "bad input", body
+    assert node.request("GET", "/v1/query?q=q(X)")[0] == 404  # nothing written
+    time.sleep(0.3)
+    assert not [line for line in node.stderr_lines if "Unhandled" in line or "Traceback" in line]
