@@ -238,8 +238,8 @@ async def static_file(request: web.Request) -> web.StreamResponse:
         raise ApiError(404, "not found", "no node.static_dir is set: there are no static files")
     parts = name.split("/")
     missing = ApiError(404, "not found", f"no file static/{name} in node.static_dir")
-    if any(not part or part.startswith(".") for part in parts):
-        raise missing
+    if "\x00" in name or any(not part or part.startswith(".") for part in parts):
+        raise missing  # a NUL byte names no file (QA: it was a raw Python message, 400)
     path = static.joinpath(*parts).resolve()
     if static not in path.parents or not path.is_file():
         raise missing

@@ -129,9 +129,16 @@ def value_from_json(obj: Any, where: str = "value") -> Any:
         if isinstance(tag, dict) and len(tag) == 1 and isinstance(tag.get("bytes"), str):
             text = tag["bytes"]
             try:
-                return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+                data = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
             except (binascii.Error, ValueError):
                 raise NodeInputError(f"{where}: {text!r} is not base64") from None
+            canonical = base64.b64encode(data).decode().rstrip("=")
+            if text.rstrip("=") != canonical:  # QA: "AR" and "AQ" both gave x"01"
+                raise NodeInputError(
+                    f"{where}: {text!r} is not canonical base64 (unused bits set); these"
+                    f" bytes are written {canonical!r}"
+                )
+            return data
         raise NodeInputError(
             f'{where}: objects must be {{"/": "<cid>"}} or {{"/": {{"bytes": "<base64>"}}}}'
         )

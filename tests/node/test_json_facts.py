@@ -83,3 +83,24 @@ def test_a_json_fact_names_a_relation_datalog_can_write_and_has_exactly_rel_and_
     with pytest.raises(NodeInputError, match="unknown key 'arg'"):
         facts_from_json([{"rel": "p", "args": [1], "arg": [2]}])
     assert [f.rel for f in facts_from_json([{"rel": "pQ_1", "args": []}])] == ["pQ_1"]
+
+
+@given(st.binary(max_size=40))
+def test_bytes_have_one_base64_spelling(data: bytes) -> None:
+    """QA: ``{"/": {"bytes": "AR"}}`` was accepted as ``x"01"``, the bytes of ``"AQ"``: a
+    value had two JSON spellings. The canonical one (padded or not) is taken; one with
+    unused bits set is refused, naming the canonical spelling."""
+    import base64
+
+    import pytest
+
+    text = base64.b64encode(data).decode()
+    for spelled in (text, text.rstrip("=")):
+        (fact,) = facts_from_json([{"rel": "b", "args": [{"/": {"bytes": spelled}}]}])
+        assert fact.args == (data,)
+    if text.endswith("="):  # the last character carries unused bits: set one
+        alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+        bare = text.rstrip("=")
+        bent = bare[:-1] + alphabet[alphabet.index(bare[-1]) + 1]
+        with pytest.raises(NodeInputError, match="not canonical base64"):
+            facts_from_json([{"rel": "b", "args": [{"/": {"bytes": bent}}]}])

@@ -538,7 +538,13 @@ def test_static_files_are_the_app_folders_and_never_the_homes(tmp_path: Path, no
     node = node_factory(home, "--static-dir", str(app)).start()
     with urllib.request.urlopen(node.url + "/static/js/app.js", timeout=30) as resp:
         assert resp.status == 200 and resp.read() == b"// the app"
-    for path in ("/static/.env", "/static/key.pem", "/static/home/config.toml", "/static/js"):
+    for path in (
+        "/static/.env",
+        "/static/key.pem",
+        "/static/home/config.toml",
+        "/static/js",
+        "/static/index.html%00",  # QA: 400 with Python's "embedded null byte"
+    ):
         status, ctype, err = _call(node.url + path, "GET", None)
         assert status == 404 and ctype.startswith("application/json"), path
         assert err["error"] == "not found", path
