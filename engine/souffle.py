@@ -35,6 +35,7 @@ Every relation used must be declared (as in Soufflé): otherwise
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from merklog.store import Fact
 
@@ -42,7 +43,9 @@ from .ast import (
     Aggregate,
     Atom,
     BodyLiteral,
+    Const,
     Declaration,
+    Negated,
     Pos,
     Positive,
     Program,
@@ -531,9 +534,67 @@ def parse_souffle(text: str) -> Program:
         parser = SouffleParser(rest)
         program = with_fact_lines(parser.parse_program(check=False), fast)
         parser.check_declared(program)
-        return program
+        return _float_literals(program)
     except RecursionError:
         raise ParseError("program is nested too deeply", 1, 1) from None
+
+
+#: Integers a double holds exactly: a literal beyond is left an int (and refused where
+#: a float column is checked), never rounded.
+_EXACT_IN_DOUBLE = 2**53
+
+
+def _float_literals(program: Program) -> Program:
+    """``program`` with every integer literal written as an argument of a ``float``
+    column made a float, as Soufflé's type analysis makes it: ``g(1) :- f(_).`` with
+    ``.decl g(x: float)`` derives ``1.0``. merklog's values keep their identity (``1`` is
+    not ``1.0``), so the int stayed an int in a float relation: it joined nothing, was
+    not negated away, was counted beside ``1.0``, and an inline fact ``f(1).`` was
+    refused (QA). Literals inside expressions and comparisons are not typed here
+    (docs/language.md, "Known differences")."""
+    floats = {
+        d.rel: frozenset(i for i, (_name, kind) in enumerate(d.columns) if kind == "float")
+        for d in program.declarations
+    }
+    floats = {rel: cols for rel, cols in floats.items() if cols}
+    if not floats:
+        return program
+
+    def value(v: object) -> object:
+        exact = type(v) is int and -_EXACT_IN_DOUBLE <= v <= _EXACT_IN_DOUBLE
+        return float(v) if exact else v
+
+    def atom(a: Atom) -> Atom:
+        cols = floats.get(a.rel)
+        if not cols:
+            return a
+        args = tuple(
+            Const(value(t.value), t.pos) if i in cols and isinstance(t, Const) else t
+            for i, t in enumerate(a.args)
+        )
+        return a if args == a.args else replace(a, args=args)
+
+    def literal(lit: BodyLiteral) -> BodyLiteral:
+        if isinstance(lit, Positive | Negated):
+            return replace(lit, atom=atom(lit.atom))
+        if isinstance(lit, Aggregate):
+            return replace(lit, body=tuple(literal(b) for b in lit.body))
+        return lit
+
+    def fact(f: tuple) -> tuple:
+        rel, args = f
+        cols = floats.get(rel)
+        if not cols:
+            return f
+        typed = tuple(value(v) if i in cols else v for i, v in enumerate(args))
+        return tuple.__new__(type(f), (rel, typed))  # a Fact stays a Fact
+
+    facts = tuple(fact(f) for f in program.facts)
+    rules = tuple(
+        replace(r, head=atom(r.head), body=tuple(literal(b) for b in r.body))
+        for r in program.rules
+    )
+    return replace(program, facts=facts, rules=rules)
 
 
 def parse_souffle_query(text: str) -> Atom:

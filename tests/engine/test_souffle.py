@@ -383,3 +383,32 @@ def test_aggregate_scoping_keeps_injected_variables_grouped():
         {"w": {("a",), ("z",)}, "c": {("a", 1), ("a", 2), ("q", 3)}},
     )
     assert out == {"b": {("a", 2), ("z", 0)}}
+
+
+def test_integer_literals_of_float_columns_are_floats_as_in_souffle() -> None:
+    """QA: ``g(1) :- f(_).`` with ``.decl g(x: float)`` derived the int ``1`` into a float
+    relation (value identity keeps ``1`` apart from ``1.0``), so it joined nothing, was
+    not negated away, was counted beside ``1.0``, and an inline ``f2(1).`` was refused.
+    Soufflé types the literal by its column: the answers below are Soufflé's."""
+    program = Program.parse(
+        ".decl f(x: float)\n.input f\n.decl g(x: float)\ng(1) :- f(_).\n"
+        ".decl h(x: float)\nh(x) :- g(x), f(x).\n"
+        ".decl k(x: float)\nk(x) :- f(x), !g(x).\n"
+        ".decl u(x: float)\nu(x) :- f(x). u(x) :- g(x).\n"
+        ".decl cnt(n: number)\ncnt(n) :- n = count : { u(x) }.\n"
+        ".decl k2(x: number)\nk2(1) :- f(1).\n"
+        ".decl f2(x: float)\nf2(1).\n",
+        dialect="souffle",
+    )
+    out = program.evaluate({"f": [(1.0,), (2.5,)]})
+    got = {rel: sorted(out[rel], key=repr) for rel in ("g", "h", "k", "cnt", "k2", "f2")}
+    assert got == {
+        "g": [(1.0,)],
+        "h": [(1.0,)],
+        "k": [(2.5,)],
+        "cnt": [(2,)],
+        "k2": [(1,)],
+        "f2": [(1.0,)],
+    }
+    assert all(type(v) is float for (v,) in got["g"] + got["h"] + got["f2"])
+    assert type(got["k2"][0][0]) is int  # a number column keeps its int
