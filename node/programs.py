@@ -218,6 +218,10 @@ class ProgramRunner:
         self.source = source
         self.digest = hashlib.sha256(text.encode()).hexdigest()
         self.heads = frozenset(r.head.rel for r in checked.program.rules)
+        prog = checked.program
+        #: Whether the program says anything: a rule, a fact or a declaration (QA: a
+        #: program of blanks or comments was shown as loaded, one of "" as none).
+        self.says_anything = bool(prog.rules or prog.facts or prog.declarations)
         self.mode = "incremental"
         if engine not in ("auto", "batch"):
             raise NodeInputError(f"engine must be auto or batch, got {engine!r}")

@@ -38,7 +38,7 @@ def node_status(node: Owner) -> dict[str, Any]:
         "epoch": epoch,
         "facts": facts,
         "derived": derived,
-        "program": bool(engine.text),
+        "program": bool(engine.text) and engine.says_anything,
         # why the last epoch failed (the program on the stored facts), else None
         "program_error": node.epochs.start_failure or node.epochs.last_error,
         "engine": engine.mode,

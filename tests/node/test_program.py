@@ -352,3 +352,18 @@ def test_program_loads_are_atomic_to_queries_and_to_each_other(tmp_path: Path) -
         running = node.query("which(N)").rows
     with merklog.open(home) as node:
         assert node.query("which(N)").rows == running  # the stored program is the running one
+
+
+def test_a_program_of_blanks_or_comments_is_no_program(tmp_path) -> None:
+    """QA: loading "" left ``"program": false`` but " ", "\\n" or "% c" left it true with
+    no rules. A program counts as loaded when it says something: a rule, a fact or a
+    declaration."""
+    import merklog
+
+    with merklog.open(tmp_path / "h") as node:
+        for text in ("", " ", "\n", "% c", "// c\n/* c */"):
+            node.load_program(text)
+            assert node.status()["program"] is False, text
+        for text in (".decl e(a: int).", "p(1).", "q(X) :- p(X)."):
+            node.load_program(text)
+            assert node.status()["program"] is True, text
