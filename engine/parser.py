@@ -666,6 +666,13 @@ def parse_facts_placed(text: str) -> list[tuple[Fact, Pos]]:
     facts: list[Fact] = []
     while p.peek().kind != "EOF":
         start = p.peek()
+        if start.kind == "DIRECTIVE":  # QA: hinted at --dialect souffle, which put lacks
+            raise p.error(
+                start,
+                f"expected a fact, found {describe(start)}",
+                "facts are ground atoms such as edge(1, 2); declarations and directives"
+                " belong in a program (merklog load, merklog eval)",
+            )
         rules: list[Rule] = []
         before = len(facts)
         p.clause(rules, facts)

@@ -158,6 +158,10 @@ def normalise_facts(facts: FactsInput) -> dict[str, Any]:
     return out
 
 
+#: A lone surrogate: text with one has no UTF-8 encoding.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _refuse_out_of_range(rows: Iterable[Row]) -> None:
     """NotAValueError for a float that is NaN or infinite, or an int outside int64, in
     engine-form ``rows``: no merklog value, yet taken (two NaN facts made two rows of one
@@ -172,6 +176,13 @@ def _refuse_out_of_range(rows: Iterable[Row]) -> None:
     if floats and not all(map(math.isfinite, floats)):
         bad = next(v for v in floats if not math.isfinite(v))
         raise NotAValueError(f"float {float(bad)} is not finite (NaN and infinities are no value)")
+    for text in (v for v in values if type(v) is str and not v.isascii()):
+        found = _SURROGATE.search(text)
+        if found is not None:  # no UTF-8, so no DAG-CBOR and no CID (QA: a bare ValueError)
+            raise NotAValueError(
+                f"string holds {found.group()!r} at {found.start()}, a lone surrogate (strings"
+                " must be valid Unicode)"
+            )
 
 
 def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> None:

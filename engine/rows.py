@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping, Set
 from itertools import chain
 from typing import Any
 
-from merklog.store import Link
+from merklog.store import Link, type_name
 
 from .errors import NotAValueError
 from .values import Bool, Float, row_from_engine, row_to_engine, to_engine
@@ -34,7 +34,7 @@ _ENGINE_ONLY = frozenset((Float, Bool))
 #: Python types of values already in engine form.
 _ENGINE_TYPES = frozenset((int, str, bytes, Link, Float, Bool))
 #: Plain types that need converting (``float`` -> ``Float``, ``bool`` -> ``Bool``).
-_CONVERTIBLE = _ENGINE_TYPES | {float, bool}
+_CONVERTIBLE = _ENGINE_TYPES | {float, bool, bytearray, memoryview}
 
 
 def has_engine_only(rows: Iterable[Row]) -> bool:
@@ -93,7 +93,7 @@ def engine_row_list(rows: Iterable[Row]) -> list[Row]:
         return tuples
     bad = types - _CONVERTIBLE
     if bad:
-        name = sorted(t.__name__ for t in bad)[0]
+        name = sorted(type_name(t) for t in bad)[0]
         raise NotAValueError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
     return _convert(tuples)
 
@@ -119,7 +119,7 @@ def engine_rows(rows: Iterable[Row]) -> set[Row]:
         return EngineSet(tuples, mixed=not _ENGINE_ONLY.isdisjoint(types))
     bad = types - _CONVERTIBLE
     if bad:
-        name = sorted(t.__name__ for t in bad)[0]
+        name = sorted(type_name(t) for t in bad)[0]
         raise NotAValueError(f"{name} is not a merklog value (int, float, str, bytes, bool or CID)")
     return EngineSet(_convert(list(map(tuple, tuples))), mixed=True)
 

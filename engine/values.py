@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from merklog.store import Link
+from merklog.store import Link, type_name
 
 from .errors import NotAValueError
 
@@ -149,7 +149,9 @@ def to_engine(value: Any) -> EValue:
         return Float(value)
     if kind is Float or kind is Bool:
         return value
-    raise NotAValueError(f"{kind.__name__} is not a merklog value")
+    if kind is bytearray or kind is memoryview:  # bytes, as the node's API reads them
+        return bytes(value)
+    raise NotAValueError(f"{type_name(kind)} is not a merklog value")
 
 
 def from_engine(value: EValue) -> Any:
@@ -205,4 +207,4 @@ def value_type(value: EValue) -> str:
         return "bytes"
     if kind is Link:
         return "cid"
-    raise NotAValueError(f"{kind.__name__} is not a merklog value")
+    raise NotAValueError(f"{type_name(kind)} is not a merklog value")

@@ -40,6 +40,7 @@ from .values import (
     check_value,
     check_writable_relation,
     format_value,
+    type_name,
 )
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "StoreCorrupt",
     "StoreError",
     "StoreUnavailable",
+    "type_name",
     "Value",
     "check_facts",
     "check_relation",

@@ -55,13 +55,14 @@ def check_value(value: object, where: str = "value") -> Value:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     raise InvalidValue(
-        f"{where}: {_type_name(kind)} is not a merklog value "
+        f"{where}: {type_name(kind)} is not a merklog value "
         "(expected int64, finite float, str, bytes, bool or CID link)"
     )
 
 
-def _type_name(kind: type) -> str:
-    """``int``, ``str`` for builtins; ``numpy.bool`` (not a bare ``bool``) for others."""
+def type_name(kind: type) -> str:
+    """``int``, ``str`` for builtins; ``numpy.bool`` (not a bare ``bool``) for others: what
+    an error names a value's type by (a bare ``bool`` for numpy's contradicted itself)."""
     module = kind.__module__
     return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
 

@@ -48,7 +48,8 @@ def register(cli: click.Group) -> None:
         type=click.Choice(["auto", "merklog", "souffle"]),
         default="auto",
         show_default=True,
-        help="Program syntax; auto picks souffle when the program has .decl directives.",
+        help="Program syntax; auto picks souffle for Soufflé's directives (.type, .input,"
+        " .output, or a .decl without a final period; a .decl ending in '.' is merklog's).",
     )
     @click.option(
         "--sorted",

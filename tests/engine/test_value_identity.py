@@ -438,3 +438,53 @@ def test_expression_arguments_compare_as_equality_in_every_evaluator(op, const, 
     for backend in ("tuple", "auto"):
         got = _engine_sets(BatchEvaluator(rules, backend=backend).evaluate(base), want)
         assert got == want, (backend, text, ps, qs)
+
+
+def test_only_ascii_digits_are_numbers_in_datalog_text() -> None:
+    """QA: ``ud(١٢).`` was the int 12 and ``ud(１.５).`` the float 1.5 (the lexer's and the
+    fact reader's ``\\d`` took every Unicode digit, and ``int()`` read them), while a fact
+    file keeps ``١٢`` as a string: one spelling, two values. Datalog numbers are ASCII;
+    anything else is a syntax error at the character."""
+    import pytest
+
+    from merklog.engine.errors import ParseError
+    from merklog.engine.parser import parse_facts
+
+    for text in ("ud(١٢).", "ud(１.５).", "ud(1e١).", "ud(1, ٣)."):
+        with pytest.raises(ParseError, match="unexpected character"):
+            parse_facts(text)
+        with pytest.raises(ParseError):
+            Program.parse(text)
+    assert [f.args for f in parse_facts("ud(12). ud(1.5e3). ud(0x1F).")] == [(12,), (1500.0,), (31,)]
+
+
+def test_given_facts_are_checked_and_named_like_the_nodes() -> None:
+    """QA: ``Program.evaluate`` took a string with a lone surrogate (a bare ValueError from
+    the DAG-CBOR encoder later, or the invalid value returned), named numpy's bool as
+    "bool is not a merklog value", and refused ``bytearray`` that the node reads as bytes."""
+    import numpy as np
+    import pytest
+
+    from merklog.engine.errors import NotAValueError
+
+    program = Program.parse("q(X) :- p(X).")
+    with pytest.raises(NotAValueError, match="lone surrogate"):
+        program.evaluate({"p": [("\ud800",)]})
+    with pytest.raises(NotAValueError, match="numpy.bool is not a merklog value"):
+        program.evaluate({"p": [(np.bool_(True),)]})
+    got = program.evaluate({"p": [(bytearray(b"x"),), (memoryview(b"y"),), (b"x",)]})["q"]
+    assert sorted(got) == [(b"x",), (b"y",)]
+
+
+def test_a_declaration_given_as_facts_is_named_for_what_it_is() -> None:
+    """QA: ``merklog put '.decl v(x: int).'`` hinted at ``--dialect souffle``, which put
+    does not have (and the declaration is merklog's)."""
+    import pytest
+
+    from merklog.engine.errors import ParseError
+    from merklog.engine.parser import parse_facts
+
+    with pytest.raises(ParseError) as err:
+        parse_facts(".decl v(x: int).")
+    assert "expected a fact" in str(err.value)
+    assert "belong in a program" in err.value.hint and "dialect" not in err.value.hint
