@@ -238,24 +238,17 @@ class EvaluationTooLarge(EngineError):
         """The error of an evaluation that grew the process to ``size`` bytes, past
         ``limit`` (its ``what``, raised by ``setting``), after ``rounds`` rounds of the
         recursion deriving the relations ``deriving``."""
-        mib = 1024 * 1024
-        if not rounds and not deriving:  # checked inside a rule's join, not between rounds
-            err = cls(
-                f"the evaluation stopped in a join: it grew this process to"
-                f" {math.ceil(size / mib):,} MB, past its {what} of {limit // mib:,} MB"
-                f" ({setting})",
-                hint=f"{_JOIN_HINT} ({setting})",
-            )
-            err.limit, err.size, err.rounds, err.setting = limit, size, rounds, setting
-            return err
-        recursion = f"the recursion deriving {deriving}" if deriving else "a recursion"
-        err = cls(
-            f"the evaluation stopped after {rounds:,} round{'' if rounds == 1 else 's'} of"
-            f" {recursion}: it grew this"
-            f" process to {math.ceil(size / mib):,} MB, past its {what} of {limit // mib:,} MB"
-            f" ({setting})",
-            hint=f"{cls.default_hint} ({setting})",
+        grown = (
+            f"it grew this process to {math.ceil(size / (1024 * 1024)):,} MB, past its {what}"
+            f" of {limit // (1024 * 1024):,} MB ({setting})"
         )
+        if not rounds and not deriving:  # checked inside a rule's join, not between rounds
+            where, hint = "in a join", _JOIN_HINT
+        else:
+            recursion = f"the recursion deriving {deriving}" if deriving else "a recursion"
+            where = f"after {rounds:,} round{'' if rounds == 1 else 's'} of {recursion}"
+            hint = cls.default_hint
+        err = cls(f"the evaluation stopped {where}: {grown}", hint=f"{hint} ({setting})")
         err.limit, err.size, err.rounds, err.setting = limit, size, rounds, setting
         return err
 
