@@ -591,8 +591,7 @@ def _float_literals(program: Program) -> Program:
 
     facts = tuple(fact(f) for f in program.facts)
     rules = tuple(
-        replace(r, head=atom(r.head), body=tuple(literal(b) for b in r.body))
-        for r in program.rules
+        replace(r, head=atom(r.head), body=tuple(literal(b) for b in r.body)) for r in program.rules
     )
     return replace(program, facts=facts, rules=rules)
 

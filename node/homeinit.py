@@ -195,8 +195,9 @@ def refuse_store_switch(home: Path, overrides: dict[str, Any] | None, doing: str
     )
 
 
-
-def refuse_dataset_switch(home: Path, overrides: dict[str, Any] | None, doing: str = "init") -> None:
+def refuse_dataset_switch(
+    home: Path, overrides: dict[str, Any] | None, doing: str = "init"
+) -> None:
     """Refuse (bad input, nothing written) ``--set dataset.id=…`` (or its environment
     variable) naming another dataset than an initialised home's, for ``init`` without
     ``--join`` or for any command (``doing``). Only the config line changed: the home
@@ -214,6 +215,7 @@ def refuse_dataset_switch(home: Path, overrides: dict[str, Any] | None, doing: s
         f" `merklog --home {home} init --join URL --force` (or use a new --home)",
         ExitCode.BAD_INPUT,
     )
+
 
 #: Options whose change init does not list: the dataset (its own output line, "joined").
 _UNLISTED = {"dataset.id"}

@@ -268,6 +268,7 @@ def test_between_atoms_of_one_cost_the_one_a_filter_follows_is_scanned_first() -
     ``X < 40`` on every pair: 15,000 x 15,000 tuples took 50 s on a node. The atom whose
     bindings a pending filter or negation tests is scanned first; otherwise source order
     decides, and a plan's answer never depends on it."""
+
     def order(text: str) -> list[str]:
         body = parse_program(f"r(A, X) :- {text}.").rules[0]
         return [

@@ -455,7 +455,11 @@ def test_only_ascii_digits_are_numbers_in_datalog_text() -> None:
             parse_facts(text)
         with pytest.raises(ParseError):
             Program.parse(text)
-    assert [f.args for f in parse_facts("ud(12). ud(1.5e3). ud(0x1F).")] == [(12,), (1500.0,), (31,)]
+    assert [f.args for f in parse_facts("ud(12). ud(1.5e3). ud(0x1F).")] == [
+        (12,),
+        (1500.0,),
+        (31,),
+    ]
 
 
 def test_given_facts_are_checked_and_named_like_the_nodes() -> None:
