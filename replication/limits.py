@@ -34,6 +34,8 @@ checks the invariant and writes near every limit through the real write path.
 
 from __future__ import annotations
 
+from merklog.store.car import DEFAULT_MAX_SECTION as CAR_MAX_SECTION
+
 #: Operations in one delta (writer and receiver).
 MAX_OPS = 4096
 #: Parents of one delta (writer and receiver); a writer with more heads merges the
@@ -102,6 +104,8 @@ PAIRS: dict[str, tuple[int, int]] = {
     "delta bytes": (WRITE_MAX_DELTA_BYTES, MAX_DELTA_BYTES),
     "fact section": (MAX_FACT_BYTES + 64, RECEIVE_MAX_SECTION),
     "delta section": (MAX_DELTA_BYTES + 64, RECEIVE_MAX_SECTION),
+    # every block a peer accepts goes through a CAR file (export, import, restore)
+    "CAR file section": (RECEIVE_MAX_SECTION, CAR_MAX_SECTION),
     "observed": (WRITE_MAX_OBSERVED, RECEIVE_MAX_OBSERVED),
     "pending bytes": (WRITE_MAX_DELTA_FACT_BYTES, RECEIVE_MAX_PENDING_BYTES),
     "delta fact bytes": (WRITE_MAX_DELTA_FACT_BYTES, RECEIVE_MAX_DELTA_FACT_BYTES),

@@ -17,8 +17,12 @@ from .codec import decode, encode
 from .errors import InvalidBlock
 from .link import Link, uvarint
 
-#: A section larger than this is rejected before it is buffered (DoS guard).
-DEFAULT_MAX_SECTION = 4 * 1024 * 1024
+#: A section larger than this is rejected before it is buffered (DoS guard). As large as
+#: the largest block a peer accepts (replication's ``RECEIVE_MAX_SECTION``, checked as a
+#: pair there): a block a replica holds must go through export, import and restore (QA:
+#: a 5 MB fact of an older writer, accepted by sync, made every CAR of the dataset
+#: unreadable at 4 MiB).
+DEFAULT_MAX_SECTION = (16 << 20) + 4096
 
 
 def car_header(roots: Iterable[Link]) -> bytes:

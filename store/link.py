@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import libipld
 
@@ -35,14 +35,50 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
+            if byte == 0 and shift:  # QA: read as the shorter CID by peers' decoders
+                raise InvalidValue("non-minimal varint in CID")
             return value, pos
         shift += 7
         if shift > 63:
             raise InvalidValue("varint too long in CID")
 
 
+#: Whether multiformats knows a multicodec / multihash code (cached: a lookup is ~20 µs).
+_KNOWN_CODECS: dict[int, bool] = {}
+_KNOWN_HASHES: dict[int, bool] = {}
+
+
+def _check_readable(codec: int, code: int) -> None:
+    """InvalidValue unless every merklog peer's decoder can read a CID of ``codec`` and
+    multihash ``code``: a fact holding one that some decoder refuses is refused by every
+    peer, which stopped the dataset's sync for good (QA: ``cid"bagm3gaqaaf5a"``, codec
+    0x9999, was written, then refused by every receiver and by the writer's own reads).
+    The reference DAG-CBOR decoder reads CIDs through multiformats' tables."""
+    from multiformats import multicodec, multihash
+
+    known = _KNOWN_CODECS.get(codec)
+    if known is None:
+        known = _KNOWN_CODECS[codec] = _known(multicodec.get, codec)
+    if not known:
+        raise InvalidValue(f"CID codec 0x{codec:x} is no codec merklog peers can read")
+    known = _KNOWN_HASHES.get(code)
+    if known is None:
+        known = _KNOWN_HASHES[code] = _known(multihash.get, code)
+    if not known:
+        raise InvalidValue(f"CID multihash 0x{code:x} is no hash merklog peers can read")
+
+
+def _known(get: Any, code: int) -> bool:
+    try:
+        get(code=code)
+    except Exception:  # multiformats' KeyError subclasses
+        return False
+    return True
+
+
 class Link:
-    """A CIDv1 (any codec, any multihash) compared and hashed by its raw bytes."""
+    """A CIDv1 (any codec and multihash multiformats knows) compared and hashed by its raw
+    bytes."""
 
     __slots__ = ("raw", "_hash")
 
@@ -61,11 +97,12 @@ class Link:
         version, pos = _varint(raw, 0)
         if version != 1:
             raise InvalidValue(f"only CIDv1 links are supported, got version {version}")
-        _codec, pos = _varint(raw, pos)
-        _code, pos = _varint(raw, pos)
+        codec, pos = _varint(raw, pos)
+        code, pos = _varint(raw, pos)
         size, pos = _varint(raw, pos)
         if len(raw) - pos != size:
             raise InvalidValue("CID multihash length does not match its digest")
+        _check_readable(codec, code)
         self.raw = raw
         self._hash = hash(raw)
 

@@ -376,3 +376,25 @@ def test_an_empty_relation_name_is_refused_not_a_crash() -> None:
 
     with pytest.raises(InvalidValue, match=r"\(it is empty\)$"):
         check_writable_relation("")
+
+
+def test_a_cid_every_peer_cannot_read_is_no_value() -> None:
+    """QA: ``cid"bagm3gaqaaf5a"`` (codec 0x9999, unknown to multiformats) was written, then
+    refused by every receiver's decoder and by the writer's own reads: the dataset never
+    synced again. A CID with a non-minimal varint was kept as bytes and failed later.
+    Both are refused where a Link is made, so nothing holding one is ever written."""
+    import hashlib
+
+    import pytest
+
+    from merklog.store import InvalidValue, Link, make_fact
+
+    with pytest.raises(InvalidValue, match="codec 0x9999"):
+        Link.parse("bagm3gaqaaf5a")
+    digest = hashlib.sha256(b"x").digest()
+    with pytest.raises(InvalidValue, match="non-minimal varint"):
+        Link(b"\x01\xd5\x00\x12\x20" + digest)
+    with pytest.raises(InvalidValue, match="multihash 0x1999"):
+        Link(b"\x01\x71\x99\x33\x20" + digest)
+    raw = Link(b"\x01\x55\x12\x20" + digest)  # raw codec, sha2-256: readable
+    assert make_fact("lk", [raw]).args == (raw,)
