@@ -151,7 +151,7 @@ def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     printed = [proc.stdout.readline() for _ in range(chunk)]  # chunk 1 committed and printed
-    time.sleep(0.3)  # its printing is over; chunk 2's write (> 1 s) is in flight
+    time.sleep(0.05)  # its printing is over; chunk 2's write is in flight
     proc.send_signal(getattr(signal, sig))
     rest, err = proc.communicate(timeout=120)
     printed += rest.splitlines(keepends=True)
@@ -162,11 +162,15 @@ def test_ctrl_c_mid_put_prints_exactly_the_chunks_it_stored(
     else:
         assert proc.returncode == 143
         assert "stopped (SIGTERM): what was written before it stays written" in err, err
+    # The write in flight when the signal came is finished and printed: chunk 2 as a
+    # rule, chunk 3 on a machine that wrote chunk 2 before the signal arrived.
+    done = len(printed) // chunk
+    assert len(printed) % chunk == 0 and done in (2, 3), len(printed)
     assert [line.rstrip("\n").split("\t")[1] + "." for line in printed] == as_printed(
-        lines[: 2 * chunk]
+        lines[: done * chunk]
     )
     with _store(home) as conn:
-        assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (2 * chunk,)
+        assert conn.execute("SELECT count(*) FROM repl_assert").fetchone() == (done * chunk,)
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
