@@ -131,8 +131,6 @@ class Node:
         )
         #: Sync history per peer URL (configured peers and URLs synced ad hoc).
         self.peer_sync: dict[str, PeerSync] = load_history(self.home)
-        #: This node's last good sync (kept in that history across restarts).
-        self.last_sync: dict[str, Any] | None = peersync.last_sync(self.peer_sync)
         #: One sync per peer URL at a time (:func:`.peersync.sync_node`).
         self.sync_turns = peersync.SyncTurns()
         #: The syncs :meth:`sync` runs for its callers (an app's, a ``POST /v1/sync``):
@@ -317,6 +315,12 @@ class Node:
         if running:  # each records itself as interrupted, in the store still open
             await asyncio.wait(running, timeout=timeout)
         await self.tasks.stop(timeout)
+
+    @property
+    def last_sync(self) -> dict[str, Any] | None:
+        """This node's last good sync (``{"url", "at", **figures}``), read from its sync
+        history, which the home keeps across restarts."""
+        return peersync.last_sync(self.peer_sync)
 
     def peer_urls(self) -> dict[str, str]:
         """``{name: url}`` of the peers in ``[peers]``, re-read from config.toml so peers

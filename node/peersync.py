@@ -299,7 +299,6 @@ async def sync_now(
     save_history(node.home, node.peer_sync)
     node.metrics.sync_bytes.labels("in").inc(stats.get("bytes_received", 0))
     node.metrics.sync_bytes.labels("out").inc(stats.get("bytes_sent", 0))
-    node.last_sync = {"url": url, "at": state.last_success, **stats}
     log_sync(url, stats, time.monotonic() - started)
     node.wake()
     if not node.tasks.running:
