@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -63,6 +64,17 @@ def _sent(exc: ValueError) -> str:
     if not isinstance(sent, str | bytes) or not sent.strip():
         return one_line(str(exc), 80)
     return what_was_sent(sent)
+
+
+def _forget_unless_shared(state: State, cfg: Any, url: str) -> None:
+    """Forget the sync history of ``url`` (a peer removed, or moved to another URL)
+    unless another peer of ``cfg`` still has that URL."""
+    from merklog.node.cliutil import guard
+    from merklog.node.peersync import peer_entry_url
+    from merklog.node.target import forget_sync_history
+
+    if all(peer_entry_url(p) != url for p in cfg.peers.values()):
+        guard(lambda: forget_sync_history(state.home, cfg, url))
 
 
 def register(cli: click.Group) -> None:
@@ -188,13 +200,8 @@ def register(cli: click.Group) -> None:
             click.echo(f"updated peer {name}: url {old_url} -> {url}{role}")
         moved = old_url.rstrip("/")
         if moved and moved != url.rstrip("/"):
-            # QA: the old URL's history stayed in status as an unnamed row; forgotten as
-            # `peers remove NAME` forgets it, unless another peer still has that URL
-            from merklog.node.peersync import peer_entry_url
-            from merklog.node.target import forget_sync_history
-
-            if all(peer_entry_url(p) != moved for p in cfg.peers.values()):
-                guard(lambda: forget_sync_history(state.home, cfg, moved))
+            # QA: the old URL's history stayed in status as an unnamed row
+            _forget_unless_shared(state, cfg, moved)
         elif old_key:  # the same peer again: said, not "added" (it changed nothing else)
             also = {None: "", True: "; granted it write access", False: "; it can already write"}
             click.echo(f"peer {name} is already {url} key {key[:16]}…{also[granted]}")
@@ -257,5 +264,5 @@ def register(cli: click.Group) -> None:
         url = peer_entry_url(cfg.peers.pop(name))
         cfg.save()
         click.echo(f"removed peer {name}")
-        if url and all(peer_entry_url(p) != url for p in cfg.peers.values()):
-            guard(lambda: forget_sync_history(state.home, cfg, url))
+        if url:
+            _forget_unless_shared(state, cfg, url)
