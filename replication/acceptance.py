@@ -23,6 +23,7 @@ from merklog.store import Fact, Link
 from merklog.store.errors import one_line
 from merklog.store.gcpause import gc_paused
 
+from .authsets import AuthSets
 from .blocks import (
     Delta,
     decode_fact_fast,
@@ -277,6 +278,8 @@ class Acceptance(ReplicaState):
                 "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)",
                 (ds, op["key"], delta.cid.raw, delta.clock, 1 if op["op"] == "grant" else 0),
             )
+        if auth_ops and delta.clock > 0:
+            AuthSets(conn, ds).number([delta.cid.raw])
 
     def _accept_local_asserts(
         self,
@@ -309,16 +312,23 @@ class Acceptance(ReplicaState):
         deferred.new_facts.extend(facts)
 
     def _authorized(self, author: bytes, parents: Sequence[Link], clock: int) -> bool:
-        """Writer status of ``author`` in the causal past of a delta with these parents."""
+        """Writer status of ``author`` in the causal past of a delta with these parents:
+        its latest grant/revoke there by (clock, revoke first, CID), the grant/revoke
+        deltas of that past read from the parents' auth sets (:mod:`.authsets`)."""
         if author == self.genesis.owner:
             return True
         ops = self._auth_ops(author)
         if not ops:
             return False
-        if all(c == 0 for c, _g, _d in ops.values()):
-            return bool(next(iter(ops.values()))[1])
-        found = [self._latest_op(author, p.raw, ops) for p in parents]
-        best = max((op for op in found if op is not None), key=_op_order, default=None)
+        base = next((op for op in ops.values() if op[0] == 0), None)  # genesis writers
+        later = [op for op in ops.values() if op[0] > 0]
+        if not later:
+            return base is not None and bool(base[1])
+        sets = AuthSets(self.conn, self.ds)
+        past = sets.past([p.raw for p in parents])
+        bits = sets.bits_of([op[2] for op in later])
+        found = [op for op in later if op[2] in bits and past >> bits[op[2]] & 1]
+        best = max(found, key=_op_order, default=base)
         return best is not None and bool(best[1])
 
     def _auth_ops(self, key: bytes) -> dict[bytes, tuple[int, int, bytes]]:
@@ -330,60 +340,6 @@ class Acceptance(ReplicaState):
                 (self.ds, key),
             )
         }
-
-    def _latest_op(
-        self, key: bytes, node: bytes, ops: dict[bytes, tuple[int, int, bytes]]
-    ) -> tuple[int, int, bytes] | None:
-        """The deciding grant/revoke of ``key`` among ``node`` and its ancestors.
-
-        L(n) = max(op of n, L(parents of n)) by (clock, revoke first, CID), memoised in
-        ``repl_auth_memo`` so each delta is visited once per key: acceptance stays
-        linear in the log instead of walking the ancestry for every delta.
-        """
-        floor = min(c for c, _g, _d in ops.values() if c > 0)
-        base = next((op for op in ops.values() if op[0] == 0), None)  # genesis writers
-        memo: dict[bytes, tuple[int, int, bytes] | None] = {}
-        stack = [node]
-        while stack:
-            n = stack[-1]
-            if n in memo:
-                stack.pop()
-                continue
-            row = self.conn.execute(
-                "SELECT clock FROM repl_delta WHERE ds = ? AND cid = ?", (self.ds, n)
-            ).fetchone()
-            if row is None or row[0] < floor:
-                memo[n] = base  # older than any later grant/revoke of this key
-                stack.pop()
-                continue
-            cached = self.conn.execute(
-                "SELECT op FROM repl_auth_memo WHERE ds = ? AND key = ? AND delta = ?",
-                (self.ds, key, n),
-            ).fetchone()
-            if cached is not None:
-                memo[n] = ops.get(bytes(cached[0])) if cached[0] else None
-                stack.pop()
-                continue
-            parents = [
-                bytes(r[0])
-                for r in self.conn.execute(
-                    "SELECT parent FROM repl_parent WHERE ds = ? AND child = ?", (self.ds, n)
-                )
-            ]
-            todo = [p for p in parents if p not in memo]
-            if todo:
-                stack.extend(todo)
-                continue
-            candidates = [memo[p] for p in parents]
-            candidates.append(ops.get(n))
-            best = max((c for c in candidates if c is not None), key=_op_order, default=None)
-            memo[n] = best
-            self.conn.execute(
-                "INSERT OR REPLACE INTO repl_auth_memo VALUES (?, ?, ?, ?)",
-                (self.ds, key, n, best[2] if best else b""),
-            )
-            stack.pop()
-        return memo[node]
 
     def _authorized_reference(self, author: bytes, parents: Sequence[Link], clock: int) -> bool:
         """Ancestry-walking statement of the rule (tests check ``_authorized`` against it)."""

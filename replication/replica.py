@@ -28,6 +28,7 @@ from merklog.store.gcpause import gc_paused
 from . import relindex
 from .acceptance import MAX_PENDING_BLOCKS, MAX_PENDING_BYTES, Acceptance, ApplyResult
 from .assertrows import insert_asserts, insert_new_facts
+from .authsets import AuthSets, forget_auth_memo
 from .blocks import (
     Assert,
     Delta,
@@ -143,6 +144,8 @@ class Replica(Acceptance, ORSet, Reconciliation):
             else:
                 self.ds = int(row[0])
                 relindex.ensure_index(conn, blockstore, self.ds)  # once, for older homes
+                forget_auth_memo(conn, self.ds)  # once, for older homes (ADR 0219)
+                AuthSets(conn, self.ds).number_new()  # grants an older merklog accepted
 
     # ------------------------------------------------------------ opening
 

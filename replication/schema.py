@@ -12,6 +12,10 @@ indexes are complete (see :mod:`.relindex`). ``repl_covered`` lists the accepted
 whose blocks the replica does not keep because a snapshot covers them: installed from
 one (``import-snapshot``) or deleted after one (``prune``); a check of the replica does
 not count them as lost (ADR 0183). Older merklogs ignore the table.
+``repl_auth_bit``, ``repl_auth_set`` and ``repl_auth_at`` hold, per delta, which
+grant/revoke deltas lie in its causal past (:mod:`.authsets`, ADR 0219); they are
+derived from the DAG alone and filled as needed, so a file an older merklog wrote to
+(which keeps ``repl_auth_memo`` instead, now unused) is read correctly.
 
 Schema version 2 (ADR 0132): a fact is named by a small integer in ``repl_assert`` and
 ``repl_rel_fact``. ``repl_fact (id, cid)`` (one per database, insert-only) maps each
@@ -71,6 +75,16 @@ CREATE TABLE IF NOT EXISTS repl_auth (
 CREATE TABLE IF NOT EXISTS repl_auth_memo (
     ds INTEGER NOT NULL, key BLOB NOT NULL, delta BLOB NOT NULL, op BLOB NOT NULL,
     PRIMARY KEY (ds, key, delta)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS repl_auth_clock ON repl_auth (ds, clock);
+CREATE TABLE IF NOT EXISTS repl_auth_bit (
+    ds INTEGER NOT NULL, delta BLOB NOT NULL, bit INTEGER NOT NULL, PRIMARY KEY (ds, delta)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS repl_auth_set (
+    id INTEGER PRIMARY KEY, ds INTEGER NOT NULL, bits BLOB NOT NULL, UNIQUE (ds, bits)
+);
+CREATE TABLE IF NOT EXISTS repl_auth_at (
+    ds INTEGER NOT NULL, delta BLOB NOT NULL, aset INTEGER NOT NULL, PRIMARY KEY (ds, delta)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS repl_peer (
     ds INTEGER NOT NULL, peer TEXT NOT NULL, heads BLOB NOT NULL, PRIMARY KEY (ds, peer)
@@ -169,7 +183,9 @@ def stored_datasets(conn: sqlite3.Connection) -> list[bytes]:
     """The genesis CIDs (raw) of the datasets this database holds a replica of, in the
     order they were first opened; none when it has no replication tables yet. Reads
     only: a home whose config.toml went missing is asked what its store still holds."""
-    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name = 'repl_dataset'")}
+    names = {
+        r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name = 'repl_dataset'")
+    }
     if not names:
         return []
     return [bytes(r[0]) for r in conn.execute("SELECT cid FROM repl_dataset ORDER BY ds")]

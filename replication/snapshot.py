@@ -20,6 +20,7 @@ from merklog.store import Fact, Link, encode_fact
 
 from . import relindex
 from .assertrows import insert_asserts
+from .authsets import AuthSets
 from .errors import InvalidDelta
 from .replica import Replica
 
@@ -110,6 +111,7 @@ def install_snapshot_state(
                 conn.executemany(
                     "INSERT OR REPLACE INTO repl_auth VALUES (?, ?, ?, ?, ?)", auth_rows
                 )
+                AuthSets(conn, ds).number_new()
                 insert_asserts(conn, asserts)
                 relindex.record(conn, ((ds, fact.rel, cid.raw) for cid, fact in visible))
                 if heads:

@@ -282,9 +282,9 @@ def test_granted_writer_history_is_checked_incrementally():
         w.assert_facts([make_fact("p", [i])])
     pull(owner, w)
     assert len(owner.visible_cids()) == 200
-    # Each acceptance memoised one step per delta instead of walking the history.
-    (memo,) = owner.conn.execute("SELECT count(*) FROM repl_auth_memo").fetchone()
-    assert memo <= owner.delta_count() + 1
+    # Each acceptance kept one auth set per delta instead of walking the history.
+    (kept,) = owner.conn.execute("SELECT count(*) FROM repl_auth_at").fetchone()
+    assert 0 < kept <= owner.delta_count() + 1
     owner.revoke(w.identity.public_key)
     pull(w, owner)
     with pytest.raises(Unauthorized):
