@@ -765,7 +765,7 @@ async def _write(
     if add or rem:  # a freshly joined home syncs once with its origin first
         await writeaccess.sync_before_first_write_async(node)
     try:
-        result = await node.write_async(add, rem, encoded)
+        result = await node._write_checked_async(add, rem, encoded)
     except TooLarge as exc:  # a fact over the limit every peer takes: bad input (exit 2),
         # not a refusal, nor a body over node.max_body (413)
         raise ApiError(400, "bad input", exc.detail, exc.fact) from None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import operator
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -398,23 +399,36 @@ class Node:
 
     async def write_async(
         self,
-        asserts: list[Fact],
-        retracts: list[Fact],
+        asserts: Iterable[FactLike],
+        retracts: Iterable[FactLike] = (),
         encoded_asserts: list[tuple[Link, bytes]] | None = None,
     ) -> WriteResult:
         """``write`` for the event loop: concurrent callers share one delta and one fsync
         (group commit, :class:`.writes.GroupCommit`) while the commit itself runs on a
-        worker thread. ``asserts`` and ``retracts`` are checked facts (from
-        :meth:`coerce_facts` or ``facts_from_json``); ``encoded_asserts``, if given, is
-        ``encode_facts(asserts)`` (a request encodes its facts on its decoding thread, so
-        the writes, which run one at a time, do not: ADR 0145). Anything else in them
-        (``(rel, args)`` pairs, Datalog text) is coerced as :meth:`write` coerces it, or
-        refused as bad input: a tuple raised a bare AttributeError."""
+        worker thread. ``asserts`` and ``retracts`` take what :meth:`write` takes, and
+        are checked as it checks them: a ``Fact`` made by hand with a value merklog has
+        no encoding for (``None``) was stored unchecked and every later read of the home
+        failed (QA). ``encoded_asserts``, if given, is ``encode_facts(asserts)``; it is
+        used when the check changed no fact."""
         self._require_open()  # a closed home's store raised sqlite3.ProgrammingError
-        if not _all_facts(asserts):
-            asserts, encoded_asserts = self.coerce_facts(asserts), None
-        if not _all_facts(retracts):
-            retracts = self.coerce_facts(retracts)
+        given = _fact_list(asserts, "asserts")
+        add = self.coerce_facts(given)
+        rem = self.coerce_facts(_fact_list(retracts, "retracts"))
+        if encoded_asserts is not None and not (
+            len(add) == len(given) and all(map(operator.is_, add, given))
+        ):
+            encoded_asserts = None
+        return await self._write_checked_async(add, rem, encoded_asserts)
+
+    async def _write_checked_async(
+        self,
+        asserts: list[Fact],
+        retracts: list[Fact],
+        encoded_asserts: list[tuple[Link, bytes]] | None = None,
+    ) -> WriteResult:
+        """:meth:`write_async` of facts already checked (by a request's decoder, off the
+        event loop: a 200k-fact body is not checked twice, ADR 0145)."""
+        self._require_open()
         return await self._group_commit.write(asserts, retracts, encoded_asserts)
 
     def assert_(self, *fact: Any) -> WriteResult:
@@ -839,11 +853,6 @@ class Node:
         synced ad hoc: last attempt, last success, last error, deltas behind."""
         self._require_open()
         return peersync.peer_status(self)
-
-
-def _all_facts(facts: Any) -> bool:
-    """Whether ``facts`` is a list of :class:`Fact` objects (one C-level type scan)."""
-    return isinstance(facts, list) and set(map(type, facts)) <= {Fact}
 
 
 def _typed_or_many(items: tuple[Any, ...], call: str) -> list[FactLike]:

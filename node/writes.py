@@ -94,6 +94,9 @@ def coerce_facts(facts: Iterable[FactLike]) -> list[Fact]:
     relation name Datalog can write (:func:`~merklog.store.check_writable_relation`)."""
     items = facts if isinstance(facts, list) else list(facts)
     if items and set(map(type, items)) == {Fact}:  # bulk: one column-wise check
+        # The writable rule first: the looser one of check_facts worded "A B" otherwise.
+        for rel in {r for r in map(_rel_of, items) if isinstance(r, str)}:
+            check_writable_relation(rel)
         return checked_relations(check_facts(items))
     out: list[Fact] = []
     for item in items:

@@ -360,6 +360,38 @@ def test_write_async_takes_what_write_takes_and_serve_refuses_a_bad_port(tmp_pat
     asyncio.run(main())
 
 
+def test_write_async_checks_facts_made_by_hand(tmp_path) -> None:
+    """QA: ``write_async([merklog.Fact("z", (None,))], [])`` stored the fact unchecked;
+    every later query, ``ls`` and open of the home then failed on its block, and no peer
+    could sync with it again. Such facts are checked as ``write`` checks them: refused
+    with ``merklog.Error``, nothing stored, the home still readable after a reopen."""
+    home = tmp_path / "h"
+    bad_facts = [
+        Fact("z", (None,)),
+        Fact("A B", (1,)),
+        Fact("z", (2**64,)),
+        Fact("z", (float("nan"),)),
+    ]
+
+    async def main() -> None:
+        async with merklog.open(home) as node:
+            node.assert_("e", 1)
+            for bad in bad_facts:
+                with pytest.raises(merklog.Error) as refused:
+                    await node.write_async([bad])
+                if bad.rel == "A B":  # worded as write and assert_ word it
+                    assert "lowercase" in str(refused.value), refused.value
+            # A hand-made fact that is valid goes in; a bytearray is read as bytes.
+            await node.write_async([Fact("e", (bytearray(b"\x01"),)), Fact("e", (1.0,))])
+            await node.settled()
+
+    asyncio.run(main())
+    with merklog.open(home) as node:
+        assert sorted(map(repr, node.query("e(X)").rows)) == ["(1,)", "(1.0,)", "(b'\\x01',)"]
+        with pytest.raises(merklog.Error, match="z"):  # no fact of z was stored
+            node.query("z(X)")
+
+
 def test_an_apps_sync_in_flight_ends_with_the_node(tmp_path) -> None:
     """QA: an app's ``node.sync(url)`` with a peer that accepts but never answers kept
     its socket and ran on after ``async with`` ended, until ``sync.timeout`` (30 s), then
