@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from merklog.store.errors import Error
+
 from .config import Config, ConfigError, default_home
 from .errors import NodeInputError
+from .failures import Failure, classify
 from .node import Node
 
 __all__ = ["open", "serve"]
@@ -54,7 +58,15 @@ def open(  # noqa: A001 - the public name is merklog.open
             " store.backend unset (sqlite) for a home"
         )
     where = home if home is not None else default_home()  # Node.open refuses "" (not cwd)
-    return Node.open(where, **{k.replace(".", "__"): v for k, v in overrides.items()})
+    try:
+        return Node.open(where, **{k.replace(".", "__"): v for k, v in overrides.items()})
+    except (OSError, sqlite3.Error) as exc:
+        if isinstance(exc, Error):
+            raise
+        # A read-only file system raised a bare OSError here where the CLI says what to
+        # do (QA): the same words, as a merklog.Error.
+        _code, message = classify(exc, Path(where))
+        raise Failure(message) from exc
 
 
 #: Settings of the store a memory node has none of: it keeps its blocks in memory and
@@ -116,6 +128,18 @@ async def serve(node: Node, host: str = "127.0.0.1", port: int = 0) -> AsyncIter
     to serve with. ``merklog.Error`` otherwise, or when the address cannot be bound."""
     from .server import start_serving
 
+    if not isinstance(node, Node):  # serve(5) raised a bare AttributeError
+        raise NodeInputError(
+            f"serve: expected a node from merklog.open(...), got {type(node).__name__}"
+        )
+    node._require_open()  # a closed node was told to run in `async with`
+    if node.served_url is not None:
+        # A second serve's end deleted the home's run file while the first still served:
+        # commands on the home then waited 15 s for its lock and failed (QA).
+        raise NodeInputError(
+            f"this node is served already, at {node.served_url}: one serve per node (its"
+            " home's run file names one URL); use that URL"
+        )
     if node.home is None:
         raise NodeInputError(
             "a memory node cannot serve: it has no home, so no tokens to authenticate"
@@ -133,7 +157,9 @@ async def serve(node: Node, host: str = "127.0.0.1", port: int = 0) -> AsyncIter
         serving = await start_serving(node, host, port, manage_node=False)
     except OSError as exc:
         raise ConfigError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    node.served_url = serving.url
     try:
         yield serving.url
     finally:
+        node.served_url = None
         await serving.close()

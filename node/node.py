@@ -139,6 +139,9 @@ class Node:
         self._syncs: set[asyncio.Task] = set()
         self._syncs_stopped = False
         self.tasks = BackgroundTasks(self)
+        #: The URL ``merklog.serve`` serves this node at (None when not served): one at a
+        #: time, since the home's run file names one URL.
+        self.served_url: str | None = None
         self.url: str | None = None
         #: Group commit of ``write_async`` (its queue of waiting requests).
         self._group_commit = writes.GroupCommit(self)

@@ -34,6 +34,15 @@ class HomeBusy(NodeError, RuntimeError):
     """Another process holds the home directory's lock."""
 
 
+#: The homes whose lock this process holds (resolved paths): a second open of one from
+#: the same process is told so, not that another process has it.
+_HELD: set[str] = set()
+
+
+def _key(home: Path) -> str:
+    return os.path.realpath(home)
+
+
 @dataclass
 class HomeLock:
     """An exclusive lock on a home directory (released by ``release`` or process death)."""
@@ -54,6 +63,7 @@ class HomeLock:
         except BlockingIOError:
             os.close(fd)
             return None
+        _HELD.add(_key(home))
         return cls(path, fd)
 
     @classmethod
@@ -69,6 +79,11 @@ class HomeLock:
                 raise HomeBusy(
                     f"a merklog node is already running on {home} (pid {info['pid']},"
                     f" {info['url']})"
+                )
+            if _key(home) in _HELD:  # it said "another process" of an app's own second open
+                raise HomeBusy(
+                    f"{home} is open already in this process (a node from merklog.open not"
+                    " yet closed): use that node, or close it before opening the home again"
                 )
             raise HomeBusy(
                 f"{home} is in use by another process (another merklog command, or an app"
@@ -96,6 +111,7 @@ class HomeLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = -1
+            _HELD.discard(_key(self.path.parent))
 
 
 def write_runfile(home: Path, url: str) -> None:

@@ -202,6 +202,10 @@ class Link:
             return False
         return self.raw[pos + 2 :] == hashlib.sha256(data).digest()
 
+    def __bytes__(self) -> bytes:
+        """The CID's binary form (``raw``): ``Link(bytes(link)) == link``."""
+        return self.raw
+
     def __str__(self) -> str:
         # libipld renders a CIDv1 as multibase base32 in C (~30x faster than base64's
         # pure-Python b32encode: ``put`` prints one CID per fact).

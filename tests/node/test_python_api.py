@@ -453,3 +453,63 @@ def test_a_sync_behind_another_with_the_same_peer_says_it_waits(tmp_path) -> Non
         asyncio.run(main())
     finally:
         silent.close()
+
+
+def test_serve_refuses_what_it_cannot_serve_and_a_second_serve(tmp_path) -> None:
+    """QA: ``merklog.serve(5)`` raised a bare AttributeError; a closed node was told to
+    run inside ``async with``; and a second ``serve`` of one node deleted the home's run
+    file when it ended while the first still served, so commands on the home waited 15 s
+    and failed. Each is now ``merklog.Error`` saying what is wrong, and the first serve's
+    URL stays the home's."""
+
+    async def main() -> None:
+        with pytest.raises(merklog.Error, match="expected a node"):
+            async with merklog.serve(5):  # type: ignore[arg-type]
+                raise AssertionError("served")
+        async with merklog.open(tmp_path / "h") as node:
+            async with merklog.serve(node) as url:
+                with pytest.raises(merklog.Error, match="served already"):
+                    async with merklog.serve(node):
+                        raise AssertionError("served twice")
+                assert running_node_url(tmp_path / "h") == url
+            assert node.served_url is None
+        with pytest.raises(merklog.Error, match="closed"):
+            async with merklog.serve(node):
+                raise AssertionError("served a closed node")
+
+    asyncio.run(main())
+
+
+def test_a_second_open_in_one_process_says_so_and_bytes_of_a_link(tmp_path) -> None:
+    """QA: a second ``merklog.open`` of a home this process holds said another process
+    had it; and ``bytes(link)`` raised TypeError although the docs make a Link from its
+    bytes."""
+    with merklog.open(tmp_path / "h") as node:
+        with pytest.raises(merklog.Error, match="open already in this process"):
+            merklog.open(tmp_path / "h")
+        link = node.assert_("e", 1).asserted[0][0]
+        assert merklog.Link(bytes(link)) == link and bytes(link) == link.raw
+    with merklog.open(tmp_path / "h") as again:  # closed: free again
+        assert again.query("e(X)").rows == [(1,)]
+
+
+def test_open_on_a_read_only_file_system_is_a_merklog_error(tmp_path) -> None:
+    """QA: ``merklog.open`` of a home on a file system mounted read-only (and of a new
+    home there) raised a bare OSError, where the CLI says what to do. A real read-only
+    tmpfs (needs root; skipped otherwise)."""
+    import subprocess
+
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        with merklog.open(mnt / "h"):
+            pass
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        for home in (mnt / "h", mnt / "new"):
+            with pytest.raises(merklog.Error, match="read-only"):
+                merklog.open(home)
+        assert not (mnt / "new").exists()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
