@@ -183,3 +183,23 @@ def test_a_missing_genesis_block_is_store_damage_that_fsck_repairs(
     assert b("fsck", ok=False).exit_code == ExitCode.STORE_DAMAGED
     assert "1 block repaired" in b("fsck", "--repair-from", na.url).output
     assert b("ls").output.split("\t")[1].strip() == "edge(1, 2)"
+
+
+def test_fsck_finds_a_fact_block_no_peer_accepts(tmp_path: Path) -> None:
+    """A fact block that hashes right but holds what no receiver takes (``z(null)``:
+    before 2854f44, ``write_async`` stored a hand-made ``Fact("z", (None,))`` unchecked,
+    through the replica's own write path, as here) was "ok" to fsck while every read
+    of the home and every sync of the dataset failed on it. fsck now names it and what
+    to do, exit STORE_DAMAGED, and no traceback."""
+    import merklog
+    from merklog.store import Fact, encode_facts
+
+    a = Cli(tmp_path / "a")
+    a("init")
+    a("put", "edge(1, 2).")
+    with merklog.open(a.home) as node:
+        bad = [Fact("z", (None,))]
+        node.replica.write_asserts(bad, encode_facts(bad))
+    found = a("fsck", ok=False)
+    assert found.exit_code == ExitCode.STORE_DAMAGED and "Traceback" not in found.output
+    assert "holds what no peer accepts" in found.output and "restore a backup" in found.output
