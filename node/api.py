@@ -37,6 +37,8 @@ def open(  # noqa: A001 - the public name is merklog.open
     epoch per write) or ``async with merklog.open(...) as node:``, which also runs the
     epoch loop, ``@async`` delivery and automatic sync until the block ends.
     """
+    if not isinstance(memory, bool):  # memory="no" opened a memory node (QA)
+        raise NodeInputError(f"memory: expected True or False, got {memory!r}")
     overrides, config = _settings(settings)
     if memory:
         if home is not None:

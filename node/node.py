@@ -374,6 +374,8 @@ class Node:
         evaluated before it returns, as :meth:`assert_` is, unless ``evaluate=False`` (a
         bulk load whose next epoch, or the next open, evaluates it)."""
         self._require_open()
+        if not isinstance(evaluate, bool):  # evaluate="no" evaluated (QA)
+            raise NodeInputError(f"evaluate: expected True or False, got {evaluate!r}")
         asserts = _fact_list(asserts, "asserts")
         retracts = _fact_list(retracts, "retracts")
         with self._writes.enter():  # close waits for it from here on

@@ -491,6 +491,10 @@ def test_a_second_open_in_one_process_says_so_and_bytes_of_a_link(tmp_path) -> N
         assert merklog.Link(bytes(link)) == link and bytes(link) == link.raw
     with merklog.open(tmp_path / "h") as again:  # closed: free again
         assert again.query("e(X)").rows == [(1,)]
+        with pytest.raises(merklog.Error, match="evaluate: expected True or False"):
+            again.write(asserts=["e(2)."], evaluate="no")  # type: ignore[arg-type]
+    with pytest.raises(merklog.Error, match="memory: expected True or False"):
+        merklog.open(memory="yes")  # type: ignore[arg-type]
 
 
 def test_open_on_a_read_only_file_system_is_a_merklog_error(tmp_path) -> None:
