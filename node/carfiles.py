@@ -47,7 +47,21 @@ def export_blocks(
 
     Refused (:class:`~.failures.Failure`, exit 1 / HTTP 409) before any block is read
     when the home keeps some deltas only as a snapshot's metadata (pruned, or
-    bootstrapped from a snapshot): a CAR without them could not be restored."""
+    bootstrapped from a snapshot): a CAR without them could not be restored; and
+    (:class:`~.failures.StoreDamaged`, exit 5) when the replica's tables lost rows
+    other rows name (:func:`~merklog.replication.consistency.table_damage`)."""
+    from merklog.replication.consistency import table_damage
+
+    damage = table_damage(replica)
+    if damage:  # the CAR would be refused by restore, or lack facts: found only then (QA)
+        from .failures import StoreDamaged
+
+        more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
+        raise StoreDamaged(
+            f"the store is damaged, so a backup of it could not be restored: {damage[0]}"
+            f"{more}; nothing was exported. Run `merklog fsck`, and restore a backup or"
+            " join a peer (`merklog init --join URL` in a new home)"
+        )
     covered = replica.covered_count()
     if covered:
         from .failures import Failure

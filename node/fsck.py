@@ -58,6 +58,9 @@ class FsckResult:
     from_log: bool = False
     #: On an IPFS home: blocks imported into the daemon again by a repair.
     repinned: int = 0
+    #: Of the problems, the missing or corrupted blocks a peer's copy can replace (the
+    #: others are damage no peer repairs: tables that lost rows, a fact no peer takes).
+    repairable: int = 0
     #: On an IPFS home: blocks put back into the cache from the home's own daemon.
     refilled: int = 0
     #: SQLite found page-level damage (or could not read its pages at all): the
@@ -139,6 +142,7 @@ def fsck(
                 report = check_unopened(store_conn(store), store, dataset)
                 result.problems.append(f"genesis block {dataset} is missing or corrupted")
                 result.problems.extend(p for p in report.problems if str(dataset) not in p)
+                result.repairable = 1 + len((report.missing | report.corrupted) - {dataset})
                 result.blocks, result.deltas = report.blocks, report.deltas
                 return result
             client = SyncClient(identity, timeout=seconds)
@@ -173,6 +177,7 @@ def fsck(
         if repair_from is not None and cfg.get("store.backend") == "ipfs":
             result.repinned = _reimport(store, reimport_progress)
         result.problems.extend(report.problems)
+        result.repairable = len(report.missing | report.corrupted)
         result.blocks, result.deltas = report.blocks, report.deltas
         result.covered = report.covered
         return result

@@ -159,7 +159,21 @@ def register(cli: click.Group) -> None:
                 " backup (docs/operations.md)"
             )
         if not result.ok:
-            hint = "" if repair_from else "; run `merklog fsck --repair-from URL` with a peer"
+            hint = ""
+            if result.repairable and not repair_from:
+                hint = "; run `merklog fsck --repair-from URL` with a peer for the missing or"
+                hint += " corrupted blocks"
+            if len(result.problems) > result.repairable:
+                # "run --repair-from" for tables that lost rows sent operators to a repair
+                # that cannot help (QA)
+                hint += (
+                    "; no peer can repair the others"
+                    if result.repairable
+                    else "; no peer can repair this"
+                )
+                hint += (
+                    ": restore a backup, or join a peer in a new home (`merklog init --join URL`)"
+                )
             remain = "remains" if len(result.problems) == 1 else "remain"
             raise StoreDamaged(
                 f"{_count(len(result.problems), 'problem')} {remain}{repaired}{hint}"

@@ -203,3 +203,37 @@ def test_fsck_finds_a_fact_block_no_peer_accepts(tmp_path: Path) -> None:
     found = a("fsck", ok=False)
     assert found.exit_code == ExitCode.STORE_DAMAGED and "Traceback" not in found.output
     assert "holds what no peer accepts" in found.output and "restore a backup" in found.output
+
+
+def test_tables_that_lost_rows_fail_fsck_and_export_and_no_repair_is_offered(
+    tmp_path: Path,
+) -> None:
+    """QA, on real store files damaged with sqlite3: a lost ``repl_fact`` row hid a fact
+    from query and ls while fsck said "ok"; a lost ``repl_delta`` row let ``export``
+    write, exit 0, a CAR that ``restore`` refuses; and for such damage fsck advised
+    ``--repair-from``, which cannot repair it. Now fsck and export exit 5 naming it, no
+    CAR is written, and the advice is to restore a backup or join a peer."""
+    a = Cli(tmp_path / "a")
+    a("init")
+    for i in range(3):
+        a("put", f"e({i}).")
+    with sqlite3.connect(a.home / "store.sqlite") as db:
+        db.execute("DELETE FROM repl_fact WHERE id = (SELECT max(id) FROM repl_fact)")
+    found = a("fsck", ok=False)
+    assert found.exit_code == ExitCode.STORE_DAMAGED, found.output
+    assert "repl_fact lost" in found.output and "no peer can repair this" in found.output
+    assert "--repair-from URL" not in found.output
+
+    b = Cli(tmp_path / "b")
+    b("init")
+    for i in range(3):
+        b("put", f"e({i}).")
+    with sqlite3.connect(b.home / "store.sqlite") as db:
+        db.execute("DELETE FROM repl_delta WHERE seq = 2")
+    car = tmp_path / "b.car"
+    refused = b("export", str(car), ok=False)
+    assert refused.exit_code == ExitCode.STORE_DAMAGED and "Traceback" not in refused.output
+    assert "could not be restored" in refused.output and "is not an accepted delta" in refused.output
+    assert not car.exists()
+    checked = b("fsck", ok=False)
+    assert "is not an accepted delta" in checked.output and "restore a backup" in checked.output
