@@ -307,6 +307,11 @@ def classify(exc: BaseException, home: Path | None = None) -> tuple[ExitCode, st
         )
     if isinstance(exc, OSError):
         if exc.errno in DISK_FULL_ERRNOS:
+            if exc.filename:  # which disk: the home's, or the one a file was going to
+                return ExitCode.DISK_FULL, (
+                    f"cannot write {exc.filename}: no space left on the device"
+                    f" ({exc.strerror}); make room there and run the command again"
+                )
             return ExitCode.DISK_FULL, f"no space left on the device: {exc}"
         if isinstance(exc, PermissionError) and exc.filename:
             return ExitCode.FAILED, permission_denied(exc.filename, home)

@@ -106,9 +106,21 @@ def write_private(path: Path, data: bytes) -> None:
             os.fsync(out.fileno())
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise named(exc, path) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def named(exc: OSError, path: str | Path) -> OSError:
+    """``exc`` with ``path`` as its file name when it has none: a failed ``write`` names
+    no file, and "no space left on the device" then left the user to guess which disk
+    (the home's, or the one a backup went to, QA)."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror, str(path))
 
 
 def open_private(path: Path, mode: str = "wb"):  # noqa: ANN201 - a file object
@@ -142,8 +154,11 @@ def output_file(path: str | Path) -> Iterator[BinaryIO]:
     if mode is None and not real.parent.is_dir():  # said of the user's path, not the temp file
         raise FileNotFoundError(f"cannot write {path}: there is no directory {real.parent}")
     if mode is not None and not stat.S_ISREG(mode):
-        with open(real, "wb") as out:
-            yield out
+        try:
+            with open(real, "wb") as out:
+                yield out
+        except OSError as exc:
+            raise named(exc, path) from None
         return
     tmp = real.with_name(real.name + ".tmp")
     try:
@@ -152,6 +167,9 @@ def output_file(path: str | Path) -> Iterator[BinaryIO]:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, real)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise named(exc, path) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -140,8 +140,14 @@ def register(cli: click.Group) -> None:
                         )
                     )
             except OSError as exc:  # a host that does not resolve, a port in use, …
+                if not _address_problem(exc):
+                    # a full disk writing node.json said "cannot serve on HOST:PORT" (QA):
+                    # the CLI's error boundary names the file and exits 6
+                    raise
                 where = f"{cfg.get('node.host')}:{cfg.get('node.port')}"
-                raise click.ClickException(f"cannot serve on {where}: {exc.strerror or exc}") from None
+                raise click.ClickException(
+                    f"cannot serve on {where}: {exc.strerror or exc}"
+                ) from None
             finally:
                 node.close()
                 # Everything is committed and closed: keep the interpreter's last collection
@@ -150,3 +156,23 @@ def register(cli: click.Group) -> None:
 
                 gc.freeze()
             say("stopped", state.log_format)
+
+
+def _address_problem(exc: OSError) -> bool:
+    """Whether ``exc`` is about the address the node binds (a host that does not resolve,
+    a port in use or not allowed), not a file it writes (those name their file)."""
+    import errno
+    import socket
+
+    if isinstance(exc, socket.gaierror):
+        return True
+    return exc.filename is None and exc.errno in (
+        errno.EADDRINUSE,
+        errno.EADDRNOTAVAIL,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EAFNOSUPPORT,
+        errno.EINVAL,
+        errno.ENETUNREACH,
+        errno.EHOSTUNREACH,
+    )

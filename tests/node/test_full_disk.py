@@ -356,3 +356,47 @@ def test_out_of_file_descriptors_is_said_as_such(tmp_path: Path) -> None:
         said.append(limit)
     assert said, "no limit made the put fail: the test tests nothing"
     assert merklog(home, "fsck").returncode == 0
+
+
+def test_full_disk_names_the_file_for_export_and_node_run(tmp_path: Path) -> None:
+    """QA: ``export /dev/full`` said "no space left on the device: [Errno 28] …" without
+    the file, and ``node run`` on a full disk said "cannot serve on 127.0.0.1:PORT" (exit
+    1) when writing its run file node.json failed. Both now name the file and exit 6:
+    export for real; the run file's write on a real full 4 MiB tmpfs (root only; that
+    part is skipped otherwise), and node run keeps "cannot serve" for address errors."""
+    import errno
+    import socket
+
+    from merklog.node.commands.node_cmd import _address_problem
+    from merklog.node.files import write_private
+
+    home = tmp_path / "home"
+    Cli(home)("init")
+    done = merklog(home, "export", "/dev/full")
+    line = assert_fails(done, ExitCode.DISK_FULL, "cannot write /dev/full: no space left")
+    assert "Errno" not in line
+    assert _address_problem(OSError(errno.EADDRINUSE, "Address already in use"))
+    assert _address_problem(socket.gaierror(-2, "Name or service not known"))
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)]
+    if subprocess.run(mount, capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        with open(small / "filler", "wb", buffering=0) as fill:  # take every free block
+            try:
+                while True:
+                    fill.write(b"\0" * 4096)
+            except OSError:
+                pass
+        with pytest.raises(OSError) as full:
+            write_private(small / "node.json", b'{"pid": 1, "url": "http://127.0.0.1:1"}')
+        assert full.value.filename == str(small / "node.json")
+        assert not _address_problem(full.value)
+        code, message = classify(full.value, None)
+        assert code == ExitCode.DISK_FULL and message.startswith(
+            f"cannot write {small / 'node.json'}: no space left on the device"
+        )
+        assert not (small / "node.json.tmp").exists()
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
