@@ -24,16 +24,23 @@ def precheck(cfg: Any) -> None:
     """Raise :class:`StoreDamaged` if the configured SQLite store is missing, empty or
     not a SQLite file, or :class:`KeyMissing` if the node key is, while the config names
     a dataset that should be in the home."""
-    if cfg.home is not None and (cfg.home / RESTORE_MARKER).exists():
-        raise Failure(
-            f"{cfg.home} holds a restore that was stopped before it ended; run the same"
-            f" `merklog --home {cfg.home} restore BACKUP.car` again (it starts over)"
-        )
+    if cfg.home is not None:
+        refuse_unfinished_restore(cfg.home)
     if not cfg.get("dataset.id"):
         return
     check_store_file(cfg)
     if cfg.home is not None:
         check_key(cfg.home)
+
+
+def refuse_unfinished_restore(home: Path) -> None:
+    """Refuse (exit 1) a home whose restore was stopped before it ended: what it holds is
+    part of a backup, and only running that restore again makes it a home."""
+    if (home / RESTORE_MARKER).exists():
+        raise Failure(
+            f"{home} holds a restore that was stopped before it ended; run the same"
+            f" `merklog --home {home} restore BACKUP.car` again (it starts over)"
+        )
 
 
 def check_key(home: Path) -> Path:

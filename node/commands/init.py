@@ -97,8 +97,12 @@ def register(cli: click.Group) -> None:
         from merklog.node.node import IDENTITY_FILE
         from merklog.node.runtime import HomeLock
         from merklog.node.storage import check_store
+        from merklog.node.storecheck import refuse_unfinished_restore
         from merklog.node.target import refuse_memory_store
 
+        # As every other command does: init said "already initialised" and rewrote the
+        # config of a home holding a restore stopped part way (QA).
+        refuse_unfinished_restore(state.home)
         overrides = dict(state.overrides)
         if port is not None:
             overrides["node.port"] = port

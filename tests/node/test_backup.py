@@ -259,6 +259,11 @@ def test_a_restore_killed_mid_import_is_refused_by_others_and_redone_by_itself(
     assert (home / "restore.unfinished").stat().st_mode & 0o777 == 0o600
     status = Cli(home)("status", ok=False)
     assert status.exit_code == 1 and "restore that was stopped before it ended" in status.output
+    # init too (it said "already initialised" and rewrote config.toml, QA)
+    config = (home / "config.toml").read_bytes()
+    init = Cli(home)("init", "--port", "23999", ok=False)
+    assert init.exit_code == 1 and "restore that was stopped before it ended" in init.output
+    assert (home / "config.toml").read_bytes() == config
     Cli(home)("restore", str(car))
     assert sorted(Cli(home)("query", "--json", "a(X)").output.split("rows")[1]) == sorted(
         src("query", "--json", "a(X)").output.split("rows")[1]
