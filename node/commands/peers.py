@@ -194,7 +194,8 @@ def register(cli: click.Group) -> None:
         cfg.peers[name] = {"url": url.rstrip("/"), "key": key}
         cfg.save()
         role = " (writer)" if writer else ""
-        if old_key and old_key.lower() != key.lower():
+        rekeyed = bool(old_key) and old_key.lower() != key.lower()
+        if rekeyed:
             click.echo(f"replaced peer {name}: key {old_key[:16]}… -> {key[:16]}…, {url}{role}")
         elif old and old_url.rstrip("/") != url.rstrip("/"):
             click.echo(f"updated peer {name}: url {old_url} -> {url}{role}")
@@ -202,6 +203,8 @@ def register(cli: click.Group) -> None:
         if moved and moved != url.rstrip("/"):
             # QA: the old URL's history stayed in status as an unnamed row
             _forget_unless_shared(state, cfg, moved)
+        elif rekeyed:
+            pass  # said above; "is already" after it read as "nothing changed" (QA)
         elif old_key:  # the same peer again: said, not "added" (it changed nothing else)
             also = {None: "", True: "; granted it write access", False: "; it can already write"}
             click.echo(f"peer {name} is already {url} key {key[:16]}…{also[granted]}")

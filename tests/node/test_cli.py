@@ -233,6 +233,12 @@ def test_peers_add_of_a_name_with_another_key_is_refused_unless_replace(run) -> 
     replaced = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol, "--replace")
     assert replaced.output.startswith(f"replaced peer bob: key {bob[:16]}… -> {carol[:16]}…")
     assert run("peers", "list").output.split() == ["bob", "http://127.0.0.1:10", carol]
+    # A new key at the same URL: one line (a second said "is already", i.e. no change, QA)
+    dave = "ea4a6c63e29c520abef5507b132ec5f9954776aebebe7b92421eea691446d22c"
+    rekeyed = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", dave, "--replace")
+    assert rekeyed.output.startswith(f"replaced peer bob: key {carol[:16]}… -> {dave[:16]}…")
+    assert "is already" not in rekeyed.output
+    run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol, "--replace")
     # The same peer again said "added peer bob …" although nothing changed; with --writer
     # it says whether it granted anything (a second grant needs no delta).
     again = run("peers", "add", "bob", "http://127.0.0.1:10", "--key", carol).output
