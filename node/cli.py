@@ -93,7 +93,11 @@ class Boundary(click.Group):
             return self._invoke(ctx)
         except click.ClickException as exc:
             state = ctx.find_object(State)
-            if state is not None and state.log_format == "json":
+            # ctx.params too: an unknown command is met before merklog's own options
+            # reach the state, and was plain text under --log-format json (QA)
+            if (state is not None and state.log_format == "json") or ctx.params.get(
+                "log_format"
+            ) == "json":
                 raise JsonFailure(exc.format_message(), exc.exit_code) from None
             raise
 
@@ -372,8 +376,7 @@ def cli(
             raise click.UsageError(str(exc)) from None
     if home is not None and not home.strip():  # Path("") is ".": the current directory
         raise click.UsageError(
-            "--home is empty: name a directory, or leave it out for $MERKLOG_HOME, else"
-            " ~/.merklog"
+            "--home is empty: name a directory, or leave it out for $MERKLOG_HOME, else ~/.merklog"
         )
     ctx.obj = State(Path(home).expanduser() if home else default_home(), verbose, overrides)
     ctx.obj.log_format = log_format

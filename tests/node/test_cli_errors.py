@@ -521,6 +521,7 @@ def test_with_json_logs_the_error_line_is_json_too(ready: Path) -> None:
         (("query", "nope(X)"), ExitCode.NOT_FOUND),
         (("query", "edge(X, Y)", "--json", "--csv"), ExitCode.BAD_INPUT),
         (("put", "edge(1,"), ExitCode.BAD_INPUT),
+        (("nosuchcmd",), ExitCode.BAD_INPUT),  # was plain text: met before the options (QA)
     ):
         done = merklog(ready, "--log-format", "json", *args)
         assert done.returncode == code, done.stderr
