@@ -86,9 +86,8 @@ def register(cli: click.Group) -> None:
 
         With --repair-from, only the blocks found missing or corrupted are fetched
         from the peer (by CID, each verified), then the checks run again. Exit status
-        0 if the home is whole (after repairs), 5 if problems remain. The node must be
-        stopped.
-        """
+        0 if the home is whole (after repairs), 5 if problems remain, 1 if the node is
+        running (it must be stopped), 4 if the repair peer cannot be reached."""
         from merklog.node.cliutil import fail
         from merklog.node.failures import ExitCode, StoreDamaged
         from merklog.node.fsck import FsckResult, fsck
