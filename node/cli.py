@@ -449,8 +449,8 @@ def run(args: list[str] | None = None) -> int:
 #: goes on storing the chunks it had received, which this process no longer prints (QA:
 #: 600,000 stored, 200,000 printed): "and printed" was not so.
 _STOPPED_WRITE = (
-    ": what was written before it stays written (the chunks a running node had received"
-    " included, printed or not); the same put or retract run again adds nothing twice"
+    ": what was written before it stays written (through a running node, every chunk it"
+    " had received, printed or not); the same put or retract run again adds nothing twice"
 )
 _STOPPED = {
     "put": _STOPPED_WRITE,
