@@ -42,6 +42,12 @@ def input_rows(inputs: list[str | Path]) -> int | None:
             total = None
             continue
         p = Path(path)
+        summary = _summary_of(Path(str(item)))
+        if summary is not None and p == Path(str(item)):
+            raise NotAnExport(
+                f"{item} has no ops/ folder: the export is incomplete (a copy cut short?);"
+                " export the home again"
+            )
         files = [p] if p.is_file() else sorted(p.rglob("*.parquet"))
         if not files:
             raise NotAnExport(
@@ -51,7 +57,9 @@ def input_rows(inputs: list[str | Path]) -> int | None:
             try:
                 meta = pq.ParquetFile(f).metadata
             except (OSError, pa.ArrowException) as exc:
-                raise NotAnExport(f"{f} is not a Parquet file of a merklog export ({exc})") from None
+                raise NotAnExport(
+                    f"{f} is not a Parquet file of a merklog export ({exc})"
+                ) from None
             missing = needed - set(meta.schema.names)
             if missing:
                 raise NotAnExport(
@@ -60,4 +68,35 @@ def input_rows(inputs: list[str | Path]) -> int | None:
                 )
             if total is not None:
                 total += meta.num_rows
+        if summary is not None:
+            _check_whole(item, summary, files)
     return total
+
+
+def _summary_of(path: Path) -> dict | None:
+    """The ``export.json`` of an export directory ``path`` (None: not one, or unreadable,
+    which the reading of its files reports)."""
+    import json
+
+    try:
+        summary = json.loads((path / "export.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def _check_whole(item: str | Path, summary: dict, op_files: list[Path]) -> None:
+    """Refuse an export whose ops files hold fewer (or more) rows than its
+    ``export.json`` lists: a part file lost on a copy was compacted without a word into a
+    snapshot lacking facts, which the homes bootstrapped from it never got back (QA).
+    The facts lists are not counted: a fact they lack comes from its assert row
+    (ADR 0122)."""
+    import pyarrow.parquet as pq
+
+    ops = summary.get("ops")
+    held = sum(pq.ParquetFile(f).metadata.num_rows for f in op_files)
+    if isinstance(ops, int) and not isinstance(ops, bool) and held != ops:
+        raise NotAnExport(
+            f"{item} holds {held:,} of the {ops:,} ops its export.json lists: a part file"
+            " is missing or does not belong (a copy cut short?); export the home again"
+        )
