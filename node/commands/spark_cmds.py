@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -217,6 +218,25 @@ def _refuse_inside_home(directory: Path, home: Path, advice: str) -> None:
     if target == home_dir or home_dir in target.parents:
         where = "the home" if target == home_dir else f"inside the home {home}"
         raise Failure(f"{directory} is {where}: {advice}")
+    # Any other home too: `analyze --out` wrote relation folders beside another home's
+    # store when --home named a different one (QA).
+    for folder in (target, *target.parents):
+        if _is_home(folder):
+            where = "a merklog home" if folder == target else f"inside the merklog home {folder}"
+            raise Failure(f"{directory} is {where}: {advice}")
+
+
+def _is_home(folder: Path) -> bool:
+    """Whether ``folder`` is a merklog home: its config.toml beside its node key or store."""
+    from merklog.node.config import CONFIG_FILE
+    from merklog.node.files import IDENTITY_FILE
+
+    try:
+        return (folder / CONFIG_FILE).is_file() and (
+            (folder / IDENTITY_FILE).exists() or (folder / "store.sqlite").exists()
+        )
+    except OSError:  # a folder this user cannot look into is no home of theirs
+        return False
 
 
 #: What an earlier ``parquet export`` leaves in its folder (a new one replaces them).
@@ -666,6 +686,7 @@ def register(cli: click.Group) -> None:
         """Evaluate PROGRAM over the merged visible facts; write every output relation."""
         from merklog.engine.errors import EngineError
         from merklog.engine.program import parse_text
+        from merklog.node.errors import NodeInputError
         from merklog.node.files import read_text_file
         from merklog.node.spark.analyze import (
             OutputFolderTaken,
@@ -674,7 +695,10 @@ def register(cli: click.Group) -> None:
             static_check,
         )
 
-        text = read_text_file(program)
+        try:  # an error in the program file is exit 1, as for eval (it was 2 here, QA)
+            text = read_text_file(program)
+        except NodeInputError as exc:
+            raise click.ClickException(str(exc)) from None
         try:
             parsed = parse_text(text)
             static_check(parsed)  # every check of the program alone, before the JVM starts
@@ -700,12 +724,9 @@ def register(cli: click.Group) -> None:
         _refuse_several_datasets(sources)
         names = output_relations(parsed)
         target = Path(_absolute(out))
-        from merklog.node.config import CONFIG_FILE
 
-        if (state.home / CONFIG_FILE).exists():  # as compact and parquet export (QA)
-            _refuse_inside_home(
-                out, state.home, "give --out a folder of its own (nothing was written)"
-            )
+        # as compact and parquet export; analyze needs no home, so any home counts (QA)
+        _refuse_inside_home(out, state.home, "give --out a folder of its own (nothing was written)")
         try:
             check_out_folders(target, names)
         except OutputFolderTaken as exc:
@@ -758,9 +779,10 @@ def register(cli: click.Group) -> None:
         finally:
             if not done:
                 _abandon(spark, owned)  # no task of its jobs writes after the cleanup below
-                from merklog.node.spark.analyze import remove_unfinished
+                from merklog.node.spark.analyze import remove_unfinished, staging_folder
 
                 remove_unfinished(target, names)
+                shutil.rmtree(staging_folder(target), ignore_errors=True)
             if created and not done:
                 with contextlib.suppress(OSError):
                     target.rmdir()  # the folder this command made, if nothing is in it

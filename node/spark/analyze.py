@@ -39,6 +39,7 @@ aggregates that only constrain their grouping variables.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -1002,12 +1003,17 @@ def write_outputs(
     from pyspark.sql import functions as F
 
     out = Path(out_dir)
-    if "://" not in str(out_dir) and not str(out_dir).startswith("file:"):
+    local = "://" not in str(out_dir) and not str(out_dir).startswith("file:")
+    if local:
         check_out_folders(out, names)
+    # Staged, then moved into place once every relation is written: an analyze stopped
+    # part way left some relations new and some old, and had deleted an earlier run's
+    # folder of a relation it never wrote (QA).
+    stage = staging_folder(out) if local else out
     written: dict[str, str] = {}
     for name in names:
         rel = result.relations.get(name)
-        path = out / name
+        path = stage / name
         if rel is None or rel.empty:
             df = None
         else:
@@ -1031,7 +1037,28 @@ def write_outputs(
         else:
             raise ValueError(f"unknown output format {fmt!r} (parquet or csv)")
         written[name] = str(path)
+    if local and all((stage / name).is_dir() for name in names):
+        _move_into_place(stage, out, names)
+        written = {name: str(out / name) for name in names}
     return written
+
+
+def staging_folder(out_dir: str | Path) -> Path:
+    """Where this process's analyze writes its relations before they replace those in
+    ``out_dir`` (:func:`write_outputs`); removed after, or by the command that failed."""
+    return Path(out_dir) / f".merklog-analyze-{os.getpid()}"
+
+
+def _move_into_place(stage: Path, out: Path, names: list[str]) -> None:
+    """Move each staged relation folder to ``out``: an earlier one of its name is moved
+    aside into ``stage`` first (renames, so no relation is ever missing from ``out``),
+    then ``stage`` and the earlier folders in it are removed."""
+    for name in names:
+        target = out / name
+        if target.exists() or target.is_symlink():
+            os.replace(target, stage / f".earlier-{name}")
+        os.replace(stage / name, target)
+    shutil.rmtree(stage, ignore_errors=True)
 
 
 def _write_csv(df: Any, arity: int, rel: Any, path: Path) -> None:

@@ -515,6 +515,7 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     jvm_conf = _jvm_conf(master, app_name, settings)
+    _quiet_accumulator_server()
     with _jvm_output(quiet):
         spark = _get_or_create(builder, jvm_conf, prelaunched)
     if ship_code is None:
@@ -522,6 +523,23 @@ def build_session(
     if ship_code:
         spark.sparkContext.addPyFile(str(package_zip()))
     return spark
+
+
+def _quiet_accumulator_server() -> None:
+    """Log at debug level, not print, what pyspark's accumulator server meets when the
+    JVM drops its connection (Ctrl-C during a job with a Python UDF, QA): socketserver
+    printed a dashed line and an EOFError traceback in front of the command's one line."""
+    from pyspark import accumulators
+
+    def handle_error(self: Any, request: Any, client_address: Any) -> None:
+        logging.getLogger(__name__).debug(
+            "the accumulator connection from %s ended", client_address, exc_info=True
+        )
+
+    for name in ("AccumulatorTCPServer", "AccumulatorUnixServer"):
+        server = getattr(accumulators, name, None)
+        if server is not None:
+            server.handle_error = handle_error
 
 
 def _get_or_create(builder: Any, conf: dict[str, str], prelaunched: Prelaunch | None) -> Any:

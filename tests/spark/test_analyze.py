@@ -173,3 +173,36 @@ def test_rows_given_in_python_keep_identity(spark):
     mixed = relations_from_rows(spark, {"p": [(1,), (1.0,), (True,), (1,)]})
     got = evaluate(spark, parse_program("r(X) :- p(X)."), mixed).rows("r")
     assert len(got) == 3 and {type(v) for (v,) in got} == {int, float, bool}
+
+
+def test_a_write_that_fails_part_way_leaves_the_earlier_output_whole(spark, tmp_path):
+    """QA: analyze wrote each relation straight over its earlier folder, so a run stopped
+    or failed part way left some relations new and some old, and had deleted the earlier
+    folder of the one it was writing. Relations are staged and moved into place once all
+    are written: here the second relation's job fails for real (Spark's raise_error), and
+    the earlier output is unchanged, byte for byte."""
+    from merklog.node.spark.analyze import AnalyzeResult, Relation, staging_folder
+
+    out = tmp_path / "out"
+    first = relations_from_rows(spark, {"p": [(1,), (2,)], "q": [(3,)]})
+    write_outputs(AnalyzeResult(first, {}), ["p", "q"], out, "csv")
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    second = relations_from_rows(spark, {"p": [(7,)], "q": [(8,)]})
+    failing = second["q"].df.selectExpr("CAST(raise_error('boom') AS BIGINT) AS c0")
+    second["q"] = Relation(failing, second["q"].kinds)
+    with pytest.raises(Exception, match="boom"):
+        write_outputs(AnalyzeResult(second, {}), ["p", "q"], out, "csv")
+    staged = staging_folder(out)
+    assert {
+        p.relative_to(out): p.read_bytes()
+        for p in out.rglob("*")
+        if p.is_file() and staged not in p.parents
+    } == before
+    # a whole run replaces both, and leaves no staging folder
+    third = relations_from_rows(spark, {"p": [(7,)], "q": [(8,)]})
+    import shutil
+
+    shutil.rmtree(staged)  # what the command does after a failure
+    write_outputs(AnalyzeResult(third, {}), ["p", "q"], out, "csv")
+    assert sorted(p.name for p in out.iterdir()) == ["p", "q"]
+    assert (out / "p" / "part-00000.csv").read_text() == "c0\n7\n"

@@ -591,9 +591,10 @@ def test_parquet_export_replaces_only_an_earlier_export(tmp_path):
         assert "Traceback" not in done.stderr
     assert (proj / "facts" / "important.txt").read_text() == "precious"
     assert not (home / "sub").exists() and not (home / "ops").exists()
-    assert "no merklog export wrote (facts)" in _merklog(
-        "--home", str(home), "parquet", "export", str(proj)
-    ).stderr
+    assert (
+        "no merklog export wrote (facts)"
+        in _merklog("--home", str(home), "parquet", "export", str(proj)).stderr
+    )
     (tmp_path / "empty").mkdir()
     for target in (tmp_path / "empty", tmp_path / "new", tmp_path / "new"):  # twice: over it
         summary = json.loads(run("--home", str(home), "parquet", "export", str(target)))
@@ -768,6 +769,28 @@ def test_compact_refuses_an_out_in_the_home(tmp_path, export):
         " written)"
     ]
     assert sorted(p.name for p in home.iterdir()) == before
+    # QA: the check knew only the --home of the command; analyze needs none, and wrote
+    # into another home beside its store. Any home is refused now.
+    other = tmp_path / "other-home"
+    run("--home", str(other), "init")
+    done = _merklog(
+        "--home", str(tmp_path / "unrelated"), "analyze", str(prog), "--input", str(export),
+        "--out", str(other / "anx"), "--master", "bogus://x",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"Error: {other / 'anx'} is inside the merklog home {other}: give --out a folder of"
+        " its own (nothing was written)"
+    ]
+    assert not (other / "anx").exists()
+    # and a program file that is not UTF-8 is exit 1, as for eval (it was 2, QA)
+    latin = tmp_path / "latin.dl"
+    latin.write_bytes(b"\xff p(X) :- q(X).")
+    done = _merklog(
+        "analyze", str(latin), "--input", str(export), "--out", str(tmp_path / "an-latin"),
+        "--master", "bogus://x",
+    )  # fmt: skip
+    assert done.returncode == 1 and "not UTF-8" in done.stderr, done.stderr
 
 
 def test_analyze_of_a_snapshot_says_what_compact_says(spark, tmp_path, export):

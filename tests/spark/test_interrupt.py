@@ -75,6 +75,55 @@ def test_ctrl_c_during_analyze_is_one_line_exit_1(tmp_path):
     # (re-creating _temporary folders) for seconds after the command had cleaned up
     assert _jvms_of(tmp_path / "local") == []
     assert not (tmp_path / "out").exists()
+    # Over an earlier run's output (QA): an interrupted run deleted the earlier folder of
+    # a relation it had not written yet, and left the others half new, half old. The
+    # earlier output now stays whole, and nothing of the interrupted run is left.
+    quick = tmp_path / "q.dl"
+    quick.write_text("p(X, Y) :- e(X, Y).\nq(X) :- e(X, _).\n")
+    earlier = _merklog(
+        "--home",
+        str(home),
+        "analyze",
+        str(quick),
+        "--input",
+        str(tmp_path / "ex"),
+        "--out",
+        str(tmp_path / "kept"),
+        "--format",
+        "csv",
+    )
+    assert earlier.returncode == 0, earlier.stderr
+    before = {
+        p.relative_to(tmp_path): p.read_bytes()
+        for p in (tmp_path / "kept").rglob("*")
+        if p.is_file()
+    }
+    # Its first output relation is a large cross product: the job is interrupted while
+    # writing it over the earlier folder of that name.
+    prog.write_text("p(W, X, Y, Z) :- e(W, _), e(X, _), e(Y, _), e(Z, _).\nq(X) :- e(X, _).\n")
+    done = _interrupt_mid_job(
+        tmp_path,
+        [
+            "--home",
+            str(home),
+            "analyze",
+            str(prog),
+            "--input",
+            str(tmp_path / "ex"),
+            "--out",
+            str(tmp_path / "kept"),
+            "--format",
+            "csv",
+        ],
+    )
+    assert (done.returncode, done.stderr) == (1, "Error: interrupted (Ctrl-C)\n")
+    after = {
+        p.relative_to(tmp_path): p.read_bytes()
+        for p in (tmp_path / "kept").rglob("*")
+        if p.is_file()
+    }
+    assert after == before
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["p", "q"]
 
 
 def _jvms_of(local: Path) -> list[int]:
@@ -115,3 +164,19 @@ def test_py4j_records_while_a_ctrl_c_is_handled_do_not_reach_stderr(capsys):
     err = capsys.readouterr().err
     assert "before" in err
     assert "Exception while sending command." not in err and "closing" not in err
+
+
+def test_the_accumulator_server_logs_a_dropped_connection_instead_of_printing_it(capsys):
+    """QA: Ctrl-C during an analyze whose job runs a Python UDF printed a dashed line and
+    an EOFError traceback from pyspark's accumulator server thread before the command's
+    one line. Its error handler now logs at debug level and prints nothing."""
+    from pyspark.accumulators import AccumulatorTCPServer
+
+    from merklog.node.spark.session import _quiet_accumulator_server
+
+    _quiet_accumulator_server()
+    try:
+        raise EOFError
+    except EOFError:
+        AccumulatorTCPServer.handle_error(None, None, ("127.0.0.1", 48208))  # type: ignore[arg-type]
+    assert capsys.readouterr().err == ""
