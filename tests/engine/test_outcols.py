@@ -108,3 +108,16 @@ def test_a_float_column_is_written_as_format_value_renders_it(floats: list[float
 
     text = float_text(np.array(floats, dtype=np.float64)).to_pylist()
     assert text == [format_value(f) for f in floats]
+
+
+def test_a_column_of_ints_beside_long_strings_takes_each_text_once() -> None:
+    """QA: ``eval`` of a column holding 1,500 ints beside a 3 MB and a 5 MB string
+    failed with pyarrow's "Take operation overflowed binary array capacity" after 2.2 GB:
+    the dictionary's text was taken for every row (an int row's id is 0, the 3 MB
+    string) before ``if_else`` dropped it. Each row's text is now taken once."""
+    long_x, long_7 = "x" * 3_000_000, "7" * 5_000_000
+    values = [*range(1500), long_x, long_7, "z"]
+    col = Column.of_values([to_engine(v) for v in values])
+    text = column_text(col, dictionary_text(col, format_field))
+    assert text.to_pylist() == [format_field(to_engine(v)) for v in values]
+    assert text.nbytes < 9_000_000 + 20 * len(values)
