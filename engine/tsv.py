@@ -207,14 +207,31 @@ def _decode(path: Path, data: bytes) -> None:
 
 
 def _read_rows(
-    path: Path, data: bytes, width: int, types: Sequence[str] | None, int_bits: int
+    path: Path,
+    data: bytes,
+    width: int,
+    types: Sequence[str] | None,
+    int_bits: int,
+    uses: int | None = None,
 ) -> list[Row]:
-    """The reference reader, one field at a time (used when pyarrow cannot take a file)."""
+    """The reference reader, one field at a time (used when pyarrow cannot take a file).
+    ``uses``: the arity the program reads the relation with, when the first line set
+    ``width``: a later line of that arity blames the first line, not itself."""
     _decode(path, data)
     rows: list[Row] = []
     kinds = list(types) if types is not None else ["any"] * width
     for number, raw in _lines(data):
         fields = raw.decode("utf-8").split("\t")
+        if len(fields) != width and uses is not None and len(fields) == uses != width:
+            # a stray first line (a header) made a right line look wrong (QA)
+            raise _error(
+                path,
+                1,
+                1,
+                f"{_fields(width)}, but the program uses {path.stem} with"
+                f" {_arguments(uses)} (as line {number} has)",
+                "every line of a fact file has one field per argument, separated by tabs",
+            )
         if len(fields) != width:
             raise _error(
                 path,
@@ -474,11 +491,13 @@ def read_relation(
     arity: int | None = None,
     column_types: Sequence[str] | None = None,
     int_bits: int = 64,
+    uses: int | None = None,
 ) -> FactRows:
     """The tuples of one ``<rel>.facts`` file (empty lines skipped).
 
     ``arity`` (or ``column_types``, one per argument) fixes the number of fields
-    a line must have; without either the first line decides. Raises
+    a line must have; without either the first line decides (``uses``, the arity the
+    program reads the relation with, only says which line to blame). Raises
     :class:`~merklog.engine.errors.FactFileError` (``path``, ``line``, ``col``)
     for a line that does not fit.
     """
@@ -506,7 +525,7 @@ def read_relation(
     if b"\r" not in data or data.count(b"\r") == data.count(b"\r\n"):
         columns = _arrow_columns(data, first[1], kinds)
     if columns is None:
-        return _read_rows(path, data, width, column_types, int_bits)
+        return _read_rows(path, data, width, column_types, int_bits, uses)
     if isinstance(columns, np.ndarray):
         if "number" not in kinds or _fits(columns, kinds, int_bits):
             return columns
@@ -563,11 +582,15 @@ def read_facts_dir(
     column_types: Mapping[str, Sequence[str]] | None = None,
     arities: Mapping[str, int] | None = None,
     int_bits: int = 64,
+    uses: Mapping[str, int] | None = None,
 ) -> dict[str, FactRows]:
-    """``<rel>.facts`` files of a directory: only ``relations`` when given (missing = empty)."""
+    """``<rel>.facts`` files of a directory: only ``relations`` when given (missing = empty).
+    ``arities`` fix a relation's number of fields; ``uses`` only say which line of a
+    file whose lines disagree is wrong (:func:`read_relation`)."""
     directory = Path(directory)
     types = column_types or {}
     sizes = arities or {}
+    read_with = uses or {}
     if relations is None:
         names = sorted(p.stem for p in directory.glob("*.facts"))
     else:
@@ -577,7 +600,9 @@ def read_facts_dir(
         path = directory / f"{name}.facts"
         if fact_file_present(path):
             try:
-                out[name] = read_relation(path, sizes.get(name), types.get(name), int_bits)
+                out[name] = read_relation(
+                    path, sizes.get(name), types.get(name), int_bits, read_with.get(name)
+                )
             except OSError as exc:  # a read error (EIO) said no file (QA)
                 if exc.filename is None and exc.errno is not None:
                     raise OSError(exc.errno, exc.strerror, str(path)) from None

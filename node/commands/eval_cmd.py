@@ -155,7 +155,10 @@ def register(cli: click.Group) -> None:
                 # (set aside, its facts would vanish or be written as mixed-width lines).
                 defined = _defined(prog)
                 sizes = {r: prog.arities[r] for r in known if r in defined} | nullary
-                facts = read_facts_dir(facts_dir, known, _field_kinds(prog), sizes, prog.int_bits)
+                uses = {r: prog.arities[r] for r in known if r not in sizes and r not in rest}
+                facts = read_facts_dir(
+                    facts_dir, known, _field_kinds(prog), sizes, prog.int_bits, uses
+                )
                 outputs = sorted(prog.idb)
             if only:
                 outputs = list(dict.fromkeys(only))

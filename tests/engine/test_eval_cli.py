@@ -94,6 +94,25 @@ def test_facts_with_wrong_arity_fail_cleanly(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_a_stray_first_line_is_blamed_not_the_right_line_after_it(tmp_path: Path) -> None:
+    """QA: a relation the program only reads takes its width from the file's first line,
+    so a stray first line (a header ``a<TAB>b<TAB>c``) made eval blame line 2, which
+    fits the program's ``edge/2``: ``2 fields, expected 3``. The first line is blamed."""
+    prog = write(tmp_path / "tc.dl", TC)
+    facts = tmp_path / "facts"
+    out = tmp_path / "out"
+    for first, width in (("a\tb\tc", 3), ("1", 1)):
+        write(facts / "edge.facts", f"{first}\n1\t2\n2\t3\n")
+        result = invoke(str(prog), "--facts", str(facts), "--out", str(out))
+        assert result.exit_code == 1
+        field = "field" if width == 1 else "fields"
+        assert result.output.startswith(
+            f"{facts / 'edge.facts'}:1:1: {width} {field}, but the program uses edge with 2"
+            " arguments (as line 2 has)"
+        ), result.output
+        assert not out.exists()
+
+
 SOUFFLE = """
 .decl edge(x: symbol, y: symbol)
 .input edge
@@ -522,7 +541,9 @@ def test_a_facts_directory_that_is_missing_or_a_file_is_one_usage_line(tmp_path:
     program.write_text("q(X) :- p(X).\n")
     (tmp_path / "afile").write_text("")
     for given, why in (("nope", "does not exist"), ("afile", "is a file")):
-        done = run_eval(str(program), "--facts", str(tmp_path / given), "--out", str(tmp_path / "o"))
+        done = run_eval(
+            str(program), "--facts", str(tmp_path / given), "--out", str(tmp_path / "o")
+        )
         assert done.returncode == 2
         assert done.stderr.strip() == (
             f"Error: Invalid value for '--facts': Directory '{tmp_path / given}' {why}."
@@ -750,7 +771,7 @@ def test_a_fact_file_of_ints_alone_is_checked_against_its_decl_too(tmp_path: Pat
     program = write(tmp_path / "p.dl", ".decl edge(a: float, b: int).\np(X) :- edge(X, _).\n")
     done = run_eval(str(program), "--facts", str(facts), "--out", str(tmp_path / "o"))
     assert done.returncode == 1, done.stderr
-    assert done.stderr.startswith(f'{facts / "edge.facts"}:1:1: edge(1, 2) does not fit')
+    assert done.stderr.startswith(f"{facts / 'edge.facts'}:1:1: edge(1, 2) does not fit")
     assert not (tmp_path / "o").exists()
     typed = Program.parse(".decl edge(a: str, b: int).\np(X) :- edge(X, _).")
     with pytest.raises(DeclarationError, match="column a of edge is str"):
@@ -959,7 +980,9 @@ def test_a_read_relation_of_another_arity_names_its_fact_file(tmp_path: Path) ->
     assert "use r with 1 argument everywhere" in result.stderr, result.stderr
 
 
-def _eval_under_limit(address_space: int, prog: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+def _eval_under_limit(
+    address_space: int, prog: Path, tmp_path: Path
+) -> subprocess.CompletedProcess:
     """``merklog eval PROG --facts TMP/facts --out TMP/o`` in a process whose address space
     is at most ``address_space`` bytes (``ulimit -v``), so running out of memory is certain."""
     limit = (
