@@ -253,6 +253,20 @@ class EvaluationTooLarge(EngineError):
         return err
 
     @classmethod
+    def reading(cls, limit: int, size: int, setting: str, name: str) -> EvaluationTooLarge:
+        """The error of reading the fact file ``name`` (a device or a pipe: a regular
+        file's size is known) that grew the process to ``size`` bytes, past ``limit``."""
+        mib = 1024 * 1024
+        err = cls(
+            f"reading {name} grew this process to {math.ceil(size / mib):,} MB, past its"
+            f" memory budget of {limit // mib:,} MB ({setting})",
+            hint=f"{name} is no regular file: does it ever end (/dev/zero, a pipe nobody"
+            f" closes)? Give a file, or raise the memory budget ({setting})",
+        )
+        err.limit, err.size, err.setting = limit, size, setting
+        return err
+
+    @classmethod
     def before_join(
         cls, limit: int, size: int, setting: str, what: str = "memory budget"
     ) -> EvaluationTooLarge:

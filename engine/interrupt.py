@@ -114,6 +114,19 @@ def check(rounds: int = 0, deriving: str = "") -> None:
     _check_memory(0, rounds, deriving)
 
 
+def check_reading(name: str) -> None:
+    """Raise :class:`EvaluationTooLarge` if this thread's reading of the fact file
+    ``name`` has grown the process past its memory budget (see :func:`memory_budget`):
+    read in steps, a file that never ends (``/dev/zero``) grew the process until the
+    kernel killed it, 22 GB on a 24 GB machine (QA)."""
+    sizes = _memory()
+    if sizes is None:
+        return
+    limit, setting = getattr(_local, "budget", None) or default_budget()
+    if sizes[0] > limit:
+        raise EvaluationTooLarge.reading(limit, sizes[0], setting, name)
+
+
 #: An allocation at least this large is checked against the budget whenever it is made.
 LARGE_ALLOCATION = 64 * _MIB
 

@@ -486,6 +486,29 @@ def _fits(matrix: np.ndarray, kinds: list[str], int_bits: int) -> bool:
     return True
 
 
+#: Bytes read at a time from a fact file that is no regular file (its size is unknown).
+READ_STEP = 16 << 20
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The whole of the fact file ``path``. One that is no regular file (a device, a
+    pipe) is read ``READ_STEP`` bytes at a time, each step checked against this thread's
+    memory budget (:func:`merklog.engine.interrupt.check_reading`)."""
+    import os
+    import stat
+
+    from .interrupt import check_reading
+
+    with open(path, "rb") as f:
+        if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return f.read()
+        parts = []
+        while chunk := f.read(READ_STEP):
+            parts.append(chunk)
+            check_reading(str(path))
+        return b"".join(parts)
+
+
 def read_relation(
     path: Path,
     arity: int | None = None,
@@ -502,7 +525,7 @@ def read_relation(
     for a line that does not fit.
     """
     path = Path(path)
-    data = path.read_bytes()
+    data = _read_bytes(path)
     if column_types is not None:
         arity = len(column_types)
     if arity == 0:

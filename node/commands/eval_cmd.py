@@ -121,62 +121,70 @@ def register(cli: click.Group) -> None:
         if unknown:
             fail(f"Error: --output {unknown[0]}: the program has no relation {unknown[0]}")
         ast = prog.ast
-        try:
-            if prog.dialect == "souffle":
-                missing = [r for r in ast.inputs if not fact_file_present(facts_dir / f"{r}.facts")]
-                if missing:
-                    # Soufflé refuses a missing input file too ("Cannot open fact file"):
-                    # read as empty, a misspelt file name would quietly derive less.
-                    fail(
-                        f"Error: {facts_dir / (missing[0] + '.facts')}: no such file, for the"
-                        f" program's .input {missing[0]} (an empty file gives an empty"
-                        " relation)"
+        budget = memory_mb * 1024 * 1024 if memory_mb else None
+        # Reading the facts counts too: a fact file that never ends (/dev/zero) grew the
+        # process until the kernel killed it, whatever --memory-mb said (QA).
+        with memory_budget(budget, "--memory-mb, MERKLOG_EVAL_MEMORY_MB"):
+            try:
+                if prog.dialect == "souffle":
+                    missing = [
+                        r for r in ast.inputs if not fact_file_present(facts_dir / f"{r}.facts")
+                    ]
+                    if missing:
+                        # Soufflé refuses a missing input file too ("Cannot open fact file"):
+                        # read as empty, a misspelt file name would quietly derive less.
+                        fail(
+                            f"Error: {facts_dir / (missing[0] + '.facts')}: no such file, for the"
+                            f" program's .input {missing[0]} (an empty file gives an empty"
+                            " relation)"
+                        )
+                    types = {d.rel: [t for _n, t in d.columns] for d in ast.declarations}
+                    facts = read_facts_dir(facts_dir, ast.inputs, types, None, prog.int_bits)
+                    outputs = list(ast.outputs)
+                else:
+                    # Only files of relations the program uses: others cannot change a result.
+                    known = sorted(
+                        r for r in prog.arities if fact_file_present(facts_dir / f"{r}.facts")
                     )
-                types = {d.rel: [t for _n, t in d.columns] for d in ast.declarations}
-                facts = read_facts_dir(facts_dir, ast.inputs, types, None, prog.int_bits)
-                outputs = list(ast.outputs)
-            else:
-                # Only files of relations the program uses: others cannot change a result.
-                known = sorted(
-                    r for r in prog.arities if fact_file_present(facts_dir / f"{r}.facts")
-                )
-                # A file's first line gives its arity; the program then checks it (a
-                # mismatch is reported at the atom). Nullary relations hold on any line.
-                rest = {
-                    atom.rel
-                    for rule in ast.rules
-                    for lit in rule.body
-                    for atom, _pol in body_atoms(lit)
-                    if atom.rest
-                }
-                nullary = {r: 0 for r in known if prog.arities[r] == 0 and r not in rest}
-                # A relation the program defines (a rule head, an inline fact, a .decl) has
-                # the program's arity: a file of another one is refused at FILE:LINE:1
-                # (set aside, its facts would vanish or be written as mixed-width lines).
-                defined = _defined(prog)
-                sizes = {r: prog.arities[r] for r in known if r in defined} | nullary
-                uses = {r: prog.arities[r] for r in known if r not in sizes and r not in rest}
-                facts = read_facts_dir(
-                    facts_dir, known, _field_kinds(prog), sizes, prog.int_bits, uses
-                )
-                outputs = sorted(prog.idb)
-            if only:
-                outputs = list(dict.fromkeys(only))
-            _check_declared(prog, facts_dir, facts, fail)
-            budget = memory_mb * 1024 * 1024 if memory_mb else None
-            with memory_budget(budget, "--memory-mb, MERKLOG_EVAL_MEMORY_MB"):
+                    # A file's first line gives its arity; the program then checks it (a
+                    # mismatch is reported at the atom). Nullary relations hold on any line.
+                    rest = {
+                        atom.rel
+                        for rule in ast.rules
+                        for lit in rule.body
+                        for atom, _pol in body_atoms(lit)
+                        if atom.rest
+                    }
+                    nullary = {r: 0 for r in known if prog.arities[r] == 0 and r not in rest}
+                    # A relation the program defines (a rule head, an inline fact, a .decl) has
+                    # the program's arity: a file of another one is refused at FILE:LINE:1
+                    # (set aside, its facts would vanish or be written as mixed-width lines).
+                    defined = _defined(prog)
+                    sizes = {r: prog.arities[r] for r in known if r in defined} | nullary
+                    uses = {r: prog.arities[r] for r in known if r not in sizes and r not in rest}
+                    facts = read_facts_dir(
+                        facts_dir, known, _field_kinds(prog), sizes, prog.int_bits, uses
+                    )
+                    outputs = sorted(prog.idb)
+                if only:
+                    outputs = list(dict.fromkeys(only))
+                _check_declared(prog, facts_dir, facts, fail)
                 relations = prog.evaluate(facts)
-        except FactFileError as err:
-            fail(f"{err.path}:{err}")
-            return
-        except EngineError as err:  # edge.facts has 2 columns but the program reads edge/1, …
-            fail(f"{program}:{_naming_fact_file(err, facts_dir)}" if err.line else f"Error: {err}")
-            return
-        except OSError as err:  # a fact file that is a directory, unreadable, …
-            raise _file_failure(err) from None
-        except ValueError as err:
-            fail(f"Error: {err}")
-            return
+            except FactFileError as err:
+                fail(f"{err.path}:{err}")
+                return
+            except EngineError as err:  # edge.facts has 2 columns but the program reads edge/1, …
+                fail(
+                    f"{program}:{_naming_fact_file(err, facts_dir)}"
+                    if err.line
+                    else f"Error: {err}"
+                )
+                return
+            except OSError as err:  # a fact file that is a directory, unreadable, …
+                raise _file_failure(err) from None
+            except ValueError as err:
+                fail(f"Error: {err}")
+                return
         _write_all(out_dir, outputs, lambda rel, path: write_relation(path, relations, rel, sort))
         what = "1 relation" if len(outputs) == 1 else f"{len(outputs)} relations"
         click.echo(f"wrote {what} to {out_dir}", err=True)

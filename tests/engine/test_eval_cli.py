@@ -1064,3 +1064,30 @@ def test_relation_names_as_long_as_the_language_allows_are_evaluated(
     assert done.exit_code == 0, done.output
     assert sorted(lines(tmp_path / "o" / f"{name}.csv")) == ["1", "2.0"]
     assert [p.name for p in (tmp_path / "o").iterdir()] == [f"{name}.csv"]  # no leftovers
+
+
+def test_a_fact_file_that_never_ends_stops_at_the_memory_budget(tmp_path: Path) -> None:
+    """QA: ``edge.facts`` a link to /dev/zero grew eval to 22 GB within 20 s, until the
+    kernel killed it, whatever ``--memory-mb`` said: the budget covered the evaluation
+    only. A file that is no regular one is read in steps checked against the budget;
+    one line, exit 1, nothing written. (The process runs under a 4 GB address-space
+    limit, so a regression fails here instead of taking the machine.)"""
+    import resource
+
+    prog = write(tmp_path / "tc.dl", TC)
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    (facts / "edge.facts").symlink_to("/dev/zero")
+    out = tmp_path / "out"
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "merklog.node.cli", "eval", str(prog), "--facts", str(facts),
+         "--out", str(out), "--memory-mb", "300"],
+        capture_output=True, text=True, timeout=120, preexec_fn=limited,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"Error: reading {facts / 'edge.facts'} grew this process")
+    assert "Traceback" not in done.stderr and not out.exists()
