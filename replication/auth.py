@@ -122,8 +122,14 @@ def verify_request(
     if len(nonce) < 16 or len(nonce) > 64 or len(digest) != 64:
         raise AuthError("request nonce must be 16-64 chars and digest a sha256 hex")
     if abs(now - stamp) > guard.window:
+        # Said as the clocks it is about: "outside the window" told the device whose
+        # clock was right that its own request was stale, and never said clocks (QA).
+        gap = int(abs(now - stamp))
+        side = "behind" if stamp < now else "ahead of"
         raise AuthError(
-            f"request timestamp {stamp} is outside the ±{int(guard.window)} s window",
+            f"request timestamp {stamp} is {gap:,} s {side} the clock of the node answering"
+            f" ({int(now)}): the two nodes' clocks differ by more than the"
+            f" {int(guard.window)} s allowed; set the clock that is wrong (NTP)",
             code="stale_request",
         )
     if not verify_signature(key, sig, signing_string(method, path, ts, nonce, digest)):

@@ -338,7 +338,12 @@ async def test_stale_request(node):
     h = sign_headers(node.peer, "GET", path, now=time.time() - 3600)
     async with node.session.get(node.url + path, headers=h) as resp:
         assert resp.status == 401
-        assert (await resp.json())["error"] == "stale_request"
+        body = await resp.json()
+        assert body["error"] == "stale_request"
+        # said as the clocks it is about (QA: "outside the ±300 s window" named none)
+        assert " s behind the clock of the node answering" in body["detail"]
+        assert "clocks differ by more than the 300 s allowed" in body["detail"]
+        assert body["detail"].split(" is ")[1].startswith(("3,600 s", "3,599 s", "3,601 s"))
 
 
 async def test_bad_request_signature(node):
