@@ -41,6 +41,12 @@ node_log = logging.getLogger("merklog.node.node")
 STATE_FILE = "peersync.json"
 #: ``last_error`` of a sync stopped before it ended (:meth:`PeerSync.interrupted`).
 INTERRUPTED = "interrupted before it ended; the deltas applied until then stay"
+#: ``last_error`` of a sync whose process ended during it (``kill -9``, a crash): its
+#: start was saved, no outcome was.
+ENDED_UNRECORDED = (
+    "its process ended during the sync (killed?), before recording an outcome; the"
+    " deltas applied until then stay"
+)
 
 
 @dataclass
@@ -58,21 +64,27 @@ class PeerSync:
     #: The figures of the last good sync (:class:`~merklog.replication.client.SyncStats`
     #: fields), kept so that ``last_sync`` survives a restart.
     last_stats: dict[str, int] | None = None
+    #: A sync started and has no outcome yet: saved at its start, so that one whose
+    #: process was killed is shown as such, not as never attempted (QA).
+    running: bool = False
 
     def attempt(self) -> None:
         self.last_attempt = time.time()
+        self.running = True
 
     def succeeded(self, stats: dict[str, int] | None = None) -> None:
         self.last_success = time.time()
         self.last_error = None
         self.failures = 0
         self.last_stats = dict(stats) if stats is not None else None
+        self.running = False
 
     def failed(self, error: str) -> bool:
         """Record a failure; True if it is news (first failure or a different error)."""
         news = self.failures == 0 or error != self.last_error
         self.last_error = error
         self.failures += 1
+        self.running = False
         return news
 
     def interrupted(self) -> None:
@@ -83,6 +95,7 @@ class PeerSync:
         WARNING): the peer did nothing wrong, and counting it would make a healthy peer
         look like it starts failing."""
         self.last_error = INTERRUPTED
+        self.running = False
 
     def served(self) -> None:
         self.last_incoming = time.time()
@@ -90,6 +103,7 @@ class PeerSync:
     def to_json(self, name: str | None, deltas_behind: int | None) -> dict[str, Any]:
         fields = asdict(self)
         del fields["last_stats"]  # in the node's last_sync, not in every peer's row
+        del fields["running"]  # the history's own bookkeeping
         return {"name": name, **fields, "deltas_behind": deltas_behind}
 
 
@@ -121,6 +135,9 @@ def load_history(home: Path | None) -> dict[str, PeerSync]:
             if wrong:
                 log.warning("ignoring the entry %r of %s: %s", url, home / STATE_FILE, wrong)
                 continue
+            if entry.running:  # read once the home is free: that sync's process is gone
+                entry.running = False
+                entry.last_error = ENDED_UNRECORDED
             out[str(url)] = entry
         return out
     except (OSError, ValueError, TypeError, AttributeError) as exc:
@@ -142,6 +159,7 @@ def _wrong_types(entry: PeerSync) -> str | None:
         "last_incoming": entry.last_incoming is None or number(entry.last_incoming),
         "last_error": entry.last_error is None or isinstance(entry.last_error, str),
         "failures": number(entry.failures) and entry.failures == int(entry.failures) >= 0,
+        "running": isinstance(entry.running, bool),
         "last_stats": entry.last_stats is None
         or (
             isinstance(entry.last_stats, dict)
@@ -263,6 +281,7 @@ async def sync_now(
     url = url.rstrip("/")
     state = node.peer_sync.setdefault(url, PeerSync(url))
     state.attempt()
+    save_history(node.home, node.peer_sync, logging.DEBUG)  # a kill -9 leaves the start
     started = time.monotonic()
     try:
         stats = await sync_with(node.served_replica, url, node.config, progress, timeout)

@@ -423,3 +423,34 @@ def test_sync_urls_are_classified_before_anything_is_tried(tmp_path: Path, node_
     assert status == 502, body  # tried (nothing listens there), not an unknown peer
     _, st = node.request("GET", "/v1/status")
     assert [p["url"] for p in st["peers"]] == ["http://127.0.0.1:9"], st["peers"]
+
+
+def test_a_sync_whose_process_is_killed_shows_in_status(
+    tmp_path: Path, silent_peer: SilentPeer
+) -> None:
+    """QA: ``kill -9`` of ``merklog sync`` (or of the node running it) left no trace:
+    ``status`` showed the peer's last attempt as never made and no error. The start is
+    saved when the sync starts, so status shows when it started and that its process
+    ended without recording an outcome."""
+    home = tmp_path / "h"
+    Cli(home)("init")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "merklog.node.cli", "--home", str(home), "sync", silent_peer.url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert silent_peer.asked.wait(60)  # the sync is under way
+    finally:
+        proc.kill()
+        proc.wait()
+    status = json.loads(merklog(home, "status", "--json").stdout)
+    [row] = [p for p in status["peers"] if p["url"] == silent_peer.url]
+    assert row["last_attempt"] is not None and row["last_success"] is None
+    assert row["last_error"].startswith("its process ended during the sync"), row
+    # the next sync that works records its outcome as usual (here: the peer is silent)
+    done = merklog(home, "--set", "sync.timeout=1", "sync", silent_peer.url)
+    assert done.returncode == ExitCode.PEER_UNREACHABLE, done.stderr
+    status = json.loads(merklog(home, "status", "--json").stdout)
+    [row] = [p for p in status["peers"] if p["url"] == silent_peer.url]
+    assert not row["last_error"].startswith("its process ended"), row
