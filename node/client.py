@@ -54,6 +54,7 @@ _SELF_CONTAINED = frozenset(
         "store error",
         "store unavailable",
         "disk full",
+        "not owner",  # "only the dataset owner grants or revokes writers", as stopped (QA)
     }
 )
 

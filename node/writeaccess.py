@@ -61,9 +61,15 @@ def require_writer(node: Any) -> None:
 
     revoked = last_revoke(node.replica, node.identity.public_key)
     if revoked is not None:
+        # "its earlier writes stay" only of a key that wrote (QA: said of one that never had)
+        stay = (
+            "; its earlier writes stay"
+            if node.replica.has_written(node.identity.public_key)
+            else ""
+        )
         raise NotAWriter(
             f"this node cannot write: the dataset owner revoked its key {key} (delta"
-            f" {revoked}); its earlier writes stay. Ask the owner to grant it again"
+            f" {revoked}){stay}. Ask the owner to grant it again"
             f" (`merklog writers grant KEY`), then `merklog sync` and write again."
         )
     origin = origin_url(node.config)

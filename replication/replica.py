@@ -551,6 +551,14 @@ class Replica(Acceptance, ORSet, Reconciliation):
         if self.identity.public_key != self.genesis.owner:
             raise NotTheOwner("only the dataset owner grants or revokes writers")
 
+    def has_written(self, key: bytes) -> bool:
+        """Whether this replica holds a delta signed by ``key``."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT 1 FROM repl_delta WHERE ds = ? AND author = ? LIMIT 1", (self.ds, key)
+            ).fetchone()
+        return row is not None
+
     def _next_seq(self) -> int:
         (seq,) = self.conn.execute(
             "SELECT max(seq) FROM repl_delta WHERE ds = ? AND author = ?",

@@ -20,10 +20,10 @@ def _key(state: State, key_or_peer: str) -> str:
     cfg = guard(lambda: load_config(state.home, state.overrides))
     peer = cfg.peers.get(key_or_peer)
     if isinstance(peer, dict) and peer.get("key"):
-        return str(peer["key"])
+        return str(peer["key"]).lower()
     try:
         if len(bytes.fromhex(key_or_peer)) == 32:
-            return key_or_peer
+            return key_or_peer.lower()  # echoed as every other output shows keys (QA)
     except ValueError:
         pass
     # A name that is not a peer is not found (exit 3), as in `sync NAME`; hex of the

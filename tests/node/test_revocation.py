@@ -32,6 +32,7 @@ def test_a_revoked_writer_is_told_it_was_revoked(tmp_path: Path, node_factory) -
     assert refused.exit_code == 7 and "Traceback" not in refused.output
     assert "revoked" in refused.output and body["delta"] in refused.output
     assert "has not been made" not in refused.output
+    assert "its earlier writes stay" in refused.output  # it wrote x(1) … before
     assert sorted(line.split("\t")[1] for line in a("ls").output.splitlines()) == [
         'x("1")',
         "x(1)",
@@ -47,6 +48,17 @@ def test_a_revoked_writer_is_told_it_was_revoked(tmp_path: Path, node_factory) -
     c("init", "--join", na.url, "--token", na.read_token)
     never = c("put", "x(2).", ok=False)
     assert never.exit_code == 7 and "revoked" not in never.output
+    # Granted, then revoked before it ever wrote: no "earlier writes" to keep (QA). The
+    # key given in capitals is echoed as every other output shows keys.
+    c_key = json.loads(c("status", "--json").output)["key"]
+    a("peers", "add", "c", "http://127.0.0.1:9", "--key", c_key)  # lets c sync with a
+    a("writers", "grant", c_key.upper())
+    revoked = a("writers", "revoke", c_key.upper())
+    assert revoked.output.startswith(f"revoked {c_key[:16]}…"), revoked.output
+    c("sync", "origin")
+    refused = c("put", "x(3).", ok=False)
+    assert refused.exit_code == 7 and "revoked its key" in refused.output
+    assert "earlier writes" not in refused.output
 
 
 def test_the_owner_cannot_revoke_itself(tmp_path: Path, node_factory) -> None:
@@ -124,7 +136,6 @@ def test_a_key_that_is_no_ed25519_point_is_never_granted(tmp_path: Path, node_fa
     assert json.loads(owner("status", "--json").output)["heads"] == heads
 
 
-
 def test_a_writer_that_is_not_the_owner_granting_exits_1_not_7(
     tmp_path: Path, node_factory
 ) -> None:
@@ -141,7 +152,8 @@ def test_a_writer_that_is_not_the_owner_granting_exits_1_not_7(
     node_factory(b.home).start()
     running = b("writers", "grant", other, ok=False)
     assert running.exit_code == 1 and "Traceback" not in running.output, running.output
-    assert "only the dataset owner" in running.output
+    # the same line as on the stopped home (it said "not owner: only …", QA)
+    assert running.output == stopped.output
     b("put", "x(2).")
 
 
