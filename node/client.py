@@ -275,6 +275,9 @@ class NodeClient:
     def grant(self, key: str) -> dict[str, Any]:
         return self._call("POST", "/v1/writers", {"key": key})
 
+    def writers(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/writers")["writers"])
+
     def revoke(self, key: str) -> dict[str, Any]:
         return self._call("DELETE", "/v1/writers/" + urllib.parse.quote(key))
 

@@ -1,5 +1,6 @@
 """Who may write: granting and revoking writer keys (``merklog writers grant|revoke``,
-``POST /v1/writers``, ``DELETE /v1/writers/{key}``, ``Node.grant`` / ``Node.revoke``).
+``POST /v1/writers``, ``DELETE /v1/writers/{key}``, ``Node.grant`` / ``Node.revoke``),
+and listing them (``merklog writers list``, ``GET /v1/writers``, ``Node.writers``).
 
 The owner's signed grant or revoke is a delta of the replica like any write; a revoke
 keeps the deltas the key signed before it (in its causal past) and every replica that
@@ -49,6 +50,16 @@ def revoke(replica: Any, key_hex: str) -> str | None:
         return None
     cid = replica.revoke(key)
     return str(cid) if cid else None
+
+
+def writers(replica: Any) -> list[dict[str, Any]]:
+    """Who may write on top of the current heads, and who was revoked: one dict per key,
+    ``{"key", "writer", "owner", "delta"}`` (``delta``: the grant or revoke that decides,
+    the genesis for the owner and the genesis writers), the owner first."""
+    return [
+        {"key": w.key.hex(), "writer": w.writer, "owner": w.owner, "delta": str(w.delta)}
+        for w in replica.writers()
+    ]
 
 
 def _owner(replica: Any) -> bool:

@@ -988,6 +988,12 @@ async def grant(request: web.Request) -> web.Response:
     return web.json_response({"delta": delta})
 
 
+async def list_writers(request: web.Request) -> web.Response:
+    """``GET /v1/writers``: ``{"writers": [{"key", "writer", "owner", "delta"}]}``."""
+    node = request.app[NODE_KEY]
+    return web.json_response({"writers": node.writers()})
+
+
 async def revoke(request: web.Request) -> web.Response:
     node = request.app[NODE_KEY]
     try:

@@ -837,6 +837,13 @@ class Node:
         self.wake()
         return cid
 
+    def writers(self) -> list[dict[str, Any]]:
+        """Every key that may write on top of the current heads, and every key revoked:
+        ``{"key", "writer", "owner", "delta"}`` each, the owner first (see
+        :func:`.grants.writers`)."""
+        self._require_open()
+        return grants.writers(self.replica)
+
     @property
     def served_replica(self) -> Any:
         """The replica as handed to sync (server routes and client): applying a batch of

@@ -385,12 +385,18 @@ def _paths() -> dict[str, Any]:
             )
         },
         "/v1/writers": {
+            "get": _op(
+                "Who may write on top of the current heads, and who was revoked: the owner"
+                " first, each with the grant or revoke that decides",
+                READ,
+                {"200": _json("WriterList")},
+            ),
             "post": _op(
                 "Grant a key write access to the dataset (owner only)",
                 WRITE,
                 {"200": _json("AuthResult"), "400": BAD_INPUT, "403": FORBIDDEN},
                 requestBody=_body("WriterKey"),
-            )
+            ),
         },
         "/v1/writers/{key}": {
             "delete": _op(
@@ -648,6 +654,27 @@ def _schemas() -> dict[str, Any]:
             "additionalProperties": False,
         },
         "AuthResult": {"type": "object", "properties": {"delta": {"type": ["string", "null"]}}},
+        "WriterList": {
+            "type": "object",
+            "properties": {
+                "writers": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "key": {"type": "string", "description": "hex Ed25519 public key"},
+                            "writer": {"type": "boolean", "description": "may write now"},
+                            "owner": {"type": "boolean"},
+                            "delta": {
+                                "type": "string",
+                                "description": "the grant or revoke that decides (the"
+                                " genesis for the owner and the genesis writers)",
+                            },
+                        },
+                    },
+                }
+            },
+        },
         "ImportResult": {
             **_counts("accepted", "duplicates", facts=ASSERT_OPS),
             "properties": {

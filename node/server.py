@@ -69,6 +69,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/program", h.load_program, "write"),
     Route("POST", "/v1/sync", h.sync_now, "write"),
     Route("DELETE", "/v1/sync/history", h.forget_sync_history, "write"),
+    Route("GET", "/v1/writers", h.list_writers, "read"),
     Route("POST", "/v1/writers", h.grant, "write"),
     Route("DELETE", "/v1/writers/{key}", h.revoke, "write"),
     Route("POST", "/v1/import", h.import_car, "write", streams_body=True),

@@ -17,6 +17,7 @@ class Owner(Protocol):
 
     dataset: Link
     identity: Any
+    replica: Any
     epochs: Any
     outbox: Any
     last_sync: dict[str, Any] | None
@@ -34,6 +35,9 @@ def node_status(node: Owner) -> dict[str, Any]:
     return {
         "dataset": str(node.dataset),
         "key": node.identity.public_key.hex(),
+        # whether that key may write on top of the heads (QA: a team lead could learn it
+        # only by trying a write)
+        "writer": node.replica.is_writer(node.identity.public_key),
         "heads": sorted(str(h) for h in node.heads()),
         "epoch": epoch,
         "facts": facts,

@@ -52,6 +52,7 @@ class Target(Protocol):
     ) -> dict[str, Any]: ...
     def grant(self, key: str) -> Any: ...
     def revoke(self, key: str) -> Any: ...
+    def writers(self) -> list[dict[str, Any]]: ...
     def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int: ...
     def import_car(
         self, path: Path, progress: Callable[[int], None] | None = None
@@ -112,6 +113,9 @@ class LocalTarget:
 
     def revoke(self, key: str) -> Any:
         return self.node.revoke(key)
+
+    def writers(self) -> list[dict[str, Any]]:
+        return self.node.writers()
 
     def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
         return self.node.export_car(path, progress)
@@ -198,6 +202,9 @@ class RemoteTarget:
 
     def revoke(self, key: str) -> Any:
         return self._do(self.client.revoke, key)
+
+    def writers(self) -> list[dict[str, Any]]:
+        return self._do(self.client.writers)
 
     def export_car(self, path: Path, progress: Callable[[int], None] | None = None) -> int:
         return self._do(self.client.export_car, path, progress)

@@ -105,6 +105,17 @@ class LogRow(NamedTuple):
     key: str | None
 
 
+class WriterState(NamedTuple):
+    """A key's write access on top of a replica's heads (:meth:`Replica.writers`)."""
+
+    key: bytes
+    #: Whether it may write now.
+    writer: bool
+    #: The grant or revoke that decides it (the genesis for the owner and its writers).
+    delta: Link
+    owner: bool = False
+
+
 class Replica(Acceptance, ORSet, Reconciliation):
     """One dataset replica on a SQLite connection and a block store: opening, local
     writes and the log as relations here; acceptance (:mod:`.acceptance`), the
@@ -550,6 +561,28 @@ class Replica(Acceptance, ORSet, Reconciliation):
     def _owner_check(self) -> None:
         if self.identity.public_key != self.genesis.owner:
             raise NotTheOwner("only the dataset owner grants or revokes writers")
+
+    def writers(self) -> list[WriterState]:
+        """Every key with write access on top of the current heads, and every key that
+        had it and was revoked: the owner first, then by key. Each with the delta that
+        decides (the genesis for its writers and the owner)."""
+        with self._lock:
+            heads = self.heads()
+            keys = sorted(
+                {
+                    bytes(r[0])
+                    for r in self.conn.execute(
+                        "SELECT DISTINCT key FROM repl_auth WHERE ds = ?", (self.ds,)
+                    )
+                }
+                - {self.genesis.owner}
+            )
+            out = [WriterState(self.genesis.owner, True, self.dataset, owner=True)]
+            for key in keys:
+                op = self._deciding_op(key, heads)
+                if op is not None:
+                    out.append(WriterState(key, bool(op[1]), Link(op[2])))
+        return out
 
     def has_written(self, key: bytes) -> bool:
         """Whether this replica holds a delta signed by ``key``."""

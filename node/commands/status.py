@@ -27,7 +27,9 @@ def register(cli: click.Group) -> None:
         running = f"running at {info['url']}" if info.get("running") else "not running"
         click.echo(f"home       {state.home} ({running})")
         click.echo(f"dataset    {info['dataset']}")
-        click.echo(f"key        {info['key']}")
+        writer = info.get("writer")
+        may = "" if writer is None else ("; it may write" if writer else "; it may not write")
+        click.echo(f"key        {info['key']}{may}")
         click.echo(f"epoch      {info['epoch']}")
         click.echo(f"facts      {info['facts']} stored, {info['derived']} derived")
         if info.get("program_error"):

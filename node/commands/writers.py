@@ -1,6 +1,9 @@
-"""``merklog writers grant|revoke KEY|PEER``: who may write to this dataset (owner only)."""
+"""``merklog writers grant|revoke KEY|PEER`` (owner only) and ``merklog writers list``:
+who may write to this dataset."""
 
 from __future__ import annotations
+
+import json
 
 import click
 
@@ -59,7 +62,7 @@ KEY_PREFIX_DIGITS = 16
 def register(cli: click.Group) -> None:
     @cli.group("writers")
     def writers() -> None:
-        """Grant or revoke write access to this dataset (the owner's node only)."""
+        """Grant or revoke write access to this dataset (the owner's node only), or list it."""
 
     @writers.command("grant")
     @click.argument("key_or_peer", type=_KEY_OR_PEER)
@@ -75,6 +78,31 @@ def register(cli: click.Group) -> None:
             click.echo(f"{key[:16]}… can already write: nothing to grant (no delta)")
         else:
             click.echo(f"granted {key[:16]}… (delta {_delta(delta)})")
+
+    @writers.command("list")
+    @click.option("--json", "as_json", is_flag=True, help="Print the list as one JSON object.")
+    @pass_state
+    def list_(state: State, as_json: bool) -> None:
+        """Who may write on top of this node's heads, and who was revoked: the owner
+        first, each key with its peer name and the grant or revoke that decides."""
+        from merklog.node.cliutil import guard, target
+        from merklog.node.target import load_config
+
+        with target(state) as t:
+            listed = guard(t.writers)
+            own = str(guard(t.status)["key"]) if not as_json else ""
+        if as_json:
+            click.echo(json.dumps({"writers": listed}))
+            return
+        cfg = guard(lambda: load_config(state.home, state.overrides))
+        names: dict[str, list[str]] = {}
+        for name, peer in cfg.peers.items():
+            if isinstance(peer, dict) and peer.get("key"):
+                names.setdefault(str(peer["key"]).lower(), []).append(name)
+        for w in listed:
+            state_word = "owner" if w["owner"] else ("writer" if w["writer"] else "revoked")
+            who = ", ".join(names.get(w["key"], [])) or ("this node" if w["key"] == own else "-")
+            click.echo(f"{w['key']}\t{state_word}\t{who}\t{w['delta']}")
 
     @writers.command("revoke")
     @click.argument("key_or_peer", type=_KEY_OR_PEER)

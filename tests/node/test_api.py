@@ -49,8 +49,8 @@ def test_open_home_is_the_cli_home_and_errors_share_one_root(tmp_path: Path) -> 
     with merklog.open(home) as node:
         node.assert_("edge", 1, 2)
         assert node.query("edge(1, X)").rows == [(2,)]
-        # the home lock is held, by this app and not by a running node
-        with pytest.raises(merklog.Error, match=r"is in use by another process .*merklog.open"):
+        # the home lock is held, by this app and not by a running node: said as such
+        with pytest.raises(merklog.Error, match=r"is open already in this process .*merklog.open"):
             merklog.open(home)
         with pytest.raises(merklog.Error):
             node.assert_("edge", float("inf"))
@@ -249,7 +249,10 @@ def test_json_fact_form_over_http_keeps_types(home: Path, node_factory) -> None:
     # Inside a fact object too: the last "rel" or "bytes" was written, with a 200.
     for body, key in (
         (b'{"assert": [{"rel": "a1", "rel": "b1", "args": [1]}]}', b"'rel'"),
-        (b'{"assert": [{"rel": "a1", "args": [{"/": {"bytes": "AQ", "bytes": "Ag"}}]}]}', b"'bytes'"),
+        (
+            b'{"assert": [{"rel": "a1", "args": [{"/": {"bytes": "AQ", "bytes": "Ag"}}]}]}',
+            b"'bytes'",
+        ),
         (b'{"assert": [{"rel": "a1", "args": [1], "args": [2]}]}', b"'args'"),
     ):
         nested = urllib.request.Request(node.url + "/v1/facts", data=body, method="POST")
@@ -1169,10 +1172,16 @@ def _json(value: object) -> object:
         ("a b", "(' ' at position 2 is none of them)"),
         ("ab-c", "('-' at position 3 is none of them)"),
         ("1x", "(it starts with '1')"),
-        ("Up", "cannot be written in Datalog: it must start with a lowercase ASCII letter, then"
-         " ASCII letters, digits or _ (it starts with 'U')"),
-        ("aé", "cannot be written in Datalog: it must start with a lowercase ASCII letter, then"
-         " ASCII letters, digits or _ ('é' at position 2 is none of them)"),
+        (
+            "Up",
+            "cannot be written in Datalog: it must start with a lowercase ASCII letter, then"
+            " ASCII letters, digits or _ (it starts with 'U')",
+        ),
+        (
+            "aé",
+            "cannot be written in Datalog: it must start with a lowercase ASCII letter, then"
+            " ASCII letters, digits or _ ('é' at position 2 is none of them)",
+        ),
     ],
 )
 def test_a_bad_relation_name_is_refused_naming_the_character(name: str, says: str) -> None:

@@ -173,3 +173,37 @@ def test_a_node_that_is_not_the_owner_is_refused_revoking_the_owner_as_any_revok
     status, body = node.request("DELETE", f"/v1/writers/{key}")
     assert status == 403, body
     assert status == node.request("DELETE", f"/v1/writers/{'ab' * 32}")[0]
+
+
+def test_who_may_write_is_listed_and_in_status(tmp_path: Path, node_factory) -> None:
+    """QA as a team lead: after grants and revokes the only way to learn who may write
+    was to try a write, or read repl_auth with sqlite3. ``merklog writers list`` (through
+    the running node, and on a stopped home), ``GET /v1/writers`` with the read token,
+    and ``status`` (``writer``) say it, from the replica's own heads."""
+    a, na, b, key = _joined_writer(tmp_path, node_factory)
+    b("sync", "origin")  # b has the grant in its past
+    status, body = na.request("GET", "/v1/writers", token=na.read_token)
+    assert status == 200
+    owner_key = json.loads(a("status", "--json").output)["key"]
+    assert [(w["key"], w["writer"], w["owner"]) for w in body["writers"]] == [
+        (owner_key, True, True),
+        (key, True, False),
+    ]
+    lines = [line.split("\t") for line in a("writers", "list").output.splitlines()]
+    assert [line[:3] for line in lines] == [
+        [owner_key, "owner", "this node"],
+        [key, "writer", "b"],
+    ]
+    revoked = a("writers", "revoke", "b").output
+    delta = revoked.split("(delta ")[1].rstrip(")\n")
+    listed = json.loads(a("writers", "list", "--json").output)["writers"]
+    assert listed[1] == {"key": key, "writer": False, "owner": False, "delta": delta}
+    assert json.loads(a("status", "--json").output)["writer"] is True
+    assert "; it may write" in a("status").output
+    # b, stopped, before and after it merged the revoke
+    assert json.loads(b("status", "--json").output)["writer"] is True
+    assert "; it may write" in b("status").output
+    b("sync", "origin")
+    assert json.loads(b("status", "--json").output)["writer"] is False
+    assert "; it may not write" in b("status").output
+    assert b("writers", "list").output.splitlines()[1].split("\t")[1] == "revoked"
