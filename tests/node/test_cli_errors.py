@@ -920,7 +920,7 @@ def test_a_group_without_its_command_and_an_empty_home_are_one_line(tmp_path: Pa
     """``merklog writers`` (no subcommand) printed ``Error: Usage: …`` and the group's whole
     help, and ``--home ""`` was the current directory ("run `merklog --home . init`"):
     each is now one usage line, exit 2, and nothing is made in the working directory."""
-    for group, commands in (("writers", "grant, revoke"), ("peers", "add, list, remove")):
+    for group, commands in (("writers", "grant, list, revoke"), ("peers", "add, list, remove")):
         done = merklog(tmp_path / "h", group)
         assert_fails(done, ExitCode.BAD_INPUT, f"`merklog {group} COMMAND`", commands)
         assert done.stderr.count("\n") == 1 and done.stdout == ""
