@@ -334,9 +334,16 @@ class SouffleParser(Parser):
                 value = self.peek()
                 self.i += 1
                 if not (key.value == "IO" and value.value in ("file", "stdout")):
+                    # IO itself is supported: name the value it was given (QA: IO=stdin
+                    # said "unsupported … I/O parameter IO")
+                    what = (
+                        f"I/O parameter IO={value.value}"
+                        if key.value == "IO"
+                        else f"I/O parameter {key.value}"
+                    )
                     raise self.unsupported(
-                        key,
-                        f"I/O parameter {key.value}",
+                        value if key.value == "IO" else key,
+                        what,
                         "merklog reads <rel>.facts and writes <rel>.csv, tab-separated",
                     )
                 self.accept(",")

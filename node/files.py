@@ -178,7 +178,9 @@ def output_file(path: str | Path) -> Iterator[BinaryIO]:
 def read_text_file(path: str | Path) -> str:
     """A program file the user named, as text. One that is not UTF-8 is bad input named
     by ``FILE:LINE:COL`` of its first bad byte (Python's message gave neither)."""
-    return decode_utf8(Path(path).read_bytes(), path)
+    # A byte order mark is no character of the program (QA: it made every error on the
+    # first line one column off).
+    return decode_utf8(Path(path).read_bytes(), path).removeprefix("\ufeff")
 
 
 def first_non_utf8(text: str) -> tuple[int, str] | None:

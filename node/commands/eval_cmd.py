@@ -119,7 +119,13 @@ def register(cli: click.Group) -> None:
             return
         unknown = [rel for rel in only if rel not in prog.arities]
         if unknown:
-            fail(f"Error: --output {unknown[0]}: the program has no relation {unknown[0]}")
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], sorted(prog.arities), n=1)
+            fail(
+                f"Error: --output {unknown[0]}: the program has no relation {unknown[0]}"
+                + (f" (did you mean {close[0]}?)" if close else "")
+            )
         ast = prog.ast
         budget = memory_mb * 1024 * 1024 if memory_mb else None
         # Reading the facts counts too: a fact file that never ends (/dev/zero) grew the

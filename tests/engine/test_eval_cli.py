@@ -1091,3 +1091,32 @@ def test_a_fact_file_that_never_ends_stops_at_the_memory_budget(tmp_path: Path) 
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith(f"Error: reading {facts / 'edge.facts'} grew this process")
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+def test_small_eval_messages_say_what_is_wrong(tmp_path: Path) -> None:
+    """QA: ``.input e(IO=stdin)`` said "unsupported … I/O parameter IO" (IO is supported,
+    stdin is not); ``--output pth`` gave no suggestion where the other unknown-relation
+    errors do; and a program file starting with a byte order mark put every error of its
+    first line one column right."""
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    souffle = write(
+        tmp_path / "io.dl",
+        ".decl e(x: number)\n.input e(IO=stdin)\n.decl p(x: number)\n.output p\np(x) :- e(x).\n",
+    )
+    result = invoke(str(souffle), "--facts", str(facts), "--out", str(tmp_path / "o1"))
+    assert result.exit_code == 1
+    assert result.output.startswith(
+        f"{souffle}:2:13: unsupported Soufflé construct: I/O parameter IO=stdin"
+    ), result.output
+    prog = write(tmp_path / "tc.dl", TC)
+    result = invoke(
+        str(prog), "--facts", str(facts), "--out", str(tmp_path / "o2"), "--output", "pth"
+    )
+    assert result.exit_code == 1
+    assert "no relation pth (did you mean path?)" in result.output
+    bom = tmp_path / "bom.dl"
+    bom.write_bytes("\ufeffpath(X, Y) :- edge(X, Y)\n".encode())
+    result = invoke(str(bom), "--facts", str(facts), "--out", str(tmp_path / "o3"))
+    assert result.exit_code == 1
+    assert result.output.startswith(f"{bom}:1:25: "), result.output  # 24 characters, then
