@@ -572,6 +572,10 @@ def _get_or_create(builder: Any, conf: dict[str, str], prelaunched: Prelaunch | 
     return spark
 
 
+#: Seconds an abandoned driver JVM gets to run its shutdown hooks before it is killed.
+TERM_WAIT = 3.0
+
+
 def stop_driver(spark: Any, timeout: float = 10.0) -> None:
     """End this process's driver JVM now and wait for it to exit. A command that failed or
     was interrupted part way calls it before it cleans up what its jobs were writing: the
@@ -587,6 +591,14 @@ def stop_driver(spark: Any, timeout: float = 10.0) -> None:
     from merklog.node.interrupts import mark_driver_ended
 
     mark_driver_ended()  # py4j's complaints about the closed gateway are expected now
+    if proc.poll() is None:
+        # SIGTERM first: the JVM's shutdown hooks remove its spark-<uuid> folders, which a
+        # SIGKILL left behind in the local dir (/tmp) after every interrupted command (QA).
+        proc.terminate()
+        try:
+            proc.wait(TERM_WAIT)
+        except Exception:  # noqa: BLE001 - busy past the grace time: killed below
+            pass
     if proc.poll() is None:
         proc.kill()
     try:

@@ -75,6 +75,9 @@ def test_ctrl_c_during_analyze_is_one_line_exit_1(tmp_path):
     # (re-creating _temporary folders) for seconds after the command had cleaned up
     assert _jvms_of(tmp_path / "local") == []
     assert not (tmp_path / "out").exists()
+    # its JVM's temporary folders are gone too (QA: two spark-<uuid> folders were left in
+    # the local dir, /tmp by default, by every interrupted command)
+    assert list((tmp_path / "local").glob("spark-*")) == []
     # Over an earlier run's output (QA): an interrupted run deleted the earlier folder of
     # a relation it had not written yet, and left the others half new, half old. The
     # earlier output now stays whole, and nothing of the interrupted run is left.
