@@ -379,3 +379,83 @@ def test_a_node_running_no_program_is_said_on_the_page(
     run("load", str(EXAMPLE / "checklist.dl"))
     page.wait_for_selector('input[data-id="milk"]', timeout=15000)
     page.wait_for_function("document.getElementById('message').textContent === ''")
+
+
+def test_values_of_any_type_rows_of_one_id_and_two_tabs(
+    tmp_path: Path, node_factory, browser
+) -> None:
+    """QA, with real writes another app could make: an item whose text was a number
+    threw in every render and emptied the list on every device; ids 1, 1.0, true, "1"
+    and x"01" merged into fewer rows and a click on some of them threw and was lost;
+    retracting one of two texts of an id removed both rows; the read token showed
+    "online" until the first click; and two open tabs each sent the shared queue, so
+    writes went to the node twice. Each is fixed and checked here."""
+    port = _free_port()
+    home = tmp_path / "a"
+    node = start_checklist_node(home, node_factory, port)
+    errors: list[str] = []
+    context = browser.new_context()
+    page = open_app(context, node)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    body = 'item("num", 42). item(1, "id 1"). item(1.0, "id 1.0"). item(true, "id true").'
+    body += ' item("1", "id string"). item(x"01", "id bytes").'
+    body += ' item("dup", "Dup one"). item("dup", "Dup two").'
+    assert node.request("POST", "/v1/facts", {"assert": body})[0] == 200
+    texts = "[...document.querySelectorAll('#items span')].map((s) => s.textContent.trim())"
+    page.wait_for_function(
+        f"{texts}.includes('42') && {texts}.filter((t) => t.startsWith('id ')).length === 5"
+        f" && {texts}.includes('Dup one') && {texts}.includes('Dup two')",
+        timeout=15000,
+    )
+    # A click on the float id ticks done(1.0), not done(1) or done("1").
+    page.locator("li", has_text="id 1.0").locator("input").click()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        _, q = node.request("GET", "/v1/query?q=done(X)")
+        if q["rows"]:
+            break
+        time.sleep(0.1)
+    assert q["rows"] == [[1.0]] and isinstance(q["rows"][0][0], float), q
+    assert node.request("POST", "/v1/facts", {"retract": 'item("dup", "Dup one").'})[0] == 200
+    page.wait_for_function(
+        f"!{texts}.includes('Dup one') && {texts}.includes('Dup two')", timeout=15000
+    )
+    assert errors == []
+    page.close()
+
+    reader = context.new_page()  # the read token: said at once, before any click
+    reader.goto(f"{node.url}/#token={node.read_token}")
+    reader.wait_for_function(
+        "document.getElementById('indicator').dataset.reason === 'readonly'", timeout=15000
+    )
+    reader.close()
+
+    # Two tabs of one browser, writes queued while the node is down: sent once each.
+    tabs = [open_app(context, node), open_app(context, node)]
+    node.stop()
+    tabs[0].wait_for_function(
+        "document.getElementById('indicator').dataset.state === 'offline'", timeout=15000
+    )
+    for _ in range(6):
+        tabs[0].locator('input[data-id="milk"]').click()
+    tabs[0].wait_for_function("document.getElementById('pending').textContent === '6'")
+    posts: list[int] = []  # writes the node answered (a refused connection is a retry)
+
+    def answered(response, i: int) -> None:
+        request = response.request
+        if request.method == "POST" and request.url.endswith("/v1/facts"):
+            if request.post_data != '{"assert": []}' and response.status == 200:
+                posts.append(i)
+
+    for i, tab in enumerate(tabs):
+        tab.on("response", lambda r, i=i: answered(r, i))
+    node = serve(home, node_factory, port)
+    for tab in tabs:
+        tab.wait_for_function(
+            "document.getElementById('pending').textContent === '0'", timeout=30000
+        )
+    tabs[1].wait_for_timeout(2000)  # a second sender would be at it by now
+    assert len(posts) == 6, posts
+    _, q = node.request("GET", "/v1/query?q=done(X)")
+    assert [1.0] in q["rows"] and ["milk"] not in q["rows"]  # six clicks: unticked again
+    context.close()
