@@ -295,6 +295,9 @@ async def list_facts(request: web.Request) -> web.Response:
     if raw is None:
         raw = str(FACTS_PAGE)
     if not (raw.isascii() and raw.isdigit()):  # int() also reads "1_0" and "٣"
+        negative = raw.startswith("-") and raw[1:].isascii() and raw[1:].isdigit()
+        if negative:  # "must be a decimal integer" of -1, which is one (QA)
+            raise NodeInputError(f"limit= must be between 1 and {FACTS_PAGE_MAX}, got {raw}")
         raise NodeInputError(f"limit= must be a decimal integer, got {raw!r}")
     limit = int(raw)
     if not 1 <= limit <= FACTS_PAGE_MAX:

@@ -94,6 +94,9 @@ def test_facts_are_paged(home: Path, node_factory, tmp_path: Path) -> None:
         after = page["next"]
     assert pages == 3 and len(seen) == len(set(seen)) == 2500
     assert node.request("GET", "/v1/facts?limit=0")[0] == 400
+    # -1 is a decimal integer, out of range (it said "must be a decimal integer", QA)
+    status, body = node.request("GET", "/v1/facts?limit=-1")
+    assert status == 400 and body["detail"] == "limit= must be between 1 and 10000, got -1"
     # int() reads these as 10 and 3; a page size is written in ASCII digits
     for odd in ("1_0", "%D9%A3", "+5", "%205"):
         assert node.request("GET", f"/v1/facts?limit={odd}")[0] == 400, odd
