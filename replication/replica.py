@@ -200,7 +200,10 @@ class Replica(Acceptance, ORSet, Reconciliation):
                 except BlockNotFound:
                     raise NotFound(f"genesis block of dataset {dataset} is not known") from None
             genesis = parse_genesis(dataset, genesis_block)
-        blockstore.put(genesis.cid, genesis.data)
+        if not blockstore.has(genesis.cid):
+            # Only when missing: on an IPFS home every put ships to the daemon, and every
+            # command, `status` included, waited on a dag/import for a block it had (QA).
+            blockstore.put(genesis.cid, genesis.data)
         return cls(cls._conn(conn_or_path), blockstore, identity, genesis)
 
     def _init_genesis(self) -> None:

@@ -166,13 +166,12 @@ class IPFSHomeStore(SQLiteBlockStore):
             return self.remote.get(cid)  # bounded wait, verified
 
     def get_held(self, cid: Link) -> bytes:
-        """The cache, else the daemon within its existence probe's bound: a daemon asked
-        for a block it lacks answers only by timing out, and 12 such reads held the
-        node's threads for 30 s each while writes waited (QA)."""
-        try:
-            return super().get(cid)
-        except BlockNotFound:
-            return self.remote.get(cid, self.remote.probe_timeout)
+        """The cache alone, which holds every block this home wrote or accepted. The
+        daemon is not asked: it may hold blocks of other homes sharing it (another
+        dataset's facts, served to anyone with this home's read token, QA) or fetch
+        anything from the network, and one asked for a block it lacks answers only by
+        timing out. A block the cache lost is put back by ``merklog fsck``."""
+        return super().get(cid)
 
     def get_many(self, cids: Iterable[Link]) -> Iterator[tuple[Link, bytes]]:
         it = iter(cids)

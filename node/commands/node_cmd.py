@@ -95,7 +95,9 @@ def register(cli: click.Group) -> None:
                     # As `merklog init` does it: what a failed init created is removed again
                     # (an IPFS daemon down left identity.pem and node.lock behind, a home
                     # every later command called "not a merklog home").
-                    initialise(state.home, {}, None, existed, lock_made)
+                    # with this command's settings, as `merklog --set … init` takes them
+                    # (QA: --set store.backend=ipfs made a SQLite home, then refused it)
+                    initialise(state.home, overrides, None, existed, lock_made)
                 cfg = load_config(state.home, overrides)
                 precheck(cfg)
                 checked_static_dir(cfg, must_exist=True)  # missing, or publishing the home: exit 2
