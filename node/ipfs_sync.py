@@ -75,6 +75,8 @@ class IPFSHeadSync:
         self._failing: set[str] = set()
 
     def _failed(self, what: str, message: str, *args: Any) -> None:
+        # An exception without a text (a TimeoutError) ended the line at "failed: " (QA)
+        args = tuple(_reason(a) if isinstance(a, BaseException) else a for a in args)
         log.log(logging.INFO if what in self._failing else logging.WARNING, message, *args)
         self._failing.add(what)
 
@@ -208,3 +210,10 @@ def start(node: Any) -> asyncio.Task | None:
         return None
     node.ipfs_sync = IPFSHeadSync(node)
     return asyncio.get_running_loop().create_task(node.ipfs_sync.run())
+
+
+def _reason(exc: BaseException) -> str:
+    """What ``exc`` says, or what it is when it says nothing (a timeout)."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return "the IPFS daemon did not answer in time"
+    return str(exc) or type(exc).__name__

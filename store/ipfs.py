@@ -63,6 +63,13 @@ def api_multiaddr(addr: str) -> str:
         raise BadAPIAddress(
             f"not an IPFS API address: {addr!r} (use http://HOST:PORT or a multiaddr)"
         )
+    if url.username is not None or url.password is not None:
+        # kept in config.toml in plain text and never sent (QA): refused, as peer URLs are
+        raise BadAPIAddress(
+            "an IPFS API address takes no user:password@ (merklog sends no credentials to"
+            " the daemon): use http://HOST:PORT, and a proxy on loopback for a daemon that"
+            " needs them"
+        )
     try:
         port = url.port or (443 if url.scheme == "https" else 5001)
     except ValueError:

@@ -413,6 +413,12 @@ def test_a_malformed_multiaddr_is_bad_input(tmp_path: Path, ipfs_daemon: str) ->
         assert result.output.startswith(f"Error: not an IPFS API address: {addr!r}")
         assert result.output.count("\n") == 1 and "Unsupported" not in result.output
         assert not (tmp_path / "new").exists()
+    # QA: user:password@ was stored in config.toml in plain text and never sent
+    secret = ipfs_daemon.replace("/ip4/127.0.0.1/tcp/", "http://alice:s3cret@127.0.0.1:")
+    secret = secret.removesuffix("/http")
+    result = Cli(tmp_path / "new")("init", "--store", "ipfs", "--ipfs-api", secret, ok=False)
+    assert result.exit_code == 2 and "takes no user:password@" in result.output, result.output
+    assert not (tmp_path / "new").exists()
     run = Cli(tmp_path / "home")
     run("init", "--store", "ipfs", "--ipfs-api", ipfs_daemon)
     config = run.home / "config.toml"

@@ -123,3 +123,21 @@ def test_two_nodes_converge_through_ipfs_pubsub(tmp_path: Path, private_daemon) 
             node_b.close()
 
     asyncio.run(scenario())
+
+
+def test_a_failure_without_a_text_is_named_in_the_log(caplog) -> None:
+    """QA: a publish that timed out logged "publishing heads on TOPIC failed: " and no
+    reason (a TimeoutError says nothing); the line names it now."""
+    import logging
+
+    from merklog.node.ipfs_sync import IPFSHeadSync
+
+    channel = IPFSHeadSync.__new__(IPFSHeadSync)  # only its failure log is used here
+    channel._failing = set()
+    with caplog.at_level(logging.WARNING, logger="merklog.node.ipfs_sync"):
+        channel._failed(
+            "publishing heads", "publishing heads on %s failed: %s", "t", TimeoutError()
+        )
+    assert caplog.messages == [
+        "publishing heads on t failed: the IPFS daemon did not answer in time"
+    ]
