@@ -176,6 +176,15 @@ class IPFSBlockStore(BlockStore):
             ) from exc
         except ipfs_errors.ErrorResponse as exc:  # the daemon answered, refusing
             raise StoreError(f"IPFS {what} failed at {self.addr}: {_reason(exc)}") from exc
+        except ipfs_errors.StatusError as exc:
+            status = getattr(getattr(exc.original, "response", None), "status_code", None)
+            if status in (404, 405, 501):  # an HTTP server, but no /api/v0 here (QA: exit 4)
+                raise BadAPIAddress(
+                    f"{self.addr} answers HTTP but is no IPFS RPC API (HTTP {status} for"
+                    f" /api/v0/{what}; is it the daemon's gateway port?): set store.ipfs_api"
+                    " to the daemon's API address (its config's Addresses.API)"
+                ) from exc
+            raise StoreUnavailable(f"IPFS {what} failed at {self.addr}: {_reason(exc)}") from exc
         except ipfs_errors.Error as exc:  # garbage, a broken stream: not an IPFS API answer
             raise StoreUnavailable(f"IPFS {what} failed at {self.addr}: {_reason(exc)}") from exc
 

@@ -780,3 +780,28 @@ def test_node_run_init_takes_the_set_options(tmp_path: Path, ipfs_daemon: str) -
     config = tomllib.loads((home / "config.toml").read_text())
     assert config["store"]["backend"] == "ipfs", config
     assert Cli(home)("status").exit_code == 0
+
+
+def test_an_http_server_that_is_no_ipfs_api_is_bad_input(tmp_path: Path) -> None:
+    """QA: ``init --ipfs-api`` naming the daemon's gateway port (an HTTP server without
+    /api/v0) said urllib3's "HTTPError: 404 Client Error … http+ip4://…", exit 4 (worth
+    retrying). It is bad input, exit 2, saying what the address is, and nothing is made."""
+    import http.server
+
+    class NoAPI(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NoAPI)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = Cli(tmp_path / "gw")("init", "--store", "ipfs", "--ipfs-api", url, ok=False)
+    finally:
+        server.shutdown()
+    assert result.exit_code == 2, result.output
+    assert "answers HTTP but is no IPFS RPC API (HTTP 404" in result.output
+    assert "http+ip4" not in result.output and not (tmp_path / "gw").exists()
