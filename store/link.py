@@ -169,6 +169,11 @@ class Link:
         try:
             return cls.from_cid(CID.decode(text))
         except Exception as exc:  # multiformats raises several error types
+            if text.startswith("Qm") and len(text) == 46:  # said only "not a CID" (QA)
+                raise InvalidValue(
+                    f"not a CID merklog takes: {text!r} is a CIDv0 (base58, Qm…); write it as"
+                    " a CIDv1 (`ipfs cid format -v 1 -b base32 CID` gives bafy…)"
+                ) from exc
             raise InvalidValue(f"not a CID: {text!r}") from exc
 
     @classmethod

@@ -343,6 +343,9 @@ def test_a_cid_has_one_base32_spelling(digest: bytes) -> None:
             Link.parse(spelled)
     with pytest.raises(InvalidValue, match="not a canonical base32 CID"):
         Link.parse("b" + text[1:].upper())
+    # a CIDv0 (base58 Qm…) is named as one, with how to write it (it said "not a CID", QA)
+    with pytest.raises(InvalidValue, match=r"is a CIDv0 \(base58, Qm…\); write it as a CIDv1"):
+        Link.parse("QmYwAPJzv5CZsnA625s3Xf2nemtYgPpHdWEz79ojWnPbdG")
 
 
 # Values that Python's ``==`` takes for one another: 1, 1.0, True, 0, 0.0, -0.0, False…
