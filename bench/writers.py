@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from merklog.replication.blocks import build_delta
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
+from merklog.replication.turns import turn_taking_blocks, writer_keys
 from merklog.replication.txn import connect
-from merklog.store import MemoryBlockStore, encode_fact, make_fact
+from merklog.store import MemoryBlockStore
 from merklog.store.car import write_car
 
 MERKLOG = [sys.executable, "-m", "merklog.node.cli"]
@@ -35,26 +35,9 @@ def build_car(path: Path, writers: int, deltas: int) -> None:
     fact, in clock order; the head as its root)."""
     owner_id = Identity.from_seed(b"\xee" * 32)
     owner = Replica.create(connect(":memory:"), MemoryBlockStore(), owner_id, "writers")
-    keys = [Identity.from_seed(i.to_bytes(4, "big") * 8) for i in range(1, writers + 1)]
-    blocks = [(owner.genesis.cid, owner.genesis.data)]
-    head, clock, seq = owner.genesis.cid, 0, {}
-
-    def add(ident: Identity, ops: list, extra: tuple = ()) -> None:
-        nonlocal head, clock
-        clock += 1
-        seq[ident.public_key] = seq.get(ident.public_key, 0) + 1
-        d = build_delta(ident, owner.dataset, seq[ident.public_key], clock, [head], ops)
-        blocks.extend(extra)
-        blocks.append((d.cid, d.data))
-        head = d.cid
-
-    for key in keys:
-        add(owner_id, [{"op": "grant", "key": key.public_key}])
-    for i in range(deltas):
-        cid, data = encode_fact(make_fact("p", [i]))
-        add(keys[i % writers], [{"op": "assert", "fact": cid}], ((cid, data),))
+    blocks, head = turn_taking_blocks(owner_id, owner.dataset, writer_keys(writers), deltas)
     with open(path, "wb") as out:
-        write_car(out, [head], blocks)
+        write_car(out, [head], [(owner.genesis.cid, owner.genesis.data), *blocks])
 
 
 def restore(car: Path, home: Path) -> tuple[float, float, float]:

@@ -6,40 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from merklog.replication.blocks import build_delta
 from merklog.replication.errors import Unauthorized
 from merklog.replication.identity import Identity
 from merklog.replication.replica import Replica
-from merklog.store import MemoryBlockStore, encode_fact, make_fact
+from merklog.replication.turns import turn_taking_blocks, writer_keys
+from merklog.store import MemoryBlockStore, make_fact
 
 from .repl_support import memory_conn, new_replicas, pull, seeded_identity
-
-
-def _writers(n: int) -> list[Identity]:
-    return [Identity.from_seed(i.to_bytes(4, "big") * 8) for i in range(1, n + 1)]
 
 
 def _round_robin_log(owner: Replica, writers: list[Identity], deltas: int) -> list:
     """Blocks of a linear history: the owner grants every writer, then the writers assert
     one fact each in turn (each writing on top of the one before)."""
-    blocks: list = []
-    head, clock, seq = owner.genesis.cid, 0, {}
-
-    def add(ident: Identity, ops: list, extra: tuple = ()) -> None:
-        nonlocal head, clock
-        clock += 1
-        seq[ident.public_key] = seq.get(ident.public_key, 0) + 1
-        d = build_delta(ident, owner.dataset, seq[ident.public_key], clock, [head], ops)
-        blocks.extend(extra)
-        blocks.append((d.cid, d.data))
-        head = d.cid
-
-    for w in writers:
-        add(owner.identity, [{"op": "grant", "key": w.public_key}])
-    for i in range(deltas):
-        cid, data = encode_fact(make_fact("p", [i]))
-        add(writers[i % len(writers)], [{"op": "assert", "fact": cid}], ((cid, data),))
-    return blocks
+    return turn_taking_blocks(owner.identity, owner.dataset, writers, deltas)[0]
 
 
 def _fresh(owner: Replica) -> Replica:
@@ -50,7 +29,7 @@ def _fresh(owner: Replica) -> Replica:
 
 def test_many_writers_keep_one_row_per_delta():
     owner = new_replicas(1, writers=[])[0]
-    writers = _writers(60)
+    writers = writer_keys(60)
     blocks = _round_robin_log(owner, writers, 3000)
     fresh = _fresh(owner)
     res = fresh.apply_blocks(blocks)
@@ -96,7 +75,7 @@ def test_revoke_on_a_concurrent_branch_decides_by_the_rule():
 
 def test_a_file_an_older_merklog_wrote_is_read_and_its_memo_dropped():
     owner = new_replicas(1, writers=[])[0]
-    writers = _writers(5)
+    writers = writer_keys(5)
     blocks = _round_robin_log(owner, writers, 50)
     conn = memory_conn()
     store = MemoryBlockStore()
