@@ -320,17 +320,21 @@ class Acceptance(ReplicaState):
         best = self._deciding_op(author, parents)
         return best is not None and bool(best[1])
 
-    def _deciding_op(self, key: bytes, parents: Sequence[Link]) -> tuple[int, int, bytes] | None:
+    def _deciding_op(
+        self, key: bytes, parents: Sequence[Link], past: int | None = None
+    ) -> tuple[int, int, bytes] | None:
         """The grant/revoke of ``key`` that decides its writer status in the causal past
         of a delta with these parents, ``(clock, is_grant, delta)``; None when it has none
-        (a genesis writer's grant is the genesis, at clock 0)."""
+        (a genesis writer's grant is the genesis, at clock 0). ``past``: the parents'
+        auth set, when the caller has it (one for every key it asks about)."""
         ops = self._auth_ops(key)
         base = next((op for op in ops.values() if op[0] == 0), None)  # genesis writers
         later = [op for op in ops.values() if op[0] > 0]
         if not later:
             return base
         sets = AuthSets(self.conn, self.ds)
-        past = sets.past([p.raw for p in parents])
+        if past is None:
+            past = sets.past([p.raw for p in parents])
         bits = sets.bits_of([op[2] for op in later])
         found = [op for op in later if op[2] in bits and past >> bits[op[2]] & 1]
         return max(found, key=_op_order, default=base)

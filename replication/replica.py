@@ -581,8 +581,9 @@ class Replica(Acceptance, ORSet, Reconciliation):
                 - {self.genesis.owner}
             )
             out = [WriterState(self.genesis.owner, True, self.dataset, owner=True)]
+            past = AuthSets(self.conn, self.ds).past([h.raw for h in heads])  # once for all
             for key in keys:
-                op = self._deciding_op(key, heads)
+                op = self._deciding_op(key, heads, past)
                 if op is not None:
                     out.append(WriterState(key, bool(op[1]), Link(op[2])))
         return out
