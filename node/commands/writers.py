@@ -86,14 +86,15 @@ def register(cli: click.Group) -> None:
         """Who may write on top of this node's heads, and who was revoked: the owner
         first, each key with its peer name and the grant or revoke that decides."""
         from merklog.node.cliutil import guard, target
+        from merklog.node.storecheck import load_key
         from merklog.node.target import load_config
 
         with target(state) as t:
             listed = guard(t.writers)
-            own = str(guard(t.status)["key"]) if not as_json else ""
         if as_json:
             click.echo(json.dumps({"writers": listed}))
             return
+        own = guard(lambda: load_key(state.home)).public_key.hex()  # said "this node"
         cfg = guard(lambda: load_config(state.home, state.overrides))
         names: dict[str, list[str]] = {}
         for name, peer in cfg.peers.items():
