@@ -39,6 +39,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -595,10 +596,8 @@ def stop_driver(spark: Any, timeout: float = 10.0) -> None:
         # SIGTERM first: the JVM's shutdown hooks remove its spark-<uuid> folders, which a
         # SIGKILL left behind in the local dir (/tmp) after every interrupted command (QA).
         proc.terminate()
-        try:
+        with suppress(subprocess.TimeoutExpired):  # busy past the grace time: killed below
             proc.wait(TERM_WAIT)
-        except Exception:  # noqa: BLE001 - busy past the grace time: killed below
-            pass
     if proc.poll() is None:
         proc.kill()
     try:

@@ -793,7 +793,7 @@ def test_an_http_server_that_is_no_ipfs_api_is_bad_input(tmp_path: Path) -> None
             self.send_error(404)
 
         def log_message(self, *args: object) -> None:
-            pass
+            """Quiet: the test reads the CLI's line, not the server's request log."""
 
     server = http.server.HTTPServer(("127.0.0.1", 0), NoAPI)
     threading.Thread(target=server.serve_forever, daemon=True).start()

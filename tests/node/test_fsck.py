@@ -213,27 +213,30 @@ def test_tables_that_lost_rows_fail_fsck_and_export_and_no_repair_is_offered(
     write, exit 0, a CAR that ``restore`` refuses; and for such damage fsck advised
     ``--repair-from``, which cannot repair it. Now fsck and export exit 5 naming it, no
     CAR is written, and the advice is to restore a backup or join a peer."""
-    a = Cli(tmp_path / "a")
-    a("init")
-    for i in range(3):
-        a("put", f"e({i}).")
-    with sqlite3.connect(a.home / "store.sqlite") as db:
-        db.execute("DELETE FROM repl_fact WHERE id = (SELECT max(id) FROM repl_fact)")
+
+    def damaged(name: str, sql: str) -> Cli:
+        """A home of three writes, then ``sql`` run on its store file."""
+        home = Cli(tmp_path / name)
+        home("init")
+        for i in range(3):
+            home("put", f"e({i}).")
+        with sqlite3.connect(home.home / "store.sqlite") as db:
+            db.execute(sql)
+        return home
+
+    a = damaged("a", "DELETE FROM repl_fact WHERE id = (SELECT max(id) FROM repl_fact)")
     found = a("fsck", ok=False)
     assert found.exit_code == ExitCode.STORE_DAMAGED, found.output
     assert "repl_fact lost" in found.output and "no peer can repair this" in found.output
     assert "--repair-from URL" not in found.output
 
-    b = Cli(tmp_path / "b")
-    b("init")
-    for i in range(3):
-        b("put", f"e({i}).")
-    with sqlite3.connect(b.home / "store.sqlite") as db:
-        db.execute("DELETE FROM repl_delta WHERE seq = 2")
+    b = damaged("b", "DELETE FROM repl_delta WHERE seq = 2")
     car = tmp_path / "b.car"
     refused = b("export", str(car), ok=False)
     assert refused.exit_code == ExitCode.STORE_DAMAGED and "Traceback" not in refused.output
-    assert "could not be restored" in refused.output and "is not an accepted delta" in refused.output
+    assert (
+        "could not be restored" in refused.output and "is not an accepted delta" in refused.output
+    )
     assert not car.exists()
     checked = b("fsck", ok=False)
     assert "is not an accepted delta" in checked.output and "restore a backup" in checked.output

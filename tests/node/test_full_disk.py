@@ -9,6 +9,7 @@ for real with EFBIG, which SQLite reports as ``disk I/O error``)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -383,12 +384,10 @@ def test_full_disk_names_the_file_for_export_and_node_run(tmp_path: Path) -> Non
     if subprocess.run(mount, capture_output=True).returncode:
         pytest.skip("mounting a tmpfs needs root")
     try:
-        with open(small / "filler", "wb", buffering=0) as fill:  # take every free block
-            try:
-                while True:
-                    fill.write(b"\0" * 4096)
-            except OSError:
-                pass
+        # take every free block: the write that meets the full disk ends the loop
+        with open(small / "filler", "wb", buffering=0) as fill, contextlib.suppress(OSError):
+            while True:
+                fill.write(b"\0" * 4096)
         with pytest.raises(OSError) as full:
             write_private(small / "node.json", b'{"pid": 1, "url": "http://127.0.0.1:1"}')
         assert full.value.filename == str(small / "node.json")
