@@ -57,27 +57,16 @@ class AuthSets:
                 (ds,),
             )
         ]
-        if not new:
-            return
-        (count,) = conn.execute("SELECT count(*) FROM repl_auth_bit WHERE ds = ?", (ds,)).fetchone()
-        conn.executemany(
-            "INSERT INTO repl_auth_bit VALUES (?, ?, ?)",
-            [(ds, d, count + i) for i, d in enumerate(new)],
-        )
+        self.number(new)
 
     def number(self, deltas: Iterable[bytes]) -> None:
-        """Give a bit to each of ``deltas`` (grant/revoke deltas just accepted, after
-        genesis) that has none."""
-        conn, ds = self.conn, self.ds
-        for delta in deltas:
-            if conn.execute(
-                "SELECT 1 FROM repl_auth_bit WHERE ds = ? AND delta = ?", (ds, delta)
-            ).fetchone():
-                continue
-            (count,) = conn.execute(
-                "SELECT count(*) FROM repl_auth_bit WHERE ds = ?", (ds,)
-            ).fetchone()
-            conn.execute("INSERT INTO repl_auth_bit VALUES (?, ?, ?)", (ds, delta, count))
+        """Give a bit to each of ``deltas`` (grant/revoke deltas after genesis) that has
+        none: the next number of the dataset, in the order given."""
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO repl_auth_bit"
+            " SELECT ?1, ?2, count(*) FROM repl_auth_bit WHERE ds = ?1",
+            [(self.ds, delta) for delta in deltas],
+        )
 
     def floor(self) -> int | None:
         """The lowest clock of a grant/revoke after genesis; None when there is none."""
