@@ -53,6 +53,7 @@ def input_rows(inputs: list[str | Path]) -> int | None:
             raise NotAnExport(
                 f"{item} holds no Parquet files: not a merklog export (`merklog parquet export`)"
             )
+        held = 0  # this input's op rows, from the footers read once here
         for f in files:
             try:
                 meta = pq.ParquetFile(f).metadata
@@ -66,10 +67,11 @@ def input_rows(inputs: list[str | Path]) -> int | None:
                     f"{f} is not a merklog export's op file (no column"
                     f" {', '.join(sorted(missing))})"
                 )
-            if total is not None:
-                total += meta.num_rows
+            held += meta.num_rows
+        if total is not None:
+            total += held
         if summary is not None:
-            _check_whole(item, summary, files)
+            _check_whole(item, summary, held)
     return total
 
 
@@ -85,16 +87,13 @@ def _summary_of(path: Path) -> dict | None:
     return summary if isinstance(summary, dict) else None
 
 
-def _check_whole(item: str | Path, summary: dict, op_files: list[Path]) -> None:
+def _check_whole(item: str | Path, summary: dict, held: int) -> None:
     """Refuse an export whose ops files hold fewer (or more) rows than its
     ``export.json`` lists: a part file lost on a copy was compacted without a word into a
     snapshot lacking facts, which the homes bootstrapped from it never got back (QA).
     The facts lists are not counted: a fact they lack comes from its assert row
-    (ADR 0122)."""
-    import pyarrow.parquet as pq
-
+    (ADR 0122). ``held``: the rows its ops files hold."""
     ops = summary.get("ops")
-    held = sum(pq.ParquetFile(f).metadata.num_rows for f in op_files)
     if isinstance(ops, int) and not isinstance(ops, bool) and held != ops:
         raise NotAnExport(
             f"{item} holds {held:,} of the {ops:,} ops its export.json lists: a part file"
