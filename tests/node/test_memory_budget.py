@@ -72,7 +72,15 @@ def test_a_running_node_fails_the_epoch_at_its_budget_and_keeps_answering(
     # retracting the seed brings the epochs back
     status, body = node.request("POST", "/v1/facts", {"retract": "start(1)."})
     assert status == 200, body
-    _, st = node.request("GET", "/v1/status")
+    # An epoch already under way on the old facts (a later tick's) may fail once more
+    # before the one that evaluates the retract: on a loaded machine the status read at
+    # once still showed it. The node recovers by itself within the next epochs.
+    deadline = time.monotonic() + 60
+    while True:
+        _, st = node.request("GET", "/v1/status")
+        if st["program_error"] is None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert st["program_error"] is None
     assert _rows(node, "d(X, D)") == []
     node.stop()
@@ -132,7 +140,11 @@ def test_a_round_that_runs_out_of_memory_fails_its_epoch_in_one_line(monkeypatch
             node.write(asserts=[("e", (10, 11))])
             with pytest.raises(merklog.Error) as failed:
                 await node.settled()
-            out = {"failed": str(failed.value), "status": node.status(), "rows": node.query("p(0, X)").rows}
+            out = {
+                "failed": str(failed.value),
+                "status": node.status(),
+                "rows": node.query("p(0, X)").rows,
+            }
             node.write(asserts=[("e", (11, 12))])
             await node.settled()
             out["after"] = node.query("p(0, X)").rows
@@ -145,7 +157,9 @@ def test_a_round_that_runs_out_of_memory_fails_its_epoch_in_one_line(monkeypatch
     assert out["rows"] == [(x,) for x in range(1, 11)]  # the last good epoch
     assert out["after"] == [(x,) for x in range(1, 13)]
     failures = [r for r in caplog.records if said in r.getMessage()]
-    assert len(failures) == 1 and failures[0].exc_info is None, [r.getMessage() for r in caplog.records]
+    assert len(failures) == 1 and failures[0].exc_info is None, [
+        r.getMessage() for r in caplog.records
+    ]
     assert not any(r.exc_info for r in caplog.records)
 
 
